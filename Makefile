@@ -1,0 +1,62 @@
+# Every target creates or reuses ./.venv, so `make run` and `make test` work on a fresh clone.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# The legacy Python-JIT DeepGEMM that sglang 0.5.0-0.5.1.x runs ships inside sgl-kernel 0.3.5 (its deep_gemm package).
+LEGACY_DG := sgl-kernel==0.3.5
+
+MODEL ?= Qwen3-Coder-480B
+TP ?= 8
+EP ?= 8
+SGLANG ?= 0.5.1
+MANIFEST ?= shapes/Qwen3-Coder-480B-A35B-Instruct-FP8.tp8.ep8.sglang-0.5.0-0.5.1.auto.yaml
+CACHE_DIR ?= $(CURDIR)/.cache/deep_gemm
+ARTIFACT ?= out/deepgemm-cache.tar.zst
+CONFIG ?= train.yaml
+
+.PHONY: setup run test plan warm verify cache-artifact train lint shapes gpu-test clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev,legacy]'
+	$(BIN)/pip install -q --no-deps $(LEGACY_DG)
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+# The main job on its embedded default: warm the Qwen3-Coder-480B tp8/ep8 sglang-0.5.1 plan (legacy JIT, CPU only).
+run: $(STAMP)
+	$(BIN)/dgprecompile warm --manifest $(MANIFEST) --cache-dir $(CACHE_DIR)
+	$(BIN)/dgprecompile verify --manifest $(MANIFEST) --cache-dir $(CACHE_DIR)
+
+test: $(STAMP)
+	$(BIN)/pytest -q
+
+plan: $(STAMP)
+	$(BIN)/dgprecompile plan --model $(MODEL) --tp $(TP) --ep $(EP) --sglang $(SGLANG)
+
+warm: run
+
+verify: $(STAMP)
+	$(BIN)/dgprecompile verify --manifest $(MANIFEST) --cache-dir $(CACHE_DIR)
+
+cache-artifact: run
+	$(BIN)/dgprecompile pack --manifest $(MANIFEST) --cache-dir $(CACHE_DIR) -o $(ARTIFACT)
+
+train: $(STAMP)
+	$(BIN)/dgprecompile launch --config $(CONFIG)
+
+# Regenerate the checked-in manifests (tests fail when they drift from the code).
+shapes: $(STAMP)
+	$(BIN)/python -m dgprecompile.shapes_manifests shapes
+
+gpu-test: $(STAMP)
+	$(BIN)/pytest -q -m gpu tests/gpu
+
+lint: $(STAMP)
+	$(BIN)/ruff check dgprecompile tests bench
+
+clean:
+	rm -rf $(VENV) .cache out

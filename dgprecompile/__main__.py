@@ -1,0 +1,3 @@
+from dgprecompile.cli.main import main
+
+main()

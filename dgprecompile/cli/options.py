@@ -1,0 +1,102 @@
+"""Options shared by several commands, and turning them into a plan (pip-tools style: one place)."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from dgprecompile.errors import InputError
+from dgprecompile.plan import Plan, PlanRequest, plan_from_request, read_manifest
+from dgprecompile.shapes import MOE_BACKENDS
+
+CONFIG_KEYS = {"model", "tp", "ep", "sglang", "moe_runner_backend", "max_tokens", "specforge_cmd",
+               "chunked_prefill_size", "gpu", "num_sms", "cache_dir", "manifest", "command"}
+
+
+def load_config_file(path: str | None) -> dict[str, Any]:
+    """A train.yaml: the same names as the long options (dashes or underscores), plus `command`."""
+    if path is None:
+        return {}
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except FileNotFoundError:
+        raise InputError(f"config file not found: {path}") from None
+    except (OSError, yaml.YAMLError) as exc:
+        raise InputError(f"cannot read {path}: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path} must hold a mapping of option names to values")
+    out = {str(k).replace("-", "_"): v for k, v in data.items()}
+    unknown = sorted(set(out) - CONFIG_KEYS)
+    if unknown:
+        raise InputError(f"{path}: unknown keys {', '.join(unknown)}; known: {', '.join(sorted(CONFIG_KEYS))}")
+    return out
+
+
+def plan_options(func):
+    """--manifest / --config and the plan inputs; passes `plan_request`, `manifest`, `config` to the command."""
+
+    @click.option("--manifest", "manifest", type=click.Path(dir_okay=False), default=None,
+                  help="A manifest written by `plan -o` (instead of the options below).")
+    @click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
+                  help="A train.yaml holding these options (command-line options win).")
+    @click.option("--model", "-m", default=None,
+                  help="Bundled name or alias, config.json path, model directory, or HF repo id in the local cache.")
+    @click.option("--tp", type=int, default=None, help="Tensor-parallel size (default 1).")
+    @click.option("--ep", type=int, default=None, help="Expert-parallel size (default 1).")
+    @click.option("--sglang", "sglang", default=None, metavar="VERSION",
+                  help="SGLang version or profile id (default: the installed sglang, else the newest profile).")
+    @click.option("--moe-runner-backend", type=click.Choice(MOE_BACKENDS), default=None,
+                  help="SGLang's --moe-runner-backend (default auto).")
+    @click.option("--max-tokens", type=int, default=None, help="Largest tokens in one forward on a rank.")
+    @click.option("--specforge-cmd", default=None, metavar="CMD",
+                  help="The trainer's command line; tp, ep and the largest tokens per forward are read from it.")
+    @click.option("--chunked-prefill-size", type=int, default=None,
+                  help="Serving: SGLang's --chunked-prefill-size (sets the largest m as SGLang's precompile does).")
+    @click.option("--gpu", default=None, type=click.Choice(["h100", "h200", "h800", "h20", "h100-pcie"],
+                                                           case_sensitive=False),
+                  help="GPU model (sets the SM count).")
+    @click.option("--num-sms", type=int, default=None, help="SM count the kernels are chosen for (default 132).")
+    @functools.wraps(func)
+    def wrapper(*args, manifest, config_file, model, tp, ep, sglang, moe_runner_backend, max_tokens,
+                specforge_cmd, chunked_prefill_size, gpu, num_sms, **kwargs):
+        config = load_config_file(config_file)
+
+        def pick(value, name, default=None):
+            return value if value is not None else config.get(name, default)
+
+        req = PlanRequest(
+            model=pick(model, "model"), tp=pick(tp, "tp"), ep=pick(ep, "ep"), sglang=_str(pick(sglang, "sglang")),
+            moe_runner_backend=pick(moe_runner_backend, "moe_runner_backend", "auto"),
+            max_tokens=pick(max_tokens, "max_tokens"), specforge_cmd=pick(specforge_cmd, "specforge_cmd"),
+            chunked_prefill_size=pick(chunked_prefill_size, "chunked_prefill_size"), gpu=pick(gpu, "gpu"),
+            num_sms=pick(num_sms, "num_sms"),
+        )
+        return func(*args, plan_request=req, manifest=pick(manifest, "manifest"), config=config, **kwargs)
+
+    return wrapper
+
+
+def _str(value):
+    return None if value is None else str(value)
+
+
+def resolve_plan(plan_request: PlanRequest, manifest: str | None) -> Plan:
+    if manifest is not None:
+        if plan_request.model is not None:
+            raise InputError("pass --manifest or --model, not both")
+        return read_manifest(Path(manifest))
+    return plan_from_request(plan_request)
+
+
+def json_option(func):
+    return click.option("--json", "as_json", is_flag=True, help="Print a machine-readable JSON summary on stdout.")(
+        func)
+
+
+def cache_dir_option(func):
+    return click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
+                        help="DeepGEMM cache directory (default: the one the SGLang profile's runtime uses).")(func)

@@ -1,0 +1,74 @@
+"""`dgprecompile plan`: every DeepGEMM key, m-bucket and kernel a model needs, from config.json alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from dgprecompile.cli.options import plan_options, resolve_plan
+from dgprecompile.output import Output
+from dgprecompile.plan import Plan, dump_yaml, write_manifest
+
+
+def _human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def render_plan(out: Output, plan: Plan, show_buckets: bool) -> None:
+    rows = []
+    for pk in plan.keys:
+        k = pk.key
+        rows.append([k.kernel_type.value, k.n, k.k, k.num_groups, "\n".join(k.layers),
+                     f"{k.m_min}..{k.m_max}", len(pk.buckets), len(pk.kernel_ids)])
+    out.table(f"{plan.model}  tp={plan.tp} ep={plan.ep}  sglang {plan.profile.id}  "
+              f"({plan.profile.deepgemm_distribution} {plan.profile.deepgemm_version}, {plan.num_sms} SMs)",
+              ["kernel_type", "n", "k", "groups", "layers", "m (runtime)", "m-buckets", "kernels"], rows)
+    if show_buckets:
+        brow = []
+        for pk in plan.keys:
+            for b in pk.buckets:
+                brow.append([pk.key.kernel_type.short, pk.key.n, pk.key.k, pk.key.num_groups,
+                             f"{b.m_min}..{b.m_max}", b.m_rep, b.kernel])
+        out.table("m-buckets", ["type", "n", "k", "groups", "m", "m_rep", "kernel"], brow)
+    mins = plan.estimate_seconds() / 60
+    out.data_text(f"{plan.total_kernels} distinct kernels; about {mins:.1f} min of serial compile; "
+                  f"cache about {_human_bytes(plan.estimate_bytes())}")
+    for note in plan.notes:
+        out.info(f"[dim]note:[/] {note}")
+
+
+@click.command("plan")
+@plan_options
+@click.option("--format", "fmt", type=click.Choice(["table", "yaml", "json"]), default="table",
+              help="Output format on stdout.")
+@click.option("--buckets", "show_buckets", is_flag=True, help="Table format: list every m-bucket too.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the plan as a YAML manifest for warm/verify/pack/launch.")
+def command(plan_request, manifest, config, fmt, show_buckets, output) -> None:
+    """Enumerate every (kernel_type, n, k, num_groups, m-bucket) SGLang compiles for a model.
+
+    Needs only the model's config.json: no GPU, no torch, no DeepGEMM.
+
+    \b
+    Examples:
+      dgprecompile plan --model Qwen3-Coder-480B --tp 8 --ep 8 --sglang 0.5.1
+      dgprecompile plan --model Qwen3-Coder-480B --sglang 0.5.14 --format json
+      dgprecompile plan --model ./my-model/ --specforge-cmd "torchrun ... --tp-size 8 --ep-size 8" -o plan.yaml
+    """
+    out = Output()
+    plan = resolve_plan(plan_request, manifest)
+    out.info(f"sglang profile [bold]{plan.profile.id}[/] ({plan.profile_reason}): {plan.profile.summary}")
+    if fmt == "json":
+        out.data_json(plan.to_dict())
+    elif fmt == "yaml":
+        out.data_text(dump_yaml(plan.to_dict()))
+    else:
+        render_plan(out, plan, show_buckets)
+    if output:
+        write_manifest(plan, Path(output))
+        out.info(f"manifest written to {output}")

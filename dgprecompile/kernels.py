@@ -1,0 +1,68 @@
+"""What a DeepGEMM call is (a GEMM key) and what it compiles to (a kernel spec)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class KernelType(str, Enum):
+    """SGLang's own names for the three FP8 DeepGEMM entry points (deep_gemm_wrapper.DeepGemmKernelType)."""
+
+    GEMM_NT_F8F8BF16 = "GEMM_NT_F8F8BF16"
+    GROUPED_GEMM_NT_F8F8BF16_MASKED = "GROUPED_GEMM_NT_F8F8BF16_MASKED"
+    GROUPED_GEMM_NT_F8F8BF16_CONTIG = "GROUPED_GEMM_NT_F8F8BF16_CONTIG"
+
+    @property
+    def short(self) -> str:
+        return {"GEMM_NT_F8F8BF16": "dense", "GROUPED_GEMM_NT_F8F8BF16_MASKED": "masked",
+                "GROUPED_GEMM_NT_F8F8BF16_CONTIG": "contig"}[self.value]
+
+    @classmethod
+    def parse(cls, text: str) -> KernelType:
+        for member in cls:
+            if text in (member.value, member.short):
+                return member
+        raise ValueError(f"unknown kernel type {text!r}")
+
+
+@dataclass(frozen=True)
+class GemmKey:
+    """SGLang's precompile key (kernel_type, n, k, num_groups) plus where and how it is called."""
+
+    kernel_type: KernelType
+    n: int
+    k: int
+    num_groups: int
+    layers: tuple[str, ...] = field(default=(), compare=False)
+    m_min: int = field(default=1, compare=False)
+    m_max: int = field(default=1, compare=False)  # largest m the runtime passes (expected_m for masked)
+
+    @property
+    def ident(self) -> tuple[str, int, int, int]:
+        return (self.kernel_type.value, self.n, self.k, self.num_groups)
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One compiled kernel: the cache-entry family name plus the values that make it distinct."""
+
+    family: str
+    params: tuple[tuple[str, object], ...]
+
+    @property
+    def id(self) -> str:
+        return self.family + ":" + ".".join(f"{k}{_fmt(v)}" for k, v in self.params)
+
+    def param(self, name: str):
+        return dict(self.params)[name]
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, bool):
+        return "t" if value else "f"
+    return str(value)
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)

@@ -1,0 +1,67 @@
+"""The one output object every command writes through.
+
+Data (tables, JSON, YAML) goes to stdout; progress, notes, warnings and errors go to stderr, so
+`dgprecompile plan --format json | jq` and CI logs both stay clean.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, \
+    TimeRemainingColumn
+from rich.table import Table
+
+MARKS = {"ok": "[green]ok[/]", "warn": "[yellow]warning[/]", "fail": "[red]problem[/]", "info": "[blue]info[/]"}
+
+
+class Output:
+    def __init__(self, json_mode: bool = False, quiet: bool = False, stdout=None, stderr=None):
+        self.json_mode = json_mode
+        self.quiet = quiet
+        self.out = Console(file=stdout or sys.stdout, soft_wrap=True, highlight=False)
+        self.err = Console(file=stderr or sys.stderr, soft_wrap=True, highlight=False)
+
+    # -- data on stdout --
+    def data_json(self, data: Any) -> None:
+        self.out.file.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+        self.out.file.flush()
+
+    def data_text(self, text: str) -> None:
+        self.out.file.write(text if text.endswith("\n") else text + "\n")
+        self.out.file.flush()
+
+    def table(self, title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]],
+              to_stderr: bool = False) -> None:
+        table = Table(title=title, title_justify="left", show_lines=False)
+        for col in columns:
+            table.add_column(col, overflow="fold")
+        for row in rows:
+            table.add_row(*(str(c) for c in row))
+        (self.err if to_stderr else self.out).print(table)
+
+    # -- messages on stderr --
+    def info(self, message: str) -> None:
+        if not self.quiet:
+            self.err.print(message)
+
+    def warn(self, message: str) -> None:
+        self.err.print(f"[yellow]warning:[/] {message}")
+
+    def error(self, message: str, hint: str | None = None) -> None:
+        self.err.print(f"[red]error:[/] {message}", markup=True, highlight=False)
+        if hint:
+            self.err.print(f"[dim]hint:[/] {hint}")
+
+    def progress(self, total: int, description: str = "compiling") -> Progress:
+        progress = Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[current]}"),
+            console=self.err, transient=False, disable=self.quiet,
+        )
+        progress.add_task(description, total=total, current="")
+        return progress

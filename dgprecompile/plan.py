@@ -1,0 +1,335 @@
+"""Shape plan: every (kernel_type, n, k, num_groups) key, its m-buckets and the distinct kernels they compile.
+
+A plan is computed from config.json alone (no torch, no DeepGEMM) and saved as a YAML manifest that
+``warm``, ``verify``, ``pack`` and ``launch`` read back.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dgprecompile import __version__
+from dgprecompile.errors import InputError
+from dgprecompile.heuristics import get_heuristic
+from dgprecompile.kernels import GemmKey, KernelSpec, KernelType
+from dgprecompile.models import ModelConfig, load_model
+from dgprecompile.profiles import Profile, resolve_profile
+from dgprecompile.shapes import Parallel, model_shapes
+
+MANIFEST_SCHEMA = 1
+DEFAULT_NUM_SMS = 132
+
+
+@dataclass(frozen=True)
+class Bucket:
+    m_min: int
+    m_max: int
+    m_rep: int
+    kernel: str  # a KernelSpec id
+
+
+@dataclass
+class PlannedKey:
+    key: GemmKey
+    buckets: list[Bucket]
+
+    @property
+    def kernel_ids(self) -> list[str]:
+        return sorted({b.kernel for b in self.buckets})
+
+
+@dataclass
+class Plan:
+    model: str
+    model_source: str
+    model_type: str
+    tp: int
+    ep: int
+    moe_runner_backend: str
+    max_tokens: int
+    profile: Profile
+    profile_reason: str
+    num_sms: int
+    gpu: str | None
+    keys: list[PlannedKey]
+    kernels: dict[str, KernelSpec]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def total_kernels(self) -> int:
+        return len(self.kernels)
+
+    def estimate_seconds(self) -> float:
+        return self.total_kernels * self.profile.seconds_per_kernel
+
+    def estimate_bytes(self) -> int:
+        return self.total_kernels * self.profile.bytes_per_entry
+
+    def representatives(self) -> dict[str, tuple[GemmKey, int]]:
+        """For each kernel, one (key, m) call that compiles it: the smallest m of its first bucket."""
+        out: dict[str, tuple[GemmKey, int]] = {}
+        for pk in self.keys:
+            for b in pk.buckets:
+                out.setdefault(b.kernel, (pk.key, b.m_rep))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": MANIFEST_SCHEMA,
+            "generated_by": f"dgprecompile {__version__}",
+            "model": self.model,
+            "model_source": self.model_source,
+            "model_type": self.model_type,
+            "tp": self.tp,
+            "ep": self.ep,
+            "moe_runner_backend": self.moe_runner_backend,
+            "max_tokens": self.max_tokens,
+            "sglang_profile": self.profile.id,
+            "deepgemm": {"generation": self.profile.generation,
+                         "distribution": self.profile.deepgemm_distribution,
+                         "version": self.profile.deepgemm_version},
+            "gpu": self.gpu,
+            "num_sms": self.num_sms,
+            "total_kernels": self.total_kernels,
+            "estimate": {"compile_seconds_serial": round(self.estimate_seconds(), 1),
+                         "cache_bytes": self.estimate_bytes()},
+            "shapes": [
+                {
+                    "kernel_type": pk.key.kernel_type.value,
+                    "n": pk.key.n,
+                    "k": pk.key.k,
+                    "num_groups": pk.key.num_groups,
+                    "layers": list(pk.key.layers),
+                    "m_min": pk.key.m_min,
+                    "m_max": pk.key.m_max,
+                    "kernels": len(pk.kernel_ids),
+                    "buckets": [{"m_min": b.m_min, "m_max": b.m_max, "m_rep": b.m_rep, "kernel": b.kernel}
+                                for b in pk.buckets],
+                }
+                for pk in self.keys
+            ],
+            "kernels": [{"id": s.id, "family": s.family, "params": {k: v for k, v in s.params}}
+                        for s in self.kernels.values()],
+            "notes": list(self.notes),
+        }
+
+
+def gpu_sms() -> dict[str, int]:
+    return yaml.safe_load(resources.files("dgprecompile.data").joinpath("gpus.yaml").read_text())["gpus"]
+
+
+def resolve_num_sms(gpu: str | None, num_sms: int | None) -> int:
+    if gpu and num_sms:
+        table = gpu_sms()
+        if gpu.lower() in table and table[gpu.lower()] != num_sms:
+            raise InputError(f"--gpu {gpu} has {table[gpu.lower()]} SMs but --num-sms says {num_sms}")
+    if num_sms is not None:
+        if num_sms < 1:
+            raise InputError("--num-sms must be a positive integer")
+        return num_sms
+    if gpu:
+        table = gpu_sms()
+        if gpu.lower() not in table:
+            raise InputError(f"unknown --gpu {gpu!r}; known: {', '.join(table)} (or pass --num-sms N)")
+        return table[gpu.lower()]
+    return DEFAULT_NUM_SMS
+
+
+def sglang_precompile_m_max(chunked_prefill_size: int | None) -> int:
+    """The largest m SGLang's own precompile covers (update_deep_gemm_config, same rule 0.5.1 to 0.5.23)."""
+    m_max = 16384
+    if chunked_prefill_size is not None:
+        if chunked_prefill_size < 1:
+            m_max = 65536
+        elif chunked_prefill_size > 8192:
+            m_max = chunked_prefill_size * 2
+    return min(131072, m_max)
+
+
+@dataclass(frozen=True)
+class TrainerShape:
+    tp: int
+    ep: int | None
+    batch_size: int
+    max_length: int
+
+    @property
+    def max_tokens(self) -> int:
+        # SpecForge online training builds one extend batch of tp*batch_size sequences padded to the longest
+        return self.tp * self.batch_size * self.max_length
+
+
+def parse_specforge_cmd(cmd: str) -> TrainerShape:
+    """Read --tp-size/--batch-size/--max-length (and --ep-size) from a SpecForge training command line."""
+    try:
+        argv = shlex.split(cmd)
+    except ValueError as exc:
+        raise InputError(f"cannot parse --specforge-cmd: {exc}") from None
+    values: dict[str, str] = {}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith("--"):
+            if "=" in arg:
+                name, value = arg[2:].split("=", 1)
+                values[name] = value
+            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                values[arg[2:]] = argv[i + 1]
+                i += 1
+        i += 1
+
+    def get_int(names: tuple[str, ...], default: int | None) -> int | None:
+        for name in names:
+            if name in values:
+                try:
+                    value = int(values[name])
+                except ValueError:
+                    raise InputError(f"--specforge-cmd: --{name} must be an integer, got {values[name]!r}") from None
+                if value < 1:
+                    raise InputError(f"--specforge-cmd: --{name} must be positive")
+                return value
+        return default
+
+    return TrainerShape(
+        tp=get_int(("tp-size", "target-tp-size", "tp"), 1) or 1,
+        ep=get_int(("ep-size", "sglang-ep-size", "ep"), None),
+        batch_size=get_int(("batch-size", "target-batch-size"), 1) or 1,
+        max_length=get_int(("max-length", "max-seq-length"), 2048) or 2048,
+    )
+
+
+def _buckets(key: GemmKey, profile: Profile, num_sms: int, kernels: dict[str, KernelSpec]) -> list[Bucket]:
+    heuristic = get_heuristic(profile.generation)
+    out: list[Bucket] = []
+    start = key.m_min
+    for end in heuristic.breakpoints(key.kernel_type, key.m_max):
+        if end < start:
+            continue
+        spec = heuristic.kernel(key.kernel_type, end, key.n, key.k, key.num_groups, num_sms)
+        kernels.setdefault(spec.id, spec)
+        if out and out[-1].kernel == spec.id and out[-1].m_max == start - 1:
+            prev = out[-1]
+            out[-1] = Bucket(prev.m_min, end, prev.m_rep, spec.id)
+        else:
+            out.append(Bucket(start, end, start, spec.id))
+        start = end + 1
+    return out
+
+
+def build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: int = DEFAULT_NUM_SMS,
+               gpu: str | None = None, profile_reason: str = "") -> Plan:
+    shapes = model_shapes(model, profile, par)
+    try:
+        get_heuristic(profile.generation)
+    except KeyError:
+        raise InputError(f"sglang profile {profile.id} ({profile.generation}) has no kernel heuristic yet") from None
+    kernels: dict[str, KernelSpec] = {}
+    keys = [PlannedKey(k, _buckets(k, profile, num_sms, kernels)) for k in shapes.keys]
+    return Plan(model=model.name, model_source=model.source, model_type=model.config.get("model_type", ""),
+                tp=par.tp, ep=par.ep, moe_runner_backend=par.moe_runner_backend, max_tokens=par.max_tokens,
+                profile=profile, profile_reason=profile_reason, num_sms=num_sms, gpu=gpu, keys=keys,
+                kernels=kernels, notes=shapes.notes)
+
+
+@dataclass
+class PlanRequest:
+    """Everything `plan` (and `warm`/`launch` without a manifest) accepts, before resolution."""
+
+    model: str | None = None
+    tp: int | None = None
+    ep: int | None = None
+    sglang: str | None = None
+    moe_runner_backend: str = "auto"
+    max_tokens: int | None = None
+    specforge_cmd: str | None = None
+    chunked_prefill_size: int | None = None
+    gpu: str | None = None
+    num_sms: int | None = None
+
+
+def plan_from_request(req: PlanRequest) -> Plan:
+    if req.model is None:
+        raise InputError("no model given", hint="pass --model NAME (e.g. Qwen3-Coder-480B) or --manifest FILE")
+    if req.max_tokens is not None and req.specforge_cmd is not None:
+        raise InputError("pass --max-tokens or --specforge-cmd, not both")
+    tp, ep = req.tp, req.ep
+    if req.specforge_cmd is not None:
+        trainer = parse_specforge_cmd(req.specforge_cmd)
+        tp = tp or trainer.tp
+        ep = ep or trainer.ep
+        max_tokens = trainer.max_tokens
+    elif req.max_tokens is not None:
+        max_tokens = req.max_tokens
+    else:
+        max_tokens = sglang_precompile_m_max(req.chunked_prefill_size)
+    model = load_model(req.model)
+    profile, reason = resolve_profile(req.sglang)
+    par = Parallel(tp=tp or 1, ep=ep or 1, moe_runner_backend=req.moe_runner_backend, max_tokens=max_tokens)
+    return build_plan(model, profile, par, resolve_num_sms(req.gpu, req.num_sms), req.gpu, reason)
+
+
+# ---- manifests -------------------------------------------------------------------------------------------
+
+
+def write_manifest(plan: Plan, path: Path) -> None:
+    from dgprecompile.fsutil import atomic_write_text
+
+    atomic_write_text(path, dump_yaml(plan.to_dict()))
+
+
+def dump_yaml(data: dict[str, Any]) -> str:
+    return yaml.safe_dump(data, sort_keys=False, width=120)
+
+
+def read_manifest(path: Path) -> Plan:
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except FileNotFoundError:
+        raise InputError(f"manifest not found: {path}", hint="write one with `dgprecompile plan ... -o FILE`") from None
+    except (OSError, yaml.YAMLError) as exc:
+        raise InputError(f"cannot read manifest {path}: {str(exc).splitlines()[0]}") from None
+    return plan_from_dict(data, str(path))
+
+
+def plan_from_dict(data: Any, where: str = "manifest") -> Plan:
+    if not isinstance(data, dict) or "shapes" not in data or "kernels" not in data:
+        raise InputError(f"{where} is not a dgprecompile manifest (no shapes/kernels)")
+    if data.get("schema") != MANIFEST_SCHEMA:
+        raise InputError(f"{where} has manifest schema {data.get('schema')!r}; this dgprecompile reads "
+                         f"schema {MANIFEST_SCHEMA}", hint="regenerate it with `dgprecompile plan -o`")
+    try:
+        profile, _ = resolve_profile(data["sglang_profile"])
+        kernels = {}
+        for kd in data["kernels"]:
+            spec = KernelSpec(kd["family"], tuple((k, v) for k, v in kd["params"].items()))
+            if spec.id != kd["id"]:
+                raise InputError(f"{where}: kernel id {kd['id']!r} does not match its parameters")
+            kernels[spec.id] = spec
+        keys = []
+        for sd in data["shapes"]:
+            key = GemmKey(KernelType.parse(sd["kernel_type"]), int(sd["n"]), int(sd["k"]), int(sd["num_groups"]),
+                          tuple(sd.get("layers", ())), int(sd["m_min"]), int(sd["m_max"]))
+            buckets = [Bucket(int(b["m_min"]), int(b["m_max"]), int(b["m_rep"]), str(b["kernel"]))
+                       for b in sd["buckets"]]
+            for b in buckets:
+                if b.kernel not in kernels:
+                    raise InputError(f"{where}: bucket refers to unknown kernel {b.kernel!r}")
+            keys.append(PlannedKey(key, buckets))
+        return Plan(model=data["model"], model_source=data.get("model_source", ""),
+                    model_type=data.get("model_type", ""), tp=int(data["tp"]), ep=int(data["ep"]),
+                    moe_runner_backend=data.get("moe_runner_backend", "auto"), max_tokens=int(data["max_tokens"]),
+                    profile=profile, profile_reason=f"manifest {where}", num_sms=int(data["num_sms"]),
+                    gpu=data.get("gpu"), keys=keys, kernels=kernels, notes=list(data.get("notes", [])))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"{where} is malformed: {type(exc).__name__}: {exc}") from None
+
+
+def manifest_name(plan: Plan) -> str:
+    base = plan.model.replace("/", "_")
+    return f"{base}.tp{plan.tp}.ep{plan.ep}.sglang-{plan.profile.id}.{plan.moe_runner_backend}.yaml"

@@ -1,0 +1,97 @@
+"""SGLang generations: which DeepGEMM, which environment switches, which MoE path (data/profiles.yaml)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import metadata, resources
+from typing import Any
+
+import yaml
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from dgprecompile.errors import InputError
+
+
+@dataclass(frozen=True)
+class Profile:
+    id: str
+    sglang: SpecifierSet
+    summary: str
+    generation: str  # legacy | sgl-kernel-cxx | sgl-deep-gemm-0.1 | sgl-deep-gemm-0.2
+    deepgemm_distribution: str
+    deepgemm_version: str
+    env: dict[str, str]
+    cache_dir_default: str
+    precompile: dict[str, Any]
+    moe: dict[str, str]
+    seconds_per_kernel: float
+    bytes_per_entry: int
+    raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    def cache_dir(self, environ: dict[str, str] | None = None) -> str:
+        """The directory the runtime of this generation compiles into, given an environment."""
+        environ = os.environ if environ is None else environ
+        value = environ.get(self.env["cache_dir"]) or self.cache_dir_default
+        return os.path.abspath(os.path.expanduser(value))
+
+    def moe_kernel(self, backend: str) -> str | None:
+        """'masked', 'contig', 'masked+contig' or None (Triton) for --moe-runner-backend ``backend``."""
+        value = self.moe.get(backend)
+        return None if value in (None, "none", "triton") else value
+
+
+@lru_cache(maxsize=1)
+def _load() -> tuple[list[Profile], dict[str, Any]]:
+    data = yaml.safe_load(resources.files("dgprecompile.data").joinpath("profiles.yaml").read_text())
+    out = []
+    for p in data["profiles"]:
+        out.append(Profile(
+            id=p["id"], sglang=SpecifierSet(p["sglang"], prereleases=True), summary=p["summary"],
+            generation=p["deepgemm"]["generation"], deepgemm_distribution=p["deepgemm"]["distribution"],
+            deepgemm_version=str(p["deepgemm"]["version"]), env=p["env"], cache_dir_default=p["cache_dir_default"],
+            precompile=p["precompile"], moe=p["moe"], seconds_per_kernel=float(p["seconds_per_kernel"]),
+            bytes_per_entry=int(p["bytes_per_entry"]), raw=p,
+        ))
+    return out, data
+
+
+def all_profiles() -> list[Profile]:
+    return list(_load()[0])
+
+
+def installed_sglang_version() -> str | None:
+    try:
+        return metadata.version("sglang")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def resolve_profile(version: str | None) -> tuple[Profile, str]:
+    """The profile for an sglang version (or profile id); with None, the installed sglang's, else the newest.
+
+    Returns the profile and a sentence saying how it was chosen.
+    """
+    profiles = all_profiles()
+    if version is None:
+        installed = installed_sglang_version()
+        if installed is None:
+            return profiles[-1], f"newest supported profile {profiles[-1].id} (no sglang installed; pass --sglang)"
+        version, why = installed, f"installed sglang {installed}"
+    else:
+        why = f"--sglang {version}"
+    for p in profiles:
+        if version == p.id:
+            return p, why
+    try:
+        parsed = Version(version)
+    except InvalidVersion:
+        raise InputError(f"{version!r} is not an sglang version",
+                         hint="pass e.g. --sglang 0.5.1 or --sglang 0.5.14") from None
+    for p in profiles:
+        if parsed in p.sglang:
+            return p, why
+    ranges = "; ".join(f"{p.id} ({p.sglang})" for p in profiles)
+    raise InputError(f"sglang {version} is not supported; supported: {ranges}")

@@ -1,0 +1,226 @@
+"""Model config + parallel layout + SGLang profile -> the DeepGEMM keys SGLang calls (kernel_type, n, k, groups).
+
+Everything is derived from config.json fields and SGLang's splitting rules; there are no per-model tables.
+Rules (see docs/shapes.md for the sglang file:line of each):
+
+* block-FP8 linears go to DeepGEMM's dense FP8 GEMM when n % 64 == 0 and k % 128 == 0 (else Triton);
+* attention is tensor-parallel over tp: q heads split, kv heads split or replicated when fewer than tp;
+* MoE experts: moe_tp = tp / ep, local experts = experts / ep; per-rank widths must be multiples of 128;
+  whether they run on DeepGEMM (masked or contiguous) depends on the profile and --moe-runner-backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from dgprecompile.errors import InputError
+from dgprecompile.kernels import GemmKey, KernelType, ceil_div
+from dgprecompile.models import ModelConfig
+from dgprecompile.profiles import Profile
+
+MOE_BACKENDS = ("auto", "deep_gemm", "triton")
+
+
+@dataclass(frozen=True)
+class Parallel:
+    tp: int = 1
+    ep: int = 1
+    moe_runner_backend: str = "auto"
+    max_tokens: int = 16384  # the largest number of tokens in one forward on a rank (dense m)
+
+
+@dataclass
+class ShapeSet:
+    keys: list[GemmKey]
+    notes: list[str] = field(default_factory=list)  # layers that do not reach DeepGEMM, and why
+
+
+@dataclass
+class _Linear:
+    layer: str
+    n: int
+    k: int
+    count: int
+
+
+def _field(cfg: dict[str, Any], name: str, model: ModelConfig, *alts: str) -> Any:
+    for key in (name, *alts):
+        if key in cfg and cfg[key] is not None:
+            return cfg[key]
+    raise InputError(f"{model.source}: config field {name!r} is missing (needed for model_type "
+                     f"{cfg.get('model_type')!r})")
+
+
+def _int_field(cfg, name, model, *alts) -> int:
+    value = _field(cfg, name, model, *alts)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InputError(f"{model.source}: config field {name!r} must be a positive integer, got {value!r}")
+    return value
+
+
+def check_block_fp8(model: ModelConfig) -> None:
+    q = model.config.get("quantization_config") or {}
+    method = q.get("quant_method")
+    block = q.get("weight_block_size")
+    if method != "fp8" or list(block or []) != [128, 128]:
+        what = f"quant_method={method!r}, weight_block_size={block!r}" if q else "no quantization_config"
+        raise InputError(f"{model.name} is not a block-FP8 model ({what}): SGLang uses no DeepGEMM kernel for it, "
+                         "so there is nothing to precompile")
+
+
+def _attention_split(heads: int, kv_heads: int, tp: int, model: ModelConfig) -> tuple[int, int]:
+    if heads % tp:
+        raise InputError(f"tp {tp} does not divide the {heads} attention heads of {model.name}")
+    if kv_heads >= tp:
+        if kv_heads % tp:
+            raise InputError(f"tp {tp} does not divide the {kv_heads} key/value heads of {model.name}")
+        return heads // tp, kv_heads // tp
+    if tp % kv_heads:
+        raise InputError(f"{model.name} has {kv_heads} key/value heads, which SGLang can only replicate "
+                         f"over a tp that is a multiple of it (got tp {tp})")
+    return heads // tp, 1  # each rank holds one replicated kv head
+
+
+def _moe_split(experts: int, width: int, par: Parallel, model: ModelConfig) -> tuple[int, int]:
+    if par.ep > par.tp or par.tp % par.ep:
+        raise InputError(f"ep {par.ep} must divide tp {par.tp} (SGLang runs MoE tensor-parallel over tp/ep)")
+    if experts % par.ep:
+        raise InputError(f"ep {par.ep} does not divide the {experts} experts of {model.name}")
+    moe_tp = par.tp // par.ep
+    if width % moe_tp or (width // moe_tp) % 128:
+        raise InputError(f"the expert width {width} split over moe tp {moe_tp} gives {width / moe_tp:g} columns per "
+                         "rank, not a multiple of the 128-wide FP8 weight block: SGLang refuses to load this layout",
+                         hint="choose a larger --ep (smaller moe tp = tp/ep)")
+    return experts // par.ep, width // moe_tp
+
+
+def _dense_keys(linears: list[_Linear], par: Parallel, num_layers: int, notes: list[str]) -> list[GemmKey]:
+    keys: dict[tuple[int, int], GemmKey] = {}
+    for lin in linears:
+        where = f"{lin.layer} x{lin.count}" if lin.count != num_layers else f"{lin.layer} (all {lin.count} layers)"
+        if lin.n % 64 or lin.k % 128:
+            notes.append(f"{where}: n={lin.n}, k={lin.k} fails DeepGEMM's n%64/k%128 gate -> Triton")
+            continue
+        prev = keys.get((lin.n, lin.k))
+        layers = (prev.layers if prev else ()) + (where,)
+        keys[(lin.n, lin.k)] = GemmKey(KernelType.GEMM_NT_F8F8BF16, lin.n, lin.k, 1, layers, 1, par.max_tokens)
+    return list(keys.values())
+
+
+def _moe_keys(profile: Profile, par: Parallel, hidden: int, experts: int, topk: int, width: int, layers: int,
+              model: ModelConfig, notes: list[str], prefix: str = "mlp.experts") -> list[GemmKey]:
+    local, per_rank = _moe_split(experts, width, par, model)
+    kinds = profile.moe_kernel(par.moe_runner_backend)
+    if kinds is None:
+        notes.append(f"{prefix} (x{layers}): Triton fused MoE under sglang {profile.id} with "
+                     f"--moe-runner-backend {par.moe_runner_backend}, no DeepGEMM")
+        return []
+    out = []
+    t = par.max_tokens
+    for kind in kinds.split("+"):
+        if kind == "masked":
+            divisor = experts if profile.moe.get("expected_m", "global") == "global" else local
+            e_max = max(1, ceil_div(t * topk, divisor))
+            ktype, m_max = KernelType.GROUPED_GEMM_NT_F8F8BF16_MASKED, e_max
+        else:
+            # contiguous layout: rows padded per expert to the 128-row alignment
+            ktype = KernelType.GROUPED_GEMM_NT_F8F8BF16_CONTIG
+            m_max = ceil_div(t * topk + local * 127, 128) * 128
+        out.append(GemmKey(ktype, 2 * per_rank, hidden, local, (f"{prefix}.w13 (gate_up) x{layers}",), 1, m_max))
+        out.append(GemmKey(ktype, hidden, per_rank, local, (f"{prefix}.w2 (down) x{layers}",), 1, m_max))
+    return out
+
+
+def _qwen3_moe(model: ModelConfig, profile: Profile, par: Parallel) -> ShapeSet:
+    cfg = model.config
+    hidden = _int_field(cfg, "hidden_size", model)
+    heads = _int_field(cfg, "num_attention_heads", model)
+    kv = _int_field(cfg, "num_key_value_heads", model)
+    head_dim = cfg.get("head_dim") or hidden // heads
+    layers = _int_field(cfg, "num_hidden_layers", model)
+    experts = _int_field(cfg, "num_experts", model)
+    topk = _int_field(cfg, "num_experts_per_tok", model)
+    width = _int_field(cfg, "moe_intermediate_size", model)
+    q_per, kv_per = _attention_split(heads, kv, par.tp, model)
+    notes: list[str] = ["mlp.gate (router) and lm_head stay bf16: not DeepGEMM"]
+    dense = [
+        _Linear("self_attn.qkv_proj", (q_per + 2 * kv_per) * head_dim, hidden, layers),
+        _Linear("self_attn.o_proj", hidden, q_per * head_dim, layers),
+    ]
+    keys = _dense_keys(dense, par, layers, notes)
+    keys += _moe_keys(profile, par, hidden, experts, topk, width, layers, model, notes)
+    return ShapeSet(keys, notes)
+
+
+def _deepseek_v3(model: ModelConfig, profile: Profile, par: Parallel) -> ShapeSet:
+    cfg = model.config
+    hidden = _int_field(cfg, "hidden_size", model)
+    heads = _int_field(cfg, "num_attention_heads", model)
+    layers = _int_field(cfg, "num_hidden_layers", model)
+    q_lora = cfg.get("q_lora_rank")
+    kv_lora = _int_field(cfg, "kv_lora_rank", model)
+    nope = _int_field(cfg, "qk_nope_head_dim", model)
+    rope = _int_field(cfg, "qk_rope_head_dim", model)
+    v_dim = _int_field(cfg, "v_head_dim", model)
+    inter = _int_field(cfg, "intermediate_size", model)
+    width = _int_field(cfg, "moe_intermediate_size", model)
+    experts = _int_field(cfg, "n_routed_experts", model)
+    topk = _int_field(cfg, "num_experts_per_tok", model)
+    shared = cfg.get("n_shared_experts") or 0
+    first_dense = cfg.get("first_k_dense_replace") or 0
+    if heads % par.tp:
+        raise InputError(f"tp {par.tp} does not divide the {heads} attention heads of {model.name}")
+    if inter % par.tp or (inter // par.tp) % 128:
+        raise InputError(f"the dense MLP width {inter} split over tp {par.tp} is not a multiple of 128: "
+                         "SGLang refuses to load this layout")
+    h = heads // par.tp
+    moe_layers = layers - first_dense
+    notes = ["mlp.gate (router) and lm_head stay bf16: not DeepGEMM",
+             "kv_b_proj's absorbed (decode) form runs as a bf16 batched matmul: not DeepGEMM"]
+    dense: list[_Linear] = []
+    if q_lora:
+        dense.append(_Linear("self_attn.fused_qkv_a_proj_with_mqa", q_lora + kv_lora + rope, hidden, layers))
+        dense.append(_Linear("self_attn.q_b_proj", h * (nope + rope), q_lora, layers))
+    else:
+        dense.append(_Linear("self_attn.q_proj", h * (nope + rope), hidden, layers))
+        dense.append(_Linear("self_attn.kv_a_proj_with_mqa", kv_lora + rope, hidden, layers))
+    dense.append(_Linear("self_attn.kv_b_proj", h * (nope + v_dim), kv_lora, layers))
+    dense.append(_Linear("self_attn.o_proj", hidden, h * v_dim, layers))
+    if first_dense:
+        dense.append(_Linear("mlp.gate_up_proj", 2 * inter // par.tp, hidden, first_dense))
+        dense.append(_Linear("mlp.down_proj", hidden, inter // par.tp, first_dense))
+    if shared and moe_layers:
+        s_width = width * shared
+        if s_width % par.tp or (s_width // par.tp) % 128:
+            raise InputError(f"the shared-expert width {s_width} split over tp {par.tp} is not a multiple of 128: "
+                             "SGLang refuses to load this layout")
+        dense.append(_Linear("mlp.shared_experts.gate_up_proj", 2 * s_width // par.tp, hidden, moe_layers))
+        dense.append(_Linear("mlp.shared_experts.down_proj", hidden, s_width // par.tp, moe_layers))
+    keys = _dense_keys(dense, par, layers, notes)
+    if moe_layers:
+        keys += _moe_keys(profile, par, hidden, experts, topk, width, moe_layers, model, notes)
+    return ShapeSet(keys, notes)
+
+
+ARCHITECTURES: dict[str, Callable[[ModelConfig, Profile, Parallel], ShapeSet]] = {
+    "qwen3_moe": _qwen3_moe,
+    "deepseek_v3": _deepseek_v3,
+}
+
+
+def model_shapes(model: ModelConfig, profile: Profile, par: Parallel) -> ShapeSet:
+    if par.tp < 1 or par.ep < 1:
+        raise InputError("--tp and --ep must be positive integers")
+    if par.max_tokens < 1:
+        raise InputError("the largest tokens per forward must be a positive integer")
+    if par.moe_runner_backend not in MOE_BACKENDS:
+        raise InputError(f"--moe-runner-backend must be one of {', '.join(MOE_BACKENDS)}")
+    model_type = model.config.get("model_type")
+    build = ARCHITECTURES.get(model_type)
+    if build is None:
+        raise InputError(f"{model.name}: model_type {model_type!r} is not supported "
+                         f"(supported: {', '.join(sorted(ARCHITECTURES))})")
+    check_block_fp8(model)
+    return build(model, profile, par)
