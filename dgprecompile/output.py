@@ -12,8 +12,15 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, \
-    TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 MARKS = {"ok": "[green]ok[/]", "warn": "[yellow]warning[/]", "fail": "[red]problem[/]", "info": "[blue]info[/]"}

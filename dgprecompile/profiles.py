@@ -31,11 +31,26 @@ class Profile:
     bytes_per_entry: int
     raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
 
-    def cache_dir(self, environ: dict[str, str] | None = None) -> str:
+    def env_names(self, switch: str) -> list[str]:
+        value = self.env.get(switch) or []
+        return [value] if isinstance(value, str) else list(value)
+
+    def cache_dir(self, environ: dict[str, str] | None = None, sglang_version: str | None = None) -> str:
         """The directory the runtime of this generation compiles into, given an environment."""
         environ = os.environ if environ is None else environ
-        value = environ.get(self.env["cache_dir"]) or self.cache_dir_default
-        return os.path.abspath(os.path.expanduser(value))
+        default = self.cache_dir_default
+        if sglang_version:
+            for since, path in sorted(self.raw.get("cache_dir_default_from", {}).items()):
+                try:
+                    if Version(sglang_version) >= Version(since):
+                        default = path
+                except InvalidVersion:
+                    pass
+        for name in self.env_names("cache_dir"):
+            if environ.get(name):
+                default = environ[name]
+                break
+        return os.path.abspath(os.path.expanduser(default))
 
     def moe_kernel(self, backend: str) -> str | None:
         """'masked', 'contig', 'masked+contig' or None (Triton) for --moe-runner-backend ``backend``."""

@@ -1,0 +1,83 @@
+"""Legacy backend: the Python-JIT DeepGEMM of sglang 0.5.0-0.5.1.x (sgl-kernel <= 0.3.6).
+
+That JIT generates and builds a kernel without running it, so this backend needs no GPU: it asks the
+library itself (FP8GemmRuntime.generate + jit.build) to compile each planned kernel with nvcc, which makes
+the entries byte-for-byte the ones the runtime looks up. It builds into a private staging root and moves
+each finished entry into the cache with one rename.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from dgprecompile.backends import WorkItem
+from dgprecompile.cachestore import CacheStore
+from dgprecompile.errors import CompileFailed, EnvironmentProblem
+from dgprecompile.kernels import KernelSpec
+from dgprecompile.legacy_keys import LegacyKeyContext
+
+
+class LegacyWorker:
+    def __init__(self, job: dict[str, Any]):
+        self.store = CacheStore(job["cache_dir"])
+        self.store.ensure()
+        self.ctx = LegacyKeyContext(**job["key_context"])
+        self.staging = self.store.new_staging()
+        # The JIT reads these once, at first use; both must be set before deep_gemm is imported.
+        os.environ["DG_JIT_CACHE_DIR"] = str(self.staging)
+        os.environ["DG_JIT_NVCC_COMPILER"] = self.ctx.nvcc_path
+        import torch.utils.cpp_extension as cpp_extension
+
+        if cpp_extension.CUDA_HOME is None:
+            # A CPU build of torch reports no CUDA home, and this JIT joins it into a path before it reads
+            # DG_JIT_NVCC_COMPILER. Point it at the toolkit of the nvcc we compile with.
+            cpp_extension.CUDA_HOME = str(Path(self.ctx.nvcc_path).resolve().parent.parent)
+        try:
+            from deep_gemm.jit import build
+            from deep_gemm.jit_kernels.runtime import FP8GemmRuntime, GemmType
+        except ImportError as exc:
+            raise EnvironmentProblem(f"cannot import the legacy DeepGEMM: {exc}") from None
+        self._build, self._runtime, self._gemm_type = build, FP8GemmRuntime, GemmType
+
+    def close(self) -> None:
+        shutil.rmtree(self.staging, ignore_errors=True)
+
+    def _present(self, entry: str) -> bool:
+        return (self.store.entry_path(entry) / "kernel.cubin").is_file()
+
+    def compile(self, item: WorkItem) -> tuple[str, list[str], float]:
+        spec = KernelSpec(item.family, tuple(item.params.items()))
+        entry = self.ctx.entry_name(spec)
+        if self._present(entry):
+            return "cached", [entry], 0.0
+        with self.store.kernel_lock(item.kernel):
+            if self._present(entry):  # another warm finished it while we waited
+                return "cached", [entry], 0.0
+            kwargs = {
+                "N": item.params["N"], "K": item.params["K"], "BLOCK_M": item.params["BM"],
+                "BLOCK_N": item.params["BN"], "BLOCK_K": 128, "BLOCK_N_PADDING": item.params["PAD"],
+                "SWIZZLE_D_MODE": item.params["SW"], "NUM_GROUPS": item.params["G"],
+                "NUM_STAGES": item.params["ST"], "NUM_TMA_THREADS": 128, "NUM_MATH_THREADS_PER_GROUP": 128,
+                "NUM_TMA_MULTICAST": item.params["MC"], "IS_TMA_MULTICAST_ON_A": item.params["A"],
+                "GEMM_TYPE": self._gemm_type[item.params["T"]],
+            }
+            start = time.perf_counter()
+            log = io.StringIO()  # the JIT prints nvcc's output on failure; keep it for the error message
+            try:
+                with contextlib.redirect_stdout(log):
+                    runtime = self._build(item.family, self._runtime.generate(kwargs), self._runtime, kwargs)
+            except AssertionError as exc:
+                raise CompileFailed(f"nvcc failed for {item.kernel}: {exc}\n{log.getvalue().strip()}") from None
+            seconds = time.perf_counter() - start
+            built = Path(runtime.path)
+            if built.name != entry:
+                raise CompileFailed(f"the JIT filed {item.kernel} as {built.name}, not {entry}: the key inputs "
+                                    "dgprecompile computed differ from the library's (report this)")
+            self.store.install_entry(built)
+            return "compiled", [entry], seconds

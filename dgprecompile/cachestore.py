@@ -1,0 +1,230 @@
+"""The DeepGEMM cache directory as dgprecompile sees it.
+
+Layout (the runtime's own part is untouched; ours lives beside it under ``dgprecompile/``)::
+
+    <root>/cache/<entry>/...              entries written by DeepGEMM (legacy and C++ JITs alike)
+    <root>/dgprecompile/index.json        fingerprint + one record per warmed kernel (entry, sha256 of each file)
+    <root>/dgprecompile/index.lock        filelock guarding index updates
+    <root>/dgprecompile/locks/<k>.lock    one filelock per kernel while it compiles
+    <root>/dgprecompile/staging/<pid>-*/  private JIT roots of running workers; entries move into cache/ whole
+
+An entry only ever appears in ``cache/`` by one rename of a complete directory, so an interrupted compile
+leaves nothing the runtime could mistake for a good entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dgprecompile.errors import CheckFailed, InputError
+from dgprecompile.fsutil import atomic_write_text, fsync_dir
+
+INDEX_SCHEMA = 1
+OURS = "dgprecompile"
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass
+class EntryRecord:
+    entry: str  # directory name under cache/
+    files: dict[str, str]  # file name -> sha256
+    bytes: int
+    seconds: float | None = None  # compile time, when this warm compiled it
+    by: str = "warm"  # warm | adopted (found already in the cache)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"entry": self.entry, "files": self.files, "bytes": self.bytes, "seconds": self.seconds, "by": self.by}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> EntryRecord:
+        return cls(d["entry"], dict(d["files"]), int(d["bytes"]), d.get("seconds"), d.get("by", "warm"))
+
+
+@dataclass
+class Index:
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    kernels: dict[str, EntryRecord] = field(default_factory=dict)  # kernel id -> entry
+    extra: dict[str, EntryRecord] = field(default_factory=dict)  # entries the JIT made beside the planned kernels
+    plans: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": INDEX_SCHEMA, "fingerprint": self.fingerprint,
+                "kernels": {k: v.to_dict() for k, v in sorted(self.kernels.items())},
+                "extra": {k: v.to_dict() for k, v in sorted(self.extra.items())},
+                "plans": self.plans}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str) -> Index:
+        if d.get("schema") != INDEX_SCHEMA:
+            raise InputError(f"{where}: index schema {d.get('schema')!r} is not {INDEX_SCHEMA}")
+        return cls(dict(d.get("fingerprint", {})),
+                   {k: EntryRecord.from_dict(v) for k, v in d.get("kernels", {}).items()},
+                   {k: EntryRecord.from_dict(v) for k, v in d.get("extra", {}).items()},
+                   list(d.get("plans", [])))
+
+
+class CacheStore:
+    def __init__(self, root: str | Path):
+        self.root = Path(root).expanduser().absolute()
+
+    @property
+    def entries_dir(self) -> Path:
+        return self.root / "cache"
+
+    @property
+    def ours(self) -> Path:
+        return self.root / OURS
+
+    @property
+    def index_path(self) -> Path:
+        return self.ours / "index.json"
+
+    def ensure(self) -> None:
+        for d in (self.entries_dir, self.ours / "locks", self.ours / "staging"):
+            d.mkdir(parents=True, exist_ok=True)
+
+    # -- index --
+    def read_index(self) -> Index:
+        try:
+            text = self.index_path.read_text()
+        except FileNotFoundError:
+            return Index()
+        try:
+            return Index.from_dict(json.loads(text), str(self.index_path))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise CheckFailed(f"{self.index_path} is damaged ({exc})",
+                              hint="move it away and run `dgprecompile warm` again: it re-indexes what is there")
+
+    @contextmanager
+    def index_lock(self) -> Iterator[None]:
+        from filelock import FileLock
+
+        self.ours.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(self.ours / "index.lock")):
+            yield
+
+    def update_index(self, mutate) -> Index:
+        """Read, change and atomically rewrite the index under its lock."""
+        with self.index_lock():
+            index = self.read_index()
+            mutate(index)
+            atomic_write_text(self.index_path, json.dumps(index.to_dict(), indent=1, sort_keys=False) + "\n")
+            return index
+
+    @contextmanager
+    def kernel_lock(self, kernel_id: str) -> Iterator[None]:
+        from filelock import FileLock
+
+        name = hashlib.sha256(kernel_id.encode()).hexdigest()[:24]
+        (self.ours / "locks").mkdir(parents=True, exist_ok=True)
+        with FileLock(str(self.ours / "locks" / f"{name}.lock")):
+            yield
+
+    # -- entries --
+    def entry_path(self, entry: str) -> Path:
+        if "/" in entry or entry in ("", ".", ".."):
+            raise InputError(f"bad cache entry name {entry!r}")
+        return self.entries_dir / entry
+
+    def list_entries(self) -> list[str]:
+        try:
+            return sorted(p.name for p in self.entries_dir.iterdir() if p.is_dir())
+        except FileNotFoundError:
+            return []
+
+    def record_entry(self, entry: str, seconds: float | None = None, by: str = "warm") -> EntryRecord:
+        path = self.entry_path(entry)
+        files = {p.name: sha256_file(p) for p in sorted(path.iterdir()) if p.is_file()}
+        size = sum((path / n).stat().st_size for n in files)
+        return EntryRecord(entry, files, size, seconds, by)
+
+    def check_entry(self, record: EntryRecord) -> str | None:
+        """None when the entry is present with the recorded bytes, else what is wrong."""
+        path = self.entry_path(record.entry)
+        if not path.is_dir():
+            return "missing"
+        for name, digest in record.files.items():
+            f = path / name
+            if not f.is_file():
+                return f"{name} missing"
+            if sha256_file(f) != digest:
+                return f"{name} changed (sha256 mismatch)"
+        return None
+
+    def install_entry(self, staged: Path) -> bool:
+        """Move a complete entry directory into cache/ with one rename. False if one is already there."""
+        self.entries_dir.mkdir(parents=True, exist_ok=True)
+        for f in staged.iterdir():
+            if f.is_file():
+                with open(f, "rb") as fh:
+                    os.fsync(fh.fileno())
+        fsync_dir(staged)
+        target = self.entries_dir / staged.name
+        if target.exists():
+            shutil.rmtree(staged, ignore_errors=True)
+            return False
+        try:
+            os.rename(staged, target)
+        except OSError:
+            if target.exists():  # another process won the race: keep theirs
+                shutil.rmtree(staged, ignore_errors=True)
+                return False
+            raise
+        fsync_dir(self.entries_dir)
+        return True
+
+    def new_staging(self) -> Path:
+        self.ensure()
+        path = self.ours / "staging" / f"{os.getpid()}-{time.time_ns()}"
+        path.mkdir(parents=True)
+        return path
+
+    def clean_stale_staging(self) -> int:
+        """Remove staging roots whose process is gone (left by a kill); returns how many."""
+        removed = 0
+        base = self.ours / "staging"
+        if not base.is_dir():
+            return 0
+        for d in base.iterdir():
+            pid = d.name.split("-", 1)[0]
+            if pid.isdigit() and _pid_alive(int(pid)):
+                continue
+            shutil.rmtree(d, ignore_errors=True)
+            removed += 1
+        return removed
+
+    def size_bytes(self) -> int:
+        total = 0
+        for dirpath, _dirs, files in os.walk(self.entries_dir):
+            for f in files:
+                try:
+                    total += os.path.getsize(os.path.join(dirpath, f))
+                except OSError:
+                    pass
+        return total
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

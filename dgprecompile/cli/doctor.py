@@ -1,0 +1,91 @@
+"""`dgprecompile doctor`: will this job hit `can't start new thread`? The limits, the burst, a verdict."""
+
+from __future__ import annotations
+
+import click
+
+from dgprecompile.cli.options import cache_dir_option, json_option, plan_options, resolve_plan
+from dgprecompile.errors import CheckFailed
+from dgprecompile.output import MARKS, Output
+
+
+def _rlimit(text: str | None) -> tuple[int | None, int | None] | None:
+    if text is None:
+        return None
+    value = None if text in ("unlimited", "max") else int(text)
+    return value, value
+
+
+@click.command("doctor")
+@plan_options
+@click.option("--ranks", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Rank processes of the job on this node (GPUs per node).")
+@click.option("--base-tasks", type=click.IntRange(min=1), default=None,
+              help="Tasks one rank holds before any DeepGEMM compile (default: 1 + 8 CUDA/NCCL/torch threads + "
+                   "BLAS threads + dataloader workers).")
+@click.option("--dataloader-workers", type=click.IntRange(min=0), default=0, show_default=True,
+              help="DataLoader worker processes per rank.")
+@click.option("--compile-workers", type=click.IntRange(min=0), default=None,
+              help="Threads of SGLang's precompile pool (default: the profile's, or its env variable).")
+@cache_dir_option
+@json_option
+@click.option("--proc-root", default="/proc", hidden=True)
+@click.option("--sys-root", default="/sys", hidden=True)
+@click.option("--rlimit-nproc", default=None, hidden=True, help="Soft=hard RLIMIT_NPROC to assume (tests).")
+@click.option("--rlimit-stack", default=None, hidden=True)
+@click.option("--uid", type=int, default=None, hidden=True)
+@click.option("--nvidia-smi", "nvidia_smi", default=None, hidden=True)
+def command(plan_request, manifest, config, ranks, base_tasks, dataloader_workers, compile_workers, cache_dir,
+            as_json, proc_root, sys_root, rlimit_nproc, rlimit_stack, uid, nvidia_smi) -> None:
+    """Check the task limits, the toolchain and the cache, and predict `can't start new thread`.
+
+    Reads RLIMIT_NPROC, the cgroup v2/v1 pids.max along this process's cgroup path, kernel threads-max and
+    pid_max, vm.max_map_count and overcommit; estimates the task burst of SGLang's runtime DeepGEMM precompile
+    for the plan and rank count, and of a warmed launch with JIT off. Exit 1 when it predicts the failure.
+
+    \b
+    Examples:
+      dgprecompile doctor
+      dgprecompile doctor --model Qwen3-Coder-480B --tp 8 --ep 8 --sglang 0.5.1 --ranks 8
+      dgprecompile doctor --manifest plan.yaml --dataloader-workers 4 --json
+    """
+    from dgprecompile.diagnose import BurstModel, diagnose, environment_checks
+    from dgprecompile.limits import read_limits
+    from dgprecompile.profiles import resolve_profile
+
+    out = Output(json_mode=as_json)
+    plan = None
+    if plan_request.model is not None or manifest is not None:
+        plan = resolve_plan(plan_request, manifest)
+        profile = plan.profile
+    else:
+        profile, _why = resolve_profile(plan_request.sglang)
+    rlimits = None
+    if rlimit_nproc is not None or rlimit_stack is not None:
+        from dgprecompile.limits import _rlimit as real
+
+        rlimits = {"nproc": _rlimit(rlimit_nproc) or real("RLIMIT_NPROC"),
+                   "stack": _rlimit(rlimit_stack) or real("RLIMIT_STACK")}
+    limits = read_limits(proc_root, sys_root, rlimits=rlimits, uid=uid)
+    env_checks, env = environment_checks(profile, plan, cache_dir or config.get("cache_dir"), nvidia_smi)
+    model = BurstModel(ranks=ranks, base_tasks=base_tasks, dataloader_workers=dataloader_workers,
+                       compile_workers=compile_workers)
+    diag = diagnose(limits, profile, plan, model, env)
+    checks = env_checks + diag.checks
+    if as_json:
+        data = diag.to_dict()
+        data["checks"] = [c.__dict__ for c in checks]
+        data["plan"] = None if plan is None else {"model": plan.model, "keys": len(plan.keys),
+                                                  "kernels": plan.total_kernels}
+        out.data_json(data)
+    else:
+        where = f"plan {plan.model} ({len(plan.keys)} keys)" if plan else "no plan (assuming a key fills the pool)"
+        out.info(f"sglang profile [bold]{profile.id}[/], {ranks} ranks, {where}")
+        out.table(None, ["", "check", "detail", "fix"],
+                  [[MARKS[c.mark], c.name, c.detail, c.fix] for c in checks])
+        mark = MARKS["fail"] if diag.predicts_failure else MARKS["ok"]
+        out.data_text(f"verdict: {diag.verdict}")
+        out.info(f"{mark} {'failure predicted' if diag.predicts_failure else 'no failure predicted'}")
+    if diag.predicts_failure:
+        raise CheckFailed("doctor predicts `can't start new thread` for this job",
+                          hint=next((c.fix for c in checks if c.mark == "fail" and c.fix), None))

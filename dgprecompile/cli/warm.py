@@ -1,0 +1,102 @@
+"""`dgprecompile warm`: compile every planned kernel into the persistent DeepGEMM cache."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from dgprecompile.cli.options import cache_dir_option, json_option, plan_options, resolve_plan
+from dgprecompile.errors import EXIT_COMPILE_FAILED, InputError
+from dgprecompile.output import Output
+from dgprecompile.warm import WarmOptions, prepare_warm, run_warm
+
+
+def _parse_gpus(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"--gpus takes GPU indices like 0,1,2; got {text!r}") from None
+
+
+def _read_misses(path: str | None) -> set[str] | None:
+    if path is None:
+        return None
+    try:
+        return {json.loads(line)["kernel"] for line in Path(path).read_text().splitlines() if line.strip()}
+    except FileNotFoundError:
+        raise InputError(f"misses file not found: {path}") from None
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise InputError(f"{path} is not a misses file written by `launch --no-strict` ({exc})") from None
+
+
+@click.command("warm")
+@plan_options
+@cache_dir_option
+@click.option("--backend", type=click.Choice(["auto", "legacy", "cxx"]), default="auto",
+              help="Compile backend (default: the one for the installed DeepGEMM).")
+@click.option("--jobs", "-j", type=int, default=None,
+              help="Worker processes (default: CPU cores, capped by the number of kernels).")
+@click.option("--gpus", default=None, metavar="0,1,..", help="C++ JIT: GPUs to spread workers over (default all).")
+@click.option("--nvcc", default=None, metavar="PATH",
+              help="nvcc to compile with; its path is part of the legacy JIT's cache key (default as the runtime finds it).")
+@click.option("--from-misses", type=click.Path(dir_okay=False), default=None,
+              help="Only the kernels listed in a misses file from `launch --no-strict`.")
+@json_option
+def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc, from_misses, as_json) -> None:
+    """Compile the plan's kernels into DeepGEMM's cache, serially in each worker process, no thread pools.
+
+    Idempotent: a second run finds everything cached and compiles nothing. Interrupting it leaves no partial
+    cache entry. Under torchrun (RANK/WORLD_SIZE set) each rank warms a disjoint share.
+
+    \b
+    Examples:
+      dgprecompile warm --model Qwen3-Coder-480B --tp 8 --ep 8 --sglang 0.5.1
+      dgprecompile warm --manifest plan.yaml --cache-dir /shared/deep_gemm --jobs 16
+      dgprecompile warm --manifest plan.yaml --from-misses misses.jsonl
+    """
+    out = Output(quiet=as_json)
+    plan = resolve_plan(plan_request, manifest)
+    cache_dir = cache_dir or config.get("cache_dir")
+    setup = prepare_warm(plan, WarmOptions(cache_dir=cache_dir, backend=backend, jobs=jobs, gpus=_parse_gpus(gpus),
+                                           nvcc=nvcc, only_kernels=_read_misses(from_misses)))
+    out.info(f"plan: {plan.model} tp={plan.tp} ep={plan.ep} sglang {plan.profile.id}: {len(setup.items)} kernels"
+             + (f" (rank {setup.rank} of {setup.world})" if setup.world > 1 else ""))
+    out.info(f"cache: {setup.store.root}   backend: {setup.backend}   nvcc: {setup.fingerprint['nvcc']['path']} "
+             f"({setup.fingerprint['nvcc']['release']})")
+    out.info(f"task budget: {len(setup.shards)} worker processes x (1 thread + 1 compiler tree of <= 4 tasks) "
+             f"= at most {setup.task_budget} tasks; no thread pools")
+    for field, was, now in setup.stale:
+        out.warn(f"cache index was built for {field}={was!r}, now {now!r}: its entries will not be found; "
+                 "re-indexing for this environment")
+
+    progress = out.progress(len(setup.items), "warming")
+    task = progress.task_ids[0]
+
+    def on_event(event):
+        kind = event.get("event")
+        if kind == "start":
+            progress.update(task, current=event["kernel"])
+        elif kind in ("done", "failed"):
+            progress.advance(task)
+            if kind == "failed":
+                out.err.print(f"[red]failed:[/] {event['kernel']}\n{event.get('error', '')}")
+
+    with progress:
+        result = run_warm(setup, on_event)
+        progress.update(task, current="")
+    summary = {"cache_dir": str(setup.store.root), "backend": setup.backend, "kernels": len(setup.items),
+               **result.to_dict()}
+    if as_json:
+        out.data_json(summary)
+    else:
+        out.table("warm summary", ["compiled", "already cached", "failed", "wall time", "compile time (sum)",
+                                   "workers", "cache size"],
+                  [[len(result.compiled), len(result.cached), len(result.failed), f"{result.wall_seconds:.1f} s",
+                    f"{sum(result.compiled.values()):.1f} s", result.workers,
+                    f"{result.cache_bytes / 1e6:.1f} MB"]])
+    if not result.ok:
+        raise click.exceptions.Exit(EXIT_COMPILE_FAILED)

@@ -1,0 +1,82 @@
+"""The environment a cache was built for, and which differences make its entries miss.
+
+Built without importing torch or DeepGEMM, so `verify` and `launch` can run it anywhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+from importlib import metadata
+from typing import Any
+
+from dgprecompile.toolchain import DeepGemmInstall, Nvcc, headers_hash, key_env
+
+# the fields whose difference makes the runtime look under another key, per DeepGEMM generation
+KEY_FIELDS = {
+    "legacy": ("deepgemm.generation", "deepgemm.headers_sha256", "deepgemm.package_dir", "nvcc.path",
+               "nvcc.release", "env", "num_sms"),
+    "sgl-kernel-cxx": ("deepgemm.generation", "deepgemm.version", "deepgemm.headers_sha256", "nvcc.release",
+                       "env", "num_sms"),
+    "sgl-deep-gemm-0.1": ("deepgemm.generation", "deepgemm.version", "deepgemm.headers_sha256", "nvcc.release",
+                          "env", "num_sms"),
+    "sgl-deep-gemm-0.2": ("deepgemm.generation", "deepgemm.version", "deepgemm.headers_sha256",
+                          "nvcc.version_sha256", "env", "num_sms"),
+}
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def make_fingerprint(install: DeepGemmInstall, nvcc: Nvcc, num_sms: int, gpu: str | None = None,
+                     environ: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "deepgemm": {
+            "generation": install.generation,
+            "distribution": install.distribution,
+            "version": install.version,
+            "package_dir": install.package_dir,
+            "headers_sha256": headers_hash(install.include_dir),
+        },
+        "nvcc": {
+            "path": nvcc.path,
+            "release": ".".join(map(str, nvcc.release)),
+            "version_sha256": hashlib.sha256(nvcc.version_text.encode()).hexdigest(),
+        },
+        "gpu": gpu,
+        "num_sms": num_sms,
+        "env": key_env(environ),
+        "torch": _dist_version("torch"),
+        "python": platform.python_version(),
+    }
+
+
+def _get(fp: dict[str, Any], dotted: str) -> Any:
+    value: Any = fp
+    for part in dotted.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(field, recorded, current) for every key-relevant field that differs."""
+    generation = _get(recorded, "deepgemm.generation") or _get(current, "deepgemm.generation")
+    fields = KEY_FIELDS.get(generation, KEY_FIELDS["sgl-deep-gemm-0.2"])
+    out = []
+    for f in fields:
+        a, b = _get(recorded, f), _get(current, f)
+        if a != b:
+            out.append((f, a, b))
+    return out
+
+
+def short_id(fp: dict[str, Any]) -> str:
+    """A stable short hash of the key-relevant fields, for artifact names and CI cache keys."""
+    generation = _get(fp, "deepgemm.generation")
+    fields = KEY_FIELDS.get(generation, KEY_FIELDS["sgl-deep-gemm-0.2"])
+    text = "|".join(f"{f}={_get(fp, f)!r}" for f in fields)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

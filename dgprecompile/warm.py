@@ -1,0 +1,293 @@
+"""Warm: turn a plan into cache entries, with worker processes and no thread pools.
+
+The parent (no torch import) checks the toolchain, writes the fingerprint, splits the distinct kernels
+into disjoint shares and starts one worker process per share (``dgprecompile.worker``). Each worker
+compiles its kernels one after another in its main thread; the parent only reads their events.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dgprecompile.backends import WorkItem, backend_for
+from dgprecompile.cachestore import CacheStore
+from dgprecompile.errors import EnvironmentProblem, InputError
+from dgprecompile.fingerprint import differences, make_fingerprint
+from dgprecompile.plan import Plan
+from dgprecompile.toolchain import find_deepgemm, find_nvcc
+
+# Tasks (threads + processes) one worker holds at its peak: its own main thread, plus the compiler's process
+# tree. nvcc runs its stages (cudafe++, cicc, ptxas, the host compiler) one at a time under one driver; see
+# bench/results/nvcc-tree.json for the measured peak. Workers pin OpenBLAS/OpenMP to one thread each.
+WORKER_BASE_TASKS = 1
+COMPILER_TREE_TASKS = 4
+WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+              "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
+
+
+@dataclass
+class WarmOptions:
+    cache_dir: str | None = None
+    backend: str | None = None
+    jobs: int | None = None
+    gpus: list[int] | None = None
+    nvcc: str | None = None
+    only_kernels: set[str] | None = None  # restrict to these kernel ids (warm --from-misses)
+
+
+@dataclass
+class WarmSetup:
+    plan: Plan
+    backend: str
+    store: CacheStore
+    fingerprint: dict[str, Any]
+    stale: list[tuple[str, Any, Any]]
+    items: list[WorkItem]
+    shards: list[list[WorkItem]]
+    gpus: list[int | None]
+    job_common: dict[str, Any]
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def task_budget(self) -> int:
+        return len(self.shards) * (WORKER_BASE_TASKS + COMPILER_TREE_TASKS)
+
+
+@dataclass
+class WarmResult:
+    compiled: dict[str, float] = field(default_factory=dict)  # kernel -> seconds
+    cached: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    wall_seconds: float = 0.0
+    cache_bytes: int = 0
+    workers: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"compiled": len(self.compiled), "already_cached": len(self.cached), "failed": len(self.failed),
+                "failures": self.failed, "wall_seconds": round(self.wall_seconds, 2),
+                "compile_seconds_sum": round(sum(self.compiled.values()), 2), "cache_bytes": self.cache_bytes,
+                "workers": self.workers}
+
+
+def _visible_gpus() -> list[int]:
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return list(range(len([d for d in env.split(",") if d.strip()])))
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return list(range(len([line for line in out.stdout.splitlines() if line.startswith("GPU ")])))
+
+
+def _shard(items: list[WorkItem], n: int) -> list[list[WorkItem]]:
+    shards: list[list[WorkItem]] = [[] for _ in range(n)]
+    for i, item in enumerate(items):
+        shards[i % n].append(item)
+    return [s for s in shards if s]
+
+
+def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
+    install = find_deepgemm()
+    backend = backend_for(opts.backend, install, plan.profile.generation)
+    assert install is not None
+    nvcc = find_nvcc(opts.nvcc)
+    if nvcc.release < (12, 3):
+        raise EnvironmentProblem(f"nvcc {nvcc.path} is release {nvcc.release}; DeepGEMM needs >= 12.3")
+    store = CacheStore(opts.cache_dir or plan.profile.cache_dir())
+    fingerprint = make_fingerprint(install, nvcc, plan.num_sms, plan.gpu)
+    recorded = store.read_index().fingerprint
+    stale = differences(recorded, fingerprint) if recorded else []
+
+    reps = plan.representatives()
+    items = []
+    for kernel_id, spec in plan.kernels.items():
+        if opts.only_kernels is not None and kernel_id not in opts.only_kernels:
+            continue
+        key, m = reps[kernel_id]
+        items.append(WorkItem(kernel_id, spec.family, dict(spec.params), key.kernel_type.value, key.n, key.k,
+                              key.num_groups, m))
+    if opts.only_kernels is not None:
+        unknown = opts.only_kernels - set(plan.kernels)
+        if unknown:
+            raise InputError(f"{len(unknown)} kernels to warm are not in the plan: {sorted(unknown)[:3]}")
+
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    if world > 1:  # under torchrun: each rank takes a disjoint share of the whole plan
+        items = items[rank::world]
+
+    if backend == "legacy":
+        from dgprecompile.legacy_keys import LegacyKeyContext
+
+        job_common: dict[str, Any] = {"key_context": LegacyKeyContext.build(install, nvcc).__dict__}
+        gpus: list[int | None] = [None]
+        default_jobs = os.cpu_count() or 1
+    else:
+        visible = _visible_gpus()
+        if world > 1:
+            visible = [int(os.environ.get("LOCAL_RANK", 0))]
+        gpus = list(opts.gpus) if opts.gpus else list(visible)
+        if not gpus:
+            raise EnvironmentProblem("the C++-JIT DeepGEMM compiles inside GEMM launches, so warm needs a GPU; "
+                                     "none is visible", hint="run warm on a Hopper GPU machine (or pass --gpus)")
+        job_common = {"num_sms": plan.num_sms, "nvcc": nvcc.path}
+        default_jobs = os.cpu_count() or 1
+    jobs = opts.jobs or default_jobs
+    if jobs < 1:
+        raise InputError("--jobs must be at least 1")
+    jobs = max(1, min(jobs, len(items))) if items else 1
+    shards = _shard(items, jobs)
+    return WarmSetup(plan, backend, store, fingerprint, stale, items, shards,
+                     [gpus[i % len(gpus)] for i in range(len(shards))], job_common, rank, world)
+
+
+def _record_plan(setup: WarmSetup) -> None:
+    plan = setup.plan
+
+    def mutate(index):
+        if setup.stale:
+            index.kernels.clear()  # those records describe entries filed under other keys
+            index.extra.clear()
+        index.fingerprint = setup.fingerprint
+        entry = {"model": plan.model, "tp": plan.tp, "ep": plan.ep, "sglang_profile": plan.profile.id,
+                 "moe_runner_backend": plan.moe_runner_backend, "num_sms": plan.num_sms,
+                 "max_tokens": plan.max_tokens, "kernels": len(plan.kernels)}
+        if entry not in index.plans:
+            index.plans.append(entry)
+
+    setup.store.update_index(mutate)
+
+
+def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lambda e: None) -> WarmResult:
+    store = setup.store
+    store.ensure()
+    store.clean_stale_staging()
+    _record_plan(setup)
+    result = WarmResult(workers=len(setup.shards))
+    start = time.perf_counter()
+    if not setup.items:
+        result.cache_bytes = store.size_bytes()
+        return result
+    tmp = Path(tempfile.mkdtemp(prefix="dgprecompile-warm-"))
+    procs: list[subprocess.Popen] = []
+    pending: dict[int, set[str]] = {}
+    logs: dict[int, Path] = {}
+    sel = selectors.DefaultSelector()
+    try:
+        for i, (shard, gpu) in enumerate(zip(setup.shards, setup.gpus)):
+            job = {"backend": setup.backend, "cache_dir": str(store.root), "items": [w.to_dict() for w in shard],
+                   **setup.job_common}
+            job_path = tmp / f"job-{i}.json"
+            job_path.write_text(json.dumps(job))
+            env = {**os.environ, **WORKER_ENV}
+            if gpu is not None:
+                env["CUDA_VISIBLE_DEVICES"] = _physical_gpu(gpu)
+            logs[i] = tmp / f"worker-{i}.log"
+            with open(logs[i], "wb") as log:
+                proc = subprocess.Popen([sys.executable, "-m", "dgprecompile.worker", str(job_path)],
+                                        stdout=subprocess.PIPE, stderr=log, env=env)
+            procs.append(proc)
+            pending[i] = {w.kernel for w in shard}
+            assert proc.stdout is not None
+            sel.register(proc.stdout, selectors.EVENT_READ, i)
+        open_streams = len(procs)
+        buffers: dict[int, bytes] = {i: b"" for i in range(len(procs))}
+        while open_streams:
+            for sk, _ in sel.select():
+                i = sk.data
+                chunk = os.read(sk.fileobj.fileno(), 65536)
+                if not chunk:
+                    sel.unregister(sk.fileobj)
+                    open_streams -= 1
+                    continue
+                buffers[i] += chunk
+                *lines, buffers[i] = buffers[i].split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        _handle(json.loads(line), i, result, pending, on_event)
+        for i, proc in enumerate(procs):
+            code = proc.wait()
+            if pending[i]:
+                why = _worker_death(code, logs[i])
+                for kernel in sorted(pending[i]):
+                    result.failed[kernel] = why
+                    on_event({"event": "failed", "kernel": kernel, "error": why})
+    except KeyboardInterrupt:
+        _stop(procs)
+        raise
+    finally:
+        sel.close()
+        _stop(procs)
+        store.clean_stale_staging()
+        shutil.rmtree(tmp, ignore_errors=True)
+    result.wall_seconds = time.perf_counter() - start
+    result.cache_bytes = store.size_bytes()
+    return result
+
+
+def _physical_gpu(index: int) -> str:
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env:
+        devices = [d.strip() for d in env.split(",") if d.strip()]
+        if index < len(devices):
+            return devices[index]
+    return str(index)
+
+
+def _handle(event: dict[str, Any], worker: int, result: WarmResult, pending: dict[int, set[str]],
+            on_event: Callable[[dict[str, Any]], None]) -> None:
+    kind = event.get("event")
+    kernel = event.get("kernel")
+    if kind == "done":
+        pending[worker].discard(kernel)
+        if event["status"] == "compiled":
+            result.compiled[kernel] = float(event.get("seconds") or 0.0)
+        else:
+            result.cached.append(kernel)
+    elif kind == "failed":
+        pending[worker].discard(kernel)
+        result.failed[kernel] = event.get("error", "failed")
+    elif kind == "fatal":
+        for k in sorted(pending[worker]):
+            result.failed[k] = event.get("error", "worker failed to start")
+        pending[worker].clear()
+    on_event(event)
+
+
+def _worker_death(code: int, log: Path) -> str:
+    how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+    try:
+        tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+    except OSError:
+        tail = []
+    return f"worker {how} before compiling it" + ("\n" + "\n".join(tail) if tail else "")
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.time() + 10
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
