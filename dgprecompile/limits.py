@@ -248,8 +248,7 @@ def _rlimit(name: str) -> tuple[int | None, int | None]:
     import resource
 
     soft, hard = resource.getrlimit(getattr(resource, name))
-    conv = (lambda v: None if v == resource.RLIM_INFINITY else v)
-    return conv(soft), conv(hard)
+    return (None if soft == resource.RLIM_INFINITY else soft), (None if hard == resource.RLIM_INFINITY else hard)
 
 
 def read_limits(proc_root: str | Path = "/proc", sys_root: str | Path = "/sys",
