@@ -1,0 +1,118 @@
+"""`dgprecompile doctor` on synthetic limit trees (verdicts, exit codes, JSON) and on this machine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dgprecompile.cli.main import cli
+from dgprecompile.diagnose import BurstModel, estimate_bursts
+from dgprecompile.profiles import resolve_profile
+
+FIX = Path(__file__).parent / "fixtures" / "doctor"
+# 8 ranks of 10 tasks each: 0.5.1's pool adds 4 threads + 4 nvcc trees of 4 tasks per rank
+COMMON = ["--sglang", "0.5.1", "--ranks", "8", "--base-tasks", "10", "--rlimit-nproc", "1048576",
+          "--uid", "1000", "--nvidia-smi", "/nonexistent/nvidia-smi", "--cache-dir", "/nonexistent/dg-cache"]
+
+
+def doctor(fixture: str, *extra: str):
+    args = ["doctor", "--proc-root", str(FIX / fixture / "proc"), "--sys-root", str(FIX / fixture / "sys"),
+            *COMMON, *extra]
+    return CliRunner().invoke(cli, args, catch_exceptions=False)
+
+
+def test_burst_model_for_051():
+    profile, _ = resolve_profile("0.5.1")
+    cold, warm, _ = estimate_bursts(profile, None, BurstModel(ranks=8, base_tasks=10))
+    assert cold.per_rank == 10 + 4 + 4 * 4 and cold.total == 240
+    assert warm.total == 8 * 11  # + one cuobjdump while the legacy runtime loads a kernel
+
+
+def test_burst_is_capped_by_kernels_of_the_key():
+    from dgprecompile.plan import PlanRequest, plan_from_request
+
+    plan = plan_from_request(PlanRequest(model="Qwen3-Coder-480B", tp=8, ep=8, sglang="0.5.1"))
+    profile = plan.profile
+    cold, _, worst = estimate_bursts(profile, plan, BurstModel(ranks=8, base_tasks=10, compile_workers=64))
+    assert worst == max(len(pk.kernel_ids) for pk in plan.keys)
+    assert cold.per_rank == 10 + worst + worst * 4
+
+
+def test_v1_tight_predicts_failure():
+    res = doctor("v1_tight", "--json")
+    assert res.exit_code == 1
+    data = json.loads(res.stdout)
+    assert data["predicts_failure"] is True
+    assert data["headroom"] == 160 and data["tightest_limit"] == "cgroup v1 pids.max"
+    assert data["bursts"]["runtime_precompile"]["total"] == 240
+    marks = {c["name"]: c["mark"] for c in data["checks"]}
+    assert marks["task burst (runtime precompile)"] == "fail"
+    assert marks["task burst (warmed, JIT off)"] == "ok"
+    fix = next(c["fix"] for c in data["checks"] if c["name"] == "task burst (runtime precompile)")
+    assert "dgprecompile warm" in fix
+
+
+def test_v2_tight_ancestor_predicts_failure_in_text_mode():
+    res = doctor("v2_tight")
+    assert res.exit_code == 1
+    assert "can't start new thread" in res.stdout
+    assert "leaves 100" in res.stdout  # the kubepods ancestor, not the pod's own 4096
+    assert "problem" in res.stdout
+
+
+def test_even_the_warm_launch_can_be_too_big():
+    res = doctor("v1_tight", "--json", "--base-tasks", "30")
+    data = json.loads(res.stdout)
+    assert res.exit_code == 1
+    assert "even the warmed JIT-off launch does not fit" in data["verdict"]
+
+
+def test_generous_v2_passes():
+    res = doctor("v2_generous", "--json")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["predicts_failure"] is False and data["headroom"] == 99980
+
+
+def test_broken_files_are_unknown_not_a_crash():
+    res = doctor("broken", "--json")
+    data = json.loads(res.stdout)
+    marks = {c["name"]: c for c in data["checks"]}
+    assert marks["kernel.threads-max"]["mark"] == "warn" and "unknown" in marks["kernel.threads-max"]["detail"]
+    assert marks["vm.max_map_count"]["detail"] == "unknown"
+    # only RLIMIT_NPROC (1048576) binds: generous, so no failure predicted
+    assert res.exit_code == 0
+
+
+def test_plan_options_feed_the_burst():
+    res = doctor("v2_generous", "--json", "--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8")
+    data = json.loads(res.stdout)
+    assert data["plan"]["keys"] >= 1
+    assert "kernels in the largest key" in data["bursts"]["runtime_precompile"]["detail"]
+
+
+def test_switch_spelling_for_051():
+    res = doctor("v2_generous", "--json")
+    data = json.loads(res.stdout)
+    sg = data["environment"]["sglang"]["switches"]
+    assert sg["prefix"] == "SGL_"
+    assert "SGLANG_" in sg["other_spelling"]
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_real_machine(as_json):
+    args = ["doctor", "--sglang", "0.5.1", "--ranks", "2"] + (["--json"] if as_json else [])
+    res = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert res.exit_code in (0, 1), res.output
+    if not as_json:
+        assert "verdict:" in res.stdout
+        return
+    data = json.loads(res.stdout)
+    lims = {lim["name"]: lim for lim in data["limits"]["task_limits"]}
+    assert lims["kernel.pid_max"]["limit"] == int(Path("/proc/sys/kernel/pid_max").read_text())
+    assert lims["kernel.threads-max"]["limit"] == int(Path("/proc/sys/kernel/threads-max").read_text())
+    assert data["limits"]["max_map_count"] == int(Path("/proc/sys/vm/max_map_count").read_text())
+    assert data["limits"]["overcommit_memory"] == int(Path("/proc/sys/vm/overcommit_memory").read_text())
