@@ -1,0 +1,99 @@
+"""`dgprecompile repro` really run on this machine: the pool pattern fails inside a budget, JIT off passes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dgprecompile.cli.main import cli
+from dgprecompile.diagnose import find_nvcc
+from dgprecompile.errors import EnvironmentProblem
+from dgprecompile.repro import make_budget
+
+NVCC = find_nvcc()[0]
+
+
+def _budget_reason() -> str | None:
+    try:
+        budget, _ = make_budget(4)
+    except EnvironmentProblem as exc:
+        return exc.message
+    budget.cleanup()
+    return None
+
+
+BUDGET_WHY = _budget_reason()
+needs_budget = pytest.mark.skipif(BUDGET_WHY is not None, reason=f"no task budget here: {BUDGET_WHY}")
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found")
+
+
+def _leftover_cgroups() -> list[str]:
+    out = []
+    for base in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/pids")):
+        if base.is_dir():
+            out += [p.name for p in base.iterdir() if p.name.startswith("dgprecompile-repro-")]
+    return out
+
+
+def run(*args):
+    return CliRunner().invoke(cli, ["repro", "--json", *args], catch_exceptions=False)
+
+
+@needs_nvcc
+@needs_budget
+def test_repro_nvcc_backend():
+    before = _leftover_cgroups()
+    scratch_before = set(Path("/tmp").glob("dgprecompile-repro-*"))
+    res = run("--backend", "nvcc", "--ranks", "2", "--kernels", "4")
+    data = json.loads(res.stdout)
+    assert res.exit_code == 0, res.output
+    assert data["reproduced"] is True
+    pool, off = data["phases"]["pool"], data["phases"]["jit-off"]
+    assert not pool["ok"]
+    assert any("can't start new thread" in e or "Resource temporarily unavailable" in e for e in pool["errors"])
+    assert off["ok"] and sum(r["kernels"] for r in off["ranks"]) == 2 * 4
+    assert data["tasks_max"] == 2 * (data["base_threads_per_rank"] + 2)
+    assert _leftover_cgroups() == before
+    assert set(Path("/tmp").glob("dgprecompile-repro-*")) <= scratch_before
+
+
+@needs_nvcc
+@needs_budget
+def test_repro_generous_budget_does_not_reproduce():
+    res = run("--backend", "nvcc", "--ranks", "1", "--kernels", "2", "--tasks-max", "200")
+    assert res.exit_code == 1
+    assert json.loads(res.stdout)["phases"]["pool"]["ok"] is True
+
+
+def _legacy_path() -> str | None:
+    if importlib.util.find_spec("deep_gemm") is not None:
+        return None
+    for cand in (Path.cwd() / ".whl" / "legacy", Path(os.environ.get("DG_LEGACY_PATH", "/nonexistent"))):
+        if (cand / "deep_gemm" / "jit" / "compiler.py").is_file():
+            return str(cand)
+    return "missing"
+
+
+LEGACY = _legacy_path()
+
+
+@pytest.mark.slow
+@pytest.mark.nvcc
+@needs_nvcc
+@needs_budget
+@pytest.mark.skipif(LEGACY == "missing", reason="legacy deep_gemm (sgl-kernel 0.3.5) not installed; set DG_LEGACY_PATH")
+def test_repro_legacy_backend():
+    extra = ["--deepgemm-path", LEGACY] if LEGACY else []
+    res = run("--backend", "legacy", "--ranks", "2", "--kernels", "2", *extra)
+    data = json.loads(res.stdout)
+    assert res.exit_code == 0, res.output
+    pool = data["phases"]["pool"]
+    assert any("can't start new thread" in e for e in pool["errors"]), pool["errors"]
+    tail = pool["traceback_tail"]
+    assert "can't start new thread" in tail or "Resource temporarily unavailable" in tail
+    assert data["phases"]["warm"]["ok"] and data["phases"]["jit-off"]["ok"]
