@@ -377,8 +377,9 @@ def rank_main(spec: dict[str, Any]) -> int:
     if sync:
         Path(sync, f"ready.{rank}").touch()
         deadline = time.monotonic() + 600
-        while not Path(sync, "go").exists() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        go = Path(sync, "go")
+        while not go.exists() and time.monotonic() < deadline:
+            time.sleep(0.001)
     t0 = time.monotonic()
     done = []
     if phase == "probe":

@@ -89,11 +89,14 @@ LEGACY = _legacy_path()
 @pytest.mark.skipif(LEGACY == "missing", reason="legacy deep_gemm (sgl-kernel 0.3.5) not installed; set DG_LEGACY_PATH")
 def test_repro_legacy_backend():
     extra = ["--deepgemm-path", LEGACY] if LEGACY else []
-    res = run("--backend", "legacy", "--ranks", "2", "--kernels", "2", *extra)
+    # 3 kernels: each rank wants 1 + 3 threads, 8 in all, against a budget of 6
+    res = run("--backend", "legacy", "--ranks", "2", "--kernels", "3", *extra)
     data = json.loads(res.stdout)
     assert res.exit_code == 0, res.output
     pool = data["phases"]["pool"]
-    assert any("can't start new thread" in e for e in pool["errors"]), pool["errors"]
+    # which clone() fails first depends on timing: a pool thread (the user's error) or an nvcc fork (EAGAIN)
+    assert any("can't start new thread" in e or "Resource temporarily unavailable" in e
+               for e in pool["errors"]), pool["errors"]
     tail = pool["traceback_tail"]
     assert "can't start new thread" in tail or "Resource temporarily unavailable" in tail
     assert data["phases"]["warm"]["ok"] and data["phases"]["jit-off"]["ok"]
