@@ -109,7 +109,8 @@ class CacheStore:
             return Index.from_dict(json.loads(text), str(self.index_path))
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise CheckFailed(f"{self.index_path} is damaged ({exc})",
-                              hint="move it away and run `dgprecompile warm` again: it re-indexes what is there")
+                              hint="move it away and run `dgprecompile warm` again: it re-indexes what is there"
+                              ) from None
 
     @contextmanager
     def index_lock(self) -> Iterator[None]:

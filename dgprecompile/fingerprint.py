@@ -18,8 +18,9 @@ KEY_FIELDS = {
                "nvcc.release", "env", "num_sms"),
     "sgl-kernel-cxx": ("deepgemm.generation", "deepgemm.version", "deepgemm.headers_sha256", "nvcc.release",
                        "env", "num_sms"),
-    "sgl-deep-gemm-0.1": ("deepgemm.generation", "deepgemm.version", "deepgemm.headers_sha256", "nvcc.release",
-                          "env", "num_sms"),
+    # the include path (-I<install>/include) is part of the 0.1.x key: the install location must match
+    "sgl-deep-gemm-0.1": ("deepgemm.generation", "deepgemm.version", "deepgemm.headers_sha256",
+                          "deepgemm.package_dir", "nvcc.release", "env", "num_sms"),
     "sgl-deep-gemm-0.2": ("deepgemm.generation", "deepgemm.version", "deepgemm.headers_sha256",
                           "nvcc.version_sha256", "env", "num_sms"),
 }

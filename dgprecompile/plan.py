@@ -38,10 +38,11 @@ class Bucket:
 class PlannedKey:
     key: GemmKey
     buckets: list[Bucket]
+    aux: list[str] = field(default_factory=list)  # layout kernels the runtime compiles beside this GEMM
 
     @property
     def kernel_ids(self) -> list[str]:
-        return sorted({b.kernel for b in self.buckets})
+        return sorted({b.kernel for b in self.buckets} | set(self.aux))
 
 
 @dataclass
@@ -77,6 +78,8 @@ class Plan:
         for pk in self.keys:
             for b in pk.buckets:
                 out.setdefault(b.kernel, (pk.key, b.m_rep))
+            for aux in pk.aux:
+                out.setdefault(aux, (pk.key, 1))
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -111,6 +114,7 @@ class Plan:
                     "kernels": len(pk.kernel_ids),
                     "buckets": [{"m_min": b.m_min, "m_max": b.m_max, "m_rep": b.m_rep, "kernel": b.kernel}
                                 for b in pk.buckets],
+                    "aux_kernels": list(pk.aux),
                 }
                 for pk in self.keys
             ],
@@ -230,7 +234,14 @@ def build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: int
     except KeyError:
         raise InputError(f"sglang profile {profile.id} ({profile.generation}) has no kernel heuristic yet") from None
     kernels: dict[str, KernelSpec] = {}
-    keys = [PlannedKey(k, _buckets(k, profile, num_sms, kernels)) for k in shapes.keys]
+    heuristic = get_heuristic(profile.generation)
+    keys = []
+    for k in shapes.keys:
+        pk = PlannedKey(k, _buckets(k, profile, num_sms, kernels))
+        for spec in getattr(heuristic, "aux_kernels", lambda *a: [])(k.kernel_type, k.n, k.k, k.num_groups):
+            kernels.setdefault(spec.id, spec)
+            pk.aux.append(spec.id)
+        keys.append(pk)
     return Plan(model=model.name, model_source=model.source, model_type=model.config.get("model_type", ""),
                 tp=par.tp, ep=par.ep, moe_runner_backend=par.moe_runner_backend, max_tokens=par.max_tokens,
                 profile=profile, profile_reason=profile_reason, num_sms=num_sms, gpu=gpu, keys=keys,
@@ -317,10 +328,11 @@ def plan_from_dict(data: Any, where: str = "manifest") -> Plan:
                           tuple(sd.get("layers", ())), int(sd["m_min"]), int(sd["m_max"]))
             buckets = [Bucket(int(b["m_min"]), int(b["m_max"]), int(b["m_rep"]), str(b["kernel"]))
                        for b in sd["buckets"]]
-            for b in buckets:
-                if b.kernel not in kernels:
-                    raise InputError(f"{where}: bucket refers to unknown kernel {b.kernel!r}")
-            keys.append(PlannedKey(key, buckets))
+            aux = [str(a) for a in sd.get("aux_kernels", [])]
+            for ref in [b.kernel for b in buckets] + aux:
+                if ref not in kernels:
+                    raise InputError(f"{where}: shape refers to unknown kernel {ref!r}")
+            keys.append(PlannedKey(key, buckets, aux))
         return Plan(model=data["model"], model_source=data.get("model_source", ""),
                     model_type=data.get("model_type", ""), tp=int(data["tp"]), ep=int(data["ep"]),
                     moe_runner_backend=data.get("moe_runner_backend", "auto"), max_tokens=int(data["max_tokens"]),

@@ -191,7 +191,7 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
     logs: dict[int, Path] = {}
     sel = selectors.DefaultSelector()
     try:
-        for i, (shard, gpu) in enumerate(zip(setup.shards, setup.gpus)):
+        for i, (shard, gpu) in enumerate(zip(setup.shards, setup.gpus, strict=True)):
             job = {"backend": setup.backend, "cache_dir": str(store.root), "items": [w.to_dict() for w in shard],
                    **setup.job_common}
             job_path = tmp / f"job-{i}.json"

@@ -52,6 +52,8 @@ def main(job_path: str) -> int:
                 continue
             records = [store.record_entry(e, seconds if status == "compiled" else None,
                                           "warm" if status == "compiled" else "adopted") for e in entries]
+            if status == "adopted":
+                status = "cached"
 
             def mutate(index, kernel=item.kernel, records=records):
                 index.kernels[kernel] = records[0]

@@ -26,7 +26,7 @@ def get_heuristic(generation: str) -> Heuristic:
         from dgprecompile.heuristics.legacy import LegacyHeuristic
 
         return LegacyHeuristic()
-    if generation in ("sgl-deep-gemm-0.1",):
+    if generation == "sgl-deep-gemm-0.1":
         from dgprecompile.heuristics.sm90_cxx import Sm90CxxHeuristic
 
         return Sm90CxxHeuristic()

@@ -1,0 +1,120 @@
+"""C++-JIT backend: sgl-deep-gemm 0.1.x/0.2.x and the DeepGEMM in sgl-kernel >= 0.3.7.
+
+These JITs compile inside the GEMM call and offer no compile-only entry point, so the worker launches the
+real op on dummy CUDA tensors, once per planned kernel, with the calling conventions of SGLang's real path:
+fp8_gemm_nt with MN-major TMA-aligned activation scales (what sglang's per-token-group quantisation hands it),
+fp8_m_grouped_gemm_nt_masked with expected_m, m_grouped_fp8_gemm_nt_contiguous, and, for the masked MoE runner's
+scale transform, get_mn_major_tma_aligned_tensor on row-major scales.
+
+The worker's JIT root is a private staging directory, so every entry a launch creates is known to belong to that
+launch; the worker then moves it into the real cache with one rename (keeping an identical entry that is
+already there). Kernels the index already records are skipped without a launch.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from dgprecompile.backends import WorkItem
+from dgprecompile.cachestore import CacheStore
+from dgprecompile.errors import CompileFailed, EnvironmentProblem
+from dgprecompile.kernels import ceil_div
+
+
+class CxxWorker:
+    def __init__(self, job: dict[str, Any]):
+        self.store = CacheStore(job["cache_dir"])
+        self.store.ensure()
+        self.staging = self.store.new_staging()
+        self.stage_cache = self.staging / "cache"
+        self.stage_cache.mkdir()
+        os.environ["DG_JIT_CACHE_DIR"] = str(self.staging)
+        if job.get("nvcc"):
+            os.environ["DG_JIT_NVCC_COMPILER"] = job["nvcc"]
+        try:
+            import deep_gemm
+            import torch
+        except ImportError as exc:
+            raise EnvironmentProblem(f"cannot import the C++-JIT DeepGEMM: {exc}") from None
+        if not torch.cuda.is_available():
+            raise EnvironmentProblem("no CUDA device is visible to this worker")
+        self.torch, self.dg = torch, deep_gemm
+        device_sms = torch.cuda.get_device_properties(0).multi_processor_count
+        want = int(job.get("num_sms") or device_sms)
+        if want > device_sms:
+            raise EnvironmentProblem(f"the plan is for {want} SMs but this GPU has {device_sms}",
+                                     hint="plan with --num-sms matching the training GPUs, and warm on such a GPU")
+        if want != device_sms:
+            deep_gemm.set_num_sms(want)
+        self.device = torch.device("cuda")
+
+    def close(self) -> None:
+        import shutil
+
+        shutil.rmtree(self.staging, ignore_errors=True)
+
+    # -- the calls SGLang makes --
+    def _fp8(self, *shape):
+        return self.torch.empty(shape, device=self.device, dtype=self.torch.float8_e4m3fn)
+
+    def _mn_major_scales(self, groups: int | None, rows: int, k: int):
+        torch = self.torch
+        sf_k, aligned = ceil_div(k, 128), ceil_div(rows, 4) * 4
+        if groups is None:
+            return torch.ones((sf_k, aligned), device=self.device, dtype=torch.float32).t()[:rows]
+        return torch.ones((groups, sf_k, aligned), device=self.device, dtype=torch.float32).transpose(1, 2)[:, :rows]
+
+    def _launch(self, item: WorkItem) -> None:
+        torch, dg = self.torch, self.dg
+        n, k, g, m = item.n, item.k, item.num_groups, item.m
+        if item.family == "transpose_fp32":
+            rows = 4
+            sf = torch.ones((g, rows, ceil_div(k, 128)), device=self.device, dtype=torch.float32)
+            from deep_gemm.utils.layout import get_mn_major_tma_aligned_tensor
+
+            get_mn_major_tma_aligned_tensor(sf)
+        elif item.kernel_type == "GEMM_NT_F8F8BF16":
+            a, sfa = self._fp8(m, k), self._mn_major_scales(None, m, k)
+            b = self._fp8(n, k)
+            sfb = torch.ones((ceil_div(n, 128), ceil_div(k, 128)), device=self.device, dtype=torch.float32)
+            d = torch.empty((m, n), device=self.device, dtype=torch.bfloat16)
+            dg.fp8_gemm_nt((a, sfa), (b, sfb), d)
+        elif item.kernel_type == "GROUPED_GEMM_NT_F8F8BF16_MASKED":
+            rows = 256  # buffer rows per group; expected_m alone steers the choice
+            a, sfa = self._fp8(g, rows, k), self._mn_major_scales(g, rows, k)
+            b = self._fp8(g, n, k)
+            sfb = torch.ones((g, ceil_div(n, 128), ceil_div(k, 128)), device=self.device, dtype=torch.float32)
+            d = torch.empty((g, rows, n), device=self.device, dtype=torch.bfloat16)
+            masked_m = torch.zeros((g,), device=self.device, dtype=torch.int32)
+            dg.fp8_m_grouped_gemm_nt_masked((a, sfa), (b, sfb), d, masked_m, m)
+        elif item.kernel_type == "GROUPED_GEMM_NT_F8F8BF16_CONTIG":
+            a, sfa = self._fp8(m, k), self._mn_major_scales(None, m, k)
+            b = self._fp8(g, n, k)
+            sfb = torch.ones((g, ceil_div(n, 128), ceil_div(k, 128)), device=self.device, dtype=torch.float32)
+            d = torch.empty((m, n), device=self.device, dtype=torch.bfloat16)
+            m_indices = torch.zeros((m,), device=self.device, dtype=torch.int32)
+            dg.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, m_indices)
+        else:
+            raise CompileFailed(f"unknown kernel type {item.kernel_type}")
+        torch.cuda.synchronize()
+
+    def compile(self, item: WorkItem) -> tuple[str, list[str], float]:
+        recorded = self.store.read_index().kernels.get(item.kernel)
+        if recorded is not None and self.store.check_entry(recorded) is None:
+            return "cached", [recorded.entry], 0.0
+        with self.store.kernel_lock(item.kernel):
+            recorded = self.store.read_index().kernels.get(item.kernel)  # another warm may have finished it
+            if recorded is not None and self.store.check_entry(recorded) is None:
+                return "cached", [recorded.entry], 0.0
+            start = time.perf_counter()
+            self._launch(item)
+            seconds = time.perf_counter() - start
+            fresh = sorted(p for p in self.stage_cache.iterdir() if p.is_dir())
+            if not fresh:
+                raise CompileFailed(f"launching {item.kernel} created no cache entry (it was already loaded in this "
+                                    "worker): the plan holds two ids for one kernel")
+            installed = [self.store.install_entry(path) for path in fresh]
+            # an entry that was already in the cache (made by the runtime or another tool) is adopted as is
+            return ("compiled" if installed[0] else "adopted"), [p.name for p in fresh], seconds
