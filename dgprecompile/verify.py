@@ -1,0 +1,221 @@
+"""Verify: is every planned kernel in the cache, intact, and filed under the key this environment looks up?
+
+No torch, no DeepGEMM import, no GPU. Per planned kernel it checks the entry the index records (sha256 of
+every file) and, for the legacy Python JIT, computes the exact entry name the runtime will look for here
+(:class:`~dgprecompile.legacy_keys.LegacyKeyContext`) and checks that ``<cache>/cache/<name>/kernel.cubin``
+exists: coverage proved from the key, not taken from the index. It also compares the fingerprint the cache
+was built for with this environment's (DeepGEMM generation, version, headers and location, nvcc, DG_JIT_*
+flags, SM count).
+
+When the installed DeepGEMM is missing or of another generation than the plan, or no nvcc is found, it says
+so and falls back to checking the index alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dgprecompile.cachestore import CacheStore, Index
+from dgprecompile.errors import DGError
+from dgprecompile.fingerprint import differences, make_fingerprint, short_id
+from dgprecompile.plan import Plan
+from dgprecompile.toolchain import DeepGemmInstall, Nvcc, find_deepgemm, find_nvcc
+
+OK, MISSING, CHANGED = "ok", "missing", "changed"
+
+
+@dataclass
+class KernelCheck:
+    kernel: str
+    status: str  # ok | missing | changed
+    entry: str | None  # the entry name found or expected
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kernel": self.kernel, "status": self.status, "entry": self.entry, "detail": self.detail}
+
+
+@dataclass
+class Environment:
+    """This machine as far as cache keys go; ``fingerprint`` is None when it could not be computed."""
+
+    install: DeepGemmInstall | None
+    nvcc: Nvcc | None
+    fingerprint: dict[str, Any] | None
+    warnings: list[str] = field(default_factory=list)
+
+
+def current_environment(generation: str, recorded: dict[str, Any] | None, *, nvcc: str | None = None,
+                        num_sms: int | None = None, gpu: str | None = None) -> Environment:
+    """Find DeepGEMM and nvcc as the runtime would, and fingerprint them.
+
+    For the legacy generation the nvcc path string is part of the key, so the nvcc recorded in ``recorded``
+    is probed first (an explicit ``nvcc`` wins); if it is not there, the default one is used and the
+    difference shows up as a stale ``nvcc.path``.
+    """
+    warnings: list[str] = []
+    install = find_deepgemm()
+    if install is None:
+        warnings.append("DeepGEMM is not importable here: the fingerprint cannot be checked")
+        return Environment(None, None, None, warnings)
+    if install.generation != generation:
+        warnings.append(f"the installed DeepGEMM is {install.generation} ({install.distribution} "
+                        f"{install.version}) but the cache is for {generation}: the fingerprint cannot be checked")
+        return Environment(install, None, None, warnings)
+    recorded_nvcc = ((recorded or {}).get("nvcc") or {}).get("path")
+    tried = [p for p in (nvcc, recorded_nvcc if nvcc is None else None) if p]
+    found: Nvcc | None = None
+    for path in tried:
+        try:
+            found = find_nvcc(path)
+            break
+        except DGError as exc:
+            warnings.append(f"{exc.message}; trying the default nvcc")
+    if found is None:
+        try:
+            found = find_nvcc(None)
+        except DGError as exc:
+            warnings.append(f"{exc.message}: the fingerprint cannot be checked")
+            return Environment(install, None, None, warnings)
+    if num_sms is None:
+        num_sms = (recorded or {}).get("num_sms")
+    return Environment(install, found, make_fingerprint(install, found, num_sms, gpu), warnings)
+
+
+@dataclass
+class VerifyReport:
+    cache_dir: str
+    generation: str
+    kernels: list[KernelCheck]
+    recorded_fingerprint: dict[str, Any]
+    current_fingerprint: dict[str, Any] | None
+    stale: list[tuple[str, Any, Any]]
+    coverage: str  # "proved" (legacy keys computed here) or "index" (trusting the index's entry names)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def missing(self) -> list[str]:
+        return [k.kernel for k in self.kernels if k.status == MISSING]
+
+    @property
+    def changed(self) -> list[str]:
+        return [k.kernel for k in self.kernels if k.status == CHANGED]
+
+    @property
+    def fingerprint_checked(self) -> bool:
+        return self.current_fingerprint is not None and bool(self.recorded_fingerprint)
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing and not self.changed and not self.stale
+
+    @property
+    def problems(self) -> list[KernelCheck]:
+        return [k for k in self.kernels if k.status != OK]
+
+    def verdict(self) -> str:
+        n = len(self.kernels)
+        ok = n - len(self.problems)
+        how = "coverage proved from the runtime's keys" if self.coverage == "proved" else "checked against the index"
+        fp = ("fingerprint matches" if self.fingerprint_checked else "fingerprint not checked")
+        if self.complete:
+            return f"complete: {ok}/{n} kernels present and intact, {fp} ({how})"
+        parts = []
+        if self.missing:
+            parts.append(f"{len(self.missing)} missing")
+        if self.changed:
+            parts.append(f"{len(self.changed)} changed")
+        if self.stale:
+            parts.append("fingerprint differs in " + ", ".join(f for f, _, _ in self.stale))
+        return f"incomplete: {ok}/{n} kernels ok; " + "; ".join(parts) + f" ({how})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "complete": self.complete,
+            "cache_dir": self.cache_dir,
+            "generation": self.generation,
+            "coverage": self.coverage,
+            "kernels_total": len(self.kernels),
+            "kernels_ok": len(self.kernels) - len(self.problems),
+            "missing": self.missing,
+            "changed": self.changed,
+            "stale": [{"field": f, "recorded": a, "current": b} for f, a, b in self.stale],
+            "fingerprint_checked": self.fingerprint_checked,
+            "fingerprint_id": short_id(self.recorded_fingerprint) if self.recorded_fingerprint else None,
+            "recorded_fingerprint": self.recorded_fingerprint,
+            "current_fingerprint": self.current_fingerprint,
+            "warnings": self.warnings,
+            "problems": [k.to_dict() for k in self.problems],
+            "verdict": self.verdict(),
+        }
+
+
+def _legacy_names(plan: Plan, env: Environment, warnings: list[str]) -> dict[str, str] | None:
+    """kernel id -> the entry name the legacy runtime looks up here, or None if it cannot be computed."""
+    if env.install is None or env.nvcc is None or env.install.generation != "legacy":
+        return None
+    from dgprecompile.legacy_keys import LegacyKeyContext
+
+    try:
+        ctx = LegacyKeyContext.build(env.install, env.nvcc)
+        return {kid: ctx.entry_name(spec) for kid, spec in plan.kernels.items()}
+    except (DGError, OSError) as exc:
+        warnings.append(f"cannot compute the legacy entry names ({exc}): checking the index only")
+        return None
+
+
+def verify_cache(plan: Plan, store: CacheStore, *, nvcc: str | None = None,
+                 num_sms: int | None = None) -> VerifyReport:
+    """Check every planned kernel against ``store`` and this environment; see the module docstring."""
+    index: Index = store.read_index()
+    generation = plan.profile.generation
+    warnings: list[str] = []
+    if not index.fingerprint and not index.kernels:
+        warnings.append(f"no dgprecompile index in {store.root}: nothing was warmed or unpacked there")
+    recorded_generation = (index.fingerprint.get("deepgemm") or {}).get("generation")
+    if recorded_generation and recorded_generation != generation:
+        warnings.append(f"the cache was built for a {recorded_generation} DeepGEMM but the plan is for {generation}")
+    env = current_environment(generation, index.fingerprint, nvcc=nvcc,
+                              num_sms=num_sms if num_sms is not None else plan.num_sms, gpu=plan.gpu)
+    warnings += env.warnings
+    stale = differences(index.fingerprint, env.fingerprint) if (env.fingerprint and index.fingerprint) else []
+
+    names = _legacy_names(plan, env, warnings) if generation == "legacy" else None
+    if generation == "legacy" and names is None:
+        warnings.append("falling back to index-only checks: coverage is as recorded, not proved")
+    checks: list[KernelCheck] = []
+    for kid in sorted(plan.kernels):
+        record = index.kernels.get(kid)
+        expected = names.get(kid) if names else None
+        if expected is not None:
+            checks.append(_check_proved(store, kid, record, expected))
+        elif record is None:
+            checks.append(KernelCheck(kid, MISSING, None, "not in the index"))
+        else:
+            problem = store.check_entry(record)
+            if problem is None:
+                checks.append(KernelCheck(kid, OK, record.entry))
+            elif problem == "missing":
+                checks.append(KernelCheck(kid, MISSING, record.entry, "indexed entry is not in the cache"))
+            else:
+                checks.append(KernelCheck(kid, CHANGED, record.entry, problem))
+    return VerifyReport(str(store.root), generation, checks, index.fingerprint, env.fingerprint, stale,
+                        "proved" if names is not None else "index", warnings)
+
+
+def _check_proved(store: CacheStore, kid: str, record, expected: str) -> KernelCheck:
+    cubin = store.entry_path(expected) / "kernel.cubin"
+    if not cubin.is_file():
+        if record is not None and record.entry != expected:
+            return KernelCheck(kid, MISSING, expected,
+                               f"the index records {record.entry}, but the runtime here looks for {expected}")
+        return KernelCheck(kid, MISSING, expected, "no kernel.cubin under the runtime's entry name")
+    if record is None:
+        return KernelCheck(kid, OK, expected, "present, not in the index (no checksum)")
+    if record.entry != expected:
+        return KernelCheck(kid, OK, expected, f"present; the index records {record.entry} (no checksum)")
+    problem = store.check_entry(record)
+    if problem is None:
+        return KernelCheck(kid, OK, expected)
+    return KernelCheck(kid, MISSING if problem == "missing" else CHANGED, expected, problem)
