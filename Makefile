@@ -50,7 +50,7 @@ train: $(STAMP)
 
 # Regenerate the checked-in manifests (tests fail when they drift from the code).
 shapes: $(STAMP)
-	$(BIN)/python -m dgprecompile.shapes_manifests shapes
+	$(BIN)/python -m dgprecompile.manifests shapes
 
 gpu-test: $(STAMP)
 	$(BIN)/pytest -q -m gpu tests/gpu

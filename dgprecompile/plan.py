@@ -62,15 +62,17 @@ class Plan:
     kernels: dict[str, KernelSpec]
     notes: list[str] = field(default_factory=list)
 
+    heuristic: bool = True  # False: this generation's kernel choice is not modelled, keys only
+
     @property
-    def total_kernels(self) -> int:
-        return len(self.kernels)
+    def total_kernels(self) -> int | None:
+        return len(self.kernels) if self.heuristic else None
 
-    def estimate_seconds(self) -> float:
-        return self.total_kernels * self.profile.seconds_per_kernel
+    def estimate_seconds(self) -> float | None:
+        return None if self.total_kernels is None else self.total_kernels * self.profile.seconds_per_kernel
 
-    def estimate_bytes(self) -> int:
-        return self.total_kernels * self.profile.bytes_per_entry
+    def estimate_bytes(self) -> int | None:
+        return None if self.total_kernels is None else self.total_kernels * self.profile.bytes_per_entry
 
     def representatives(self) -> dict[str, tuple[GemmKey, int]]:
         """For each kernel, one (key, m) call that compiles it: the smallest m of its first bucket."""
@@ -100,8 +102,9 @@ class Plan:
             "gpu": self.gpu,
             "num_sms": self.num_sms,
             "total_kernels": self.total_kernels,
-            "estimate": {"compile_seconds_serial": round(self.estimate_seconds(), 1),
-                         "cache_bytes": self.estimate_bytes()},
+            "kernel_model": self.heuristic,
+            "estimate": {"compile_seconds_serial": None if self.estimate_seconds() is None
+                         else round(self.estimate_seconds(), 1), "cache_bytes": self.estimate_bytes()},
             "shapes": [
                 {
                     "kernel_type": pk.key.kernel_type.value,
@@ -111,7 +114,7 @@ class Plan:
                     "layers": list(pk.key.layers),
                     "m_min": pk.key.m_min,
                     "m_max": pk.key.m_max,
-                    "kernels": len(pk.kernel_ids),
+                    "kernels": len(pk.kernel_ids) if self.heuristic else None,
                     "buckets": [{"m_min": b.m_min, "m_max": b.m_max, "m_rep": b.m_rep, "kernel": b.kernel}
                                 for b in pk.buckets],
                     "aux_kernels": list(pk.aux),
@@ -229,12 +232,20 @@ def _buckets(key: GemmKey, profile: Profile, num_sms: int, kernels: dict[str, Ke
 def build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: int = DEFAULT_NUM_SMS,
                gpu: str | None = None, profile_reason: str = "") -> Plan:
     shapes = model_shapes(model, profile, par)
-    try:
-        get_heuristic(profile.generation)
-    except KeyError:
-        raise InputError(f"sglang profile {profile.id} ({profile.generation}) has no kernel heuristic yet") from None
     kernels: dict[str, KernelSpec] = {}
-    heuristic = get_heuristic(profile.generation)
+    try:
+        heuristic = get_heuristic(profile.generation)
+    except KeyError:
+        notes = shapes.notes + [f"the kernel choice of the {profile.generation} DeepGEMM "
+                                f"({profile.deepgemm_distribution} {profile.deepgemm_version}) is not modelled: "
+                                "keys only, no m-buckets; warm cannot compile this plan"]
+        return Plan(model=model.name, model_source=model.source, model_type=model.config.get("model_type", ""),
+                    tp=par.tp, ep=par.ep, moe_runner_backend=par.moe_runner_backend, max_tokens=par.max_tokens,
+                    profile=profile, profile_reason=profile_reason, num_sms=num_sms, gpu=gpu,
+                    keys=[PlannedKey(k, []) for k in shapes.keys], kernels={}, notes=notes, heuristic=False)
+    if not profile.raw.get("heuristic_validated"):
+        shapes.notes.append(f"the {profile.generation} kernel model is read from source but was not checked "
+                            "against that DeepGEMM on a GPU")
     keys = []
     for k in shapes.keys:
         pk = PlannedKey(k, _buckets(k, profile, num_sms, kernels))
@@ -272,8 +283,8 @@ def plan_from_request(req: PlanRequest) -> Plan:
     tp, ep = req.tp, req.ep
     if req.specforge_cmd is not None:
         trainer = parse_specforge_cmd(req.specforge_cmd)
-        tp = tp or trainer.tp
-        ep = ep or trainer.ep
+        tp = trainer.tp if tp is None else tp
+        ep = trainer.ep if ep is None else ep
         max_tokens = trainer.max_tokens
     elif req.max_tokens is not None:
         max_tokens = req.max_tokens
@@ -281,7 +292,7 @@ def plan_from_request(req: PlanRequest) -> Plan:
         max_tokens = sglang_precompile_m_max(req.chunked_prefill_size)
     model = load_model(req.model)
     profile, reason = resolve_profile(req.sglang)
-    par = Parallel(tp=tp or 1, ep=ep or 1, moe_runner_backend=req.moe_runner_backend, max_tokens=max_tokens)
+    par = Parallel(tp=1 if tp is None else tp, ep=1 if ep is None else ep, moe_runner_backend=req.moe_runner_backend, max_tokens=max_tokens)
     return build_plan(model, profile, par, resolve_num_sms(req.gpu, req.num_sms), req.gpu, reason)
 
 
@@ -337,7 +348,8 @@ def plan_from_dict(data: Any, where: str = "manifest") -> Plan:
                     model_type=data.get("model_type", ""), tp=int(data["tp"]), ep=int(data["ep"]),
                     moe_runner_backend=data.get("moe_runner_backend", "auto"), max_tokens=int(data["max_tokens"]),
                     profile=profile, profile_reason=f"manifest {where}", num_sms=int(data["num_sms"]),
-                    gpu=data.get("gpu"), keys=keys, kernels=kernels, notes=list(data.get("notes", [])))
+                    gpu=data.get("gpu"), keys=keys, kernels=kernels, notes=list(data.get("notes", [])),
+                    heuristic=bool(data.get("kernel_model", True)))
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"{where} is malformed: {type(exc).__name__}: {exc}") from None
 

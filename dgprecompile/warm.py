@@ -105,6 +105,9 @@ def _shard(items: list[WorkItem], n: int) -> list[list[WorkItem]]:
 
 
 def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
+    if not plan.heuristic:
+        raise InputError(f"the plan for sglang {plan.profile.id} lists keys only: dgprecompile does not model the "
+                         f"kernel choice of its DeepGEMM ({plan.profile.generation}), so it cannot warm it")
     install = find_deepgemm()
     backend = backend_for(opts.backend, install, plan.profile.generation)
     assert install is not None

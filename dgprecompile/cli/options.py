@@ -45,13 +45,13 @@ def plan_options(func):
                   help="A train.yaml holding these options (command-line options win).")
     @click.option("--model", "-m", default=None,
                   help="Bundled name or alias, config.json path, model directory, or HF repo id in the local cache.")
-    @click.option("--tp", type=int, default=None, help="Tensor-parallel size (default 1).")
-    @click.option("--ep", type=int, default=None, help="Expert-parallel size (default 1).")
+    @click.option("--tp", type=click.IntRange(min=1), default=None, help="Tensor-parallel size (default 1).")
+    @click.option("--ep", type=click.IntRange(min=1), default=None, help="Expert-parallel size (default 1).")
     @click.option("--sglang", "sglang", default=None, metavar="VERSION",
                   help="SGLang version or profile id (default: the installed sglang, else the newest profile).")
     @click.option("--moe-runner-backend", type=click.Choice(MOE_BACKENDS), default=None,
                   help="SGLang's --moe-runner-backend (default auto).")
-    @click.option("--max-tokens", type=int, default=None, help="Largest tokens in one forward on a rank.")
+    @click.option("--max-tokens", type=click.IntRange(min=1), default=None, help="Largest tokens in one forward on a rank.")
     @click.option("--specforge-cmd", default=None, metavar="CMD",
                   help="The trainer's command line; tp, ep and the largest tokens per forward are read from it.")
     @click.option("--chunked-prefill-size", type=int, default=None,
@@ -59,7 +59,7 @@ def plan_options(func):
     @click.option("--gpu", default=None, type=click.Choice(["h100", "h200", "h800", "h20", "h100-pcie"],
                                                            case_sensitive=False),
                   help="GPU model (sets the SM count).")
-    @click.option("--num-sms", type=int, default=None, help="SM count the kernels are chosen for (default 132).")
+    @click.option("--num-sms", type=click.IntRange(min=2), default=None, help="SM count the kernels are chosen for (default 132).")
     @functools.wraps(func)
     def wrapper(*args, manifest, config_file, model, tp, ep, sglang, moe_runner_backend, max_tokens,
                 specforge_cmd, chunked_prefill_size, gpu, num_sms, **kwargs):

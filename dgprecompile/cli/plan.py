@@ -24,7 +24,8 @@ def render_plan(out: Output, plan: Plan, show_buckets: bool) -> None:
     for pk in plan.keys:
         k = pk.key
         rows.append([k.kernel_type.value, k.n, k.k, k.num_groups, "\n".join(k.layers),
-                     f"{k.m_min}..{k.m_max}", len(pk.buckets), len(pk.kernel_ids)])
+                     f"{k.m_min}..{k.m_max}", len(pk.buckets) if plan.heuristic else "?",
+                     len(pk.kernel_ids) if plan.heuristic else "?"])
     out.table(f"{plan.model}  tp={plan.tp} ep={plan.ep}  sglang {plan.profile.id}  "
               f"({plan.profile.deepgemm_distribution} {plan.profile.deepgemm_version}, {plan.num_sms} SMs)",
               ["kernel_type", "n", "k", "groups", "layers", "m (runtime)", "m-buckets", "kernels"], rows)
@@ -35,9 +36,12 @@ def render_plan(out: Output, plan: Plan, show_buckets: bool) -> None:
                 brow.append([pk.key.kernel_type.short, pk.key.n, pk.key.k, pk.key.num_groups,
                              f"{b.m_min}..{b.m_max}", b.m_rep, b.kernel])
         out.table("m-buckets", ["type", "n", "k", "groups", "m", "m_rep", "kernel"], brow)
-    mins = plan.estimate_seconds() / 60
-    out.data_text(f"{plan.total_kernels} distinct kernels; about {mins:.1f} min of serial compile; "
-                  f"cache about {_human_bytes(plan.estimate_bytes())}")
+    if plan.heuristic:
+        mins = plan.estimate_seconds() / 60
+        out.data_text(f"{plan.total_kernels} distinct kernels; about {mins:.1f} min of serial compile; "
+                      f"cache about {_human_bytes(plan.estimate_bytes())}")
+    else:
+        out.data_text(f"{len(plan.keys)} keys; kernels unknown (this DeepGEMM generation's choice is not modelled)")
     for note in plan.notes:
         out.info(f"[dim]note:[/] {note}")
 

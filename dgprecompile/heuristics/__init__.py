@@ -26,7 +26,8 @@ def get_heuristic(generation: str) -> Heuristic:
         from dgprecompile.heuristics.legacy import LegacyHeuristic
 
         return LegacyHeuristic()
-    if generation == "sgl-deep-gemm-0.1":
+    if generation in ("sgl-deep-gemm-0.1", "sgl-deep-gemm-0.2"):
+        # 0.2.x keeps 0.1.x's SM90 heuristic source (docs/heuristics.md); validated on a GPU for 0.1.3 only
         from dgprecompile.heuristics.sm90_cxx import Sm90CxxHeuristic
 
         return Sm90CxxHeuristic()

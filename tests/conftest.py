@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _no_user_sglang_env(monkeypatch):
+    """Tests must not see the developer's own SGLang/DeepGEMM settings."""
+    for name in list(os.environ):
+        if name.startswith(("SGL_", "SGLANG_", "DG_JIT_", "DG_PRINT")):
+            monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def runner():
+    from click.testing import CliRunner
+
+    return CliRunner()
+
+
+def invoke(runner, *args, **kw):
+    from dgprecompile.cli.main import cli
+
+    return runner.invoke(cli, [str(a) for a in args], catch_exceptions=False, **kw)
