@@ -1,0 +1,522 @@
+"""Cache artifacts: pack a warmed cache's planned entries into one archive, and unpack it safely elsewhere.
+
+An artifact is a gzip-compressed tar with::
+
+    dgprecompile/artifact.json     format, schema, fingerprint, plan summary, sha256 and size of every other member
+    dgprecompile/index.json        the cache index restricted to the packed kernels (and the index's extra entries)
+    cache/<entry>/<file>           the entry files, exactly as DeepGEMM wrote them
+
+Packing is deterministic (sorted members, zero mtimes/uids, fixed modes, gzip mtime 0): the same cache packs
+to the same bytes, so a CI cache keyed on the fingerprint stays stable.
+
+Unpacking reads the whole archive and checks it (format, member names and types, every sha256, the index
+against the members) and the fingerprint against this environment before it touches the cache; then it
+extracts the new entries into a staging directory on the cache's filesystem, moves each into ``cache/``
+with one rename (never over an existing entry) and merges the index under its lock. Any failure undoes what
+this unpack installed, so the cache is left as it was.
+"""
+
+from __future__ import annotations
+
+import errno
+import gzip
+import hashlib
+import io
+import json
+import os
+import shutil
+import tarfile
+import tempfile
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from dgprecompile import __version__
+from dgprecompile.cachestore import CacheStore, EntryRecord, Index
+from dgprecompile.errors import CheckFailed, DGError, EnvironmentProblem, InputError
+from dgprecompile.fingerprint import differences, short_id
+from dgprecompile.plan import Plan
+
+FORMAT = "dgprecompile-cache-artifact"
+ARTIFACT_SCHEMA = 1
+MANIFEST_MEMBER = "dgprecompile/artifact.json"
+INDEX_MEMBER = "dgprecompile/index.json"
+ENTRY_DIR = "cache"
+META_LIMIT = 64 << 20  # artifact.json and index.json are read into memory; no real one comes near this
+CHUNK = 1 << 20
+NOT_OURS_HINT = "only unpack artifacts written by `dgprecompile pack`; pack it again from the warmed cache"
+
+
+# ---- pack -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PackResult:
+    path: Path
+    fingerprint_id: str
+    kernels: list[str]
+    missing: list[str]
+    entries: list[str]
+    bytes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": str(self.path), "fingerprint_id": self.fingerprint_id, "kernels": len(self.kernels),
+                "missing": self.missing, "entries": len(self.entries), "bytes": self.bytes}
+
+
+def plan_summary(plan: Plan) -> dict[str, Any]:
+    """The same record warm writes into the index's ``plans``."""
+    return {"model": plan.model, "tp": plan.tp, "ep": plan.ep, "sglang_profile": plan.profile.id,
+            "moe_runner_backend": plan.moe_runner_backend, "num_sms": plan.num_sms,
+            "max_tokens": plan.max_tokens, "kernels": len(plan.kernels)}
+
+
+def _tarinfo(name: str, size: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mtime = 0
+    info.mode = 0o644
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    info.type = tarfile.REGTYPE
+    return info
+
+
+def _json_bytes(data: Any) -> bytes:
+    return (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
+
+
+def output_path(template: str, fingerprint: dict[str, Any]) -> Path:
+    """``-o`` with ``{fingerprint}`` replaced by the fingerprint's short id."""
+    return Path(template.replace("{fingerprint}", short_id(fingerprint))).expanduser()
+
+
+def pack_cache(plan: Plan, store: CacheStore, output: str, *, allow_missing: bool = False) -> PackResult:
+    index = store.read_index()
+    if not index.fingerprint:
+        raise CheckFailed(f"{store.root} has no dgprecompile index: nothing warmed there to pack",
+                          hint=f"run `dgprecompile warm ... --cache-dir {store.root}` first")
+    kernels: dict[str, EntryRecord] = {}
+    missing: list[str] = []
+    changed: list[tuple[str, str, str]] = []
+    for kid in sorted(plan.kernels):
+        record = index.kernels.get(kid)
+        problem = "missing" if record is None else store.check_entry(record)
+        if problem is None:
+            kernels[kid] = record
+        elif problem == "missing":
+            missing.append(kid)
+        else:
+            changed.append((kid, record.entry, problem))
+    if changed:
+        kid, entry, problem = changed[0]
+        raise CheckFailed(f"{len(changed)} cache entries differ from the index, e.g. {entry}: {problem}",
+                          hint=f"remove {store.entry_path(entry)} and run `dgprecompile warm` again")
+    if missing and not allow_missing:
+        raise CheckFailed(f"{len(missing)} of {len(plan.kernels)} planned kernels are not in the cache "
+                          f"(e.g. {missing[0]})",
+                          hint="run `dgprecompile warm` with the same plan first, or pass --allow-missing")
+    # the index does not say which planned kernel an extra entry belongs to, so every intact one travels
+    extra = {name: rec for name, rec in sorted(index.extra.items()) if store.check_entry(rec) is None}
+    packed = Index(index.fingerprint, kernels, extra, [plan_summary(plan)])
+    entries = sorted({r.entry: r for r in [*kernels.values(), *extra.values()]}.values(), key=lambda r: r.entry)
+
+    target = output_path(output, index.fingerprint)
+    if target.is_dir():
+        raise InputError(f"{target} is a directory", hint="pass a file name to -o, e.g. -o out/cache-{fingerprint}.tar.gz")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            _write_archive(raw, store, packed, entries, plan, missing)
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return PackResult(target, short_id(index.fingerprint), sorted(kernels), missing, [r.entry for r in entries],
+                      target.stat().st_size)
+
+
+def _write_archive(raw: IO[bytes], store: CacheStore, packed: Index, entries: list[EntryRecord], plan: Plan,
+                   missing: list[str]) -> None:
+    members: dict[str, bytes] = {INDEX_MEMBER: _json_bytes(packed.to_dict())}
+    files: list[tuple[str, Path, str]] = []
+    for record in entries:
+        for name, digest in sorted(record.files.items()):
+            files.append((f"{ENTRY_DIR}/{record.entry}/{name}", store.entry_path(record.entry) / name, digest))
+    listing = {INDEX_MEMBER: {"sha256": hashlib.sha256(members[INDEX_MEMBER]).hexdigest(),
+                              "bytes": len(members[INDEX_MEMBER])}}
+    blobs: dict[str, bytes] = {}
+    for member, path, digest in files:
+        data = path.read_bytes()
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise CheckFailed(f"{path} changed while packing", hint="run pack again when no warm is writing")
+        blobs[member] = data
+        listing[member] = {"sha256": digest, "bytes": len(data)}
+    manifest = {
+        "format": FORMAT, "schema": ARTIFACT_SCHEMA, "created_by": f"dgprecompile {__version__}",
+        "fingerprint": packed.fingerprint, "fingerprint_id": short_id(packed.fingerprint),
+        "generation": (packed.fingerprint.get("deepgemm") or {}).get("generation"),
+        "plan": plan_summary(plan), "kernels": sorted(packed.kernels), "missing": missing,
+        "entries": [r.entry for r in entries], "members": dict(sorted(listing.items())),
+    }
+    with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz:
+        with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            # the manifest first, so a reader knows what it holds before the data
+            for name, data in [(MANIFEST_MEMBER, _json_bytes(manifest)), (INDEX_MEMBER, members[INDEX_MEMBER]),
+                               *sorted(blobs.items())]:
+                tar.addfile(_tarinfo(name, len(data)), io.BytesIO(data))
+
+
+# ---- reading and checking an artifact --------------------------------------------------------------------
+
+
+@dataclass
+class Artifact:
+    path: Path
+    manifest: dict[str, Any]
+    index: Index
+    members: dict[str, str]  # member name -> sha256 (entry files only)
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        return self.manifest["fingerprint"]
+
+    def entry_records(self) -> dict[str, EntryRecord]:
+        return {r.entry: r for r in [*self.index.kernels.values(), *self.index.extra.values()]}
+
+
+def _refuse(path: Path, name: str, why: str) -> InputError:
+    return InputError(f"{path}: refusing member {name!r}: {why}; nothing was unpacked", hint=NOT_OURS_HINT)
+
+
+def _valid_entry_name(name: str) -> bool:
+    return bool(name) and name not in (".", "..") and not name.startswith(".") and "/" not in name
+
+
+def check_member(path: Path, info: tarfile.TarInfo) -> None:
+    """Refuse anything but regular files and directories at the places an artifact has them."""
+    name = info.name
+    if name.startswith("/") or (len(name) > 1 and name[1] == ":") or "\\" in name:
+        raise _refuse(path, name, "absolute path")
+    parts = name.rstrip("/").split("/") if info.isdir() else name.split("/")
+    if ".." in parts:
+        raise _refuse(path, name, "'..' in the path")
+    if info.issym() or info.islnk():
+        raise _refuse(path, name, f"a link (to {info.linkname!r})")
+    if info.ischr() or info.isblk():
+        raise _refuse(path, name, "a device node")
+    if info.isfifo():
+        raise _refuse(path, name, "a fifo")
+    if not (info.isreg() or info.isdir()):
+        raise _refuse(path, name, "not a regular file or directory")
+    if any(p in ("", ".") for p in parts):
+        raise _refuse(path, name, "an empty or '.' path component")
+    if info.isdir():
+        ok = parts in (["dgprecompile"], [ENTRY_DIR]) or (len(parts) == 2 and parts[0] == ENTRY_DIR
+                                                          and _valid_entry_name(parts[1]))
+    else:
+        ok = name in (MANIFEST_MEMBER, INDEX_MEMBER) or (
+            len(parts) == 3 and parts[0] == ENTRY_DIR and _valid_entry_name(parts[1])
+            and _valid_entry_name(parts[2]))
+    if not ok:
+        raise _refuse(path, name, f"outside {MANIFEST_MEMBER}, {INDEX_MEMBER} and {ENTRY_DIR}/<entry>/<file>")
+
+
+def _corrupt(path: Path, exc: BaseException) -> InputError:
+    why = str(exc).strip() or type(exc).__name__
+    return InputError(f"{path} is truncated or corrupt ({why}); nothing was unpacked",
+                      hint="download or copy the artifact again, or pack it again from the warmed cache")
+
+
+def _open_stream(path: Path):
+    if not path.exists():
+        raise InputError(f"artifact not found: {path}", hint="pass the file `dgprecompile pack -o` wrote")
+    if not path.is_file():
+        raise InputError(f"{path} is not a file", hint="pass the file `dgprecompile pack -o` wrote")
+    try:
+        f = open(path, "rb")
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror}") from None
+    if f.read(2) != b"\x1f\x8b":
+        f.close()
+        raise InputError(f"{path} is not a dgprecompile artifact (not gzip-compressed)", hint=NOT_OURS_HINT)
+    f.seek(0)
+    return f
+
+
+def read_artifact(path: str | Path) -> Artifact:
+    """Read the whole archive and check everything about it; writes nothing anywhere."""
+    path = Path(path)
+    seen: dict[str, str] = {}
+    meta: dict[str, bytes] = {}
+    with _open_stream(path) as f:
+        try:
+            with tarfile.open(fileobj=f, mode="r|gz") as tar:
+                for info in tar:
+                    check_member(path, info)
+                    key = info.name.rstrip("/")
+                    if key in seen or key in meta:
+                        raise _refuse(path, info.name, "appears twice")
+                    if info.isdir():
+                        continue
+                    stream = tar.extractfile(info)
+                    if info.name in (MANIFEST_MEMBER, INDEX_MEMBER):
+                        if info.size > META_LIMIT:
+                            raise _refuse(path, info.name, f"{info.size} bytes is too large")
+                        meta[info.name] = stream.read()
+                    else:
+                        h = hashlib.sha256()
+                        for chunk in iter(lambda s=stream: s.read(CHUNK), b""):
+                            h.update(chunk)
+                        seen[info.name] = h.hexdigest()
+        except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            raise _corrupt(path, exc) from None
+        except OSError as exc:
+            raise _corrupt(path, exc) from None
+    if MANIFEST_MEMBER not in meta:
+        raise InputError(f"{path} is not a dgprecompile cache artifact (no {MANIFEST_MEMBER})", hint=NOT_OURS_HINT)
+    manifest = _load_json(path, MANIFEST_MEMBER, meta[MANIFEST_MEMBER])
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise InputError(f"{path} is not a dgprecompile cache artifact ({MANIFEST_MEMBER} has another format)",
+                         hint=NOT_OURS_HINT)
+    if manifest.get("schema") != ARTIFACT_SCHEMA:
+        raise InputError(f"{path} has artifact schema {manifest.get('schema')!r}; this dgprecompile reads schema "
+                         f"{ARTIFACT_SCHEMA}", hint="unpack it with the dgprecompile version that packed it")
+    listing = manifest.get("members")
+    if not isinstance(listing, dict) or not isinstance(manifest.get("fingerprint"), dict):
+        raise InputError(f"{path}: {MANIFEST_MEMBER} is malformed (no members or fingerprint)", hint=NOT_OURS_HINT)
+    actual = dict(seen)
+    if INDEX_MEMBER in meta:
+        actual[INDEX_MEMBER] = hashlib.sha256(meta[INDEX_MEMBER]).hexdigest()
+    for name in sorted(set(listing) | set(actual)):
+        if name not in actual:
+            raise InputError(f"{path} is incomplete: member {name} is listed but absent; nothing was unpacked",
+                             hint="download or copy the artifact again")
+        if name not in listing:
+            raise _refuse(path, name, "not listed in the artifact's manifest")
+        want = listing[name].get("sha256") if isinstance(listing[name], dict) else None
+        if want != actual[name]:
+            raise InputError(f"{path}: member {name} is corrupt (sha256 {actual[name][:12]}..., the manifest says "
+                             f"{str(want)[:12]}...); nothing was unpacked",
+                             hint="download or copy the artifact again, or pack it again from the warmed cache")
+    try:
+        index = Index.from_dict(_load_json(path, INDEX_MEMBER, meta[INDEX_MEMBER]), f"{path}:{INDEX_MEMBER}")
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise InputError(f"{path}: {INDEX_MEMBER} is malformed ({exc})", hint=NOT_OURS_HINT) from None
+    if index.fingerprint != manifest["fingerprint"]:
+        raise InputError(f"{path}: the index and the manifest disagree on the fingerprint", hint=NOT_OURS_HINT)
+    art = Artifact(path, manifest, index, seen)
+    # every entry the index records is in the archive file for file, and nothing else is
+    expected: dict[str, str] = {}
+    for record in art.entry_records().values():
+        if not _valid_entry_name(record.entry):
+            raise InputError(f"{path}: the index names a bad entry {record.entry!r}", hint=NOT_OURS_HINT)
+        for fname, digest in record.files.items():
+            expected[f"{ENTRY_DIR}/{record.entry}/{fname}"] = digest
+    if expected != seen:
+        odd = sorted(set(expected) ^ set(seen)) or sorted(k for k in seen if seen[k] != expected.get(k))
+        raise InputError(f"{path}: the index does not match the archived files (e.g. {odd[0]})", hint=NOT_OURS_HINT)
+    return art
+
+
+def _load_json(path: Path, member: str, data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: {member} is not valid JSON ({exc})", hint=NOT_OURS_HINT) from None
+
+
+# ---- unpack ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class UnpackResult:
+    cache_dir: str
+    fingerprint_id: str
+    added: list[str] = field(default_factory=list)  # entries installed by this unpack
+    present: list[str] = field(default_factory=list)  # identical entries already in the cache
+    kept: list[str] = field(default_factory=list)  # existing entries that differ from the artifact's: kept
+    indexed: int = 0  # kernel records added to the index
+    stale: list[tuple[str, Any, Any]] = field(default_factory=list)  # fingerprint differences (only with --force)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cache_dir": self.cache_dir, "fingerprint_id": self.fingerprint_id, "added": self.added,
+                "already_present": self.present, "kept_existing": self.kept, "index_records_added": self.indexed,
+                "forced_differences": [{"field": f, "artifact": a, "here": b} for f, a, b in self.stale],
+                "warnings": self.warnings}
+
+
+def _fields(stale: list[tuple[str, Any, Any]]) -> str:
+    return "; ".join(f"{f}: {a!r} vs {b!r}" for f, a, b in stale)
+
+
+def _same_entry(store: CacheStore, record: EntryRecord) -> bool:
+    return store.check_entry(record) is None
+
+
+def _copy_stream(src: IO[bytes], dest: Path) -> str:
+    """Write one member to ``dest``; returns its sha256. The only place unpack writes entry bytes."""
+    h = hashlib.sha256()
+    with open(dest, "xb") as out:
+        for chunk in iter(lambda: src.read(CHUNK), b""):
+            h.update(chunk)
+            out.write(chunk)
+        out.flush()
+        os.fsync(out.fileno())
+    return h.hexdigest()
+
+
+def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool = False, nvcc: str | None = None,
+                    num_sms: int | None = None) -> UnpackResult:
+    """Check ``path`` fully, then merge it into ``store`` (None: the cache dir of the artifact's sglang profile)."""
+    from dgprecompile.verify import current_environment
+
+    art = read_artifact(path)
+    fp = art.fingerprint
+    if store is None:
+        store = CacheStore(default_cache_dir(art))
+    result = UnpackResult(str(store.root), short_id(fp))
+    generation = (fp.get("deepgemm") or {}).get("generation") or "unknown"
+    env = current_environment(generation, fp, nvcc=nvcc, num_sms=num_sms)
+    if env.fingerprint is None:
+        why = "; ".join(env.warnings) or "no DeepGEMM or nvcc here"
+        if not force:
+            raise CheckFailed(f"the artifact's fingerprint could not be checked here ({why})",
+                              hint="install the DeepGEMM and nvcc the artifact was built with, or pass --force")
+        result.warnings.append(f"fingerprint not checked ({why}); unpacking because of --force")
+    else:
+        stale = differences(fp, env.fingerprint)
+        if stale and not force:
+            raise CheckFailed(f"the artifact was built for another environment: {_fields(stale)}",
+                              hint="the runtime here would not find its kernels: warm here instead, or pass --force")
+        result.stale = stale
+        if stale:
+            result.warnings.append(f"unpacking despite fingerprint differences (--force): {_fields(stale)}")
+    existing = store.read_index()
+    if existing.fingerprint:
+        theirs = differences(existing.fingerprint, fp)
+        if theirs and not force:
+            raise CheckFailed(f"the cache at {store.root} was built for another environment than the artifact: "
+                              f"{_fields(theirs)}", hint="unpack into another --cache-dir, or pass --force")
+        if theirs:
+            result.warnings.append("the cache's index now carries the artifact's fingerprint (--force)")
+
+    records = art.entry_records()
+    to_add: dict[str, EntryRecord] = {}
+    for name, record in sorted(records.items()):
+        if not store.entry_path(name).exists():
+            to_add[name] = record
+        elif _same_entry(store, record):
+            result.present.append(name)
+        else:
+            result.kept.append(name)
+
+    def merge(index: Index) -> int:
+        added = 0
+        if not index.fingerprint or differences(index.fingerprint, fp):
+            index.fingerprint = fp
+        for kid, record in art.index.kernels.items():
+            if record.entry in result.kept:
+                continue
+            mine = index.kernels.get(kid)
+            if mine is None or (mine != record and store.check_entry(mine) is not None):
+                index.kernels[kid] = record
+                added += 1
+        for name, record in art.index.extra.items():
+            if name not in result.kept and name not in index.extra:
+                index.extra[name] = record
+        for plan in art.index.plans:
+            if plan not in index.plans:
+                index.plans.append(plan)
+        return added
+
+    probe = Index.from_dict(existing.to_dict(), "index")
+    merge(probe)
+    index_changes = probe.to_dict() != existing.to_dict()
+    if not to_add and not index_changes:
+        return result
+
+    created_root = not store.root.exists()
+    installed: list[Path] = []
+    staging: Path | None = None
+    try:
+        staging = store.new_staging()
+        if to_add:
+            _extract(art, to_add, staging)
+        for name in sorted(to_add):
+            if store.install_entry(staging / name):
+                installed.append(store.entry_path(name))
+                result.added.append(name)
+            elif _same_entry(store, to_add[name]):  # another process installed the same entry meanwhile
+                result.present.append(name)
+            else:
+                result.kept.append(name)
+        counter: list[int] = []
+        store.update_index(lambda index: counter.append(merge(index)))
+        result.indexed = counter[0] if counter else 0
+    except BaseException as exc:
+        for entry in reversed(installed):
+            shutil.rmtree(entry, ignore_errors=True)
+        if created_root:
+            shutil.rmtree(store.root, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise _write_error(store, exc, art) from None
+        raise
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+    return result
+
+
+def _extract(art: Artifact, to_add: dict[str, EntryRecord], staging: Path) -> None:
+    """Second pass over the archive: write the new entries' files under ``staging/<entry>/``."""
+    try:
+        with _open_stream(art.path) as f, tarfile.open(fileobj=f, mode="r|gz") as tar:
+            for info in tar:
+                check_member(art.path, info)
+                parts = info.name.split("/")
+                if not info.isreg() or parts[0] != ENTRY_DIR or parts[1] not in to_add:
+                    continue
+                (staging / parts[1]).mkdir(exist_ok=True)
+                digest = _copy_stream(tar.extractfile(info), staging / parts[1] / parts[2])
+                if digest != art.members.get(info.name):
+                    raise InputError(f"{art.path} changed while it was being unpacked ({info.name}); the cache is "
+                                     "unchanged", hint="unpack it again once nothing is writing the file")
+    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise _corrupt(art.path, exc) from None
+    for name, record in to_add.items():
+        if not all((staging / name / fname).is_file() for fname in record.files):
+            raise InputError(f"{art.path} changed while it was being unpacked ({name} incomplete); the cache is "
+                             "unchanged", hint="unpack it again once nothing is writing the file")
+
+
+def default_cache_dir(art: Artifact) -> str:
+    """The cache directory the runtime of the artifact's sglang profile uses here."""
+    from dgprecompile.profiles import resolve_profile
+
+    profile_id = (art.manifest.get("plan") or {}).get("sglang_profile")
+    try:
+        profile, _ = resolve_profile(profile_id)
+    except DGError:
+        raise InputError(f"{art.path} was packed for sglang profile {profile_id!r}, unknown here",
+                         hint="pass --cache-dir") from None
+    return profile.cache_dir()
+
+
+def _write_error(store: CacheStore, exc: OSError, art: Artifact) -> DGError:
+    need = sum(r.bytes for r in art.entry_records().values())
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return EnvironmentProblem(f"no space left on the filesystem of {store.root} while unpacking; the cache is "
+                                  "unchanged", hint=f"free space (the artifact needs about {need / 1e6:.1f} MB) or "
+                                  "pass --cache-dir on a larger filesystem")
+    where = exc.filename or store.root
+    return EnvironmentProblem(f"cannot write {where} while unpacking ({exc.strerror or exc}); the cache is unchanged",
+                              hint="check the permissions and free space of the --cache-dir")

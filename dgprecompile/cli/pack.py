@@ -1,0 +1,44 @@
+"""`dgprecompile pack`: one deterministic archive of a warmed cache's planned entries, index and fingerprint."""
+
+from __future__ import annotations
+
+import click
+
+from dgprecompile.artifact import pack_cache
+from dgprecompile.cachestore import CacheStore
+from dgprecompile.cli.options import cache_dir_option, json_option, plan_options, resolve_plan
+from dgprecompile.output import Output
+
+
+@click.command("pack")
+@plan_options
+@cache_dir_option
+@click.option("-o", "--output", required=True, metavar="ARTIFACT",
+              help="Archive to write (.tar.gz); `{fingerprint}` in it becomes the cache's fingerprint id.")
+@click.option("--allow-missing", is_flag=True, help="Pack even if some planned kernels are not in the cache.")
+@json_option
+def command(plan_request, manifest, config, cache_dir, output, allow_missing, as_json) -> None:
+    """Pack the plan's cache entries, the index and the fingerprint into one compressed archive.
+
+    The same cache packs to the same bytes. The final path is printed on stdout, so CI can pick it up;
+    put `{fingerprint}` in the name to key a CI cache on the environment the kernels were built for.
+    Refuses a cache that lacks planned kernels (unless --allow-missing) or whose entries no longer match
+    the index.
+
+    \b
+    Examples:
+      dgprecompile pack --manifest plan.yaml --cache-dir .cache/deep_gemm -o out/deepgemm-{fingerprint}.tar.gz
+      dgprecompile pack --model Qwen3-Coder-480B --tp 8 --ep 8 --sglang 0.5.1 -o cache.tar.gz
+    """
+    out = Output(quiet=as_json)
+    plan = resolve_plan(plan_request, manifest)
+    store = CacheStore(cache_dir or config.get("cache_dir") or plan.profile.cache_dir())
+    result = pack_cache(plan, store, output, allow_missing=allow_missing)
+    if result.missing:
+        out.warn(f"{len(result.missing)} planned kernels are not in the artifact (--allow-missing)")
+    out.info(f"packed {len(result.kernels)} kernels ({len(result.entries)} entries, {result.bytes / 1e6:.2f} MB) "
+             f"from {store.root}; fingerprint {result.fingerprint_id}")
+    if as_json:
+        out.data_json(result.to_dict())
+    else:
+        out.data_text(str(result.path))
