@@ -27,8 +27,6 @@ def plan_for(plan_request: PlanRequest, manifest: str | None, trace: str | None)
             raise
         raise InputError("tracing is not available in this dgprecompile (no dgprecompile.trace)",
                          hint="verify against a plan instead: --manifest FILE or --model/--tp/--ep/--sglang") from None
-    if not Path(trace).is_dir():
-        raise InputError(f"trace directory not found: {trace}", hint="pass the DIR a traced run wrote")
     return plan_from_trace(Path(trace), plan_request)
 
 
