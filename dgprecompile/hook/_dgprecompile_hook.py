@@ -1,0 +1,369 @@
+"""The part of dgprecompile that runs inside the trainer's processes (stdlib only, no eager DeepGEMM import).
+
+Configured by `dgprecompile launch` through the environment:
+
+  DGPRECOMPILE_TRACE_DIR    record every DeepGEMM GEMM call as JSON lines in DIR/trace-rank<RANK>-<pid>.jsonl
+  DGPRECOMPILE_STRICT=1     with DGPRECOMPILE_GENERATION=legacy: the legacy Python JIT's compilers refuse to run
+  DGPRECOMPILE_PLAN_INFO    JSON file {"kernels": [...], "warm": "dgprecompile warm ..."} for refusal messages
+  DGPRECOMPILE_EVENTS       JSON-lines file where refusals are appended (the launcher reports them at exit)
+  DGPRECOMPILE_CACHE_DIR    the warmed cache, for messages
+
+Both hooks act when the module they concern is imported (a ``sys.meta_path`` post-import hook), before the
+importer (e.g. sglang's ``from deep_gemm import fp8_gemm_nt``) sees the module.
+
+Run as a script (``python _dgprecompile_hook.py nvcc-refuse ARGS``) it is the refusing half of ``bin/nvcc``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import importlib.abc
+import json
+import os
+import re
+import sys
+import time
+
+ENV_TRACE = "DGPRECOMPILE_TRACE_DIR"
+ENV_STRICT = "DGPRECOMPILE_STRICT"
+ENV_GENERATION = "DGPRECOMPILE_GENERATION"
+ENV_PLAN_INFO = "DGPRECOMPILE_PLAN_INFO"
+ENV_EVENTS = "DGPRECOMPILE_EVENTS"
+ENV_CACHE_DIR = "DGPRECOMPILE_CACHE_DIR"
+ENV_WARM_HINT = "DGPRECOMPILE_WARM_HINT"
+REFUSED_EXIT = 97
+
+# SGLang's kernel-type names for each DeepGEMM entry point (legacy API, then the C++ API and its fp8_fp4 aliases)
+DENSE, MASKED, CONTIG = "GEMM_NT_F8F8BF16", "GROUPED_GEMM_NT_F8F8BF16_MASKED", "GROUPED_GEMM_NT_F8F8BF16_CONTIG"
+ENTRY_POINTS = {
+    "gemm_fp8_fp8_bf16_nt": DENSE,
+    "m_grouped_gemm_fp8_fp8_bf16_nt_masked": MASKED,
+    "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous": CONTIG,
+    "fp8_gemm_nt": DENSE,
+    "fp8_fp4_gemm_nt": DENSE,
+    "fp8_m_grouped_gemm_nt_masked": MASKED,
+    "m_grouped_fp8_fp4_gemm_nt_masked": MASKED,
+    "m_grouped_fp8_gemm_nt_contiguous": CONTIG,
+    "m_grouped_fp8_fp4_gemm_nt_contiguous": CONTIG,
+}
+
+
+# ---- post-import hooks -----------------------------------------------------------------------------------
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, inner, callback):
+        self._inner, self._callback = inner, callback
+
+    def create_module(self, spec):
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module):
+        self._inner.exec_module(module)
+        try:
+            self._callback(module)
+        except Exception as exc:  # never break the import
+            sys.stderr.write(f"dgprecompile hook: patching {module.__name__} failed ({type(exc).__name__}: {exc})\n")
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+class PostImportFinder(importlib.abc.MetaPathFinder):
+    """Runs callback(module) right after the named modules execute, before their importer gets them."""
+
+    def __init__(self, callbacks):
+        self.callbacks = dict(callbacks)
+
+    def find_spec(self, fullname, path, target=None):
+        callback = self.callbacks.get(fullname)
+        if callback is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _Loader(spec.loader, callback)
+                return spec
+        return None
+
+
+# ---- tracing ---------------------------------------------------------------------------------------------
+
+
+class TraceRecorder:
+    """Appends one JSON line per distinct call the first time it is seen (so a crash keeps every shape), and
+    the remaining counts at exit. Repeated calls cost a tuple and a dict update."""
+
+    def __init__(self, trace_dir, api="unknown"):
+        self.dir = trace_dir
+        self.api = api
+        self._reset()
+        atexit.register(self.close)
+
+    def _reset(self):
+        self.pid = os.getpid()
+        self.fd = None
+        self.counts = {}
+        self.written = {}
+        self.errors = 0
+
+    def _open(self):
+        os.makedirs(self.dir, exist_ok=True)
+        rank = os.environ.get("RANK", "0")
+        path = os.path.join(self.dir, f"trace-rank{rank}-{self.pid}.jsonl")
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        header = {"dgprecompile_trace": 1, "rank": int(rank) if rank.isdigit() else rank,
+                  "local_rank": os.environ.get("LOCAL_RANK"), "pid": self.pid, "api": self.api,
+                  "argv": sys.argv[:4], "time": time.time()}
+        os.write(self.fd, (json.dumps(header) + "\n").encode())
+
+    def _line(self, key, count):
+        kt, m, n, k, g = key
+        return json.dumps({"kernel_type": kt, "m": m, "n": n, "k": k, "num_groups": g, "count": count}) + "\n"
+
+    def record(self, kernel_type, m, n, k, num_groups):
+        key = (kernel_type, m, n, k, num_groups)
+        count = self.counts.get(key)
+        if count is not None and self.pid == os.getpid():
+            self.counts[key] = count + 1
+            return
+        if self.pid != os.getpid():  # a forked child: its own file, its own counts
+            self._reset()
+        if self.fd is None:
+            self._open()
+        self.counts[key] = 1
+        self.written[key] = 1
+        os.write(self.fd, self._line(key, 1).encode())
+
+    def close(self):
+        if self.fd is None or self.pid != os.getpid():
+            return
+        lines = [self._line(key, c - self.written.get(key, 0)) for key, c in self.counts.items()
+                 if c > self.written.get(key, 0)]
+        if lines:
+            os.write(self.fd, "".join(lines).encode())
+        for key, c in self.counts.items():
+            self.written[key] = c
+        if self.errors:
+            os.write(self.fd, (json.dumps({"dgprecompile_trace_errors": self.errors}) + "\n").encode())
+            self.errors = 0
+
+
+def _first(x):
+    return x[0] if isinstance(x, (tuple, list)) else x
+
+
+def _arg(args, kwargs, index, names):
+    if len(args) > index:
+        return args[index]
+    for name in names:
+        if name in kwargs:
+            return kwargs[name]
+    raise KeyError(names[0])
+
+
+def shape_of(kind, args, kwargs):
+    """(m, n, k, num_groups) of one call, as SGLang's deep_gemm_execution_hook computes them."""
+    a = _first(_arg(args, kwargs, 0, ("a", "lhs")))
+    b = _first(_arg(args, kwargs, 1, ("b", "rhs")))
+    if kind == DENSE:
+        return int(a.shape[0]), int(b.shape[0]), int(a.shape[1]), 1
+    if kind == MASKED:
+        expected_m = _arg(args, kwargs, 4, ("expected_m",))
+        return int(expected_m), int(b.shape[1]), int(a.shape[2]), int(a.shape[0])
+    return int(a.shape[0]), int(b.shape[1]), int(a.shape[1]), int(b.shape[0])
+
+
+def make_wrapper(fn, kind, recorder):
+    record = recorder.record
+
+    def wrapper(*args, **kwargs):
+        try:
+            m, n, k, g = shape_of(kind, args, kwargs)
+            record(kind, m, n, k, g)
+        except Exception:
+            recorder.errors += 1
+        return fn(*args, **kwargs)
+
+    try:
+        functools.update_wrapper(wrapper, fn)
+    except Exception:
+        pass
+    wrapper.__dgprecompile_wrapped__ = fn
+    return wrapper
+
+
+def wrap_entry_points(module, recorder):
+    wrapped = []
+    for name, kind in ENTRY_POINTS.items():
+        fn = getattr(module, name, None)
+        if fn is None or not callable(fn) or hasattr(fn, "__dgprecompile_wrapped__"):
+            continue
+        setattr(module, name, make_wrapper(fn, kind, recorder))
+        wrapped.append(name)
+    return wrapped
+
+
+# ---- strict mode -----------------------------------------------------------------------------------------
+
+
+def _plan_info():
+    path = os.environ.get(ENV_PLAN_INFO)
+    if not path:
+        return {}
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def log_event(event):
+    path = os.environ.get(ENV_EVENTS)
+    if not path:
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, (json.dumps(event) + "\n").encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def refusal_message(kernel, entry=None, kernel_id=None):
+    info = _plan_info()
+    warm = info.get("warm") or os.environ.get(ENV_WARM_HINT) or "dgprecompile warm --manifest PLAN --cache-dir DIR"
+    cache = os.environ.get(ENV_CACHE_DIR) or os.environ.get("DG_JIT_CACHE_DIR") or "the cache"
+    lines = [f"dgprecompile strict mode: DeepGEMM tried to compile kernel {kernel} at run time"
+             + (f" (cache entry {entry})" if entry else "")
+             + f", but runtime JIT is off under `dgprecompile launch` and {cache} does not hold it."]
+    planned = info.get("kernels")
+    if kernel_id is not None and planned is not None and kernel_id not in planned:
+        lines.append(f"  This kernel ({kernel_id}) is not in the plan: the trainer ran a shape the plan does not "
+                     "cover. Record what runs with `dgprecompile launch --no-strict` (writes a misses file), then "
+                     "`dgprecompile warm --from-misses FILE`.")
+    else:
+        lines.append(f"  Warm it with: {warm}")
+        lines.append("  (or record what runs with `dgprecompile launch --no-strict` and warm the misses with "
+                     "`dgprecompile warm --from-misses FILE`)")
+    return "\n".join(lines)
+
+
+_LEGACY_TEMPLATE = re.compile(r"fp8_gemm_kernel<(.*?)>\s*\)", re.S)
+
+
+def legacy_kernel_id(entry, code):
+    """The dgprecompile kernel id of a legacy build (entry 'kernel.<family>.<hash>' + generated source)."""
+    parts = entry.split(".")
+    family = parts[1] if len(parts) >= 3 and parts[0] == "kernel" else entry
+    match = _LEGACY_TEMPLATE.search(code or "")
+    if not match:
+        return None
+    v = [x.strip() for x in match.group(1).split(",")]
+    if len(v) != 14:
+        return None
+    n, k, bm, bn, _bk, pad, sw, g, st, _tma, _math, mc, a, gemm_type = v
+    gemm_type = gemm_type.split("::")[-1]
+    return (f"{family}:T{gemm_type}.N{n}.K{k}.G{g}.BM{bm}.BN{bn}.ST{st}.SW{sw}.PAD{pad}.MC{mc}"
+            f".A{'t' if a == 'true' else 'f'}")
+
+
+def patch_legacy_compiler(module):
+    """Make NVCCCompiler/NVRTCCompiler.compile of the legacy Python JIT raise instead of compiling.
+
+    Compiler.build computes the cache key and looks the entry up before it calls compile(), so hits are
+    untouched; only a miss reaches compile(). build() has already made the empty entry directory by then: we
+    remove it again (only if empty) so the cache is left as it was.
+    """
+    def refuse(cls, name, code, target_path):
+        entry_dir = None
+        try:
+            entry_dir = os.path.join(module.get_cache_dir(), name)
+            os.rmdir(entry_dir)
+        except Exception:
+            pass
+        kid = legacy_kernel_id(name, code)
+        message = refusal_message(kid or name, entry=name, kernel_id=kid)
+        log_event({"event": "refused", "generation": "legacy", "kernel": kid, "entry": name, "pid": os.getpid(),
+                   "rank": os.environ.get("RANK"), "time": time.time()})
+        sys.stderr.write(message + "\n")
+        sys.stderr.flush()
+        raise RuntimeError(message)
+
+    for cls_name in ("NVCCCompiler", "NVRTCCompiler"):
+        cls = getattr(module, cls_name, None)
+        if cls is not None:
+            cls.compile = classmethod(refuse)
+
+
+# ---- install ---------------------------------------------------------------------------------------------
+
+_state = {}
+
+
+def install():
+    callbacks = {}
+    trace_dir = os.environ.get(ENV_TRACE)
+    if trace_dir:
+        def on_deep_gemm(module):
+            api = "legacy" if hasattr(module, "gemm_fp8_fp8_bf16_nt") else "cxx"
+            recorder = TraceRecorder(trace_dir, api)
+            _state["recorder"] = recorder
+            _state["wrapped"] = wrap_entry_points(module, recorder)
+
+        callbacks["deep_gemm"] = on_deep_gemm
+    if os.environ.get(ENV_STRICT) == "1" and os.environ.get(ENV_GENERATION) == "legacy":
+        callbacks["deep_gemm.jit.compiler"] = patch_legacy_compiler
+    if not callbacks:
+        return
+    for name in [n for n in callbacks if n in sys.modules]:  # already imported (not at startup, but be safe)
+        callbacks.pop(name)(sys.modules[name])
+    if callbacks:
+        sys.meta_path.insert(0, PostImportFinder(callbacks))
+
+
+# ---- the refusing half of bin/nvcc ------------------------------------------------------------------------
+
+_INSTANTIATION = re.compile(r"&\s*([A-Za-z_][\w:]*)\s*<(.*?)>\s*\)", re.S)
+
+
+def describe_cu(path):
+    """'name<args>' of the kernel a generated kernel.cu instantiates (best effort)."""
+    try:
+        with open(path, errors="replace") as f:
+            code = f.read()
+    except OSError:
+        return None
+    match = _INSTANTIATION.search(code)
+    if not match:
+        return None
+    args = " ".join(match.group(2).split())
+    return f"{match.group(1)}<{args}>"
+
+
+def nvcc_refuse(argv):
+    sources = [a for a in argv if a.endswith(".cu")]
+    outputs = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-o"]
+    source = sources[0] if sources else None
+    kernel = (describe_cu(source) if source else None) or (source or "(unknown kernel)")
+    entry = os.path.basename(os.path.dirname(os.path.abspath(source))) if source else None
+    message = refusal_message(kernel, entry=entry)
+    log_event({"event": "refused", "generation": "cxx", "kernel": kernel, "entry": entry, "source": source,
+               "output": outputs[0] if outputs else None, "pid": os.getppid(), "rank": os.environ.get("RANK"),
+               "time": time.time()})
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+    return REFUSED_EXIT
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 2 and sys.argv[1] == "nvcc-refuse":
+        sys.exit(nvcc_refuse(sys.argv[2:]))
+    sys.stderr.write("usage: _dgprecompile_hook.py nvcc-refuse NVCC-ARGS...\n")
+    sys.exit(2)
