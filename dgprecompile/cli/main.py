@@ -35,6 +35,9 @@ class LazyGroup(click.Group):
 
             Output().error(exc.message, exc.hint)
             ctx.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("interrupted: nothing half-written was left in the cache", err=True)
+            ctx.exit(130)
 
     def get_command(self, ctx, name):
         mod = COMMANDS.get(name)

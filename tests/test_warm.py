@@ -1,0 +1,218 @@
+"""warm with the legacy backend: real nvcc compiles of real DeepGEMM kernels on this CPU machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import invoke
+from helpers import NVCC, needs_legacy, needs_nvcc
+
+from dgprecompile.cachestore import CacheStore, sha256_file
+from dgprecompile.legacy_keys import LegacyKeyContext
+from dgprecompile.plan import PlanRequest, plan_from_dict, plan_from_request, read_manifest, write_manifest
+from dgprecompile.toolchain import find_deepgemm, find_nvcc
+
+pytestmark = [needs_legacy, needs_nvcc, pytest.mark.nvcc]
+
+
+@pytest.fixture(scope="module")
+def smallest_key_manifest(tmp_path_factory) -> Path:
+    """The smallest key of the Qwen3-Coder-480B tp8/ep8 sglang-0.5.1 plan (masked w2: n=6144, k=2560, 20 groups)."""
+    plan = plan_from_request(PlanRequest(model="Qwen3-Coder-480B", tp=8, ep=8, sglang="0.5.1"))
+    data = plan.to_dict()
+    shape = min(data["shapes"], key=lambda s: (s["kernels"], s["n"] * s["k"]))
+    assert (shape["n"], shape["k"], shape["num_groups"]) == (6144, 2560, 20)
+    keep = {b["kernel"] for b in shape["buckets"]}
+    data["shapes"] = [shape]
+    data["kernels"] = [k for k in data["kernels"] if k["id"] in keep]
+    data["total_kernels"] = len(keep)
+    path = tmp_path_factory.mktemp("manifest") / "smallest.yaml"
+    write_manifest(plan_from_dict(data), path)
+    return path
+
+
+def warm_cmd(manifest, cache, *extra):
+    return ["warm", "--manifest", manifest, "--cache-dir", cache, "--nvcc", NVCC, *extra]
+
+
+def expected_entries(manifest) -> dict[str, str]:
+    plan = read_manifest(manifest)
+    ctx = LegacyKeyContext.build(find_deepgemm(), find_nvcc(NVCC))
+    return {kid: ctx.entry_name(spec) for kid, spec in plan.kernels.items()}
+
+
+def complete_entries(cache: Path) -> list[str]:
+    return sorted(p.name for p in (cache / "cache").iterdir()
+                  if (p / "kernel.cubin").is_file() and (p / "kernel.cu").is_file())
+
+
+def test_warm_compiles_the_runtime_entries_then_nothing(runner, tmp_path, smallest_key_manifest):
+    cache = tmp_path / "dg"
+    first = invoke(runner, *warm_cmd(smallest_key_manifest, cache, "--json"))
+    assert first.exit_code == 0, first.stderr
+    summary = json.loads(first.stdout)
+    assert summary["compiled"] == 5 and summary["failed"] == 0
+    expected = expected_entries(smallest_key_manifest)
+    assert sorted(expected.values()) == complete_entries(cache)
+    assert sorted(os.listdir(cache / "cache")) == sorted(expected.values())  # nothing else, nothing partial
+    index = CacheStore(cache).read_index()
+    for kernel_id, entry in expected.items():
+        record = index.kernels[kernel_id]
+        assert record.entry == entry
+        assert record.files["kernel.cubin"] == sha256_file(cache / "cache" / entry / "kernel.cubin")
+    assert index.fingerprint["nvcc"]["path"] == NVCC
+    assert index.fingerprint["deepgemm"]["generation"] == "legacy"
+
+    second = invoke(runner, *warm_cmd(smallest_key_manifest, cache, "--json"))
+    again = json.loads(second.stdout)
+    assert (again["compiled"], again["already_cached"], again["failed"]) == (0, 5, 0)
+    assert not list((cache / "dgprecompile" / "staging").iterdir())
+
+
+def _worker_pids(parent: int) -> list[int]:
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            cmd = (d / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == parent and b"dgprecompile.worker" in cmd:
+            pids.append(int(d.name))
+    return pids
+
+
+def _start_warm(manifest, cache, *extra, env=None):
+    return subprocess.Popen([sys.executable, "-m", "dgprecompile", *map(str, warm_cmd(manifest, cache, *extra))],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def test_worker_thread_count_stays_flat(tmp_path, smallest_key_manifest):
+    """Workers compile in their main thread: no pool, so their thread count never grows during the warm."""
+    proc = _start_warm(smallest_key_manifest, tmp_path / "dg", "--jobs", "2")
+    samples: dict[int, list[int]] = {}
+    while proc.poll() is None:
+        for pid in _worker_pids(proc.pid):
+            try:
+                samples.setdefault(pid, []).append(len(os.listdir(f"/proc/{pid}/task")))
+            except FileNotFoundError:
+                pass
+        time.sleep(0.05)
+    assert proc.returncode == 0, proc.stderr.read()
+    assert len(samples) == 2
+    for counts in samples.values():
+        assert len(counts) > 10
+        assert max(counts) <= 2, counts  # the main thread (+ at most one the CUDA/torch import leaves)
+        settled = counts[len(counts) // 4:]
+        assert max(settled) == min(settled), counts
+
+
+def test_killed_worker_leaves_no_partial_entry_and_rerun_finishes(tmp_path, smallest_key_manifest):
+    cache = tmp_path / "dg"
+    proc = _start_warm(smallest_key_manifest, cache, "--jobs", "2")
+    victim = None
+    deadline = time.time() + 120
+    while victim is None and time.time() < deadline:  # wait until a worker is inside an nvcc compile
+        for pid in _worker_pids(proc.pid):
+            children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+            if children:
+                victim = pid
+                break
+        time.sleep(0.05)
+    assert victim is not None
+    os.kill(victim, signal.SIGKILL)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 4, err
+    assert "killed by signal 9" in err
+    for entry in (cache / "cache").iterdir():  # only complete entries, never a half-written one
+        assert (entry / "kernel.cubin").is_file() and (entry / "kernel.cu").is_file()
+    rerun = _start_warm(smallest_key_manifest, cache, "--json")
+    out, err = rerun.communicate(timeout=300)
+    assert rerun.returncode == 0, err
+    assert json.loads(out)["failed"] == 0
+    assert complete_entries(cache) == sorted(expected_entries(smallest_key_manifest).values())
+    assert not list((cache / "dgprecompile" / "staging").iterdir())
+
+
+def test_ctrl_c_stops_cleanly(tmp_path, smallest_key_manifest):
+    cache = tmp_path / "dg"
+    proc = _start_warm(smallest_key_manifest, cache, "--jobs", "2")
+    deadline = time.time() + 60
+    while not _worker_pids(proc.pid) and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(2.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    for entry in (cache / "cache").iterdir():
+        assert (entry / "kernel.cubin").is_file() and (entry / "kernel.cu").is_file()
+    assert not _worker_pids(proc.pid)
+
+
+def test_two_warms_at_once_share_the_work_safely(tmp_path, smallest_key_manifest):
+    cache = tmp_path / "dg"
+    a = _start_warm(smallest_key_manifest, cache, "--jobs", "1", "--json")
+    b = _start_warm(smallest_key_manifest, cache, "--jobs", "1", "--json")
+    (out_a, err_a), (out_b, err_b) = a.communicate(timeout=300), b.communicate(timeout=300)
+    assert a.returncode == 0 and b.returncode == 0, err_a + err_b
+    ra, rb = json.loads(out_a), json.loads(out_b)
+    assert ra["compiled"] + rb["compiled"] == 5  # per-kernel locks: no kernel compiled twice
+    assert complete_entries(cache) == sorted(expected_entries(smallest_key_manifest).values())
+
+
+def test_a_failing_kernel_is_named_and_the_others_complete(tmp_path, smallest_key_manifest):
+    plan = read_manifest(smallest_key_manifest)
+    victim = sorted(plan.kernels.values(), key=lambda s: s.id)[0]
+    bn = dict(victim.params)["BN"]
+    bm = dict(victim.params)["BM"]
+    fake = tmp_path / "nvcc"
+    # a stand-in nvcc: --version and every other kernel go to the real one; the victim's source fails to compile
+    fake.write_text(f"""#!/bin/sh
+for a in "$@"; do case "$a" in *.cu) src="$a";; esac; done
+if [ -n "$src" ] && tr -d ' \\n' < "$src" | grep -q '<6144,2560,{bm},{bn},'; then
+  echo "kernel.cu(1): error: injected failure for the test" >&2; exit 1
+fi
+exec {NVCC} "$@"
+""")
+    fake.chmod(0o755)
+    cache = tmp_path / "dg"
+    result = subprocess.run([sys.executable, "-m", "dgprecompile", "warm", "--manifest", str(smallest_key_manifest),
+                             "--cache-dir", str(cache), "--nvcc", str(fake), "--json"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 4, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["failed"] == 1 and summary["compiled"] == 4
+    assert victim.id in summary["failures"]
+    assert "injected failure for the test" in summary["failures"][victim.id]
+    assert victim.id in result.stderr
+
+
+def test_torchrun_ranks_take_disjoint_shares(tmp_path, smallest_key_manifest):
+    cache = tmp_path / "dg"
+    compiled = []
+    for rank in (0, 1):
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank)}
+        proc = _start_warm(smallest_key_manifest, cache, "--json", env=env)
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        compiled.append(json.loads(out)["compiled"])
+    assert compiled == [3, 2]
+    assert complete_entries(cache) == sorted(expected_entries(smallest_key_manifest).values())
+
+
+def test_plan_for_another_generation_is_refused(runner, tmp_path):
+    result = invoke(runner, "warm", "--model", "Qwen3-Coder-480B", "--tp", 8, "--ep", 8, "--sglang", "0.5.14",
+                    "--cache-dir", tmp_path)
+    assert result.exit_code == 3
+    assert "installed one is legacy" in result.stderr
