@@ -407,7 +407,8 @@ def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool =
             raise CheckFailed(f"the cache at {store.root} was built for another environment than the artifact: "
                               f"{_fields(theirs)}", hint="unpack into another --cache-dir, or pass --force")
         if theirs:
-            result.warnings.append("the cache's index now carries the artifact's fingerprint (--force)")
+            result.warnings.append(f"the cache's index keeps its own fingerprint, which differs from the artifact's "
+                                   f"(--force): {_fields(theirs)}")
 
     records = art.entry_records()
     to_add: dict[str, EntryRecord] = {}
@@ -421,7 +422,7 @@ def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool =
 
     def merge(index: Index) -> int:
         added = 0
-        if not index.fingerprint or differences(index.fingerprint, fp):
+        if not index.fingerprint:
             index.fingerprint = fp
         for kid, record in art.index.kernels.items():
             if record.entry in result.kept:

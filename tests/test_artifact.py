@@ -1,0 +1,392 @@
+"""`pack` and `unpack` with real archives of real legacy-compiled entries, and hand-crafted malicious ones.
+
+Every refused or failed unpack must leave the target cache byte-for-byte as it was (``tree_hash``), print one
+`error:` line with a `hint:`, exit non-zero, and show no traceback.
+"""
+
+from __future__ import annotations
+
+import errno
+import gzip
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from test_verify import PLAN, read_index, warm_once, write_index
+
+from dgprecompile.artifact import MANIFEST_MEMBER
+from dgprecompile.cli.main import cli
+from dgprecompile.fingerprint import short_id
+
+pytestmark = pytest.mark.nvcc
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def tree_hash(root: Path) -> str:
+    """Every directory, file name, mode and byte under root."""
+    h = hashlib.sha256()
+    for dirpath, dirs, files in sorted(os.walk(root)):
+        dirs.sort()
+        rel = os.path.relpath(dirpath, root)
+        h.update(f"d {rel} {oct(os.stat(dirpath).st_mode)}\n".encode())
+        for name in sorted(files):
+            p = os.path.join(dirpath, name)
+            st = os.lstat(p)
+            h.update(f"f {rel}/{name} {oct(st.st_mode)} {st.st_size}\n".encode())
+            if os.path.isfile(p) and not os.path.islink(p):
+                h.update(Path(p).read_bytes())
+    return h.hexdigest()
+
+
+def copy_cache(src: Path, dest: Path) -> Path:
+    shutil.copytree(src, dest)
+    return dest
+
+
+def drop_entries(cache: Path, count: int) -> list[str]:
+    """Remove the first ``count`` kernels' entries and index records; returns the entry names."""
+    index = read_index(cache)
+    gone = []
+    for kid, record in sorted(index["kernels"].items())[:count]:
+        shutil.rmtree(cache / "cache" / record["entry"])
+        del index["kernels"][kid]
+        gone.append(record["entry"])
+    write_index(cache, index)
+    return gone
+
+
+@pytest.fixture(scope="session")
+def packed(tmp_path_factory) -> tuple[Path, Path]:
+    """(warmed cache, its artifact)."""
+    cache = warm_once(tmp_path_factory)
+    out = tmp_path_factory.mktemp("artifact") / "deepgemm.tar.gz"
+    res = run("pack", *PLAN, "--cache-dir", str(cache), "-o", str(out))
+    assert res.exit_code == 0, res.output
+    return cache, out
+
+
+def members_of(artifact: Path) -> list[tuple[tarfile.TarInfo, bytes | None]]:
+    out = []
+    with tarfile.open(artifact, "r:gz") as tar:
+        for info in tar:
+            out.append((info, tar.extractfile(info).read() if info.isreg() else None))
+    return out
+
+
+def write_archive(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]]) -> Path:
+    with tarfile.open(path, "w:gz", format=tarfile.PAX_FORMAT) as tar:
+        for info, data in members:
+            info.size = len(data) if data is not None else 0
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return path
+
+
+def expect_refusal(artifact: Path, target: Path, *words: str, code: int | None = None, extra=()):
+    before = tree_hash(target)
+    res = run("unpack", str(artifact), "--cache-dir", str(target), *extra)
+    assert res.exit_code != 0, res.output
+    if code is not None:
+        assert res.exit_code == code, res.output
+    assert "Traceback" not in res.output
+    lines = res.stderr.strip().splitlines()
+    assert lines[0].startswith("error: ") and len([x for x in lines if x.startswith("error:")]) == 1, res.stderr
+    assert any(x.startswith("hint: ") for x in lines), res.stderr
+    for w in words:
+        assert w in res.stderr, res.stderr
+    assert tree_hash(target) == before, "the cache changed"
+    return res
+
+
+@pytest.fixture
+def target(packed, tmp_path) -> Path:
+    """A cache holding the warmed entries minus two, for merges and failures."""
+    cache = copy_cache(packed[0], tmp_path / "target")
+    drop_entries(cache, 2)
+    return cache
+
+
+# ---- pack -----------------------------------------------------------------------------------------------
+
+
+def test_pack_is_deterministic_and_normalised(packed, tmp_path):
+    cache, first = packed
+    copy = copy_cache(cache, tmp_path / "copy")
+    for p in (copy / "cache").rglob("*"):
+        os.utime(p, (1_700_000_000, 1_700_000_000))
+        if p.is_file():
+            p.chmod(0o600)
+    again = tmp_path / "again.tar.gz"
+    assert run("pack", *PLAN, "--cache-dir", str(copy), "-o", str(again)).exit_code == 0
+    assert again.read_bytes() == first.read_bytes()
+    raw = first.read_bytes()
+    assert raw[:2] == b"\x1f\x8b" and raw[4:8] == b"\0\0\0\0"  # gzip mtime 0
+    members = members_of(first)
+    names = [i.name for i, _ in members]
+    assert names[0] == MANIFEST_MEMBER and names[1] == "dgprecompile/index.json"
+    assert names[2:] == sorted(names[2:]) and len(names) == 2 + 4 * 2
+    for info, _ in members:
+        assert (info.mtime, info.uid, info.gid, info.uname, info.gname, info.mode) == (0, 0, 0, "", "", 0o644)
+        assert info.isreg()
+    manifest = json.loads(members[0][1])
+    assert manifest["format"] == "dgprecompile-cache-artifact" and manifest["missing"] == []
+    assert len(manifest["kernels"]) == 4
+    for info, data in members[1:]:
+        assert manifest["members"][info.name]["sha256"] == hashlib.sha256(data).hexdigest()
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_pack_name_carries_the_fingerprint(packed, tmp_path):
+    cache, _ = packed
+    res = run("pack", *PLAN, "--cache-dir", str(cache), "-o", str(tmp_path / "ci" / "dg-{fingerprint}.tar.gz"))
+    assert res.exit_code == 0, res.output
+    fid = short_id(read_index(cache)["fingerprint"])
+    assert res.stdout == f"{tmp_path / 'ci' / f'dg-{fid}.tar.gz'}\n"
+    assert Path(res.stdout.strip()).is_file()
+
+
+def test_pack_refuses_an_incomplete_cache(packed, tmp_path):
+    cache = copy_cache(packed[0], tmp_path / "c")
+    drop_entries(cache, 1)
+    out = tmp_path / "out"
+    res = run("pack", *PLAN, "--cache-dir", str(cache), "-o", str(out / "a.tar.gz"))
+    assert res.exit_code == 1 and "1 of 4 planned kernels are not in the cache" in res.stderr
+    assert "--allow-missing" in res.stderr
+    assert not out.exists() or not list(out.iterdir())
+    res = run("pack", *PLAN, "--cache-dir", str(cache), "-o", str(out / "a.tar.gz"), "--allow-missing", "--json")
+    assert res.exit_code == 0, res.output
+    assert len(json.loads(res.stdout)["missing"]) == 1
+    assert len(json.loads(members_of(out / "a.tar.gz")[0][1])["missing"]) == 1
+
+
+def test_pack_refuses_a_damaged_entry_and_a_cache_without_index(packed, tmp_path):
+    cache = copy_cache(packed[0], tmp_path / "c")
+    entry = sorted(read_index(cache)["kernels"].values(), key=lambda r: r["entry"])[0]["entry"]
+    (cache / "cache" / entry / "kernel.cubin").write_bytes(b"not a cubin")
+    res = run("pack", *PLAN, "--cache-dir", str(cache), "-o", str(tmp_path / "a.tar.gz"))
+    assert res.exit_code == 1 and "differ from the index" in res.stderr and "hint:" in res.stderr
+    res = run("pack", *PLAN, "--cache-dir", str(tmp_path / "empty"), "-o", str(tmp_path / "a.tar.gz"))
+    assert res.exit_code == 1 and "no dgprecompile index" in res.stderr
+    assert not (tmp_path / "a.tar.gz").exists()
+
+
+# ---- unpack: the good paths -----------------------------------------------------------------------------
+
+
+def test_unpack_into_an_empty_cache_then_verify(packed, tmp_path):
+    _, artifact = packed
+    dest = tmp_path / "fresh" / "deep_gemm"
+    res = run("unpack", str(artifact), "--cache-dir", str(dest), "--json")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert len(data["added"]) == 4 and data["already_present"] == [] and data["index_records_added"] == 4
+    assert not list((dest / "dgprecompile" / "staging").iterdir())
+    ver = run("verify", *PLAN, "--cache-dir", str(dest))
+    assert ver.exit_code == 0 and ver.stdout.startswith("complete: 4/4")
+    # a second unpack finds everything and changes nothing
+    before = tree_hash(dest)
+    again = run("unpack", str(artifact), "--cache-dir", str(dest))
+    assert again.exit_code == 0 and "0 entries added, 4 already present" in again.stdout
+    assert tree_hash(dest) == before
+
+
+def test_unpack_merges_and_never_overwrites(packed, target):
+    _, artifact = packed
+    index = read_index(target)
+    kept = sorted(r["entry"] for r in index["kernels"].values())[0]
+    (target / "cache" / kept / "kernel.cu").write_text("// someone else's entry\n")
+    res = run("unpack", str(artifact), "--cache-dir", str(target), "--json")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert len(data["added"]) == 2 and data["kept_existing"] == [kept] and len(data["already_present"]) == 1
+    assert f"kept the existing {kept}" in res.stderr
+    assert (target / "cache" / kept / "kernel.cu").read_text() == "// someone else's entry\n"
+    assert len(read_index(target)["kernels"]) == 4
+
+
+# ---- unpack: refused before touching anything ------------------------------------------------------------
+
+
+def test_missing_empty_and_not_gzip(target, tmp_path):
+    expect_refusal(tmp_path / "nope.tar.gz", target, "artifact not found", code=2)
+    (tmp_path / "empty.tar.gz").write_bytes(b"")
+    expect_refusal(tmp_path / "empty.tar.gz", target, "not gzip", code=2)
+    (tmp_path / "text.tar.gz").write_text("hello, not an archive\n")
+    expect_refusal(tmp_path / "text.tar.gz", target, "not gzip", code=2)
+    (tmp_path / "junk.tar.gz").write_bytes(b"\x1f\x8b" + os.urandom(300))
+    expect_refusal(tmp_path / "junk.tar.gz", target, "truncated or corrupt", code=2)
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.9, -30])
+def test_truncated_archive(packed, target, tmp_path, keep):
+    raw = packed[1].read_bytes()
+    cut = int(len(raw) * keep) if keep > 0 else len(raw) + keep
+    bad = tmp_path / "cut.tar.gz"
+    bad.write_bytes(raw[:cut])
+    expect_refusal(bad, target, str(bad), code=2)
+
+
+def test_corrupt_member(packed, target, tmp_path):
+    members = members_of(packed[1])
+    info, data = next(m for m in members if m[0].name.endswith("kernel.cubin"))
+    flipped = bytearray(data)
+    flipped[64] ^= 1
+    members = [(i, bytes(flipped) if i is info else d) for i, d in members]
+    expect_refusal(write_archive(tmp_path / "bad.tar.gz", members), target, "is corrupt (sha256", code=2)
+
+
+def test_wrong_format_and_schema(packed, target, tmp_path):
+    members = members_of(packed[1])
+    expect_refusal(write_archive(tmp_path / "a.tar.gz", members[1:]), target, "not a dgprecompile cache artifact")
+    manifest = json.loads(members[0][1])
+    for change, words in [({"format": "something-else"}, "another format"), ({"schema": 99}, "schema 99")]:
+        edited = [(members[0][0], json.dumps({**manifest, **change}).encode()), *members[1:]]
+        expect_refusal(write_archive(tmp_path / "b.tar.gz", edited), target, words, code=2)
+    plain = tmp_path / "plain.tar.gz"
+    with tarfile.open(plain, "w:gz") as tar:
+        tar.add(__file__, arcname="README")
+    expect_refusal(plain, target, "refusing member 'README'")
+
+
+def _hostile(kind: str) -> tarfile.TarInfo:
+    info = tarfile.TarInfo({"abs": "/etc/evil", "dotdot": "cache/../../evil", "symlink": "cache/kernel.x.1/link",
+                            "hardlink": "cache/kernel.x.1/hard", "chr": "cache/kernel.x.1/dev",
+                            "blk": "cache/kernel.x.1/blk", "fifo": "cache/kernel.x.1/fifo",
+                            "outside": "somewhere/else", "deep": "cache/kernel.x.1/sub/file"}[kind])
+    info.type = {"symlink": tarfile.SYMTYPE, "hardlink": tarfile.LNKTYPE, "chr": tarfile.CHRTYPE,
+                 "blk": tarfile.BLKTYPE, "fifo": tarfile.FIFOTYPE}.get(kind, tarfile.REGTYPE)
+    if kind in ("symlink", "hardlink"):
+        info.linkname = "/etc/passwd"
+    return info
+
+
+@pytest.mark.parametrize("kind,words", [
+    ("abs", "absolute path"), ("dotdot", "'..'"), ("symlink", "a link"), ("hardlink", "a link"),
+    ("chr", "a device"), ("blk", "a device"), ("fifo", "a fifo"), ("outside", "outside"), ("deep", "outside"),
+])
+def test_hostile_members_are_refused(packed, target, tmp_path, kind, words):
+    members = members_of(packed[1])
+    info = _hostile(kind)
+    data = b"x" if info.isreg() else None
+    # placed after the genuine members, so the refusal cannot depend on reading the manifest first
+    bad = write_archive(tmp_path / f"{kind}.tar.gz", [*members, (info, data)])
+    expect_refusal(bad, target, words, code=2)
+    assert not Path("/etc/evil").exists()
+
+
+def test_unlisted_and_duplicate_members(packed, target, tmp_path):
+    members = members_of(packed[1])
+    extra = tarfile.TarInfo("cache/kernel.gemm_fp8_fp8_bf16_nt.ffffffffffff/kernel.cubin")
+    expect_refusal(write_archive(tmp_path / "u.tar.gz", [*members, (extra, b"x")]), target, "not listed")
+    expect_refusal(write_archive(tmp_path / "d.tar.gz", [*members, members[-1]]), target, "appears twice")
+
+
+# ---- fingerprints -----------------------------------------------------------------------------------------
+
+
+def _with_fingerprint(packed, tmp_path, change) -> Path:
+    members = members_of(packed[1])
+    manifest = json.loads(members[0][1])
+    index = json.loads(members[1][1])
+    change(manifest["fingerprint"])
+    change(index["fingerprint"])
+    index_bytes = json.dumps(index).encode()
+    manifest["members"]["dgprecompile/index.json"]["sha256"] = hashlib.sha256(index_bytes).hexdigest()
+    return write_archive(tmp_path / "fp.tar.gz", [(members[0][0], json.dumps(manifest).encode()),
+                                                   (members[1][0], index_bytes), *members[2:]])
+
+
+def test_fingerprint_mismatch_is_refused_unless_forced(packed, target, tmp_path):
+    def change(fp):
+        fp["deepgemm"]["headers_sha256"] = "0" * 64
+        fp["nvcc"]["release"] = "12.8"
+
+    bad = _with_fingerprint(packed, tmp_path, change)
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    res = expect_refusal(bad, fresh, "another environment", "deepgemm.headers_sha256", "nvcc.release", code=1)
+    assert "--force" in res.stderr
+    forced = run("unpack", str(bad), "--cache-dir", str(fresh), "--force", "--json")
+    assert forced.exit_code == 0, forced.output
+    assert len(json.loads(forced.stdout)["added"]) == 4 and "--force" in forced.stderr
+    # forced into a cache built for this environment: entries are added, the index keeps its own fingerprint
+    own = read_index(target)["fingerprint"]
+    into = run("unpack", str(bad), "--cache-dir", str(target), "--force")
+    assert into.exit_code == 0 and "2 entries added" in into.stdout and "keeps its own fingerprint" in into.stderr
+    assert read_index(target)["fingerprint"] == own
+
+
+def test_fingerprint_unverifiable_without_deepgemm(packed, target, tmp_path, monkeypatch):
+    monkeypatch.setattr("dgprecompile.verify.find_deepgemm", lambda: None)
+    expect_refusal(packed[1], target, "could not be checked", "DeepGEMM is not importable", code=1)
+    res = run("unpack", str(packed[1]), "--cache-dir", str(target), "--force")
+    assert res.exit_code == 0 and "2 entries added" in res.stdout
+
+
+# ---- failures while writing leave the cache as it was -----------------------------------------------------
+
+
+def test_disk_full_while_extracting_is_rolled_back(packed, target, monkeypatch):
+    import dgprecompile.artifact as artifact
+
+    real, calls = artifact._copy_stream, []
+
+    def full(src, dest):
+        calls.append(dest)
+        if len(calls) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device", str(dest))
+        return real(src, dest)
+
+    monkeypatch.setattr(artifact, "_copy_stream", full)
+    expect_refusal(packed[1], target, "no space left", "the cache is unchanged", code=3)
+    assert len(calls) == 3
+
+
+def test_disk_full_while_writing_the_index_removes_installed_entries(packed, target, monkeypatch):
+    import dgprecompile.cachestore as cachestore
+
+    def full(path, text):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(cachestore, "atomic_write_text", full)
+    expect_refusal(packed[1], target, "no space left", code=3)
+
+
+def test_a_real_full_filesystem(packed, tmp_path):
+    """A 192 KiB tmpfs holding a cache of two entries; the artifact's other two do not fit."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=192k", "tmpfs", str(mnt)], check=True,
+                       capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root): {exc}")
+    try:
+        cache = mnt / "deep_gemm"
+        index = read_index(packed[0])
+        big = sorted(index["kernels"].items(), key=lambda kv: -kv[1]["bytes"])[:2]
+        skip = {record["entry"] for _, record in big}
+        shutil.copytree(packed[0], cache, ignore=lambda d, names: [n for n in names if n in skip])
+        for kid, _ in big:
+            del index["kernels"][kid]
+        write_index(cache, index)
+        free = shutil.disk_usage(mnt).free
+        assert free < sum(r["bytes"] for _, r in big), "the tmpfs is too large for this test"
+        expect_refusal(packed[1], cache, "no space left", code=3)
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False, capture_output=True, timeout=30)
+
+
+def test_gzip_header_checks_do_not_need_the_whole_file(tmp_path, target):
+    raw = gzip.compress(b"not a tar at all" * 100)
+    (tmp_path / "x.tar.gz").write_bytes(raw)
+    expect_refusal(tmp_path / "x.tar.gz", target, "truncated or corrupt", code=2)
