@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from dgprecompile.cli.options import plan_options, resolve_plan
+from dgprecompile.errors import InputError
 from dgprecompile.output import Output
 from dgprecompile.plan import Plan, dump_yaml, write_manifest
 
@@ -53,7 +54,9 @@ def render_plan(out: Output, plan: Plan, show_buckets: bool) -> None:
 @click.option("--buckets", "show_buckets", is_flag=True, help="Table format: list every m-bucket too.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the plan as a YAML manifest for warm/verify/pack/launch.")
-def command(plan_request, manifest, config, fmt, show_buckets, output) -> None:
+@click.option("--from-trace", "from_trace", type=click.Path(file_okay=False), default=None,
+              help="Plan the calls recorded by `launch --trace DIR` (m range = observed min..max per key).")
+def command(plan_request, manifest, config, fmt, show_buckets, output, from_trace) -> None:
     """Enumerate every (kernel_type, n, k, num_groups, m-bucket) SGLang compiles for a model.
 
     Needs only the model's config.json: no GPU, no torch, no DeepGEMM.
@@ -63,9 +66,17 @@ def command(plan_request, manifest, config, fmt, show_buckets, output) -> None:
       dgprecompile plan --model Qwen3-Coder-480B --tp 8 --ep 8 --sglang 0.5.1
       dgprecompile plan --model Qwen3-Coder-480B --sglang 0.5.14 --format json
       dgprecompile plan --model ./my-model/ --specforge-cmd "torchrun ... --tp-size 8 --ep-size 8" -o plan.yaml
+      dgprecompile plan --from-trace traces/ --sglang 0.5.14 -o plan.yaml
     """
     out = Output()
-    plan = resolve_plan(plan_request, manifest)
+    if from_trace is not None:
+        if manifest is not None:
+            raise InputError("pass --from-trace or --manifest, not both")
+        from dgprecompile.trace import plan_from_trace
+
+        plan = plan_from_trace(Path(from_trace), plan_request)
+    else:
+        plan = resolve_plan(plan_request, manifest)
     out.info(f"sglang profile [bold]{plan.profile.id}[/] ({plan.profile_reason}): {plan.profile.summary}")
     if fmt == "json":
         out.data_json(plan.to_dict())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import dataclasses
 from pathlib import Path
 
 import click
@@ -10,6 +10,7 @@ import click
 from dgprecompile.cli.options import cache_dir_option, json_option, plan_options, resolve_plan
 from dgprecompile.errors import EXIT_COMPILE_FAILED, InputError
 from dgprecompile.output import Output
+from dgprecompile.plan import Plan, PlanRequest
 from dgprecompile.warm import WarmOptions, prepare_warm, run_warm
 
 
@@ -22,15 +23,28 @@ def _parse_gpus(text: str | None) -> list[int] | None:
         raise InputError(f"--gpus takes GPU indices like 0,1,2; got {text!r}") from None
 
 
-def _read_misses(path: str | None) -> set[str] | None:
-    if path is None:
-        return None
+def _plan_from_misses(path: str, plan_request: PlanRequest, manifest: str | None) -> Plan:
+    """The calls recorded in a misses file (`launch --no-strict`) as a plan of their own. The profile and SM
+    count come from the --manifest/--model plan when given, else from the misses file's header."""
+    from dgprecompile.trace import plan_from_calls, read_misses
+
     try:
-        return {json.loads(line)["kernel"] for line in Path(path).read_text().splitlines() if line.strip()}
-    except FileNotFoundError:
-        raise InputError(f"misses file not found: {path}") from None
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise InputError(f"{path} is not a misses file written by `launch --no-strict` ({exc})") from None
+        header, calls = read_misses(Path(path))
+    except InputError as exc:
+        raise InputError(f"{path} is not a misses file written by `launch --no-strict`: {exc.message}") from None
+    if not calls:
+        raise InputError(f"{path} lists no missed calls: nothing to warm")
+    if manifest is not None or plan_request.model is not None:
+        base = resolve_plan(plan_request, manifest)
+        request = PlanRequest(model=base.model, tp=base.tp, ep=base.ep, sglang=base.profile.id,
+                              moe_runner_backend=base.moe_runner_backend, num_sms=base.num_sms, gpu=base.gpu)
+    else:
+        request = dataclasses.replace(
+            plan_request, model=header.get("model"), tp=header.get("tp"), ep=header.get("ep"),
+            sglang=plan_request.sglang or header.get("sglang_profile"),
+            num_sms=plan_request.num_sms or (None if plan_request.gpu else header.get("num_sms")),
+            moe_runner_backend=header.get("moe_runner_backend") or plan_request.moe_runner_backend)
+    return plan_from_calls(calls, request)
 
 
 @click.command("warm")
@@ -44,7 +58,7 @@ def _read_misses(path: str | None) -> set[str] | None:
 @click.option("--nvcc", default=None, metavar="PATH",
               help="nvcc to compile with; its path is part of the legacy JIT's cache key (default as the runtime finds it).")
 @click.option("--from-misses", type=click.Path(dir_okay=False), default=None,
-              help="Only the kernels listed in a misses file from `launch --no-strict`.")
+              help="Warm the calls recorded in a misses file from `launch --no-strict` (instead of a plan).")
 @json_option
 def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc, from_misses, as_json) -> None:
     """Compile the plan's kernels into DeepGEMM's cache, serially in each worker process, no thread pools.
@@ -59,10 +73,13 @@ def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc
       dgprecompile warm --manifest plan.yaml --from-misses misses.jsonl
     """
     out = Output(quiet=as_json)
-    plan = resolve_plan(plan_request, manifest)
+    if from_misses is not None:
+        plan = _plan_from_misses(from_misses, plan_request, manifest)
+    else:
+        plan = resolve_plan(plan_request, manifest)
     cache_dir = cache_dir or config.get("cache_dir")
     setup = prepare_warm(plan, WarmOptions(cache_dir=cache_dir, backend=backend, jobs=jobs, gpus=_parse_gpus(gpus),
-                                           nvcc=nvcc, only_kernels=_read_misses(from_misses)))
+                                           nvcc=nvcc))
     out.info(f"plan: {plan.model} tp={plan.tp} ep={plan.ep} sglang {plan.profile.id}: {len(setup.items)} kernels"
              + (f" (rank {setup.rank} of {setup.world})" if setup.world > 1 else ""))
     out.info(f"cache: {setup.store.root}   backend: {setup.backend}   nvcc: {setup.fingerprint['nvcc']['path']} "

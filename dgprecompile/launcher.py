@@ -1,0 +1,483 @@
+"""`dgprecompile launch` without click: preflight, the child's environment, running it, and what it missed.
+
+The trainer runs unchanged as a child process in its own session, with the inherited stdin/stdout/stderr.
+SIGINT, SIGTERM and SIGHUP sent to the launcher go to the child's process group and to every process group
+among its descendants (torchrun's workers included), and the launcher returns the child's exit code, or
+128+N when signal N killed it, as a shell would.
+
+Environment (every process the command starts inherits it):
+* the profile's precompile switch(es) = 0, so SGLang never starts its runtime precompile;
+* the profile's cache-dir variable(s) and DG_JIT_CACHE_DIR = the warmed cache;
+* the DG_JIT_* values recorded in the cache's fingerprint (they are part of DeepGEMM's cache keys);
+* legacy JIT: DG_JIT_NVCC_COMPILER = the nvcc the cache was warmed with (its path is in that JIT's keys);
+* strict mode, C++ JITs: DG_JIT_NVCC_COMPILER = our nvcc stand-in (passes `--version` to the real nvcc, refuses
+  compiles); legacy JIT: the startup hook makes its compilers raise;
+* PYTHONPATH starts with the startup hook (tracing, legacy strict mode).
+A value the user already set differently is never overridden: the launch is refused and says why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dgprecompile.cachestore import CacheStore
+from dgprecompile.errors import CheckFailed, EnvironmentProblem, InputError
+from dgprecompile.hook import HOOK_DIR, NVCC_STANDIN
+from dgprecompile.plan import Plan
+from dgprecompile.toolchain import KEY_ENV_VARS, default_nvcc_path
+
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+FALSY = ("0", "false", "no", "off", "n", "f")
+DEFAULT_MISSES_FILE = "dgprecompile-misses.jsonl"
+
+# The SpecForge command of the report (sgl-project/SpecForge#264): SpecForge 49452e22, sglang 0.5.1.
+# --tp-size/--ep-size/--model-path come from sglang's ServerArgs, --batch-size from BenchArgs.
+DEFAULT_TRAIN_COMMAND = (
+    "torchrun --standalone --nproc_per_node 8 scripts/train_eagle3_sgl_online.py "
+    "--target-model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 "
+    "--model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 "
+    "--draft-model-config configs/qwen3-coder-480B-A35B-instruct-eagle3.json "
+    "--train-data-path cache/dataset/opc.jsonl --output-dir outputs/Qwen3-Coder-480B-A35B-Instruct-FP8 "
+    "--tp-size 8 --ep-size 8 --batch-size 1 --max-length 2048 --num-epochs 10 --learning-rate 1e-4 "
+    "--chat-template qwen --cache-dir ./cache"
+)
+
+
+# ---- environment -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class EnvSetting:
+    name: str
+    value: str
+    why: str
+    kept: bool = False  # the user had already set an equivalent value; left as it was
+
+
+@dataclass
+class LaunchEnv:
+    env: dict[str, str]
+    settings: list[EnvSetting]
+    conflicts: list[str]
+    notes: list[str] = field(default_factory=list)
+
+
+def _alias(name: str) -> str | None:
+    """The SGL_ spelling SGLang copies onto an SGLANG_ name at import (0.5.3rc2 on; never the other way)."""
+    return "SGL_" + name[len("SGLANG_"):] if name.startswith("SGLANG_") else None
+
+
+def _same_path(a: str, b: str) -> bool:
+    return os.path.realpath(os.path.expanduser(a)) == os.path.realpath(os.path.expanduser(b))
+
+
+def compose_env(plan: Plan, cache_dir: str, fingerprint: Mapping[str, Any], base_env: Mapping[str, str], *,
+                strict: bool = True, trace_dir: str | None = None, run_dir: str | None = None,
+                warm_hint: str = "", python: str | None = None, standin: str = NVCC_STANDIN,
+                hook_dir: str = HOOK_DIR) -> LaunchEnv:
+    """The child's environment. Pure: reads only its arguments (and, for the C++ JIT, whether a path exists)."""
+    profile = plan.profile
+    generation = profile.generation
+    env = dict(base_env)
+    settings: list[EnvSetting] = []
+    conflicts: list[str] = []
+    notes: list[str] = []
+
+    def put(name: str, value: str, why: str, same=lambda a, b: a == b) -> None:
+        have = base_env.get(name)
+        if have is not None and not same(have, value):
+            conflicts.append(f"{name}={have!r} is set, but {why} needs {name}={value!r}")
+            return
+        env[name] = value if have is None else have
+        settings.append(EnvSetting(name, env[name], why, kept=have is not None))
+
+    def off(name: str, why: str) -> None:
+        have = base_env.get(name)
+        if have is not None and have.strip().lower() in FALSY:
+            settings.append(EnvSetting(name, have, why, kept=True))
+        elif have is not None:
+            conflicts.append(f"{name}={have!r} is set: it turns SGLang's runtime DeepGEMM precompile on, which "
+                             "starts compile threads in every rank (the failure launch exists to prevent); "
+                             f"unset it or set {name}=0")
+        else:
+            env[name] = "0"
+            settings.append(EnvSetting(name, "0", why))
+
+    precompile = profile.env_names("precompile")
+    for name in precompile:
+        off(name, f"sglang {profile.id}: runtime precompile off")
+        alias = _alias(name)
+        if alias and alias not in precompile and alias in base_env and base_env[alias].strip().lower() not in FALSY:
+            conflicts.append(f"{alias}={base_env[alias]!r} is set: this sglang copies it onto {name} at import, "
+                             "turning the runtime precompile back on; unset it")
+
+    cache_names = profile.env_names("cache_dir") + ["DG_JIT_CACHE_DIR"]
+    for name in cache_names:
+        put(name, cache_dir, "the warmed cache", same=_same_path)
+        alias = _alias(name)
+        if alias and alias not in cache_names and alias in base_env and not _same_path(base_env[alias], cache_dir):
+            conflicts.append(f"{alias}={base_env[alias]!r} is set: this sglang copies it onto {name}, away from "
+                             f"the warmed cache {cache_dir}; unset it")
+
+    recorded_env = dict(fingerprint.get("env") or {})
+    for name in KEY_ENV_VARS:
+        if name in recorded_env:
+            put(name, str(recorded_env[name]), "recorded in the cache fingerprint (part of the cache key)")
+        elif name in base_env and fingerprint:
+            conflicts.append(f"{name}={base_env[name]!r} is set, but the cache was warmed without it: it changes "
+                             "DeepGEMM's cache keys, so every warmed entry would miss; unset it (or warm with it set)")
+    recorded_nvcc = (fingerprint.get("nvcc") or {}).get("path")
+
+    if generation == "legacy":
+        if int(fingerprint.get("env", {}).get("DG_JIT_USE_NVRTC", 0) or 0) == 0:
+            for name in ("SGL_DG_USE_NVRTC",):
+                if base_env.get(name, "0").strip().lower() not in FALSY:
+                    conflicts.append(f"{name}={base_env[name]!r} is set: the cache holds NVCC builds, and NVRTC "
+                                     "builds have other keys; unset it")
+        if recorded_nvcc:
+            put("DG_JIT_NVCC_COMPILER", recorded_nvcc, "legacy JIT: the nvcc path is part of its cache key")
+        else:
+            notes.append("the cache has no fingerprint: DG_JIT_NVCC_COMPILER left as found")
+    elif strict:
+        real = base_env.get("DG_JIT_NVCC_COMPILER")
+        why_real = "your DG_JIT_NVCC_COMPILER"
+        if not real:
+            if recorded_nvcc and os.path.isfile(recorded_nvcc):
+                real, why_real = recorded_nvcc, "the nvcc recorded in the cache fingerprint"
+            else:
+                real, why_real = default_nvcc_path(dict(base_env)), "the nvcc the runtime would find"
+        if not real:
+            raise EnvironmentProblem("strict mode needs the real nvcc for the JIT's `nvcc --version` (part of its "
+                                     "cache key), and none was found",
+                                     hint="set DG_JIT_NVCC_COMPILER or CUDA_HOME, or use --no-strict")
+        env["DG_JIT_NVCC_COMPILER"] = standin
+        settings.append(EnvSetting("DG_JIT_NVCC_COMPILER", standin, "strict: nvcc stand-in refuses runtime compiles"))
+        env["DGPRECOMPILE_REAL_NVCC"] = real
+        settings.append(EnvSetting("DGPRECOMPILE_REAL_NVCC", real, f"stand-in runs it for --version ({why_real})"))
+
+    hook_vars = {"DGPRECOMPILE_STRICT": "1" if strict else "0", "DGPRECOMPILE_GENERATION": generation,
+                 "DGPRECOMPILE_CACHE_DIR": cache_dir, "DGPRECOMPILE_PYTHON": python or sys.executable,
+                 "DGPRECOMPILE_WARM_HINT": warm_hint}
+    if run_dir:
+        hook_vars["DGPRECOMPILE_PLAN_INFO"] = os.path.join(run_dir, "plan-info.json")
+        hook_vars["DGPRECOMPILE_EVENTS"] = os.path.join(run_dir, "events.jsonl")
+    if trace_dir:
+        hook_vars["DGPRECOMPILE_TRACE_DIR"] = str(trace_dir)
+        settings.append(EnvSetting("DGPRECOMPILE_TRACE_DIR", str(trace_dir), "trace every DeepGEMM call"))
+    for name in [n for n in env if n.startswith("DGPRECOMPILE_") and n not in hook_vars and n != "DGPRECOMPILE_REAL_NVCC"]:
+        del env[name]  # ours; a stale value from an outer launch must not leak in
+    env.update(hook_vars)
+    old = base_env.get("PYTHONPATH")
+    env["PYTHONPATH"] = hook_dir + (os.pathsep + old if old else "")
+    active = (["legacy strict"] if strict and generation == "legacy" else []) + (["trace"] if trace_dir else [])
+    settings.append(EnvSetting("PYTHONPATH", hook_dir + (os.pathsep + "..." if old else ""),
+                               "startup hook: " + (", ".join(active) if active else "inactive")))
+    return LaunchEnv(env, settings, conflicts, notes)
+
+
+# ---- preflight -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Preflight:
+    complete: bool
+    missing: list[str]
+    changed: list[str]
+    stale: list[tuple[str, Any, Any]]
+    how: str
+
+
+def preflight(plan: Plan, store: CacheStore) -> Preflight:
+    """Is every planned kernel in the cache? verify.verify_cache when present, else the index alone."""
+    try:
+        from dgprecompile.verify import verify_cache
+    except ImportError:
+        verify_cache = None
+    if verify_cache is not None:
+        report = verify_cache(plan, store)
+        missing = list(report.missing)
+        changed = list(getattr(report, "changed", []))
+        stale = list(report.stale)
+        verdict = getattr(report, "verdict", None)
+        return Preflight(bool(report.complete), missing, changed, stale, verdict() if callable(verdict) else "verify")
+    index = store.read_index()
+    missing, changed = [], []
+    for kid in sorted(plan.kernels):
+        record = index.kernels.get(kid)
+        problem = "missing" if record is None else store.check_entry(record)
+        if problem == "missing":
+            missing.append(kid)
+        elif problem:
+            changed.append(kid)
+    return Preflight(not missing and not changed, missing, changed, [], "checked against the cache index")
+
+
+def warm_command(plan: Plan, cache_dir: str, manifest: str | None = None, model_arg: str | None = None) -> str:
+    """The exact `dgprecompile warm` command that fills ``cache_dir`` for ``plan``."""
+    if manifest:
+        parts = ["dgprecompile", "warm", "--manifest", os.path.abspath(manifest)]
+    else:
+        parts = ["dgprecompile", "warm", "--model", model_arg or plan.model, "--tp", str(plan.tp), "--ep",
+                 str(plan.ep), "--sglang", plan.profile.id, "--moe-runner-backend", plan.moe_runner_backend,
+                 "--max-tokens", str(plan.max_tokens), "--num-sms", str(plan.num_sms)]
+    parts += ["--cache-dir", cache_dir]
+    return shlex.join(parts)
+
+
+# ---- the child -------------------------------------------------------------------------------------------
+
+
+def _descendant_groups(root: int) -> set[int]:
+    """Process groups of every descendant of ``root`` (read from /proc; empty where /proc is absent)."""
+    children: dict[int, list[int]] = {}
+    pgids: dict[int, int] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return set()
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        pid, ppid, pgid = int(entry), int(fields[1]), int(fields[2])
+        children.setdefault(ppid, []).append(pid)
+        pgids[pid] = pgid
+    out, todo = set(), [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.add(pgids[child])
+            todo.append(child)
+    return out
+
+
+def forward_signal(pid: int, signum: int) -> None:
+    """Send ``signum`` to the child's process group and to every other process group below it."""
+    mine = os.getpgrp()
+    groups = {pid} | _descendant_groups(pid)
+    for pgid in sorted(groups):
+        if pgid in (mine, 0, 1):
+            continue
+        try:
+            os.killpg(pgid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def run_child(argv: list[str], env: Mapping[str, str], *, cwd: str | None = None,
+              on_signal: Callable[[int], None] | None = None) -> int:
+    """Run ``argv`` in its own session with inherited stdio; forward signals; return its shell-style exit code."""
+    proc: list[subprocess.Popen] = []
+    pending: list[int] = []
+
+    def handler(signum, _frame):
+        if on_signal:
+            on_signal(signum)
+        if proc:
+            forward_signal(proc[0].pid, signum)
+        else:
+            pending.append(signum)
+
+    previous = {}
+    for sig in FORWARDED_SIGNALS:
+        try:
+            previous[sig] = signal.signal(sig, handler)
+        except ValueError:  # not the main thread
+            pass
+    try:
+        try:
+            proc.append(subprocess.Popen(list(argv), env=dict(env), cwd=cwd, start_new_session=True))
+        except FileNotFoundError:
+            raise InputError(f"command not found: {argv[0]}") from None
+        except PermissionError:
+            raise InputError(f"command not executable: {argv[0]}") from None
+        for signum in pending:
+            forward_signal(proc[0].pid, signum)
+        code = proc[0].wait()
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+    return 128 - code if code < 0 else code
+
+
+# ---- the whole launch ------------------------------------------------------------------------------------
+
+
+@dataclass
+class LaunchOptions:
+    plan: Plan
+    command: list[str]
+    cache_dir: str | None = None
+    strict: bool = True
+    allow_missing: bool = False
+    trace_dir: str | None = None
+    misses_path: str | None = None
+    manifest: str | None = None
+    model_arg: str | None = None
+
+
+@dataclass
+class LaunchResult:
+    exit_code: int
+    new_entries: list[str] = field(default_factory=list)
+    refusals: list[dict[str, Any]] = field(default_factory=list)
+    misses: int = 0
+    misses_path: str | None = None
+
+
+def _read_events(path: Path) -> list[dict[str, Any]]:
+    try:
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except (OSError, json.JSONDecodeError):
+        return []
+
+
+def launch(opts: LaunchOptions, out) -> LaunchResult:
+    plan = opts.plan
+    if not opts.command:
+        raise InputError("no command to launch", hint="dgprecompile launch --manifest plan.yaml -- torchrun ...")
+    if not getattr(plan, "heuristic", True):
+        raise InputError(f"the plan for sglang {plan.profile.id} lists keys only (its kernel choice is not "
+                         "modelled), so its cache cannot be checked")
+    store = CacheStore(opts.cache_dir or plan.profile.cache_dir())
+    cache_dir = str(store.root)
+    hint = warm_command(plan, cache_dir, opts.manifest, opts.model_arg)
+
+    check = preflight(plan, store)
+    if not check.complete:
+        lines = []
+        for kid in check.missing[:20]:
+            lines.append(f"  missing: {kid}")
+        for kid in check.changed[:20]:
+            lines.append(f"  changed: {kid}")
+        more = len(check.missing) + len(check.changed) - len(lines)
+        if more > 0:
+            lines.append(f"  ... and {more} more")
+        for f, was, now in check.stale:
+            lines.append(f"  fingerprint: {f} was {was!r} when warmed, is {now!r} here")
+        summary = (f"the cache {cache_dir} does not cover the plan ({len(check.missing)} of "
+                   f"{len(plan.kernels)} kernels missing, {len(check.changed)} changed"
+                   + (", fingerprint differs" if check.stale else "") + f"; {check.how})")
+        if not opts.allow_missing:
+            raise CheckFailed(summary + ":\n" + "\n".join(lines), hint=f"warm it first: {hint}  "
+                              "(or pass --allow-missing to start anyway)")
+        out.warn(summary + " - starting anyway (--allow-missing)" + ("\n" + "\n".join(lines) if lines else ""))
+    else:
+        out.info(f"preflight: {len(plan.kernels)} planned kernels in {cache_dir} ({check.how})")
+
+    fingerprint = store.read_index().fingerprint
+    run_dir = Path(tempfile.mkdtemp(prefix="dgprecompile-launch-"))
+    try:
+        trace_dir = opts.trace_dir
+        if trace_dir is None and not opts.strict:
+            trace_dir = str(run_dir / "trace")
+        if trace_dir:
+            trace_dir = os.path.abspath(trace_dir)
+            os.makedirs(trace_dir, exist_ok=True)
+        standin = NVCC_STANDIN
+        if not os.access(standin, os.X_OK):  # an install that dropped the mode bits
+            (run_dir / "bin").mkdir()
+            standin = str(run_dir / "bin" / "nvcc")
+            shutil.copy(NVCC_STANDIN, standin)
+            os.chmod(standin, 0o755)
+            shutil.copy(os.path.join(HOOK_DIR, "_dgprecompile_hook.py"), run_dir / "_dgprecompile_hook.py")
+        composed = compose_env(plan, cache_dir, fingerprint, os.environ, strict=opts.strict, trace_dir=trace_dir,
+                               run_dir=str(run_dir), warm_hint=hint, standin=standin)
+        if composed.conflicts:
+            raise InputError("the environment conflicts with the warmed cache:\n" +
+                             "\n".join(f"  {c}" for c in composed.conflicts),
+                             hint="dgprecompile never overrides a value you set; change or unset those variables")
+        (run_dir / "plan-info.json").write_text(json.dumps({"kernels": sorted(plan.kernels), "warm": hint}))
+        out.table(f"environment for the job ({'strict' if opts.strict else 'non-strict'}, "
+                  f"sglang {plan.profile.id}, {plan.profile.generation} DeepGEMM)", ["variable", "value", "why"],
+                  [[s.name, s.value, s.why + (" (already set)" if s.kept else "")] for s in composed.settings],
+                  to_stderr=True)
+        for note in composed.notes:
+            out.info(f"[dim]note:[/] {note}")
+        out.info("starting: " + shlex.join(opts.command))
+        before = set(store.list_entries())
+        code = run_child(opts.command, composed.env)
+        result = LaunchResult(code)
+        result.refusals = [e for e in _read_events(run_dir / "events.jsonl") if e.get("event") == "refused"]
+        if result.refusals:
+            seen = sorted({str(e.get("kernel") or e.get("entry")) for e in result.refusals})
+            outside = all(e.get("kernel") and e.get("generation") == "legacy" and e["kernel"] not in plan.kernels
+                          for e in result.refusals)
+            out.error(f"strict mode refused {len(result.refusals)} runtime compile(s): " + ", ".join(seen[:10]),
+                      hint=("those kernels are outside the plan: record the job's shapes with --no-strict (misses "
+                            "file) or --trace, then warm them" if outside else f"warm the cache: {hint}"))
+        result.new_entries = sorted(set(store.list_entries()) - before)
+        if not opts.strict:
+            _report_misses(opts, plan, cache_dir, trace_dir, result, out)
+        elif result.new_entries:
+            out.warn(f"{len(result.new_entries)} cache entries appeared during a strict run (another process "
+                     "compiled into this cache?): " + ", ".join(result.new_entries[:10]))
+        return result
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _report_misses(opts: LaunchOptions, plan: Plan, cache_dir: str, trace_dir: str | None,
+                   result: LaunchResult, out) -> None:
+    from dgprecompile.trace import find_misses, read_trace_dir, write_misses
+
+    calls = []
+    if trace_dir and os.path.isdir(trace_dir):
+        try:
+            _headers, calls = read_trace_dir(Path(trace_dir))
+        except InputError as exc:
+            out.warn(f"could not read the trace: {exc.message}")
+    misses = find_misses(plan, calls)
+    result.misses = len(misses)
+    path = opts.misses_path or DEFAULT_MISSES_FILE
+    write_misses(Path(path), plan, misses, {"cache_dir": cache_dir, "new_entries": result.new_entries,
+                                            "calls_recorded": len(calls)})
+    result.misses_path = os.path.abspath(path)
+    if result.new_entries:
+        out.table(f"{len(result.new_entries)} cache entries compiled at run time", ["entry"],
+                  [[e] for e in result.new_entries], to_stderr=True)
+    else:
+        out.info("no cache entry was compiled at run time")
+    if misses:
+        out.table(f"{len(misses)} recorded calls outside the plan", ["kernel_type", "m", "n", "k", "groups",
+                                                                     "calls", "kernel"],
+                  [[c.kernel_type.short, c.m, c.n, c.k, c.num_groups, c.count, "\n".join(k)] for c, k in misses],
+                  to_stderr=True)
+    if misses or result.new_entries:
+        out.info(f"misses written to {result.misses_path}; warm them with: "
+                 f"dgprecompile warm --from-misses {shlex.quote(result.misses_path)} --cache-dir "
+                 f"{shlex.quote(cache_dir)}")
+    if result.new_entries and not misses:
+        out.warn("entries were compiled but every recorded call is in the plan: they may be kernels the plan "
+                 "does not model (or deep_gemm was called outside the traced entry points)")
+    if not calls:
+        out.warn("no DeepGEMM call was recorded (did the job import deep_gemm in a Python process it started?)")
+
+
+def command_from_config(config: Mapping[str, Any]) -> list[str] | None:
+    value = config.get("command")
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            return shlex.split(value)
+        except ValueError as exc:
+            raise InputError(f"train.yaml command: {exc}") from None
+    if isinstance(value, list) and all(isinstance(x, (str, int, float)) for x in value):
+        return [str(x) for x in value]
+    raise InputError("train.yaml `command` must be a string or a list of strings")
