@@ -143,6 +143,8 @@ class VerifyReport:
             "stale": [{"field": f, "recorded": a, "current": b} for f, a, b in self.stale],
             "fingerprint_checked": self.fingerprint_checked,
             "fingerprint_id": short_id(self.recorded_fingerprint) if self.recorded_fingerprint else None,
+            # what `pack -o '...{fingerprint}...'` would name an artifact built here: a CI cache key before warming
+            "current_fingerprint_id": short_id(self.current_fingerprint) if self.current_fingerprint else None,
             "recorded_fingerprint": self.recorded_fingerprint,
             "current_fingerprint": self.current_fingerprint,
             "warnings": self.warnings,

@@ -88,6 +88,7 @@ def test_complete_cache_passes_with_coverage_proved(cache):
     assert data["complete"] is True and data["coverage"] == "proved" and data["fingerprint_checked"] is True
     assert data["kernels_total"] == data["kernels_ok"] == 4
     assert data["missing"] == data["changed"] == data["stale"] == data["problems"] == []
+    assert data["current_fingerprint_id"] == data["fingerprint_id"] and len(data["fingerprint_id"]) == 16
 
     text = verify(cache)
     assert text.exit_code == 0
