@@ -361,3 +361,24 @@ def test_sitecustomize_chains_to_the_next_one(tmp_path):
                          env=env, capture_output=True, text=True)
     assert out.stdout.split() == ["yes", "True"], out.stderr
     shutil.rmtree(other)
+
+
+def test_standin_trainer_cli_and_gpu_guard(tmp_path):
+    script = REPO / "tests" / "gpu" / "standin_trainer.py"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    h = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True, env=env)
+    assert h.returncode == 0 and "STAND-IN" not in h.stdout and "--manifest" in h.stdout
+    bad = subprocess.run([sys.executable, script, "--manifest", "m.yaml", "--steps", "0"], capture_output=True,
+                         text=True, env=env)
+    assert bad.returncode == 2 and "--steps must be at least 1" in bad.stderr
+    write_manifest(_plan("0.5.1"), tmp_path / "plan.yaml")
+    run = subprocess.run([sys.executable, script, "--manifest", tmp_path / "plan.yaml", "--steps", "3"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    import torch
+
+    if not torch.cuda.is_available():
+        assert run.returncode == 2
+        assert "needs a CUDA GPU" in run.stderr
+    missing = subprocess.run([sys.executable, script, "--manifest", tmp_path / "nope.yaml"], capture_output=True,
+                             text=True, env=env)
+    assert missing.returncode == 2 and "manifest not found" in missing.stderr
