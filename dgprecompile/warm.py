@@ -54,8 +54,8 @@ class WarmSetup:
     store: CacheStore
     fingerprint: dict[str, Any]
     stale: list[tuple[str, Any, Any]]
-    items: list[WorkItem]
-    shards: list[list[WorkItem]]
+    items: list[WorkItem]  # in the order they are handed out: the costliest first
+    workers: int
     gpus: list[int | None]
     job_common: dict[str, Any]
     rank: int = 0
@@ -63,7 +63,7 @@ class WarmSetup:
 
     @property
     def task_budget(self) -> int:
-        return len(self.shards) * (WORKER_BASE_TASKS + COMPILER_TREE_TASKS)
+        return self.workers * (WORKER_BASE_TASKS + COMPILER_TREE_TASKS)
 
 
 @dataclass
@@ -71,6 +71,7 @@ class WarmResult:
     compiled: dict[str, float] = field(default_factory=dict)  # kernel -> seconds
     cached: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+    fatal: list[str] = field(default_factory=list)  # workers that could not start
     wall_seconds: float = 0.0
     cache_bytes: int = 0
     workers: int = 0
@@ -97,11 +98,15 @@ def _visible_gpus() -> list[int]:
     return list(range(len([line for line in out.stdout.splitlines() if line.startswith("GPU ")])))
 
 
-def _shard(items: list[WorkItem], n: int) -> list[list[WorkItem]]:
-    shards: list[list[WorkItem]] = [[] for _ in range(n)]
-    for i, item in enumerate(items):
-        shards[i % n].append(item)
-    return [s for s in shards if s]
+def _estimated_cost(item: WorkItem) -> float:
+    """A rough relative compile cost, to start the longest kernels first (measured on an H200 host: grouped
+    kernels and large tiles take 5-10 s, layout kernels about 1 s)."""
+    if item.family == "transpose_fp32":
+        return 0.1
+    p = item.params
+    tile = (p.get("BM", 64) * p.get("BN", 64)) / (128 * 128)
+    grouped = item.kernel_type != "GEMM_NT_F8F8BF16"
+    return tile + (1.0 if grouped else 0.0) + (0.5 if p.get("BN", 0) % 32 else 0.0)
 
 
 def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
@@ -156,9 +161,9 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
     if jobs < 1:
         raise InputError("--jobs must be at least 1")
     jobs = max(1, min(jobs, len(items))) if items else 1
-    shards = _shard(items, jobs)
-    return WarmSetup(plan, backend, store, fingerprint, stale, items, shards,
-                     [gpus[i % len(gpus)] for i in range(len(shards))], job_common, rank, world)
+    items.sort(key=_estimated_cost, reverse=True)
+    return WarmSetup(plan, backend, store, fingerprint, stale, items, jobs,
+                     [gpus[i % len(gpus)] for i in range(jobs)], job_common, rank, world)
 
 
 def _record_plan(setup: WarmSetup) -> None:
@@ -183,55 +188,91 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
     store.ensure()
     store.clean_stale_staging()
     _record_plan(setup)
-    result = WarmResult(workers=len(setup.shards))
+    result = WarmResult(workers=setup.workers)
     start = time.perf_counter()
     if not setup.items:
         result.cache_bytes = store.size_bytes()
         return result
     tmp = Path(tempfile.mkdtemp(prefix="dgprecompile-warm-"))
+    queue = list(setup.items)
     procs: list[subprocess.Popen] = []
-    pending: dict[int, set[str]] = {}
+    current: dict[int, str | None] = {}
     logs: dict[int, Path] = {}
     sel = selectors.DefaultSelector()
+
+    def hand_out(i: int) -> None:
+        """Give worker i the next kernel, or close its stdin when none are left."""
+        stdin = procs[i].stdin
+        assert stdin is not None
+        if queue:
+            item = queue.pop(0)
+            current[i] = item.kernel
+            try:
+                stdin.write(json.dumps(item.to_dict()) + "\n")
+                stdin.flush()
+                return
+            except BrokenPipeError:
+                queue.insert(0, item)  # that worker is gone; its exit is handled below
+                current[i] = None
+                return
+        current[i] = None
+        try:
+            stdin.close()
+        except BrokenPipeError:
+            pass
+
     try:
-        for i, (shard, gpu) in enumerate(zip(setup.shards, setup.gpus, strict=True)):
-            job = {"backend": setup.backend, "cache_dir": str(store.root), "items": [w.to_dict() for w in shard],
-                   **setup.job_common}
-            job_path = tmp / f"job-{i}.json"
-            job_path.write_text(json.dumps(job))
+        job = {"backend": setup.backend, "cache_dir": str(store.root), **setup.job_common}
+        job_path = tmp / "job.json"
+        job_path.write_text(json.dumps(job))
+        for i, gpu in enumerate(setup.gpus):
             env = {**os.environ, **WORKER_ENV}
             if gpu is not None:
                 env["CUDA_VISIBLE_DEVICES"] = _physical_gpu(gpu)
             logs[i] = tmp / f"worker-{i}.log"
             with open(logs[i], "wb") as log:
                 proc = subprocess.Popen([sys.executable, "-m", "dgprecompile.worker", str(job_path)],
-                                        stdout=subprocess.PIPE, stderr=log, env=env)
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env,
+                                        text=True)
             procs.append(proc)
-            pending[i] = {w.kernel for w in shard}
+            current[i] = None
             assert proc.stdout is not None
             sel.register(proc.stdout, selectors.EVENT_READ, i)
         open_streams = len(procs)
-        buffers: dict[int, bytes] = {i: b"" for i in range(len(procs))}
+        buffers: dict[int, str] = {i: "" for i in range(len(procs))}
         while open_streams:
             for sk, _ in sel.select():
                 i = sk.data
-                chunk = os.read(sk.fileobj.fileno(), 65536)
+                chunk = os.read(sk.fileobj.fileno(), 65536).decode(errors="replace")
                 if not chunk:
                     sel.unregister(sk.fileobj)
                     open_streams -= 1
+                    code = procs[i].wait()
+                    if current[i] is not None:  # it died holding a kernel
+                        why = _worker_death(code, logs[i])
+                        result.failed[current[i]] = why
+                        on_event({"event": "failed", "kernel": current[i], "error": why})
+                        current[i] = None
                     continue
                 buffers[i] += chunk
-                *lines, buffers[i] = buffers[i].split(b"\n")
+                *lines, buffers[i] = buffers[i].split("\n")
                 for line in lines:
-                    if line.strip():
-                        _handle(json.loads(line), i, result, pending, on_event)
-        for i, proc in enumerate(procs):
-            code = proc.wait()
-            if pending[i]:
-                why = _worker_death(code, logs[i])
-                for kernel in sorted(pending[i]):
-                    result.failed[kernel] = why
-                    on_event({"event": "failed", "kernel": kernel, "error": why})
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    _handle(event, result, on_event)
+                    if event.get("event") in ("ready", "done", "failed"):
+                        hand_out(i)
+                    elif event.get("event") == "fatal":
+                        current[i] = None
+                        try:
+                            procs[i].stdin.close()
+                        except (BrokenPipeError, AttributeError):
+                            pass
+        for kernel in [item.kernel for item in queue]:  # every worker died before these were handed out
+            why = "no worker left to compile it (see the errors above)"
+            result.failed[kernel] = why
+            on_event({"event": "failed", "kernel": kernel, "error": why})
     except KeyboardInterrupt:
         _stop(procs)
         raise
@@ -254,23 +295,18 @@ def _physical_gpu(index: int) -> str:
     return str(index)
 
 
-def _handle(event: dict[str, Any], worker: int, result: WarmResult, pending: dict[int, set[str]],
-            on_event: Callable[[dict[str, Any]], None]) -> None:
+def _handle(event: dict[str, Any], result: WarmResult, on_event: Callable[[dict[str, Any]], None]) -> None:
     kind = event.get("event")
     kernel = event.get("kernel")
     if kind == "done":
-        pending[worker].discard(kernel)
         if event["status"] == "compiled":
             result.compiled[kernel] = float(event.get("seconds") or 0.0)
         else:
             result.cached.append(kernel)
     elif kind == "failed":
-        pending[worker].discard(kernel)
         result.failed[kernel] = event.get("error", "failed")
     elif kind == "fatal":
-        for k in sorted(pending[worker]):
-            result.failed[k] = event.get("error", "worker failed to start")
-        pending[worker].clear()
+        result.fatal.append(event.get("error", "worker failed to start"))
     on_event(event)
 
 
@@ -280,7 +316,7 @@ def _worker_death(code: int, log: Path) -> str:
         tail = log.read_text(errors="replace").strip().splitlines()[-5:]
     except OSError:
         tail = []
-    return f"worker {how} before compiling it" + ("\n" + "\n".join(tail) if tail else "")
+    return f"worker {how} while compiling it" + ("\n" + "\n".join(tail) if tail else "")
 
 
 def _stop(procs: list[subprocess.Popen]) -> None:

@@ -1,7 +1,8 @@
 """A warm worker process: compiles its share of kernels one after another in its main thread.
 
-Started by warm as ``python -m dgprecompile.worker JOB.json``. It reports JSON lines on its original
-stdout; anything the libraries print goes to stderr (the parent keeps it as the worker's log).
+Started by warm as ``python -m dgprecompile.worker JOB.json``. It reads the kernels to compile from stdin, one
+JSON line each, as the parent hands them out, and reports JSON lines on its original stdout; anything the
+libraries print goes to stderr (the parent keeps it as the worker's log).
 No thread pools, no queues with feeder threads: the only concurrency is between worker processes.
 """
 
@@ -35,9 +36,13 @@ def main(job_path: str) -> int:
         return 3
     store = CacheStore(job["cache_dir"])
     failures = 0
+    emit(event="ready")
     try:
-        for raw in job["items"]:
-            item = WorkItem(**raw)
+        # the parent hands out one kernel at a time on stdin (so shares stay disjoint and balanced)
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            item = WorkItem(**json.loads(line))
             emit(event="start", kernel=item.kernel, t=time.time())
             try:
                 status, entries, seconds = backend.compile(item)

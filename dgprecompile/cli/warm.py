@@ -84,7 +84,7 @@ def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc
              + (f" (rank {setup.rank} of {setup.world})" if setup.world > 1 else ""))
     out.info(f"cache: {setup.store.root}   backend: {setup.backend}   nvcc: {setup.fingerprint['nvcc']['path']} "
              f"({setup.fingerprint['nvcc']['release']})")
-    out.info(f"task budget: {len(setup.shards)} worker processes x (1 thread + 1 compiler tree of <= 4 tasks) "
+    out.info(f"task budget: {setup.workers} worker processes x (1 thread + 1 compiler tree of <= 4 tasks) "
              f"= at most {setup.task_budget} tasks; no thread pools")
     for field, was, now in setup.stale:
         out.warn(f"cache index was built for {field}={was!r}, now {now!r}: its entries will not be found; "
@@ -95,7 +95,9 @@ def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc
 
     def on_event(event):
         kind = event.get("event")
-        if kind == "start":
+        if kind == "fatal":
+            out.err.print(f"[red]worker failed to start:[/] {event.get('error', '')}")
+        elif kind == "start":
             progress.update(task, current=event["kernel"])
         elif kind in ("done", "failed"):
             progress.advance(task)
