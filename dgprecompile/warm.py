@@ -195,90 +195,131 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
         return result
     tmp = Path(tempfile.mkdtemp(prefix="dgprecompile-warm-"))
     queue = list(setup.items)
-    procs: list[subprocess.Popen] = []
-    current: dict[int, str | None] = {}
-    logs: dict[int, Path] = {}
+    n = setup.workers
+    current: dict[int, str | None] = {i: None for i in range(n)}
+    to_worker: dict[int, object] = {}
+    worker_pids: dict[int, int] = {}
+    stream_closed: dict[int, bool] = {i: False for i in range(n)}
+    exit_codes: dict[int, int] = {}
+    logs = {i: tmp / f"worker-{i}.log" for i in range(n)}
     sel = selectors.DefaultSelector()
+    zygote: subprocess.Popen | None = None
 
     def hand_out(i: int) -> None:
         """Give worker i the next kernel, or close its stdin when none are left."""
-        stdin = procs[i].stdin
-        assert stdin is not None
+        pipe = to_worker.get(i)
+        if pipe is None:
+            return
         if queue:
             item = queue.pop(0)
-            current[i] = item.kernel
             try:
-                stdin.write(json.dumps(item.to_dict()) + "\n")
-                stdin.flush()
+                pipe.write(json.dumps(item.to_dict()) + "\n")
+                pipe.flush()
+                current[i] = item.kernel
                 return
             except BrokenPipeError:
-                queue.insert(0, item)  # that worker is gone; its exit is handled below
-                current[i] = None
-                return
+                queue.insert(0, item)  # that worker is gone; its exit is handled when it is reported
         current[i] = None
+        to_worker.pop(i, None)
         try:
-            stdin.close()
+            pipe.close()
         except BrokenPipeError:
             pass
+
+    def settle(i: int) -> None:
+        """A worker whose stream ended and whose exit was reported: fail the kernel it held, if any."""
+        if stream_closed[i] and i in exit_codes and current[i] is not None:
+            why = _worker_death(exit_codes[i], logs[i])
+            result.failed[current[i]] = why
+            on_event({"event": "failed", "kernel": current[i], "error": why})
+            current[i] = None
+            pipe = to_worker.pop(i, None)
+            if pipe is not None:
+                try:
+                    pipe.close()
+                except BrokenPipeError:
+                    pass
 
     try:
         job = {"backend": setup.backend, "cache_dir": str(store.root), **setup.job_common}
         job_path = tmp / "job.json"
         job_path.write_text(json.dumps(job))
+        spec, child_fds = [], []
         for i, gpu in enumerate(setup.gpus):
-            env = {**os.environ, **WORKER_ENV}
-            if gpu is not None:
-                env["CUDA_VISIBLE_DEVICES"] = _physical_gpu(gpu)
-            logs[i] = tmp / f"worker-{i}.log"
-            with open(logs[i], "wb") as log:
-                proc = subprocess.Popen([sys.executable, "-m", "dgprecompile.worker", str(job_path)],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env,
-                                        text=True)
-            procs.append(proc)
-            current[i] = None
-            assert proc.stdout is not None
-            sel.register(proc.stdout, selectors.EVENT_READ, i)
-        open_streams = len(procs)
-        buffers: dict[int, str] = {i: "" for i in range(len(procs))}
+            in_r, in_w = os.pipe()
+            out_r, out_w = os.pipe()
+            child_fds += [in_r, out_w]
+            spec.append({"in_fd": in_r, "out_fd": out_w, "log": str(logs[i]),
+                         "gpu": None if gpu is None else _physical_gpu(gpu)})
+            to_worker[i] = os.fdopen(in_w, "w")
+            reader = os.fdopen(out_r, "rb", buffering=0)
+            sel.register(reader, selectors.EVENT_READ, i)
+        env = {**os.environ, **WORKER_ENV, "DGPRECOMPILE_WORKERS": json.dumps(spec)}
+        zygote = subprocess.Popen([sys.executable, "-m", "dgprecompile.worker", str(job_path), "--zygote"],
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=open(tmp / "zygote.log", "wb"), env=env, pass_fds=child_fds)
+        for fd in child_fds:
+            os.close(fd)
+        assert zygote.stdout is not None
+        sel.register(zygote.stdout, selectors.EVENT_READ, "zygote")
+        buffers: dict[object, str] = {}
+        open_streams = n + 1
         while open_streams:
             for sk, _ in sel.select():
-                i = sk.data
+                who = sk.data
                 chunk = os.read(sk.fileobj.fileno(), 65536).decode(errors="replace")
                 if not chunk:
                     sel.unregister(sk.fileobj)
+                    sk.fileobj.close()
                     open_streams -= 1
-                    code = procs[i].wait()
-                    if current[i] is not None:  # it died holding a kernel
-                        why = _worker_death(code, logs[i])
-                        result.failed[current[i]] = why
-                        on_event({"event": "failed", "kernel": current[i], "error": why})
-                        current[i] = None
+                    if who != "zygote":
+                        stream_closed[who] = True
+                        settle(who)
                     continue
-                buffers[i] += chunk
-                *lines, buffers[i] = buffers[i].split("\n")
+                buffers[who] = buffers.get(who, "") + chunk
+                *lines, buffers[who] = buffers[who].split("\n")
                 for line in lines:
                     if not line.strip():
                         continue
                     event = json.loads(line)
+                    kind = event.get("event")
+                    if who == "zygote":
+                        i = event["worker"]
+                        if kind == "spawned":
+                            worker_pids[i] = event["pid"]
+                        elif kind == "exit":
+                            exit_codes[i] = event["code"]
+                            settle(i)
+                        continue
                     _handle(event, result, on_event)
-                    if event.get("event") in ("ready", "done", "failed"):
-                        hand_out(i)
-                    elif event.get("event") == "fatal":
-                        current[i] = None
-                        try:
-                            procs[i].stdin.close()
-                        except (BrokenPipeError, AttributeError):
-                            pass
+                    if kind in ("done", "failed"):
+                        current[who] = None
+                    if kind in ("ready", "done", "failed"):
+                        hand_out(who)
+                    elif kind == "fatal":  # that worker could not set up its backend; the others go on
+                        current[who] = None
+                        pipe = to_worker.pop(who, None)
+                        if pipe is not None:
+                            pipe.close()
+        zygote.wait()
+        if zygote.returncode and not worker_pids:
+            raise EnvironmentProblem("warm workers could not start: "
+                                     + (tmp / "zygote.log").read_text(errors="replace").strip()[-2000:])
         for kernel in [item.kernel for item in queue]:  # every worker died before these were handed out
             why = "no worker left to compile it (see the errors above)"
             result.failed[kernel] = why
             on_event({"event": "failed", "kernel": kernel, "error": why})
     except KeyboardInterrupt:
-        _stop(procs)
+        _stop(zygote, worker_pids)
         raise
     finally:
         sel.close()
-        _stop(procs)
+        for pipe in to_worker.values():
+            try:
+                pipe.close()
+            except OSError:
+                pass
+        _stop(zygote, worker_pids)
         store.clean_stale_staging()
         shutil.rmtree(tmp, ignore_errors=True)
     result.wall_seconds = time.perf_counter() - start
@@ -319,14 +360,24 @@ def _worker_death(code: int, log: Path) -> str:
     return f"worker {how} while compiling it" + ("\n" + "\n".join(tail) if tail else "")
 
 
-def _stop(procs: list[subprocess.Popen]) -> None:
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    deadline = time.time() + 10
-    for proc in procs:
+def _stop(zygote: subprocess.Popen | None, worker_pids: dict[int, int]) -> None:
+    """SIGTERM the workers and the zygote (it forwards too), then make sure they are gone."""
+    for pid in worker_pids.values():
         try:
-            proc.wait(timeout=max(0.1, deadline - time.time()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    if zygote is None:
+        return
+    if zygote.poll() is None:
+        zygote.send_signal(signal.SIGTERM)
+    try:
+        zygote.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        zygote.kill()
+        zygote.wait()
+    for pid in worker_pids.values():  # orphans are re-parented; make sure none keeps compiling
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

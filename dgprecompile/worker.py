@@ -1,8 +1,10 @@
-"""A warm worker process: compiles its share of kernels one after another in its main thread.
+"""Warm worker processes: each compiles kernels one after another in its main thread.
 
-Started by warm as ``python -m dgprecompile.worker JOB.json``. It reads the kernels to compile from stdin, one
-JSON line each, as the parent hands them out, and reports JSON lines on its original stdout; anything the
-libraries print goes to stderr (the parent keeps it as the worker's log).
+warm starts ``python -m dgprecompile.worker JOB.json --zygote``: one process that imports the heavy libraries
+(torch, and for the legacy JIT DeepGEMM itself) once, without touching CUDA, and then forks the workers, so N
+workers do not each pay that import. Each worker reads the kernels to compile from its stdin, one JSON line each,
+as the parent hands them out, and reports JSON lines on its stdout; anything the libraries print goes to its log.
+The zygote reports each worker's pid and exit status on its own stdout.
 No thread pools, no queues with feeder threads: the only concurrency is between worker processes.
 """
 
@@ -10,12 +12,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 import traceback
 
 
-def main(job_path: str) -> int:
+def serve(job: dict) -> int:
+    """One worker: set up the backend, then compile what arrives on stdin until it closes."""
     event_fd = os.dup(1)
     os.dup2(2, 1)  # library prints must not mix with our events
     events = os.fdopen(event_fd, "w", buffering=1)
@@ -23,8 +27,6 @@ def main(job_path: str) -> int:
     def emit(**event) -> None:
         events.write(json.dumps(event) + "\n")
 
-    with open(job_path) as f:
-        job = json.load(f)
     from dgprecompile.backends import WorkItem, load_worker_backend
     from dgprecompile.cachestore import CacheStore
     from dgprecompile.errors import DGError
@@ -74,5 +76,84 @@ def main(job_path: str) -> int:
     return 1 if failures else 0
 
 
+def _die_with_parent() -> None:
+    """Linux: get SIGTERM when the zygote dies, so no worker outlives an interrupted warm."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def zygote(job: dict, workers: list[dict]) -> int:
+    """Import once, fork one worker per entry of ``workers`` ({in_fd, out_fd, log, gpu}), report their exits."""
+    from dgprecompile.backends import preload
+
+    preload(job["backend"])  # no CUDA here: children initialise their own device after the fork
+    own_fds = {fd for w in workers for fd in (w["in_fd"], w["out_fd"])}
+    children: dict[int, int] = {}
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    for i, w in enumerate(workers):
+        pid = os.fork()
+        if pid == 0:
+            _die_with_parent()
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.dup2(w["in_fd"], 0)
+            os.dup2(w["out_fd"], 1)
+            log = os.open(w["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(log, 2)
+            os.close(log)
+            for fd in own_fds:
+                os.close(fd)
+            if w.get("gpu") is not None:
+                os.environ["CUDA_VISIBLE_DEVICES"] = str(w["gpu"])
+            sys.stdin = os.fdopen(0, "r")
+            sys.stdout = os.fdopen(1, "w", buffering=1)
+            sys.stderr = os.fdopen(2, "w", buffering=1)
+            code = 1
+            try:
+                code = serve(job)
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        children[pid] = i
+        out.write(json.dumps({"event": "spawned", "worker": i, "pid": pid}) + "\n")
+    for fd in own_fds:
+        os.close(fd)
+
+    def stop(signum, _frame):
+        for pid in list(children):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    worst = 0
+    while children:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            break
+        i = children.pop(pid, None)
+        if i is None:
+            continue
+        code = os.waitstatus_to_exitcode(status)
+        worst = max(worst, 1 if code else 0)
+        out.write(json.dumps({"event": "exit", "worker": i, "code": code}) + "\n")
+    return worst
+
+
+def main(argv: list[str]) -> int:
+    with open(argv[0]) as f:
+        job = json.load(f)
+    if "--zygote" in argv:
+        return zygote(job, json.loads(os.environ["DGPRECOMPILE_WORKERS"]))
+    return serve(job)
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(sys.argv[1:]))

@@ -77,7 +77,8 @@ def test_warm_compiles_the_runtime_entries_then_nothing(runner, tmp_path, smalle
 
 
 def _worker_pids(parent: int) -> list[int]:
-    pids = []
+    """The warm's worker processes: children of its zygote (the worker process that forks them)."""
+    procs = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
@@ -86,10 +87,9 @@ def _worker_pids(parent: int) -> list[int]:
             cmd = (d / "cmdline").read_bytes()
         except OSError:
             continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == parent and b"dgprecompile.worker" in cmd:
-            pids.append(int(d.name))
-    return pids
+        procs.append((int(d.name), int(stat.rsplit(")", 1)[1].split()[1]), cmd))
+    zygotes = {pid for pid, ppid, cmd in procs if ppid == parent and b"dgprecompile.worker" in cmd}
+    return [pid for pid, ppid, cmd in procs if ppid in zygotes and b"dgprecompile.worker" in cmd]
 
 
 def _start_warm(manifest, cache, *extra, env=None):

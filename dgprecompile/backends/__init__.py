@@ -58,6 +58,16 @@ def backend_for(name: str | None, install: DeepGemmInstall | None, plan_generati
     return name
 
 
+def preload(name: str) -> None:
+    """Import what every worker of this backend needs, before the zygote forks them. Must not initialise CUDA."""
+    import torch  # noqa: F401  (the costly import every backend shares)
+
+    if name == "legacy":
+        from dgprecompile.backends.legacy import import_legacy
+
+        import_legacy(None)
+
+
 def load_worker_backend(name: str, job: dict[str, Any]) -> WorkerBackend:
     if name == "legacy":
         from dgprecompile.backends.legacy import LegacyWorker

@@ -23,6 +23,25 @@ from dgprecompile.kernels import KernelSpec
 from dgprecompile.legacy_keys import LegacyKeyContext
 
 
+def import_legacy(nvcc_path: str | None):
+    """Import the legacy JIT (build, FP8GemmRuntime, GemmType) without touching CUDA."""
+    import torch.utils.cpp_extension as cpp_extension
+
+    if cpp_extension.CUDA_HOME is None and nvcc_path:
+        # A CPU build of torch reports no CUDA home, and this JIT joins it into a path before it reads
+        # DG_JIT_NVCC_COMPILER. Point it at the toolkit of the nvcc we compile with.
+        cpp_extension.CUDA_HOME = str(Path(nvcc_path).resolve().parent.parent)
+    try:
+        import deep_gemm.jit.compiler as compiler
+        from deep_gemm.jit import build
+        from deep_gemm.jit_kernels.runtime import FP8GemmRuntime, GemmType
+    except ImportError as exc:
+        raise EnvironmentProblem(f"cannot import the legacy DeepGEMM: {exc}") from None
+    if compiler.CUDA_HOME is None and cpp_extension.CUDA_HOME is not None:
+        compiler.CUDA_HOME = cpp_extension.CUDA_HOME  # it copied the name at import time
+    return build, FP8GemmRuntime, GemmType
+
+
 class LegacyWorker:
     def __init__(self, job: dict[str, Any]):
         self.store = CacheStore(job["cache_dir"])
@@ -30,20 +49,10 @@ class LegacyWorker:
         self.ctx = LegacyKeyContext(**job["key_context"])
         self.staging = self.store.new_staging()
         # The JIT reads these once, at first use; both must be set before deep_gemm is imported.
+        # The JIT reads both at its first build (lru-cached), so they must be set before that.
         os.environ["DG_JIT_CACHE_DIR"] = str(self.staging)
         os.environ["DG_JIT_NVCC_COMPILER"] = self.ctx.nvcc_path
-        import torch.utils.cpp_extension as cpp_extension
-
-        if cpp_extension.CUDA_HOME is None:
-            # A CPU build of torch reports no CUDA home, and this JIT joins it into a path before it reads
-            # DG_JIT_NVCC_COMPILER. Point it at the toolkit of the nvcc we compile with.
-            cpp_extension.CUDA_HOME = str(Path(self.ctx.nvcc_path).resolve().parent.parent)
-        try:
-            from deep_gemm.jit import build
-            from deep_gemm.jit_kernels.runtime import FP8GemmRuntime, GemmType
-        except ImportError as exc:
-            raise EnvironmentProblem(f"cannot import the legacy DeepGEMM: {exc}") from None
-        self._build, self._runtime, self._gemm_type = build, FP8GemmRuntime, GemmType
+        self._build, self._runtime, self._gemm_type = import_legacy(self.ctx.nvcc_path)
 
     def close(self) -> None:
         shutil.rmtree(self.staging, ignore_errors=True)
