@@ -29,7 +29,8 @@ res = {"a_sglang_way_s": round(a, 1), "b_dgprecompile_warm_s": round(b, 1), "c_l
        "a_over_b": round(a / b, 2), "b_over_c": round(b / c, 2), "jobs": jobs, "kernels": len(single),
        "single_kernel_s_sum": round(sum(single), 1), "single_kernel_s_min_max": [round(min(single), 2), round(max(single), 2)],
        "a_entries_created": json.load(open(f"{out}/a_sglang_way.json"))["new_entries_total"],
-       "sweep_after_warm_new_entries": sweep["new_entries_total"], "sweep_calls": sweep["calls"]}
+       "sweep_after_warm_new_entries": sweep["new_entries_total"], "sweep_calls": sweep["calls"],
+       "b_timeline": json.load(open(f"{out}/b_warm.json")).get("timeline")}
 json.dump(res, open(f"{out}/bench_summary.json", "w"), indent=1)
 print(json.dumps(res, indent=1))
 PY

@@ -72,6 +72,8 @@ class WarmResult:
     cached: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     fatal: list[str] = field(default_factory=list)  # workers that could not start
+    ready_seconds: list[float] = field(default_factory=list)  # when each worker was set up, from the start
+    last_result_seconds: float = 0.0  # when the last kernel finished, from the start
     wall_seconds: float = 0.0
     cache_bytes: int = 0
     workers: int = 0
@@ -84,7 +86,10 @@ class WarmResult:
         return {"compiled": len(self.compiled), "already_cached": len(self.cached), "failed": len(self.failed),
                 "failures": self.failed, "wall_seconds": round(self.wall_seconds, 2),
                 "compile_seconds_sum": round(sum(self.compiled.values()), 2), "cache_bytes": self.cache_bytes,
-                "workers": self.workers}
+                "workers": self.workers,
+                "timeline": {"workers_ready_first_s": round(min(self.ready_seconds), 2) if self.ready_seconds else None,
+                             "workers_ready_last_s": round(max(self.ready_seconds), 2) if self.ready_seconds else None,
+                             "last_kernel_done_s": round(self.last_result_seconds, 2)}}
 
 
 def _visible_gpus() -> list[int]:
@@ -292,8 +297,11 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
                             settle(i)
                         continue
                     _handle(event, result, on_event)
+                    if kind == "ready":
+                        result.ready_seconds.append(time.perf_counter() - start)
                     if kind in ("done", "failed"):
                         current[who] = None
+                        result.last_result_seconds = time.perf_counter() - start
                     if kind in ("ready", "done", "failed"):
                         hand_out(who)
                     elif kind == "fatal":  # that worker could not set up its backend; the others go on

@@ -49,6 +49,7 @@ class CxxWorker:
         if want != device_sms:
             deep_gemm.set_num_sms(want)
         self.device = torch.device("cuda")
+        torch.empty(1, device=self.device)  # create the CUDA context now, not inside the first kernel's timing
 
     def close(self) -> None:
         import shutil
