@@ -12,7 +12,7 @@ EP ?= 8
 SGLANG ?= 0.5.1
 MANIFEST ?= shapes/Qwen3-Coder-480B-A35B-Instruct-FP8.tp8.ep8.sglang-0.5.0-0.5.1.auto.yaml
 CACHE_DIR ?= $(CURDIR)/.cache/deep_gemm
-ARTIFACT ?= out/deepgemm-cache.tar.zst
+ARTIFACT ?= out/deepgemm-{fingerprint}.tar.gz
 CONFIG ?= train.yaml
 
 .PHONY: setup run test plan warm verify cache-artifact train lint shapes gpu-test clean
@@ -43,7 +43,7 @@ verify: $(STAMP)
 	$(BIN)/dgprecompile verify --manifest $(MANIFEST) --cache-dir $(CACHE_DIR)
 
 cache-artifact: run
-	$(BIN)/dgprecompile pack --manifest $(MANIFEST) --cache-dir $(CACHE_DIR) -o $(ARTIFACT)
+	$(BIN)/dgprecompile pack --manifest $(MANIFEST) --cache-dir $(CACHE_DIR) -o '$(ARTIFACT)'
 
 train: $(STAMP)
 	$(BIN)/dgprecompile launch --config $(CONFIG)
@@ -56,7 +56,7 @@ gpu-test: $(STAMP)
 	$(BIN)/pytest -q -m gpu tests/gpu
 
 lint: $(STAMP)
-	$(BIN)/ruff check dgprecompile tests bench
+	$(BIN)/ruff check dgprecompile tests bench examples
 
 clean:
 	rm -rf $(VENV) .cache out

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from dgprecompile.errors import CheckFailed, InputError
-from dgprecompile.fsutil import atomic_write_text, fsync_dir
+from dgprecompile.fsutil import atomic_write_text, fsync_dir, tree_size
 
 INDEX_SCHEMA = 1
 OURS = "dgprecompile"
@@ -211,14 +211,7 @@ class CacheStore:
         return removed
 
     def size_bytes(self) -> int:
-        total = 0
-        for dirpath, _dirs, files in os.walk(self.entries_dir):
-            for f in files:
-                try:
-                    total += os.path.getsize(os.path.join(dirpath, f))
-                except OSError:
-                    pass
-        return total
+        return tree_size(self.entries_dir)
 
 
 def _pid_alive(pid: int) -> bool:

@@ -6,7 +6,6 @@ No torch and no DeepGEMM import: versions come from importlib.metadata, the GPU 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -16,11 +15,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
-
+from dgprecompile.cachestore import CacheStore
+from dgprecompile.errors import DGError
+from dgprecompile.fsutil import tree_size
 from dgprecompile.limits import Limits
 from dgprecompile.plan import Plan
 from dgprecompile.profiles import Profile
+from dgprecompile.toolchain import find_deepgemm, locate_nvcc, probe_nvcc
 
 # Tasks of one nvcc compile at its peak, counting nvcc itself: measured with nvcc 13.0.88 compiling a legacy
 # DeepGEMM kernel and a tiny .cu (polling /proc for the descendants: nvcc -> gcc/cudafe++/cicc/ptxas stages).
@@ -34,31 +35,12 @@ RUNTIME_THREADS = 8
 # ---- environment probes ----------------------------------------------------------------------------------
 
 
-def find_nvcc(environ: dict[str, str] | None = None) -> tuple[str | None, str]:
-    """The nvcc DeepGEMM would use, and where it was found; the same order as its JITs."""
-    environ = os.environ if environ is None else environ
-    cands = []
-    if environ.get("DG_JIT_NVCC_COMPILER"):
-        cands.append((environ["DG_JIT_NVCC_COMPILER"], "DG_JIT_NVCC_COMPILER"))
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        if environ.get(var):
-            cands.append((os.path.join(environ[var], "bin", "nvcc"), var))
-    cands.append(("/usr/local/cuda/bin/nvcc", "/usr/local/cuda"))
-    which = shutil.which("nvcc", path=environ.get("PATH"))
-    if which:
-        cands.append((which, "PATH"))
-    for path, where in cands:
-        if os.path.isfile(path) and os.access(path, os.X_OK):
-            return path, where
-    return None, "not found (DG_JIT_NVCC_COMPILER, CUDA_HOME, CUDA_PATH, /usr/local/cuda, PATH)"
-
-
 def nvcc_version(path: str) -> str | None:
     try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
+        text = probe_nvcc(path).version_text
+    except DGError:
         return None
-    match = re.search(r"release (\d+\.\d+), V([\d.]+)", out)
+    match = re.search(r"release (\d+\.\d+), V([\d.]+)", text)
     return match.group(2) if match else None
 
 
@@ -69,28 +51,22 @@ def dist_version(name: str) -> str | None:
         return None
 
 
+GENERATION_TEXT = {
+    "legacy": "legacy (Python JIT bundled in sgl-kernel <= 0.3.6)",
+    "sgl-kernel-cxx": "sgl-kernel C++ JIT (>= 0.3.7)",
+    "sgl-deep-gemm-0.1": "sgl-deep-gemm-0.1 (C++ JIT, tvm-ffi)",
+    "sgl-deep-gemm-0.2": "sgl-deep-gemm-0.2 (C++ DeepJIT)",
+}
+
+
 def deepgemm_generation() -> dict[str, Any]:
-    """Which DeepGEMM is installed, read from package metadata only."""
-    dg = dist_version("sgl-deep-gemm")
-    if dg is not None:
-        gen = "sgl-deep-gemm-0.1 (C++ JIT, tvm-ffi)" if dg.startswith("0.1") else \
-            "sgl-deep-gemm-0.2 (C++ DeepJIT)" if dg.startswith("0.2") else f"sgl-deep-gemm {dg}"
-        return {"distribution": "sgl-deep-gemm", "version": dg, "generation": gen}
-    sk = dist_version("sgl-kernel")
-    if sk is not None:
-        try:
-            legacy = Version(sk) <= Version("0.3.6")
-        except InvalidVersion:
-            legacy = None
-        gen = {True: "legacy (Python JIT bundled in sgl-kernel <= 0.3.6)",
-               False: "sgl-kernel C++ JIT (>= 0.3.7)", None: "unknown"}[legacy]
-        return {"distribution": "sgl-kernel", "version": sk, "generation": gen}
-    other = dist_version("deep-gemm") or dist_version("deep_gemm")
-    if other is not None:
-        return {"distribution": "deep-gemm", "version": other, "generation": "upstream DeepGEMM"}
-    if importlib.util.find_spec("deep_gemm") is not None:
-        return {"distribution": None, "version": None, "generation": "a deep_gemm package without metadata"}
-    return {"distribution": None, "version": None, "generation": "not installed"}
+    """Which DeepGEMM is importable, found without importing it."""
+    install = find_deepgemm()
+    if install is None:
+        return {"distribution": None, "version": None, "generation": "not installed"}
+    return {"distribution": install.distribution, "version": install.version,
+            "generation": GENERATION_TEXT.get(install.generation, install.generation),
+            "package_dir": install.package_dir}
 
 
 def gpu_info(nvidia_smi: str | None = None) -> dict[str, Any]:
@@ -119,17 +95,6 @@ def gpu_info(nvidia_smi: str | None = None) -> dict[str, Any]:
             "note": "" if sms else "SM count unknown for this GPU name (pass --num-sms to plan)"}
 
 
-def dir_size(path: Path) -> int:
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_size
-            except OSError:
-                pass
-    return total
-
-
 def cache_info(profile: Profile, plan: Plan | None, cache_dir: str | None) -> dict[str, Any]:
     path = Path(cache_dir or profile.cache_dir())
     info: dict[str, Any] = {"path": str(path), "exists": path.is_dir(), "writable": None, "bytes": None,
@@ -137,25 +102,20 @@ def cache_info(profile: Profile, plan: Plan | None, cache_dir: str | None) -> di
     probe = path if path.is_dir() else next((p for p in path.parents if p.exists()), None)
     info["writable"] = bool(probe and os.access(probe, os.W_OK | os.X_OK))
     if path.is_dir():
-        info["bytes"] = dir_size(path)
-    if plan is not None and path.is_dir() and importlib.util.find_spec("dgprecompile.cachestore") is not None:
-        try:  # the warm index, when the cache store module and an index exist; read-only
-            mod = importlib.import_module("dgprecompile.cachestore")
-            store = mod.CacheStore(path)
+        info["bytes"] = tree_size(path)
+    if plan is not None and path.is_dir():
+        try:  # the warm index, when there is one; read-only
+            store = CacheStore(path)
             if Path(store.index_path).is_file():
                 indexed = store.read_index().kernels
                 have = sum(1 for kid in plan.kernels if kid in indexed)
                 info["coverage"] = f"{have} of {plan.total_kernels} planned kernels indexed"
             else:
                 info["coverage"] = "unknown (no dgprecompile index: not warmed by dgprecompile)"
-        except Exception as exc:  # an optional module: never let it break doctor
-            info["coverage"] = f"unknown ({type(exc).__name__})"
+        except DGError as exc:  # a damaged index must not stop the other checks
+            info["coverage"] = f"unknown ({exc.message})"
     return info
 
-
-def env_names(profile: Profile, switch: str) -> list[str]:
-    value = (profile.env or {}).get(switch) or []
-    return [value] if isinstance(value, str) else [str(v) for v in value]
 
 
 def every_rank_precompiles(profile: Profile) -> bool:
@@ -167,7 +127,7 @@ def every_rank_precompiles(profile: Profile) -> bool:
 
 def switch_spelling(profile: Profile) -> dict[str, Any]:
     """The environment names this sglang reads, and whether the other spelling would be ignored."""
-    env = {k: env_names(profile, k) for k in (profile.env or {})}
+    env = {k: profile.env_names(k) for k in (profile.env or {})}
     flat = [n for names in env.values() for n in names]
     has_sgl = any(n.startswith("SGL_") for n in flat)
     has_sglang = any(n.startswith("SGLANG_") for n in flat)
@@ -176,7 +136,7 @@ def switch_spelling(profile: Profile) -> dict[str, Any]:
     elif has_sgl:
         prefix, other = "SGL_", "SGLANG_* names are ignored by this sglang"
     elif has_sglang:
-        prefix, other = "SGLANG_", "SGL_* names are not read by this profile"
+        prefix, other = "SGLANG_", "SGL_* names still work: sglang copies them to SGLANG_* with a deprecation warning"
     else:
         prefix, other = "?", "unknown"
     return {"prefix": prefix, "names": env, "other_spelling": other,
@@ -225,7 +185,7 @@ def estimate_bursts(profile: Profile, plan: Plan | None, model: BurstModel) -> t
     pre = profile.precompile or {}
     workers = model.compile_workers
     if workers is None:
-        value = next((os.environ[n] for n in env_names(profile, "compile_workers") if n in os.environ), "")
+        value = next((os.environ[n] for n in profile.env_names("compile_workers") if n in os.environ), "")
         workers = int(value) if value.isdigit() else int(pre.get("thread_pool_workers") or 0)
     if plan is not None and plan.keys:
         worst = max(len(pk.kernel_ids) for pk in plan.keys)
@@ -374,7 +334,7 @@ def environment_checks(profile: Profile, plan: Plan | None, cache_dir: str | Non
                        nvidia_smi: str | None = None) -> tuple[list[Check], dict[str, Any]]:
     env: dict[str, Any] = {}
     checks = []
-    nvcc, where = find_nvcc()
+    nvcc, where = locate_nvcc()
     version = nvcc_version(nvcc) if nvcc else None
     env["nvcc"] = {"path": nvcc, "found_by": where, "version": version}
     if nvcc:

@@ -35,3 +35,15 @@ def fsync_dir(path: Path | str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def tree_size(path: Path | str) -> int:
+    """Bytes of every regular file under ``path`` (links not followed)."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total

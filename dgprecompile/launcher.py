@@ -199,28 +199,12 @@ class Preflight:
 
 
 def preflight(plan: Plan, store: CacheStore) -> Preflight:
-    """Is every planned kernel in the cache? verify.verify_cache when present, else the index alone."""
-    try:
-        from dgprecompile.verify import verify_cache
-    except ImportError:
-        verify_cache = None
-    if verify_cache is not None:
-        report = verify_cache(plan, store)
-        missing = list(report.missing)
-        changed = list(getattr(report, "changed", []))
-        stale = list(report.stale)
-        verdict = getattr(report, "verdict", None)
-        return Preflight(bool(report.complete), missing, changed, stale, verdict() if callable(verdict) else "verify")
-    index = store.read_index()
-    missing, changed = [], []
-    for kid in sorted(plan.kernels):
-        record = index.kernels.get(kid)
-        problem = "missing" if record is None else store.check_entry(record)
-        if problem == "missing":
-            missing.append(kid)
-        elif problem:
-            changed.append(kid)
-    return Preflight(not missing and not changed, missing, changed, [], "checked against the cache index")
+    """Is every planned kernel in the cache, intact and under this environment's keys? (verify_cache)"""
+    from dgprecompile.verify import verify_cache
+
+    report = verify_cache(plan, store)
+    return Preflight(report.complete, list(report.missing), list(report.changed), list(report.stale),
+                     report.verdict())
 
 
 def warm_command(plan: Plan, cache_dir: str, manifest: str | None = None, model_arg: str | None = None) -> str:

@@ -590,9 +590,9 @@ class Repro:
         self.procs = []
 
     def _find_nvcc(self) -> str:
-        from dgprecompile.diagnose import find_nvcc
+        from dgprecompile.toolchain import default_nvcc_path
 
-        nvcc = self.config.nvcc or find_nvcc()[0]
+        nvcc = self.config.nvcc or default_nvcc_path()
         if not nvcc or not os.access(nvcc, os.X_OK):
             raise EnvironmentProblem("repro needs nvcc", hint="install the CUDA toolkit or pass --nvcc PATH")
         return os.path.realpath(nvcc) if self.config.backend == "nvcc" else nvcc

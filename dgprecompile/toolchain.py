@@ -39,20 +39,27 @@ class Nvcc:
         return int(match.group(1)), int(match.group(2))
 
 
-def default_nvcc_path(environ: dict[str, str] | None = None) -> str | None:
-    """The nvcc a DeepGEMM runtime would use: DG_JIT_NVCC_COMPILER, else CUDA_HOME/CUDA_PATH, else
-    /usr/local/cuda, else the first nvcc on PATH."""
+NVCC_SEARCH = "DG_JIT_NVCC_COMPILER, CUDA_HOME, CUDA_PATH, /usr/local/cuda, PATH"
+
+
+def locate_nvcc(environ: dict[str, str] | None = None) -> tuple[str | None, str]:
+    """The nvcc a DeepGEMM runtime would use and what found it: DG_JIT_NVCC_COMPILER, else CUDA_HOME/CUDA_PATH,
+    else /usr/local/cuda, else the first nvcc on PATH."""
     env = os.environ if environ is None else environ
-    candidates = [env.get("DG_JIT_NVCC_COMPILER")]
+    candidates = [(env.get("DG_JIT_NVCC_COMPILER"), "DG_JIT_NVCC_COMPILER")]
     for var in ("CUDA_HOME", "CUDA_PATH"):
         if env.get(var):
-            candidates.append(os.path.join(env[var], "bin", "nvcc"))
-    candidates.append("/usr/local/cuda/bin/nvcc")
-    candidates.append(shutil.which("nvcc", path=env.get("PATH")))
-    for c in candidates:
-        if c and os.path.isfile(c) and os.access(c, os.X_OK):
-            return c
-    return None
+            candidates.append((os.path.join(env[var], "bin", "nvcc"), var))
+    candidates.append(("/usr/local/cuda/bin/nvcc", "/usr/local/cuda"))
+    candidates.append((shutil.which("nvcc", path=env.get("PATH")), "PATH"))
+    for path, where in candidates:
+        if path and os.path.isfile(path) and os.access(path, os.X_OK):
+            return path, where
+    return None, f"not found ({NVCC_SEARCH})"
+
+
+def default_nvcc_path(environ: dict[str, str] | None = None) -> str | None:
+    return locate_nvcc(environ)[0]
 
 
 @lru_cache(maxsize=8)
@@ -69,7 +76,7 @@ def probe_nvcc(path: str) -> Nvcc:
 def find_nvcc(path: str | None = None) -> Nvcc:
     chosen = path or default_nvcc_path()
     if chosen is None:
-        raise EnvironmentProblem("no nvcc found (DG_JIT_NVCC_COMPILER, CUDA_HOME, /usr/local/cuda, PATH)",
+        raise EnvironmentProblem(f"no nvcc found ({NVCC_SEARCH})",
                                  hint="install the CUDA toolkit (nvcc >= 12.3) or pass --nvcc PATH")
     if not os.path.isfile(chosen):
         raise EnvironmentProblem(f"nvcc not found at {chosen}", hint="pass --nvcc PATH to an existing nvcc")

@@ -11,11 +11,11 @@ import pytest
 from click.testing import CliRunner
 
 from dgprecompile.cli.main import cli
-from dgprecompile.diagnose import find_nvcc
 from dgprecompile.errors import EnvironmentProblem
 from dgprecompile.repro import make_budget
+from dgprecompile.toolchain import default_nvcc_path
 
-NVCC = find_nvcc()[0]
+NVCC = default_nvcc_path()
 
 
 def _budget_reason() -> str | None:

@@ -208,15 +208,6 @@ def test_empty_cache_dir_is_incomplete(tmp_path):
     assert len(data["missing"]) == 4 and any("no dgprecompile index" in w for w in data["warnings"])
 
 
-@pytest.mark.skipif(util.find_spec("dgprecompile.trace") is not None, reason="dgprecompile.trace exists now")
-def test_trace_without_the_trace_module_is_a_clear_error(tmp_path):
-    res = CliRunner().invoke(cli, ["verify", "--trace", str(tmp_path), "--cache-dir", str(tmp_path)],
-                             catch_exceptions=False)
-    assert res.exit_code == 2
-    assert "error: tracing is not available" in res.stderr and "hint:" in res.stderr
-
-
-@pytest.mark.skipif(util.find_spec("dgprecompile.trace") is None, reason="dgprecompile.trace is not there yet")
 def test_verify_against_a_trace(cache, tmp_path):
     calls = [("GEMM_NT_F8F8BF16", m, 1792, 6144, 1) for m in (1, 32)]
     calls += [("GEMM_NT_F8F8BF16", m, 6144, 1536, 1) for m in (1, 32)]

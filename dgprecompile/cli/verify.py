@@ -20,13 +20,8 @@ def plan_for(plan_request: PlanRequest, manifest: str | None, trace: str | None)
         return resolve_plan(plan_request, manifest)
     if manifest is not None:
         raise InputError("pass --trace or --manifest, not both")
-    try:
-        from dgprecompile.trace import plan_from_trace
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("dgprecompile.trace",):
-            raise
-        raise InputError("tracing is not available in this dgprecompile (no dgprecompile.trace)",
-                         hint="verify against a plan instead: --manifest FILE or --model/--tp/--ep/--sglang") from None
+    from dgprecompile.trace import plan_from_trace
+
     return plan_from_trace(Path(trace), plan_request)
 
 
