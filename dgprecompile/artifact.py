@@ -26,7 +26,6 @@ import json
 import os
 import shutil
 import tarfile
-import tempfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +35,7 @@ from dgprecompile import __version__
 from dgprecompile.cachestore import CacheStore, EntryRecord, Index
 from dgprecompile.errors import CheckFailed, DGError, EnvironmentProblem, InputError
 from dgprecompile.fingerprint import differences, short_id
+from dgprecompile.fsutil import atomic_writer
 from dgprecompile.plan import Plan
 
 FORMAT = "dgprecompile-cache-artifact"
@@ -125,20 +125,8 @@ def pack_cache(plan: Plan, store: CacheStore, output: str, *, allow_missing: boo
     target = output_path(output, index.fingerprint)
     if target.is_dir():
         raise InputError(f"{target} is a directory", hint="pass a file name to -o, e.g. -o out/cache-{fingerprint}.tar.gz")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            _write_archive(raw, store, packed, entries, plan, missing)
-            raw.flush()
-            os.fsync(raw.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    with atomic_writer(target) as raw:
+        _write_archive(raw, store, packed, entries, plan, missing)
     return PackResult(target, short_id(index.fingerprint), sorted(kernels), missing, [r.entry for r in entries],
                       target.stat().st_size)
 

@@ -224,24 +224,13 @@ def warm_command(plan: Plan, cache_dir: str, manifest: str | None = None, model_
 
 def _descendant_groups(root: int) -> set[int]:
     """Process groups of every descendant of ``root`` (read from /proc; empty where /proc is absent)."""
+    from dgprecompile.limits import proc_stats
+
+    stats = proc_stats()
     children: dict[int, list[int]] = {}
-    pgids: dict[int, int] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return set()
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read().decode(errors="replace")
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()
-        pid, ppid, pgid = int(entry), int(fields[1]), int(fields[2])
-        children.setdefault(ppid, []).append(pid)
-        pgids[pid] = pgid
+    pgids = {st.pid: st.pgid for st in stats}
+    for st in stats:
+        children.setdefault(st.ppid, []).append(st.pid)
     out, todo = set(), [root]
     while todo:
         for child in children.get(todo.pop(), []):

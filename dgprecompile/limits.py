@@ -88,6 +88,34 @@ def read_text(path: Path) -> str | None:
         return None
 
 
+@dataclass(frozen=True)
+class ProcStat:
+    pid: int
+    comm: str
+    ppid: int
+    pgid: int
+
+
+def proc_stats(proc_root: str | Path = "/proc") -> list[ProcStat]:
+    """pid, command name, parent and process group of every process (empty where /proc is unreadable)."""
+    root = Path(proc_root)
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            stat = (root / name / "stat").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()  # the command name may itself hold spaces and parentheses
+        out.append(ProcStat(int(name), stat[stat.find("(") + 1:stat.rfind(")")], int(fields[1]), int(fields[2])))
+    return out
+
+
 def read_int(path: Path) -> int | None:
     text = read_text(path)
     if text is None:

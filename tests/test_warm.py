@@ -16,6 +16,7 @@ from helpers import NVCC, needs_legacy, needs_nvcc
 
 from dgprecompile.cachestore import CacheStore, sha256_file
 from dgprecompile.legacy_keys import LegacyKeyContext
+from dgprecompile.limits import proc_stats
 from dgprecompile.plan import PlanRequest, plan_from_dict, plan_from_request, read_manifest, write_manifest
 from dgprecompile.toolchain import find_deepgemm, find_nvcc
 
@@ -78,18 +79,9 @@ def test_warm_compiles_the_runtime_entries_then_nothing(runner, tmp_path, smalle
 
 def _worker_pids(parent: int) -> list[int]:
     """The warm's worker processes: children of its zygote (the worker process that forks them)."""
-    procs = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-            cmd = (d / "cmdline").read_bytes()
-        except OSError:
-            continue
-        procs.append((int(d.name), int(stat.rsplit(")", 1)[1].split()[1]), cmd))
-    zygotes = {pid for pid, ppid, cmd in procs if ppid == parent and b"dgprecompile.worker" in cmd}
-    return [pid for pid, ppid, cmd in procs if ppid in zygotes and b"dgprecompile.worker" in cmd]
+    stats = proc_stats()
+    zygotes = {st.pid for st in stats if st.ppid == parent}
+    return [st.pid for st in stats if st.ppid in zygotes]
 
 
 def _start_warm(manifest, cache, *extra, env=None):

@@ -91,19 +91,10 @@ def thread_names():
 
 
 def live_children():
-    me, out = os.getpid(), {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read().decode(errors="replace")
-        except OSError:
-            continue
-        rest = stat[stat.rfind(")") + 2:].split()
-        if int(rest[1]) == me:
-            out[int(entry)] = stat[stat.find("(") + 1:stat.rfind(")")]
-    return out
+    from dgprecompile.limits import proc_stats
+
+    me = os.getpid()
+    return {st.pid: st.comm for st in proc_stats() if st.ppid == me}
 
 
 def reaped_children_marker():
