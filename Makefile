@@ -5,6 +5,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # The legacy Python-JIT DeepGEMM that sglang 0.5.0-0.5.1.x runs ships inside sgl-kernel 0.3.5 (its deep_gemm package).
 LEGACY_DG := sgl-kernel==0.3.5
+# sgl-deep-gemm 0.1.3 (sglang 0.5.14) beside it, in its own folder (both are a top-level deep_gemm): the tests build
+# its kernels with nvcc and need only its headers.
+DG013 := $(VENV)/sgl-deep-gemm-0.1.3
 
 MODEL ?= Qwen3-Coder-480B
 TP ?= 8
@@ -22,6 +25,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev,legacy]'
 	$(BIN)/pip install -q --no-deps $(LEGACY_DG)
+	$(BIN)/pip install -q --no-deps --target $(DG013) sgl-deep-gemm==0.1.3
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -5,15 +5,15 @@
 #   (b) dgprecompile warm --jobs $JOBS on a cold cache;
 #   (c) the limit: the sum of single-kernel compile times (from (b)'s index) / workers.
 # Then a sweep of every m through the real call path on (b)'s cache, which must create no entry.
-# usage: bench/bench_warm.sh MANIFEST OUTDIR [JOBS]      (needs a GPU and the C++-JIT DeepGEMM on PYTHONPATH)
+# usage: bench/bench_warm.sh MANIFEST OUTDIR [JOBS] [BACKEND]      (needs a GPU and the C++-JIT DeepGEMM on PYTHONPATH)
 set -euo pipefail
-manifest=$1; out=$2; jobs=${3:-$(nproc)}
+manifest=$1; out=$2; jobs=${3:-$(nproc)}; backend=${4:-auto}
 mkdir -p "$out"
 a_cache=$(mktemp -d); b_cache=$(mktemp -d)
 t0=$(date +%s.%N)
 python3 tests/gpu/sweep_runtime.py --manifest "$manifest" --cache-dir "$a_cache" --sglang-warmup --json "$out/a_sglang_way.json"
 t1=$(date +%s.%N)
-python3 -m dgprecompile warm --manifest "$manifest" --cache-dir "$b_cache" --jobs "$jobs" --json > "$out/b_warm.json"
+python3 -m dgprecompile warm --manifest "$manifest" --cache-dir "$b_cache" --jobs "$jobs" --backend "$backend" --json > "$out/b_warm.json"
 t2=$(date +%s.%N)
 python3 tests/gpu/sweep_runtime.py --manifest "$manifest" --cache-dir "$b_cache" --json "$out/b_then_sweep.json"
 cp "$b_cache/dgprecompile/index.json" "$out/b_index.json"

@@ -112,6 +112,10 @@ def _dense_keys(linears: list[_Linear], par: Parallel, num_layers: int, notes: l
 def _moe_keys(profile: Profile, par: Parallel, hidden: int, experts: int, topk: int, width: int, layers: int,
               model: ModelConfig, notes: list[str], prefix: str = "mlp.experts") -> list[GemmKey]:
     local, per_rank = _moe_split(experts, width, par, model)
+    if par.moe_runner_backend not in profile.moe:
+        raise InputError(f"sglang {profile.id} has no --moe-runner-backend {par.moe_runner_backend} "
+                         f"(its EPMoE runs the experts on masked DeepGEMM whenever ep > 1)",
+                         hint="drop --moe-runner-backend, or plan for a newer --sglang")
     kinds = profile.moe_kernel(par.moe_runner_backend)
     if kinds is None:
         notes.append(f"{prefix} (x{layers}): Triton fused MoE under sglang {profile.id} with "

@@ -1,9 +1,9 @@
 """Verify: is every planned kernel in the cache, intact, and filed under the key this environment looks up?
 
 No torch, no DeepGEMM import, no GPU. Per planned kernel it checks the entry the index records (sha256 of
-every file) and, for the legacy Python JIT, computes the exact entry name the runtime will look for here
-(:class:`~dgprecompile.legacy_keys.LegacyKeyContext`) and checks that ``<cache>/cache/<name>/kernel.cubin``
-exists: coverage proved from the key, not taken from the index. It also compares the fingerprint the cache
+every file) and, for the legacy Python JIT and sgl-deep-gemm 0.1.0-0.1.3, computes the exact entry name the
+runtime will look for here (legacy_keys, cxx_keys) and checks that ``<cache>/cache/<name>/`` holds kernel.cu and
+kernel.cubin: coverage proved from the key, not taken from the index. It also compares the fingerprint the cache
 was built for with this environment's (DeepGEMM generation, version, headers and location, nvcc, DG_JIT_*
 flags, SM count).
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dgprecompile.backends import NVCC_BACKEND_VERSIONS
 from dgprecompile.cachestore import CacheStore, Index
 from dgprecompile.errors import DGError
 from dgprecompile.fingerprint import differences, make_fingerprint, short_id
@@ -153,17 +154,26 @@ class VerifyReport:
         }
 
 
-def _legacy_names(plan: Plan, env: Environment, warnings: list[str]) -> dict[str, str] | None:
-    """kernel id -> the entry name the legacy runtime looks up here, or None if it cannot be computed."""
-    if env.install is None or env.nvcc is None or env.install.generation != "legacy":
+def _runtime_names(plan: Plan, env: Environment, warnings: list[str]) -> dict[str, str] | None:
+    """kernel id -> the entry name the runtime looks up here, where dgprecompile can compute it (the legacy JIT,
+    sgl-deep-gemm 0.1.0-0.1.3), else None."""
+    install, nvcc = env.install, env.nvcc
+    if install is None or nvcc is None or install.generation != plan.profile.generation:
         return None
-    from dgprecompile.legacy_keys import LegacyKeyContext
-
     try:
-        ctx = LegacyKeyContext.build(env.install, env.nvcc)
+        if install.generation == "legacy":
+            from dgprecompile.legacy_keys import LegacyKeyContext
+
+            ctx = LegacyKeyContext.build(install, nvcc)
+        elif install.generation == "sgl-deep-gemm-0.1" and install.version in NVCC_BACKEND_VERSIONS:
+            from dgprecompile.cxx_keys import CxxKeyContext
+
+            ctx = CxxKeyContext.build(install.include_dir, nvcc.release)
+        else:
+            return None
         return {kid: ctx.entry_name(spec) for kid, spec in plan.kernels.items()}
     except (DGError, OSError) as exc:
-        warnings.append(f"cannot compute the legacy entry names ({exc}): checking the index only")
+        warnings.append(f"cannot compute the runtime's entry names ({exc}): checking the index only")
         return None
 
 
@@ -183,7 +193,7 @@ def verify_cache(plan: Plan, store: CacheStore, *, nvcc: str | None = None,
     warnings += env.warnings
     stale = differences(index.fingerprint, env.fingerprint) if (env.fingerprint and index.fingerprint) else []
 
-    names = _legacy_names(plan, env, warnings) if generation == "legacy" else None
+    names = _runtime_names(plan, env, warnings)
     if generation == "legacy" and names is None:
         warnings.append("falling back to index-only checks: coverage is as recorded, not proved")
     checks: list[KernelCheck] = []
@@ -207,12 +217,12 @@ def verify_cache(plan: Plan, store: CacheStore, *, nvcc: str | None = None,
 
 
 def _check_proved(store: CacheStore, kid: str, record, expected: str) -> KernelCheck:
-    cubin = store.entry_path(expected) / "kernel.cubin"
-    if not cubin.is_file():
+    entry = store.entry_path(expected)
+    if not (entry / "kernel.cubin").is_file() or not (entry / "kernel.cu").is_file():
         if record is not None and record.entry != expected:
             return KernelCheck(kid, MISSING, expected,
                                f"the index records {record.entry}, but the runtime here looks for {expected}")
-        return KernelCheck(kid, MISSING, expected, "no kernel.cubin under the runtime's entry name")
+        return KernelCheck(kid, MISSING, expected, "no kernel.cu + kernel.cubin under the runtime's entry name")
     if record is None:
         return KernelCheck(kid, OK, expected, "present, not in the index (no checksum)")
     if record.entry != expected:

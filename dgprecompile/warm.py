@@ -152,6 +152,13 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
         job_common: dict[str, Any] = {"key_context": LegacyKeyContext.build(install, nvcc).__dict__}
         gpus: list[int | None] = [None]
         default_jobs = os.cpu_count() or 1
+    elif backend == "nvcc":
+        from dgprecompile.cxx_keys import CxxKeyContext
+
+        job_common = {"key_context": CxxKeyContext.build(install.include_dir, nvcc.release).__dict__,
+                      "nvcc": nvcc.path}
+        gpus = [None]
+        default_jobs = os.cpu_count() or 1
     else:
         visible = _visible_gpus()
         if world > 1:

@@ -23,3 +23,14 @@ def legacy_deepgemm_dir() -> str | None:
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found")
 needs_legacy = pytest.mark.skipif(legacy_deepgemm_dir() is None,
                                   reason="the legacy DeepGEMM (sgl-kernel 0.3.5's deep_gemm) is not installed")
+
+
+def sgl_deep_gemm_013_dir() -> str | None:
+    """A folder holding sgl-deep-gemm 0.1.3's deep_gemm (made by `make setup`), or $DGP_SGL_DEEP_GEMM_013."""
+    here = os.environ.get("DGP_SGL_DEEP_GEMM_013") or os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv", "sgl-deep-gemm-0.1.3")
+    return here if os.path.isdir(os.path.join(here, "deep_gemm", "include", "deep_gemm")) else None
+
+
+needs_dg013 = pytest.mark.skipif(sgl_deep_gemm_013_dir() is None,
+                                 reason="sgl-deep-gemm 0.1.3 not installed beside the venv (make setup)")

@@ -112,6 +112,8 @@ def test_moe_tp_splits_expert_width(runner):
     (["-m", "Qwen3-Coder-480B", "--tp", 0], "Invalid value for '--tp'"),
     (["-m", "Qwen3-Coder-480B", "--gpu", "h20", "--num-sms", 132], "has 78 SMs"),
     (["-m", "Qwen3-Coder-480B", "--max-tokens", 10, "--specforge-cmd", "x"], "not both"),
+    (["-m", "Qwen3-Coder-480B", "--tp", 8, "--ep", 8, "--sglang", "0.5.1", "--moe-runner-backend", "deep_gemm"],
+     "has no --moe-runner-backend deep_gemm"),
 ])
 def test_bad_input_is_one_line_and_exit_2(runner, args, message):
     result = invoke(runner, "plan", *args)

@@ -84,9 +84,16 @@ def _worker_pids(parent: int) -> list[int]:
     return [st.pid for st in stats if st.ppid in zygotes]
 
 
+def _default_sigint() -> None:
+    # a test run started in the background inherits SIGINT ignored, and Python then never raises
+    # KeyboardInterrupt; give the warm the terminal's default, as a user's shell would
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start_warm(manifest, cache, *extra, env=None):
     return subprocess.Popen([sys.executable, "-m", "dgprecompile", *map(str, warm_cmd(manifest, cache, *extra))],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=_default_sigint)
 
 
 def test_worker_thread_count_stays_flat(tmp_path, smallest_key_manifest):

@@ -12,7 +12,11 @@ from typing import Any, Protocol
 from dgprecompile.errors import EnvironmentProblem, InputError
 from dgprecompile.toolchain import DeepGemmInstall
 
-BACKENDS = {"legacy": ("legacy",), "cxx": ("sgl-kernel-cxx", "sgl-deep-gemm-0.1", "sgl-deep-gemm-0.2")}
+BACKENDS = {"legacy": ("legacy",), "cxx": ("sgl-kernel-cxx", "sgl-deep-gemm-0.1", "sgl-deep-gemm-0.2"),
+            "nvcc": ("sgl-deep-gemm-0.1",)}
+# sgl-deep-gemm releases whose JIT sources (key, generated code, flags) the GPU-free nvcc backend reproduces:
+# 0.1.0-0.1.3 share them (docs/heuristics.md); 0.1.3's entry names were checked against an H200 warm.
+NVCC_BACKEND_VERSIONS = ("0.1.0", "0.1.1", "0.1.2", "0.1.3")
 
 
 @dataclass
@@ -47,20 +51,25 @@ def backend_for(name: str | None, install: DeepGemmInstall | None, plan_generati
             f"the plan is for a {plan_generation} DeepGEMM but the installed one is {install.generation} "
             f"({install.distribution} {install.version}): its kernels and cache keys differ",
             hint="plan with the --sglang version whose DeepGEMM is installed, or install that DeepGEMM")
-    auto = next(b for b, gens in BACKENDS.items() if install.generation in gens)
+    offline = install.generation == "sgl-deep-gemm-0.1" and install.version in NVCC_BACKEND_VERSIONS
     if name is None or name == "auto":
-        return auto
+        if install.generation == "legacy":
+            return "legacy"
+        return "nvcc" if offline else "cxx"
     if name not in BACKENDS:
         raise InputError(f"unknown backend {name!r}; choose from {', '.join(BACKENDS)}")
-    if name != auto:
+    if install.generation not in BACKENDS[name] or (name == "nvcc" and not offline):
+        usable = [b for b, gens in BACKENDS.items() if install.generation in gens and (b != "nvcc" or offline)]
         raise InputError(f"backend {name} cannot compile for the installed {install.generation} DeepGEMM "
-                         f"(use {auto})")
+                         f"({install.distribution} {install.version}); use {' or '.join(usable)}")
     return name
 
 
 def preload(name: str) -> None:
     """Import what every worker of this backend needs, before the zygote forks them. Must not initialise CUDA."""
-    import torch  # noqa: F401  (the costly import every backend shares)
+    if name == "nvcc":
+        return  # runs nvcc only: nothing to import
+    import torch  # noqa: F401  (the costly import both other backends share)
 
     if name == "legacy":
         from dgprecompile.backends.legacy import import_legacy
@@ -77,4 +86,8 @@ def load_worker_backend(name: str, job: dict[str, Any]) -> WorkerBackend:
         from dgprecompile.backends.cxx import CxxWorker
 
         return CxxWorker(job)
+    if name == "nvcc":
+        from dgprecompile.backends.nvcc01 import NvccCxxWorker
+
+        return NvccCxxWorker(job)
     raise InputError(f"unknown backend {name!r}")

@@ -1,4 +1,4 @@
-"""C++-JIT backend: sgl-deep-gemm 0.1.x/0.2.x and the DeepGEMM in sgl-kernel >= 0.3.7.
+"""C++-JIT backend (GPU): sgl-deep-gemm 0.1.x and 0.2.x, for plans dgprecompile can model.
 
 These JITs compile inside the GEMM call and offer no compile-only entry point, so the worker launches the
 real op on dummy CUDA tensors, once per planned kernel, with the calling conventions of SGLang's real path:

@@ -50,8 +50,10 @@ def _plan_from_misses(path: str, plan_request: PlanRequest, manifest: str | None
 @click.command("warm")
 @plan_options
 @cache_dir_option
-@click.option("--backend", type=click.Choice(["auto", "legacy", "cxx"]), default="auto",
-              help="Compile backend (default: the one for the installed DeepGEMM).")
+@click.option("--backend", type=click.Choice(["auto", "legacy", "cxx", "nvcc"]), default="auto",
+              help="legacy: the Python JIT's own build (no GPU); cxx: launch each kernel once on a GPU so the C++ "
+                   "JIT compiles it; nvcc: build sgl-deep-gemm 0.1.0-0.1.3 entries with nvcc directly (no GPU). "
+                   "Default: legacy, nvcc or cxx by the installed DeepGEMM.")
 @click.option("--jobs", "-j", type=int, default=None,
               help="Worker processes (default: CPU cores, capped by the number of kernels).")
 @click.option("--gpus", default=None, metavar="0,1,..", help="C++ JIT: GPUs to spread workers over (default all).")

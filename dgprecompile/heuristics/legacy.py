@@ -13,7 +13,7 @@ Rules, as read from that DeepGEMM's ``jit_kernels/gemm.py`` (get_best_configs) a
 
 M and the SM count are launch arguments of the compiled kernel, not template arguments, so the kernel identity
 is the build name plus the template values (N, K, block sizes, padding, swizzle, groups, stages, multicast,
-gemm type). ``tests/test_heuristic_legacy.py`` checks every m against the real library.
+gemm type). ``tests/test_heuristics.py`` checks every m against the real library.
 """
 
 from __future__ import annotations

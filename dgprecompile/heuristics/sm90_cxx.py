@@ -13,7 +13,7 @@ sm90/common/config; impls/sm90_fp8_gemm_1d2d.hpp; docs/heuristics.md has the cit
 
 The compiled kernel is named by the template arguments: the blocks, cluster, stages, D swizzle, thread counts,
 the SM count, groups, the weight-scale major, and (grouped kernels only: compiled_dims 'nk') n and k. Dense kernels
-use compiled_dims '' so one kernel can serve several (n, k) keys. tests/test_heuristic_cxx.py checks every m of the
+use compiled_dims '' so one kernel can serve several (n, k) keys. tests/test_heuristics.py checks every m of the
 Qwen3-Coder-480B keys against DG_PRINT_CONFIGS output recorded on an H200.
 
 Activation scales: SGLang's dense path hands DeepGEMM MN-major TMA-aligned scales (no layout kernel); its masked

@@ -5,7 +5,7 @@ For each key it launches the GEMM for EVERY m in 1..m_max through the calls SGLa
 them; masked: row-major scales through get_mn_major_tma_aligned_tensor, then fp8_m_grouped_gemm_nt_masked with
 expected_m = m), with DG_PRINT_CONFIGS=1 so the library prints the configuration it picks for each m, and
 records which cache entries appear at which m. The summary (runs of m with one configuration, entries per
-first m) is what tests/test_heuristic_cxx.py checks the pure-Python heuristic against.
+first m) is what tests/test_heuristics.py checks the pure-Python heuristic against.
 
 usage: python tests/gpu/probe_cxx_sweep.py OUT.json [--keys dense,masked]
 """
