@@ -8,6 +8,7 @@ LEGACY_DG := sgl-kernel==0.3.5
 # sgl-deep-gemm 0.1.3 (sglang 0.5.14) beside it, in its own folder (both are a top-level deep_gemm): the tests build
 # its kernels with nvcc and need only its headers.
 DG013 := $(VENV)/sgl-deep-gemm-0.1.3
+TORCH ?= 2.13.0
 
 MODEL ?= Qwen3-Coder-480B
 TP ?= 8
@@ -20,9 +21,12 @@ CONFIG ?= train.yaml
 
 .PHONY: setup run test plan warm verify cache-artifact train lint shapes gpu-test clean
 
+# torch is pinned to the CPU build this workplace keeps on disk (the compile path needs only torch's CPU side);
+# an unpinned torch would pull a multi-GB CUDA build.
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==$(TORCH)
 	$(BIN)/pip install -q -e '.[dev,legacy]'
 	$(BIN)/pip install -q --no-deps $(LEGACY_DG)
 	$(BIN)/pip install -q --no-deps --target $(DG013) sgl-deep-gemm==0.1.3
