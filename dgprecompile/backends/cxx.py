@@ -18,16 +18,14 @@ import time
 from typing import Any
 
 from dgprecompile.backends import WorkItem
-from dgprecompile.cachestore import CacheStore
+from dgprecompile.backends.base import StagingWorker
 from dgprecompile.errors import CompileFailed, EnvironmentProblem
 from dgprecompile.kernels import ceil_div
 
 
-class CxxWorker:
+class CxxWorker(StagingWorker):
     def __init__(self, job: dict[str, Any]):
-        self.store = CacheStore(job["cache_dir"])
-        self.store.ensure()
-        self.staging = self.store.new_staging()
+        super().__init__(job)
         self.stage_cache = self.staging / "cache"
         self.stage_cache.mkdir()
         os.environ["DG_JIT_CACHE_DIR"] = str(self.staging)
@@ -50,11 +48,6 @@ class CxxWorker:
             deep_gemm.set_num_sms(want)
         self.device = torch.device("cuda")
         torch.empty(1, device=self.device)  # create the CUDA context now, not inside the first kernel's timing
-
-    def close(self) -> None:
-        import shutil
-
-        shutil.rmtree(self.staging, ignore_errors=True)
 
     # -- the calls SGLang makes --
     def _fp8(self, *shape):

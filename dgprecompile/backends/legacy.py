@@ -11,13 +11,12 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 from dgprecompile.backends import WorkItem
-from dgprecompile.cachestore import CacheStore
+from dgprecompile.backends.base import KeyedWorker
 from dgprecompile.errors import CompileFailed, EnvironmentProblem
 from dgprecompile.kernels import KernelSpec
 from dgprecompile.legacy_keys import LegacyKeyContext
@@ -42,51 +41,35 @@ def import_legacy(nvcc_path: str | None):
     return build, FP8GemmRuntime, GemmType
 
 
-class LegacyWorker:
+class LegacyWorker(KeyedWorker):
     def __init__(self, job: dict[str, Any]):
-        self.store = CacheStore(job["cache_dir"])
-        self.store.ensure()
+        super().__init__(job)
         self.ctx = LegacyKeyContext(**job["key_context"])
-        self.staging = self.store.new_staging()
-        # The JIT reads these once, at first use; both must be set before deep_gemm is imported.
         # The JIT reads both at its first build (lru-cached), so they must be set before that.
         os.environ["DG_JIT_CACHE_DIR"] = str(self.staging)
         os.environ["DG_JIT_NVCC_COMPILER"] = self.ctx.nvcc_path
         self._build, self._runtime, self._gemm_type = import_legacy(self.ctx.nvcc_path)
 
-    def close(self) -> None:
-        shutil.rmtree(self.staging, ignore_errors=True)
+    def entry_name(self, spec: KernelSpec) -> str:
+        return self.ctx.entry_name(spec)
 
-    def _present(self, entry: str) -> bool:
-        return (self.store.entry_path(entry) / "kernel.cubin").is_file()
-
-    def compile(self, item: WorkItem) -> tuple[str, list[str], float]:
-        spec = KernelSpec(item.family, tuple(item.params.items()))
-        entry = self.ctx.entry_name(spec)
-        if self._present(entry):
-            return "cached", [entry], 0.0
-        with self.store.kernel_lock(item.kernel):
-            if self._present(entry):  # another warm finished it while we waited
-                return "cached", [entry], 0.0
-            kwargs = {
-                "N": item.params["N"], "K": item.params["K"], "BLOCK_M": item.params["BM"],
-                "BLOCK_N": item.params["BN"], "BLOCK_K": 128, "BLOCK_N_PADDING": item.params["PAD"],
-                "SWIZZLE_D_MODE": item.params["SW"], "NUM_GROUPS": item.params["G"],
-                "NUM_STAGES": item.params["ST"], "NUM_TMA_THREADS": 128, "NUM_MATH_THREADS_PER_GROUP": 128,
-                "NUM_TMA_MULTICAST": item.params["MC"], "IS_TMA_MULTICAST_ON_A": item.params["A"],
-                "GEMM_TYPE": self._gemm_type[item.params["T"]],
-            }
-            start = time.perf_counter()
-            log = io.StringIO()  # the JIT prints nvcc's output on failure; keep it for the error message
-            try:
-                with contextlib.redirect_stdout(log):
-                    runtime = self._build(item.family, self._runtime.generate(kwargs), self._runtime, kwargs)
-            except AssertionError as exc:
-                raise CompileFailed(f"nvcc failed for {item.kernel}: {exc}\n{log.getvalue().strip()}") from None
-            seconds = time.perf_counter() - start
-            built = Path(runtime.path)
-            if built.name != entry:
-                raise CompileFailed(f"the JIT filed {item.kernel} as {built.name}, not {entry}: the key inputs "
-                                    "dgprecompile computed differ from the library's (report this)")
-            self.store.install_entry(built)
-            return "compiled", [entry], seconds
+    def build(self, item: WorkItem, spec: KernelSpec, entry: str) -> tuple[Path, float]:
+        p = item.params
+        kwargs = {
+            "N": p["N"], "K": p["K"], "BLOCK_M": p["BM"], "BLOCK_N": p["BN"], "BLOCK_K": 128,
+            "BLOCK_N_PADDING": p["PAD"], "SWIZZLE_D_MODE": p["SW"], "NUM_GROUPS": p["G"], "NUM_STAGES": p["ST"],
+            "NUM_TMA_THREADS": 128, "NUM_MATH_THREADS_PER_GROUP": 128, "NUM_TMA_MULTICAST": p["MC"],
+            "IS_TMA_MULTICAST_ON_A": p["A"], "GEMM_TYPE": self._gemm_type[p["T"]],
+        }
+        start = time.perf_counter()
+        log = io.StringIO()  # the JIT prints nvcc's output on failure; keep it for the error message
+        try:
+            with contextlib.redirect_stdout(log):
+                runtime = self._build(item.family, self._runtime.generate(kwargs), self._runtime, kwargs)
+        except AssertionError as exc:
+            raise CompileFailed(f"nvcc failed for {item.kernel}: {exc}\n{log.getvalue().strip()}") from None
+        built = Path(runtime.path)
+        if built.name != entry:
+            raise CompileFailed(f"the JIT filed {item.kernel} as {built.name}, not {entry}: the key inputs "
+                                "dgprecompile computed differ from the library's (report this)")
+        return built, time.perf_counter() - start

@@ -8,7 +8,6 @@ with the same nvcc release and the sgl-deep-gemm wheel installed at the same pat
 
 from __future__ import annotations
 
-import os
 import shlex
 import subprocess
 import tempfile
@@ -17,49 +16,34 @@ from pathlib import Path
 from typing import Any
 
 from dgprecompile.backends import WorkItem
-from dgprecompile.cachestore import CacheStore
+from dgprecompile.backends.base import KeyedWorker
 from dgprecompile.cxx_keys import CxxKeyContext
 from dgprecompile.errors import CompileFailed
 from dgprecompile.kernels import KernelSpec
 
 
-class NvccCxxWorker:
+class NvccCxxWorker(KeyedWorker):
+    required_files = ("kernel.cu", "kernel.cubin")  # the C++ JIT aborts on an entry missing either
+
     def __init__(self, job: dict[str, Any]):
-        self.store = CacheStore(job["cache_dir"])
-        self.store.ensure()
+        super().__init__(job)
         self.ctx = CxxKeyContext(**job["key_context"])
         self.nvcc = job["nvcc"]
-        self.staging = self.store.new_staging()
         self.scratch = tempfile.mkdtemp(prefix="nvcc-", dir=self.staging)
 
-    def close(self) -> None:
-        import shutil
+    def entry_name(self, spec: KernelSpec) -> str:
+        return self.ctx.entry_name(spec)
 
-        shutil.rmtree(self.staging, ignore_errors=True)
-
-    def _present(self, entry: str) -> bool:
-        path = self.store.entry_path(entry)
-        return (path / "kernel.cu").is_file() and (path / "kernel.cubin").is_file()
-
-    def compile(self, item: WorkItem) -> tuple[str, list[str], float]:
-        spec = KernelSpec(item.family, tuple(item.params.items()))
-        entry = self.ctx.entry_name(spec)
-        if self._present(entry):
-            return "cached", [entry], 0.0
-        with self.store.kernel_lock(item.kernel):
-            if self._present(entry):
-                return "cached", [entry], 0.0
-            staged = Path(self.staging) / entry
-            staged.mkdir()
-            (staged / "kernel.cu").write_text(self.ctx.source(spec))
-            command = [self.nvcc, str(staged / "kernel.cu"), "-cubin", "-o", str(staged / "kernel.cubin"),
-                       *shlex.split(self.ctx.flags())]
-            start = time.perf_counter()
-            proc = subprocess.run(command, cwd=self.scratch, capture_output=True, text=True)
-            seconds = time.perf_counter() - start
-            if proc.returncode != 0 or not (staged / "kernel.cubin").is_file():
-                raise CompileFailed(f"nvcc failed for {item.kernel}:\n{(proc.stdout + proc.stderr).strip()[-3000:]}")
-            if os.path.getsize(staged / "kernel.cubin") == 0:
-                raise CompileFailed(f"nvcc wrote an empty cubin for {item.kernel}")
-            installed = self.store.install_entry(staged)
-            return ("compiled" if installed else "adopted"), [entry], seconds
+    def build(self, item: WorkItem, spec: KernelSpec, entry: str) -> tuple[Path, float]:
+        staged = Path(self.staging) / entry
+        staged.mkdir()
+        (staged / "kernel.cu").write_text(self.ctx.source(spec))
+        command = [self.nvcc, str(staged / "kernel.cu"), "-cubin", "-o", str(staged / "kernel.cubin"),
+                   *shlex.split(self.ctx.flags())]
+        start = time.perf_counter()
+        proc = subprocess.run(command, cwd=self.scratch, capture_output=True, text=True)
+        seconds = time.perf_counter() - start
+        cubin = staged / "kernel.cubin"
+        if proc.returncode != 0 or not cubin.is_file() or cubin.stat().st_size == 0:
+            raise CompileFailed(f"nvcc failed for {item.kernel}:\n{(proc.stdout + proc.stderr).strip()[-3000:]}")
+        return staged, seconds
