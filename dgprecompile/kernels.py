@@ -54,9 +54,6 @@ class KernelSpec:
     def id(self) -> str:
         return self.family + ":" + ".".join(f"{k}{_fmt(v)}" for k, v in self.params)
 
-    def param(self, name: str):
-        return dict(self.params)[name]
-
 
 def _fmt(value: object) -> str:
     if isinstance(value, bool):

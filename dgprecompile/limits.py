@@ -26,7 +26,6 @@ from typing import Any
 
 CAP_SYS_ADMIN = 21
 CAP_SYS_RESOURCE = 24
-UNLIMITED = None  # a limit we read as 'max' / RLIM_INFINITY
 
 
 @dataclass
