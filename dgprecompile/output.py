@@ -43,10 +43,10 @@ class Output:
         self.out.file.flush()
 
     def table(self, title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]],
-              to_stderr: bool = False) -> None:
+              to_stderr: bool = False, no_wrap: Sequence[str] = ()) -> None:
         table = Table(title=title, title_justify="left", show_lines=False)
         for col in columns:
-            table.add_column(col, overflow="fold")
+            table.add_column(col, overflow="fold", no_wrap=col in no_wrap)
         for row in rows:
             table.add_row(*(str(c) for c in row))
         (self.err if to_stderr else self.out).print(table)

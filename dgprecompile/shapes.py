@@ -96,10 +96,10 @@ def _moe_split(experts: int, width: int, par: Parallel, model: ModelConfig) -> t
     return experts // par.ep, width // moe_tp
 
 
-def _dense_keys(linears: list[_Linear], par: Parallel, num_layers: int, notes: list[str]) -> list[GemmKey]:
+def _dense_keys(linears: list[_Linear], par: Parallel, notes: list[str]) -> list[GemmKey]:
     keys: dict[tuple[int, int], GemmKey] = {}
     for lin in linears:
-        where = f"{lin.layer} x{lin.count}" if lin.count != num_layers else f"{lin.layer} (all {lin.count} layers)"
+        where = f"{lin.layer} x{lin.count}"
         if lin.n % 64 or lin.k % 128:
             notes.append(f"{where}: n={lin.n}, k={lin.k} fails DeepGEMM's n%64/k%128 gate -> Triton")
             continue
@@ -153,7 +153,7 @@ def _qwen3_moe(model: ModelConfig, profile: Profile, par: Parallel) -> ShapeSet:
         _Linear("self_attn.qkv_proj", (q_per + 2 * kv_per) * head_dim, hidden, layers),
         _Linear("self_attn.o_proj", hidden, q_per * head_dim, layers),
     ]
-    keys = _dense_keys(dense, par, layers, notes)
+    keys = _dense_keys(dense, par, notes)
     keys += _moe_keys(profile, par, hidden, experts, topk, width, layers, model, notes)
     return ShapeSet(keys, notes)
 
@@ -202,7 +202,7 @@ def _deepseek_v3(model: ModelConfig, profile: Profile, par: Parallel) -> ShapeSe
                              "SGLang refuses to load this layout")
         dense.append(_Linear("mlp.shared_experts.gate_up_proj", 2 * s_width // par.tp, hidden, moe_layers))
         dense.append(_Linear("mlp.shared_experts.down_proj", hidden, s_width // par.tp, moe_layers))
-    keys = _dense_keys(dense, par, layers, notes)
+    keys = _dense_keys(dense, par, notes)
     if moe_layers:
         keys += _moe_keys(profile, par, hidden, experts, topk, width, moe_layers, model, notes)
     return ShapeSet(keys, notes)

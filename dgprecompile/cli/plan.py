@@ -29,7 +29,8 @@ def render_plan(out: Output, plan: Plan, show_buckets: bool) -> None:
                      len(pk.kernel_ids) if plan.heuristic else "?"])
     out.table(f"{plan.model}  tp={plan.tp} ep={plan.ep}  sglang {plan.profile.id}  "
               f"({plan.profile.deepgemm_distribution} {plan.profile.deepgemm_version}, {plan.num_sms} SMs)",
-              ["kernel_type", "n", "k", "groups", "layers", "m (runtime)", "m-buckets", "kernels"], rows)
+              ["kernel_type", "n", "k", "groups", "layers", "m", "buckets", "kernels"], rows,
+              no_wrap=("kernel_type", "n", "k", "groups", "m", "buckets", "kernels"))
     if show_buckets:
         brow = []
         for pk in plan.keys:
