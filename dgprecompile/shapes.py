@@ -117,6 +117,10 @@ def _moe_keys(profile: Profile, par: Parallel, hidden: int, experts: int, topk: 
                          f"(its EPMoE runs the experts on masked DeepGEMM whenever ep > 1)",
                          hint="drop --moe-runner-backend, or plan for a newer --sglang")
     kinds = profile.moe_kernel(par.moe_runner_backend)
+    if profile.moe.get("needs_ep") and par.ep == 1:
+        notes.append(f"{prefix} (x{layers}): sglang {profile.id} uses EPMoE (masked DeepGEMM) only when ep > 1; "
+                     "with ep 1 the experts run on Triton fused MoE, no DeepGEMM")
+        return []
     if kinds is None:
         notes.append(f"{prefix} (x{layers}): Triton fused MoE under sglang {profile.id} with "
                      f"--moe-runner-backend {par.moe_runner_backend}, no DeepGEMM")

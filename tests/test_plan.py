@@ -93,6 +93,14 @@ def test_kv_heads_replicated_when_fewer_than_tp(runner):
     assert ("GROUPED_GEMM_NT_F8F8BF16_MASKED", 2 * 768, 2048, 16) in keys
 
 
+def test_epmoe_needs_expert_parallelism(runner):
+    # sglang <= 0.5.3 builds EPMoE (masked DeepGEMM) only when ep > 1; ep 1 runs the experts on Triton
+    data, keys = keys_of(invoke(runner, "plan", "-m", "Qwen3-30B-A3B", "--tp", 2, "--ep", 1, "--sglang", "0.5.1",
+                                "--format", "json"))
+    assert {k[0] for k in keys} == {"GEMM_NT_F8F8BF16"}
+    assert any("only when ep > 1" in n for n in data["notes"])
+
+
 def test_moe_tp_splits_expert_width(runner):
     # tp 8, ep 2: moe_tp 4 -> 2560/4 = 640 columns per rank, 80 experts per rank
     data, keys = keys_of(invoke(runner, "plan", "-m", "Qwen3-Coder-480B", "--tp", 8, "--ep", 2, "--sglang",
