@@ -58,7 +58,7 @@ train: $(STAMP)
 
 # Regenerate the checked-in manifests (tests fail when they drift from the code).
 shapes: $(STAMP)
-	$(BIN)/python -m dgprecompile.manifests shapes
+	$(BIN)/python -m dgprecompile.planning.bundled shapes
 
 gpu-test: $(STAMP)
 	$(BIN)/pytest -q -m gpu tests/gpu

@@ -21,9 +21,9 @@ import pytest
 from click.testing import CliRunner
 from test_verify import PLAN, read_index, warm_once, write_index
 
-from dgprecompile.artifact import MANIFEST_MEMBER
+from dgprecompile.cache.artifact import MANIFEST_MEMBER
 from dgprecompile.cli.main import cli
-from dgprecompile.fingerprint import short_id
+from dgprecompile.keys.fingerprint import short_id
 
 pytestmark = pytest.mark.nvcc
 
@@ -326,7 +326,7 @@ def test_fingerprint_mismatch_is_refused_unless_forced(packed, target, tmp_path)
 
 
 def test_fingerprint_unverifiable_without_deepgemm(packed, target, tmp_path, monkeypatch):
-    monkeypatch.setattr("dgprecompile.verify.find_deepgemm", lambda: None)
+    monkeypatch.setattr("dgprecompile.cache.verify.find_deepgemm", lambda: None)
     expect_refusal(packed[1], target, "could not be checked", "DeepGEMM is not importable", code=1)
     res = run("unpack", str(packed[1]), "--cache-dir", str(target), "--force")
     assert res.exit_code == 0 and "2 entries added" in res.stdout
@@ -336,7 +336,7 @@ def test_fingerprint_unverifiable_without_deepgemm(packed, target, tmp_path, mon
 
 
 def test_disk_full_while_extracting_is_rolled_back(packed, target, monkeypatch):
-    import dgprecompile.artifact as artifact
+    import dgprecompile.cache.artifact as artifact
 
     real, calls = artifact._copy_stream, []
 
@@ -352,7 +352,7 @@ def test_disk_full_while_extracting_is_rolled_back(packed, target, monkeypatch):
 
 
 def test_disk_full_while_writing_the_index_removes_installed_entries(packed, target, monkeypatch):
-    import dgprecompile.cachestore as cachestore
+    import dgprecompile.cache.store as cachestore
 
     def full(path, text):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))

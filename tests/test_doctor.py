@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from dgprecompile.cli.main import cli
-from dgprecompile.diagnose import BurstModel, estimate_bursts
-from dgprecompile.profiles import resolve_profile
+from dgprecompile.diagnostics.doctor import BurstModel, estimate_bursts
+from dgprecompile.planning.profiles import resolve_profile
 
 FIX = Path(__file__).parent / "fixtures" / "doctor"
 # 8 ranks of 10 tasks each: 0.5.1's pool adds 4 threads + 4 nvcc trees of 4 tasks per rank
@@ -32,7 +32,7 @@ def test_burst_model_for_051():
 
 
 def test_burst_is_capped_by_kernels_of_the_key():
-    from dgprecompile.plan import PlanRequest, plan_from_request
+    from dgprecompile.planning.plan import PlanRequest, plan_from_request
 
     plan = plan_from_request(PlanRequest(model="Qwen3-Coder-480B", tp=8, ep=8, sglang="0.5.1"))
     profile = plan.profile

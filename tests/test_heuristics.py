@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from helpers import needs_legacy
 
-from dgprecompile.heuristics.sm90_cxx import best_config as cxx_best
 from dgprecompile.kernels import KernelType
-from dgprecompile.plan import PlanRequest, plan_from_request, read_manifest
+from dgprecompile.planning.heuristics.sm90_cxx import best_config as cxx_best
+from dgprecompile.planning.plan import PlanRequest, plan_from_request, read_manifest
 
 SHAPES = Path(__file__).resolve().parent.parent / "shapes"
 DATA = Path(__file__).resolve().parent / "data"

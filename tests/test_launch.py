@@ -17,11 +17,11 @@ import pytest
 from click.testing import CliRunner
 
 from dgprecompile.cli.main import cli
-from dgprecompile.hook import HOOK_DIR, NVCC_STANDIN
-from dgprecompile.launcher import compose_env, run_child, warm_command
-from dgprecompile.plan import PlanRequest, write_manifest
-from dgprecompile.profiles import resolve_profile
-from dgprecompile.trace import plan_from_calls, read_misses
+from dgprecompile.launch.hook import HOOK_DIR, NVCC_STANDIN
+from dgprecompile.launch.launcher import compose_env, run_child, warm_command
+from dgprecompile.planning.plan import PlanRequest, write_manifest
+from dgprecompile.planning.profiles import resolve_profile
+from dgprecompile.planning.trace import plan_from_calls, read_misses
 
 REPO = Path(__file__).resolve().parent.parent
 NVCC = "/usr/local/cuda/bin/nvcc"
@@ -145,7 +145,7 @@ TRAPPER = textwrap.dedent("""
 def _launcher(tmp_path: Path, *child_args: str) -> subprocess.Popen:
     script = tmp_path / "trap.py"
     script.write_text(TRAPPER)
-    code = ("import os, sys; from dgprecompile.launcher import run_child; "
+    code = ("import os, sys; from dgprecompile.launch.launcher import run_child; "
             f"sys.exit(run_child([sys.executable, {str(script)!r}, {str(tmp_path)!r}, *{list(child_args)!r}], "
             "os.environ))")
     return subprocess.Popen([sys.executable, "-c", code], cwd=REPO)
@@ -173,7 +173,7 @@ def test_signals_reach_the_whole_job_and_its_code_comes_back(tmp_path, sig):
 def test_child_killed_by_a_signal_gives_128_plus_n(tmp_path):
     script = tmp_path / "sleep.py"
     script.write_text("import time\nopen(__file__ + '.ready', 'w').close()\ntime.sleep(60)\n")
-    code = (f"import os, sys; from dgprecompile.launcher import run_child; "
+    code = (f"import os, sys; from dgprecompile.launch.launcher import run_child; "
             f"sys.exit(run_child([sys.executable, {str(script)!r}], os.environ))")
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO)
     assert _wait_for(lambda: Path(str(script) + ".ready").exists())
@@ -271,7 +271,7 @@ LEGACY_CHILD = textwrap.dedent("""
     c.CUDA_HOME = c.CUDA_HOME or "/usr/local/cuda"   # a CPU torch build reports none
     from deep_gemm.jit import build
     from deep_gemm.jit_kernels.runtime import FP8GemmRuntime, GemmType
-    from dgprecompile.heuristics.legacy import LegacyHeuristic, template_kwargs
+    from dgprecompile.planning.heuristics.legacy import LegacyHeuristic, template_kwargs
     from dgprecompile.kernels import KernelType
     spec = LegacyHeuristic().kernel(KernelType.GEMM_NT_F8F8BF16, 64, int(sys.argv[1]), 512, 1, 132)
     kw = template_kwargs(spec)
@@ -287,7 +287,7 @@ LEGACY_CHILD = textwrap.dedent("""
 def test_legacy_strict_hook_for_real(tmp_path, monkeypatch):
     """A real legacy-warmed cache: a cached kernel builds without compiling, an uncached one fails with our
     message, and the cache is left as it was."""
-    from dgprecompile.warm import WarmOptions, prepare_warm, run_warm
+    from dgprecompile.compile.warm import WarmOptions, prepare_warm, run_warm
 
     plan = _plan("0.5.1", n=512)
     write_manifest(plan, tmp_path / "plan.yaml")
@@ -322,7 +322,7 @@ def test_warm_from_misses_compiles_the_missed_calls(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     plan = _plan("0.5.1", n=512)
     from dgprecompile.kernels import KernelType
-    from dgprecompile.trace import Call, find_misses, write_misses
+    from dgprecompile.planning.trace import Call, find_misses, write_misses
 
     misses = find_misses(plan, [Call(KernelType.GEMM_NT_F8F8BF16, 64, 1024, 512, 1, 2)])
     write_misses(tmp_path / "m.jsonl", plan, misses, {})

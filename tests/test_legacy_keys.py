@@ -7,8 +7,8 @@ import os
 import pytest
 from helpers import NVCC, needs_legacy, needs_nvcc
 
-from dgprecompile.legacy_keys import LegacyKeyContext, kernel_source
-from dgprecompile.plan import PlanRequest, plan_from_request
+from dgprecompile.keys.legacy import LegacyKeyContext, kernel_source
+from dgprecompile.planning.plan import PlanRequest, plan_from_request
 from dgprecompile.toolchain import find_deepgemm, find_nvcc
 
 pytestmark = needs_legacy
@@ -21,7 +21,7 @@ def _plan():
 def test_generated_source_is_byte_identical():
     from deep_gemm.jit_kernels.runtime import FP8GemmRuntime, GemmType
 
-    from dgprecompile.heuristics.legacy import template_kwargs
+    from dgprecompile.planning.heuristics.legacy import template_kwargs
 
     for spec in _plan().kernels.values():
         kwargs = template_kwargs(spec)
@@ -43,7 +43,7 @@ import os, json, torch.utils.cpp_extension as ce
 ce.CUDA_HOME = {os.path.dirname(os.path.dirname(os.path.realpath(NVCC)))!r}
 from deep_gemm.jit import build
 from deep_gemm.jit_kernels.runtime import FP8GemmRuntime, GemmType
-kw = json.loads({__import__('json').dumps(__import__('dgprecompile.heuristics.legacy', fromlist=['x']).template_kwargs(spec))!r})
+kw = json.loads({__import__('json').dumps(__import__('dgprecompile.planning.heuristics.legacy', fromlist=['x']).template_kwargs(spec))!r})
 kw['GEMM_TYPE'] = GemmType[kw['GEMM_TYPE']]
 print(os.path.basename(build({spec.family!r}, FP8GemmRuntime.generate(kw), FP8GemmRuntime, kw).path))
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 import resource
 from pathlib import Path
 
-from dgprecompile.limits import parse_cgroup_file, read_limits
+from dgprecompile.diagnostics.limits import parse_cgroup_file, read_limits
 
 FIX = Path(__file__).parent / "fixtures" / "doctor"
 RL = {"nproc": (1048576, 1048576), "stack": (8 << 20, None)}

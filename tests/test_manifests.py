@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from conftest import REPO
 
-from dgprecompile.manifests import render_all
+from dgprecompile.planning.bundled import render_all
 
 
 def test_checked_in_manifests_are_current():

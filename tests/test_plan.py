@@ -9,8 +9,13 @@ import sys
 import pytest
 from conftest import REPO, invoke
 
-from dgprecompile.plan import PlanRequest, parse_specforge_cmd, plan_from_request, sglang_precompile_m_max
-from dgprecompile.profiles import resolve_profile
+from dgprecompile.planning.plan import (
+    PlanRequest,
+    parse_specforge_cmd,
+    plan_from_request,
+    sglang_precompile_m_max,
+)
+from dgprecompile.planning.profiles import resolve_profile
 
 
 def keys_of(result):
@@ -202,7 +207,7 @@ def test_buckets_tile_the_m_range_and_manifest_round_trips(runner, tmp_path):
     result = invoke(runner, "plan", "-m", "Qwen3-Coder-480B", "--tp", 8, "--ep", 8, "--sglang", "0.5.1",
                     "--gpu", "h20", "-o", out)
     assert result.exit_code == 0 and out.exists()
-    from dgprecompile.plan import read_manifest
+    from dgprecompile.planning.plan import read_manifest
 
     plan = read_manifest(out)
     assert plan.num_sms == 78

@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from dgprecompile.cli.main import cli
+from dgprecompile.diagnostics.repro import make_budget
 from dgprecompile.errors import EnvironmentProblem
-from dgprecompile.repro import make_budget
 from dgprecompile.toolchain import default_nvcc_path
 
 NVCC = default_nvcc_path()

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from dgprecompile.errors import InputError
-from dgprecompile.hook import HOOK_DIR
 from dgprecompile.kernels import KernelType
-from dgprecompile.plan import PlanRequest, plan_from_dict
-from dgprecompile.trace import (
+from dgprecompile.launch.hook import HOOK_DIR
+from dgprecompile.planning.plan import PlanRequest, plan_from_dict
+from dgprecompile.planning.trace import (
     Call,
     aggregate,
     find_misses,
@@ -98,7 +98,7 @@ def test_plan_from_calls_covers_observed_m_range_with_the_profile_heuristic():
 
 
 def test_plan_from_trace_picks_the_legacy_profile_for_a_legacy_trace(tmp_path, monkeypatch):
-    monkeypatch.setattr("dgprecompile.trace.installed_sglang_version", lambda: None)
+    monkeypatch.setattr("dgprecompile.planning.trace.installed_sglang_version", lambda: None)
     _write(tmp_path / "trace-rank0-1.jsonl", {"dgprecompile_trace": 1, "api": "legacy"},
            {"kernel_type": DENSE, "m": 64, "n": 512, "k": 512, "num_groups": 1})
     plan = plan_from_trace(tmp_path, PlanRequest())
@@ -196,8 +196,8 @@ def test_legacy_wrappers(tmp_path):
 
 
 def test_legacy_kernel_id_matches_the_plan_id():
-    from dgprecompile.heuristics.legacy import LegacyHeuristic
-    from dgprecompile.legacy_keys import kernel_source
+    from dgprecompile.keys.legacy import kernel_source
+    from dgprecompile.planning.heuristics.legacy import LegacyHeuristic
 
     spec = LegacyHeuristic().kernel(KernelType.GROUPED_GEMM_NT_F8F8BF16_MASKED, 600, 4096, 7168, 20, 132)
     assert hook.legacy_kernel_id(f"kernel.{spec.family}.0123456789ab", kernel_source(spec)) == spec.id

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dgprecompile.cachestore import CacheStore
+from dgprecompile.cache.store import CacheStore
 from dgprecompile.cli.main import cli
-from dgprecompile.plan import PlanRequest, plan_from_request
+from dgprecompile.planning.plan import PlanRequest, plan_from_request
 
 PLAN = ["--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8", "--sglang", "0.5.1", "--max-tokens", "32"]
 NVCC = "/usr/local/cuda/bin/nvcc"
@@ -97,7 +97,7 @@ def test_complete_cache_passes_with_coverage_proved(cache):
 
 
 def test_api_for_launch_preflight(cache):
-    from dgprecompile.verify import VerifyReport, verify_cache
+    from dgprecompile.cache.verify import VerifyReport, verify_cache
 
     plan = plan_from_request(PlanRequest(model="Qwen3-Coder-480B", tp=8, ep=8, sglang="0.5.1", max_tokens=32))
     report = verify_cache(plan, CacheStore(cache), nvcc=None, num_sms=None)
@@ -162,7 +162,7 @@ def test_an_index_that_lies_is_caught_by_the_computed_keys(cache, monkeypatch):
     assert data["problems"][0]["entry"] == real and fake in data["problems"][0]["detail"]
 
     # checking the index alone (no DeepGEMM here) would have said complete, with a warning
-    monkeypatch.setattr("dgprecompile.verify.find_deepgemm", lambda: None)
+    monkeypatch.setattr("dgprecompile.cache.verify.find_deepgemm", lambda: None)
     res = verify(cache, "--json")
     assert res.exit_code == 0
     data = json.loads(res.stdout)

@@ -10,8 +10,8 @@ import sys
 import pytest
 from helpers import NVCC, needs_dg013, needs_nvcc, sgl_deep_gemm_013_dir
 
-from dgprecompile.cxx_keys import CxxKeyContext
-from dgprecompile.plan import PlanRequest, plan_from_dict, plan_from_request, write_manifest
+from dgprecompile.keys.sgl_deep_gemm_01 import CxxKeyContext
+from dgprecompile.planning.plan import PlanRequest, plan_from_dict, plan_from_request, write_manifest
 
 pytestmark = [needs_dg013, needs_nvcc, pytest.mark.nvcc]
 

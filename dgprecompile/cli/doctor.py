@@ -49,9 +49,9 @@ def command(plan_request, manifest, config, ranks, base_tasks, dataloader_worker
       dgprecompile doctor --model Qwen3-Coder-480B --tp 8 --ep 8 --sglang 0.5.1 --ranks 8
       dgprecompile doctor --manifest plan.yaml --dataloader-workers 4 --json
     """
-    from dgprecompile.diagnose import BurstModel, diagnose, environment_checks
-    from dgprecompile.limits import read_limits
-    from dgprecompile.profiles import resolve_profile
+    from dgprecompile.diagnostics.doctor import BurstModel, diagnose, environment_checks
+    from dgprecompile.diagnostics.limits import read_limits
+    from dgprecompile.planning.profiles import resolve_profile
 
     out = Output(json_mode=as_json)
     plan = None
@@ -62,7 +62,7 @@ def command(plan_request, manifest, config, ranks, base_tasks, dataloader_worker
         profile, _why = resolve_profile(plan_request.sglang)
     rlimits = None
     if rlimit_nproc is not None or rlimit_stack is not None:
-        from dgprecompile.limits import _rlimit as real
+        from dgprecompile.diagnostics.limits import _rlimit as real
 
         rlimits = {"nproc": _rlimit(rlimit_nproc) or real("RLIMIT_NPROC"),
                    "stack": _rlimit(rlimit_stack) or real("RLIMIT_STACK")}

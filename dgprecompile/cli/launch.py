@@ -42,7 +42,7 @@ def command(plan_request, manifest, config, cache_dir, strict, allow_missing, tr
       dgprecompile launch --manifest plan.yaml --no-strict -- python train.py   # records misses
       dgprecompile launch --manifest plan.yaml --trace traces/ -- python train.py
     """
-    from dgprecompile.launcher import DEFAULT_TRAIN_COMMAND, LaunchOptions, command_from_config, launch
+    from dgprecompile.launch.launcher import DEFAULT_TRAIN_COMMAND, LaunchOptions, command_from_config, launch
 
     out = Output()
     argv = list(command)

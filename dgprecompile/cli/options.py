@@ -10,8 +10,8 @@ import click
 import yaml
 
 from dgprecompile.errors import InputError
-from dgprecompile.plan import Plan, PlanRequest, plan_from_request, read_manifest
-from dgprecompile.shapes import MOE_BACKENDS
+from dgprecompile.planning.plan import Plan, PlanRequest, plan_from_request, read_manifest
+from dgprecompile.planning.shapes import MOE_BACKENDS
 
 CONFIG_KEYS = {"model", "tp", "ep", "sglang", "moe_runner_backend", "max_tokens", "specforge_cmd",
                "chunked_prefill_size", "gpu", "num_sms", "cache_dir", "manifest", "command"}

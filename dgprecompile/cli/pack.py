@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from dgprecompile.artifact import pack_cache
-from dgprecompile.cachestore import CacheStore
+from dgprecompile.cache.artifact import pack_cache
+from dgprecompile.cache.store import CacheStore
 from dgprecompile.cli.options import cache_dir_option, json_option, plan_options, resolve_plan
 from dgprecompile.output import Output
 

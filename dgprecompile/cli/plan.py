@@ -9,7 +9,7 @@ import click
 from dgprecompile.cli.options import plan_options, resolve_plan
 from dgprecompile.errors import InputError
 from dgprecompile.output import Output
-from dgprecompile.plan import Plan, dump_yaml, write_manifest
+from dgprecompile.planning.plan import Plan, dump_yaml, write_manifest
 
 
 def _human_bytes(n: int) -> str:
@@ -73,7 +73,7 @@ def command(plan_request, manifest, config, fmt, show_buckets, output, from_trac
     if from_trace is not None:
         if manifest is not None:
             raise InputError("pass --from-trace or --manifest, not both")
-        from dgprecompile.trace import plan_from_trace
+        from dgprecompile.planning.trace import plan_from_trace
 
         plan = plan_from_trace(Path(from_trace), plan_request)
     else:

@@ -49,7 +49,7 @@ def command(ranks, tasks_max, backend, workers, keys, kernels, mechanism, nvcc, 
       dgprecompile repro --backend legacy --ranks 2 --kernels 3
       dgprecompile repro --backend cxx --ranks 8 --keys 2 --deepgemm-path $SITE   # on an H200
     """
-    from dgprecompile.repro import Repro, ReproConfig
+    from dgprecompile.diagnostics.repro import Repro, ReproConfig
 
     out = Output(json_mode=as_json)
     cfg = ReproConfig(ranks=ranks, backend=backend, tasks_max=tasks_max, workers=workers, keys=keys,

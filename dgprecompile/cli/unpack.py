@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from dgprecompile.artifact import unpack_artifact
-from dgprecompile.cachestore import CacheStore
+from dgprecompile.cache.artifact import unpack_artifact
+from dgprecompile.cache.store import CacheStore
 from dgprecompile.cli.options import json_option
 from dgprecompile.errors import InputError
 from dgprecompile.output import Output

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import click
 
-from dgprecompile.cachestore import CacheStore
+from dgprecompile.cache.store import CacheStore
+from dgprecompile.cache.verify import verify_cache
 from dgprecompile.cli.options import cache_dir_option, json_option, plan_options, resolve_plan
 from dgprecompile.errors import EXIT_CHECK_FAILED, CheckFailed, InputError
 from dgprecompile.output import Output
-from dgprecompile.plan import Plan, PlanRequest
-from dgprecompile.verify import verify_cache
+from dgprecompile.planning.plan import Plan, PlanRequest
 
 
 def plan_for(plan_request: PlanRequest, manifest: str | None, trace: str | None) -> Plan:
@@ -20,7 +20,7 @@ def plan_for(plan_request: PlanRequest, manifest: str | None, trace: str | None)
         return resolve_plan(plan_request, manifest)
     if manifest is not None:
         raise InputError("pass --trace or --manifest, not both")
-    from dgprecompile.trace import plan_from_trace
+    from dgprecompile.planning.trace import plan_from_trace
 
     return plan_from_trace(Path(trace), plan_request)
 

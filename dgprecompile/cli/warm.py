@@ -8,10 +8,10 @@ from pathlib import Path
 import click
 
 from dgprecompile.cli.options import cache_dir_option, json_option, plan_options, resolve_plan
+from dgprecompile.compile.warm import WarmOptions, prepare_warm, run_warm
 from dgprecompile.errors import EXIT_COMPILE_FAILED, InputError
 from dgprecompile.output import Output
-from dgprecompile.plan import Plan, PlanRequest
-from dgprecompile.warm import WarmOptions, prepare_warm, run_warm
+from dgprecompile.planning.plan import Plan, PlanRequest
 
 
 def _parse_gpus(text: str | None) -> list[int] | None:
@@ -26,7 +26,7 @@ def _parse_gpus(text: str | None) -> list[int] | None:
 def _plan_from_misses(path: str, plan_request: PlanRequest, manifest: str | None) -> Plan:
     """The calls recorded in a misses file (`launch --no-strict`) as a plan of their own. The profile and SM
     count come from the --manifest/--model plan when given, else from the misses file's header."""
-    from dgprecompile.trace import plan_from_calls, read_misses
+    from dgprecompile.planning.trace import plan_from_calls, read_misses
 
     try:
         header, calls = read_misses(Path(path))

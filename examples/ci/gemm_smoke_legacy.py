@@ -25,8 +25,8 @@ def main() -> int:
     ap.add_argument("--dry-run", action="store_true", help="list the calls, run nothing")
     args = ap.parse_args()
 
-    from dgprecompile.cachestore import CacheStore
-    from dgprecompile.plan import read_manifest
+    from dgprecompile.cache.store import CacheStore
+    from dgprecompile.planning.plan import read_manifest
 
     plan = read_manifest(args.manifest)
     store = CacheStore(args.cache_dir)

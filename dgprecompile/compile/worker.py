@@ -1,6 +1,6 @@
 """Warm worker processes: each compiles kernels one after another in its main thread.
 
-warm starts ``python -m dgprecompile.worker JOB.json --zygote``: one process that imports the heavy libraries
+warm starts ``python -m dgprecompile.compile.worker JOB.json --zygote``: one process that imports the heavy libraries
 (torch, and for the legacy JIT DeepGEMM itself) once, without touching CUDA, and then forks the workers, so N
 workers do not each pay that import. Each worker reads the kernels to compile from its stdin, one JSON line each,
 as the parent hands them out, and reports JSON lines on its stdout; anything the libraries print goes to its log.
@@ -27,8 +27,8 @@ def serve(job: dict) -> int:
     def emit(**event) -> None:
         events.write(json.dumps(event) + "\n")
 
-    from dgprecompile.backends import WorkItem, load_worker_backend
-    from dgprecompile.cachestore import CacheStore
+    from dgprecompile.cache.store import CacheStore
+    from dgprecompile.compile.backends import WorkItem, load_worker_backend
     from dgprecompile.errors import DGError
 
     try:
@@ -88,7 +88,7 @@ def _die_with_parent() -> None:
 
 def zygote(job: dict, workers: list[dict]) -> int:
     """Import once, fork one worker per entry of ``workers`` ({in_fd, out_fd, log, gpu}), report their exits."""
-    from dgprecompile.backends import preload
+    from dgprecompile.compile.backends import preload
 
     preload(job["backend"])  # no CUDA here: children initialise their own device after the fork
     own_fds = {fd for w in workers for fd in (w["in_fd"], w["out_fd"])}

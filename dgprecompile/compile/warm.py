@@ -1,7 +1,7 @@
 """Warm: turn a plan into cache entries, with worker processes and no thread pools.
 
 The parent (no torch import) checks the toolchain, writes the fingerprint, splits the distinct kernels
-into disjoint shares and starts one worker process per share (``dgprecompile.worker``). Each worker
+into disjoint shares and starts one worker process per share (``dgprecompile.compile.worker``). Each worker
 compiles its kernels one after another in its main thread; the parent only reads their events.
 """
 
@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dgprecompile.backends import WorkItem, backend_for
-from dgprecompile.cachestore import CacheStore
+from dgprecompile.cache.store import CacheStore
+from dgprecompile.compile.backends import WorkItem, backend_for
 from dgprecompile.errors import EnvironmentProblem, InputError
-from dgprecompile.fingerprint import differences, make_fingerprint
-from dgprecompile.plan import Plan
+from dgprecompile.keys.fingerprint import differences, make_fingerprint
+from dgprecompile.planning.plan import Plan
 from dgprecompile.toolchain import find_deepgemm, find_nvcc
 
 # Tasks (threads + processes) one worker holds at its peak: its own main thread, plus the compiler's process
@@ -147,13 +147,13 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
         items = items[rank::world]
 
     if backend == "legacy":
-        from dgprecompile.legacy_keys import LegacyKeyContext
+        from dgprecompile.keys.legacy import LegacyKeyContext
 
         job_common: dict[str, Any] = {"key_context": LegacyKeyContext.build(install, nvcc).__dict__}
         gpus: list[int | None] = [None]
         default_jobs = os.cpu_count() or 1
     elif backend == "nvcc":
-        from dgprecompile.cxx_keys import CxxKeyContext
+        from dgprecompile.keys.sgl_deep_gemm_01 import CxxKeyContext
 
         job_common = {"key_context": CxxKeyContext.build(install.include_dir, nvcc.release).__dict__,
                       "nvcc": nvcc.path}
@@ -267,7 +267,7 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
             reader = os.fdopen(out_r, "rb", buffering=0)
             sel.register(reader, selectors.EVENT_READ, i)
         env = {**os.environ, **WORKER_ENV, "DGPRECOMPILE_WORKERS": json.dumps(spec)}
-        zygote = subprocess.Popen([sys.executable, "-m", "dgprecompile.worker", str(job_path), "--zygote"],
+        zygote = subprocess.Popen([sys.executable, "-m", "dgprecompile.compile.worker", str(job_path), "--zygote"],
                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                   stderr=open(tmp / "zygote.log", "wb"), env=env, pass_fds=child_fds)
         for fd in child_fds:

@@ -17,8 +17,8 @@ import os
 import time
 from typing import Any
 
-from dgprecompile.backends import WorkItem
-from dgprecompile.backends.base import StagingWorker
+from dgprecompile.compile.backends import WorkItem
+from dgprecompile.compile.backends.base import StagingWorker
 from dgprecompile.errors import CompileFailed, EnvironmentProblem
 from dgprecompile.kernels import ceil_div
 

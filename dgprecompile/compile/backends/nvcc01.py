@@ -15,11 +15,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dgprecompile.backends import WorkItem
-from dgprecompile.backends.base import KeyedWorker
-from dgprecompile.cxx_keys import CxxKeyContext
+from dgprecompile.compile.backends import WorkItem
+from dgprecompile.compile.backends.base import KeyedWorker
 from dgprecompile.errors import CompileFailed
 from dgprecompile.kernels import KernelSpec
+from dgprecompile.keys.sgl_deep_gemm_01 import CxxKeyContext
 
 
 class NvccCxxWorker(KeyedWorker):

@@ -16,11 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dgprecompile.backends import NVCC_BACKEND_VERSIONS
-from dgprecompile.cachestore import CacheStore, Index
+from dgprecompile.cache.store import CacheStore, Index
+from dgprecompile.compile.backends import NVCC_BACKEND_VERSIONS
 from dgprecompile.errors import DGError
-from dgprecompile.fingerprint import differences, make_fingerprint, short_id
-from dgprecompile.plan import Plan
+from dgprecompile.keys.fingerprint import differences, make_fingerprint, short_id
+from dgprecompile.planning.plan import Plan
 from dgprecompile.toolchain import DeepGemmInstall, Nvcc, find_deepgemm, find_nvcc
 
 OK, MISSING, CHANGED = "ok", "missing", "changed"
@@ -162,11 +162,11 @@ def _runtime_names(plan: Plan, env: Environment, warnings: list[str]) -> dict[st
         return None
     try:
         if install.generation == "legacy":
-            from dgprecompile.legacy_keys import LegacyKeyContext
+            from dgprecompile.keys.legacy import LegacyKeyContext
 
             ctx = LegacyKeyContext.build(install, nvcc)
         elif install.generation == "sgl-deep-gemm-0.1" and install.version in NVCC_BACKEND_VERSIONS:
-            from dgprecompile.cxx_keys import CxxKeyContext
+            from dgprecompile.keys.sgl_deep_gemm_01 import CxxKeyContext
 
             ctx = CxxKeyContext.build(install.include_dir, nvcc.release)
         else:

@@ -15,11 +15,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dgprecompile.backends import WorkItem
-from dgprecompile.backends.base import KeyedWorker
+from dgprecompile.compile.backends import WorkItem
+from dgprecompile.compile.backends.base import KeyedWorker
 from dgprecompile.errors import CompileFailed, EnvironmentProblem
 from dgprecompile.kernels import KernelSpec
-from dgprecompile.legacy_keys import LegacyKeyContext
+from dgprecompile.keys.legacy import LegacyKeyContext
 
 
 def import_legacy(nvcc_path: str | None):

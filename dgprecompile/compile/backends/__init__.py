@@ -72,22 +72,22 @@ def preload(name: str) -> None:
     import torch  # noqa: F401  (the costly import both other backends share)
 
     if name == "legacy":
-        from dgprecompile.backends.legacy import import_legacy
+        from dgprecompile.compile.backends.legacy import import_legacy
 
         import_legacy(None)
 
 
 def load_worker_backend(name: str, job: dict[str, Any]) -> WorkerBackend:
     if name == "legacy":
-        from dgprecompile.backends.legacy import LegacyWorker
+        from dgprecompile.compile.backends.legacy import LegacyWorker
 
         return LegacyWorker(job)
     if name == "cxx":
-        from dgprecompile.backends.cxx import CxxWorker
+        from dgprecompile.compile.backends.cxx import CxxWorker
 
         return CxxWorker(job)
     if name == "nvcc":
-        from dgprecompile.backends.nvcc01 import NvccCxxWorker
+        from dgprecompile.compile.backends.nvcc01 import NvccCxxWorker
 
         return NvccCxxWorker(job)
     raise InputError(f"unknown backend {name!r}")

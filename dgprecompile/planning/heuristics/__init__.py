@@ -23,12 +23,12 @@ class Heuristic(Protocol):
 
 def get_heuristic(generation: str) -> Heuristic:
     if generation == "legacy":
-        from dgprecompile.heuristics.legacy import LegacyHeuristic
+        from dgprecompile.planning.heuristics.legacy import LegacyHeuristic
 
         return LegacyHeuristic()
     if generation in ("sgl-deep-gemm-0.1", "sgl-deep-gemm-0.2"):
         # 0.2.x keeps 0.1.x's SM90 heuristic source (docs/heuristics.md); validated on a GPU for 0.1.3 only
-        from dgprecompile.heuristics.sm90_cxx import Sm90CxxHeuristic
+        from dgprecompile.planning.heuristics.sm90_cxx import Sm90CxxHeuristic
 
         return Sm90CxxHeuristic()
     raise KeyError(generation)

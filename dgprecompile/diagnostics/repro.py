@@ -15,7 +15,7 @@ Backends: ``nvcc`` compiles small generated .cu files (no DeepGEMM); ``legacy`` 
 Python-JIT DeepGEMM of sgl-kernel <= 0.3.6 (no GPU needed); ``cxx`` launches sgl-deep-gemm's fp8_gemm_nt on
 dummy CUDA tensors (needs an SM90 GPU).
 
-Run as ``python -m dgprecompile.repro SPEC_JSON`` this module is one rank (internal).
+Run as ``python -m dgprecompile.diagnostics.repro SPEC_JSON`` this module is one rank (internal).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dgprecompile.diagnostics.limits import cgroup_mounts, count_user_tasks, parse_cgroup_file, read_text
 from dgprecompile.errors import EnvironmentProblem, InputError
-from dgprecompile.limits import cgroup_mounts, count_user_tasks, parse_cgroup_file, read_text
 
 BACKENDS = ("nvcc", "legacy", "cxx")
 # the key of the reported failure (sglang 0.5.1, layer.py L301: masked w2 of Qwen3-Coder-480B at TP8/EP8)
@@ -298,7 +298,7 @@ class LegacyBackend:
         return [legacy_kernels(spec["kernels"])]
 
     def compile(self, item) -> str:
-        from dgprecompile.heuristics.legacy import template_kwargs
+        from dgprecompile.planning.heuristics.legacy import template_kwargs
 
         family, spec = item
         kwargs = template_kwargs(spec)
@@ -315,8 +315,8 @@ class LegacyBackend:
 
 def legacy_kernels(count: int):
     """The first ``count`` distinct kernels of the failing masked key, over m = 1..16384 (H200: 132 SMs)."""
-    from dgprecompile.heuristics.legacy import BUILD_NAME, LegacyHeuristic
     from dgprecompile.kernels import KernelType
+    from dgprecompile.planning.heuristics.legacy import BUILD_NAME, LegacyHeuristic
 
     kt = KernelType(LEGACY_KEY[0])
     h = LegacyHeuristic()
@@ -507,7 +507,7 @@ class Repro:
         env.update({"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                     "PYTHONUNBUFFERED": "1", "DG_JIT_CACHE_DIR": str(self.workdir / "dg"),
                     "DG_JIT_NVCC_COMPILER": self.nvcc, "HOME": str(self.workdir)})
-        root = str(Path(__file__).resolve().parent.parent)
+        root = str(Path(__file__).resolve().parents[2])
         paths = [p for p in (self.config.deepgemm_path, root, env.get("PYTHONPATH")) if p]
         env["PYTHONPATH"] = os.pathsep.join(paths)
         if jit_off and self.config.backend == "cxx":
@@ -538,7 +538,7 @@ class Repro:
         t0 = time.monotonic()
         for rank in range(ranks):
             self.procs.append(subprocess.Popen(
-                [sys.executable, "-m", "dgprecompile.repro", self._spec(rank, phase, sync)], env=env,
+                [sys.executable, "-m", "dgprecompile.diagnostics.repro", self._spec(rank, phase, sync)], env=env,
                 cwd=str(self.workdir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                 preexec_fn=preexec, start_new_session=True))
         # release all ranks together once each has imported (or died trying)

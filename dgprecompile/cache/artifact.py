@@ -32,11 +32,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from dgprecompile import __version__
-from dgprecompile.cachestore import CacheStore, EntryRecord, Index
+from dgprecompile.cache.store import CacheStore, EntryRecord, Index
 from dgprecompile.errors import CheckFailed, DGError, EnvironmentProblem, InputError
-from dgprecompile.fingerprint import differences, short_id
 from dgprecompile.fsutil import atomic_writer
-from dgprecompile.plan import Plan
+from dgprecompile.keys.fingerprint import differences, short_id
+from dgprecompile.planning.plan import Plan
 
 FORMAT = "dgprecompile-cache-artifact"
 ARTIFACT_SCHEMA = 1
@@ -365,7 +365,7 @@ def _copy_stream(src: IO[bytes], dest: Path) -> str:
 def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool = False, nvcc: str | None = None,
                     num_sms: int | None = None) -> UnpackResult:
     """Check ``path`` fully, then merge it into ``store`` (None: the cache dir of the artifact's sglang profile)."""
-    from dgprecompile.verify import current_environment
+    from dgprecompile.cache.verify import current_environment
 
     art = read_artifact(path)
     fp = art.fingerprint
@@ -489,7 +489,7 @@ def _extract(art: Artifact, to_add: dict[str, EntryRecord], staging: Path) -> No
 
 def default_cache_dir(art: Artifact) -> str:
     """The cache directory the runtime of the artifact's sglang profile uses here."""
-    from dgprecompile.profiles import resolve_profile
+    from dgprecompile.planning.profiles import resolve_profile
 
     profile_id = (art.manifest.get("plan") or {}).get("sglang_profile")
     try:

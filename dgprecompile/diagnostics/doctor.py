@@ -15,12 +15,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from dgprecompile.cachestore import CacheStore
+from dgprecompile.cache.store import CacheStore
+from dgprecompile.diagnostics.limits import Limits
 from dgprecompile.errors import DGError
 from dgprecompile.fsutil import tree_size
-from dgprecompile.limits import Limits
-from dgprecompile.plan import Plan
-from dgprecompile.profiles import Profile
+from dgprecompile.planning.plan import Plan
+from dgprecompile.planning.profiles import Profile
 from dgprecompile.toolchain import find_deepgemm, locate_nvcc, probe_nvcc
 
 # Tasks of one nvcc compile at its peak, counting nvcc itself: measured with nvcc 13.0.88 compiling a legacy
@@ -70,7 +70,7 @@ def deepgemm_generation() -> dict[str, Any]:
 
 
 def gpu_info(nvidia_smi: str | None = None) -> dict[str, Any]:
-    from dgprecompile.plan import gpu_sms
+    from dgprecompile.planning.plan import gpu_sms
 
     exe = nvidia_smi or shutil.which("nvidia-smi")
     if not exe:

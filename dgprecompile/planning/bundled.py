@@ -1,6 +1,6 @@
 """The repository's checked-in manifests (shapes/): regenerate them from shapes/index.yaml.
 
-usage: python -m dgprecompile.manifests SHAPES_DIR [--check]
+usage: python -m dgprecompile.planning.bundled SHAPES_DIR [--check]
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from dgprecompile.plan import PlanRequest, dump_yaml, manifest_name, plan_from_request
+from dgprecompile.planning.plan import PlanRequest, dump_yaml, manifest_name, plan_from_request
 
 
 def render_all(shapes_dir: Path) -> dict[str, str]:

@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dgprecompile.cachestore import CacheStore
+from dgprecompile.cache.store import CacheStore
 from dgprecompile.errors import CheckFailed, EnvironmentProblem, InputError
-from dgprecompile.hook import HOOK_DIR, NVCC_STANDIN
-from dgprecompile.plan import Plan
+from dgprecompile.launch.hook import HOOK_DIR, NVCC_STANDIN
+from dgprecompile.planning.plan import Plan
 from dgprecompile.toolchain import KEY_ENV_VARS, default_nvcc_path
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -200,7 +200,7 @@ class Preflight:
 
 def preflight(plan: Plan, store: CacheStore) -> Preflight:
     """Is every planned kernel in the cache, intact and under this environment's keys? (verify_cache)"""
-    from dgprecompile.verify import verify_cache
+    from dgprecompile.cache.verify import verify_cache
 
     report = verify_cache(plan, store)
     return Preflight(report.complete, list(report.missing), list(report.changed), list(report.stale),
@@ -224,7 +224,7 @@ def warm_command(plan: Plan, cache_dir: str, manifest: str | None = None, model_
 
 def _descendant_groups(root: int) -> set[int]:
     """Process groups of every descendant of ``root`` (read from /proc; empty where /proc is absent)."""
-    from dgprecompile.limits import proc_stats
+    from dgprecompile.diagnostics.limits import proc_stats
 
     stats = proc_stats()
     children: dict[int, list[int]] = {}
@@ -407,7 +407,7 @@ def launch(opts: LaunchOptions, out) -> LaunchResult:
 
 def _report_misses(opts: LaunchOptions, plan: Plan, cache_dir: str, trace_dir: str | None,
                    result: LaunchResult, out) -> None:
-    from dgprecompile.trace import find_misses, read_trace_dir, write_misses
+    from dgprecompile.planning.trace import find_misses, read_trace_dir, write_misses
 
     calls = []
     if trace_dir and os.path.isdir(trace_dir):

@@ -21,8 +21,8 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from dgprecompile.heuristics import grid_breakpoints
 from dgprecompile.kernels import KernelSpec, KernelType, ceil_div
+from dgprecompile.planning.heuristics import grid_breakpoints
 
 SMEM_CAPACITY = 232448
 BLOCK_K = 128

@@ -1,6 +1,6 @@
 """Traces of the DeepGEMM calls a job really made, and plans built from them.
 
-Trace files are written by the startup hook (``dgprecompile/hook/_dgprecompile_hook.py``) under
+Trace files are written by the startup hook (``dgprecompile/launch/hook/_dgprecompile_hook.py``) under
 ``launch --trace DIR`` as ``DIR/trace-rank<RANK>-<pid>.jsonl``, JSON lines of two kinds::
 
     {"dgprecompile_trace": 1, "rank": 0, "pid": 123, "api": "cxx", ...}            header (one per file)
@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from dgprecompile.errors import InputError
-from dgprecompile.heuristics import get_heuristic
 from dgprecompile.kernels import GemmKey, KernelSpec, KernelType
-from dgprecompile.plan import Plan, PlannedKey, PlanRequest, _buckets, resolve_num_sms
-from dgprecompile.profiles import all_profiles, installed_sglang_version, resolve_profile
+from dgprecompile.planning.heuristics import get_heuristic
+from dgprecompile.planning.plan import Plan, PlannedKey, PlanRequest, _buckets, resolve_num_sms
+from dgprecompile.planning.profiles import all_profiles, installed_sglang_version, resolve_profile
 
 TRACE_GLOB = "trace-*.jsonl"
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from dgprecompile.errors import InputError
 from dgprecompile.kernels import GemmKey, KernelType, ceil_div
-from dgprecompile.models import ModelConfig
-from dgprecompile.profiles import Profile
+from dgprecompile.planning.models import ModelConfig
+from dgprecompile.planning.profiles import Profile
 
 MOE_BACKENDS = ("auto", "deep_gemm", "triton")
 

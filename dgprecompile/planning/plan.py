@@ -16,11 +16,11 @@ import yaml
 
 from dgprecompile import __version__
 from dgprecompile.errors import InputError
-from dgprecompile.heuristics import get_heuristic
 from dgprecompile.kernels import GemmKey, KernelSpec, KernelType
-from dgprecompile.models import ModelConfig, load_model
-from dgprecompile.profiles import Profile, resolve_profile
-from dgprecompile.shapes import Parallel, model_shapes
+from dgprecompile.planning.heuristics import get_heuristic
+from dgprecompile.planning.models import ModelConfig, load_model
+from dgprecompile.planning.profiles import Profile, resolve_profile
+from dgprecompile.planning.shapes import Parallel, model_shapes
 
 MANIFEST_SCHEMA = 1
 DEFAULT_NUM_SMS = 132

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import struct
 
-from dgprecompile.heuristics import grid_breakpoints
 from dgprecompile.kernels import KernelSpec, KernelType, ceil_div
+from dgprecompile.planning.heuristics import grid_breakpoints
 
 SMEM_CAPACITY = 232448
 MAX_STAGES = 16

@@ -7,8 +7,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from dgprecompile.backends import WorkItem
-from dgprecompile.cachestore import CacheStore
+from dgprecompile.cache.store import CacheStore
+from dgprecompile.compile.backends import WorkItem
 from dgprecompile.kernels import KernelSpec
 
 
