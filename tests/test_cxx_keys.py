@@ -47,4 +47,4 @@ def test_key_inputs_change_the_name():
     assert CxxKeyContext(inc, (12, 9)).entry_name(spec) != base  # nvcc release
     assert CxxKeyContext(inc + "/", (13, 0), header_root=inc).entry_name(spec) != base  # install path string
     assert CxxKeyContext(inc, (13, 0), cpp_standard=17).entry_name(spec) != base
-    assert CxxKeyContext.build(inc, (13, 0), {"DG_JIT_PTXAS_CHECK": "1"}).entry_name(spec) != base
+    assert CxxKeyContext.from_env(inc, (13, 0), {"DG_JIT_PTXAS_CHECK": "1"}).entry_name(spec) != base

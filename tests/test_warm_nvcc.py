@@ -62,6 +62,6 @@ def test_nvcc_backend_builds_the_runtime_entries_without_a_gpu(tmp_path, masked_
 def test_backend_choice_follows_the_installed_deepgemm(tmp_path, masked_w2_manifest):
     manifest, _ = masked_w2_manifest
     wrong = run("warm", "--manifest", manifest, "--cache-dir", tmp_path, "--backend", "legacy")
-    assert wrong.returncode == 2 and "use cxx or nvcc" in wrong.stderr
+    assert wrong.returncode == 2 and "hint: use --backend nvcc or cxx" in wrong.stderr
     gpu = run("warm", "--manifest", manifest, "--cache-dir", tmp_path, "--backend", "cxx")
     assert gpu.returncode == 3 and "warm needs a GPU" in gpu.stderr

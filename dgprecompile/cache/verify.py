@@ -2,8 +2,8 @@
 
 No torch, no DeepGEMM import, no GPU. Per planned kernel it checks the entry the index records (sha256 of
 every file) and, for the legacy Python JIT and sgl-deep-gemm 0.1.0-0.1.3, computes the exact entry name the
-runtime will look for here (legacy_keys, cxx_keys) and checks that ``<cache>/cache/<name>/`` holds kernel.cu and
-kernel.cubin: coverage proved from the key, not taken from the index. It also compares the fingerprint the cache
+runtime will look for here (the generation's key module) and checks that ``<cache>/cache/<name>/`` holds the files
+that runtime reads: coverage proved from the key, not taken from the index. It also compares the fingerprint the cache
 was built for with this environment's (DeepGEMM generation, version, headers and location, nvcc, DG_JIT_*
 flags, SM count).
 
@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dgprecompile.cache.store import CacheStore, Index
-from dgprecompile.compile.backends import NVCC_BACKEND_VERSIONS
 from dgprecompile.errors import DGError
 from dgprecompile.keys.fingerprint import differences, make_fingerprint, short_id
 from dgprecompile.planning.plan import Plan
@@ -160,17 +159,11 @@ def _runtime_names(plan: Plan, env: Environment, warnings: list[str]) -> dict[st
     install, nvcc = env.install, env.nvcc
     if install is None or nvcc is None or install.generation != plan.profile.generation:
         return None
+    generation = plan.profile.deepgemm
+    if not generation.computes_keys(install.version):
+        return None
     try:
-        if install.generation == "legacy":
-            from dgprecompile.keys.legacy import LegacyKeyContext
-
-            ctx = LegacyKeyContext.build(install, nvcc)
-        elif install.generation == "sgl-deep-gemm-0.1" and install.version in NVCC_BACKEND_VERSIONS:
-            from dgprecompile.keys.sgl_deep_gemm_01 import CxxKeyContext
-
-            ctx = CxxKeyContext.build(install.include_dir, nvcc.release)
-        else:
-            return None
+        ctx = generation.key_context(install, nvcc)
         return {kid: ctx.entry_name(spec) for kid, spec in plan.kernels.items()}
     except (DGError, OSError) as exc:
         warnings.append(f"cannot compute the runtime's entry names ({exc}): checking the index only")
@@ -194,14 +187,15 @@ def verify_cache(plan: Plan, store: CacheStore, *, nvcc: str | None = None,
     stale = differences(index.fingerprint, env.fingerprint) if (env.fingerprint and index.fingerprint) else []
 
     names = _runtime_names(plan, env, warnings)
-    if generation == "legacy" and names is None:
+    files = plan.profile.deepgemm.entry_files
+    if names is None and plan.profile.deepgemm.key_class is not None:
         warnings.append("falling back to index-only checks: coverage is as recorded, not proved")
     checks: list[KernelCheck] = []
     for kid in sorted(plan.kernels):
         record = index.kernels.get(kid)
         expected = names.get(kid) if names else None
         if expected is not None:
-            checks.append(_check_proved(store, kid, record, expected))
+            checks.append(_check_proved(store, kid, record, expected, files))
         elif record is None:
             checks.append(KernelCheck(kid, MISSING, None, "not in the index"))
         else:
@@ -216,13 +210,13 @@ def verify_cache(plan: Plan, store: CacheStore, *, nvcc: str | None = None,
                         "proved" if names is not None else "index", warnings)
 
 
-def _check_proved(store: CacheStore, kid: str, record, expected: str) -> KernelCheck:
+def _check_proved(store: CacheStore, kid: str, record, expected: str, files: tuple[str, ...]) -> KernelCheck:
     entry = store.entry_path(expected)
-    if not (entry / "kernel.cubin").is_file() or not (entry / "kernel.cu").is_file():
+    if not all((entry / name).is_file() for name in files):
         if record is not None and record.entry != expected:
             return KernelCheck(kid, MISSING, expected,
                                f"the index records {record.entry}, but the runtime here looks for {expected}")
-        return KernelCheck(kid, MISSING, expected, "no kernel.cu + kernel.cubin under the runtime's entry name")
+        return KernelCheck(kid, MISSING, expected, f"no {' + '.join(files)} under the runtime's entry name")
     if record is None:
         return KernelCheck(kid, OK, expected, "present, not in the index (no checksum)")
     if record.entry != expected:

@@ -24,6 +24,7 @@ from typing import Any
 from dgprecompile.cache.store import CacheStore
 from dgprecompile.compile.backends import WorkItem, backend_for
 from dgprecompile.errors import EnvironmentProblem, InputError
+from dgprecompile.generations import BACKEND_NEEDS_GPU
 from dgprecompile.keys.fingerprint import differences, make_fingerprint
 from dgprecompile.planning.plan import Plan
 from dgprecompile.toolchain import find_deepgemm, find_nvcc
@@ -146,19 +147,12 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
     if world > 1:  # under torchrun: each rank takes a disjoint share of the whole plan
         items = items[rank::world]
 
-    if backend == "legacy":
-        from dgprecompile.keys.legacy import LegacyKeyContext
-
-        job_common: dict[str, Any] = {"key_context": LegacyKeyContext.build(install, nvcc).__dict__}
-        gpus: list[int | None] = [None]
-        default_jobs = os.cpu_count() or 1
-    elif backend == "nvcc":
-        from dgprecompile.keys.sgl_deep_gemm_01 import CxxKeyContext
-
-        job_common = {"key_context": CxxKeyContext.build(install.include_dir, nvcc.release).__dict__,
-                      "nvcc": nvcc.path}
-        gpus = [None]
-        default_jobs = os.cpu_count() or 1
+    generation = plan.profile.deepgemm
+    job_common: dict[str, Any] = {"nvcc": nvcc.path, "num_sms": plan.num_sms,
+                                  "entry_files": list(generation.entry_files)}
+    gpus: list[int | None] = [None]
+    if not BACKEND_NEEDS_GPU[backend]:  # computes the runtime's entry names and builds them itself
+        job_common["key_context"] = generation.key_context(install, nvcc).__dict__
     else:
         visible = _visible_gpus()
         if world > 1:
@@ -167,9 +161,7 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
         if not gpus:
             raise EnvironmentProblem("the C++-JIT DeepGEMM compiles inside GEMM launches, so warm needs a GPU; "
                                      "none is visible", hint="run warm on a Hopper GPU machine (or pass --gpus)")
-        job_common = {"num_sms": plan.num_sms, "nvcc": nvcc.path}
-        default_jobs = os.cpu_count() or 1
-    jobs = opts.jobs or default_jobs
+    jobs = opts.jobs or os.cpu_count() or 1
     if jobs < 1:
         raise InputError("--jobs must be at least 1")
     jobs = max(1, min(jobs, len(items))) if items else 1

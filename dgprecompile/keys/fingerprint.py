@@ -10,20 +10,8 @@ import platform
 from importlib import metadata
 from typing import Any
 
+from dgprecompile.generations import get_generation
 from dgprecompile.toolchain import DeepGemmInstall, Nvcc, headers_hash, key_env
-
-# the fields whose difference makes the runtime look under another key, per DeepGEMM generation
-KEY_FIELDS = {
-    "legacy": ("deepgemm.generation", "deepgemm.headers_sha256", "deepgemm.package_dir", "nvcc.path",
-               "nvcc.release", "env", "num_sms"),
-    "sgl-kernel-cxx": ("deepgemm.generation", "deepgemm.version", "deepgemm.headers_sha256", "nvcc.release",
-                       "env", "num_sms"),
-    # the include path (-I<install>/include) is part of the 0.1.x key: the install location must match
-    "sgl-deep-gemm-0.1": ("deepgemm.generation", "deepgemm.version", "deepgemm.headers_sha256",
-                          "deepgemm.package_dir", "nvcc.release", "env", "num_sms"),
-    "sgl-deep-gemm-0.2": ("deepgemm.generation", "deepgemm.version", "deepgemm.headers_sha256",
-                          "nvcc.version_sha256", "env", "num_sms"),
-}
 
 
 def _dist_version(name: str) -> str | None:
@@ -56,6 +44,11 @@ def make_fingerprint(install: DeepGemmInstall, nvcc: Nvcc, num_sms: int, gpu: st
     }
 
 
+def key_fields(generation_id: str | None) -> tuple[str, ...]:
+    """The fields whose difference makes the runtime look under another key (the generation's own list)."""
+    return get_generation(generation_id or "sgl-deep-gemm-0.2").fingerprint_fields
+
+
 def _get(fp: dict[str, Any], dotted: str) -> Any:
     value: Any = fp
     for part in dotted.split("."):
@@ -65,8 +58,7 @@ def _get(fp: dict[str, Any], dotted: str) -> Any:
 
 def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     """(field, recorded, current) for every key-relevant field that differs."""
-    generation = _get(recorded, "deepgemm.generation") or _get(current, "deepgemm.generation")
-    fields = KEY_FIELDS.get(generation, KEY_FIELDS["sgl-deep-gemm-0.2"])
+    fields = key_fields(_get(recorded, "deepgemm.generation") or _get(current, "deepgemm.generation"))
     out = []
     for f in fields:
         a, b = _get(recorded, f), _get(current, f)
@@ -77,7 +69,6 @@ def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[tuple
 
 def short_id(fp: dict[str, Any]) -> str:
     """A stable short hash of the key-relevant fields, for artifact names and CI cache keys."""
-    generation = _get(fp, "deepgemm.generation")
-    fields = KEY_FIELDS.get(generation, KEY_FIELDS["sgl-deep-gemm-0.2"])
+    fields = key_fields(_get(fp, "deepgemm.generation"))
     text = "|".join(f"{f}={_get(fp, f)!r}" for f in fields)
     return hashlib.sha256(text.encode()).hexdigest()[:16]

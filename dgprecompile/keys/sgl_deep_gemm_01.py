@@ -133,7 +133,13 @@ class CxxKeyContext:
         object.__setattr__(self, "nvcc_release", tuple(self.nvcc_release))
 
     @classmethod
-    def build(cls, include_dir: str, nvcc_release: tuple[int, int], environ: dict[str, str] | None = None):
+    def build(cls, install, nvcc, environ: dict[str, str] | None = None) -> CxxKeyContext:
+        """The context of an installed sgl-deep-gemm and nvcc (toolchain.DeepGemmInstall, toolchain.Nvcc)."""
+        return cls.from_env(install.include_dir, nvcc.release, environ)
+
+    @classmethod
+    def from_env(cls, include_dir: str, nvcc_release: tuple[int, int],
+                 environ: dict[str, str] | None = None) -> CxxKeyContext:
         env = os.environ if environ is None else environ
 
         def flag(name: str) -> bool:

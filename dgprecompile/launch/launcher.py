@@ -88,7 +88,8 @@ def compose_env(plan: Plan, cache_dir: str, fingerprint: Mapping[str, Any], base
                 hook_dir: str = HOOK_DIR) -> LaunchEnv:
     """The child's environment. Pure: reads only its arguments (and, for the C++ JIT, whether a path exists)."""
     profile = plan.profile
-    generation = profile.generation
+    deepgemm = profile.deepgemm
+    generation = deepgemm.id
     env = dict(base_env)
     settings: list[EnvSetting] = []
     conflicts: list[str] = []
@@ -139,14 +140,14 @@ def compose_env(plan: Plan, cache_dir: str, fingerprint: Mapping[str, Any], base
                              "DeepGEMM's cache keys, so every warmed entry would miss; unset it (or warm with it set)")
     recorded_nvcc = (fingerprint.get("nvcc") or {}).get("path")
 
-    if generation == "legacy":
+    if deepgemm.strict_by == "hook":  # a Python JIT: the startup hook refuses its compiles
         if int(fingerprint.get("env", {}).get("DG_JIT_USE_NVRTC", 0) or 0) == 0:
             for name in ("SGL_DG_USE_NVRTC",):
                 if base_env.get(name, "0").strip().lower() not in FALSY:
                     conflicts.append(f"{name}={base_env[name]!r} is set: the cache holds NVCC builds, and NVRTC "
                                      "builds have other keys; unset it")
-        if recorded_nvcc:
-            put("DG_JIT_NVCC_COMPILER", recorded_nvcc, "legacy JIT: the nvcc path is part of its cache key")
+        if recorded_nvcc and "nvcc.path" in deepgemm.fingerprint_fields:
+            put("DG_JIT_NVCC_COMPILER", recorded_nvcc, f"{generation} JIT: the nvcc path is part of its cache key")
         else:
             notes.append("the cache has no fingerprint: DG_JIT_NVCC_COMPILER left as found")
     elif strict:
@@ -180,7 +181,7 @@ def compose_env(plan: Plan, cache_dir: str, fingerprint: Mapping[str, Any], base
     env.update(hook_vars)
     old = base_env.get("PYTHONPATH")
     env["PYTHONPATH"] = hook_dir + (os.pathsep + old if old else "")
-    active = (["legacy strict"] if strict and generation == "legacy" else []) + (["trace"] if trace_dir else [])
+    active = ([f"{generation} strict"] if strict and deepgemm.strict_by == "hook" else []) + (["trace"] if trace_dir else [])
     settings.append(EnvSetting("PYTHONPATH", hook_dir + (os.pathsep + "..." if old else ""),
                                "startup hook: " + (", ".join(active) if active else "inactive")))
     return LaunchEnv(env, settings, conflicts, notes)

@@ -17,7 +17,6 @@ import yaml
 from dgprecompile import __version__
 from dgprecompile.errors import InputError
 from dgprecompile.kernels import GemmKey, KernelSpec, KernelType
-from dgprecompile.planning.heuristics import get_heuristic
 from dgprecompile.planning.models import ModelConfig, load_model
 from dgprecompile.planning.profiles import Profile, resolve_profile
 from dgprecompile.planning.shapes import Parallel, model_shapes
@@ -212,7 +211,7 @@ def parse_specforge_cmd(cmd: str) -> TrainerShape:
 
 
 def _buckets(key: GemmKey, profile: Profile, num_sms: int, kernels: dict[str, KernelSpec]) -> list[Bucket]:
-    heuristic = get_heuristic(profile.generation)
+    heuristic = profile.deepgemm.heuristic()
     out: list[Bucket] = []
     start = key.m_min
     for end in heuristic.breakpoints(key.kernel_type, key.m_max):
@@ -233,9 +232,7 @@ def build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: int
                gpu: str | None = None, profile_reason: str = "") -> Plan:
     shapes = model_shapes(model, profile, par)
     kernels: dict[str, KernelSpec] = {}
-    try:
-        heuristic = get_heuristic(profile.generation)
-    except KeyError:
+    if not profile.deepgemm.models_kernels:
         notes = shapes.notes + [f"the kernel choice of the {profile.generation} DeepGEMM "
                                 f"({profile.deepgemm_distribution} {profile.deepgemm_version}) is not modelled: "
                                 "keys only, no m-buckets; warm cannot compile this plan"]
@@ -243,6 +240,7 @@ def build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: int
                     tp=par.tp, ep=par.ep, moe_runner_backend=par.moe_runner_backend, max_tokens=par.max_tokens,
                     profile=profile, profile_reason=profile_reason, num_sms=num_sms, gpu=gpu,
                     keys=[PlannedKey(k, []) for k in shapes.keys], kernels={}, notes=notes, heuristic=False)
+    heuristic = profile.deepgemm.heuristic()
     if not profile.raw.get("heuristic_validated"):
         shapes.notes.append(f"the {profile.generation} kernel model is read from source but was not checked "
                             "against that DeepGEMM on a GPU")

@@ -13,6 +13,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from dgprecompile.errors import InputError
+from dgprecompile.generations import Generation, get_generation
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,11 @@ class Profile:
     seconds_per_kernel: float
     bytes_per_entry: int
     raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @property
+    def deepgemm(self) -> Generation:
+        """The DeepGEMM generation this SGLang range runs: every generation-specific fact lives there."""
+        return get_generation(self.generation)
 
     def env_names(self, switch: str) -> list[str]:
         value = self.env.get(switch) or []

@@ -23,7 +23,6 @@ from typing import Any
 
 from dgprecompile.errors import InputError
 from dgprecompile.kernels import GemmKey, KernelSpec, KernelType
-from dgprecompile.planning.heuristics import get_heuristic
 from dgprecompile.planning.plan import Plan, PlannedKey, PlanRequest, _buckets, resolve_num_sms
 from dgprecompile.planning.profiles import all_profiles, installed_sglang_version, resolve_profile
 
@@ -127,11 +126,10 @@ def plan_from_calls(calls: Iterable[Call | dict[str, Any]], request: PlanRequest
     parsed = aggregate(c if isinstance(c, Call) else parse_call(c) for c in calls)
     profile, reason = _profile_for(request, _headers or [])
     num_sms = resolve_num_sms(request.gpu, request.num_sms)
-    try:
-        heuristic = get_heuristic(profile.generation)
-    except KeyError:
+    if not profile.deepgemm.models_kernels:
         raise InputError(f"sglang profile {profile.id} ({profile.generation}) has no kernel model: "
-                         "a plan from calls needs one") from None
+                         "a plan from calls needs one")
+    heuristic = profile.deepgemm.heuristic()
     ranges: dict[tuple[KernelType, int, int, int], list[int]] = {}
     total = 0
     for c in parsed:
@@ -174,7 +172,7 @@ def plan_from_trace(trace_dir: Path, request: PlanRequest) -> Plan:
 
 def kernels_of_call(plan: Plan, call: Call) -> list[str]:
     """The kernel ids a call compiles under the plan's profile and SM count (GEMM plus layout kernels)."""
-    heuristic = get_heuristic(plan.profile.generation)
+    heuristic = plan.profile.deepgemm.heuristic()
     ids = [heuristic.kernel(call.kernel_type, call.m, call.n, call.k, call.num_groups, plan.num_sms).id]
     for spec in getattr(heuristic, "aux_kernels", lambda *a: [])(call.kernel_type, call.n, call.k, call.num_groups):
         ids.append(spec.id)

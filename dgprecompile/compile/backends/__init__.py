@@ -10,13 +10,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from dgprecompile.errors import EnvironmentProblem, InputError
+from dgprecompile.generations import get_generation
 from dgprecompile.toolchain import DeepGemmInstall
-
-BACKENDS = {"legacy": ("legacy",), "cxx": ("sgl-kernel-cxx", "sgl-deep-gemm-0.1", "sgl-deep-gemm-0.2"),
-            "nvcc": ("sgl-deep-gemm-0.1",)}
-# sgl-deep-gemm releases whose JIT sources (key, generated code, flags) the GPU-free nvcc backend reproduces:
-# 0.1.0-0.1.3 share them (docs/heuristics.md); 0.1.3's entry names were checked against an H200 warm.
-NVCC_BACKEND_VERSIONS = ("0.1.0", "0.1.1", "0.1.2", "0.1.3")
 
 
 @dataclass
@@ -41,7 +36,7 @@ class WorkerBackend(Protocol):
 
 
 def backend_for(name: str | None, install: DeepGemmInstall | None, plan_generation: str) -> str:
-    """The backend name to use: ``name`` if given, else the installed DeepGEMM's."""
+    """The backend name to use: ``name`` if given, else the installed DeepGEMM generation's first usable one."""
     if install is None:
         raise EnvironmentProblem("DeepGEMM is not importable here, so nothing can be compiled",
                                  hint="install the DeepGEMM your sglang uses (e.g. `pip install --no-deps "
@@ -51,18 +46,7 @@ def backend_for(name: str | None, install: DeepGemmInstall | None, plan_generati
             f"the plan is for a {plan_generation} DeepGEMM but the installed one is {install.generation} "
             f"({install.distribution} {install.version}): its kernels and cache keys differ",
             hint="plan with the --sglang version whose DeepGEMM is installed, or install that DeepGEMM")
-    offline = install.generation == "sgl-deep-gemm-0.1" and install.version in NVCC_BACKEND_VERSIONS
-    if name is None or name == "auto":
-        if install.generation == "legacy":
-            return "legacy"
-        return "nvcc" if offline else "cxx"
-    if name not in BACKENDS:
-        raise InputError(f"unknown backend {name!r}; choose from {', '.join(BACKENDS)}")
-    if install.generation not in BACKENDS[name] or (name == "nvcc" and not offline):
-        usable = [b for b, gens in BACKENDS.items() if install.generation in gens and (b != "nvcc" or offline)]
-        raise InputError(f"backend {name} cannot compile for the installed {install.generation} DeepGEMM "
-                         f"({install.distribution} {install.version}); use {' or '.join(usable)}")
-    return name
+    return get_generation(install.generation).choose_backend(name, install)
 
 
 def preload(name: str) -> None:

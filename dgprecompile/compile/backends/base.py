@@ -25,7 +25,9 @@ class StagingWorker:
 class KeyedWorker(StagingWorker):
     """A backend that knows each kernel's entry name before building it."""
 
-    required_files: tuple[str, ...] = ("kernel.cubin",)  # what makes an entry count as there for this runtime
+    def __init__(self, job: dict[str, Any]):
+        super().__init__(job)
+        self.required_files = tuple(job["entry_files"])  # what makes an entry count as there for this runtime
 
     def entry_name(self, spec: KernelSpec) -> str:
         raise NotImplementedError

@@ -23,8 +23,6 @@ from dgprecompile.keys.sgl_deep_gemm_01 import CxxKeyContext
 
 
 class NvccCxxWorker(KeyedWorker):
-    required_files = ("kernel.cu", "kernel.cubin")  # the C++ JIT aborts on an entry missing either
-
     def __init__(self, job: dict[str, Any]):
         super().__init__(job)
         self.ctx = CxxKeyContext(**job["key_context"])

@@ -1,0 +1,144 @@
+"""The DeepGEMM generations: every fact that differs between them, in one object each.
+
+Stages never branch on a generation's name; they ask its :class:`Generation`:
+
+* planning: ``heuristic()``, the pure-Python kernel choice (None where it is not modelled);
+* keys: ``key_context(install, nvcc)``, the exact entry names the runtime looks up, for the releases
+  ``computes_keys(version)`` says it reproduces;
+* compile: ``backends`` (the first usable one is the default) and ``choose_backend``;
+* fingerprint: ``fingerprint_fields``, the fields whose difference makes the runtime look under other keys;
+* cache layout: ``entry_files``, what makes an entry whole for this runtime;
+* launch: ``strict_by`` (how a runtime compile is refused: the startup hook or the nvcc stand-in).
+
+Importing this module imports nothing else of the package: the heuristic and key modules are named here and
+loaded on first use, so ``plan``/``verify``/``doctor`` stay light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from dgprecompile.errors import EnvironmentProblem, InputError
+
+# compile backends: what each needs and does (the worker side lives in dgprecompile.compile.backends)
+BACKEND_NEEDS_GPU = {"legacy": False, "nvcc": False, "cxx": True}
+
+
+def _load(target: str) -> Any:
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@dataclass(frozen=True)
+class Generation:
+    id: str
+    label: str
+    heuristic_class: str | None  # "module:Class" of the pure-Python kernel choice; None: keys only
+    key_class: str | None  # "module:Class" computing entry names; None: names only known after a build
+    key_versions: tuple[str, ...] | None  # releases whose keys key_class reproduces; None: every release
+    backends: tuple[str, ...]  # in order of preference
+    fingerprint_fields: tuple[str, ...]
+    entry_files: tuple[str, ...]  # files the runtime needs in an entry; a missing one is a miss or fatal
+    strict_by: str  # "hook" (the JIT is Python: the startup hook refuses) | "nvcc-standin"
+    gpu_validated: str | None = None  # what was checked against this library on a GPU, or None
+
+    # -- planning --
+    @property
+    def models_kernels(self) -> bool:
+        return self.heuristic_class is not None
+
+    def heuristic(self):
+        if self.heuristic_class is None:
+            raise InputError(f"the kernel choice of the {self.label} is not modelled: keys only")
+        return _heuristic(self.heuristic_class)
+
+    # -- keys --
+    def computes_keys(self, version: str | None) -> bool:
+        if self.key_class is None:
+            return False
+        return self.key_versions is None or version in self.key_versions
+
+    def key_context(self, install, nvcc, environ: dict[str, str] | None = None):
+        """The entry-name calculator for this install and nvcc (see computes_keys)."""
+        if not self.computes_keys(install.version):
+            raise InputError(f"dgprecompile cannot compute the cache keys of {install.distribution} "
+                             f"{install.version}")
+        return _load(self.key_class).build(install, nvcc, environ)
+
+    # -- compile --
+    def usable_backends(self, version: str | None) -> list[str]:
+        """Backends that can compile for this release: the GPU-free ones need computable keys."""
+        return [b for b in self.backends if BACKEND_NEEDS_GPU[b] or self.computes_keys(version)]
+
+    def choose_backend(self, requested: str | None, install) -> str:
+        usable = self.usable_backends(install.version)
+        if requested in (None, "auto"):
+            if not usable:
+                raise EnvironmentProblem(f"no backend can compile for {install.distribution} {install.version}")
+            return usable[0]
+        if requested not in BACKEND_NEEDS_GPU:
+            raise InputError(f"unknown backend {requested!r}; choose from {', '.join(BACKEND_NEEDS_GPU)}")
+        if requested not in usable:
+            raise InputError(f"backend {requested} cannot compile for the installed {self.id} DeepGEMM "
+                             f"({install.distribution} {install.version})",
+                             hint=f"use --backend {' or '.join(usable) or 'auto'}")
+        return requested
+
+
+@cache
+def _heuristic(target: str):
+    return _load(target)()
+
+
+_KEYS_01 = ("deepgemm.generation", "deepgemm.version", "deepgemm.headers_sha256", "nvcc.release", "env", "num_sms")
+
+GENERATIONS: dict[str, Generation] = {g.id: g for g in (
+    Generation(
+        id="legacy", label="legacy Python-JIT DeepGEMM (sgl-kernel <= 0.3.6)",
+        heuristic_class="dgprecompile.planning.heuristics.legacy:LegacyHeuristic",
+        key_class="dgprecompile.keys.legacy:LegacyKeyContext", key_versions=None,
+        backends=("legacy",),
+        # the nvcc path string and the absolute include path are part of this JIT's key
+        fingerprint_fields=("deepgemm.generation", "deepgemm.headers_sha256", "deepgemm.package_dir", "nvcc.path",
+                            "nvcc.release", "env", "num_sms"),
+        entry_files=("kernel.cubin",), strict_by="hook",
+        gpu_validated="every m against the library's get_best_configs; CPU-built entries served an H200 run",
+    ),
+    Generation(
+        id="sgl-kernel-cxx", label="C++-JIT DeepGEMM bundled in sgl-kernel 0.3.7+ / sglang-kernel",
+        heuristic_class=None, key_class=None, key_versions=None, backends=("cxx",),
+        fingerprint_fields=_KEYS_01, entry_files=("kernel.cu", "kernel.cubin"), strict_by="nvcc-standin",
+    ),
+    Generation(
+        id="sgl-deep-gemm-0.1", label="sgl-deep-gemm 0.1.x (C++ JIT, tvm-ffi)",
+        heuristic_class="dgprecompile.planning.heuristics.sm90_cxx:Sm90CxxHeuristic",
+        # 0.1.0-0.1.3 share the JIT sources (key, generated code, flags) the nvcc backend reproduces
+        key_class="dgprecompile.keys.sgl_deep_gemm_01:CxxKeyContext",
+        key_versions=("0.1.0", "0.1.1", "0.1.2", "0.1.3"),
+        backends=("nvcc", "cxx"),
+        # the include path (-I<install>/include) is part of the 0.1.x key: the install location must match
+        fingerprint_fields=_KEYS_01[:3] + ("deepgemm.package_dir",) + _KEYS_01[3:],
+        entry_files=("kernel.cu", "kernel.cubin"), strict_by="nvcc-standin",
+        gpu_validated="sgl-deep-gemm 0.1.3: every m of the 480B tp8/ep8 keys against DG_PRINT_CONFIGS on an H200",
+    ),
+    Generation(
+        id="sgl-deep-gemm-0.2", label="sgl-deep-gemm 0.2.x (DeepJIT)",
+        # 0.2.x keeps 0.1.x's SM90 heuristic source (docs/heuristics.md); not run on a GPU
+        heuristic_class="dgprecompile.planning.heuristics.sm90_cxx:Sm90CxxHeuristic",
+        key_class=None, key_versions=None, backends=("cxx",),
+        fingerprint_fields=("deepgemm.generation", "deepgemm.version", "deepgemm.headers_sha256",
+                            "nvcc.version_sha256", "env", "num_sms"),
+        entry_files=("kernel.cu", "kernel.cubin", ".committed"), strict_by="nvcc-standin",
+    ),
+)}
+
+
+def get_generation(generation_id: str) -> Generation:
+    try:
+        return GENERATIONS[generation_id]
+    except KeyError:
+        raise InputError(f"unknown DeepGEMM generation {generation_id!r}; known: {', '.join(GENERATIONS)}",
+                         hint="regenerate the manifest with `dgprecompile plan -o`") from None
