@@ -25,7 +25,7 @@ def doctor(fixture: str, *extra: str):
 
 
 def test_burst_model_for_051():
-    profile, _ = resolve_profile("0.5.1")
+    profile = resolve_profile("0.5.1").profile
     cold, warm, _ = estimate_bursts(profile, None, BurstModel(ranks=8, base_tasks=10))
     assert cold.per_rank == 10 + 4 + 4 * 4 and cold.total == 240
     assert warm.total == 8 * 11  # + one cuobjdump while the legacy runtime loads a kernel

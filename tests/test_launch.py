@@ -36,7 +36,7 @@ def _plan(sglang: str, n: int = 512):
 
 def _env(sglang, base=None, fingerprint=FP, **kw):
     # only the profile matters here (some profiles have no kernel model to plan calls with)
-    plan = dataclasses.replace(_plan("0.5.1"), profile=resolve_profile(sglang)[0])
+    plan = dataclasses.replace(_plan("0.5.1"), profile=resolve_profile(sglang).profile)
     return compose_env(plan, "/c/dg", fingerprint, base or {"PATH": "/usr/bin"}, warm_hint="W", **kw)
 
 

@@ -9,10 +9,13 @@ import sys
 import pytest
 from conftest import REPO, invoke
 
+from dgprecompile.cache.store import resolve_cache_dir
+from dgprecompile.cli.main import cli
 from dgprecompile.planning.plan import (
     PlanRequest,
     parse_specforge_cmd,
     plan_from_request,
+    read_manifest,
     sglang_precompile_m_max,
 )
 from dgprecompile.planning.profiles import resolve_profile
@@ -70,21 +73,21 @@ def test_0514_deep_gemm_runner_masked_local_expected_m_and_transpose(runner):
     ("0.5.12", "0.5.12-0.5.16", False), ("0.5.17", "0.5.17-0.5.19", False), ("0.5.23", "0.5.20-0.5.23", False),
 ])
 def test_profile_boundaries(version, profile, masked):
-    p, _ = resolve_profile(version)
+    p = resolve_profile(version).profile
     assert p.id == profile
     assert (p.moe_kernel("auto") == "masked") is masked
 
 
 def test_profile_env_spellings():
-    old, _ = resolve_profile("0.5.1")
-    new, _ = resolve_profile("0.5.14")
+    old = resolve_profile("0.5.1").profile
+    new = resolve_profile("0.5.14").profile
     assert old.env_names("precompile") == ["SGL_JIT_DEEPGEMM_PRECOMPILE"]
     assert new.env_names("precompile") == ["SGLANG_JIT_DEEPGEMM_PRECOMPILE"]
     assert old.cache_dir({}).endswith("/.cache/deep_gemm")
     assert old.cache_dir({"SGL_DG_CACHE_DIR": "/x/y"}) == "/x/y"
-    late, _ = resolve_profile("0.5.23")
+    late = resolve_profile("0.5.23").profile
     assert late.cache_dir({}).endswith("/.cache/sglang/deep_gemm")
-    mid, _ = resolve_profile("0.5.18")
+    mid = resolve_profile("0.5.18").profile
     assert mid.cache_dir({}, "0.5.18").endswith("/.cache/sglang/deep_gemm")
     assert mid.cache_dir({}, "0.5.17").endswith("/.cache/deep_gemm")
 
@@ -259,3 +262,46 @@ def test_plan_imports_neither_torch_nor_deep_gemm():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "HEAVY []" in proc.stderr, proc.stderr
     assert json.loads(proc.stdout)["total_kernels"] == 48
+
+
+def test_exact_sglang_version_travels_and_picks_the_cache_dir(runner, tmp_path, monkeypatch):
+    # sglang 0.5.18 reads ~/.cache/sglang/deep_gemm; 0.5.17 (same profile) ~/.cache/deep_gemm
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in ("SGLANG_DG_CACHE_DIR", "SGL_DG_CACHE_DIR", "DG_JIT_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    for version, where in (("0.5.18", ".cache/sglang/deep_gemm"), ("0.5.17", ".cache/deep_gemm")):
+        manifest = tmp_path / f"{version}.yaml"
+        invoke(runner, "plan", "-m", "Qwen3-Coder-480B", "--tp", 8, "--ep", 8, "--sglang", version, "-o", manifest)
+        plan = read_manifest(manifest)
+        assert plan.sglang_version == version and plan.profile.id == "0.5.17-0.5.19"
+        assert resolve_cache_dir(plan) == tmp_path / where
+        data = json.loads(runner.invoke(cli, ["verify", "--manifest", str(manifest), "--json"]).stdout)
+        assert data["cache_dir"] == str(tmp_path / where)
+
+
+def test_manifest_sglang_version_must_fit_its_profile(runner, tmp_path):
+    manifest = tmp_path / "plan.yaml"
+    invoke(runner, "plan", "-m", "Qwen3-Coder-480B", "--tp", 8, "--ep", 8, "--sglang", "0.5.14", "-o", manifest)
+    manifest.write_text(manifest.read_text().replace("sglang_version: 0.5.14", "sglang_version: 0.5.18"))
+    res = runner.invoke(cli, ["plan", "--manifest", str(manifest)])
+    assert res.exit_code == 2 and "sglang_version 0.5.18 is not in profile 0.5.12-0.5.16" in res.stderr
+
+
+def test_without_sglang_the_installed_deepgemm_picks_the_profile(runner, monkeypatch):
+    from dgprecompile.toolchain import DeepGemmInstall
+
+    monkeypatch.setattr("dgprecompile.planning.profiles.installed_sglang_version", lambda: None)
+    cases = [("legacy", "sgl-kernel", "0.3.5", "0.5.0-0.5.1"),
+             ("sgl-deep-gemm-0.1", "sgl-deep-gemm", "0.1.3", "0.5.12-0.5.16"),
+             ("sgl-deep-gemm-0.1", "sgl-deep-gemm", "0.1.7", "0.5.17-0.5.19"),
+             ("sgl-deep-gemm-0.2", "sgl-deep-gemm", "0.2.5", "0.5.20-0.5.23")]
+    for generation, dist, version, profile in cases:
+        install = DeepGemmInstall(dist, version, "/x/deep_gemm", generation)
+        monkeypatch.setattr("dgprecompile.toolchain.find_deepgemm", lambda install=install: install)
+        res = runner.invoke(cli, ["plan", "-m", "Qwen3-Coder-480B", "--tp", 8, "--ep", 8, "--format", "json"])
+        assert res.exit_code == 0, res.stderr
+        assert json.loads(res.stdout)["sglang_profile"] == profile
+        assert f"the installed DeepGEMM ({dist} {version}) is this profile's" in res.stderr
+    monkeypatch.setattr("dgprecompile.toolchain.find_deepgemm", lambda: None)
+    res = runner.invoke(cli, ["plan", "-m", "Qwen3-Coder-480B", "--format", "json"])
+    assert json.loads(res.stdout)["sglang_profile"] == "0.5.20-0.5.23" and "pass --sglang" in res.stderr

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from dgprecompile import __version__
-from dgprecompile.cache.store import CacheStore, EntryRecord, Index
+from dgprecompile.cache.store import CacheStore, EntryRecord, Index, resolve_cache_dir
 from dgprecompile.errors import CheckFailed, DGError, EnvironmentProblem, InputError
 from dgprecompile.fsutil import atomic_writer
 from dgprecompile.keys.fingerprint import differences, short_id
@@ -64,12 +64,6 @@ class PackResult:
         return {"path": str(self.path), "fingerprint_id": self.fingerprint_id, "kernels": len(self.kernels),
                 "missing": self.missing, "entries": len(self.entries), "bytes": self.bytes}
 
-
-def plan_summary(plan: Plan) -> dict[str, Any]:
-    """The same record warm writes into the index's ``plans``."""
-    return {"model": plan.model, "tp": plan.tp, "ep": plan.ep, "sglang_profile": plan.profile.id,
-            "moe_runner_backend": plan.moe_runner_backend, "num_sms": plan.num_sms,
-            "max_tokens": plan.max_tokens, "kernels": len(plan.kernels)}
 
 
 def _tarinfo(name: str, size: int) -> tarfile.TarInfo:
@@ -119,7 +113,7 @@ def pack_cache(plan: Plan, store: CacheStore, output: str, *, allow_missing: boo
                           hint="run `dgprecompile warm` with the same plan first, or pass --allow-missing")
     # the index does not say which planned kernel an extra entry belongs to, so every intact one travels
     extra = {name: rec for name, rec in sorted(index.extra.items()) if store.check_entry(rec) is None}
-    packed = Index(index.fingerprint, kernels, extra, [plan_summary(plan)])
+    packed = Index(index.fingerprint, kernels, extra, [plan.summary()])
     entries = sorted({r.entry: r for r in [*kernels.values(), *extra.values()]}.values(), key=lambda r: r.entry)
 
     target = output_path(output, index.fingerprint)
@@ -151,7 +145,7 @@ def _write_archive(raw: IO[bytes], store: CacheStore, packed: Index, entries: li
         "format": FORMAT, "schema": ARTIFACT_SCHEMA, "created_by": f"dgprecompile {__version__}",
         "fingerprint": packed.fingerprint, "fingerprint_id": short_id(packed.fingerprint),
         "generation": (packed.fingerprint.get("deepgemm") or {}).get("generation"),
-        "plan": plan_summary(plan), "kernels": sorted(packed.kernels), "missing": missing,
+        "plan": plan.summary(), "kernels": sorted(packed.kernels), "missing": missing,
         "entries": [r.entry for r in entries], "members": dict(sorted(listing.items())),
     }
     with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz:
@@ -487,17 +481,18 @@ def _extract(art: Artifact, to_add: dict[str, EntryRecord], staging: Path) -> No
                              "unchanged", hint="unpack it again once nothing is writing the file")
 
 
-def default_cache_dir(art: Artifact) -> str:
-    """The cache directory the runtime of the artifact's sglang profile uses here."""
-    from dgprecompile.planning.profiles import resolve_profile
+def default_cache_dir(art: Artifact) -> Path:
+    """The cache directory the runtime of the artifact's sglang profile (and version) uses here."""
+    from dgprecompile.planning.profiles import ProfileChoice, resolve_profile
 
-    profile_id = (art.manifest.get("plan") or {}).get("sglang_profile")
+    plan = art.manifest.get("plan") or {}
+    profile_id = plan.get("sglang_profile")
     try:
-        profile, _ = resolve_profile(profile_id)
+        profile = resolve_profile(profile_id).profile
     except DGError:
         raise InputError(f"{art.path} was packed for sglang profile {profile_id!r}, unknown here",
                          hint="pass --cache-dir") from None
-    return profile.cache_dir()
+    return resolve_cache_dir(ProfileChoice(profile, plan.get("sglang_version"), "the artifact's plan"))
 
 
 def _write_error(store: CacheStore, exc: OSError, art: Artifact) -> DGError:

@@ -79,6 +79,18 @@ class Index:
                    list(d.get("plans", [])))
 
 
+def resolve_cache_dir(source, explicit: str | Path | None = None, environ: dict[str, str] | None = None) -> Path:
+    """The one place the cache directory is decided.
+
+    ``explicit`` (--cache-dir, or a config file's cache_dir) wins; else the directory the runtime of the SGLang
+    profile compiles into here: its cache-dir variables, else its default for the exact sglang version.
+    ``source`` is a Plan or a ProfileChoice (anything with ``profile`` and ``sglang_version``).
+    """
+    if explicit:
+        return Path(explicit).expanduser().absolute()
+    return Path(source.profile.cache_dir(environ, source.sglang_version))
+
+
 class CacheStore:
     def __init__(self, root: str | Path):
         self.root = Path(root).expanduser().absolute()

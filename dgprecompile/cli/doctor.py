@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from dgprecompile.cache.store import resolve_cache_dir
 from dgprecompile.cli.options import cache_dir_option, json_option, plan_options, resolve_plan
 from dgprecompile.errors import CheckFailed
 from dgprecompile.output import MARKS, Output
@@ -59,7 +60,8 @@ def command(plan_request, manifest, config, ranks, base_tasks, dataloader_worker
         plan = resolve_plan(plan_request, manifest)
         profile = plan.profile
     else:
-        profile, _why = resolve_profile(plan_request.sglang)
+        choice = resolve_profile(plan_request.sglang)
+        profile = choice.profile
     rlimits = None
     if rlimit_nproc is not None or rlimit_stack is not None:
         from dgprecompile.diagnostics.limits import _rlimit as real
@@ -67,7 +69,7 @@ def command(plan_request, manifest, config, ranks, base_tasks, dataloader_worker
         rlimits = {"nproc": _rlimit(rlimit_nproc) or real("RLIMIT_NPROC"),
                    "stack": _rlimit(rlimit_stack) or real("RLIMIT_STACK")}
     limits = read_limits(proc_root, sys_root, rlimits=rlimits, uid=uid)
-    env_checks, env = environment_checks(profile, plan, cache_dir or config.get("cache_dir"), nvidia_smi)
+    env_checks, env = environment_checks(profile, plan, resolve_cache_dir(plan or choice, cache_dir), nvidia_smi)
     model = BurstModel(ranks=ranks, base_tasks=base_tasks, dataloader_workers=dataloader_workers,
                        compile_workers=compile_workers)
     diag = diagnose(limits, profile, plan, model, env)

@@ -61,7 +61,7 @@ def command(plan_request, manifest, config, cache_dir, strict, allow_missing, tr
     plan = resolve_plan(plan_request, manifest)
     out.info(f"plan: {plan.model} tp={plan.tp} ep={plan.ep} sglang {plan.profile.id} "
              f"({plan.profile_reason}): {len(plan.kernels)} kernels")
-    result = launch(LaunchOptions(plan=plan, command=argv, cache_dir=cache_dir or config.get("cache_dir"),
+    result = launch(LaunchOptions(plan=plan, command=argv, cache_dir=cache_dir,
                                   strict=strict, allow_missing=allow_missing, trace_dir=trace_dir,
                                   misses_path=misses_path, manifest=manifest, model_arg=plan_request.model), out)
     raise click.exceptions.Exit(result.exit_code)

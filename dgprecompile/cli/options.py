@@ -75,6 +75,8 @@ def plan_options(func):
             chunked_prefill_size=pick(chunked_prefill_size, "chunked_prefill_size"), gpu=pick(gpu, "gpu"),
             num_sms=pick(num_sms, "num_sms"),
         )
+        if "cache_dir" in kwargs:  # --cache-dir, else the config file's cache_dir (resolve_cache_dir decides the rest)
+            kwargs["cache_dir"] = pick(kwargs["cache_dir"], "cache_dir")
         return func(*args, plan_request=req, manifest=pick(manifest, "manifest"), config=config, **kwargs)
 
     return wrapper

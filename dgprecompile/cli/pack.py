@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from dgprecompile.cache.artifact import pack_cache
-from dgprecompile.cache.store import CacheStore
+from dgprecompile.cache.store import CacheStore, resolve_cache_dir
 from dgprecompile.cli.options import cache_dir_option, json_option, plan_options, resolve_plan
 from dgprecompile.output import Output
 
@@ -32,7 +32,7 @@ def command(plan_request, manifest, config, cache_dir, output, allow_missing, as
     """
     out = Output(quiet=as_json)
     plan = resolve_plan(plan_request, manifest)
-    store = CacheStore(cache_dir or config.get("cache_dir") or plan.profile.cache_dir())
+    store = CacheStore(resolve_cache_dir(plan, cache_dir))
     result = pack_cache(plan, store, output, allow_missing=allow_missing)
     if result.missing:
         out.warn(f"{len(result.missing)} planned kernels are not in the artifact (--allow-missing)")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from dgprecompile.cache.store import CacheStore
+from dgprecompile.cache.store import CacheStore, resolve_cache_dir
 from dgprecompile.cache.verify import verify_cache
 from dgprecompile.cli.options import cache_dir_option, json_option, plan_options, resolve_plan
 from dgprecompile.errors import EXIT_CHECK_FAILED, CheckFailed, InputError
@@ -51,7 +51,7 @@ def command(plan_request, manifest, config, cache_dir, nvcc, trace, as_json) -> 
     """
     out = Output(quiet=as_json)
     plan = plan_for(plan_request, manifest, trace)
-    store = CacheStore(cache_dir or config.get("cache_dir") or plan.profile.cache_dir())
+    store = CacheStore(resolve_cache_dir(plan, cache_dir))
     report = verify_cache(plan, store, nvcc=nvcc, num_sms=plan_request.num_sms)
     for warning in report.warnings:
         out.warn(warning)

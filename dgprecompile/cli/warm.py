@@ -79,7 +79,6 @@ def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc
         plan = _plan_from_misses(from_misses, plan_request, manifest)
     else:
         plan = resolve_plan(plan_request, manifest)
-    cache_dir = cache_dir or config.get("cache_dir")
     setup = prepare_warm(plan, WarmOptions(cache_dir=cache_dir, backend=backend, jobs=jobs, gpus=_parse_gpus(gpus),
                                            nvcc=nvcc))
     out.info(f"plan: {plan.model} tp={plan.tp} ep={plan.ep} sglang {plan.profile.id}: {len(setup.items)} kernels"

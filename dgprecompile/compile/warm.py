@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dgprecompile.cache.store import CacheStore
+from dgprecompile.cache.store import CacheStore, resolve_cache_dir
 from dgprecompile.compile.backends import WorkItem, backend_for
 from dgprecompile.errors import EnvironmentProblem, InputError
 from dgprecompile.generations import BACKEND_NEEDS_GPU
@@ -125,7 +125,7 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
     nvcc = find_nvcc(opts.nvcc)
     if nvcc.release < (12, 3):
         raise EnvironmentProblem(f"nvcc {nvcc.path} is release {nvcc.release}; DeepGEMM needs >= 12.3")
-    store = CacheStore(opts.cache_dir or plan.profile.cache_dir())
+    store = CacheStore(resolve_cache_dir(plan, opts.cache_dir))
     fingerprint = make_fingerprint(install, nvcc, plan.num_sms, plan.gpu)
     recorded = store.read_index().fingerprint
     stale = differences(recorded, fingerprint) if recorded else []
@@ -178,9 +178,7 @@ def _record_plan(setup: WarmSetup) -> None:
             index.kernels.clear()  # those records describe entries filed under other keys
             index.extra.clear()
         index.fingerprint = setup.fingerprint
-        entry = {"model": plan.model, "tp": plan.tp, "ep": plan.ep, "sglang_profile": plan.profile.id,
-                 "moe_runner_backend": plan.moe_runner_backend, "num_sms": plan.num_sms,
-                 "max_tokens": plan.max_tokens, "kernels": len(plan.kernels)}
+        entry = plan.summary()
         if entry not in index.plans:
             index.plans.append(entry)
 

@@ -95,8 +95,8 @@ def gpu_info(nvidia_smi: str | None = None) -> dict[str, Any]:
             "note": "" if sms else "SM count unknown for this GPU name (pass --num-sms to plan)"}
 
 
-def cache_info(profile: Profile, plan: Plan | None, cache_dir: str | None) -> dict[str, Any]:
-    path = Path(cache_dir or profile.cache_dir())
+def cache_info(profile: Profile, plan: Plan | None, cache_dir: str | Path) -> dict[str, Any]:
+    path = Path(cache_dir)
     info: dict[str, Any] = {"path": str(path), "exists": path.is_dir(), "writable": None, "bytes": None,
                             "coverage": "unknown"}
     probe = path if path.is_dir() else next((p for p in path.parents if p.exists()), None)
@@ -330,7 +330,7 @@ def diagnose(limits: Limits, profile: Profile, plan: Plan | None, model: BurstMo
     return Diagnosis(checks, limits, cold, warm, headroom, tight_name, predicts, verdict, environment or {})
 
 
-def environment_checks(profile: Profile, plan: Plan | None, cache_dir: str | None,
+def environment_checks(profile: Profile, plan: Plan | None, cache_dir: str | Path,
                        nvidia_smi: str | None = None) -> tuple[list[Check], dict[str, Any]]:
     env: dict[str, Any] = {}
     checks = []

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dgprecompile.cache.store import CacheStore
+from dgprecompile.cache.store import CacheStore, resolve_cache_dir
 from dgprecompile.errors import CheckFailed, EnvironmentProblem, InputError
 from dgprecompile.launch.hook import HOOK_DIR, NVCC_STANDIN
 from dgprecompile.planning.plan import Plan
@@ -328,7 +328,7 @@ def launch(opts: LaunchOptions, out) -> LaunchResult:
     if not getattr(plan, "heuristic", True):
         raise InputError(f"the plan for sglang {plan.profile.id} lists keys only (its kernel choice is not "
                          "modelled), so its cache cannot be checked")
-    store = CacheStore(opts.cache_dir or plan.profile.cache_dir())
+    store = CacheStore(resolve_cache_dir(plan, opts.cache_dir))
     cache_dir = str(store.root)
     hint = warm_command(plan, cache_dir, opts.manifest, opts.model_arg)
 

@@ -60,7 +60,7 @@ class Plan:
     keys: list[PlannedKey]
     kernels: dict[str, KernelSpec]
     notes: list[str] = field(default_factory=list)
-
+    sglang_version: str | None = None  # the exact sglang release, when the user named one (or it is installed)
     heuristic: bool = True  # False: this generation's kernel choice is not modelled, keys only
 
     @property
@@ -83,6 +83,12 @@ class Plan:
                 out.setdefault(aux, (pk.key, 1))
         return out
 
+    def summary(self) -> dict[str, Any]:
+        """The short record of this plan that the cache index (`plans`) and artifacts keep."""
+        return {"model": self.model, "tp": self.tp, "ep": self.ep, "sglang_profile": self.profile.id,
+                "sglang_version": self.sglang_version, "moe_runner_backend": self.moe_runner_backend,
+                "num_sms": self.num_sms, "max_tokens": self.max_tokens, "kernels": len(self.kernels)}
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": MANIFEST_SCHEMA,
@@ -95,6 +101,7 @@ class Plan:
             "moe_runner_backend": self.moe_runner_backend,
             "max_tokens": self.max_tokens,
             "sglang_profile": self.profile.id,
+            "sglang_version": self.sglang_version,
             "deepgemm": {"generation": self.profile.generation,
                          "distribution": self.profile.deepgemm_distribution,
                          "version": self.profile.deepgemm_version},
@@ -229,7 +236,7 @@ def _buckets(key: GemmKey, profile: Profile, num_sms: int, kernels: dict[str, Ke
 
 
 def build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: int = DEFAULT_NUM_SMS,
-               gpu: str | None = None, profile_reason: str = "") -> Plan:
+               gpu: str | None = None, profile_reason: str = "", sglang_version: str | None = None) -> Plan:
     shapes = model_shapes(model, profile, par)
     kernels: dict[str, KernelSpec] = {}
     if not profile.deepgemm.models_kernels:
@@ -239,7 +246,8 @@ def build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: int
         return Plan(model=model.name, model_source=model.source, model_type=model.config.get("model_type", ""),
                     tp=par.tp, ep=par.ep, moe_runner_backend=par.moe_runner_backend, max_tokens=par.max_tokens,
                     profile=profile, profile_reason=profile_reason, num_sms=num_sms, gpu=gpu,
-                    keys=[PlannedKey(k, []) for k in shapes.keys], kernels={}, notes=notes, heuristic=False)
+                    keys=[PlannedKey(k, []) for k in shapes.keys], kernels={}, notes=notes, heuristic=False,
+                    sglang_version=sglang_version)
     heuristic = profile.deepgemm.heuristic()
     if not profile.raw.get("heuristic_validated"):
         shapes.notes.append(f"the {profile.generation} kernel model is read from source but was not checked "
@@ -254,7 +262,7 @@ def build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: int
     return Plan(model=model.name, model_source=model.source, model_type=model.config.get("model_type", ""),
                 tp=par.tp, ep=par.ep, moe_runner_backend=par.moe_runner_backend, max_tokens=par.max_tokens,
                 profile=profile, profile_reason=profile_reason, num_sms=num_sms, gpu=gpu, keys=keys,
-                kernels=kernels, notes=shapes.notes)
+                kernels=kernels, notes=shapes.notes, sglang_version=sglang_version)
 
 
 @dataclass
@@ -289,9 +297,10 @@ def plan_from_request(req: PlanRequest) -> Plan:
     else:
         max_tokens = sglang_precompile_m_max(req.chunked_prefill_size)
     model = load_model(req.model)
-    profile, reason = resolve_profile(req.sglang)
+    choice = resolve_profile(req.sglang)
     par = Parallel(tp=1 if tp is None else tp, ep=1 if ep is None else ep, moe_runner_backend=req.moe_runner_backend, max_tokens=max_tokens)
-    return build_plan(model, profile, par, resolve_num_sms(req.gpu, req.num_sms), req.gpu, reason)
+    return build_plan(model, choice.profile, par, resolve_num_sms(req.gpu, req.num_sms), req.gpu, choice.reason,
+                      choice.sglang_version)
 
 
 # ---- manifests -------------------------------------------------------------------------------------------
@@ -324,7 +333,10 @@ def plan_from_dict(data: Any, where: str = "manifest") -> Plan:
         raise InputError(f"{where} has manifest schema {data.get('schema')!r}; this dgprecompile reads "
                          f"schema {MANIFEST_SCHEMA}", hint="regenerate it with `dgprecompile plan -o`")
     try:
-        profile, _ = resolve_profile(data["sglang_profile"])
+        profile = resolve_profile(data["sglang_profile"]).profile
+        sglang_version = data.get("sglang_version")
+        if sglang_version is not None and not profile.contains(str(sglang_version)):
+            raise InputError(f"{where}: sglang_version {sglang_version} is not in profile {profile.id}")
         kernels = {}
         for kd in data["kernels"]:
             spec = KernelSpec(kd["family"], tuple((k, v) for k, v in kd["params"].items()))
@@ -347,7 +359,8 @@ def plan_from_dict(data: Any, where: str = "manifest") -> Plan:
                     moe_runner_backend=data.get("moe_runner_backend", "auto"), max_tokens=int(data["max_tokens"]),
                     profile=profile, profile_reason=f"manifest {where}", num_sms=int(data["num_sms"]),
                     gpu=data.get("gpu"), keys=keys, kernels=kernels, notes=list(data.get("notes", [])),
-                    heuristic=bool(data.get("kernel_model", True)))
+                    heuristic=bool(data.get("kernel_model", True)),
+                    sglang_version=None if sglang_version is None else str(sglang_version))
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"{where} is malformed: {type(exc).__name__}: {exc}") from None
 

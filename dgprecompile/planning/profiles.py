@@ -45,18 +45,24 @@ class Profile:
         """The directory the runtime of this generation compiles into, given an environment."""
         environ = os.environ if environ is None else environ
         default = self.cache_dir_default
+        if sglang_version is None:  # a plan by profile id: the installed sglang's, when it is of this profile
+            installed = installed_sglang_version()
+            sglang_version = installed if installed and self.contains(installed) else None
         if sglang_version:
-            for since, path in sorted(self.raw.get("cache_dir_default_from", {}).items()):
-                try:
-                    if Version(sglang_version) >= Version(since):
-                        default = path
-                except InvalidVersion:
-                    pass
+            for since, path in sorted(self.raw.get("cache_dir_default_from", {}).items(), key=lambda i: Version(i[0])):
+                if Version(sglang_version) >= Version(since):
+                    default = path
         for name in self.env_names("cache_dir"):
             if environ.get(name):
                 default = environ[name]
                 break
         return os.path.abspath(os.path.expanduser(default))
+
+    def contains(self, sglang_version: str) -> bool:
+        try:
+            return Version(sglang_version) in self.sglang
+        except InvalidVersion:
+            return False
 
     def moe_kernel(self, backend: str) -> str | None:
         """'masked', 'contig', 'masked+contig' or None (Triton) for --moe-runner-backend ``backend``."""
@@ -90,22 +96,52 @@ def installed_sglang_version() -> str | None:
         return None
 
 
-def resolve_profile(version: str | None) -> tuple[Profile, str]:
-    """The profile for an sglang version (or profile id); with None, the installed sglang's, else the newest.
+@dataclass(frozen=True)
+class ProfileChoice:
+    """The profile a command works with, the exact sglang version when one is known, and why."""
 
-    Returns the profile and a sentence saying how it was chosen.
-    """
+    profile: Profile
+    sglang_version: str | None
+    reason: str
+
+
+def _by_installed_deepgemm(profiles: list[Profile]) -> ProfileChoice | None:
+    """The newest profile whose DeepGEMM is the one installed here (found without importing it)."""
+    from dgprecompile.toolchain import find_deepgemm
+
+    install = find_deepgemm()
+    if install is None:
+        return None
+    for p in reversed(profiles):
+        versions = SpecifierSet(str(p.raw["deepgemm"].get("versions", "")), prereleases=True)
+        if p.generation != install.generation:
+            continue
+        try:
+            if install.version is not None and Version(install.version) not in versions:
+                continue
+        except InvalidVersion:
+            pass
+        what = f"{install.distribution or 'deep_gemm'} {install.version or ''}".strip()
+        return ProfileChoice(p, None, f"no sglang installed; the installed DeepGEMM ({what}) is this profile's")
+    return None
+
+
+def resolve_profile(version: str | None) -> ProfileChoice:
+    """The profile for an sglang version or profile id. With None: the installed sglang's; else the profile of
+    the installed DeepGEMM; else the newest, saying so."""
     profiles = all_profiles()
     if version is None:
         installed = installed_sglang_version()
         if installed is None:
-            return profiles[-1], f"newest supported profile {profiles[-1].id} (no sglang installed; pass --sglang)"
+            return _by_installed_deepgemm(profiles) or ProfileChoice(
+                profiles[-1], None, f"newest supported profile {profiles[-1].id} (no sglang or DeepGEMM installed; "
+                                    "pass --sglang)")
         version, why = installed, f"installed sglang {installed}"
     else:
         why = f"--sglang {version}"
     for p in profiles:
         if version == p.id:
-            return p, why
+            return ProfileChoice(p, None, why)
     try:
         parsed = Version(version)
     except InvalidVersion:
@@ -113,6 +149,7 @@ def resolve_profile(version: str | None) -> tuple[Profile, str]:
                          hint="pass e.g. --sglang 0.5.1 or --sglang 0.5.14") from None
     for p in profiles:
         if parsed in p.sglang:
-            return p, why
+            return ProfileChoice(p, str(parsed), why)
     ranges = "; ".join(f"{p.id} ({p.sglang})" for p in profiles)
-    raise InputError(f"sglang {version} is not supported; supported: {ranges}")
+    raise InputError(f"sglang {version} is not supported; supported: {ranges}",
+                     hint="pass --sglang with a version of one of these ranges (`dgprecompile plan --help`)")

@@ -24,7 +24,12 @@ from typing import Any
 from dgprecompile.errors import InputError
 from dgprecompile.kernels import GemmKey, KernelSpec, KernelType
 from dgprecompile.planning.plan import Plan, PlannedKey, PlanRequest, _buckets, resolve_num_sms
-from dgprecompile.planning.profiles import all_profiles, installed_sglang_version, resolve_profile
+from dgprecompile.planning.profiles import (
+    ProfileChoice,
+    all_profiles,
+    installed_sglang_version,
+    resolve_profile,
+)
 
 TRACE_GLOB = "trace-*.jsonl"
 
@@ -115,7 +120,8 @@ def _profile_for(request: PlanRequest, headers: list[dict[str, Any]]):
         apis = {h.get("api") for h in headers if "api" in h}
         if apis == {"legacy"}:
             legacy = next(p for p in all_profiles() if p.generation == "legacy")
-            return legacy, "the trace was recorded with the legacy DeepGEMM API (pass --sglang to choose)"
+            return ProfileChoice(legacy, None,
+                                 "the trace was recorded with the legacy DeepGEMM API (pass --sglang to choose)")
     return resolve_profile(request.sglang)
 
 
@@ -124,7 +130,8 @@ def plan_from_calls(calls: Iterable[Call | dict[str, Any]], request: PlanRequest
     """A plan covering recorded calls: per key, m from the smallest to the largest seen, bucketed by the
     profile's heuristic (so warm compiles every kernel any m in that range selects)."""
     parsed = aggregate(c if isinstance(c, Call) else parse_call(c) for c in calls)
-    profile, reason = _profile_for(request, _headers or [])
+    choice = _profile_for(request, _headers or [])
+    profile, reason = choice.profile, choice.reason
     num_sms = resolve_num_sms(request.gpu, request.num_sms)
     if not profile.deepgemm.models_kernels:
         raise InputError(f"sglang profile {profile.id} ({profile.generation}) has no kernel model: "
@@ -153,7 +160,8 @@ def plan_from_calls(calls: Iterable[Call | dict[str, Any]], request: PlanRequest
     max_tokens = max(hi for (kind, *_), (_, hi) in ranges.items())
     return Plan(model=request.model or "traced", model_source="trace", model_type="", tp=request.tp or 1,
                 ep=request.ep or 1, moe_runner_backend=request.moe_runner_backend, max_tokens=max_tokens,
-                profile=profile, profile_reason=reason, num_sms=num_sms, gpu=request.gpu, keys=keys,
+                profile=profile, profile_reason=reason, sglang_version=choice.sglang_version,
+                num_sms=num_sms, gpu=request.gpu, keys=keys,
                 kernels=kernels,
                 notes=[f"from {len(parsed)} distinct recorded calls ({total} in all) on {len(keys)} keys; "
                        "m ranges are the observed min..max"])
