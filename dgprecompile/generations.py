@@ -52,7 +52,8 @@ class Generation:
 
     def heuristic(self):
         if self.heuristic_class is None:
-            raise InputError(f"the kernel choice of the {self.label} is not modelled: keys only")
+            raise InputError(f"the kernel choice of the {self.label} is not modelled: keys only",
+                             hint="plan with an --sglang version whose DeepGEMM is modelled (`dgprecompile plan --help`)")
         return _heuristic(self.heuristic_class)
 
     # -- keys --
@@ -65,7 +66,7 @@ class Generation:
         """The entry-name calculator for this install and nvcc (see computes_keys)."""
         if not self.computes_keys(install.version):
             raise InputError(f"dgprecompile cannot compute the cache keys of {install.distribution} "
-                             f"{install.version}")
+                             f"{install.version}", hint=f"use --backend {' or '.join(self.usable_backends(install.version))}")
         return _load(self.key_class).build(install, nvcc, environ)
 
     # -- compile --
@@ -77,10 +78,11 @@ class Generation:
         usable = self.usable_backends(install.version)
         if requested in (None, "auto"):
             if not usable:
-                raise EnvironmentProblem(f"no backend can compile for {install.distribution} {install.version}")
+                raise EnvironmentProblem(f"no backend can compile for {install.distribution} {install.version}",
+                                         hint="install a DeepGEMM release the profile table lists (README)")
             return usable[0]
         if requested not in BACKEND_NEEDS_GPU:
-            raise InputError(f"unknown backend {requested!r}; choose from {', '.join(BACKEND_NEEDS_GPU)}")
+            raise InputError(f"unknown backend {requested!r}", hint=f"choose from {', '.join(BACKEND_NEEDS_GPU)} or auto")
         if requested not in usable:
             raise InputError(f"backend {requested} cannot compile for the installed {self.id} DeepGEMM "
                              f"({install.distribution} {install.version})",

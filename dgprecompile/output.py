@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -30,8 +30,23 @@ class Output:
     def __init__(self, json_mode: bool = False, quiet: bool = False, stdout=None, stderr=None):
         self.json_mode = json_mode
         self.quiet = quiet
+        self.silent = False
         self.out = Console(file=stdout or sys.stdout, soft_wrap=True, highlight=False)
         self.err = Console(file=stderr or sys.stderr, soft_wrap=True, highlight=False)
+
+    def configure(self, *, json_mode: bool = False, quiet: bool = False) -> Output:
+        self.json_mode = json_mode
+        self.quiet = quiet or json_mode  # progress and notes; with JSON on stdout they would only be noise
+        self.silent = quiet  # warnings too: --quiet
+        return self
+
+    def report(self, report: Any, render_text: Callable[[Output, Any], None]) -> Any:
+        """Show a command's report: its to_dict() as JSON in --json mode, else ``render_text(self, report)``."""
+        if self.json_mode:
+            self.data_json(report.to_dict())
+        else:
+            render_text(self, report)
+        return report
 
     # -- data on stdout --
     def data_json(self, data: Any) -> None:
@@ -57,7 +72,8 @@ class Output:
             self.err.print(message)
 
     def warn(self, message: str) -> None:
-        self.err.print(f"[yellow]warning:[/] {message}")
+        if not self.silent:
+            self.err.print(f"[yellow]warning:[/] {message}")
 
     def error(self, message: str, hint: str | None = None) -> None:
         self.err.print(f"[red]error:[/] {message}", markup=True, highlight=False)

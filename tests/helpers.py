@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
+from importlib import util
+from pathlib import Path
 
 import pytest
 
@@ -34,3 +37,50 @@ def sgl_deep_gemm_013_dir() -> str | None:
 
 needs_dg013 = pytest.mark.skipif(sgl_deep_gemm_013_dir() is None,
                                  reason="sgl-deep-gemm 0.1.3 not installed beside the venv (make setup)")
+
+
+# ---- a real legacy warm shared by the verify and artifact tests ------------------------------------------
+
+PLAN = ["--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8", "--sglang", "0.5.1", "--max-tokens", "32"]
+LEGACY_NVCC = "/usr/local/cuda/bin/nvcc"  # the legacy JIT keys the nvcc path string: one path for every warm
+_WARMED: dict[str, Path] = {}
+
+
+def _legacy_toolchain_missing() -> str | None:
+    from dgprecompile.toolchain import find_deepgemm
+
+    if not (os.path.isfile(LEGACY_NVCC) and os.access(NVCC, os.X_OK)):
+        return f"no nvcc at {LEGACY_NVCC}"
+    install = find_deepgemm()
+    if install is None or install.generation != "legacy":
+        return "the legacy DeepGEMM (sgl-kernel 0.3.5) is not installed"
+    if util.find_spec("torch") is None:
+        return "torch is not installed (the legacy JIT imports it to compile)"
+    return None
+
+
+def warm_once(tmp_path_factory) -> Path:
+    """A cache warmed for PLAN, shared by every test module of the session; do not modify it, copy it."""
+    if "root" not in _WARMED:
+        why = _legacy_toolchain_missing()
+        if why:
+            pytest.skip(f"needs a real legacy warm: {why}")
+        from click.testing import CliRunner
+
+        from dgprecompile.cli.main import cli
+
+        root = tmp_path_factory.mktemp("warmed") / "deep_gemm"
+        res = CliRunner().invoke(cli, ["warm", *PLAN, "--cache-dir", str(root), "--nvcc", LEGACY_NVCC, "--json"],
+                                 catch_exceptions=False)
+        assert res.exit_code == 0, res.output
+        assert json.loads(res.stdout)["failed"] == 0
+        _WARMED["root"] = root
+    return _WARMED["root"]
+
+
+def read_index(cache_dir: Path) -> dict:
+    return json.loads((cache_dir / "dgprecompile" / "index.json").read_text())
+
+
+def write_index(cache_dir: Path, data: dict) -> None:
+    (cache_dir / "dgprecompile" / "index.json").write_text(json.dumps(data, indent=1))

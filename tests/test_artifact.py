@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from test_verify import PLAN, read_index, warm_once, write_index
+from helpers import PLAN, read_index, warm_once, write_index
 
 from dgprecompile.cache.artifact import MANIFEST_MEMBER
 from dgprecompile.cli.main import cli

@@ -10,7 +10,7 @@ import pytest
 from helpers import needs_dg013, sgl_deep_gemm_013_dir
 
 from dgprecompile.keys.sgl_deep_gemm_01 import CxxKeyContext, digest
-from dgprecompile.planning.plan import read_manifest
+from dgprecompile.planning.manifest import read_manifest
 
 REPO = Path(__file__).resolve().parent.parent
 MANIFEST = REPO / "shapes/Qwen3-Coder-480B-A35B-Instruct-FP8.tp8.ep8.sglang-0.5.12-0.5.16.deep_gemm.yaml"

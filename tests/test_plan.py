@@ -11,11 +11,11 @@ from conftest import REPO, invoke
 
 from dgprecompile.cache.store import resolve_cache_dir
 from dgprecompile.cli.main import cli
+from dgprecompile.planning.manifest import read_manifest
 from dgprecompile.planning.plan import (
     PlanRequest,
     parse_specforge_cmd,
     plan_from_request,
-    read_manifest,
     sglang_precompile_m_max,
 )
 from dgprecompile.planning.profiles import resolve_profile
@@ -210,7 +210,7 @@ def test_buckets_tile_the_m_range_and_manifest_round_trips(runner, tmp_path):
     result = invoke(runner, "plan", "-m", "Qwen3-Coder-480B", "--tp", 8, "--ep", 8, "--sglang", "0.5.1",
                     "--gpu", "h20", "-o", out)
     assert result.exit_code == 0 and out.exists()
-    from dgprecompile.planning.plan import read_manifest
+    from dgprecompile.planning.manifest import read_manifest
 
     plan = read_manifest(out)
     assert plan.num_sms == 78

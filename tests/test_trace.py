@@ -12,7 +12,8 @@ import pytest
 from dgprecompile.errors import InputError
 from dgprecompile.kernels import KernelType
 from dgprecompile.launch.hook import HOOK_DIR
-from dgprecompile.planning.plan import PlanRequest, plan_from_dict
+from dgprecompile.planning.manifest import plan_from_dict
+from dgprecompile.planning.plan import PlanRequest
 from dgprecompile.planning.trace import (
     Call,
     aggregate,

@@ -7,51 +7,19 @@ and the legacy DeepGEMM; tests copy it and damage the copy. test_artifact.py reu
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
-from importlib import util
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from helpers import LEGACY_NVCC as NVCC
+from helpers import PLAN, read_index, warm_once, write_index
 
 from dgprecompile.cache.store import CacheStore
 from dgprecompile.cli.main import cli
 from dgprecompile.planning.plan import PlanRequest, plan_from_request
-
-PLAN = ["--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8", "--sglang", "0.5.1", "--max-tokens", "32"]
-NVCC = "/usr/local/cuda/bin/nvcc"
-_WARMED: dict[str, Path] = {}
-
-
-def _legacy_toolchain_missing() -> str | None:
-    from dgprecompile.toolchain import find_deepgemm
-
-    if not (os.path.isfile(NVCC) and os.access(NVCC, os.X_OK)):
-        return f"no nvcc at {NVCC}"
-    install = find_deepgemm()
-    if install is None or install.generation != "legacy":
-        return "the legacy DeepGEMM (sgl-kernel 0.3.5) is not installed"
-    if util.find_spec("torch") is None:
-        return "torch is not installed (the legacy JIT imports it to compile)"
-    return None
-
-
-def warm_once(tmp_path_factory) -> Path:
-    """A cache warmed for PLAN, shared by every test module of the session; do not modify it, copy it."""
-    if "root" not in _WARMED:
-        why = _legacy_toolchain_missing()
-        if why:
-            pytest.skip(f"needs a real legacy warm: {why}")
-        root = tmp_path_factory.mktemp("warmed") / "deep_gemm"
-        res = CliRunner().invoke(cli, ["warm", *PLAN, "--cache-dir", str(root), "--nvcc", NVCC, "--json"],
-                                 catch_exceptions=False)
-        assert res.exit_code == 0, res.output
-        assert json.loads(res.stdout)["failed"] == 0
-        _WARMED["root"] = root
-    return _WARMED["root"]
 
 
 @pytest.fixture(scope="session")
@@ -68,14 +36,6 @@ def cache(warmed_cache, tmp_path) -> Path:
 
 def verify(cache_dir: Path, *extra: str):
     return CliRunner().invoke(cli, ["verify", *PLAN, "--cache-dir", str(cache_dir), *extra], catch_exceptions=False)
-
-
-def read_index(cache_dir: Path) -> dict:
-    return json.loads((cache_dir / "dgprecompile" / "index.json").read_text())
-
-
-def write_index(cache_dir: Path, data: dict) -> None:
-    (cache_dir / "dgprecompile" / "index.json").write_text(json.dumps(data, indent=1))
 
 
 pytestmark = pytest.mark.nvcc

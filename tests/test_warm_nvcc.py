@@ -11,7 +11,8 @@ import pytest
 from helpers import NVCC, needs_dg013, needs_nvcc, sgl_deep_gemm_013_dir
 
 from dgprecompile.keys.sgl_deep_gemm_01 import CxxKeyContext
-from dgprecompile.planning.plan import PlanRequest, plan_from_dict, plan_from_request, write_manifest
+from dgprecompile.planning.manifest import plan_from_dict, write_manifest
+from dgprecompile.planning.plan import PlanRequest, plan_from_request
 
 pytestmark = [needs_dg013, needs_nvcc, pytest.mark.nvcc]
 

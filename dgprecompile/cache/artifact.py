@@ -59,6 +59,8 @@ class PackResult:
     missing: list[str]
     entries: list[str]
     bytes: int
+    cache_dir: str = ""
+    return_code: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"path": str(self.path), "fingerprint_id": self.fingerprint_id, "kernels": len(self.kernels),
@@ -122,7 +124,7 @@ def pack_cache(plan: Plan, store: CacheStore, output: str, *, allow_missing: boo
     with atomic_writer(target) as raw:
         _write_archive(raw, store, packed, entries, plan, missing)
     return PackResult(target, short_id(index.fingerprint), sorted(kernels), missing, [r.entry for r in entries],
-                      target.stat().st_size)
+                      target.stat().st_size, str(store.root))
 
 
 def _write_archive(raw: IO[bytes], store: CacheStore, packed: Index, entries: list[EntryRecord], plan: Plan,
@@ -328,6 +330,7 @@ class UnpackResult:
     indexed: int = 0  # kernel records added to the index
     stale: list[tuple[str, Any, Any]] = field(default_factory=list)  # fingerprint differences (only with --force)
     warnings: list[str] = field(default_factory=list)
+    return_code: int = 0  # a refused or failed unpack raises instead
 
     def to_dict(self) -> dict[str, Any]:
         return {"cache_dir": self.cache_dir, "fingerprint_id": self.fingerprint_id, "added": self.added,

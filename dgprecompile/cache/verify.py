@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dgprecompile.cache.store import CacheStore, Index
-from dgprecompile.errors import DGError
+from dgprecompile.errors import EXIT_CHECK_FAILED, EXIT_OK, DGError
 from dgprecompile.keys.fingerprint import differences, make_fingerprint, short_id
 from dgprecompile.planning.plan import Plan
 from dgprecompile.toolchain import DeepGemmInstall, Nvcc, find_deepgemm, find_nvcc
@@ -85,6 +85,7 @@ def current_environment(generation: str, recorded: dict[str, Any] | None, *, nvc
 
 @dataclass
 class VerifyReport:
+    plan: Plan
     cache_dir: str
     generation: str
     kernels: list[KernelCheck]
@@ -113,6 +114,20 @@ class VerifyReport:
     @property
     def problems(self) -> list[KernelCheck]:
         return [k for k in self.kernels if k.status != OK]
+
+    @property
+    def return_code(self) -> int:
+        return EXIT_OK if self.complete else EXIT_CHECK_FAILED
+
+    def hint(self) -> str | None:
+        """What fixes an incomplete cache."""
+        if self.complete:
+            return None
+        where = f"--cache-dir {self.cache_dir}"
+        if self.stale:
+            return (f"warm again here (`dgprecompile warm ... {where}`), or run where the recorded DeepGEMM/nvcc "
+                    "sit at the recorded paths")
+        return f"run `dgprecompile warm` with the same plan and {where}: it compiles only what is missing"
 
     def verdict(self) -> str:
         n = len(self.kernels)
@@ -206,7 +221,7 @@ def verify_cache(plan: Plan, store: CacheStore, *, nvcc: str | None = None,
                 checks.append(KernelCheck(kid, MISSING, record.entry, "indexed entry is not in the cache"))
             else:
                 checks.append(KernelCheck(kid, CHANGED, record.entry, problem))
-    return VerifyReport(str(store.root), generation, checks, index.fingerprint, env.fingerprint, stale,
+    return VerifyReport(plan, str(store.root), generation, checks, index.fingerprint, env.fingerprint, stale,
                         "proved" if names is not None else "index", warnings)
 
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from dgprecompile.cache.store import resolve_cache_dir
-from dgprecompile.cli.options import cache_dir_option, json_option, plan_options, resolve_plan
-from dgprecompile.errors import CheckFailed
+from dgprecompile.cli.options import cache_dir_option, output_options, plan_options, resolve_plan
 from dgprecompile.output import MARKS, Output
+
+if TYPE_CHECKING:
+    from dgprecompile.diagnostics.doctor import Diagnosis
 
 
 def _rlimit(text: str | None) -> tuple[int | None, int | None] | None:
@@ -29,7 +33,7 @@ def _rlimit(text: str | None) -> tuple[int | None, int | None] | None:
 @click.option("--compile-workers", type=click.IntRange(min=0), default=None,
               help="Threads of SGLang's precompile pool (default: the profile's, or its env variable).")
 @cache_dir_option
-@json_option
+@output_options
 @click.option("--proc-root", default="/proc", hidden=True)
 @click.option("--sys-root", default="/sys", hidden=True)
 @click.option("--rlimit-nproc", default=None, hidden=True, help="Soft=hard RLIMIT_NPROC to assume (tests).")
@@ -37,7 +41,7 @@ def _rlimit(text: str | None) -> tuple[int | None, int | None] | None:
 @click.option("--uid", type=int, default=None, hidden=True)
 @click.option("--nvidia-smi", "nvidia_smi", default=None, hidden=True)
 def command(plan_request, manifest, config, ranks, base_tasks, dataloader_workers, compile_workers, cache_dir,
-            as_json, proc_root, sys_root, rlimit_nproc, rlimit_stack, uid, nvidia_smi) -> None:
+            out, proc_root, sys_root, rlimit_nproc, rlimit_stack, uid, nvidia_smi) -> Diagnosis:
     """Check the task limits, the toolchain and the cache, and predict `can't start new thread`.
 
     Reads RLIMIT_NPROC, the cgroup v2/v1 pids.max along this process's cgroup path, kernel threads-max and
@@ -50,44 +54,27 @@ def command(plan_request, manifest, config, ranks, base_tasks, dataloader_worker
       dgprecompile doctor --model Qwen3-Coder-480B --tp 8 --ep 8 --sglang 0.5.1 --ranks 8
       dgprecompile doctor --manifest plan.yaml --dataloader-workers 4 --json
     """
-    from dgprecompile.diagnostics.doctor import BurstModel, diagnose, environment_checks
-    from dgprecompile.diagnostics.limits import read_limits
+    from dgprecompile.diagnostics.doctor import BurstModel, run_doctor
     from dgprecompile.planning.profiles import resolve_profile
 
-    out = Output(json_mode=as_json)
-    plan = None
-    if plan_request.model is not None or manifest is not None:
-        plan = resolve_plan(plan_request, manifest)
-        profile = plan.profile
-    else:
-        choice = resolve_profile(plan_request.sglang)
-        profile = choice.profile
-    rlimits = None
-    if rlimit_nproc is not None or rlimit_stack is not None:
-        from dgprecompile.diagnostics.limits import _rlimit as real
+    plan = resolve_plan(plan_request, manifest) if (plan_request.model is not None or manifest is not None) else None
+    source = plan or resolve_profile(plan_request.sglang)
+    rlimits = {name: _rlimit(text) for name, text in (("nproc", rlimit_nproc), ("stack", rlimit_stack))
+               if text is not None}
+    report = run_doctor(source.profile, plan, resolve_cache_dir(source, cache_dir),
+                        BurstModel(ranks=ranks, base_tasks=base_tasks, dataloader_workers=dataloader_workers,
+                                   compile_workers=compile_workers),
+                        proc_root=proc_root, sys_root=sys_root, rlimits=rlimits, uid=uid, nvidia_smi=nvidia_smi)
+    return out.report(report, render)
 
-        rlimits = {"nproc": _rlimit(rlimit_nproc) or real("RLIMIT_NPROC"),
-                   "stack": _rlimit(rlimit_stack) or real("RLIMIT_STACK")}
-    limits = read_limits(proc_root, sys_root, rlimits=rlimits, uid=uid)
-    env_checks, env = environment_checks(profile, plan, resolve_cache_dir(plan or choice, cache_dir), nvidia_smi)
-    model = BurstModel(ranks=ranks, base_tasks=base_tasks, dataloader_workers=dataloader_workers,
-                       compile_workers=compile_workers)
-    diag = diagnose(limits, profile, plan, model, env)
-    checks = env_checks + diag.checks
-    if as_json:
-        data = diag.to_dict()
-        data["checks"] = [c.__dict__ for c in checks]
-        data["plan"] = None if plan is None else {"model": plan.model, "keys": len(plan.keys),
-                                                  "kernels": plan.total_kernels}
-        out.data_json(data)
+
+def render(out: Output, report: Diagnosis) -> None:
+    plan = report.plan
+    where = f"plan {plan['model']} ({plan['keys']} keys)" if plan else "no plan (assuming a key fills the pool)"
+    out.info(f"sglang profile [bold]{report.profile_id}[/], {report.ranks} ranks, {where}")
+    out.table(None, ["", "check", "detail", "fix"], [[MARKS[c.mark], c.name, c.detail, c.fix] for c in report.checks])
+    out.data_text(f"verdict: {report.verdict}")
+    if report.predicts_failure:
+        out.error("doctor predicts `can't start new thread` for this job", report.fix)
     else:
-        where = f"plan {plan.model} ({len(plan.keys)} keys)" if plan else "no plan (assuming a key fills the pool)"
-        out.info(f"sglang profile [bold]{profile.id}[/], {ranks} ranks, {where}")
-        out.table(None, ["", "check", "detail", "fix"],
-                  [[MARKS[c.mark], c.name, c.detail, c.fix] for c in checks])
-        mark = MARKS["fail"] if diag.predicts_failure else MARKS["ok"]
-        out.data_text(f"verdict: {diag.verdict}")
-        out.info(f"{mark} {'failure predicted' if diag.predicts_failure else 'no failure predicted'}")
-    if diag.predicts_failure:
-        raise CheckFailed("doctor predicts `can't start new thread` for this job",
-                          hint=next((c.fix for c in checks if c.mark == "fail" and c.fix), None))
+        out.info(f"{MARKS['ok']} no failure predicted")

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
+from typing import TYPE_CHECKING
 
 import click
 
-from dgprecompile.cli.options import cache_dir_option, plan_options, resolve_plan
-from dgprecompile.errors import InputError
+from dgprecompile.cli.options import cache_dir_option, output_options, plan_options, resolve_plan
 from dgprecompile.output import Output
 
-
-def _looks_like_specforge(argv: list[str]) -> bool:
-    return any("train_eagle3" in a for a in argv) or "--tp-size" in argv
+if TYPE_CHECKING:
+    from dgprecompile.launch.launcher import LaunchResult, PreparedLaunch
 
 
 @click.command("launch", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -27,9 +26,10 @@ def _looks_like_specforge(argv: list[str]) -> bool:
               help="Record every DeepGEMM call of every rank as JSON lines in DIR (for `plan --from-trace`).")
 @click.option("--misses", "misses_path", type=click.Path(dir_okay=False), default=None,
               help="Non-strict: where to write the misses file (default ./dgprecompile-misses.jsonl).")
+@output_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def command(plan_request, manifest, config, cache_dir, strict, allow_missing, trace_dir, misses_path,
-            command) -> None:
+            out, command) -> LaunchResult:
     """Run COMMAND (e.g. torchrun ...) with SGLang's runtime DeepGEMM precompile off and the warmed cache.
 
     Checks the cache against the plan first and refuses to start when kernels are missing. The command's
@@ -42,26 +42,77 @@ def command(plan_request, manifest, config, cache_dir, strict, allow_missing, tr
       dgprecompile launch --manifest plan.yaml --no-strict -- python train.py   # records misses
       dgprecompile launch --manifest plan.yaml --trace traces/ -- python train.py
     """
-    from dgprecompile.launch.launcher import DEFAULT_TRAIN_COMMAND, LaunchOptions, command_from_config, launch
+    from dgprecompile.launch.launcher import (
+        LaunchOptions,
+        looks_like_specforge,
+        prepare_launch,
+        resolve_command,
+        run_launch,
+    )
 
-    out = Output()
-    argv = list(command)
-    if argv and argv[0] == "--":
-        argv = argv[1:]
-    if not argv:
-        argv = command_from_config(config) or []
-        if not argv and config:
-            argv = shlex.split(DEFAULT_TRAIN_COMMAND)
-            out.info("no `command:` in the config: using the default SpecForge command")
-    if not argv:
-        raise InputError("no command to launch", hint="dgprecompile launch --manifest plan.yaml -- torchrun ...")
-    if (manifest is None and plan_request.specforge_cmd is None and plan_request.max_tokens is None
-            and _looks_like_specforge(argv)):
+    argv, note = resolve_command(list(command), config)
+    if note:
+        out.info(note)
+    if manifest is None and plan_request.specforge_cmd is None and plan_request.max_tokens is None \
+            and looks_like_specforge(argv):
         plan_request = dataclasses.replace(plan_request, specforge_cmd=shlex.join(argv))
     plan = resolve_plan(plan_request, manifest)
     out.info(f"plan: {plan.model} tp={plan.tp} ep={plan.ep} sglang {plan.profile.id} "
              f"({plan.profile_reason}): {len(plan.kernels)} kernels")
-    result = launch(LaunchOptions(plan=plan, command=argv, cache_dir=cache_dir,
-                                  strict=strict, allow_missing=allow_missing, trace_dir=trace_dir,
-                                  misses_path=misses_path, manifest=manifest, model_arg=plan_request.model), out)
-    raise click.exceptions.Exit(result.exit_code)
+    prepared = prepare_launch(LaunchOptions(plan=plan, command=argv, cache_dir=cache_dir, strict=strict,
+                                            allow_missing=allow_missing, trace_dir=trace_dir,
+                                            misses_path=misses_path, manifest=manifest, model_arg=plan_request.model))
+    render_prepared(out, prepared)
+    return out.report(run_launch(prepared), render_result)
+
+
+def render_prepared(out: Output, prepared: PreparedLaunch) -> None:
+    plan, check = prepared.opts.plan, prepared.preflight
+    if check.complete:
+        out.info(f"preflight: {len(plan.kernels)} planned kernels in {prepared.cache_dir} ({check.verdict()})")
+    else:
+        out.warn(f"{len(check.missing)} of {len(plan.kernels)} kernels missing, {len(check.changed)} changed "
+                 f"in {prepared.cache_dir} ({check.verdict()}) - starting anyway (--allow-missing)")
+    strict = "strict" if prepared.opts.strict else "non-strict"
+    out.table(f"environment for the job ({strict}, sglang {plan.profile.id}, {plan.profile.generation} DeepGEMM)",
+              ["variable", "value", "why"],
+              [[s.name, s.value, s.why + (" (already set)" if s.kept else "")] for s in prepared.env.settings],
+              to_stderr=True)
+    for note in prepared.env.notes:
+        out.info(f"[dim]note:[/] {note}")
+    out.info("starting: " + shlex.join(prepared.opts.command))
+
+
+def render_result(out: Output, result: LaunchResult) -> None:
+    if result.refusals:
+        seen = sorted({str(e.get("kernel") or e.get("entry")) for e in result.refusals})
+        out.error(f"strict mode refused {len(result.refusals)} runtime compile(s): " + ", ".join(seen[:10]),
+                  hint=("those kernels are outside the plan: record the job's shapes with --no-strict (misses "
+                        "file) or --trace, then warm them" if result.refusals_outside_plan
+                        else f"warm the cache: {result.warm_hint}"))
+    if result.strict:
+        if result.new_entries:
+            out.warn(f"{len(result.new_entries)} cache entries appeared during a strict run (another process "
+                     "compiled into this cache?): " + ", ".join(result.new_entries[:10]))
+        return
+    if result.trace_warning:
+        out.warn(result.trace_warning)
+    if result.new_entries:
+        out.table(f"{len(result.new_entries)} cache entries compiled at run time", ["entry"],
+                  [[e] for e in result.new_entries], to_stderr=True)
+    else:
+        out.info("no cache entry was compiled at run time")
+    if result.misses:
+        out.table(f"{len(result.misses)} recorded calls outside the plan",
+                  ["kernel_type", "m", "n", "k", "groups", "calls", "kernel"],
+                  [[m.call.kernel_type.short, m.call.m, m.call.n, m.call.k, m.call.num_groups, m.call.count,
+                    "\n".join(m.kernels)] for m in result.misses], to_stderr=True)
+    if result.misses or result.new_entries:
+        out.info(f"misses written to {result.misses_path}; warm them with: "
+                 f"dgprecompile warm --from-misses {shlex.quote(result.misses_path)} --cache-dir "
+                 f"{shlex.quote(result.cache_dir)}")
+    if result.new_entries and not result.misses:
+        out.warn("entries were compiled but every recorded call is in the plan: they may be kernels the plan "
+                 "does not model (or deep_gemm was called outside the traced entry points)")
+    if not result.calls_recorded:
+        out.warn("no DeepGEMM call was recorded (did the job import deep_gemm in a Python process it started?)")

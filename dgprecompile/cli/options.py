@@ -10,7 +10,9 @@ import click
 import yaml
 
 from dgprecompile.errors import InputError
-from dgprecompile.planning.plan import Plan, PlanRequest, plan_from_request, read_manifest
+from dgprecompile.output import Output
+from dgprecompile.planning.manifest import read_manifest
+from dgprecompile.planning.plan import Plan, PlanRequest, plan_from_request
 from dgprecompile.planning.shapes import MOE_BACKENDS
 
 CONFIG_KEYS = {"model", "tp", "ep", "sglang", "moe_runner_backend", "max_tokens", "specforge_cmd",
@@ -24,15 +26,16 @@ def load_config_file(path: str | None) -> dict[str, Any]:
     try:
         data = yaml.safe_load(Path(path).read_text()) or {}
     except FileNotFoundError:
-        raise InputError(f"config file not found: {path}") from None
+        raise InputError(f"config file not found: {path}", hint="pass --config with an existing file (see train.yaml)") from None
     except (OSError, yaml.YAMLError) as exc:
-        raise InputError(f"cannot read {path}: {str(exc).splitlines()[0]}") from None
+        raise InputError(f"cannot read {path}: {str(exc).splitlines()[0]}", hint="fix the YAML (see train.yaml)") from None
     if not isinstance(data, dict):
-        raise InputError(f"{path} must hold a mapping of option names to values")
+        raise InputError(f"{path} must hold a mapping of option names to values", hint="see train.yaml")
     out = {str(k).replace("-", "_"): v for k, v in data.items()}
     unknown = sorted(set(out) - CONFIG_KEYS)
     if unknown:
-        raise InputError(f"{path}: unknown keys {', '.join(unknown)}; known: {', '.join(sorted(CONFIG_KEYS))}")
+        raise InputError(f"{path}: unknown keys {', '.join(unknown)}",
+                         hint=f"the keys are the long options' names: {', '.join(sorted(CONFIG_KEYS))}")
     return out
 
 
@@ -86,17 +89,36 @@ def _str(value):
     return None if value is None else str(value)
 
 
-def resolve_plan(plan_request: PlanRequest, manifest: str | None) -> Plan:
+def resolve_plan(plan_request: PlanRequest, manifest: str | None, trace: str | None = None) -> Plan:
+    """The plan a command works on: the calls a traced run recorded (--trace/--from-trace DIR), a manifest, or
+    the plan options."""
+    if trace is not None:
+        if manifest is not None:
+            raise InputError("pass a trace directory or --manifest, not both", hint="a trace is a plan of its own")
+        from dgprecompile.planning.trace import plan_from_trace
+
+        return plan_from_trace(Path(trace), plan_request)
     if manifest is not None:
         if plan_request.model is not None:
-            raise InputError("pass --manifest or --model, not both")
+            raise InputError("pass --manifest or --model, not both", hint="a manifest already names the model")
         return read_manifest(Path(manifest))
     return plan_from_request(plan_request)
 
 
-def json_option(func):
-    return click.option("--json", "as_json", is_flag=True, help="Print a machine-readable JSON summary on stdout.")(
-        func)
+def output_options(func):
+    """--json and --quiet; passes the group's Output object, configured by them, as ``out``."""
+
+    @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+    @click.option("--quiet", "-q", is_flag=True, help="Only the result and errors: no progress, notes or warnings.")
+    @functools.wraps(func)
+    def wrapper(*args, as_json, quiet, **kwargs):
+        ctx = click.get_current_context()
+        out = ctx.find_object(Output)
+        if out is None:
+            out = ctx.ensure_object(Output)
+        return func(*args, out=out.configure(json_mode=as_json, quiet=quiet), **kwargs)
+
+    return wrapper
 
 
 def cache_dir_option(func):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from dgprecompile.cache.artifact import pack_cache
+from dgprecompile.cache.artifact import PackResult, pack_cache
 from dgprecompile.cache.store import CacheStore, resolve_cache_dir
-from dgprecompile.cli.options import cache_dir_option, json_option, plan_options, resolve_plan
+from dgprecompile.cli.options import cache_dir_option, output_options, plan_options, resolve_plan
 from dgprecompile.output import Output
 
 
@@ -16,8 +16,8 @@ from dgprecompile.output import Output
 @click.option("-o", "--output", required=True, metavar="ARTIFACT",
               help="Archive to write (.tar.gz); `{fingerprint}` in it becomes the cache's fingerprint id.")
 @click.option("--allow-missing", is_flag=True, help="Pack even if some planned kernels are not in the cache.")
-@json_option
-def command(plan_request, manifest, config, cache_dir, output, allow_missing, as_json) -> None:
+@output_options
+def command(plan_request, manifest, config, cache_dir, output, allow_missing, out) -> PackResult:
     """Pack the plan's cache entries, the index and the fingerprint into one compressed archive.
 
     The same cache packs to the same bytes. The final path is printed on stdout, so CI can pick it up;
@@ -30,15 +30,15 @@ def command(plan_request, manifest, config, cache_dir, output, allow_missing, as
       dgprecompile pack --manifest plan.yaml --cache-dir .cache/deep_gemm -o out/deepgemm-{fingerprint}.tar.gz
       dgprecompile pack --model Qwen3-Coder-480B --tp 8 --ep 8 --sglang 0.5.1 -o cache.tar.gz
     """
-    out = Output(quiet=as_json)
     plan = resolve_plan(plan_request, manifest)
     store = CacheStore(resolve_cache_dir(plan, cache_dir))
     result = pack_cache(plan, store, output, allow_missing=allow_missing)
     if result.missing:
         out.warn(f"{len(result.missing)} planned kernels are not in the artifact (--allow-missing)")
+    return out.report(result, render)
+
+
+def render(out: Output, result: PackResult) -> None:
     out.info(f"packed {len(result.kernels)} kernels ({len(result.entries)} entries, {result.bytes / 1e6:.2f} MB) "
-             f"from {store.root}; fingerprint {result.fingerprint_id}")
-    if as_json:
-        out.data_json(result.to_dict())
-    else:
-        out.data_text(str(result.path))
+             f"from {result.cache_dir}; fingerprint {result.fingerprint_id}")
+    out.data_text(str(result.path))

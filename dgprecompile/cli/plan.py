@@ -6,10 +6,10 @@ from pathlib import Path
 
 import click
 
-from dgprecompile.cli.options import plan_options, resolve_plan
-from dgprecompile.errors import InputError
+from dgprecompile.cli.options import output_options, plan_options, resolve_plan
 from dgprecompile.output import Output
-from dgprecompile.planning.plan import Plan, dump_yaml, write_manifest
+from dgprecompile.planning.manifest import dump_yaml, write_manifest
+from dgprecompile.planning.plan import Plan
 
 
 def _human_bytes(n: int) -> str:
@@ -51,13 +51,14 @@ def render_plan(out: Output, plan: Plan, show_buckets: bool) -> None:
 @click.command("plan")
 @plan_options
 @click.option("--format", "fmt", type=click.Choice(["table", "yaml", "json"]), default="table",
-              help="Output format on stdout.")
+              help="Output format on stdout (--json is the same as --format json).")
 @click.option("--buckets", "show_buckets", is_flag=True, help="Table format: list every m-bucket too.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the plan as a YAML manifest for warm/verify/pack/launch.")
 @click.option("--from-trace", "from_trace", type=click.Path(file_okay=False), default=None,
               help="Plan the calls recorded by `launch --trace DIR` (m range = observed min..max per key).")
-def command(plan_request, manifest, config, fmt, show_buckets, output, from_trace) -> None:
+@output_options
+def command(plan_request, manifest, config, fmt, show_buckets, output, from_trace, out) -> None:
     """Enumerate every (kernel_type, n, k, num_groups, m-bucket) SGLang compiles for a model.
 
     Needs only the model's config.json: no GPU, no torch, no DeepGEMM.
@@ -69,17 +70,9 @@ def command(plan_request, manifest, config, fmt, show_buckets, output, from_trac
       dgprecompile plan --model ./my-model/ --specforge-cmd "torchrun ... --tp-size 8 --ep-size 8" -o plan.yaml
       dgprecompile plan --from-trace traces/ --sglang 0.5.14 -o plan.yaml
     """
-    out = Output()
-    if from_trace is not None:
-        if manifest is not None:
-            raise InputError("pass --from-trace or --manifest, not both")
-        from dgprecompile.planning.trace import plan_from_trace
-
-        plan = plan_from_trace(Path(from_trace), plan_request)
-    else:
-        plan = resolve_plan(plan_request, manifest)
+    plan = resolve_plan(plan_request, manifest, trace=from_trace)
     out.info(f"sglang profile [bold]{plan.profile.id}[/] ({plan.profile_reason}): {plan.profile.summary}")
-    if fmt == "json":
+    if fmt == "json" or out.json_mode:
         out.data_json(plan.to_dict())
     elif fmt == "yaml":
         out.data_text(dump_yaml(plan.to_dict()))

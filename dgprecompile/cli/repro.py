@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
-from dgprecompile.cli.options import json_option
-from dgprecompile.errors import CheckFailed
+from dgprecompile.cli.options import output_options
 from dgprecompile.output import MARKS, Output
+
+if TYPE_CHECKING:
+    from dgprecompile.diagnostics.repro import ReproReport
 
 
 @click.command("repro")
@@ -31,9 +35,9 @@ from dgprecompile.output import MARKS, Output
               help="A directory holding the deep_gemm package to use (put first on the ranks' PYTHONPATH).")
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds per phase.")
 @click.option("--keep", is_flag=True, help="Keep the scratch directory (cache, logs) for inspection.")
-@json_option
+@output_options
 def command(ranks, tasks_max, backend, workers, keys, kernels, mechanism, nvcc, deepgemm_path, timeout, keep,
-            as_json) -> None:
+            out) -> ReproReport:
     """Recreate the failure: SGLang 0.5.1's 4-thread precompile pool on N ranks inside a task budget.
 
     Phase 1 (pool): each rank compiles real kernels with a ThreadPoolExecutor per key on a cold cache, inside
@@ -51,38 +55,33 @@ def command(ranks, tasks_max, backend, workers, keys, kernels, mechanism, nvcc, 
     """
     from dgprecompile.diagnostics.repro import Repro, ReproConfig
 
-    out = Output(json_mode=as_json)
     cfg = ReproConfig(ranks=ranks, backend=backend, tasks_max=tasks_max, workers=workers, keys=keys,
                       kernels=kernels, mechanism=mechanism, nvcc=nvcc, deepgemm_path=deepgemm_path, timeout=timeout,
                       keep=keep)
-    report = Repro(cfg, log=out.info).run()
-    if as_json:
-        out.data_json(report.to_dict())
-    else:
-        for skipped in report.skipped_mechanisms:
-            out.info(f"[dim]not used:[/] {skipped}")
-        rows = []
-        for name, phase in report.phases.items():
-            mark = MARKS["ok"] if phase.ok else MARKS["fail"]
-            where = "outside the budget" if name == "warm" else f"budget {report.tasks_max}"
-            kernels_done = sum(int(r.result.get("kernels", 0)) for r in phase.ranks)
-            rows.append([mark, name, len(phase.ranks), where, "-" if phase.peak_tasks is None else phase.peak_tasks,
-                         kernels_done, f"{phase.seconds:.1f}s", "; ".join(phase.errors()) or "completed"])
-        out.data_text(f"budget: {report.budget}")
-        out.table(None, ["", "phase", "ranks", "where", "peak tasks", "kernels", "time", "result"], rows)
-        pool = report.phases.get("pool")
-        failed = [r for r in pool.ranks if not r.ok] if pool else []
-        failing = next((r for r in failed if "can't start new thread" in r.result.get("error", "")),
-                       failed[0] if failed else None)
-        if failing is not None:
-            out.data_text(f"rank {failing.rank} of the pool phase, last frames:\n{failing.last_frames()}")
-    if report.reproduced:
+    return out.report(Repro(cfg, log=out.info).run(), render)
+
+
+def render(out: Output, report: ReproReport) -> None:
+    for skipped in report.skipped_mechanisms:
+        out.info(f"[dim]not used:[/] {skipped}")
+    rows = []
+    for name, phase in report.phases.items():
+        mark = MARKS["ok"] if phase.ok else MARKS["fail"]
+        where = "outside the budget" if name == "warm" else f"budget {report.tasks_max}"
+        kernels_done = sum(int(r.result.get("kernels", 0)) for r in phase.ranks)
+        rows.append([mark, name, len(phase.ranks), where, "-" if phase.peak_tasks is None else phase.peak_tasks,
+                     kernels_done, f"{phase.seconds:.1f}s", "; ".join(phase.errors()) or "completed"])
+    out.data_text(f"budget: {report.budget}")
+    out.table(None, ["", "phase", "ranks", "where", "peak tasks", "kernels", "time", "result"], rows)
+    pool = report.phases.get("pool")
+    failed = [r for r in pool.ranks if not r.ok] if pool else []
+    failing = next((r for r in failed if "can't start new thread" in r.result.get("error", "")),
+                   failed[0] if failed else None)
+    if failing is not None:
+        out.data_text(f"rank {failing.rank} of the pool phase, last frames:\n{failing.last_frames()}")
+    failure = report.failure()
+    if failure is None:
         out.info(f"{MARKS['ok']} reproduced: the 0.5.1 pool pattern fails inside {report.tasks_max} tasks; "
                  f"the warmed JIT-off path completes inside the same budget")
-        return
-    pool, off = report.phases.get("pool"), report.phases.get("jit-off")
-    if pool is not None and pool.ok:
-        raise CheckFailed(f"not reproduced: the pool phase fit in {report.tasks_max} tasks",
-                          hint="pass a smaller --tasks-max, or more --ranks/--workers")
-    raise CheckFailed("the warmed JIT-off phase failed inside the budget: " + "; ".join(off.errors() if off else []),
-                      hint="pass a larger --tasks-max")
+    else:
+        out.error(*failure)

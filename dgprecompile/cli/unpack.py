@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from dgprecompile.cache.artifact import unpack_artifact
+from dgprecompile.cache.artifact import UnpackResult, unpack_artifact
 from dgprecompile.cache.store import CacheStore
-from dgprecompile.cli.options import json_option
+from dgprecompile.cli.options import output_options
 from dgprecompile.errors import InputError
 from dgprecompile.output import Output
 
@@ -20,8 +20,8 @@ from dgprecompile.output import Output
 @click.option("--nvcc", default=None, metavar="PATH",
               help="nvcc the runtime will use here (default: the one the artifact was built with, else as found).")
 @click.option("--num-sms", type=int, default=None, help="SM count of the GPUs here (default: not compared).")
-@json_option
-def command(artifact, cache_dir, force, nvcc, num_sms, as_json) -> None:
+@output_options
+def command(artifact, cache_dir, force, nvcc, num_sms, out) -> UnpackResult:
     """Merge a `dgprecompile pack` artifact into the DeepGEMM cache.
 
     Before touching the cache it reads the whole archive: format, every member's sha256, no absolute paths,
@@ -34,18 +34,18 @@ def command(artifact, cache_dir, force, nvcc, num_sms, as_json) -> None:
       dgprecompile unpack deepgemm-3f2a9c0d1e2b4a5c.tar.gz --cache-dir /shared/deep_gemm
       dgprecompile unpack cache.tar.gz --cache-dir /shared/deep_gemm && dgprecompile verify --manifest plan.yaml
     """
-    out = Output(quiet=as_json)
     if num_sms is not None and num_sms < 1:
-        raise InputError("--num-sms must be a positive integer")
-    store = CacheStore(cache_dir) if cache_dir else None
-    result = unpack_artifact(artifact, store, force=force, nvcc=nvcc, num_sms=num_sms)
+        raise InputError("--num-sms must be a positive integer", hint="pass the SM count of the GPUs here, e.g. 132")
+    result = unpack_artifact(artifact, CacheStore(cache_dir) if cache_dir else None, force=force, nvcc=nvcc,
+                             num_sms=num_sms)
     for warning in result.warnings:
         out.warn(warning)
     for name in result.kept:
         out.warn(f"kept the existing {name}: it differs from the artifact's")
-    if as_json:
-        out.data_json(result.to_dict())
-        return
+    return out.report(result, render)
+
+
+def render(out: Output, result: UnpackResult) -> None:
     out.data_text(f"unpacked into {result.cache_dir}: {len(result.added)} entries added, {len(result.present)} already "
                   f"present, {len(result.kept)} kept (existing differs); {result.indexed} index records added; "
                   f"fingerprint {result.fingerprint_id}")

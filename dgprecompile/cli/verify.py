@@ -2,27 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from dgprecompile.cache.store import CacheStore, resolve_cache_dir
-from dgprecompile.cache.verify import verify_cache
-from dgprecompile.cli.options import cache_dir_option, json_option, plan_options, resolve_plan
-from dgprecompile.errors import EXIT_CHECK_FAILED, CheckFailed, InputError
+from dgprecompile.cache.verify import VerifyReport, verify_cache
+from dgprecompile.cli.options import cache_dir_option, output_options, plan_options, resolve_plan
 from dgprecompile.output import Output
-from dgprecompile.planning.plan import Plan, PlanRequest
-
-
-def plan_for(plan_request: PlanRequest, manifest: str | None, trace: str | None) -> Plan:
-    """The plan from --trace DIR (the DeepGEMM calls a run recorded), --manifest, or the plan options."""
-    if trace is None:
-        return resolve_plan(plan_request, manifest)
-    if manifest is not None:
-        raise InputError("pass --trace or --manifest, not both")
-    from dgprecompile.planning.trace import plan_from_trace
-
-    return plan_from_trace(Path(trace), plan_request)
 
 
 @click.command("verify")
@@ -33,8 +18,8 @@ def plan_for(plan_request: PlanRequest, manifest: str | None, trace: str | None)
                    "finds it); its path is part of the legacy JIT's key.")
 @click.option("--trace", default=None, type=click.Path(file_okay=False), metavar="DIR",
               help="Verify the kernels a traced run called (instead of a plan).")
-@json_option
-def command(plan_request, manifest, config, cache_dir, nvcc, trace, as_json) -> None:
+@output_options
+def command(plan_request, manifest, config, cache_dir, nvcc, trace, out) -> VerifyReport:
     """Check that every planned kernel is in the cache, intact, and filed under this environment's keys.
 
     Needs no GPU and imports neither torch nor DeepGEMM. Checks each entry's sha256 against the index and
@@ -49,18 +34,16 @@ def command(plan_request, manifest, config, cache_dir, nvcc, trace, as_json) -> 
       dgprecompile verify --model Qwen3-Coder-480B --tp 8 --ep 8 --sglang 0.5.1 --json
       dgprecompile verify --manifest plan.yaml --num-sms 78      # the job runs on H20s
     """
-    out = Output(quiet=as_json)
-    plan = plan_for(plan_request, manifest, trace)
-    store = CacheStore(resolve_cache_dir(plan, cache_dir))
-    report = verify_cache(plan, store, nvcc=nvcc, num_sms=plan_request.num_sms)
+    plan = resolve_plan(plan_request, manifest, trace=trace)
+    report = verify_cache(plan, CacheStore(resolve_cache_dir(plan, cache_dir)), nvcc=nvcc, num_sms=plan_request.num_sms)
     for warning in report.warnings:
         out.warn(warning)
-    if as_json:
-        out.data_json(report.to_dict())
-        if not report.complete:
-            raise click.exceptions.Exit(EXIT_CHECK_FAILED)
-        return
-    out.info(f"cache: {store.root}   plan: {plan.model} tp={plan.tp} ep={plan.ep} sglang {plan.profile.id}: "
+    return out.report(report, render)
+
+
+def render(out: Output, report: VerifyReport) -> None:
+    plan = report.plan
+    out.info(f"cache: {report.cache_dir}   plan: {plan.model} tp={plan.tp} ep={plan.ep} sglang {plan.profile.id}: "
              f"{len(report.kernels)} kernels")
     if report.problems:
         out.table("problems", ["kernel", "status", "entry", "detail"],
@@ -71,11 +54,5 @@ def command(plan_request, manifest, config, cache_dir, nvcc, trace, as_json) -> 
                   [[f, a, b] for f, a, b in report.stale])
     if report.complete:
         out.data_text(report.verdict())
-        return
-    where = f"--cache-dir {store.root}"
-    if report.stale:
-        hint = (f"warm again here (`dgprecompile warm ... {where}`), or run where the recorded DeepGEMM/nvcc "
-                "sit at the recorded paths")
     else:
-        hint = f"run `dgprecompile warm` with the same plan and {where}: it compiles only what is missing"
-    raise CheckFailed(report.verdict(), hint=hint)
+        out.error(report.verdict(), report.hint())

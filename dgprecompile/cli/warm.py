@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import click
 
-from dgprecompile.cli.options import cache_dir_option, json_option, plan_options, resolve_plan
-from dgprecompile.compile.warm import WarmOptions, prepare_warm, run_warm
-from dgprecompile.errors import EXIT_COMPILE_FAILED, InputError
+from dgprecompile.cli.options import cache_dir_option, output_options, plan_options, resolve_plan
+from dgprecompile.compile.warm import WarmOptions, WarmResult, prepare_warm, run_warm
+from dgprecompile.errors import InputError
 from dgprecompile.output import Output
-from dgprecompile.planning.plan import Plan, PlanRequest
 
 
 def _parse_gpus(text: str | None) -> list[int] | None:
@@ -20,31 +18,7 @@ def _parse_gpus(text: str | None) -> list[int] | None:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise InputError(f"--gpus takes GPU indices like 0,1,2; got {text!r}") from None
-
-
-def _plan_from_misses(path: str, plan_request: PlanRequest, manifest: str | None) -> Plan:
-    """The calls recorded in a misses file (`launch --no-strict`) as a plan of their own. The profile and SM
-    count come from the --manifest/--model plan when given, else from the misses file's header."""
-    from dgprecompile.planning.trace import plan_from_calls, read_misses
-
-    try:
-        header, calls = read_misses(Path(path))
-    except InputError as exc:
-        raise InputError(f"{path} is not a misses file written by `launch --no-strict`: {exc.message}") from None
-    if not calls:
-        raise InputError(f"{path} lists no missed calls: nothing to warm")
-    if manifest is not None or plan_request.model is not None:
-        base = resolve_plan(plan_request, manifest)
-        request = PlanRequest(model=base.model, tp=base.tp, ep=base.ep, sglang=base.profile.id,
-                              moe_runner_backend=base.moe_runner_backend, num_sms=base.num_sms, gpu=base.gpu)
-    else:
-        request = dataclasses.replace(
-            plan_request, model=header.get("model"), tp=header.get("tp"), ep=header.get("ep"),
-            sglang=plan_request.sglang or header.get("sglang_profile"),
-            num_sms=plan_request.num_sms or (None if plan_request.gpu else header.get("num_sms")),
-            moe_runner_backend=header.get("moe_runner_backend") or plan_request.moe_runner_backend)
-    return plan_from_calls(calls, request)
+        raise InputError(f"--gpus takes GPU indices; got {text!r}", hint="e.g. --gpus 0,1,2") from None
 
 
 @click.command("warm")
@@ -61,8 +35,8 @@ def _plan_from_misses(path: str, plan_request: PlanRequest, manifest: str | None
               help="nvcc to compile with; its path is part of the legacy JIT's cache key (default as the runtime finds it).")
 @click.option("--from-misses", type=click.Path(dir_okay=False), default=None,
               help="Warm the calls recorded in a misses file from `launch --no-strict` (instead of a plan).")
-@json_option
-def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc, from_misses, as_json) -> None:
+@output_options
+def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc, from_misses, out) -> WarmResult:
     """Compile the plan's kernels into DeepGEMM's cache, serially in each worker process, no thread pools.
 
     Idempotent: a second run finds everything cached and compiles nothing. Interrupting it leaves no partial
@@ -74,9 +48,11 @@ def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc
       dgprecompile warm --manifest plan.yaml --cache-dir /shared/deep_gemm --jobs 16
       dgprecompile warm --manifest plan.yaml --from-misses misses.jsonl
     """
-    out = Output(quiet=as_json)
     if from_misses is not None:
-        plan = _plan_from_misses(from_misses, plan_request, manifest)
+        from dgprecompile.planning.trace import plan_from_misses
+
+        base = resolve_plan(plan_request, manifest) if (manifest or plan_request.model) else None
+        plan = plan_from_misses(Path(from_misses), plan_request, base)
     else:
         plan = resolve_plan(plan_request, manifest)
     setup = prepare_warm(plan, WarmOptions(cache_dir=cache_dir, backend=backend, jobs=jobs, gpus=_parse_gpus(gpus),
@@ -108,15 +84,14 @@ def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc
     with progress:
         result = run_warm(setup, on_event)
         progress.update(task, current="")
-    summary = {"cache_dir": str(setup.store.root), "backend": setup.backend, "kernels": len(setup.items),
-               **result.to_dict()}
-    if as_json:
-        out.data_json(summary)
-    else:
-        out.table("warm summary", ["compiled", "already cached", "failed", "wall time", "compile time (sum)",
-                                   "workers", "cache size"],
-                  [[len(result.compiled), len(result.cached), len(result.failed), f"{result.wall_seconds:.1f} s",
-                    f"{sum(result.compiled.values()):.1f} s", result.workers,
-                    f"{result.cache_bytes / 1e6:.1f} MB"]])
-    if not result.ok:
-        raise click.exceptions.Exit(EXIT_COMPILE_FAILED)
+    return out.report(result, render)
+
+
+def render(out: Output, result: WarmResult) -> None:
+    out.table("warm summary", ["compiled", "already cached", "failed", "wall time", "compile time (sum)",
+                               "workers", "cache size"],
+              [[len(result.compiled), len(result.cached), len(result.failed), f"{result.wall_seconds:.1f} s",
+                f"{sum(result.compiled.values()):.1f} s", result.workers, f"{result.cache_bytes / 1e6:.1f} MB"]])
+    if result.failed:
+        out.error(f"{len(result.failed)} of {result.kernels} kernels failed to compile: "
+                  + ", ".join(sorted(result.failed)[:5]), "the compiler's output for each is printed above")

@@ -1,8 +1,9 @@
 """Warm: turn a plan into cache entries, with worker processes and no thread pools.
 
-The parent (no torch import) checks the toolchain, writes the fingerprint, splits the distinct kernels
-into disjoint shares and starts one worker process per share (``dgprecompile.compile.worker``). Each worker
-compiles its kernels one after another in its main thread; the parent only reads their events.
+The parent (no torch import) checks the toolchain and writes the fingerprint, then starts one zygote process
+(``dgprecompile.compile.worker``) that imports the backend's libraries once and forks the workers. The parent
+hands the kernels out one at a time, costliest first, to whichever worker is free; each worker compiles in its
+main thread and reports events on a pipe, which the parent reads.
 """
 
 from __future__ import annotations
@@ -23,15 +24,16 @@ from typing import Any
 
 from dgprecompile.cache.store import CacheStore, resolve_cache_dir
 from dgprecompile.compile.backends import WorkItem, backend_for
-from dgprecompile.errors import EnvironmentProblem, InputError
+from dgprecompile.errors import EXIT_COMPILE_FAILED, EXIT_OK, EnvironmentProblem, InputError
 from dgprecompile.generations import BACKEND_NEEDS_GPU
 from dgprecompile.keys.fingerprint import differences, make_fingerprint
 from dgprecompile.planning.plan import Plan
 from dgprecompile.toolchain import find_deepgemm, find_nvcc
 
 # Tasks (threads + processes) one worker holds at its peak: its own main thread, plus the compiler's process
-# tree. nvcc runs its stages (cudafe++, cicc, ptxas, the host compiler) one at a time under one driver; see
-# bench/results/nvcc-tree.json for the measured peak. Workers pin OpenBLAS/OpenMP to one thread each.
+# tree. nvcc runs its stages (cudafe++, cicc, ptxas, the host compiler) one at a time under one driver; one
+# nvcc 13.0 compile of a DeepGEMM kernel peaked at 4 tasks (docs/root-cause.md, "measured"). Workers pin
+# OpenBLAS/OpenMP to one thread each.
 WORKER_BASE_TASKS = 1
 COMPILER_TREE_TASKS = 4
 WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
@@ -45,7 +47,6 @@ class WarmOptions:
     jobs: int | None = None
     gpus: list[int] | None = None
     nvcc: str | None = None
-    only_kernels: set[str] | None = None  # restrict to these kernel ids (warm --from-misses)
 
 
 @dataclass
@@ -78,13 +79,21 @@ class WarmResult:
     wall_seconds: float = 0.0
     cache_bytes: int = 0
     workers: int = 0
+    cache_dir: str = ""
+    backend: str = ""
+    kernels: int = 0  # kernels this warm (or this rank's share) had to have in the cache
 
     @property
     def ok(self) -> bool:
         return not self.failed
 
+    @property
+    def return_code(self) -> int:
+        return EXIT_OK if self.ok else EXIT_COMPILE_FAILED
+
     def to_dict(self) -> dict[str, Any]:
-        return {"compiled": len(self.compiled), "already_cached": len(self.cached), "failed": len(self.failed),
+        return {"cache_dir": self.cache_dir, "backend": self.backend, "kernels": self.kernels,
+                "compiled": len(self.compiled), "already_cached": len(self.cached), "failed": len(self.failed),
                 "failures": self.failed, "wall_seconds": round(self.wall_seconds, 2),
                 "compile_seconds_sum": round(sum(self.compiled.values()), 2), "cache_bytes": self.cache_bytes,
                 "workers": self.workers,
@@ -124,7 +133,8 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
     assert install is not None
     nvcc = find_nvcc(opts.nvcc)
     if nvcc.release < (12, 3):
-        raise EnvironmentProblem(f"nvcc {nvcc.path} is release {nvcc.release}; DeepGEMM needs >= 12.3")
+        raise EnvironmentProblem(f"nvcc {nvcc.path} is release {nvcc.release}; DeepGEMM needs >= 12.3",
+                                 hint="install CUDA 12.3 or newer, or pass --nvcc PATH")
     store = CacheStore(resolve_cache_dir(plan, opts.cache_dir))
     fingerprint = make_fingerprint(install, nvcc, plan.num_sms, plan.gpu)
     recorded = store.read_index().fingerprint
@@ -133,15 +143,9 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
     reps = plan.representatives()
     items = []
     for kernel_id, spec in plan.kernels.items():
-        if opts.only_kernels is not None and kernel_id not in opts.only_kernels:
-            continue
         key, m = reps[kernel_id]
         items.append(WorkItem(kernel_id, spec.family, dict(spec.params), key.kernel_type.value, key.n, key.k,
                               key.num_groups, m))
-    if opts.only_kernels is not None:
-        unknown = opts.only_kernels - set(plan.kernels)
-        if unknown:
-            raise InputError(f"{len(unknown)} kernels to warm are not in the plan: {sorted(unknown)[:3]}")
 
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     if world > 1:  # under torchrun: each rank takes a disjoint share of the whole plan
@@ -163,7 +167,7 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
                                      "none is visible", hint="run warm on a Hopper GPU machine (or pass --gpus)")
     jobs = opts.jobs or os.cpu_count() or 1
     if jobs < 1:
-        raise InputError("--jobs must be at least 1")
+        raise InputError("--jobs must be at least 1", hint="omit --jobs for one worker per CPU core")
     jobs = max(1, min(jobs, len(items))) if items else 1
     items.sort(key=_estimated_cost, reverse=True)
     return WarmSetup(plan, backend, store, fingerprint, stale, items, jobs,
@@ -190,7 +194,8 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
     store.ensure()
     store.clean_stale_staging()
     _record_plan(setup)
-    result = WarmResult(workers=setup.workers)
+    result = WarmResult(workers=setup.workers, cache_dir=str(store.root), backend=setup.backend,
+                        kernels=len(setup.items))
     start = time.perf_counter()
     if not setup.items:
         result.cache_bytes = store.size_bytes()

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from dgprecompile.cache.store import CacheStore
-from dgprecompile.diagnostics.limits import Limits
-from dgprecompile.errors import DGError
+from dgprecompile.diagnostics.limits import Limits, read_limits
+from dgprecompile.errors import EXIT_CHECK_FAILED, EXIT_OK, DGError
 from dgprecompile.fsutil import tree_size
 from dgprecompile.planning.plan import Plan
 from dgprecompile.planning.profiles import Profile
@@ -234,9 +234,24 @@ class Diagnosis:
     predicts_failure: bool
     verdict: str
     environment: dict[str, Any] = field(default_factory=dict)
+    profile_id: str = ""
+    ranks: int = 0
+    plan: dict[str, Any] | None = None  # model, keys, kernels of the plan it judged, if any
+
+    @property
+    def return_code(self) -> int:
+        return EXIT_CHECK_FAILED if self.predicts_failure else EXIT_OK
+
+    @property
+    def fix(self) -> str | None:
+        """The fix of the first failed check."""
+        return next((c.fix for c in self.checks if c.mark == "fail" and c.fix), None)
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "sglang_profile": self.profile_id,
+            "ranks": self.ranks,
+            "plan": self.plan,
             "verdict": self.verdict,
             "predicts_failure": self.predicts_failure,
             "tightest_limit": self.tightest,
@@ -281,6 +296,20 @@ def limit_checks(limits: Limits) -> list[Check]:
                        f"its full stack ({_fmt(limits.stack_bytes and limits.stack_bytes // 1048576)} MiB)")
         out.append(Check("vm.overcommit_memory", "warn" if limits.overcommit_memory == 2 else "ok", detail))
     return out
+
+
+def run_doctor(profile: Profile, plan: Plan | None, cache_dir: str | Path, model: BurstModel, *,
+               proc_root: str | Path = "/proc", sys_root: str | Path = "/sys",
+               rlimits: dict[str, tuple[int | None, int | None]] | None = None, uid: int | None = None,
+               nvidia_smi: str | None = None) -> Diagnosis:
+    """Everything `doctor` checks: the toolchain, GPU and cache, the task limits, and the burst verdict."""
+    env_checks, environment = environment_checks(profile, plan, cache_dir, nvidia_smi)
+    diag = diagnose(read_limits(proc_root, sys_root, rlimits=rlimits, uid=uid), profile, plan, model, environment)
+    diag.checks = env_checks + diag.checks
+    diag.profile_id, diag.ranks = profile.id, model.ranks
+    if plan is not None:
+        diag.plan = {"model": plan.model, "keys": len(plan.keys), "kernels": plan.total_kernels}
+    return diag
 
 
 def diagnose(limits: Limits, profile: Profile, plan: Plan | None, model: BurstModel,

@@ -87,34 +87,6 @@ def read_text(path: Path) -> str | None:
         return None
 
 
-@dataclass(frozen=True)
-class ProcStat:
-    pid: int
-    comm: str
-    ppid: int
-    pgid: int
-
-
-def proc_stats(proc_root: str | Path = "/proc") -> list[ProcStat]:
-    """pid, command name, parent and process group of every process (empty where /proc is unreadable)."""
-    root = Path(proc_root)
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return []
-    out = []
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            stat = (root / name / "stat").read_bytes().decode(errors="replace")
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()  # the command name may itself hold spaces and parentheses
-        out.append(ProcStat(int(name), stat[stat.find("(") + 1:stat.rfind(")")], int(fields[1]), int(fields[2])))
-    return out
-
-
 def read_int(path: Path) -> int | None:
     text = read_text(path)
     if text is None:
@@ -283,11 +255,11 @@ def read_limits(proc_root: str | Path = "/proc", sys_root: str | Path = "/sys",
                 uid: int | None = None) -> Limits:
     """Read every task limit for this process and its user.
 
-    ``rlimits`` maps 'nproc' and 'stack' to (soft, hard) with None for unlimited; by default the real ones.
+    ``rlimits`` maps 'nproc' and 'stack' to (soft, hard) with None for unlimited; a name it lacks is read from
+    this process.
     """
     proc_root, sys_root = Path(proc_root), Path(sys_root)
-    if rlimits is None:
-        rlimits = {"nproc": _rlimit("RLIMIT_NPROC"), "stack": _rlimit("RLIMIT_STACK")}
+    rlimits = {"nproc": _rlimit("RLIMIT_NPROC"), "stack": _rlimit("RLIMIT_STACK"), **(rlimits or {})}
     status = read_text(proc_root / "self" / "status")
     if uid is None:
         uids = status_field(status, "Uid")

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from dgprecompile.diagnostics.limits import cgroup_mounts, count_user_tasks, parse_cgroup_file, read_text
-from dgprecompile.errors import EnvironmentProblem, InputError
+from dgprecompile.errors import EXIT_CHECK_FAILED, EXIT_OK, EnvironmentProblem, InputError
 
 BACKENDS = ("nvcc", "legacy", "cxx")
 # the key of the reported failure (sglang 0.5.1, layer.py L301: masked w2 of Qwen3-Coder-480B at TP8/EP8)
@@ -475,6 +475,21 @@ class ReproReport:
     def reproduced(self) -> bool:
         pool, off = self.phases.get("pool"), self.phases.get("jit-off")
         return bool(pool and not pool.ok and off and off.ok)
+
+    @property
+    def return_code(self) -> int:
+        return EXIT_OK if self.reproduced else EXIT_CHECK_FAILED
+
+    def failure(self) -> tuple[str, str] | None:
+        """Why the failure was not reproduced, and the fix; None when it was."""
+        if self.reproduced:
+            return None
+        pool, off = self.phases.get("pool"), self.phases.get("jit-off")
+        if pool is not None and pool.ok:
+            return (f"not reproduced: the pool phase fit in {self.tasks_max} tasks",
+                    "pass a smaller --tasks-max, or more --ranks/--workers")
+        return ("the warmed JIT-off phase failed inside the budget: " + "; ".join(off.errors() if off else []),
+                "pass a larger --tasks-max")
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -125,8 +125,3 @@ class LegacyKeyContext:
         signature = (f"{spec.family}$${header_version(self.package_dir)}$${self.nvcc_path}+{self.nvcc_release}"
                      f"$${self.flags()}$${self.sass_opt}$${kernel_source(spec)}")
         return f"kernel.{spec.family}.{hashlib.md5(signature.encode()).hexdigest()[:12]}"
-
-    def describe(self) -> dict[str, object]:
-        return {"include_dir": self.include_dir, "header_version": header_version(self.package_dir),
-                "nvcc_path": self.nvcc_path, "nvcc_release": list(self.nvcc_release),
-                "cpp_standard": self.cpp_standard, "ptxas_verbose": self.ptxas_verbose, "sass_opt": self.sass_opt}

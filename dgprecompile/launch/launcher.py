@@ -32,9 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from dgprecompile.cache.store import CacheStore, resolve_cache_dir
+from dgprecompile.cache.verify import VerifyReport, verify_cache
 from dgprecompile.errors import CheckFailed, EnvironmentProblem, InputError
 from dgprecompile.launch.hook import HOOK_DIR, NVCC_STANDIN
 from dgprecompile.planning.plan import Plan
+from dgprecompile.planning.trace import Call, find_misses, read_trace_dir, write_misses
 from dgprecompile.toolchain import KEY_ENV_VARS, default_nvcc_path
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -187,25 +189,7 @@ def compose_env(plan: Plan, cache_dir: str, fingerprint: Mapping[str, Any], base
     return LaunchEnv(env, settings, conflicts, notes)
 
 
-# ---- preflight -------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Preflight:
-    complete: bool
-    missing: list[str]
-    changed: list[str]
-    stale: list[tuple[str, Any, Any]]
-    how: str
-
-
-def preflight(plan: Plan, store: CacheStore) -> Preflight:
-    """Is every planned kernel in the cache, intact and under this environment's keys? (verify_cache)"""
-    from dgprecompile.cache.verify import verify_cache
-
-    report = verify_cache(plan, store)
-    return Preflight(report.complete, list(report.missing), list(report.changed), list(report.stale),
-                     report.verdict())
+# ---- preflight ---------------------------------------------------------------------------------------
 
 
 def warm_command(plan: Plan, cache_dir: str, manifest: str | None = None, model_arg: str | None = None) -> str:
@@ -225,7 +209,7 @@ def warm_command(plan: Plan, cache_dir: str, manifest: str | None = None, model_
 
 def _descendant_groups(root: int) -> set[int]:
     """Process groups of every descendant of ``root`` (read from /proc; empty where /proc is absent)."""
-    from dgprecompile.diagnostics.limits import proc_stats
+    from dgprecompile.procfs import proc_stats
 
     stats = proc_stats()
     children: dict[int, list[int]] = {}
@@ -277,9 +261,9 @@ def run_child(argv: list[str], env: Mapping[str, str], *, cwd: str | None = None
         try:
             proc.append(subprocess.Popen(list(argv), env=dict(env), cwd=cwd, start_new_session=True))
         except FileNotFoundError:
-            raise InputError(f"command not found: {argv[0]}") from None
+            raise InputError(f"command not found: {argv[0]}", hint="put the job's command after `--`, as you would run it") from None
         except PermissionError:
-            raise InputError(f"command not executable: {argv[0]}") from None
+            raise InputError(f"command not executable: {argv[0]}", hint=f"chmod +x {argv[0]}, or run it through its interpreter") from None
         for signum in pending:
             forward_signal(proc[0].pid, signum)
         code = proc[0].wait()
@@ -306,12 +290,54 @@ class LaunchOptions:
 
 
 @dataclass
+class PreparedLaunch:
+    """Everything decided before the job starts: the preflight, the child's environment, its scratch folder."""
+
+    opts: LaunchOptions
+    store: CacheStore
+    preflight: VerifyReport
+    env: LaunchEnv
+    run_dir: Path
+    trace_dir: str | None
+    warm_hint: str
+
+    @property
+    def cache_dir(self) -> str:
+        return str(self.store.root)
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+
+
+@dataclass
+class Miss:
+    call: Call
+    kernels: list[str]
+
+
+@dataclass
 class LaunchResult:
     exit_code: int
+    strict: bool
     new_entries: list[str] = field(default_factory=list)
     refusals: list[dict[str, Any]] = field(default_factory=list)
-    misses: int = 0
+    refusals_outside_plan: bool = False  # every refused kernel is one the plan does not list
+    misses: list[Miss] = field(default_factory=list)
     misses_path: str | None = None
+    calls_recorded: int | None = None  # non-strict: calls the trace recorded (None: not traced)
+    trace_warning: str | None = None
+    cache_dir: str = ""
+    warm_hint: str = ""
+
+    @property
+    def return_code(self) -> int:
+        return self.exit_code  # the job's own exit code (128+N when signal N ended it), as a shell reports
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"exit_code": self.exit_code, "strict": self.strict, "cache_dir": self.cache_dir,
+                "new_entries": self.new_entries, "refusals": self.refusals,
+                "misses": [{**m.call.to_dict(), "kernels": m.kernels} for m in self.misses],
+                "misses_path": self.misses_path, "calls_recorded": self.calls_recorded}
 
 
 def _read_events(path: Path) -> list[dict[str, Any]]:
@@ -321,40 +347,33 @@ def _read_events(path: Path) -> list[dict[str, Any]]:
         return []
 
 
-def launch(opts: LaunchOptions, out) -> LaunchResult:
+def _preflight_failure(plan: Plan, report: VerifyReport) -> str:
+    lines = [f"  missing: {kid}" for kid in report.missing[:20]] + [f"  changed: {kid}" for kid in report.changed[:20]]
+    more = len(report.missing) + len(report.changed) - len(lines)
+    if more > 0:
+        lines.append(f"  ... and {more} more")
+    lines += [f"  fingerprint: {f} was {was!r} when warmed, is {now!r} here" for f, was, now in report.stale]
+    summary = (f"the cache {report.cache_dir} does not cover the plan ({len(report.missing)} of "
+               f"{len(plan.kernels)} kernels missing, {len(report.changed)} changed"
+               + (", fingerprint differs" if report.stale else "") + f"; {report.verdict()})")
+    return summary + ("\n" + "\n".join(lines) if lines else "")
+
+
+def prepare_launch(opts: LaunchOptions) -> PreparedLaunch:
+    """Check the cache against the plan and compose the child's environment. Raises when the cache does not
+    cover the plan (unless allow_missing: then ``preflight.complete`` is False) or the environment conflicts."""
     plan = opts.plan
     if not opts.command:
         raise InputError("no command to launch", hint="dgprecompile launch --manifest plan.yaml -- torchrun ...")
-    if not getattr(plan, "heuristic", True):
+    if not plan.heuristic:
         raise InputError(f"the plan for sglang {plan.profile.id} lists keys only (its kernel choice is not "
                          "modelled), so its cache cannot be checked")
     store = CacheStore(resolve_cache_dir(plan, opts.cache_dir))
-    cache_dir = str(store.root)
-    hint = warm_command(plan, cache_dir, opts.manifest, opts.model_arg)
-
-    check = preflight(plan, store)
-    if not check.complete:
-        lines = []
-        for kid in check.missing[:20]:
-            lines.append(f"  missing: {kid}")
-        for kid in check.changed[:20]:
-            lines.append(f"  changed: {kid}")
-        more = len(check.missing) + len(check.changed) - len(lines)
-        if more > 0:
-            lines.append(f"  ... and {more} more")
-        for f, was, now in check.stale:
-            lines.append(f"  fingerprint: {f} was {was!r} when warmed, is {now!r} here")
-        summary = (f"the cache {cache_dir} does not cover the plan ({len(check.missing)} of "
-                   f"{len(plan.kernels)} kernels missing, {len(check.changed)} changed"
-                   + (", fingerprint differs" if check.stale else "") + f"; {check.how})")
-        if not opts.allow_missing:
-            raise CheckFailed(summary + ":\n" + "\n".join(lines), hint=f"warm it first: {hint}  "
-                              "(or pass --allow-missing to start anyway)")
-        out.warn(summary + " - starting anyway (--allow-missing)" + ("\n" + "\n".join(lines) if lines else ""))
-    else:
-        out.info(f"preflight: {len(plan.kernels)} planned kernels in {cache_dir} ({check.how})")
-
-    fingerprint = store.read_index().fingerprint
+    hint = warm_command(plan, str(store.root), opts.manifest, opts.model_arg)
+    report = verify_cache(plan, store)
+    if not report.complete and not opts.allow_missing:
+        raise CheckFailed(_preflight_failure(plan, report),
+                          hint=f"warm it first: {hint}  (or pass --allow-missing to start anyway)")
     run_dir = Path(tempfile.mkdtemp(prefix="dgprecompile-launch-"))
     try:
         trace_dir = opts.trace_dir
@@ -370,77 +389,53 @@ def launch(opts: LaunchOptions, out) -> LaunchResult:
             shutil.copy(NVCC_STANDIN, standin)
             os.chmod(standin, 0o755)
             shutil.copy(os.path.join(HOOK_DIR, "_dgprecompile_hook.py"), run_dir / "_dgprecompile_hook.py")
-        composed = compose_env(plan, cache_dir, fingerprint, os.environ, strict=opts.strict, trace_dir=trace_dir,
-                               run_dir=str(run_dir), warm_hint=hint, standin=standin)
+        composed = compose_env(plan, str(store.root), report.recorded_fingerprint, os.environ, strict=opts.strict,
+                               trace_dir=trace_dir, run_dir=str(run_dir), warm_hint=hint, standin=standin)
         if composed.conflicts:
             raise InputError("the environment conflicts with the warmed cache:\n" +
                              "\n".join(f"  {c}" for c in composed.conflicts),
                              hint="dgprecompile never overrides a value you set; change or unset those variables")
         (run_dir / "plan-info.json").write_text(json.dumps({"kernels": sorted(plan.kernels), "warm": hint}))
-        out.table(f"environment for the job ({'strict' if opts.strict else 'non-strict'}, "
-                  f"sglang {plan.profile.id}, {plan.profile.generation} DeepGEMM)", ["variable", "value", "why"],
-                  [[s.name, s.value, s.why + (" (already set)" if s.kept else "")] for s in composed.settings],
-                  to_stderr=True)
-        for note in composed.notes:
-            out.info(f"[dim]note:[/] {note}")
-        out.info("starting: " + shlex.join(opts.command))
+    except BaseException:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    return PreparedLaunch(opts, store, report, composed, run_dir, trace_dir, hint)
+
+
+def run_launch(prepared: PreparedLaunch) -> LaunchResult:
+    """Run the job with the prepared environment; collect refusals, entries compiled at run time and misses."""
+    opts, plan, store = prepared.opts, prepared.opts.plan, prepared.store
+    try:
         before = set(store.list_entries())
-        code = run_child(opts.command, composed.env)
-        result = LaunchResult(code)
-        result.refusals = [e for e in _read_events(run_dir / "events.jsonl") if e.get("event") == "refused"]
-        if result.refusals:
-            seen = sorted({str(e.get("kernel") or e.get("entry")) for e in result.refusals})
-            outside = all(e.get("kernel") and e.get("generation") == "legacy" and e["kernel"] not in plan.kernels
-                          for e in result.refusals)
-            out.error(f"strict mode refused {len(result.refusals)} runtime compile(s): " + ", ".join(seen[:10]),
-                      hint=("those kernels are outside the plan: record the job's shapes with --no-strict (misses "
-                            "file) or --trace, then warm them" if outside else f"warm the cache: {hint}"))
+        code = run_child(opts.command, prepared.env.env)
+        result = LaunchResult(code, opts.strict, cache_dir=prepared.cache_dir, warm_hint=prepared.warm_hint)
+        result.refusals = [e for e in _read_events(prepared.run_dir / "events.jsonl") if e.get("event") == "refused"]
+        result.refusals_outside_plan = bool(result.refusals) and all(
+            e.get("kernel") and e.get("generation") == "legacy" and e["kernel"] not in plan.kernels
+            for e in result.refusals)
         result.new_entries = sorted(set(store.list_entries()) - before)
         if not opts.strict:
-            _report_misses(opts, plan, cache_dir, trace_dir, result, out)
-        elif result.new_entries:
-            out.warn(f"{len(result.new_entries)} cache entries appeared during a strict run (another process "
-                     "compiled into this cache?): " + ", ".join(result.new_entries[:10]))
+            _collect_misses(opts, plan, prepared, result)
         return result
     finally:
-        shutil.rmtree(run_dir, ignore_errors=True)
+        prepared.cleanup()
 
 
-def _report_misses(opts: LaunchOptions, plan: Plan, cache_dir: str, trace_dir: str | None,
-                   result: LaunchResult, out) -> None:
-    from dgprecompile.planning.trace import find_misses, read_trace_dir, write_misses
-
+def _collect_misses(opts: LaunchOptions, plan: Plan, prepared: PreparedLaunch, result: LaunchResult) -> None:
     calls = []
+    trace_dir = prepared.trace_dir
     if trace_dir and os.path.isdir(trace_dir):
         try:
             _headers, calls = read_trace_dir(Path(trace_dir))
         except InputError as exc:
-            out.warn(f"could not read the trace: {exc.message}")
+            result.trace_warning = f"could not read the trace: {exc.message}"
     misses = find_misses(plan, calls)
-    result.misses = len(misses)
+    result.misses = [Miss(call, kernels) for call, kernels in misses]
+    result.calls_recorded = len(calls)
     path = opts.misses_path or DEFAULT_MISSES_FILE
-    write_misses(Path(path), plan, misses, {"cache_dir": cache_dir, "new_entries": result.new_entries,
+    write_misses(Path(path), plan, misses, {"cache_dir": prepared.cache_dir, "new_entries": result.new_entries,
                                             "calls_recorded": len(calls)})
     result.misses_path = os.path.abspath(path)
-    if result.new_entries:
-        out.table(f"{len(result.new_entries)} cache entries compiled at run time", ["entry"],
-                  [[e] for e in result.new_entries], to_stderr=True)
-    else:
-        out.info("no cache entry was compiled at run time")
-    if misses:
-        out.table(f"{len(misses)} recorded calls outside the plan", ["kernel_type", "m", "n", "k", "groups",
-                                                                     "calls", "kernel"],
-                  [[c.kernel_type.short, c.m, c.n, c.k, c.num_groups, c.count, "\n".join(k)] for c, k in misses],
-                  to_stderr=True)
-    if misses or result.new_entries:
-        out.info(f"misses written to {result.misses_path}; warm them with: "
-                 f"dgprecompile warm --from-misses {shlex.quote(result.misses_path)} --cache-dir "
-                 f"{shlex.quote(cache_dir)}")
-    if result.new_entries and not misses:
-        out.warn("entries were compiled but every recorded call is in the plan: they may be kernels the plan "
-                 "does not model (or deep_gemm was called outside the traced entry points)")
-    if not calls:
-        out.warn("no DeepGEMM call was recorded (did the job import deep_gemm in a Python process it started?)")
 
 
 def command_from_config(config: Mapping[str, Any]) -> list[str] | None:
@@ -451,7 +446,28 @@ def command_from_config(config: Mapping[str, Any]) -> list[str] | None:
         try:
             return shlex.split(value)
         except ValueError as exc:
-            raise InputError(f"train.yaml command: {exc}") from None
+            raise InputError(f"train.yaml command: {exc}", hint="quote the command as one YAML string or a list") from None
     if isinstance(value, list) and all(isinstance(x, (str, int, float)) for x in value):
         return [str(x) for x in value]
-    raise InputError("train.yaml `command` must be a string or a list of strings")
+    raise InputError("train.yaml `command` must be a string or a list of strings", hint="see train.yaml")
+
+
+def resolve_command(argv: list[str], config: Mapping[str, Any]) -> tuple[list[str], str | None]:
+    """The job to run: the command line after ``--``, else the config's `command:`, else (a config without one)
+    the default SpecForge command. Returns it and a note saying where it came from, if not the command line."""
+    argv = list(argv)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if argv:
+        return argv, None
+    argv = command_from_config(config) or []
+    if argv:
+        return argv, None
+    if config:
+        return shlex.split(DEFAULT_TRAIN_COMMAND), "no `command:` in the config: using the default SpecForge command"
+    raise InputError("no command to launch", hint="dgprecompile launch --manifest plan.yaml -- torchrun ...")
+
+
+def looks_like_specforge(argv: list[str]) -> bool:
+    """A SpecForge training command line, from which the plan's tp/ep/largest forward can be read."""
+    return any("train_eagle3" in a for a in argv) or "--tp-size" in argv

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import yaml
 
-from dgprecompile.planning.plan import PlanRequest, dump_yaml, manifest_name, plan_from_request
+from dgprecompile.planning.manifest import dump_yaml, manifest_name
+from dgprecompile.planning.plan import PlanRequest, plan_from_request
 
 
 def render_all(shapes_dir: Path) -> dict[str, str]:

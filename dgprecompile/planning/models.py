@@ -35,13 +35,15 @@ def _read_json(path: Path, source: str, name: str) -> ModelConfig:
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        raise InputError(f"config file not found: {path}") from None
+        raise InputError(f"config file not found: {path}", hint="pass an existing config.json or model directory") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read {path}: {exc}") from None
+        raise InputError(f"cannot read {path}: {exc}", hint="check the file's permissions") from None
     except json.JSONDecodeError as exc:
-        raise InputError(f"{path} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        raise InputError(f"{path} is not valid JSON (line {exc.lineno}: {exc.msg})",
+                         hint="pass the model's config.json as downloaded") from None
     if not isinstance(data, dict):
-        raise InputError(f"{path} does not hold a JSON object, so it is not a config.json")
+        raise InputError(f"{path} does not hold a JSON object, so it is not a config.json",
+                         hint="pass the model's config.json as downloaded")
     return ModelConfig(name=name, source=source, config=data)
 
 
@@ -88,7 +90,8 @@ def load_model(spec: str) -> ModelConfig:
     if path.is_dir():
         if (path / "config.json").is_file():
             return _read_json(path / "config.json", str(path / "config.json"), path.name)
-        raise InputError(f"{path} is a directory without a config.json")
+        raise InputError(f"{path} is a directory without a config.json",
+                         hint="pass the checkpoint directory that holds config.json, or the file itself")
     if spec.count("/") == 1 and not spec.startswith((".", "/")):
         found = _from_hf_cache(spec)
         if found is not None:

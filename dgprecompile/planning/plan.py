@@ -9,14 +9,13 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from dgprecompile import __version__
 from dgprecompile.errors import InputError
-from dgprecompile.kernels import GemmKey, KernelSpec, KernelType
+from dgprecompile.kernels import GemmKey, KernelSpec
 from dgprecompile.planning.models import ModelConfig, load_model
 from dgprecompile.planning.profiles import Profile, resolve_profile
 from dgprecompile.planning.shapes import Parallel, model_shapes
@@ -141,15 +140,16 @@ def resolve_num_sms(gpu: str | None, num_sms: int | None) -> int:
     if gpu and num_sms:
         table = gpu_sms()
         if gpu.lower() in table and table[gpu.lower()] != num_sms:
-            raise InputError(f"--gpu {gpu} has {table[gpu.lower()]} SMs but --num-sms says {num_sms}")
+            raise InputError(f"--gpu {gpu} has {table[gpu.lower()]} SMs but --num-sms says {num_sms}",
+                             hint="pass one of --gpu and --num-sms")
     if num_sms is not None:
         if num_sms < 1:
-            raise InputError("--num-sms must be a positive integer")
+            raise InputError("--num-sms must be a positive integer", hint="e.g. --num-sms 132 (H100/H200)")
         return num_sms
     if gpu:
         table = gpu_sms()
         if gpu.lower() not in table:
-            raise InputError(f"unknown --gpu {gpu!r}; known: {', '.join(table)} (or pass --num-sms N)")
+            raise InputError(f"unknown --gpu {gpu!r}; known: {', '.join(table)}", hint="or pass --num-sms N")
         return table[gpu.lower()]
     return DEFAULT_NUM_SMS
 
@@ -183,7 +183,7 @@ def parse_specforge_cmd(cmd: str) -> TrainerShape:
     try:
         argv = shlex.split(cmd)
     except ValueError as exc:
-        raise InputError(f"cannot parse --specforge-cmd: {exc}") from None
+        raise InputError(f"cannot parse --specforge-cmd: {exc}", hint="quote the whole command once") from None
     values: dict[str, str] = {}
     i = 0
     while i < len(argv):
@@ -203,9 +203,11 @@ def parse_specforge_cmd(cmd: str) -> TrainerShape:
                 try:
                     value = int(values[name])
                 except ValueError:
-                    raise InputError(f"--specforge-cmd: --{name} must be an integer, got {values[name]!r}") from None
+                    raise InputError(f"--specforge-cmd: --{name} must be an integer, got {values[name]!r}",
+                                     hint="pass the trainer's command line exactly as it runs") from None
                 if value < 1:
-                    raise InputError(f"--specforge-cmd: --{name} must be positive")
+                    raise InputError(f"--specforge-cmd: --{name} must be positive",
+                                     hint="pass the trainer's command line exactly as it runs")
                 return value
         return default
 
@@ -215,6 +217,16 @@ def parse_specforge_cmd(cmd: str) -> TrainerShape:
         batch_size=get_int(("batch-size", "target-batch-size"), 1) or 1,
         max_length=get_int(("max-length", "max-seq-length"), 2048) or 2048,
     )
+
+
+def plan_key(key: GemmKey, profile: Profile, num_sms: int, kernels: dict[str, KernelSpec]) -> PlannedKey:
+    """A key with its m-buckets and the layout kernels the runtime compiles beside it; adds its kernels."""
+    pk = PlannedKey(key, _buckets(key, profile, num_sms, kernels))
+    heuristic = profile.deepgemm.heuristic()
+    for spec in getattr(heuristic, "aux_kernels", lambda *a: [])(key.kernel_type, key.n, key.k, key.num_groups):
+        kernels.setdefault(spec.id, spec)
+        pk.aux.append(spec.id)
+    return pk
 
 
 def _buckets(key: GemmKey, profile: Profile, num_sms: int, kernels: dict[str, KernelSpec]) -> list[Bucket]:
@@ -248,17 +260,10 @@ def build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: int
                     profile=profile, profile_reason=profile_reason, num_sms=num_sms, gpu=gpu,
                     keys=[PlannedKey(k, []) for k in shapes.keys], kernels={}, notes=notes, heuristic=False,
                     sglang_version=sglang_version)
-    heuristic = profile.deepgemm.heuristic()
     if not profile.raw.get("heuristic_validated"):
         shapes.notes.append(f"the {profile.generation} kernel model is read from source but was not checked "
                             "against that DeepGEMM on a GPU")
-    keys = []
-    for k in shapes.keys:
-        pk = PlannedKey(k, _buckets(k, profile, num_sms, kernels))
-        for spec in getattr(heuristic, "aux_kernels", lambda *a: [])(k.kernel_type, k.n, k.k, k.num_groups):
-            kernels.setdefault(spec.id, spec)
-            pk.aux.append(spec.id)
-        keys.append(pk)
+    keys = [plan_key(k, profile, num_sms, kernels) for k in shapes.keys]
     return Plan(model=model.name, model_source=model.source, model_type=model.config.get("model_type", ""),
                 tp=par.tp, ep=par.ep, moe_runner_backend=par.moe_runner_backend, max_tokens=par.max_tokens,
                 profile=profile, profile_reason=profile_reason, num_sms=num_sms, gpu=gpu, keys=keys,
@@ -285,7 +290,8 @@ def plan_from_request(req: PlanRequest) -> Plan:
     if req.model is None:
         raise InputError("no model given", hint="pass --model NAME (e.g. Qwen3-Coder-480B) or --manifest FILE")
     if req.max_tokens is not None and req.specforge_cmd is not None:
-        raise InputError("pass --max-tokens or --specforge-cmd, not both")
+        raise InputError("pass --max-tokens or --specforge-cmd, not both",
+                         hint="--specforge-cmd already sets the largest forward")
     tp, ep = req.tp, req.ep
     if req.specforge_cmd is not None:
         trainer = parse_specforge_cmd(req.specforge_cmd)
@@ -301,70 +307,3 @@ def plan_from_request(req: PlanRequest) -> Plan:
     par = Parallel(tp=1 if tp is None else tp, ep=1 if ep is None else ep, moe_runner_backend=req.moe_runner_backend, max_tokens=max_tokens)
     return build_plan(model, choice.profile, par, resolve_num_sms(req.gpu, req.num_sms), req.gpu, choice.reason,
                       choice.sglang_version)
-
-
-# ---- manifests -------------------------------------------------------------------------------------------
-
-
-def write_manifest(plan: Plan, path: Path) -> None:
-    from dgprecompile.fsutil import atomic_write_text
-
-    atomic_write_text(path, dump_yaml(plan.to_dict()))
-
-
-def dump_yaml(data: dict[str, Any]) -> str:
-    return yaml.safe_dump(data, sort_keys=False, width=120)
-
-
-def read_manifest(path: Path) -> Plan:
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except FileNotFoundError:
-        raise InputError(f"manifest not found: {path}", hint="write one with `dgprecompile plan ... -o FILE`") from None
-    except (OSError, yaml.YAMLError) as exc:
-        raise InputError(f"cannot read manifest {path}: {str(exc).splitlines()[0]}") from None
-    return plan_from_dict(data, str(path))
-
-
-def plan_from_dict(data: Any, where: str = "manifest") -> Plan:
-    if not isinstance(data, dict) or "shapes" not in data or "kernels" not in data:
-        raise InputError(f"{where} is not a dgprecompile manifest (no shapes/kernels)")
-    if data.get("schema") != MANIFEST_SCHEMA:
-        raise InputError(f"{where} has manifest schema {data.get('schema')!r}; this dgprecompile reads "
-                         f"schema {MANIFEST_SCHEMA}", hint="regenerate it with `dgprecompile plan -o`")
-    try:
-        profile = resolve_profile(data["sglang_profile"]).profile
-        sglang_version = data.get("sglang_version")
-        if sglang_version is not None and not profile.contains(str(sglang_version)):
-            raise InputError(f"{where}: sglang_version {sglang_version} is not in profile {profile.id}")
-        kernels = {}
-        for kd in data["kernels"]:
-            spec = KernelSpec(kd["family"], tuple((k, v) for k, v in kd["params"].items()))
-            if spec.id != kd["id"]:
-                raise InputError(f"{where}: kernel id {kd['id']!r} does not match its parameters")
-            kernels[spec.id] = spec
-        keys = []
-        for sd in data["shapes"]:
-            key = GemmKey(KernelType.parse(sd["kernel_type"]), int(sd["n"]), int(sd["k"]), int(sd["num_groups"]),
-                          tuple(sd.get("layers", ())), int(sd["m_min"]), int(sd["m_max"]))
-            buckets = [Bucket(int(b["m_min"]), int(b["m_max"]), int(b["m_rep"]), str(b["kernel"]))
-                       for b in sd["buckets"]]
-            aux = [str(a) for a in sd.get("aux_kernels", [])]
-            for ref in [b.kernel for b in buckets] + aux:
-                if ref not in kernels:
-                    raise InputError(f"{where}: shape refers to unknown kernel {ref!r}")
-            keys.append(PlannedKey(key, buckets, aux))
-        return Plan(model=data["model"], model_source=data.get("model_source", ""),
-                    model_type=data.get("model_type", ""), tp=int(data["tp"]), ep=int(data["ep"]),
-                    moe_runner_backend=data.get("moe_runner_backend", "auto"), max_tokens=int(data["max_tokens"]),
-                    profile=profile, profile_reason=f"manifest {where}", num_sms=int(data["num_sms"]),
-                    gpu=data.get("gpu"), keys=keys, kernels=kernels, notes=list(data.get("notes", [])),
-                    heuristic=bool(data.get("kernel_model", True)),
-                    sglang_version=None if sglang_version is None else str(sglang_version))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"{where} is malformed: {type(exc).__name__}: {exc}") from None
-
-
-def manifest_name(plan: Plan) -> str:
-    base = plan.model.replace("/", "_")
-    return f"{base}.tp{plan.tp}.ep{plan.ep}.sglang-{plan.profile.id}.{plan.moe_runner_backend}.yaml"

@@ -50,13 +50,14 @@ def _field(cfg: dict[str, Any], name: str, model: ModelConfig, *alts: str) -> An
         if key in cfg and cfg[key] is not None:
             return cfg[key]
     raise InputError(f"{model.source}: config field {name!r} is missing (needed for model_type "
-                     f"{cfg.get('model_type')!r})")
+                     f"{cfg.get('model_type')!r})", hint="pass the model's own config.json (--model PATH)")
 
 
 def _int_field(cfg, name, model, *alts) -> int:
     value = _field(cfg, name, model, *alts)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InputError(f"{model.source}: config field {name!r} must be a positive integer, got {value!r}")
+        raise InputError(f"{model.source}: config field {name!r} must be a positive integer, got {value!r}",
+                         hint="pass the model's own config.json (--model PATH)")
     return value
 
 
@@ -67,27 +68,40 @@ def check_block_fp8(model: ModelConfig) -> None:
     if method != "fp8" or list(block or []) != [128, 128]:
         what = f"quant_method={method!r}, weight_block_size={block!r}" if q else "no quantization_config"
         raise InputError(f"{model.name} is not a block-FP8 model ({what}): SGLang uses no DeepGEMM kernel for it, "
-                         "so there is nothing to precompile")
+                         "so there is nothing to precompile",
+                         hint="plan an FP8 checkpoint with 128x128 weight blocks (e.g. Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8)")
+
+
+def _tp_fits(heads: int, kv_heads: int, tp: int) -> bool:
+    return heads % tp == 0 and (kv_heads % tp == 0 if kv_heads >= tp else tp % kv_heads == 0)
+
+
+def _tp_hint(heads: int, kv_heads: int) -> str:
+    good = [tp for tp in (1, 2, 4, 8, 16, 32, 64) if _tp_fits(heads, kv_heads, tp)]
+    return "choose --tp from " + ", ".join(map(str, good))
 
 
 def _attention_split(heads: int, kv_heads: int, tp: int, model: ModelConfig) -> tuple[int, int]:
+    hint = _tp_hint(heads, kv_heads)
     if heads % tp:
-        raise InputError(f"tp {tp} does not divide the {heads} attention heads of {model.name}")
+        raise InputError(f"tp {tp} does not divide the {heads} attention heads of {model.name}", hint=hint)
     if kv_heads >= tp:
         if kv_heads % tp:
-            raise InputError(f"tp {tp} does not divide the {kv_heads} key/value heads of {model.name}")
+            raise InputError(f"tp {tp} does not divide the {kv_heads} key/value heads of {model.name}", hint=hint)
         return heads // tp, kv_heads // tp
     if tp % kv_heads:
         raise InputError(f"{model.name} has {kv_heads} key/value heads, which SGLang can only replicate "
-                         f"over a tp that is a multiple of it (got tp {tp})")
+                         f"over a tp that is a multiple of it (got tp {tp})", hint=hint)
     return heads // tp, 1  # each rank holds one replicated kv head
 
 
 def _moe_split(experts: int, width: int, par: Parallel, model: ModelConfig) -> tuple[int, int]:
     if par.ep > par.tp or par.tp % par.ep:
-        raise InputError(f"ep {par.ep} must divide tp {par.tp} (SGLang runs MoE tensor-parallel over tp/ep)")
+        raise InputError(f"ep {par.ep} must divide tp {par.tp} (SGLang runs MoE tensor-parallel over tp/ep)",
+                         hint=f"choose --ep from the divisors of --tp {par.tp}")
     if experts % par.ep:
-        raise InputError(f"ep {par.ep} does not divide the {experts} experts of {model.name}")
+        raise InputError(f"ep {par.ep} does not divide the {experts} experts of {model.name}",
+                         hint="choose an --ep that divides both --tp and the expert count")
     moe_tp = par.tp // par.ep
     if width % moe_tp or (width // moe_tp) % 128:
         raise InputError(f"the expert width {width} split over moe tp {moe_tp} gives {width / moe_tp:g} columns per "
@@ -179,10 +193,11 @@ def _deepseek_v3(model: ModelConfig, profile: Profile, par: Parallel) -> ShapeSe
     shared = cfg.get("n_shared_experts") or 0
     first_dense = cfg.get("first_k_dense_replace") or 0
     if heads % par.tp:
-        raise InputError(f"tp {par.tp} does not divide the {heads} attention heads of {model.name}")
+        raise InputError(f"tp {par.tp} does not divide the {heads} attention heads of {model.name}",
+                         hint="choose a --tp that divides the attention heads")
     if inter % par.tp or (inter // par.tp) % 128:
         raise InputError(f"the dense MLP width {inter} split over tp {par.tp} is not a multiple of 128: "
-                         "SGLang refuses to load this layout")
+                         "SGLang refuses to load this layout", hint="choose a smaller --tp")
     h = heads // par.tp
     moe_layers = layers - first_dense
     notes = ["mlp.gate (router) and lm_head stay bf16: not DeepGEMM",
@@ -203,7 +218,7 @@ def _deepseek_v3(model: ModelConfig, profile: Profile, par: Parallel) -> ShapeSe
         s_width = width * shared
         if s_width % par.tp or (s_width // par.tp) % 128:
             raise InputError(f"the shared-expert width {s_width} split over tp {par.tp} is not a multiple of 128: "
-                             "SGLang refuses to load this layout")
+                             "SGLang refuses to load this layout", hint="choose a smaller --tp")
         dense.append(_Linear("mlp.shared_experts.gate_up_proj", 2 * s_width // par.tp, hidden, moe_layers))
         dense.append(_Linear("mlp.shared_experts.down_proj", hidden, s_width // par.tp, moe_layers))
     keys = _dense_keys(dense, par, notes)
@@ -220,15 +235,17 @@ ARCHITECTURES: dict[str, Callable[[ModelConfig, Profile, Parallel], ShapeSet]] =
 
 def model_shapes(model: ModelConfig, profile: Profile, par: Parallel) -> ShapeSet:
     if par.tp < 1 or par.ep < 1:
-        raise InputError("--tp and --ep must be positive integers")
+        raise InputError("--tp and --ep must be positive integers", hint="e.g. --tp 8 --ep 8")
     if par.max_tokens < 1:
-        raise InputError("the largest tokens per forward must be a positive integer")
+        raise InputError("the largest tokens per forward must be a positive integer", hint="e.g. --max-tokens 16384")
     if par.moe_runner_backend not in MOE_BACKENDS:
-        raise InputError(f"--moe-runner-backend must be one of {', '.join(MOE_BACKENDS)}")
+        raise InputError(f"--moe-runner-backend must be one of {', '.join(MOE_BACKENDS)}",
+                         hint="pass the value the job passes to SGLang (default auto)")
     model_type = model.config.get("model_type")
     build = ARCHITECTURES.get(model_type)
     if build is None:
         raise InputError(f"{model.name}: model_type {model_type!r} is not supported "
-                         f"(supported: {', '.join(sorted(ARCHITECTURES))})")
+                         f"(supported: {', '.join(sorted(ARCHITECTURES))})",
+                         hint="plan a Qwen3-MoE or DeepSeek-V3 architecture FP8 model")
     check_block_fp8(model)
     return build(model, profile, par)

@@ -15,6 +15,7 @@ A misses file (``launch --no-strict``) has the same call lines, with the kernel 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from typing import Any
 
 from dgprecompile.errors import InputError
 from dgprecompile.kernels import GemmKey, KernelSpec, KernelType
-from dgprecompile.planning.plan import Plan, PlannedKey, PlanRequest, _buckets, resolve_num_sms
+from dgprecompile.planning.plan import Plan, PlanRequest, plan_key, resolve_num_sms
 from dgprecompile.planning.profiles import (
     ProfileChoice,
     all_profiles,
@@ -54,17 +55,18 @@ class Call:
 
 def parse_call(data: Any, where: str = "trace") -> Call:
     if not isinstance(data, dict):
-        raise InputError(f"{where}: a call must be a JSON object, got {type(data).__name__}")
+        raise InputError(f"{where}: a call must be a JSON object, got {type(data).__name__}", hint="pass the directory `launch --trace` wrote, or a misses file from `launch --no-strict`")
     try:
         kind = KernelType.parse(str(data["kernel_type"]))
         values = [int(data[name]) for name in ("m", "n", "k", "num_groups")]
         count = int(data.get("count", 1))
     except KeyError as exc:
-        raise InputError(f"{where}: a call lacks {exc.args[0]!r} (needs kernel_type, m, n, k, num_groups)") from None
+        raise InputError(f"{where}: a call lacks {exc.args[0]!r} (needs kernel_type, m, n, k, num_groups)",
+                         hint="pass the directory `launch --trace` wrote, or a misses file from `launch --no-strict`") from None
     except (TypeError, ValueError) as exc:
-        raise InputError(f"{where}: bad call {data!r} ({exc})") from None
+        raise InputError(f"{where}: bad call {data!r} ({exc})", hint="pass the directory `launch --trace` wrote, or a misses file from `launch --no-strict`") from None
     if min(values[1:]) < 1 or values[0] < 0 or count < 0:
-        raise InputError(f"{where}: impossible call {data!r}")
+        raise InputError(f"{where}: impossible call {data!r}", hint="pass the directory `launch --trace` wrote, or a misses file from `launch --no-strict`")
     return Call(kind, *values, count=count)
 
 
@@ -73,9 +75,9 @@ def _read_lines(path: Path) -> tuple[list[dict[str, Any]], list[Call]]:
     try:
         text = Path(path).read_text()
     except FileNotFoundError:
-        raise InputError(f"file not found: {path}") from None
+        raise InputError(f"file not found: {path}", hint="pass the directory `launch --trace` wrote, or a misses file from `launch --no-strict`") from None
     except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc}") from None
+        raise InputError(f"cannot read {path}: {exc}", hint="check the file's permissions") from None
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -85,7 +87,7 @@ def _read_lines(path: Path) -> tuple[list[dict[str, Any]], list[Call]]:
         except json.JSONDecodeError:
             if number == len(text.splitlines()):  # a job killed mid-write leaves a torn last line
                 continue
-            raise InputError(f"{where} is not JSON") from None
+            raise InputError(f"{where} is not JSON", hint="pass the directory `launch --trace` wrote, or a misses file from `launch --no-strict`") from None
         if isinstance(data, dict) and "kernel_type" not in data:
             headers.append(data)
             continue
@@ -126,17 +128,23 @@ def _profile_for(request: PlanRequest, headers: list[dict[str, Any]]):
 
 
 def plan_from_calls(calls: Iterable[Call | dict[str, Any]], request: PlanRequest,
-                    _headers: list[dict[str, Any]] | None = None) -> Plan:
+                    _headers: list[dict[str, Any]] | None = None, base: Plan | None = None) -> Plan:
     """A plan covering recorded calls: per key, m from the smallest to the largest seen, bucketed by the
-    profile's heuristic (so warm compiles every kernel any m in that range selects)."""
+    profile's heuristic (so warm compiles every kernel any m in that range selects). With ``base``, the
+    profile, SM count, model and layout are that plan's (the request is not used)."""
     parsed = aggregate(c if isinstance(c, Call) else parse_call(c) for c in calls)
-    choice = _profile_for(request, _headers or [])
+    if base is not None:
+        choice = ProfileChoice(base.profile, base.sglang_version, f"the plan of {base.model}")
+        request = PlanRequest(model=base.model, tp=base.tp, ep=base.ep, moe_runner_backend=base.moe_runner_backend,
+                              gpu=base.gpu)
+        num_sms = base.num_sms
+    else:
+        choice = _profile_for(request, _headers or [])
+        num_sms = resolve_num_sms(request.gpu, request.num_sms)
     profile, reason = choice.profile, choice.reason
-    num_sms = resolve_num_sms(request.gpu, request.num_sms)
     if not profile.deepgemm.models_kernels:
         raise InputError(f"sglang profile {profile.id} ({profile.generation}) has no kernel model: "
-                         "a plan from calls needs one")
-    heuristic = profile.deepgemm.heuristic()
+                         "a plan from calls needs one", hint="pass --sglang with a version whose DeepGEMM is modelled")
     ranges: dict[tuple[KernelType, int, int, int], list[int]] = {}
     total = 0
     for c in parsed:
@@ -149,14 +157,8 @@ def plan_from_calls(calls: Iterable[Call | dict[str, Any]], request: PlanRequest
         raise InputError("no DeepGEMM calls with m >= 1 were recorded",
                          hint="check that the job used DeepGEMM (SGLang's JIT DeepGEMM switch on, FP8 model)")
     kernels: dict[str, KernelSpec] = {}
-    keys = []
-    for (kind, n, k, g), (lo, hi) in sorted(ranges.items(), key=lambda kv: (kv[0][0].value, *kv[0][1:])):
-        key = GemmKey(kind, n, k, g, ("traced",), lo, hi)
-        pk = PlannedKey(key, _buckets(key, profile, num_sms, kernels))
-        for spec in getattr(heuristic, "aux_kernels", lambda *a: [])(kind, n, k, g):
-            kernels.setdefault(spec.id, spec)
-            pk.aux.append(spec.id)
-        keys.append(pk)
+    keys = [plan_key(GemmKey(kind, n, k, g, ("traced",), lo, hi), profile, num_sms, kernels)
+            for (kind, n, k, g), (lo, hi) in sorted(ranges.items(), key=lambda kv: (kv[0][0].value, *kv[0][1:]))]
     max_tokens = max(hi for (kind, *_), (_, hi) in ranges.items())
     return Plan(model=request.model or "traced", model_source="trace", model_type="", tp=request.tp or 1,
                 ep=request.ep or 1, moe_runner_backend=request.moe_runner_backend, max_tokens=max_tokens,
@@ -214,3 +216,43 @@ def read_misses(path: Path) -> tuple[dict[str, Any], list[Call]]:
     headers, calls = _read_lines(Path(path))
     header = next((h for h in headers if "dgprecompile_misses" in h), headers[0] if headers else {})
     return header, aggregate(calls)
+
+
+def _recorded_kernels(path: Path) -> set[str]:
+    """The kernel ids `launch --no-strict` recorded beside each missed call."""
+    ids: set[str] = set()
+    for line in Path(path).read_text().splitlines():
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(data, dict) and isinstance(data.get("kernels"), list):
+            ids.update(str(k) for k in data["kernels"])
+    return ids
+
+
+def plan_from_misses(path: Path, request: PlanRequest, base: Plan | None = None) -> Plan:
+    """The calls of a misses file (`launch --no-strict`) as a plan of their own: under ``base``'s profile and SM
+    count when given, else those of the misses file's header. The kernels the launch recorded must be the ones
+    this plan compiles: otherwise they were recorded under another kernel model and warming would miss."""
+    try:
+        header, calls = read_misses(Path(path))
+    except InputError as exc:
+        raise InputError(f"{path} is not a misses file written by `launch --no-strict`: {exc.message}",
+                         hint="pass the file `launch --no-strict` named at its exit") from None
+    if not calls:
+        raise InputError(f"{path} lists no missed calls: nothing to warm",
+                         hint="the launch that wrote it compiled nothing outside the plan")
+    if base is None:
+        request = dataclasses.replace(
+            request, model=header.get("model"), tp=header.get("tp"), ep=header.get("ep"),
+            sglang=request.sglang or header.get("sglang_profile"),
+            num_sms=request.num_sms or (None if request.gpu else header.get("num_sms")),
+            moe_runner_backend=header.get("moe_runner_backend") or request.moe_runner_backend)
+    plan = plan_from_calls(calls, request, base=base)
+    recorded = _recorded_kernels(Path(path)) - set(plan.kernels)
+    if recorded:
+        raise InputError(f"{path} records {len(recorded)} kernels this plan would not compile (e.g. "
+                         f"{sorted(recorded)[0]}): they were recorded under another sglang profile or SM count",
+                         hint="pass the --manifest (or --sglang/--num-sms) the launch ran with")
+    return plan

@@ -26,7 +26,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from dgprecompile.cache.store import CacheStore
-    from dgprecompile.planning.plan import read_manifest
+    from dgprecompile.planning.manifest import read_manifest
 
     plan = read_manifest(args.manifest)
     store = CacheStore(args.cache_dir)

@@ -91,7 +91,7 @@ def thread_names():
 
 
 def live_children():
-    from dgprecompile.diagnostics.limits import proc_stats
+    from dgprecompile.procfs import proc_stats
 
     me = os.getpid()
     return {st.pid: st.comm for st in proc_stats() if st.ppid == me}
@@ -198,7 +198,7 @@ class Caller:
 def main(argv=None):
     args = parse_args(argv)
     try:
-        from dgprecompile.planning.plan import read_manifest
+        from dgprecompile.planning.manifest import read_manifest
     except ImportError as exc:
         fail(EXIT_CANNOT_RUN, f"dgprecompile is not importable ({exc}); put the repository on PYTHONPATH")
     from dgprecompile.errors import DGError

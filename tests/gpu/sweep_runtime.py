@@ -31,7 +31,7 @@ def main() -> int:
     os.environ["DG_JIT_CACHE_DIR"] = args.cache_dir
     if args.nvcc:
         os.environ["DG_JIT_NVCC_COMPILER"] = args.nvcc
-    from dgprecompile.planning.plan import read_manifest
+    from dgprecompile.planning.manifest import read_manifest
 
     plan = read_manifest(args.manifest)
     import torch

@@ -12,4 +12,3 @@ import os
 
 HOOK_DIR = os.path.dirname(os.path.abspath(__file__))
 NVCC_STANDIN = os.path.join(HOOK_DIR, "bin", "nvcc")
-HOOK_MODULE = os.path.join(HOOK_DIR, "_dgprecompile_hook.py")
