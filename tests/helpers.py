@@ -6,6 +6,8 @@ import importlib.util
 import json
 import os
 import shutil
+import subprocess
+import sys
 from importlib import util
 from pathlib import Path
 
@@ -84,3 +86,16 @@ def read_index(cache_dir: Path) -> dict:
 
 def write_index(cache_dir: Path, data: dict) -> None:
     (cache_dir / "dgprecompile" / "index.json").write_text(json.dumps(data, indent=1))
+
+
+def run_in_fresh_python(argv: list[str]) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """Run `dgprecompile ARGV` in a new interpreter; returns the process and which heavy modules (torch,
+    deep_gemm, sglang) it imported."""
+    code = ("import json, sys; from dgprecompile.cli.main import main\n"
+            f"try:\n main({argv!r})\n"
+            "except SystemExit: pass\n"
+            "print('HEAVY', json.dumps([m for m in ('torch', 'deep_gemm', 'sglang') if m in sys.modules]), "
+            "file=sys.stderr)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    heavy = next((line[len("HEAVY "):] for line in proc.stderr.splitlines() if line.startswith("HEAVY ")), '["?"]')
+    return proc, json.loads(heavy)

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from click.testing import CliRunner
+from helpers import run_in_fresh_python
 
 from dgprecompile.cli.main import cli
 from dgprecompile.diagnostics.doctor import BurstModel, estimate_bursts
@@ -123,10 +122,7 @@ def test_real_machine():
 
 
 def test_doctor_imports_neither_torch_nor_deep_gemm():
-    code = ("import sys; from dgprecompile.cli.main import main\n"
-            "try:\n main(['doctor','--model','Qwen3-Coder-480B','--tp','8','--ep','8','--sglang','0.5.1','--json'])\n"
-            "except SystemExit: pass\n"
-            "print('HEAVY', [m for m in ('torch', 'deep_gemm', 'sglang') if m in sys.modules], file=sys.stderr)")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert "HEAVY []" in proc.stderr, proc.stderr
+    proc, heavy = run_in_fresh_python(["doctor", "--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8",
+                                       "--sglang", "0.5.1", "--json"])
+    assert heavy == [], proc.stderr
     assert json.loads(proc.stdout)["sglang_profile"] == "0.5.0-0.5.1"

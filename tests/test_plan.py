@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 from conftest import REPO, invoke
+from helpers import run_in_fresh_python
 
 from dgprecompile.cache.store import resolve_cache_dir
 from dgprecompile.cli.main import cli
@@ -255,12 +254,9 @@ def test_unmodelled_generation_lists_keys_only(runner):
 
 
 def test_plan_imports_neither_torch_nor_deep_gemm():
-    code = ("import sys; from dgprecompile.cli.main import main\n"
-            "try:\n main(['plan','--model','Qwen3-Coder-480B','--tp','8','--ep','8','--sglang','0.5.1','--format','json'])\n"
-            "except SystemExit: pass\n"
-            "print('HEAVY', [m for m in ('torch', 'deep_gemm', 'sglang') if m in sys.modules], file=sys.stderr)")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert "HEAVY []" in proc.stderr, proc.stderr
+    proc, heavy = run_in_fresh_python(["plan", "--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8",
+                                       "--sglang", "0.5.1", "--format", "json"])
+    assert heavy == [], proc.stderr
     assert json.loads(proc.stdout)["total_kernels"] == 48
 
 

@@ -33,10 +33,11 @@ needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found")
 
 
 def _leftover_cgroups() -> list[str]:
+    """The cgroups a repro of this process made (named by its pid: other runs on the machine have their own)."""
     out = []
     for base in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/pids")):
         if base.is_dir():
-            out += [p.name for p in base.iterdir() if p.name.startswith("dgprecompile-repro-")]
+            out += [p.name for p in base.iterdir() if p.name == f"dgprecompile-repro-{os.getpid()}"]
     return out
 
 
