@@ -189,3 +189,22 @@ def test_bad_manifest_is_one_line(tmp_path):
     res = CliRunner().invoke(cli, ["verify", "--manifest", str(tmp_path / "nope.yaml")], catch_exceptions=False)
     assert res.exit_code == 2
     assert res.stderr.startswith("error: manifest not found") and "Traceback" not in res.output
+
+
+# ---- whole outputs (the --quiet form a CI log shows) ----------------------------------------------------------
+
+
+def test_whole_output_of_a_complete_and_an_incomplete_cache(cache):
+    res = verify(cache, "--quiet")
+    assert (res.exit_code, res.stdout, res.stderr) == (
+        0, "complete: 4/4 kernels present and intact, fingerprint matches (coverage proved from the runtime's "
+           "keys)\n", "")
+    kid, record = sorted(read_index(cache)["kernels"].items())[0]
+    shutil.rmtree(cache / "cache" / record["entry"])
+    res = CliRunner().invoke(cli, ["verify", *PLAN, "--cache-dir", str(cache), "--quiet"], catch_exceptions=False,
+                             env={"COLUMNS": "400"})
+    assert res.exit_code == 1
+    assert res.stdout.startswith("problems\n") and kid in res.stdout
+    assert res.stderr == (f"error: incomplete: 3/4 kernels ok; 1 missing (coverage proved from the runtime's keys)\n"
+                          f"hint: run `dgprecompile warm` with the same plan and --cache-dir {cache}: it compiles "
+                          "only what is missing\n")
