@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Puts the sgl-deep-gemm wheels tests/gpu/sweep_generations.sh installs on the device into ./.whl-gen (ignored
+# through .git/info/exclude), with the apache-tvm-ffi their _C.so loads (0.1.x and 0.2.0-0.2.2 are tvm-ffi
+# builds). About 27 MB. Run from the repo root on the CPU machine, then carry ".whl-gen".
+set -euo pipefail
+dest=.whl-gen
+mkdir -p "$dest"
+exclude="$(git rev-parse --git-common-dir)/info/exclude"
+mkdir -p "$(dirname "$exclude")"
+grep -qx '/.whl-gen/' "$exclude" 2>/dev/null || echo '/.whl-gen/' >> "$exclude"
+plat=(--only-binary=:all: --python-version 3.12 --implementation cp
+      --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
+for v in 0.1.3 0.1.5.post3 0.1.7 0.2.0 0.2.2; do
+  ls "$dest"/sgl_deep_gemm-"$v"-*.whl >/dev/null 2>&1 ||
+    python3 -m pip download -q --no-deps "${plat[@]}" -d "$dest" "sgl-deep-gemm==$v"
+done
+ls "$dest"/apache_tvm_ffi-0.1.11-*.whl >/dev/null 2>&1 ||
+  python3 -m pip download -q --no-deps "${plat[@]}" -d "$dest" apache-tvm-ffi==0.1.11
+du -sh "$dest"

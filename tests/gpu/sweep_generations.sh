@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Device run for issue 12 (H200): for each sgl-deep-gemm release below, install its wheel into its own folder,
+# then (tests/gpu/sweep_generations.py, one process per release, all in parallel) sweep the 480B tp8/ep8 keys
+# on a cold cache with DG_PRINT_CONFIGS, probe calling conventions, warm with `dgprecompile warm` and sweep
+# again (0 new entries expected). Everything lands under $OUT/<release>/; $OUT/SUMMARY.txt is printed at the end.
+#
+# Needs, carried in .whl-gen/: sgl_deep_gemm-<release>-*.whl for each release and apache_tvm_ffi-0.1.11-*.whl
+# (tests/gpu/fetch_generation_wheels.sh on the CPU machine puts them there). The device returns at most 8 files, so
+# everything is written under a scratch folder and packed into $OUT/results.tar.gz; SUMMARY.txt and machine.txt
+# come back beside it.
+# usage: bash tests/gpu/sweep_generations.sh [BUDGET_SECONDS]        (default 450; the run ends before it)
+set -uo pipefail
+budget=${1:-450}
+export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1
+root=$PWD
+ret=${OUT:-$root/out/sweep-generations}
+wheels=${WHEELS:-.whl-gen}
+out=/tmp/dgsweep-out
+rm -rf "$out" /tmp/dgsweep-scratch && mkdir -p "$out" "$ret"
+t0=$(date +%s)
+# release:sglang that pins it (METADATA of the sglang wheels)
+releases="0.1.3:0.5.14 0.1.5.post3:0.5.18 0.1.7:0.5.19 0.2.0:0.5.20 0.2.2:0.5.22"
+{
+  echo "date: $(date -u +%FT%TZ)"
+  echo "host: $(hostname)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
+  python3 -c 'import torch,sys; print("torch", torch.__version__, "python", sys.version.split()[0], "sms", torch.cuda.get_device_properties(0).multi_processor_count)' 2>&1
+  echo "which nvcc: $(command -v nvcc || echo none); CUDA_HOME=${CUDA_HOME:-unset}; nproc: $(nproc)"
+  echo "command: bash tests/gpu/sweep_generations.sh $budget (git $(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
+} > "$out/machine.txt"
+/usr/local/cuda/bin/nvcc --version > "$out/nvcc_version.txt" 2>&1   # hashed into the DeepJIT (0.2.x) key
+cat "$out/machine.txt"
+pids=()
+for item in $releases; do
+  v=${item%%:*}; s=${item##*:}
+  site=/tmp/dgsweep/$v            # fixed: the 0.1.x key holds this absolute path
+  mkdir -p "$out/$v"
+  whl=$(ls "$wheels"/sgl_deep_gemm-"$v"-*.whl 2>/dev/null | head -1)
+  if [ -z "$whl" ]; then echo "no wheel for $v in $wheels/" | tee "$out/$v/install.log"; continue; fi
+  rm -rf "$site"
+  if ! python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" "$whl" "$wheels"/apache_tvm_ffi-*.whl \
+       > "$out/$v/install.log" 2>&1; then
+    echo "install of $v failed (see $v/install.log)"; continue
+  fi
+  timeout $((budget + 15)) python3 tests/gpu/sweep_generations.py version --dg-version "$v" --sglang "$s" \
+    --site "$site" --out "$out/$v" --scratch /tmp/dgsweep-scratch \
+    --cold-deadline $((t0 + budget * 50 / 100)) --deadline $((t0 + budget)) --jobs 3 --par 3 \
+    > "$out/$v/version.log" 2>&1 &
+  pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p"; done
+echo "elapsed $(( $(date +%s) - t0 )) s"
+python3 tests/gpu/sweep_generations.py summary "$out"
+cp "$out/SUMMARY.txt" "$out/machine.txt" "$ret/"
+tar czf "$ret/results.tar.gz" -C "$out" .
+ls -la "$ret"
