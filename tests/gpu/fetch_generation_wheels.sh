@@ -16,4 +16,12 @@ for v in 0.1.3 0.1.5.post3 0.1.7 0.2.0 0.2.2; do
 done
 ls "$dest"/apache_tvm_ffi-0.1.11-*.whl >/dev/null 2>&1 ||
   python3 -m pip download -q --no-deps "${plat[@]}" -d "$dest" apache-tvm-ffi==0.1.11
+# sglang-kernel 0.4.2 (sglang 0.5.11) bundles the C++-JIT deep_gemm; the wheel is ~350 MB, keep only that package
+if [ ! -f "$dest/sglang_kernel-0.4.2-deep_gemm.tgz" ]; then
+  tmp=$(mktemp -d)
+  python3 -m pip download -q --no-deps "${plat[@]}" -d "$tmp" sglang-kernel==0.4.2
+  (cd "$tmp" && unzip -q sglang_kernel-*.whl 'deep_gemm/*' && tar czf deep_gemm.tgz deep_gemm)
+  mv "$tmp/deep_gemm.tgz" "$dest/sglang_kernel-0.4.2-deep_gemm.tgz"
+  rm -rf "$tmp"
+fi
 du -sh "$dest"

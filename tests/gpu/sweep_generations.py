@@ -83,10 +83,12 @@ def _split(spec: dict) -> list[dict]:
 
 
 def cold_specs(dg_version: str) -> list[dict]:
-    specs = [{"kind": "GEMM_NT_F8F8BF16", "n": n, "k": k, "g": 1, "ms": dense_ms()} for n, k in DENSE]
+    bundled = dg_version.startswith("sk-")  # sglang-kernel's bundled deep_gemm: no model yet, a smaller sample
+    ms = [m for m in dense_ms() if m <= 4096 or m % 64 == 1] if bundled else dense_ms()
+    specs = [{"kind": "GEMM_NT_F8F8BF16", "n": n, "k": k, "g": 1, "ms": ms} for n, k in DENSE]
     specs += [{"kind": "GROUPED_GEMM_NT_F8F8BF16_MASKED", "n": n, "k": k, "g": g, "ms": list(range(1, 8201))}
               for n, k, g in GROUPED]
-    if dg_version != "0.1.3":  # sglang 0.5.12-0.5.16 has no compact layout
+    if dg_version != "0.1.3" and not bundled:  # sglang <= 0.5.16 has no compact layout
         specs += [{"kind": "GROUPED_GEMM_NT_F8F8BF16_CONTIG", "n": n, "k": k, "g": g, "ms": contig_ms()}
                   for n, k, g in GROUPED]
     return [part for spec in specs for part in _split(spec)]
@@ -108,6 +110,20 @@ def parse_configs(log_path: str) -> dict[int, dict[int, list]]:
                 out.setdefault(key, {})
             elif line.startswith("## m="):
                 m = int(line[5:])
+            elif "-> block M:" in line and key is not None and m is not None:
+                # sgl-kernel / sglang-kernel C++ JIT (Aug-Dec 2025 sources): "GEMM type: 0, ..., SM limit: 132 ->
+                # block M: 64, block N: 16, block K: 128, stages: 8, last stages: 4, SMs: 120, multicast: 1,
+                # multicast on A: 0, shared memory: N bytes, swizzle A: 128, swizzle B: 128, swizzle CD: 32, ..."
+                tail = line.split("->", 1)[1]
+                nums = dict((label.strip(), int(v)) for label, v in re.findall(r"([A-Za-z ]+): (-?\d+)", tail)
+                            if label.strip() not in ("SMs",))
+                sms = [int(v) for v in re.findall(r"SMs: (\d+)", tail)]
+                try:
+                    out[key].setdefault(m, [nums["block M"], nums["block N"], nums["multicast"],
+                                            nums["multicast on A"], nums["stages"], nums["swizzle CD"],
+                                            nums["shared memory"], *sms])
+                except KeyError:
+                    out[key].setdefault(m, ["unparsed"])
             elif "GemmDesc(" in line and key is not None and m is not None:
                 seen: dict[str, str] = {}
                 for name, value in PAIR.findall(line):
@@ -442,6 +458,11 @@ def version(args: dict) -> int:
         summary["plan_error"] = repr(exc)[:1000]
         save()
         return 1
+    if summary["steps"]["warm"]["rc"] != 0 and not os.path.isdir(os.path.join(warm_cache, "cache")):
+        summary["warm_sweep_skipped"] = "warm made no cache (see warm.json.err); a sweep would only compile"
+        summary["finished"] = time.time()
+        save()
+        return 0
     if os.path.isfile(os.path.join(warm_cache, "dgprecompile", "index.json")):
         shutil.copy(os.path.join(warm_cache, "dgprecompile", "index.json"), os.path.join(out, "warm-index.json"))
     summary["warm_entries"] = sorted(os.listdir(os.path.join(warm_cache, "cache"))) \

@@ -19,7 +19,8 @@ out=/tmp/dgsweep-out
 rm -rf "$out" /tmp/dgsweep-scratch && mkdir -p "$out" "$ret"
 t0=$(date +%s)
 # release:sglang that pins it (METADATA of the sglang wheels)
-releases="0.1.3:0.5.14 0.1.5.post3:0.5.18 0.1.7:0.5.19 0.2.0:0.5.20 0.2.2:0.5.22"
+# sk-0.4.2: the deep_gemm bundled in sglang-kernel 0.4.2 (sglang 0.5.11; CUDA 13, torch 2.11), carried as a tarball
+releases="0.1.3:0.5.14 0.1.5.post3:0.5.18 0.1.7:0.5.19 0.2.0:0.5.20 0.2.2:0.5.22 sk-0.4.2:0.5.11"
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "host: $(hostname)"
@@ -35,16 +36,23 @@ for item in $releases; do
   v=${item%%:*}; s=${item##*:}
   site=/tmp/dgsweep/$v            # fixed: the 0.1.x key holds this absolute path
   mkdir -p "$out/$v"
-  whl=$(ls "$wheels"/sgl_deep_gemm-"$v"-*.whl 2>/dev/null | head -1)
-  if [ -z "$whl" ]; then echo "no wheel for $v in $wheels/" | tee "$out/$v/install.log"; continue; fi
-  rm -rf "$site"
-  if ! python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" "$whl" "$wheels"/apache_tvm_ffi-*.whl \
-       > "$out/$v/install.log" 2>&1; then
-    echo "install of $v failed (see $v/install.log)"; continue
+  rm -rf "$site"; par=3
+  if [ "${v#sk-}" != "$v" ]; then
+    par=2; tgz="$wheels/sglang_kernel-${v#sk-}-deep_gemm.tgz"
+    if ! { mkdir -p "$site" && tar xzf "$tgz" -C "$site"; } > "$out/$v/install.log" 2>&1; then
+      echo "install of $v failed (see $v/install.log)"; continue
+    fi
+  else
+    whl=$(ls "$wheels"/sgl_deep_gemm-"$v"-*.whl 2>/dev/null | head -1)
+    if [ -z "$whl" ]; then echo "no wheel for $v in $wheels/" | tee "$out/$v/install.log"; continue; fi
+    if ! python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" "$whl" "$wheels"/apache_tvm_ffi-*.whl \
+         > "$out/$v/install.log" 2>&1; then
+      echo "install of $v failed (see $v/install.log)"; continue
+    fi
   fi
   timeout $((budget + 15)) python3 tests/gpu/sweep_generations.py version --dg-version "$v" --sglang "$s" \
     --site "$site" --out "$out/$v" --scratch /tmp/dgsweep-scratch \
-    --cold-deadline $((t0 + budget * 50 / 100)) --deadline $((t0 + budget)) --jobs 3 --par 3 \
+    --cold-deadline $((t0 + budget * 50 / 100)) --deadline $((t0 + budget)) --jobs 3 --par "$par" \
     > "$out/$v/version.log" 2>&1 &
   pids+=($!)
 done
