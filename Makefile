@@ -8,6 +8,9 @@ LEGACY_DG := sgl-kernel==0.3.5
 # sgl-deep-gemm 0.1.3 (sglang 0.5.14) beside it, in its own folder (both are a top-level deep_gemm): the tests build
 # its kernels with nvcc and need only its headers.
 DG013 := $(VENV)/sgl-deep-gemm-0.1.3
+# Newer sgl-deep-gemm releases, the same light way (headers + _C.so, never imported): one per generated-code
+# template the GPU-free nvcc backend reproduces and the device sweep checked (keys/cxx_templates.py).
+DG_RELEASES := 0.1.7 0.2.0 0.2.2
 TORCH ?= 2.13.0
 
 MODEL ?= Qwen3-Coder-480B
@@ -30,6 +33,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev,legacy]'
 	$(BIN)/pip install -q --no-deps $(LEGACY_DG)
 	$(BIN)/pip install -q --no-deps --target $(DG013) sgl-deep-gemm==0.1.3
+	for v in $(DG_RELEASES); do $(BIN)/pip install -q --no-deps --target $(VENV)/sgl-deep-gemm-$$v sgl-deep-gemm==$$v || exit 1; done
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -95,6 +95,18 @@ def _heuristic(target: str):
     return _load(target)()
 
 
+def load_key_class(target: str):
+    """The key-context class a Generation names (workers rebuild the parent's context from its fields)."""
+    return _load(target)
+
+
+# sgl-deep-gemm releases whose generated code (the _C.so format strings) was read; keys/cxx_templates.py maps each
+# to its template and tests/test_cxx_keys.py checks both lists agree. Release candidates were not read.
+SDG_01_KEY_VERSIONS = ("0.1.0", "0.1.1", "0.1.2", "0.1.3", "0.1.4", "0.1.4.post1", "0.1.5", "0.1.5.post1",
+                       "0.1.5.post2", "0.1.5.post3", "0.1.6", "0.1.7")
+SDG_02_KEY_VERSIONS = ("0.2.0", "0.2.1", "0.2.1.post1", "0.2.2", "0.2.3", "0.2.3.post1", "0.2.3.post2", "0.2.5")
+
+
 _KEYS_01 = ("deepgemm.generation", "deepgemm.version", "deepgemm.headers_sha256", "nvcc.release", "env", "num_sms")
 
 GENERATIONS: dict[str, Generation] = {g.id: g for g in (
@@ -117,9 +129,9 @@ GENERATIONS: dict[str, Generation] = {g.id: g for g in (
     Generation(
         id="sgl-deep-gemm-0.1", label="sgl-deep-gemm 0.1.x (C++ JIT, tvm-ffi)",
         heuristic_class="dgprecompile.planning.heuristics.sm90_cxx:Sm90CxxHeuristic",
-        # 0.1.0-0.1.3 share the JIT sources (key, generated code, flags) the nvcc backend reproduces
+        # one key scheme for 0.1.0-0.1.7; the generated code differs at 0.1.4 (keys/cxx_templates.py)
         key_class="dgprecompile.keys.sgl_deep_gemm_01:CxxKeyContext",
-        key_versions=("0.1.0", "0.1.1", "0.1.2", "0.1.3"),
+        key_versions=SDG_01_KEY_VERSIONS,
         backends=("nvcc", "cxx"),
         # the include path (-I<install>/include) is part of the 0.1.x key: the install location must match
         fingerprint_fields=_KEYS_01[:3] + ("deepgemm.package_dir",) + _KEYS_01[3:],
@@ -130,7 +142,9 @@ GENERATIONS: dict[str, Generation] = {g.id: g for g in (
         id="sgl-deep-gemm-0.2", label="sgl-deep-gemm 0.2.x (DeepJIT)",
         # 0.2.x keeps 0.1.x's SM90 heuristic source (docs/heuristics.md); not run on a GPU
         heuristic_class="dgprecompile.planning.heuristics.sm90_cxx:Sm90CxxHeuristic",
-        key_class=None, key_versions=None, backends=("cxx",),
+        # DeepJIT's key is computable (keys/deepjit.py): source + headers, nvcc --version text, flags, CUTLASS
+        key_class="dgprecompile.keys.deepjit:DeepJitKeyContext", key_versions=SDG_02_KEY_VERSIONS,
+        backends=("nvcc", "cxx"),
         fingerprint_fields=("deepgemm.generation", "deepgemm.version", "deepgemm.headers_sha256",
                             "nvcc.version_sha256", "env", "num_sms"),
         entry_files=("kernel.cu", "kernel.cubin", ".committed"), strict_by="nvcc-standin",

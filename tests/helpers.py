@@ -99,3 +99,19 @@ def run_in_fresh_python(argv: list[str]) -> tuple[subprocess.CompletedProcess, l
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     heavy = next((line[len("HEAVY "):] for line in proc.stderr.splitlines() if line.startswith("HEAVY ")), '["?"]')
     return proc, json.loads(heavy)
+
+
+def sgl_deep_gemm_dir(version: str) -> str | None:
+    """A folder holding that sgl-deep-gemm release's deep_gemm (`make setup` puts 0.1.3, 0.1.7, 0.2.0 and 0.2.2 in
+    .venv/sgl-deep-gemm-<version>), or $DGP_SGL_DEEP_GEMM_DIRS/sgl-deep-gemm-<version>."""
+    if version == "0.1.3" and sgl_deep_gemm_013_dir():
+        return sgl_deep_gemm_013_dir()
+    base = os.environ.get("DGP_SGL_DEEP_GEMM_DIRS") or os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv")
+    here = os.path.join(base, f"sgl-deep-gemm-{version}")
+    return here if os.path.isdir(os.path.join(here, "deep_gemm", "include", "deep_gemm")) else None
+
+
+def needs_sgl_deep_gemm(version: str):
+    return pytest.mark.skipif(sgl_deep_gemm_dir(version) is None,
+                              reason=f"sgl-deep-gemm {version} not installed beside the venv (make setup)")

@@ -157,6 +157,7 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
     gpus: list[int | None] = [None]
     if not BACKEND_NEEDS_GPU[backend]:  # computes the runtime's entry names and builds them itself
         job_common["key_context"] = generation.key_context(install, nvcc).__dict__
+        job_common["key_class"] = generation.key_class
     else:
         visible = _visible_gpus()
         if world > 1:

@@ -6,52 +6,25 @@ digest is two FNV-1a-64 hashes (different seeds, each finished with splitmix64) 
 line with the hash of every ``deep_gemm/`` header it includes (recursively, by content). The flags hold the absolute
 include path of the installed package, so entries hit only for the same install location and nvcc release.
 These rules were read from the sgl-project/DeepGEMM source the 0.1.3 wheel was built from (docs/heuristics.md)
-and reproduce all 35 GEMM entry names an H200 warm produced (tests/test_cxx_keys.py).
+and reproduce all 35 GEMM entry names an H200 warm produced (tests/test_cxx_keys.py). Releases 0.1.4-0.1.7 keep
+the key scheme (same flag, signature and entry-name format strings in their _C.so) and generate code with one
+more template slot; keys/cxx_templates.py holds each release's format.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 from dataclasses import dataclass
 from functools import lru_cache
 
+from dgprecompile.errors import InputError
 from dgprecompile.kernels import KernelSpec
+from dgprecompile.keys import cxx_templates
 
 _MASK = (1 << 64) - 1
 
-# Generated instantiations (the JIT's format strings, with its slots in order); their bytes are part of the key.
-_GEMM_1D2D = """
-#include <deep_gemm/impls/sm90_fp8_gemm_1d2d.cuh>
-
-using namespace deep_gemm;
-
-static void __instantiate_kernel() {{
-    auto ptr = reinterpret_cast<void*>(&sm90_fp8_gemm_1d2d_impl<
-        {},
-        {}, {}, {},
-        {},
-        {}, {}, {},
-        {}, {}, {},
-        {},
-        {}, {},
-        {}, {},
-        {}, {},
-        {}
-    >);
-}};
-"""
-_TRANSPOSE = """
-#include <deep_gemm/impls/smxx_layout.cuh>
-
-using namespace deep_gemm;
-
-static void __instantiate_kernel() {{
-    auto ptr = reinterpret_cast<void*>(&transpose_fp32<
-        {}, {}, {}
-    >);
-}};
-"""
 _INCLUDE = re.compile(r'#\s*include\s*[<"][^>"]+[>"]')
 
 
@@ -100,22 +73,8 @@ def includes_hash(code: str, include_dir: str) -> str:
     return digest(_includes_hash(code, include_dir))
 
 
-def _fill(template: str, values: list[object]) -> str:
-    text = template.replace("{{", "\0").replace("}}", "\1")
-    parts = text.split("{}")
-    assert len(parts) == len(values) + 1, "template slots"
-    out = parts[0] + "".join(str(v) + p for v, p in zip(values, parts[1:], strict=True))
-    return out.replace("\0", "{").replace("\1", "}")
-
-
-def instantiation(spec: KernelSpec) -> str:
-    p = dict(spec.params)
-    if spec.family == "transpose_fp32":
-        return _fill(_TRANSPOSE, [p["TH"], p["BMN"], p["SFK"]])
-    return _fill(_GEMM_1D2D, [
-        f"cute::UMMA::Major::{p['SFB']}", 0, p["N"], p["K"], p["G"], p["BM"], p["BN"], 128, 128, 128, p["SWD"],
-        p["ST"], 128, p["MATH"], p["MC"], "true" if p["A"] else "false", p["SMS"], f"GemmType::{p['T']}",
-        "epilogue::transform::EpilogueIdentity"])
+def instantiation(spec: KernelSpec, template: str = "0.1.0") -> str:
+    return cxx_templates.instantiation(spec, cxx_templates.TEMPLATES[template])
 
 
 @dataclass(frozen=True)
@@ -128,6 +87,7 @@ class CxxKeyContext:
     ptxas_verbose: bool = False
     lineinfo: bool = False
     header_root: str | None = None  # read the headers here instead (the same release installed elsewhere)
+    template: str = "0.1.0"  # the release's generated-code format (keys/cxx_templates.py)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "nvcc_release", tuple(self.nvcc_release))
@@ -135,11 +95,15 @@ class CxxKeyContext:
     @classmethod
     def build(cls, install, nvcc, environ: dict[str, str] | None = None) -> CxxKeyContext:
         """The context of an installed sgl-deep-gemm and nvcc (toolchain.DeepGemmInstall, toolchain.Nvcc)."""
-        return cls.from_env(install.include_dir, nvcc.release, environ)
+        template = cxx_templates.template_for(install.version)
+        if template is None:
+            raise InputError(f"the generated code of sgl-deep-gemm {install.version} was not read",
+                             hint="use --backend cxx (the library builds its own entries on a GPU)")
+        return cls.from_env(install.include_dir, nvcc.release, environ, template=template.id)
 
     @classmethod
     def from_env(cls, include_dir: str, nvcc_release: tuple[int, int],
-                 environ: dict[str, str] | None = None) -> CxxKeyContext:
+                 environ: dict[str, str] | None = None, template: str = "0.1.0") -> CxxKeyContext:
         env = os.environ if environ is None else environ
 
         def flag(name: str) -> bool:
@@ -147,7 +111,7 @@ class CxxKeyContext:
 
         return cls(include_dir, nvcc_release, int(env.get("DG_JIT_CPP_STANDARD", 20)),
                    flag("DG_JIT_DEBUG") or flag("DG_JIT_PTXAS_VERBOSE") or flag("DG_JIT_PTXAS_CHECK"),
-                   flag("DG_JIT_WITH_LINEINFO"))
+                   flag("DG_JIT_WITH_LINEINFO"), template=template)
 
     @property
     def signature(self) -> str:
@@ -166,8 +130,20 @@ class CxxKeyContext:
 
     def source(self, spec: KernelSpec) -> str:
         """kernel.cu exactly as the JIT writes it."""
-        code = instantiation(spec)
+        code = instantiation(spec, self.template)
         return f"// Includes' hash value: {includes_hash(code, self.header_root or self.include_dir)}\n{code}"
 
     def entry_name(self, spec: KernelSpec) -> str:
         return f"kernel.{spec.family}.{digest(f'{spec.family}$${self.signature}$${self.flags()}$${self.source(spec)}')}"
+
+    # -- building an entry the way the runtime does (compile/backends/nvcc01.py) --
+    def nvcc_command(self, nvcc: str, entry_dir: str) -> list[str]:
+        """NVCCCompiler::compile's command (`nvcc kernel.cu -cubin -o kernel.cubin <flags>`)."""
+        return [nvcc, os.path.join(entry_dir, "kernel.cu"), "-cubin", "-o", os.path.join(entry_dir, "kernel.cubin"),
+                *shlex.split(self.flags())]
+
+    def compile_cwd(self, entry_dir: str, scratch: str) -> str:
+        return scratch  # the runtime compiles from an empty temporary directory
+
+    def finish_entry(self, entry_dir: str, nvcc: str, command: list[str]) -> None:
+        """Nothing beyond kernel.cu and kernel.cubin."""

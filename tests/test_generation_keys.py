@@ -1,0 +1,109 @@
+"""The generated code and key rules of every C++-JIT sgl-deep-gemm release, checked against the releases' own files.
+
+Device-made entry names are checked in tests/test_generation_records.py; this file checks what can be read here:
+the format strings inside each installed release's _C.so, DeepJIT's include tracking over the real headers, and
+the release lists the key modules claim.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+from helpers import needs_sgl_deep_gemm, sgl_deep_gemm_dir
+
+from dgprecompile.generations import SDG_01_KEY_VERSIONS, SDG_02_KEY_VERSIONS, get_generation
+from dgprecompile.kernels import KernelType
+from dgprecompile.keys import cxx_templates
+from dgprecompile.keys.deepjit import DeepJitKeyContext, Fnv1a, parse_include, source_hash
+from dgprecompile.planning.heuristics.sm90_cxx import Sm90CxxHeuristic, transpose_kernel
+
+NVCC_TEXT = ("nvcc: NVIDIA (R) Cuda compiler driver\nCopyright (c) 2005-2025 NVIDIA Corporation\n"
+             "Built on Wed_Aug_20_01:58:59_PM_PDT_2025\nCuda compilation tools, release 13.0, V13.0.88\n"
+             "Build cuda_13.0.r13.0/compiler.36424714_0\n")
+DENSE = Sm90CxxHeuristic().kernel(KernelType.GEMM_NT_F8F8BF16, 100, 1792, 6144, 1, 132)
+
+
+def _format_string(version: str, needle: bytes) -> str:
+    data = open(os.path.join(sgl_deep_gemm_dir(version), "deep_gemm", "_C.so"), "rb").read()
+    at = data.find(needle)
+    assert at > 0 and data.find(needle, at + 1) < 0, f"{needle!r} once in {version}'s _C.so"
+    return data[data.rfind(b"\0", 0, at) + 1:data.find(b"\0", at)].decode()
+
+
+@pytest.mark.parametrize("version", ["0.1.3", "0.1.7", "0.2.0", "0.2.2"])
+def test_templates_are_the_format_strings_in_the_release(version):
+    if sgl_deep_gemm_dir(version) is None:
+        pytest.skip(f"sgl-deep-gemm {version} not installed beside the venv (make setup)")
+    template = cxx_templates.template_for(version)
+    assert _format_string(version, b"&sm90_fp8_gemm_1d2d_impl<") == template.gemm
+    assert _format_string(version, b"&transpose_fp32<") == template.transpose
+
+
+def test_every_release_the_generations_claim_has_a_template():
+    assert set(SDG_01_KEY_VERSIONS) | set(SDG_02_KEY_VERSIONS) == set(cxx_templates.RELEASE_TEMPLATE)
+    assert all(v.startswith("0.1.") for v in SDG_01_KEY_VERSIONS)
+    assert all(cxx_templates.template_for(v).id.startswith("0.2") for v in SDG_02_KEY_VERSIONS)
+    assert cxx_templates.template_for("0.1.8rc0") is None
+    assert not get_generation("sgl-deep-gemm-0.2").computes_keys("0.2.4rc0")
+    assert get_generation("sgl-deep-gemm-0.2").usable_backends("0.2.4rc0") == ["cxx"]
+    assert get_generation("sgl-deep-gemm-0.2").usable_backends("0.2.0") == ["nvcc", "cxx"]
+
+
+def test_templates_fill_every_slot_and_differ_where_the_releases_differ():
+    sources = {tid: cxx_templates.instantiation(DENSE, t) for tid, t in cxx_templates.TEMPLATES.items()}
+    assert sources["0.1.4"] == sources["0.2.0"]  # one format and fill; 0.2.0 differs in transpose_fp32 and the key
+    assert len({sources[t] for t in ("0.1.0", "0.1.4", "0.2.2", "0.2.5")}) == 4
+    assert all("{}" not in s for s in sources.values())
+    assert "cutlass::bfloat16_t" not in sources["0.1.0"] and "cutlass::bfloat16_t" in sources["0.1.4"]
+    assert "cutlass::bfloat16_t,\n        epilogue::transform::EpilogueIdentity, 128\n" in sources["0.2.2"]
+    assert "cutlass::bfloat16_t, 128\n" in sources["0.2.5"]
+    t4 = cxx_templates.instantiation(transpose_kernel(6144), cxx_templates.TEMPLATES["0.2.0"])
+    assert "512, 64, 48, 128" in t4
+
+
+def test_fnv1a_prefixes_every_update_with_its_length():
+    assert Fnv1a().update("ab").hexdigest() != Fnv1a().update("a").update("b").hexdigest()
+    assert Fnv1a().update("").hexdigest() != Fnv1a().hexdigest()
+    assert len(Fnv1a().update("x").hexdigest()) == 32
+
+
+def test_include_lines_as_deepjit_parses_them():
+    assert parse_include(b"  #  include <deep_gemm/a.cuh>") == b"deep_gemm/a.cuh"
+    assert parse_include(b"#include <cute/tensor.hpp>") is None
+    assert parse_include(b"// #include <deep_gemm/a.cuh>") is None
+    with pytest.raises(Exception, match="rejects"):
+        parse_include(b'#include "deep_gemm/a.cuh"')
+
+
+@needs_sgl_deep_gemm("0.2.0")
+def test_source_hash_follows_the_included_headers(tmp_path):
+    include = tmp_path / "include"
+    shutil.copytree(os.path.join(sgl_deep_gemm_dir("0.2.0"), "deep_gemm", "include", "deep_gemm"),
+                    include / "deep_gemm")
+    code = cxx_templates.instantiation(DENSE, cxx_templates.TEMPLATES["0.2.0"])
+    base = source_hash(code, str(include))
+    deep = include / "deep_gemm" / "common" / "utils.cuh"  # included by impls/sm90_fp8_gemm_1d2d.cuh
+    deep.write_text(deep.read_text() + "\n")
+    assert source_hash(code, str(include) + "/") != base  # (a new include dir string: no cached header hash)
+    unrelated = include / "deep_gemm" / "impls" / "sm100_bf16_gemm.cuh"
+    unrelated.write_text(unrelated.read_text() + "\n")
+    deep.write_text(deep.read_text()[:-1])
+    assert source_hash(code, str(include) + "//") == base
+
+
+@needs_sgl_deep_gemm("0.2.0")
+def test_deepjit_key_inputs():
+    inc = os.path.join(sgl_deep_gemm_dir("0.2.0"), "deep_gemm", "include")
+    base = DeepJitKeyContext.from_env(inc, NVCC_TEXT, "0.2.0", {})
+    assert base.cutlass == 421  # CUTLASS 4.2.1 headers in the wheel
+    name = base.entry_name(DENSE)
+    assert name.startswith("sm90_fp8_gemm_1d2d.") and len(name.split(".")[1]) == 32
+    assert DeepJitKeyContext.from_env(inc + "/.", NVCC_TEXT, "0.2.0", {}).entry_name(DENSE) == name  # path: not hashed
+    assert DeepJitKeyContext.from_env(inc, NVCC_TEXT + " ", "0.2.0", {}).entry_name(DENSE) != name  # whole --version
+    assert DeepJitKeyContext.from_env(inc, NVCC_TEXT, "0.2.0", {"DG_JIT_DEBUG": "yes"}).entry_name(DENSE) != name
+    assert DeepJitKeyContext.from_env(inc, NVCC_TEXT, "0.2.0", {"DJ_JIT_WITH_LINEINFO": "1"}).entry_name(DENSE) != name
+    assert DeepJitKeyContext.from_env(inc, NVCC_TEXT, "0.2.0", {"DG_JIT_DUMP_SASS": "1"}).entry_name(DENSE) == name
+    with pytest.raises(Exception, match="not a boolean"):
+        DeepJitKeyContext.from_env(inc, NVCC_TEXT, "0.2.0", {"DG_JIT_DEBUG": "maybe"})

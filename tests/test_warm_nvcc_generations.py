@@ -1,0 +1,81 @@
+"""warm --backend nvcc for the newer sgl-deep-gemm generations: real nvcc builds on this CPU machine of
+0.1.7's (sglang 0.5.19) and 0.2.0's (sglang 0.5.20, DeepJIT) kernels, landing under the names their key modules
+compute, with the files each runtime needs, proved by `verify` and idempotent. (That those names are the ones the
+runtime itself makes is checked against device records in tests/test_generation_records.py.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from helpers import NVCC, needs_nvcc, sgl_deep_gemm_dir
+
+from dgprecompile.generations import load_key_class
+from dgprecompile.planning.plan import PlanRequest, plan_from_dict, plan_from_request, write_manifest
+from dgprecompile.toolchain import DeepGemmInstall, probe_nvcc
+
+pytestmark = [needs_nvcc, pytest.mark.nvcc, pytest.mark.slow]
+
+CASES = [("0.1.7", "0.5.19", ["kernel.cu", "kernel.cubin"]),
+         ("0.2.0", "0.5.20", [".committed", "kernel.cu", "kernel.cubin", "meta.json"])]
+
+
+def _env(release):
+    return {**os.environ, "PYTHONPATH": sgl_deep_gemm_dir(release)}
+
+
+def run(release, *args):
+    return subprocess.run([sys.executable, "-m", "dgprecompile", *map(str, args)], capture_output=True, text=True,
+                          env=_env(release), timeout=900)
+
+
+@pytest.mark.parametrize("release,sglang,files", CASES, ids=[c[0] for c in CASES])
+def test_nvcc_backend_builds_entries_for_the_release(tmp_path, release, sglang, files):
+    if sgl_deep_gemm_dir(release) is None:
+        pytest.skip(f"sgl-deep-gemm {release} not installed beside the venv (make setup)")
+    # the masked w2 key of the 480B tp8/ep8 deep_gemm-runner plan, first bucket only: one GEMM + its transpose
+    plan = plan_from_request(PlanRequest(model="Qwen3-Coder-480B", tp=8, ep=8, sglang=sglang,
+                                         moe_runner_backend="deep_gemm"))
+    data = plan.to_dict()
+    shape = next(s for s in data["shapes"] if (s["kernel_type"], s["n"], s["k"]) ==
+                 ("GROUPED_GEMM_NT_F8F8BF16_MASKED", 6144, 2560))
+    shape["buckets"] = shape["buckets"][:1]
+    shape["m_max"] = shape["buckets"][0]["m_max"]
+    keep = {b["kernel"] for b in shape["buckets"]} | set(shape["aux_kernels"])
+    data["shapes"], data["kernels"] = [shape], [k for k in data["kernels"] if k["id"] in keep]
+    small = plan_from_dict(data)
+    manifest = tmp_path / "plan.yaml"
+    write_manifest(small, manifest)
+    cache = tmp_path / "dg"
+
+    first = run(release, "warm", "--manifest", manifest, "--cache-dir", cache, "--nvcc", NVCC, "--json")
+    assert first.returncode == 0, first.stderr
+    summary = json.loads(first.stdout)
+    assert (summary["backend"], summary["compiled"], summary["failed"]) == ("nvcc", 2, 0)
+
+    # the names the key module computes for this install, from a separate process's view of it
+    code = ("import json; from dgprecompile.toolchain import find_deepgemm; d = find_deepgemm(); "  # as warm sees it
+            "print(json.dumps([d.version, d.generation, d.package_dir]))")
+    version, generation, package_dir = json.loads(subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=_env(release), check=True).stdout)
+    assert version == release
+    ctx_class = load_key_class(small.profile.deepgemm.key_class)
+    ctx = ctx_class.build(DeepGemmInstall("sgl-deep-gemm", version, package_dir, generation), probe_nvcc(NVCC), {})
+    expected = sorted(ctx.entry_name(spec) for spec in small.kernels.values())
+    assert sorted(os.listdir(cache / "cache")) == expected
+    for name in expected:
+        entry = cache / "cache" / name
+        assert sorted(os.listdir(entry)) == files
+        assert (entry / "kernel.cubin").stat().st_size > 1000
+        assert (entry / "kernel.cu").read_text() == ctx.source(small.kernels[
+            next(k for k, s in small.kernels.items() if ctx.entry_name(s) == name)])
+
+    verify = run(release, "verify", "--manifest", manifest, "--cache-dir", cache, "--json")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert json.loads(verify.stdout)["coverage"] == "proved"
+    again = json.loads(run(release, "warm", "--manifest", manifest, "--cache-dir", cache, "--nvcc", NVCC,
+                           "--json").stdout)
+    assert (again["compiled"], again["already_cached"]) == (0, 2)
