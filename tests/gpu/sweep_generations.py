@@ -15,8 +15,10 @@ Driven by tests/gpu/sweep_generations.sh (one `version` process per release, all
   probe calling conventions, tried one by one on a fresh cache (SGLang's first): records which one each
         release accepts and the error text of the others.
   warm  `dgprecompile plan`/`warm` for the sglang that pins this release (--moe-runner-backend deep_gemm,
-        --max-tokens 65536), then one process sweeps every plan key over the same samples (inside each key's
-        m range, plus both sides of every planned bucket edge) against that cache: new entries must be 0.
+        --max-tokens 65536; --backend per release: the GPU one, where the library builds its own entries, or the
+        GPU-free nvcc one, where dgprecompile computes the names and builds them), then one process sweeps every
+        plan key over the same samples (inside each key's m range, plus both sides of every planned bucket
+        edge) against that cache: new entries must be 0.
 
 SGLang's calling convention on SM90 (sglang 0.5.14-0.5.20 read from the wheels, notes/R12-findings.md):
 dense fp8_gemm_nt((a, sfa), (b, sfb), d) with sfa fp32 empty((k/128, align4(m))).t()[:m] (MN-major, TMA-aligned,
@@ -32,6 +34,7 @@ Every stage writes what it has under OUT before it moves on, catches its own fai
 
 usage (internal; see the .sh): sweep_generations.py version --dg-version V --sglang S --site DIR --out DIR
                                      --cold-deadline T --deadline T [--jobs N] [--par N]
+                                     [--backend auto|cxx|nvcc] [--repo DIR]   (DIR: the dgprecompile to warm with)
                                sweep_generations.py keys SPEC.json       (one process: cold or warm sweep)
                                sweep_generations.py summary OUT
 """
@@ -393,7 +396,7 @@ def version(args: dict) -> int:
     os.makedirs(out, exist_ok=True)
     scratch = os.path.join(args["scratch"], dg_version)
     os.makedirs(scratch, exist_ok=True)
-    env = dict(os.environ, PYTHONPATH=f"{site}:{REPO}", PYTHONUNBUFFERED="1", OPENBLAS_NUM_THREADS="1")
+    env = dict(os.environ, PYTHONPATH=f"{site}:{args['repo']}", PYTHONUNBUFFERED="1", OPENBLAS_NUM_THREADS="1")
     env.pop("DG_PRINT_CONFIGS", None)
     summary: dict = {"dg_version": dg_version, "sglang": sglang, "site": site, "started": time.time(),
                      "steps": {}}
@@ -449,8 +452,8 @@ def version(args: dict) -> int:
     summary["steps"]["plan"] = run([sys.executable, "-m", "dgprecompile", "plan", *plan_args, "--format", "json"],
                                    env, os.path.join(out, "plan.json"), 120)
     summary["steps"]["warm"] = run([sys.executable, "-m", "dgprecompile", "warm", *plan_args, "--cache-dir", warm_cache,
-                                    "--jobs", str(args["jobs"]), "--json"], env, os.path.join(out, "warm.json"),
-                                   left * 0.65)
+                                    "--jobs", str(args["jobs"]), "--backend", args["backend"], "--json"], env,
+                                   os.path.join(out, "warm.json"), left * 0.65)
     save()
     try:
         plan = json.load(open(os.path.join(out, "plan.json")))
@@ -540,7 +543,8 @@ def main() -> int:
         args = {"dg_version": opts["--dg-version"], "sglang": opts["--sglang"], "site": opts["--site"],
                 "out": opts["--out"], "scratch": opts.get("--scratch", "/tmp/dgsweep-scratch"),
                 "cold_deadline": float(opts["--cold-deadline"]), "deadline": float(opts["--deadline"]),
-                "jobs": int(opts.get("--jobs", 4)), "par": int(opts.get("--par", 3))}
+                "jobs": int(opts.get("--jobs", 4)), "par": int(opts.get("--par", 3)),
+                "backend": opts.get("--backend", "auto"), "repo": opts.get("--repo", REPO)}
         return version(args)
     raise SystemExit(__doc__)
 

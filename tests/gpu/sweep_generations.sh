@@ -19,8 +19,16 @@ out=/tmp/dgsweep-out
 rm -rf "$out" /tmp/dgsweep-scratch && mkdir -p "$out" "$ret"
 t0=$(date +%s)
 # release:sglang that pins it (METADATA of the sglang wheels)
-# sk-0.4.2: the deep_gemm bundled in sglang-kernel 0.4.2 (sglang 0.5.11; CUDA 13, torch 2.11), carried as a tarball
-releases="0.1.3:0.5.14 0.1.5.post3:0.5.18 0.1.7:0.5.19 0.2.0:0.5.20 0.2.2:0.5.22 sk-0.4.2:0.5.11"
+# release:sglang that pins it:warm backend. sk-0.4.2: the deep_gemm bundled in sglang-kernel 0.4.2 (sglang 0.5.11;
+# CUDA 13, torch 2.11), carried as a tarball. Warm backends: nvcc (GPU-free, names computed by dgprecompile: the
+# sweep after it proves those names) for 0.1.7 and 0.2.0, cxx (the library builds its own entries: the sweep
+# proves the plan's kernel choice) for 0.1.5.post3 and 0.2.2; 0.1.3's default is nvcc.
+releases="0.1.3:0.5.14:auto 0.1.5.post3:0.5.18:cxx 0.1.7:0.5.19:nvcc 0.2.0:0.5.20:nvcc 0.2.2:0.5.22:cxx sk-0.4.2:0.5.11:auto"
+# the dgprecompile that plans and warms: a snapshot carried in $wheels/dgprecompile.tgz if there, else this checkout
+dgp=$root
+if [ -f "$wheels/dgprecompile.tgz" ]; then
+  dgp=/tmp/dgp-src; rm -rf "$dgp"; mkdir -p "$dgp" && tar xzf "$wheels/dgprecompile.tgz" -C "$dgp"
+fi
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "host: $(hostname)"
@@ -28,12 +36,13 @@ releases="0.1.3:0.5.14 0.1.5.post3:0.5.18 0.1.7:0.5.19 0.2.0:0.5.20 0.2.2:0.5.22
   python3 -c 'import torch,sys; print("torch", torch.__version__, "python", sys.version.split()[0], "sms", torch.cuda.get_device_properties(0).multi_processor_count)' 2>&1
   echo "which nvcc: $(command -v nvcc || echo none); CUDA_HOME=${CUDA_HOME:-unset}; nproc: $(nproc)"
   echo "command: bash tests/gpu/sweep_generations.sh $budget (git $(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
+  echo "dgprecompile used to plan/warm: $( [ -f "$wheels/dgprecompile.tgz" ] && cat /tmp/dgp-src/DGP_COMMIT 2>/dev/null || echo "this checkout")"
 } > "$out/machine.txt"
 /usr/local/cuda/bin/nvcc --version > "$out/nvcc_version.txt" 2>&1   # hashed into the DeepJIT (0.2.x) key
 cat "$out/machine.txt"
 pids=()
 for item in $releases; do
-  v=${item%%:*}; s=${item##*:}
+  IFS=: read -r v s backend <<< "$item"
   site=/tmp/dgsweep/$v            # fixed: the 0.1.x key holds this absolute path
   mkdir -p "$out/$v"
   rm -rf "$site"; par=3
@@ -53,6 +62,7 @@ for item in $releases; do
   timeout $((budget + 15)) python3 tests/gpu/sweep_generations.py version --dg-version "$v" --sglang "$s" \
     --site "$site" --out "$out/$v" --scratch /tmp/dgsweep-scratch \
     --cold-deadline $((t0 + budget * 50 / 100)) --deadline $((t0 + budget)) --jobs 3 --par "$par" \
+    --backend "$backend" --repo "$dgp" \
     > "$out/$v/version.log" 2>&1 &
   pids+=($!)
 done
