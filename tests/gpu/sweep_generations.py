@@ -46,6 +46,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -346,18 +347,22 @@ json.dump(out, open(sys.argv[1], "w"), indent=1)
 
 
 # ---------------------------------------------------------------- one release
-def run(cmd: list[str], env: dict, out_file: str, timeout: float) -> dict:
-    """Run one command, stdout to out_file and stderr to out_file + '.err'; never raises."""
+def run(cmd: list[str], env: dict, out_file: str, timeout: float, cwd: str | None = None) -> dict:
+    """Run one command in its own process group, stdout to out_file and stderr to out_file + '.err'; at the
+    timeout the whole group (workers included) is killed. Never raises."""
     t0 = time.time()
     try:
         with open(out_file, "w") as f, open(out_file + ".err", "w") as err:
-            proc = subprocess.run(cmd, env=env, stdout=f, stderr=err, timeout=max(timeout, 5))
-        rc = proc.returncode
-    except subprocess.TimeoutExpired:
-        rc = "timeout"
+            proc = subprocess.Popen(cmd, env=env, stdout=f, stderr=err, cwd=cwd, start_new_session=True)
+            try:
+                rc = proc.wait(timeout=max(timeout, 5))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                rc = "timeout"
     except Exception as exc:  # noqa: BLE001
         rc = repr(exc)
-    return {"cmd": cmd, "rc": rc, "seconds": round(time.time() - t0, 1)}
+    return {"cmd": cmd, "cwd": cwd, "rc": rc, "seconds": round(time.time() - t0, 1)}
 
 
 def copy_entries(cache: str, dest: str) -> int:
@@ -449,11 +454,12 @@ def version(args: dict) -> int:
     plan_args = ["--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8", "--sglang", sglang,
                  "--moe-runner-backend", "deep_gemm", "--max-tokens", "65536"]
     left = args["deadline"] - time.time()
+    # from the dgprecompile folder itself: `python -m` puts the working directory first on sys.path
     summary["steps"]["plan"] = run([sys.executable, "-m", "dgprecompile", "plan", *plan_args, "--format", "json"],
-                                   env, os.path.join(out, "plan.json"), 120)
+                                   env, os.path.join(out, "plan.json"), 120, cwd=args["repo"])
     summary["steps"]["warm"] = run([sys.executable, "-m", "dgprecompile", "warm", *plan_args, "--cache-dir", warm_cache,
                                     "--jobs", str(args["jobs"]), "--backend", args["backend"], "--json"], env,
-                                   os.path.join(out, "warm.json"), left * 0.65)
+                                   os.path.join(out, "warm.json"), left * 0.65, cwd=args["repo"])
     save()
     try:
         plan = json.load(open(os.path.join(out, "plan.json")))
@@ -480,6 +486,9 @@ def version(args: dict) -> int:
     json.dump(job, open(path, "w"))
     summary["steps"]["warm-sweep"] = run([sys.executable, os.path.abspath(__file__), "keys", path], env,
                                          os.path.join(out, "warm-sweep.stdout"), args["deadline"] - time.time())
+    summary["dgprecompile_file"] = subprocess.run(
+        [sys.executable, "-c", "import dgprecompile; print(dgprecompile.__file__)"], env=env, cwd=args["repo"],
+        capture_output=True, text=True).stdout.strip()
     summary["finished"] = time.time()
     save()
     return 0
