@@ -251,10 +251,14 @@ def build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: int
                gpu: str | None = None, profile_reason: str = "", sglang_version: str | None = None) -> Plan:
     shapes = model_shapes(model, profile, par)
     kernels: dict[str, KernelSpec] = {}
+    # what was and was not proven for this profile's DeepGEMM, as profiles.yaml records it
+    proof = [f"{label}: {profile.raw[field]}" for field, label in (("proven", "proven"),
+                                                                   ("not_proven", "not proven"))
+             if profile.raw.get(field)]
     if not profile.deepgemm.models_kernels:
         notes = shapes.notes + [f"the kernel choice of the {profile.generation} DeepGEMM "
                                 f"({profile.deepgemm_distribution} {profile.deepgemm_version}) is not modelled: "
-                                "keys only, no m-buckets; warm cannot compile this plan"]
+                                "keys only, no m-buckets; warm cannot compile this plan"] + proof
         return Plan(model=model.name, model_source=model.source, model_type=model.config.get("model_type", ""),
                     tp=par.tp, ep=par.ep, moe_runner_backend=par.moe_runner_backend, max_tokens=par.max_tokens,
                     profile=profile, profile_reason=profile_reason, num_sms=num_sms, gpu=gpu,
@@ -263,6 +267,7 @@ def build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: int
     if not profile.raw.get("heuristic_validated"):
         shapes.notes.append(f"the {profile.generation} kernel model is read from source but was not checked "
                             "against that DeepGEMM on a GPU")
+    shapes.notes.extend(proof)
     keys = [plan_key(k, profile, num_sms, kernels) for k in shapes.keys]
     return Plan(model=model.name, model_source=model.source, model_type=model.config.get("model_type", ""),
                 tp=par.tp, ep=par.ep, moe_runner_backend=par.moe_runner_backend, max_tokens=par.max_tokens,
