@@ -10,7 +10,7 @@ mkdir -p "$(dirname "$exclude")"
 grep -qx '/.whl-gen/' "$exclude" 2>/dev/null || echo '/.whl-gen/' >> "$exclude"
 plat=(--only-binary=:all: --python-version 3.12 --implementation cp
       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
-for v in 0.1.3 0.1.5.post3 0.1.7 0.2.0 0.2.2; do
+for v in 0.1.3 0.1.4.post1 0.1.5.post1 0.1.5.post3 0.1.7 0.2.0 0.2.2; do
   ls "$dest"/sgl_deep_gemm-"$v"-*.whl >/dev/null 2>&1 ||
     python3 -m pip download -q --no-deps "${plat[@]}" -d "$dest" "sgl-deep-gemm==$v"
 done

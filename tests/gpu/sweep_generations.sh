@@ -23,7 +23,11 @@ t0=$(date +%s)
 # CUDA 13, torch 2.11), carried as a tarball. Warm backends: nvcc (GPU-free, names computed by dgprecompile: the
 # sweep after it proves those names) for 0.1.7 and 0.2.0, cxx (the library builds its own entries: the sweep
 # proves the plan's kernel choice) for 0.1.5.post3 and 0.2.2; 0.1.3's default is nvcc.
-releases="0.1.3:0.5.14:auto 0.1.5.post3:0.5.18:cxx 0.1.7:0.5.19:nvcc 0.2.0:0.5.20:nvcc 0.2.2:0.5.22:cxx sk-0.4.2:0.5.11:auto"
+# RELEASES overrides the list. Run 1 (2026-12-01) showed 0.1.5.post3, 0.1.7, 0.2.0 and 0.2.2 reject every call
+# with torch 2.11 (built for sglang's torch 2.13/2.14); sglang 0.5.15-0.5.17 pin torch 2.11.0 with sgl-deep-gemm
+# 0.1.4 / 0.1.4.post1 / 0.1.5.post1, which share 0.1.7's generated-code format: run 2 uses
+#   RELEASES="0.1.4.post1:0.5.16:cxx 0.1.5.post1:0.5.17:nvcc sk-0.4.2:0.5.11:auto"
+releases=${RELEASES:-"0.1.3:0.5.14:auto 0.1.5.post3:0.5.18:cxx 0.1.7:0.5.19:nvcc 0.2.0:0.5.20:nvcc 0.2.2:0.5.22:cxx sk-0.4.2:0.5.11:auto"}
 # the dgprecompile that plans and warms: a snapshot carried in $wheels/dgprecompile.tgz if there, else this checkout
 dgp=$root
 if [ -f "$wheels/dgprecompile.tgz" ]; then
