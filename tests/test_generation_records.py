@@ -1,0 +1,145 @@
+"""The kernel model and the computed entry names against what each sgl-deep-gemm release did on an H200.
+
+Record: tests/data/sweep_generations_h200.json (tests/gpu/sweep_generations.sh, summarized by
+tests/gpu/summarize_generations.py; its "provenance" and "machine" fields say which library, version, GPU, SM count,
+date and command). Nothing here compares the model with itself: every expected value is a device observation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+from helpers import sgl_deep_gemm_dir
+
+from dgprecompile.generations import load_key_class
+from dgprecompile.kernels import KernelType
+from dgprecompile.planning.heuristics.sm90_cxx import Sm90CxxHeuristic, _swizzle, best_config, transpose_kernel
+from dgprecompile.toolchain import DeepGemmInstall, Nvcc
+
+RECORD_PATH = Path(__file__).resolve().parent / "data" / "sweep_generations_h200.json"
+RECORD = json.loads(RECORD_PATH.read_text())
+# releases whose calls ran there (the record also keeps the ones that could not run, with their errors: run 1's
+# 0.1.5.post3, 0.1.7, 0.2.0 and 0.2.2 are builds for torch 2.13/2.14 and reject every call under torch 2.11)
+RELEASES = sorted(r for r, rel in RECORD["releases"].items()
+                  if not r.startswith("sk-") and any(k["calls"] for k in rel["keys"].values()))
+KIND = {"dense": KernelType.GEMM_NT_F8F8BF16, "masked": KernelType.GROUPED_GEMM_NT_F8F8BF16_MASKED,
+        "contig": KernelType.GROUPED_GEMM_NT_F8F8BF16_CONTIG}
+HEURISTIC = Sm90CxxHeuristic()
+
+
+@lru_cache(maxsize=None)
+def _model(kind: KernelType, m: int, n: int, k: int, g: int, sms: int) -> tuple[int, ...]:
+    bm, bn, cm, cn, stages, smem = best_config(kind, m, n, k, g, sms)
+    return bm, bn, cm, cn, stages, _swizzle(bn * 2), smem, sms
+
+
+def _interval_end(kind: KernelType, m: int) -> int:
+    """The end of the model's constant interval holding m (plan evaluates the model there)."""
+    step = 128 if kind is KernelType.GROUPED_GEMM_NT_F8F8BF16_CONTIG else 64
+    if kind is KernelType.GEMM_NT_F8F8BF16 and m <= 32:
+        return 16 if m <= 16 else 32
+    return -(-m // step) * step
+
+
+def _key(name: str) -> tuple[KernelType, int, int, int]:
+    kind, n, k, g = name.split("/")
+    return KIND[kind], int(n), int(k), int(g)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("release", RELEASES)
+def test_model_equals_every_recorded_choice(release):
+    """Every run of sampled m with one printed configuration equals the model on each model interval it meets
+    (the model is constant on those intervals: test_heuristics checks that by brute force)."""
+    rel = RECORD["releases"][release]
+    assert rel["keys"], f"{release}: the device recorded no key"
+    checked = 0
+    for name, slot in rel["keys"].items():
+        kind, n, k, g = _key(name)
+        assert not slot["errors"], (release, name, slot["errors"][:1])
+        for run in slot["runs"]:
+            m_first, m_last, *config = run
+            m = m_first
+            while m <= m_last:
+                end = _interval_end(kind, m)
+                for probe in {m, min(end, m_last)}:
+                    assert _model(kind, probe, n, k, g, config[-1]) == tuple(config), (release, name, probe)
+                    checked += 1
+                m = end + 1
+    assert checked > 1000
+
+
+def _context(release: str):
+    rel = RECORD["releases"][release]
+    local = sgl_deep_gemm_dir(release)
+    if local is None:
+        pytest.skip(f"sgl-deep-gemm {release} not installed beside the venv (make setup)")
+    generation = "sgl-deep-gemm-0.2" if release.startswith("0.2") else "sgl-deep-gemm-0.1"
+    from dgprecompile.generations import get_generation
+
+    gen = get_generation(generation)
+    nvcc = Nvcc("/usr/local/cuda/bin/nvcc", RECORD["nvcc_version"])
+    local_pkg = os.path.join(local, "deep_gemm")
+    if generation == "sgl-deep-gemm-0.2":  # the install path is not in this key
+        return load_key_class(gen.key_class).build(DeepGemmInstall("sgl-deep-gemm", release, local_pkg, generation),
+                                                   nvcc, {})
+    # 0.1.x: the device's install path is in the key (-I); the header bytes are the wheel's: read them here
+    device_pkg = os.path.join(rel["site"], "deep_gemm")
+    ctx = load_key_class(gen.key_class).build(DeepGemmInstall("sgl-deep-gemm", release, device_pkg, generation),
+                                              nvcc, {})
+    return type(ctx)(**{**ctx.__dict__, "header_root": os.path.join(local_pkg, "include")})
+
+
+def _plan_kernel(kind: KernelType, m: int, n: int, k: int, g: int):
+    if m == 0:
+        return transpose_kernel(k)
+    return HEURISTIC.kernel(kind, _interval_end(kind, m), n, k, g, 132)
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_each_new_cold_entry_is_the_planned_kernels_computed_name(release):
+    """At the first m where the runtime made an entry, the kernel plan picks there has exactly that name, and the
+    kernel.cu dgprecompile generates is byte-identical to the runtime's."""
+    rel = RECORD["releases"][release]
+    ctx = _context(release)
+    matched = 0
+    for name, slot in rel["keys"].items():
+        kind, n, k, g = _key(name)
+        for m, entries in slot["new_entries"]:
+            spec = _plan_kernel(kind, m, n, k, g)
+            expected = ctx.entry_name(spec)
+            assert expected in entries, (release, name, m, entries, expected)
+            assert hashlib.sha256(ctx.source(spec).encode()).hexdigest() == \
+                rel["entries"][expected]["kernel_cu_sha256"], (release, expected)
+            matched += 1
+    assert matched >= 10
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_warm_index_names_are_the_computed_names(release):
+    """Where the device warm ran the GPU backend, the library itself made each planned kernel's entry."""
+    rel = RECORD["releases"][release]
+    if (rel.get("warm") or {}).get("backend") != "cxx":
+        pytest.skip(f"{release} was warmed with the {(rel.get('warm') or {}).get('backend')} backend")
+    ctx = _context(release)
+    from dgprecompile.planning.plan import PlanRequest, plan_from_request
+
+    plan = plan_from_request(PlanRequest(model="Qwen3-Coder-480B", tp=8, ep=8, sglang=rel["sglang"],
+                                         moe_runner_backend="deep_gemm", max_tokens=65536))
+    assert rel["warm_index"] and set(rel["warm_index"]) == set(plan.kernels)
+    for kernel_id, entry in rel["warm_index"].items():
+        assert ctx.entry_name(plan.kernels[kernel_id]) == entry, kernel_id
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_warmed_cache_left_the_runtime_nothing_to_compile(release):
+    rel = RECORD["releases"][release]
+    after = rel.get("sweep_after_warm")
+    assert after is not None, f"{release}: no sweep after warm in the record"
+    assert after["calls"] > 40000 and not after["errors"] and not after["truncated_at"]
+    assert after["new_entries"] == []
