@@ -44,6 +44,8 @@ class Generation:
     entry_files: tuple[str, ...]  # files the runtime needs in an entry; a missing one is a miss or fatal
     strict_by: str  # "hook" (the JIT is Python: the startup hook refuses) | "nvcc-standin"
     gpu_validated: str | None = None  # what was checked against this library on a GPU, or None
+    # releases whose computed entry names were compared with entries the runtime itself made on a GPU
+    keys_proven_versions: tuple[str, ...] | None = None  # None: every release key_class covers
 
     # -- planning --
     @property
@@ -61,6 +63,10 @@ class Generation:
         if self.key_class is None:
             return False
         return self.key_versions is None or version in self.key_versions
+
+    def keys_proven(self, version: str | None) -> bool:
+        return self.computes_keys(version) and (self.keys_proven_versions is None
+                                                or version in self.keys_proven_versions)
 
     def key_context(self, install, nvcc, environ: dict[str, str] | None = None):
         """The entry-name calculator for this install and nvcc (see computes_keys)."""
@@ -132,6 +138,7 @@ GENERATIONS: dict[str, Generation] = {g.id: g for g in (
         # one key scheme for 0.1.0-0.1.7; the generated code differs at 0.1.4 (keys/cxx_templates.py)
         key_class="dgprecompile.keys.sgl_deep_gemm_01:CxxKeyContext",
         key_versions=SDG_01_KEY_VERSIONS,
+        keys_proven_versions=("0.1.3",),  # names and kernel.cu equal H200 entries (tests/test_generation_records.py)
         backends=("nvcc", "cxx"),
         # the include path (-I<install>/include) is part of the 0.1.x key: the install location must match
         fingerprint_fields=_KEYS_01[:3] + ("deepgemm.package_dir",) + _KEYS_01[3:],
@@ -144,6 +151,7 @@ GENERATIONS: dict[str, Generation] = {g.id: g for g in (
         heuristic_class="dgprecompile.planning.heuristics.sm90_cxx:Sm90CxxHeuristic",
         # DeepJIT's key is computable (keys/deepjit.py): source + headers, nvcc --version text, flags, CUTLASS
         key_class="dgprecompile.keys.deepjit:DeepJitKeyContext", key_versions=SDG_02_KEY_VERSIONS,
+        keys_proven_versions=(),  # no 0.2.x call could run on the device (torch 2.11): names read, not observed
         backends=("nvcc", "cxx"),
         fingerprint_fields=("deepgemm.generation", "deepgemm.version", "deepgemm.headers_sha256",
                             "nvcc.version_sha256", "env", "num_sms"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -18,7 +18,12 @@ from helpers import sgl_deep_gemm_dir
 
 from dgprecompile.generations import load_key_class
 from dgprecompile.kernels import KernelType
-from dgprecompile.planning.heuristics.sm90_cxx import Sm90CxxHeuristic, _swizzle, best_config, transpose_kernel
+from dgprecompile.planning.heuristics.sm90_cxx import (
+    Sm90CxxHeuristic,
+    _swizzle,
+    best_config,
+    transpose_kernel,
+)
 from dgprecompile.toolchain import DeepGemmInstall, Nvcc
 
 RECORD_PATH = Path(__file__).resolve().parent / "data" / "sweep_generations_h200.json"
@@ -32,7 +37,7 @@ KIND = {"dense": KernelType.GEMM_NT_F8F8BF16, "masked": KernelType.GROUPED_GEMM_
 HEURISTIC = Sm90CxxHeuristic()
 
 
-@lru_cache(maxsize=None)
+@cache
 def _model(kind: KernelType, m: int, n: int, k: int, g: int, sms: int) -> tuple[int, ...]:
     bm, bn, cm, cn, stages, smem = best_config(kind, m, n, k, g, sms)
     return bm, bn, cm, cn, stages, _swizzle(bn * 2), smem, sms

@@ -55,6 +55,8 @@ def test_nvcc_backend_builds_entries_for_the_release(tmp_path, release, sglang, 
     assert first.returncode == 0, first.stderr
     summary = json.loads(first.stdout)
     assert (summary["backend"], summary["compiled"], summary["failed"]) == ("nvcc", 2, 0)
+    # neither release ran on the device (tests/data/sweep_generations_h200.json): warm says its names are unobserved
+    assert "were not yet compared with entries its runtime made on a GPU" in first.stderr
 
     # the names the key module computes for this install, from a separate process's view of it
     code = ("import json; from dgprecompile.toolchain import find_deepgemm; d = find_deepgemm(); "  # as warm sees it

@@ -63,6 +63,8 @@ def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc
              f"({setup.fingerprint['nvcc']['release']})")
     out.info(f"task budget: {setup.workers} worker processes x (1 thread + 1 compiler tree of <= 4 tasks) "
              f"= at most {setup.task_budget} tasks; no thread pools")
+    for note in setup.notes:
+        out.warn(note)
     for field, was, now in setup.stale:
         out.warn(f"cache index was built for {field}={was!r}, now {now!r}: its entries will not be found; "
                  "re-indexing for this environment")

@@ -62,6 +62,7 @@ class WarmSetup:
     job_common: dict[str, Any]
     rank: int = 0
     world: int = 1
+    notes: list[str] = field(default_factory=list)  # what the user should know about this warm
 
     @property
     def task_budget(self) -> int:
@@ -152,6 +153,11 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
         items = items[rank::world]
 
     generation = plan.profile.deepgemm
+    notes: list[str] = []
+    if not BACKEND_NEEDS_GPU[backend] and not generation.keys_proven(install.version):
+        notes.append(f"the entry names of {install.distribution} {install.version} are computed from its own sources "
+                     "but were not yet compared with entries its runtime made on a GPU; `launch --strict` shows any "
+                     "miss at once (or use --backend cxx on a GPU)")
     job_common: dict[str, Any] = {"nvcc": nvcc.path, "num_sms": plan.num_sms,
                                   "entry_files": list(generation.entry_files)}
     gpus: list[int | None] = [None]
@@ -172,7 +178,7 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
     jobs = max(1, min(jobs, len(items))) if items else 1
     items.sort(key=_estimated_cost, reverse=True)
     return WarmSetup(plan, backend, store, fingerprint, stale, items, jobs,
-                     [gpus[i % len(gpus)] for i in range(jobs)], job_common, rank, world)
+                     [gpus[i % len(gpus)] for i in range(jobs)], job_common, rank, world, notes)
 
 
 def _record_plan(setup: WarmSetup) -> None:
