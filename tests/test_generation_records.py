@@ -1,8 +1,8 @@
 """The kernel model and the computed entry names against what each sgl-deep-gemm release did on an H200.
 
 Record: tests/data/sweep_generations_h200.json (tests/gpu/sweep_generations.sh, summarized by
-tests/gpu/summarize_generations.py; its "provenance" and "machine" fields say which library, version, GPU, SM count,
-date and command). Nothing here compares the model with itself: every expected value is a device observation.
+tests/gpu/summarize_generations.py; each run's "provenance", "machine" and "nvcc_version" say which libraries,
+GPU, SM count, date and command; each release names its run). Nothing here compares the model with itself: every expected value is a device observation.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def _context(release: str):
     from dgprecompile.generations import get_generation
 
     gen = get_generation(generation)
-    nvcc = Nvcc("/usr/local/cuda/bin/nvcc", RECORD["nvcc_version"])
+    nvcc = Nvcc("/usr/local/cuda/bin/nvcc", RECORD["runs"][rel["run"]]["nvcc_version"])
     local_pkg = os.path.join(local, "deep_gemm")
     if generation == "sgl-deep-gemm-0.2":  # the install path is not in this key
         return load_key_class(gen.key_class).build(DeepGemmInstall("sgl-deep-gemm", release, local_pkg, generation),

@@ -4,7 +4,7 @@ entries that appeared at which m, the warm index (kernel id -> the entry name th
 sweep-after-warm counts, the calling-convention probe, and every entry's kernel.cu as sha256 (one full text per
 kernel family as a sample).
 
-usage: python tests/gpu/summarize_generations.py RESULTS_DIR OUT.json "<provenance text>"
+usage: python tests/gpu/summarize_generations.py OUT.json RUN_NAME RESULTS_DIR "<provenance text>" [RUN_NAME DIR TEXT ...]
 """
 
 from __future__ import annotations
@@ -90,20 +90,24 @@ def release(vdir: str) -> dict:
 
 
 def main() -> None:
-    root, out_path, provenance = sys.argv[1], sys.argv[2], sys.argv[3]
-    record = {"provenance": provenance,
-              "machine": open(os.path.join(root, "machine.txt")).read() if os.path.isfile(
-                  os.path.join(root, "machine.txt")) else None,
-              "nvcc_version": open(os.path.join(root, "nvcc_version.txt")).read() if os.path.isfile(
-                  os.path.join(root, "nvcc_version.txt")) else None,
-              "columns": ["m_first", "m_last", "block_m", "block_n", "cluster_m", "cluster_n", "stages", "swizzle_d",
+    out_path, pairs = sys.argv[1], sys.argv[2:]
+    record = {"columns": ["m_first", "m_last", "block_m", "block_n", "cluster_m", "cluster_n", "stages", "swizzle_d",
                           "smem", "num_sms"],
               "columns_sgl_kernel": ["m_first", "m_last", "block_m", "block_n", "multicast", "multicast_on_a",
                                      "stages", "swizzle_cd", "smem", "sms", "sms_launch"],
-              "releases": {}}
-    for name in sorted(os.listdir(root)):
-        if os.path.isfile(os.path.join(root, name, "version.json")):
-            record["releases"][name] = release(os.path.join(root, name))
+              "runs": {}, "releases": {}}
+    for run_name, root, provenance in zip(pairs[0::3], pairs[1::3], pairs[2::3], strict=True):
+        def text(name, root=root):
+            path = os.path.join(root, name)
+            return open(path).read() if os.path.isfile(path) else None
+
+        record["runs"][run_name] = {"provenance": provenance, "machine": text("machine.txt"),
+                                    "nvcc_version": text("nvcc_version.txt")}
+        for name in sorted(os.listdir(root)):
+            if os.path.isfile(os.path.join(root, name, "version.json")):
+                rel = release(os.path.join(root, name))
+                rel["run"] = run_name
+                record["releases"][f"{name}@{run_name}" if name in record["releases"] else name] = rel
     with open(out_path, "w") as f:
         json.dump(record, f, indent=0, sort_keys=True)
     for name, rel in record["releases"].items():
