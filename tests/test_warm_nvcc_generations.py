@@ -81,3 +81,15 @@ def test_nvcc_backend_builds_entries_for_the_release(tmp_path, release, sglang, 
     again = json.loads(run(release, "warm", "--manifest", manifest, "--cache-dir", cache, "--nvcc", NVCC,
                            "--json").stdout)
     assert (again["compiled"], again["already_cached"]) == (0, 2)
+
+    # the cache travels as an artifact with every file the runtime needs (0.2.x: the .committed marker too)
+    artifact = tmp_path / "cache.tar.gz"
+    packed = run(release, "pack", "--manifest", manifest, "--cache-dir", cache, "-o", artifact)
+    assert packed.returncode == 0, packed.stderr
+    other = tmp_path / "unpacked"
+    unpacked = run(release, "unpack", artifact, "--cache-dir", other)
+    assert unpacked.returncode == 0, unpacked.stderr
+    for name in expected:
+        assert sorted(os.listdir(other / "cache" / name)) == files
+    verify = run(release, "verify", "--manifest", manifest, "--cache-dir", other, "--json")
+    assert verify.returncode == 0 and json.loads(verify.stdout)["coverage"] == "proved", verify.stdout

@@ -180,8 +180,16 @@ def _refuse(path: Path, name: str, why: str) -> InputError:
     return InputError(f"{path}: refusing member {name!r}: {why}; nothing was unpacked", hint=NOT_OURS_HINT)
 
 
+# dotfiles a runtime itself keeps inside an entry: DeepJIT (sgl-deep-gemm 0.2.x) counts an entry only with it
+ENTRY_MARKERS = (".committed",)
+
+
 def _valid_entry_name(name: str) -> bool:
     return bool(name) and name not in (".", "..") and not name.startswith(".") and "/" not in name
+
+
+def _valid_entry_file(name: str) -> bool:
+    return _valid_entry_name(name) or name in ENTRY_MARKERS
 
 
 def check_member(path: Path, info: tarfile.TarInfo) -> None:
@@ -208,7 +216,7 @@ def check_member(path: Path, info: tarfile.TarInfo) -> None:
     else:
         ok = name in (MANIFEST_MEMBER, INDEX_MEMBER) or (
             len(parts) == 3 and parts[0] == ENTRY_DIR and _valid_entry_name(parts[1])
-            and _valid_entry_name(parts[2]))
+            and _valid_entry_file(parts[2]))
     if not ok:
         raise _refuse(path, name, f"outside {MANIFEST_MEMBER}, {INDEX_MEMBER} and {ENTRY_DIR}/<entry>/<file>")
 
