@@ -148,3 +148,19 @@ def test_a_warmed_cache_left_the_runtime_nothing_to_compile(release):
     assert after is not None, f"{release}: no sweep after warm in the record"
     assert after["calls"] > 40000 and not after["errors"] and not after["truncated_at"]
     assert after["new_entries"] == []
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_probe_entries_are_the_computed_names(release):
+    """The probe's single calls (dense m=100 n=1792 k=6144; masked expected_m=100, 20 groups; contiguous m=512, 20
+    groups) made the entries of the planned kernels there: the contiguous family's name checked on the device."""
+    probe = RECORD["releases"][release].get("probe") or {}
+    ctx = _context(release)
+    calls = {"dense_sglang_mn_major_tma_aligned": (KernelType.GEMM_NT_F8F8BF16, 100, 1),
+             "masked_sglang_get_mn_major_tma_aligned_tensor": (KernelType.GROUPED_GEMM_NT_F8F8BF16_MASKED, 100, 20),
+             "contig_sglang_tma_aligned": (KernelType.GROUPED_GEMM_NT_F8F8BF16_CONTIG, 512, 20)}
+    for name, (kind, m, g) in calls.items():
+        assert probe.get(name) == "ok", (release, name, probe.get(name))
+        assert ctx.entry_name(_plan_kernel(kind, m, 1792, 6144, g)) in probe[name + ":entries"], (release, name)
+    # row-major dense scales (SGLang's warm-up executors) add the layout kernel for sf_k = 48
+    assert ctx.entry_name(transpose_kernel(6144)) in probe["dense_row_major_m_by_sfk:entries"]
