@@ -10,7 +10,7 @@ LEGACY_DG := sgl-kernel==0.3.5
 DG013 := $(VENV)/sgl-deep-gemm-0.1.3
 # Newer sgl-deep-gemm releases, the same light way (headers + _C.so, never imported): one per generated-code
 # template the GPU-free nvcc backend reproduces and the device sweep checked (keys/cxx_templates.py).
-DG_RELEASES := 0.1.5.post3 0.1.7 0.2.0 0.2.2
+DG_RELEASES := 0.1.4.post1 0.1.5.post1 0.1.7 0.2.0 0.2.2
 TORCH ?= 2.13.0
 
 MODEL ?= Qwen3-Coder-480B

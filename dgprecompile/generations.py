@@ -138,12 +138,14 @@ GENERATIONS: dict[str, Generation] = {g.id: g for g in (
         # one key scheme for 0.1.0-0.1.7; the generated code differs at 0.1.4 (keys/cxx_templates.py)
         key_class="dgprecompile.keys.sgl_deep_gemm_01:CxxKeyContext",
         key_versions=SDG_01_KEY_VERSIONS,
-        keys_proven_versions=("0.1.3",),  # names and kernel.cu equal H200 entries (tests/test_generation_records.py)
+        # names and kernel.cu equal entries the runtime made on an H200 (tests/test_generation_records.py)
+        keys_proven_versions=("0.1.3", "0.1.4.post1", "0.1.5.post1"),
         backends=("nvcc", "cxx"),
         # the include path (-I<install>/include) is part of the 0.1.x key: the install location must match
         fingerprint_fields=_KEYS_01[:3] + ("deepgemm.package_dir",) + _KEYS_01[3:],
         entry_files=("kernel.cu", "kernel.cubin"), strict_by="nvcc-standin",
-        gpu_validated="sgl-deep-gemm 0.1.3: every m of the 480B tp8/ep8 keys against DG_PRINT_CONFIGS on an H200",
+        gpu_validated="sgl-deep-gemm 0.1.3, 0.1.4.post1, 0.1.5.post1: every sampled m of the 480B tp8/ep8 keys "
+                      "against DG_PRINT_CONFIGS on an H200 (tests/data/sweep_generations_h200.json)",
     ),
     Generation(
         id="sgl-deep-gemm-0.2", label="sgl-deep-gemm 0.2.x (DeepJIT)",
