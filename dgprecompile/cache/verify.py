@@ -1,7 +1,7 @@
 """Verify: is every planned kernel in the cache, intact, and filed under the key this environment looks up?
 
 No torch, no DeepGEMM import, no GPU. Per planned kernel it checks the entry the index records (sha256 of
-every file) and, for the legacy Python JIT and sgl-deep-gemm 0.1.0-0.1.3, computes the exact entry name the
+every file) and, for the legacy Python JIT and sgl-deep-gemm 0.1.0-0.2.5, computes the exact entry name the
 runtime will look for here (the generation's key module) and checks that ``<cache>/cache/<name>/`` holds the files
 that runtime reads: coverage proved from the key, not taken from the index. It also compares the fingerprint the cache
 was built for with this environment's (DeepGEMM generation, version, headers and location, nvcc, DG_JIT_*
@@ -170,7 +170,7 @@ class VerifyReport:
 
 def _runtime_names(plan: Plan, env: Environment, warnings: list[str]) -> dict[str, str] | None:
     """kernel id -> the entry name the runtime looks up here, where dgprecompile can compute it (the legacy JIT,
-    sgl-deep-gemm 0.1.0-0.1.3), else None."""
+    sgl-deep-gemm 0.1.0-0.2.5), else None."""
     install, nvcc = env.install, env.nvcc
     if install is None or nvcc is None or install.generation != plan.profile.generation:
         return None

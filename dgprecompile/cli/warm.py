@@ -26,7 +26,7 @@ def _parse_gpus(text: str | None) -> list[int] | None:
 @cache_dir_option
 @click.option("--backend", type=click.Choice(["auto", "legacy", "cxx", "nvcc"]), default="auto",
               help="legacy: the Python JIT's own build (no GPU); cxx: launch each kernel once on a GPU so the C++ "
-                   "JIT compiles it; nvcc: build sgl-deep-gemm 0.1.0-0.1.3 entries with nvcc directly (no GPU). "
+                   "JIT compiles it; nvcc: build sgl-deep-gemm 0.1.0-0.2.5 entries with nvcc directly (no GPU). "
                    "Default: legacy, nvcc or cxx by the installed DeepGEMM.")
 @click.option("--jobs", "-j", type=int, default=None,
               help="Worker processes (default: CPU cores, capped by the number of kernels).")
