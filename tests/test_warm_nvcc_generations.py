@@ -14,7 +14,8 @@ import pytest
 from helpers import NVCC, needs_nvcc, sgl_deep_gemm_dir
 
 from dgprecompile.generations import load_key_class
-from dgprecompile.planning.plan import PlanRequest, plan_from_dict, plan_from_request, write_manifest
+from dgprecompile.planning.manifest import plan_from_dict, write_manifest
+from dgprecompile.planning.plan import PlanRequest, plan_from_request
 from dgprecompile.toolchain import DeepGemmInstall, probe_nvcc
 
 pytestmark = [needs_nvcc, pytest.mark.nvcc, pytest.mark.slow]
