@@ -26,7 +26,7 @@ CONFIG ?= train.yaml
 
 # torch is pinned to the CPU build this workplace keeps on disk (the compile path needs only torch's CPU side);
 # an unpinned torch would pull a multi-GB CUDA build.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==$(TORCH)
