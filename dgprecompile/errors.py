@@ -6,6 +6,10 @@ hint naming the command or setting that fixes it, and the exit code the CLI retu
 
 from __future__ import annotations
 
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1  # a check ran and found a problem (verify incomplete, doctor predicts failure)
 EXIT_USAGE = 2  # bad input: unknown model, impossible parallel layout, unreadable file
@@ -50,3 +54,65 @@ class CheckFailed(DGError):
 
 class CompileFailed(DGError):
     exit_code = EXIT_COMPILE_FAILED
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP (a scheduler, `timeout`, a closed terminal), handled like Ctrl-C: the command stops its
+    workers, removes its scratch, and exits 128 + the signal number."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+        self.exit_code = 128 + signum
+
+
+@contextmanager
+def signals_interrupt(signums: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)) -> Iterator[None]:
+    """Within the block, the given signals raise :class:`Interrupted` in the main thread (then restored)."""
+
+    def raise_interrupted(signum, _frame):
+        raise Interrupted(signum)
+
+    old = {}
+    for signum in signums:
+        try:
+            old[signum] = signal.signal(signum, raise_interrupted)
+        except ValueError:  # not the main thread: leave the signals alone
+            pass
+    try:
+        yield
+    finally:
+        for signum, handler in old.items():
+            signal.signal(signum, handler)
+
+
+def os_error(exc: OSError, doing: str = "use") -> DGError:
+    """One user-facing error for a failed file operation: who may not do what where, and the fix."""
+    import errno
+    import os
+
+    where = exc.filename or "a file"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        from dgprecompile.fsutil import space_message
+
+        message, hint = space_message(where if exc.filename else ".", exc.errno, doing=f"writing {where}")
+        return EnvironmentProblem(message, hint)
+    if exc.errno == errno.EROFS:
+        return InputError(f"cannot {doing} {where}: the filesystem is mounted read-only",
+                          hint="pass --cache-dir (or -o) on a writable filesystem")
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        owner = ""
+        try:
+            import pwd
+
+            path = where
+            while path and not os.path.exists(path):
+                path = os.path.dirname(path)
+            st = os.stat(path)
+            owner = f" ({path} is owned by {pwd.getpwuid(st.st_uid).pw_name}, mode {st.st_mode & 0o7777:04o})"
+        except (OSError, KeyError, TypeError):
+            pass
+        return InputError(f"permission denied: cannot {doing} {where}{owner}",
+                          hint="run as a user allowed to (the cache's owner, or a member of a group-writable cache: "
+                               "chmod -R g+rwX), or pass --cache-dir to a directory you own")
+    return InputError(f"cannot {doing} {where}: {exc.strerror or exc}", hint="check the path and its permissions")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from collections.abc import Iterator
@@ -12,11 +13,15 @@ from typing import BinaryIO
 
 @contextmanager
 def atomic_writer(path: Path | str) -> Iterator[BinaryIO]:
-    """A binary file that appears at ``path`` whole when the block ends, and not at all if it raises."""
+    """A binary file that appears at ``path`` whole when the block ends, and not at all if it raises.
+
+    Its mode follows the umask as a plain ``open`` would (0644 under 022): mkstemp alone creates 0600, which
+    makes a shared cache or a manifest unreadable to everyone but its writer."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, file_mode())
         with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()
@@ -30,6 +35,45 @@ def atomic_writer(path: Path | str) -> Iterator[BinaryIO]:
         raise
 
 
+def current_umask() -> int:
+    """The process umask, read without changing it (Linux /proc); falls back to set-and-restore."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def file_mode() -> int:
+    """The mode ``open()`` gives a new file here: 0666 less the umask."""
+    return 0o666 & ~current_umask()
+
+
+def dir_mode() -> int:
+    """The mode ``mkdir`` gives a new directory here: 0777 less the umask."""
+    return 0o777 & ~current_umask()
+
+
+def normalize_modes(root: Path | str) -> None:
+    """Give ``root`` and everything under it the modes a plain mkdir/open would (tools that build with
+    mkstemp/mkdtemp leave 0600/0700); executables keep their x bits as the umask allows."""
+    fmode, dmode = file_mode(), dir_mode()
+    os.chmod(root, dmode)
+    for base, dirs, files in os.walk(root):
+        for name in dirs:
+            os.chmod(os.path.join(base, name), dmode)
+        for name in files:
+            p = os.path.join(base, name)
+            st = os.lstat(p)
+            if not os.path.islink(p):
+                os.chmod(p, (dmode if st.st_mode & 0o100 else fmode))
+
+
 def atomic_write_bytes(path: Path | str, data: bytes) -> None:
     with atomic_writer(path) as f:
         f.write(data)
@@ -37,6 +81,25 @@ def atomic_write_bytes(path: Path | str, data: bytes) -> None:
 
 def atomic_write_text(path: Path | str, text: str) -> None:
     atomic_write_bytes(path, text.encode())
+
+
+def exchange_paths(a: Path | str, b: Path | str) -> bool:
+    """Atomically swap two paths on one filesystem (Linux renameat2 RENAME_EXCHANGE). False where the
+    kernel, C library or filesystem does not offer it; raises other errors."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
 
 
 def fsync_dir(path: Path | str) -> None:
@@ -57,3 +120,54 @@ def tree_size(path: Path | str) -> int:
             except OSError:
                 pass
     return total
+
+
+NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def _existing(path: Path | str) -> Path:
+    p = Path(path).expanduser().absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def mount_point(path: Path | str) -> str:
+    """The mount point of the filesystem that holds ``path`` (or would hold it, for a path not made yet)."""
+    p = _existing(path)
+    while not os.path.ismount(p) and p != p.parent:
+        p = p.parent
+    return str(p)
+
+
+def free_bytes(path: Path | str) -> int:
+    """Bytes an unprivileged writer may still use on the filesystem of ``path``."""
+    st = os.statvfs(_existing(path))
+    return st.f_bavail * st.f_frsize
+
+
+def space_message(path: Path | str, errno_: int = errno.ENOSPC, *, need: int | None = None,
+                  doing: str = "") -> tuple[str, str]:
+    """(message, hint) for a full filesystem or quota at ``path``: which mount, how much is free, how much
+    is needed."""
+    mount = mount_point(path)
+    try:
+        free = human_bytes(free_bytes(path))
+    except OSError:
+        free = "unknown"
+    what = "disk quota exceeded" if errno_ == errno.EDQUOT else "no space left"
+    message = f"{what} on {mount} ({free} free){' while ' + doing if doing else ''}"
+    needs = f" (about {human_bytes(need)} needed)" if need else ""
+    if errno_ == errno.EDQUOT:
+        hint = f"raise your quota on {mount} or free some of it{needs}, or pass --cache-dir on another filesystem"
+    else:
+        hint = f"free space on {mount}{needs}, or pass --cache-dir on a larger filesystem"
+    return message, hint

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from dgprecompile import __version__
+from dgprecompile.cache.entrycheck import checked_files, file_problem
 from dgprecompile.cache.store import CacheStore, EntryRecord, Index, resolve_cache_dir
 from dgprecompile.errors import CheckFailed, DGError, EnvironmentProblem, InputError
 from dgprecompile.fsutil import atomic_writer
@@ -96,9 +97,10 @@ def pack_cache(plan: Plan, store: CacheStore, output: str, *, allow_missing: boo
     kernels: dict[str, EntryRecord] = {}
     missing: list[str] = []
     changed: list[tuple[str, str, str]] = []
+    arch = plan.profile.sm_arch
     for kid in sorted(plan.kernels):
         record = index.kernels.get(kid)
-        problem = "missing" if record is None else store.check_entry(record)
+        problem = "missing" if record is None else store.check_entry(record, arch)
         if problem is None:
             kernels[kid] = record
         elif problem == "missing":
@@ -107,14 +109,15 @@ def pack_cache(plan: Plan, store: CacheStore, output: str, *, allow_missing: boo
             changed.append((kid, record.entry, problem))
     if changed:
         kid, entry, problem = changed[0]
-        raise CheckFailed(f"{len(changed)} cache entries differ from the index, e.g. {entry}: {problem}",
-                          hint=f"remove {store.entry_path(entry)} and run `dgprecompile warm` again")
+        what = "are not loadable" if problem.startswith("invalid") else "differ from the index"
+        raise CheckFailed(f"{len(changed)} cache entries {what}, e.g. {entry}: {problem}; nothing was packed",
+                          hint="run `dgprecompile warm` with the same plan again: it rebuilds and replaces them")
     if missing and not allow_missing:
         raise CheckFailed(f"{len(missing)} of {len(plan.kernels)} planned kernels are not in the cache "
                           f"(e.g. {missing[0]})",
                           hint="run `dgprecompile warm` with the same plan first, or pass --allow-missing")
     # the index does not say which planned kernel an extra entry belongs to, so every intact one travels
-    extra = {name: rec for name, rec in sorted(index.extra.items()) if store.check_entry(rec) is None}
+    extra = {name: rec for name, rec in sorted(index.extra.items()) if store.check_entry(rec, arch) is None}
     packed = Index(index.fingerprint, kernels, extra, [plan.summary()])
     entries = sorted({r.entry: r for r in [*kernels.values(), *extra.values()]}.values(), key=lambda r: r.entry)
 
@@ -248,6 +251,8 @@ def read_artifact(path: str | Path) -> Artifact:
     path = Path(path)
     seen: dict[str, str] = {}
     meta: dict[str, bytes] = {}
+    bad: dict[str, str] = {}  # entry file -> why the runtime could not load it
+    arch: str | None | bool = False  # the planned SM architecture, read from the manifest (the first member)
     with _open_stream(path) as f:
         try:
             with tarfile.open(fileobj=f, mode="r|gz") as tar:
@@ -263,6 +268,15 @@ def read_artifact(path: str | Path) -> Artifact:
                         if info.size > META_LIMIT:
                             raise _refuse(path, info.name, f"{info.size} bytes is too large")
                         meta[info.name] = stream.read()
+                    elif checked_files([info.name.rsplit("/", 1)[-1]]) and info.size <= META_LIMIT:
+                        # a file the runtime reads: checked on its bytes, as warm and verify check them on disk
+                        data = stream.read()
+                        seen[info.name] = hashlib.sha256(data).hexdigest()
+                        if arch is False:
+                            arch = _artifact_arch(meta.get(MANIFEST_MEMBER))
+                        problem = file_problem(info.name.rsplit("/", 1)[-1], data, arch or None)
+                        if problem:
+                            bad[info.name] = problem
                     else:
                         h = hashlib.sha256()
                         for chunk in iter(lambda s=stream: s.read(CHUNK), b""):
@@ -298,6 +312,10 @@ def read_artifact(path: str | Path) -> Artifact:
             raise InputError(f"{path}: member {name} is corrupt (sha256 {actual[name][:12]}..., the manifest says "
                              f"{str(want)[:12]}...); nothing was unpacked",
                              hint="download or copy the artifact again, or pack it again from the warmed cache")
+    if bad:
+        name, problem = sorted(bad.items())[0]
+        raise InputError(f"{path}: {len(bad)} entry files are not loadable, e.g. {name}: {problem}; nothing was "
+                         "unpacked", hint="pack it again from a cache that `dgprecompile verify` passes")
     try:
         index = Index.from_dict(_load_json(path, INDEX_MEMBER, meta[INDEX_MEMBER]), f"{path}:{INDEX_MEMBER}")
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -316,6 +334,17 @@ def read_artifact(path: str | Path) -> Artifact:
         odd = sorted(set(expected) ^ set(seen)) or sorted(k for k in seen if seen[k] != expected.get(k))
         raise InputError(f"{path}: the index does not match the archived files (e.g. {odd[0]})", hint=NOT_OURS_HINT)
     return art
+
+
+def _artifact_arch(manifest: bytes | None) -> str | None:
+    """The SM architecture of the artifact's sglang profile, or None when that cannot be told."""
+    from dgprecompile.planning.profiles import resolve_profile
+
+    try:
+        profile_id = json.loads(manifest)["plan"]["sglang_profile"]
+        return resolve_profile(str(profile_id))[0].sm_arch if profile_id else None
+    except (TypeError, ValueError, KeyError, DGError):
+        return None
 
 
 def _load_json(path: Path, member: str, data: bytes) -> Any:
@@ -403,6 +432,7 @@ def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool =
             result.warnings.append(f"the cache's index keeps its own fingerprint, which differs from the artifact's "
                                    f"(--force): {_fields(theirs)}")
 
+    arch = _artifact_arch(_json_bytes(art.manifest))
     records = art.entry_records()
     to_add: dict[str, EntryRecord] = {}
     for name, record in sorted(records.items()):
@@ -438,6 +468,7 @@ def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool =
     if not to_add and not index_changes:
         return result
 
+    store.require_writable("unpack into")
     created_root = not store.root.exists()
     installed: list[Path] = []
     staging: Path | None = None
@@ -446,7 +477,7 @@ def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool =
         if to_add:
             _extract(art, to_add, staging)
         for name in sorted(to_add):
-            if store.install_entry(staging / name):
+            if store.install_entry(staging / name, arch):
                 installed.append(store.entry_path(name))
                 result.added.append(name)
             elif _same_entry(store, to_add[name]):  # another process installed the same entry meanwhile

@@ -14,6 +14,7 @@ leaves nothing the runtime could mistake for a good entry.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -25,8 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dgprecompile.errors import CheckFailed, InputError
-from dgprecompile.fsutil import atomic_write_text, fsync_dir, tree_size
+from dgprecompile.cache.entrycheck import entry_problem
+from dgprecompile.errors import CheckFailed, CompileFailed, InputError, os_error
+from dgprecompile.fsutil import atomic_write_text, exchange_paths, fsync_dir, normalize_modes, tree_size
 
 INDEX_SCHEMA = 1
 OURS = "dgprecompile"
@@ -111,12 +113,30 @@ class CacheStore:
         for d in (self.entries_dir, self.ours / "locks", self.ours / "staging"):
             d.mkdir(parents=True, exist_ok=True)
 
+    def require_writable(self, doing: str) -> None:
+        """Refuse up front (one error, a hint) when this user cannot create entries here: a cache shared
+        read-only, owned by someone else, or on a read-only mount."""
+        dirs = [d for d in (self.root, self.entries_dir, self.ours, self.ours / "staging", self.ours / "locks")
+                if d.is_dir()]
+        if not dirs:  # nothing made yet: the directory it would be made in
+            parent = self.root
+            while not parent.exists() and parent != parent.parent:
+                parent = parent.parent
+            dirs = [parent]
+        for d in dirs:
+            if not os.access(d, os.W_OK | os.X_OK):
+                raise os_error(PermissionError(errno.EACCES, "Permission denied", str(d)), doing)
+        if os.statvfs(dirs[0]).f_flag & os.ST_RDONLY:
+            raise os_error(OSError(errno.EROFS, "Read-only file system", str(dirs[0])), doing)
+
     # -- index --
     def read_index(self) -> Index:
         try:
             text = self.index_path.read_text()
         except FileNotFoundError:
             return Index()
+        except OSError as exc:
+            raise os_error(exc, "read") from None
         try:
             return Index.from_dict(json.loads(text), str(self.index_path))
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
@@ -167,8 +187,9 @@ class CacheStore:
         size = sum((path / n).stat().st_size for n in files)
         return EntryRecord(entry, files, size, seconds, by)
 
-    def check_entry(self, record: EntryRecord) -> str | None:
-        """None when the entry is present with the recorded bytes, else what is wrong."""
+    def check_entry(self, record: EntryRecord, arch: str | None = None) -> str | None:
+        """None when the entry is present with the recorded bytes and those bytes are a loadable entry (a
+        recorded hash of an empty or cut-short file proves nothing), else what is wrong."""
         path = self.entry_path(record.entry)
         if not path.is_dir():
             return "missing"
@@ -178,16 +199,30 @@ class CacheStore:
                 return f"{name} missing"
             if sha256_file(f) != digest:
                 return f"{name} changed (sha256 mismatch)"
-        return None
+        problem = entry_problem(path, arch)
+        return None if problem is None else f"invalid: {problem}"
 
-    def install_entry(self, staged: Path) -> bool:
-        """Move a complete entry directory into cache/ with one rename. False if one is already there."""
-        self.entries_dir.mkdir(parents=True, exist_ok=True)
+    def entry_problem(self, entry: str, arch: str | None, required: tuple[str, ...] = ()) -> str | None:
+        """What is wrong with the entry on disk ("missing" when there is none), or None when it is loadable."""
+        return entry_problem(self.entry_path(entry), arch, required)
+
+    def _seal(self, staged: Path, arch: str | None, required: tuple[str, ...]) -> None:
+        problem = entry_problem(staged, arch, required)
+        if problem is not None:
+            raise CompileFailed(f"the built entry {staged.name} is not loadable ({problem}); nothing was installed")
+        normalize_modes(staged)  # the JIT may build with mkstemp (0600): others sharing the cache must read it
         for f in staged.iterdir():
             if f.is_file():
                 with open(f, "rb") as fh:
                     os.fsync(fh.fileno())
         fsync_dir(staged)
+
+    def install_entry(self, staged: Path, arch: str | None = None, required: tuple[str, ...] = ()) -> bool:
+        """Move a complete, checked entry directory into cache/ with one rename. False if one is already there.
+        Raises CompileFailed (and installs nothing) when a file the runtime reads is empty, cut short or built
+        for another architecture."""
+        self.entries_dir.mkdir(parents=True, exist_ok=True)
+        self._seal(staged, arch, required)
         target = self.entries_dir / staged.name
         if target.exists():
             shutil.rmtree(staged, ignore_errors=True)
@@ -201,6 +236,20 @@ class CacheStore:
             raise
         fsync_dir(self.entries_dir)
         return True
+
+    def replace_entry(self, staged: Path, arch: str | None = None, required: tuple[str, ...] = ()) -> None:
+        """Put a checked entry in place of an existing bad one, under the caller's kernel lock: one atomic
+        exchange of the two directories where the filesystem has it (a reader sees the old or the new entry,
+        never a mix), else a rename aside and a rename in."""
+        self._seal(staged, arch, required)
+        target = self.entries_dir / staged.name
+        aside = staged.with_name(staged.name + ".replaced")
+        if not exchange_paths(staged, target):
+            os.rename(target, aside)
+            os.rename(staged, target)
+            staged = aside
+        fsync_dir(self.entries_dir)
+        shutil.rmtree(staged, ignore_errors=True)
 
     def new_staging(self) -> Path:
         self.ensure()

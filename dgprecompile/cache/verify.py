@@ -22,13 +22,13 @@ from dgprecompile.keys.fingerprint import differences, make_fingerprint, short_i
 from dgprecompile.planning.plan import Plan
 from dgprecompile.toolchain import DeepGemmInstall, Nvcc, find_deepgemm, find_nvcc
 
-OK, MISSING, CHANGED = "ok", "missing", "changed"
+OK, MISSING, CHANGED, INVALID = "ok", "missing", "changed", "invalid"  # invalid: on disk but not loadable
 
 
 @dataclass
 class KernelCheck:
     kernel: str
-    status: str  # ok | missing | changed
+    status: str  # ok | missing | changed | invalid
     entry: str | None  # the entry name found or expected
     detail: str = ""
 
@@ -104,12 +104,16 @@ class VerifyReport:
         return [k.kernel for k in self.kernels if k.status == CHANGED]
 
     @property
+    def invalid(self) -> list[str]:
+        return [k.kernel for k in self.kernels if k.status == INVALID]
+
+    @property
     def fingerprint_checked(self) -> bool:
         return self.current_fingerprint is not None and bool(self.recorded_fingerprint)
 
     @property
     def complete(self) -> bool:
-        return not self.missing and not self.changed and not self.stale
+        return not self.missing and not self.changed and not self.invalid and not self.stale
 
     @property
     def problems(self) -> list[KernelCheck]:
@@ -141,6 +145,8 @@ class VerifyReport:
             parts.append(f"{len(self.missing)} missing")
         if self.changed:
             parts.append(f"{len(self.changed)} changed")
+        if self.invalid:
+            parts.append(f"{len(self.invalid)} not loadable (empty, cut short or another architecture)")
         if self.stale:
             parts.append("fingerprint differs in " + ", ".join(f for f, _, _ in self.stale))
         return f"incomplete: {ok}/{n} kernels ok; " + "; ".join(parts) + f" ({how})"
@@ -155,6 +161,7 @@ class VerifyReport:
             "kernels_ok": len(self.kernels) - len(self.problems),
             "missing": self.missing,
             "changed": self.changed,
+            "invalid": self.invalid,
             "stale": [{"field": f, "recorded": a, "current": b} for f, a, b in self.stale],
             "fingerprint_checked": self.fingerprint_checked,
             "fingerprint_id": short_id(self.recorded_fingerprint) if self.recorded_fingerprint else None,
@@ -203,6 +210,7 @@ def verify_cache(plan: Plan, store: CacheStore, *, nvcc: str | None = None,
 
     names = _runtime_names(plan, env, warnings)
     files = plan.profile.deepgemm.entry_files
+    arch = plan.profile.sm_arch
     if names is None and plan.profile.deepgemm.key_class is not None:
         warnings.append("falling back to index-only checks: coverage is as recorded, not proved")
     checks: list[KernelCheck] = []
@@ -210,33 +218,42 @@ def verify_cache(plan: Plan, store: CacheStore, *, nvcc: str | None = None,
         record = index.kernels.get(kid)
         expected = names.get(kid) if names else None
         if expected is not None:
-            checks.append(_check_proved(store, kid, record, expected, files))
+            checks.append(_check_proved(store, kid, record, expected, files, arch))
         elif record is None:
             checks.append(KernelCheck(kid, MISSING, None, "not in the index"))
         else:
-            problem = store.check_entry(record)
+            problem = store.check_entry(record, arch)
             if problem is None:
                 checks.append(KernelCheck(kid, OK, record.entry))
             elif problem == "missing":
                 checks.append(KernelCheck(kid, MISSING, record.entry, "indexed entry is not in the cache"))
             else:
-                checks.append(KernelCheck(kid, CHANGED, record.entry, problem))
+                checks.append(KernelCheck(kid, _status(problem), record.entry, problem))
     return VerifyReport(plan, str(store.root), generation, checks, index.fingerprint, env.fingerprint, stale,
                         "proved" if names is not None else "index", warnings)
 
 
-def _check_proved(store: CacheStore, kid: str, record, expected: str, files: tuple[str, ...]) -> KernelCheck:
+def _status(problem: str) -> str:
+    return INVALID if problem.startswith("invalid") else CHANGED
+
+
+def _check_proved(store: CacheStore, kid: str, record, expected: str, files: tuple[str, ...],
+                  arch: str) -> KernelCheck:
     entry = store.entry_path(expected)
     if not all((entry / name).is_file() for name in files):
         if record is not None and record.entry != expected:
             return KernelCheck(kid, MISSING, expected,
                                f"the index records {record.entry}, but the runtime here looks for {expected}")
         return KernelCheck(kid, MISSING, expected, f"no {' + '.join(files)} under the runtime's entry name")
+    # the bytes on disk first: a checksum recorded for an empty or cut-short cubin would match it
+    bad = store.entry_problem(expected, arch, files)
+    if bad is not None:
+        return KernelCheck(kid, INVALID, expected, f"invalid: {bad}")
     if record is None:
         return KernelCheck(kid, OK, expected, "present, not in the index (no checksum)")
     if record.entry != expected:
         return KernelCheck(kid, OK, expected, f"present; the index records {record.entry} (no checksum)")
-    problem = store.check_entry(record)
+    problem = store.check_entry(record, arch)
     if problem is None:
         return KernelCheck(kid, OK, expected)
-    return KernelCheck(kid, MISSING if problem == "missing" else CHANGED, expected, problem)
+    return KernelCheck(kid, MISSING if problem == "missing" else _status(problem), expected, problem)

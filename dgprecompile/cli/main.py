@@ -50,6 +50,12 @@ class LazyGroup(click.Group):
             command = " ".join(p for p in (ctx.command_path, ctx.invoked_subcommand) if p)
             _output(ctx).error(exc.message, exc.hint or f"see `{command} --help`")
             ctx.exit(exc.exit_code)
+        except OSError as exc:  # a file this user may not read or write (a shared or read-only cache)
+            from dgprecompile.errors import os_error
+
+            err = os_error(exc)
+            _output(ctx).error(err.message, err.hint)
+            ctx.exit(err.exit_code)
         except KeyboardInterrupt:
             _output(ctx).error("interrupted: nothing half-written was left in the cache")
             ctx.exit(_interrupt_code())

@@ -94,6 +94,9 @@ def render(out: Output, result: WarmResult) -> None:
                                "workers", "cache size"],
               [[len(result.compiled), len(result.cached), len(result.failed), f"{result.wall_seconds:.1f} s",
                 f"{sum(result.compiled.values()):.1f} s", result.workers, f"{result.cache_bytes / 1e6:.1f} MB"]])
-    if result.failed:
+    if result.no_space:
+        out.error(f"{result.no_space}; {len(result.failed)} kernels not built, nothing partial was installed",
+                  result.no_space_hint)
+    elif result.failed:
         out.error(f"{len(result.failed)} of {result.kernels} kernels failed to compile: "
                   + ", ".join(sorted(result.failed)[:5]), "the compiler's output for each is printed above")

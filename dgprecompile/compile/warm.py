@@ -24,7 +24,8 @@ from typing import Any
 
 from dgprecompile.cache.store import CacheStore, resolve_cache_dir
 from dgprecompile.compile.backends import WorkItem, backend_for
-from dgprecompile.errors import EXIT_COMPILE_FAILED, EXIT_OK, EnvironmentProblem, InputError
+from dgprecompile.errors import EXIT_COMPILE_FAILED, EXIT_ENVIRONMENT, EXIT_OK, EnvironmentProblem, InputError
+from dgprecompile.fsutil import free_bytes, human_bytes, mount_point
 from dgprecompile.generations import BACKEND_NEEDS_GPU
 from dgprecompile.keys.fingerprint import differences, make_fingerprint
 from dgprecompile.planning.plan import Plan
@@ -75,6 +76,8 @@ class WarmResult:
     cached: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     fatal: list[str] = field(default_factory=list)  # workers that could not start
+    no_space: str | None = None  # the first "no space left on <mount>" a worker met; the rest was not started
+    no_space_hint: str | None = None  # what to free, and roughly how much the unbuilt kernels need
     ready_seconds: list[float] = field(default_factory=list)  # when each worker was set up, from the start
     last_result_seconds: float = 0.0  # when the last kernel finished, from the start
     wall_seconds: float = 0.0
@@ -90,6 +93,8 @@ class WarmResult:
 
     @property
     def return_code(self) -> int:
+        if self.no_space:
+            return EXIT_ENVIRONMENT
         return EXIT_OK if self.ok else EXIT_COMPILE_FAILED
 
     def to_dict(self) -> dict[str, Any]:
@@ -97,7 +102,7 @@ class WarmResult:
                 "compiled": len(self.compiled), "already_cached": len(self.cached), "failed": len(self.failed),
                 "failures": self.failed, "wall_seconds": round(self.wall_seconds, 2),
                 "compile_seconds_sum": round(sum(self.compiled.values()), 2), "cache_bytes": self.cache_bytes,
-                "workers": self.workers,
+                "workers": self.workers, "no_space": self.no_space,
                 "timeline": {"workers_ready_first_s": round(min(self.ready_seconds), 2) if self.ready_seconds else None,
                              "workers_ready_last_s": round(max(self.ready_seconds), 2) if self.ready_seconds else None,
                              "last_kernel_done_s": round(self.last_result_seconds, 2)}}
@@ -177,8 +182,32 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
         raise InputError("--jobs must be at least 1", hint="omit --jobs for one worker per CPU core")
     jobs = max(1, min(jobs, len(items))) if items else 1
     items.sort(key=_estimated_cost, reverse=True)
+    store.require_writable("write to")
+    _check_space(store, plan, items, [] if stale else None)
     return WarmSetup(plan, backend, store, fingerprint, stale, items, jobs,
                      [gpus[i % len(gpus)] for i in range(jobs)], job_common, rank, world, notes)
+
+
+def _check_space(store: CacheStore, plan: Plan, items: list[WorkItem], index_kernels=None) -> None:
+    """Refuse before compiling anything when the cache's filesystem cannot hold what is left to build (the
+    profile's bytes_per_entry per kernel not yet in the index), instead of failing half-way on a full disk."""
+    index = store.read_index()
+    known = index.kernels if index_kernels is None else {}
+    pending = [it for it in items
+               if it.kernel not in known or not store.entry_path(known[it.kernel].entry).is_dir()]
+    need = len(pending) * plan.profile.bytes_per_entry
+    if not need:
+        return
+    try:
+        free = free_bytes(store.root)
+    except OSError:
+        return
+    if free < need:
+        mount = mount_point(store.root)
+        raise EnvironmentProblem(
+            f"not enough space on {mount} for the cache: {human_bytes(free)} free, the plan needs about "
+            f"{human_bytes(need)} ({len(pending)} kernels x {human_bytes(plan.profile.bytes_per_entry)})",
+            hint=f"free space on {mount}, or pass --cache-dir on a larger filesystem")
 
 
 def _record_plan(setup: WarmSetup) -> None:
@@ -255,7 +284,8 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
                     pass
 
     try:
-        job = {"backend": setup.backend, "cache_dir": str(store.root), **setup.job_common}
+        job = {"backend": setup.backend, "cache_dir": str(store.root), "arch": setup.plan.profile.sm_arch,
+               "bytes_per_entry": setup.plan.profile.bytes_per_entry, **setup.job_common}
         job_path = tmp / "job.json"
         job_path.write_text(json.dumps(job))
         spec, child_fds = [], []
@@ -306,6 +336,11 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
                             settle(i)
                         continue
                     _handle(event, result, on_event)
+                    if event.get("no_space") and queue:  # the filesystem is full: the rest would fail the same way
+                        for item in queue:
+                            result.failed[item.kernel] = "not started: " + event["error"]
+                            on_event({"event": "failed", "kernel": item.kernel, "error": "not started (no space)"})
+                        queue.clear()
                     if kind == "ready":
                         result.ready_seconds.append(time.perf_counter() - start)
                     if kind in ("done", "failed"):
@@ -340,6 +375,10 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
         store.clean_stale_staging()
         shutil.rmtree(tmp, ignore_errors=True)
     result.wall_seconds = time.perf_counter() - start
+    if result.no_space:
+        need = len(result.failed) * setup.plan.profile.bytes_per_entry
+        result.no_space_hint = (f"free space there (about {human_bytes(need)} more for the {len(result.failed)} "
+                                "kernels not built), or pass --cache-dir on a larger filesystem; then warm again")
     result.cache_bytes = store.size_bytes()
     return result
 
@@ -363,6 +402,8 @@ def _handle(event: dict[str, Any], result: WarmResult, on_event: Callable[[dict[
             result.cached.append(kernel)
     elif kind == "failed":
         result.failed[kernel] = event.get("error", "failed")
+        if event.get("no_space") and result.no_space is None:
+            result.no_space = event.get("error")
     elif kind == "fatal":
         result.fatal.append(event.get("error", "worker failed to start"))
     on_event(event)

@@ -15,6 +15,7 @@ from dgprecompile.kernels import KernelSpec
 class StagingWorker:
     def __init__(self, job: dict[str, Any]):
         self.store = CacheStore(job["cache_dir"])
+        self.arch: str | None = job.get("arch")  # every built cubin is checked against it before it is installed
         self.store.ensure()
         self.staging = self.store.new_staging()
 
@@ -36,18 +37,23 @@ class KeyedWorker(StagingWorker):
         """Build the entry in the staging root; return its directory and the compile seconds."""
         raise NotImplementedError
 
-    def _present(self, entry: str) -> bool:
-        path = self.store.entry_path(entry)
-        return all((path / name).is_file() for name in self.required_files)
+    def _problem(self, entry: str) -> str | None:
+        """None when a loadable entry is there: every required file present, cubins whole and for the planned
+        architecture (an empty kernel.cubin left by a full disk is not "already cached")."""
+        return self.store.entry_problem(entry, self.arch, self.required_files)
 
     def compile(self, item: WorkItem) -> tuple[str, list[str], float]:
         spec = KernelSpec(item.family, tuple(item.params.items()))
         entry = self.entry_name(spec)
-        if self._present(entry):
+        if self._problem(entry) is None:
             return "cached", [entry], 0.0
         with self.store.kernel_lock(item.kernel):
-            if self._present(entry):  # another warm finished it while we waited
+            problem = self._problem(entry)
+            if problem is None:  # another warm finished it while we waited
                 return "cached", [entry], 0.0
             staged, seconds = self.build(item, spec, entry)
-            installed = self.store.install_entry(staged)
-            return ("compiled" if installed else "adopted"), [entry], seconds
+            if problem == "missing":
+                installed = self.store.install_entry(staged, self.arch, self.required_files)
+                return ("compiled" if installed else "adopted"), [entry], seconds
+            self.store.replace_entry(staged, self.arch, self.required_files)  # a bad entry: swap in the good one
+            return "replaced", [entry], seconds

@@ -96,11 +96,11 @@ class CxxWorker(StagingWorker):
 
     def compile(self, item: WorkItem) -> tuple[str, list[str], float]:
         recorded = self.store.read_index().kernels.get(item.kernel)
-        if recorded is not None and self.store.check_entry(recorded) is None:
+        if recorded is not None and self.store.check_entry(recorded, self.arch) is None:
             return "cached", [recorded.entry], 0.0
         with self.store.kernel_lock(item.kernel):
             recorded = self.store.read_index().kernels.get(item.kernel)  # another warm may have finished it
-            if recorded is not None and self.store.check_entry(recorded) is None:
+            if recorded is not None and self.store.check_entry(recorded, self.arch) is None:
                 return "cached", [recorded.entry], 0.0
             start = time.perf_counter()
             self._launch(item)
@@ -109,6 +109,12 @@ class CxxWorker(StagingWorker):
             if not fresh:
                 raise CompileFailed(f"launching {item.kernel} created no cache entry (it was already loaded in this "
                                     "worker): the plan holds two ids for one kernel")
-            installed = [self.store.install_entry(path) for path in fresh]
+            installed = []
+            for path in fresh:  # a bad entry already there (a full disk's leftovers) is swapped for the new one
+                if self.store.entry_problem(path.name, self.arch) not in (None, "missing"):
+                    self.store.replace_entry(path, self.arch)
+                    installed.append(True)
+                else:
+                    installed.append(self.store.install_entry(path, self.arch))
             # an entry that was already in the cache (made by the runtime or another tool) is adopted as is
             return ("compiled" if installed[0] else "adopted"), [p.name for p in fresh], seconds
