@@ -216,3 +216,97 @@ def test_plan_for_another_generation_is_refused(runner, tmp_path):
                     "--cache-dir", tmp_path)
     assert result.exit_code == 3
     assert "installed one is legacy" in result.stderr
+
+
+SUPERVISOR = r'''
+import ctypes, json, os, signal, subprocess, sys, time
+ctypes.CDLL(None).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER: whatever warm leaves behind becomes our child
+signum, argv, env = int(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3])
+proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+def tree(root):
+    kids = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stat = open(f"/proc/{d}/stat").read()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            kids.setdefault(ppid, []).append(int(d))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo += kids.get(pid, [])
+    return out
+
+def comm(pid):
+    try:
+        stat = open(f"/proc/{pid}/stat").read()
+        return stat.split("(", 1)[1].rsplit(")", 1)[0], stat.rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None, None
+
+deadline = time.time() + 300
+while time.time() < deadline and proc.poll() is None:  # wait until a compiler runs under a worker
+    if any(comm(p)[0] in ("nvcc", "cicc", "ptxas", "cudafe++") for p in tree(proc.pid)):
+        break
+    time.sleep(0.05)
+compiling = proc.poll() is None
+time.sleep(0.5)
+proc.send_signal(signum)
+out, err = proc.communicate(timeout=120)
+time.sleep(0.5)
+left = [(p, *comm(p)) for p in tree(os.getpid()) if p != os.getpid()]
+print(json.dumps({"rc": proc.returncode, "stderr": err, "compiling": compiling, "left": left}))
+'''
+
+
+@pytest.mark.parametrize("signum,code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_sigterm_and_sighup_stop_warm_like_ctrl_c(tmp_path, smallest_key_manifest, signum, code):
+    """What schedulers, `timeout` and a closed terminal send: every worker and compiler stopped (none left
+    running or defunct, watched from a subreaper), scratch and staging removed, one line, exit 128 + signal."""
+    cache, scratch = tmp_path / "dg", tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    argv = [sys.executable, "-m", "dgprecompile", *map(str, warm_cmd(smallest_key_manifest, cache, "--jobs", "2"))]
+    res = subprocess.run([sys.executable, "-c", SUPERVISOR, str(int(signum)), json.dumps(argv), json.dumps(env)],
+                         capture_output=True, text=True, timeout=600)
+    report = json.loads(res.stdout)
+    assert report["compiling"], report
+    assert report["rc"] == code, report["stderr"]
+    err = report["stderr"]
+    assert "Traceback" not in err and "BrokenPipe" not in err
+    assert err.strip().splitlines()[-1] == (f"interrupted ({signal.Signals(signum).name}): nothing half-written "
+                                            "was left in the cache"), err
+    assert report["left"] == [], report["left"]  # no nvcc/cicc/ptxas alive or defunct, no worker
+    assert not [p.name for p in scratch.iterdir() if p.name.startswith("dgprecompile-warm-")]
+    assert not list((cache / "dgprecompile" / "staging").iterdir())
+    for entry in (cache / "cache").iterdir():
+        assert (entry / "kernel.cubin").is_file() and (entry / "kernel.cu").is_file()
+
+
+def test_a_worker_whose_warm_is_gone_exits_without_a_traceback(tmp_path, smallest_key_manifest):
+    """The event pipe to the parent closes under a worker (its warm was killed): the worker's log must not
+    fill with a BrokenPipeError traceback, and it stops (exit 141: the SIGPIPE it stands for)."""
+    job = tmp_path / "job.json"
+    plan = read_manifest(smallest_key_manifest)
+    ctx = LegacyKeyContext.build(find_deepgemm(), find_nvcc(NVCC))
+    job.write_text(json.dumps({"backend": "legacy", "cache_dir": str(tmp_path / "dg"), "arch": "sm_90a",
+                               "key_context": ctx.__dict__}))
+    events_r, events_w = os.pipe()
+    log = tmp_path / "worker.log"
+    item = {"kernel": "x", "family": "gemm_fp8_fp8_bf16_nt", "params": {}, "kernel_type": "GEMM_NT_F8F8BF16",
+            "n": 1, "k": 1, "num_groups": 1, "m": 1}
+    with open(log, "wb") as logf:
+        proc = subprocess.Popen([sys.executable, "-m", "dgprecompile.compile.worker", str(job)],
+                                stdin=subprocess.PIPE, stdout=events_w, stderr=logf, text=True)
+    os.close(events_w)
+    with os.fdopen(events_r) as events:
+        assert json.loads(events.readline())["event"] == "ready"
+    assert plan.kernels  # the reader is gone now; the worker's next event hits a closed pipe
+    proc.stdin.write(json.dumps(item) + "\n")
+    proc.stdin.close()
+    assert proc.wait(timeout=120) == 141
+    assert "Traceback" not in log.read_text(), log.read_text()

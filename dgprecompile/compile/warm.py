@@ -226,6 +226,13 @@ def _record_plan(setup: WarmSetup) -> None:
 
 
 def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lambda e: None) -> WarmResult:
+    """Compile ``setup``'s kernels. SIGTERM and SIGHUP are handled like Ctrl-C: the workers and their compilers
+    are stopped, the scratch directory and staging roots removed, and errors.Interrupted is raised."""
+    with signals_interrupt():
+        return _run_warm(setup, on_event)
+
+
+def _run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None]) -> WarmResult:
     store = setup.store
     store.ensure()
     store.clean_stale_staging()
@@ -361,7 +368,9 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
             why = "no worker left to compile it (see the errors above)"
             result.failed[kernel] = why
             on_event({"event": "failed", "kernel": kernel, "error": why})
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP (errors.Interrupted): stop everything, then clean up
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN)
         _stop(zygote, worker_pids)
         raise
     finally:

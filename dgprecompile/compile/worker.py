@@ -18,6 +18,79 @@ import time
 import traceback
 
 
+class _Stop(BaseException):
+    """Raised in a worker by SIGTERM/SIGHUP/SIGINT (or a closed event pipe), so that its cleanup runs: the compile
+    in flight is killed by subprocess, a half-written index update is removed, the staging root is deleted."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _reap_tree(grace: float = 5.0) -> None:
+    """Stop this worker's compiler processes (its process group) and wait for every one of them, so no nvcc,
+    cicc or ptxas outlives it or is left defunct (the worker is their subreaper: orphans come back to it)."""
+    if os.getpgrp() != os.getpid():  # not a forked worker leading its own group: never signal someone else's
+        return
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+    try:
+        os.killpg(0, signal.SIGTERM)
+    except OSError:
+        pass
+    deadline = time.monotonic() + grace
+    killed = False
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            if not killed and time.monotonic() > deadline:
+                try:
+                    os.killpg(0, signal.SIGKILL)
+                except OSError:
+                    pass
+                killed = True
+            time.sleep(0.02)
+
+
+def _on_signal(signum, _frame) -> None:
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+    raise _Stop(signum)
+
+
+def _no_space(exc: BaseException, text: str, job: dict) -> str | None:
+    """A message naming the full filesystem if ``exc`` (or the compiler's output in ``text``) says it ran out of
+    space or quota, else None."""
+    import errno
+
+    from dgprecompile.fsutil import NO_SPACE_ERRNOS, free_bytes, space_message
+
+    code = getattr(exc, "errno", None)
+    if code not in NO_SPACE_ERRNOS:
+        if "No space left on device" in text:
+            code = errno.ENOSPC
+        elif "Disk quota exceeded" in text:
+            code = errno.EDQUOT
+        else:
+            try:  # the compiler may say only "write error" or leave a cut-short cubin: look at the filesystem
+                if free_bytes(job["cache_dir"]) >= int(job.get("bytes_per_entry") or 0):
+                    return None
+            except OSError:
+                return None
+            code = errno.ENOSPC
+    where = job["cache_dir"]
+    tmp = os.environ.get("TMPDIR") or "/tmp"
+    try:  # nvcc's intermediates live in TMPDIR: name that filesystem when it is the full one
+        if free_bytes(where) >= 2 * int(job.get("bytes_per_entry") or 0) and free_bytes(tmp) < free_bytes(where):
+            where = tmp
+    except OSError:
+        pass
+    return space_message(where, code, doing="compiling")[0]
+
+
 def serve(job: dict) -> int:
     """One worker: set up the backend, then compile what arrives on stdin until it closes."""
     event_fd = os.dup(1)
@@ -25,7 +98,10 @@ def serve(job: dict) -> int:
     events = os.fdopen(event_fd, "w", buffering=1)
 
     def emit(**event) -> None:
-        events.write(json.dumps(event) + "\n")
+        try:
+            events.write(json.dumps(event) + "\n")
+        except (BrokenPipeError, ValueError):  # warm is gone (stopped or killed): stop quietly, no traceback
+            raise _Stop(signal.SIGPIPE) from None
 
     from dgprecompile.cache.store import CacheStore
     from dgprecompile.compile.backends import WorkItem, load_worker_backend
@@ -36,6 +112,7 @@ def serve(job: dict) -> int:
     except DGError as exc:
         emit(event="fatal", error=exc.message)
         return 3
+    close = getattr(backend, "close", None)
     store = CacheStore(job["cache_dir"])
     failures = 0
     emit(event="ready")
@@ -48,29 +125,33 @@ def serve(job: dict) -> int:
             emit(event="start", kernel=item.kernel, t=time.time())
             try:
                 status, entries, seconds = backend.compile(item)
-            except DGError as exc:
-                failures += 1
-                emit(event="failed", kernel=item.kernel, error=exc.message)
-                continue
-            except Exception as exc:  # a library error: report it with the kernel's name, go on with the rest
-                failures += 1
-                emit(event="failed", kernel=item.kernel,
-                     error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}")
-                continue
-            records = [store.record_entry(e, seconds if status == "compiled" else None,
-                                          "warm" if status == "compiled" else "adopted") for e in entries]
-            if status == "adopted":
-                status = "cached"
+                replaced = status == "replaced"  # a bad entry (empty or cut-short cubin) was rebuilt and swapped
+                status = "compiled" if replaced else status
+                records = [store.record_entry(e, seconds if status == "compiled" else None,
+                                              "warm" if status == "compiled" else "adopted") for e in entries]
+                if status == "adopted":
+                    status = "cached"
 
-            def mutate(index, kernel=item.kernel, records=records):
-                index.kernels[kernel] = records[0]
-                for extra in records[1:]:
-                    index.extra[extra.entry] = extra
+                def mutate(index, kernel=item.kernel, records=records):
+                    index.kernels[kernel] = records[0]
+                    for extra in records[1:]:
+                        index.extra[extra.entry] = extra
 
-            store.update_index(mutate)
-            emit(event="done", kernel=item.kernel, status=status, entries=entries, seconds=seconds)
+                store.update_index(mutate)
+            except (DGError, Exception) as exc:  # report it with the kernel's name, go on with the rest
+                failures += 1
+                text = exc.message if isinstance(exc, DGError) else f"{type(exc).__name__}: {exc}"
+                full = _no_space(exc, text, job)
+                if full:
+                    emit(event="failed", kernel=item.kernel, error=full, no_space=True)
+                elif isinstance(exc, DGError):
+                    emit(event="failed", kernel=item.kernel, error=text)
+                else:
+                    emit(event="failed", kernel=item.kernel, error=f"{text}\n{traceback.format_exc(limit=3)}")
+                continue
+            emit(event="done", kernel=item.kernel, status=status, entries=entries, seconds=seconds,
+                 replaced=replaced)
     finally:
-        close = getattr(backend, "close", None)
         if close:
             close()
     return 1 if failures else 0
@@ -82,6 +163,15 @@ def _die_with_parent() -> None:
         import ctypes
 
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _set_subreaper() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
     except (OSError, AttributeError):
         pass
 
@@ -98,7 +188,12 @@ def zygote(job: dict, workers: list[dict]) -> int:
         pid = os.fork()
         if pid == 0:
             _die_with_parent()
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            # its own process group, and the subreaper of everything it starts: stopping it stops its nvcc tree
+            os.setpgid(0, 0)
+            _set_subreaper()
+            signal.signal(signal.SIGTERM, _on_signal)
+            signal.signal(signal.SIGHUP, _on_signal)
+            signal.signal(signal.SIGINT, _on_signal)
             os.dup2(w["in_fd"], 0)
             os.dup2(w["out_fd"], 1)
             log = os.open(w["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -114,12 +209,15 @@ def zygote(job: dict, workers: list[dict]) -> int:
             code = 1
             try:
                 code = serve(job)
+            except _Stop as stop:
+                code = 128 + stop.signum
             finally:
+                _reap_tree()
                 sys.stdout.flush()
                 sys.stderr.flush()
                 os._exit(code)
         children[pid] = i
-        out.write(json.dumps({"event": "spawned", "worker": i, "pid": pid}) + "\n")
+        _tell(out, {"event": "spawned", "worker": i, "pid": pid})
     for fd in own_fds:
         os.close(fd)
 
@@ -131,6 +229,7 @@ def zygote(job: dict, workers: list[dict]) -> int:
                 pass
 
     signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGHUP, stop)
     signal.signal(signal.SIGINT, stop)
     worst = 0
     while children:
@@ -143,8 +242,15 @@ def zygote(job: dict, workers: list[dict]) -> int:
             continue
         code = os.waitstatus_to_exitcode(status)
         worst = max(worst, 1 if code else 0)
-        out.write(json.dumps({"event": "exit", "worker": i, "code": code}) + "\n")
+        _tell(out, {"event": "exit", "worker": i, "code": code})
     return worst
+
+
+def _tell(out, event: dict) -> None:
+    try:
+        out.write(json.dumps(event) + "\n")
+    except (BrokenPipeError, ValueError):  # warm stopped reading: keep reaping the workers all the same
+        pass
 
 
 def main(argv: list[str]) -> int:
@@ -152,7 +258,13 @@ def main(argv: list[str]) -> int:
         job = json.load(f)
     if "--zygote" in argv:
         return zygote(job, json.loads(os.environ["DGPRECOMPILE_WORKERS"]))
-    return serve(job)
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGHUP, _on_signal)
+    try:
+        return serve(job)
+    except _Stop as stop:
+        _reap_tree()
+        return 128 + stop.signum
 
 
 if __name__ == "__main__":
