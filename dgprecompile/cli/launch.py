@@ -77,7 +77,7 @@ def render_prepared(out: Output, prepared: PreparedLaunch) -> None:
     out.table(f"environment for the job ({strict}, sglang {plan.profile.id}, {plan.profile.generation} DeepGEMM)",
               ["variable", "value", "why"],
               [[s.name, s.value, s.why + (" (already set)" if s.kept else "")] for s in prepared.env.settings],
-              to_stderr=True)
+              to_stderr=True, no_wrap=("variable",))
     for note in prepared.env.notes:
         out.info(f"[dim]note:[/] {note}")
     out.info("starting: " + shlex.join(prepared.opts.command))

@@ -69,23 +69,26 @@ def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc
         out.warn(f"cache index was built for {field}={was!r}, now {now!r}: its entries will not be found; "
                  "re-indexing for this environment")
 
-    progress = out.progress(len(setup.items), "warming")
-    task = progress.task_ids[0]
+    progress = out.progress(len(setup.items), "warming", seconds_per_item=plan.profile.seconds_per_kernel,
+                            workers=setup.workers)
 
     def on_event(event):
         kind = event.get("event")
         if kind == "fatal":
             out.err.print(f"[red]worker failed to start:[/] {event.get('error', '')}")
         elif kind == "start":
-            progress.update(task, current=event["kernel"])
+            progress.started(event["kernel"])
+        elif kind == "tick":
+            progress.tick()
         elif kind in ("done", "failed"):
-            progress.advance(task)
-            if kind == "failed":
+            progress.finished(compiled=kind == "done" and event.get("status") == "compiled")
+            if event.get("replaced"):
+                out.warn(f"{event['kernel']}: the entry in the cache was not loadable; rebuilt and replaced it")
+            if kind == "failed" and not event.get("error", "").startswith("not started"):
                 out.err.print(f"[red]failed:[/] {event['kernel']}\n{event.get('error', '')}")
 
     with progress:
         result = run_warm(setup, on_event)
-        progress.update(task, current="")
     return out.report(result, render)
 
 

@@ -35,6 +35,7 @@ from dgprecompile.toolchain import find_deepgemm, find_nvcc
 # tree. nvcc runs its stages (cudafe++, cicc, ptxas, the host compiler) one at a time under one driver; one
 # nvcc 13.0 compile of a DeepGEMM kernel peaked at 4 tasks (docs/root-cause.md, "measured"). Workers pin
 # OpenBLAS/OpenMP to one thread each.
+TICK_SECONDS = 1.0  # how often the parent wakes without events (progress lines on a non-terminal)
 WORKER_BASE_TASKS = 1
 COMPILER_TREE_TASKS = 4
 WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
@@ -316,7 +317,10 @@ def _run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None]) -> W
         buffers: dict[object, str] = {}
         open_streams = n + 1
         while open_streams:
-            for sk, _ in sel.select():
+            ready = sel.select(timeout=TICK_SECONDS)
+            if not ready:
+                on_event({"event": "tick"})  # lets a plain (non-TTY) progress report print on time, no thread
+            for sk, _ in ready:
                 who = sk.data
                 chunk = os.read(sk.fileobj.fileno(), 65536).decode(errors="replace")
                 if not chunk:
