@@ -4,7 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # The legacy Python-JIT DeepGEMM that sglang 0.5.0-0.5.1.x runs ships inside sgl-kernel 0.3.5 (its deep_gemm package).
+# Set-up downloads that wheel once (kept in $(WHEELS)) and installs only its 27 MB deep_gemm/ package, with a small
+# dist-info naming sgl-kernel 0.3.5, instead of the whole 1.1 GB sgl-kernel (tools/unpack_deep_gemm.py).
 LEGACY_DG := sgl-kernel==0.3.5
+WHEELS := $(VENV)/wheels
 # sgl-deep-gemm 0.1.3 (sglang 0.5.14) beside it, in its own folder (both are a top-level deep_gemm): the tests build
 # its kernels with nvcc and need only its headers.
 DG013 := $(VENV)/sgl-deep-gemm-0.1.3
@@ -31,7 +34,11 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==$(TORCH)
 	$(BIN)/pip install -q -e '.[dev,legacy]'
-	$(BIN)/pip install -q --no-deps $(LEGACY_DG)
+	@echo "set-up: downloading the $(LEGACY_DG) wheel into $(WHEELS) (once) to install only its deep_gemm package"
+	$(BIN)/pip download -q --no-deps --only-binary :all: -d $(WHEELS) $(LEGACY_DG)
+	$(BIN)/pip uninstall -q -y sgl-kernel
+	$(BIN)/python tools/unpack_deep_gemm.py $(WHEELS)/sgl_kernel-0.3.5-*.whl \
+	    $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 	$(BIN)/pip install -q --no-deps --target $(DG013) sgl-deep-gemm==0.1.3
 	for v in $(DG_RELEASES); do $(BIN)/pip install -q --no-deps --target $(VENV)/sgl-deep-gemm-$$v sgl-deep-gemm==$$v || exit 1; done
 	touch $(STAMP)
@@ -68,7 +75,7 @@ gpu-test: $(STAMP)
 	$(BIN)/pytest -q -m gpu tests/gpu
 
 lint: $(STAMP)
-	$(BIN)/ruff check dgprecompile tests bench examples
+	$(BIN)/ruff check dgprecompile tests bench examples tools
 
 clean:
 	rm -rf $(VENV) .cache out

@@ -1,0 +1,70 @@
+"""Install only the `deep_gemm/` package of a downloaded wheel into a site-packages (what `make setup` uses).
+
+The legacy Python-JIT DeepGEMM that sglang 0.5.0-0.5.1.x runs ships inside sgl-kernel 0.3.5: a 294 MiB wheel
+(1.1 GB installed) of which dgprecompile needs the 27 MB `deep_gemm/` package. This copies that package out of
+the wheel and writes a small `<dist>-<version>.dist-info` beside it (METADATA, INSTALLER, and a RECORD listing
+only the files copied, with the wheel's own hashes), so `importlib.metadata` reports the same distribution and
+version as a full install: the cache fingerprint (and every key derived from it) is the one a job with the
+whole sgl-kernel computes, and `pip uninstall sgl-kernel` removes exactly these files.
+
+    python tools/unpack_deep_gemm.py WHEEL SITE_PACKAGES
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import shutil
+import sys
+import zipfile
+from email.parser import Parser
+from pathlib import Path
+
+PACKAGE = "deep_gemm/"
+
+
+def unpack(wheel: Path, site: Path) -> tuple[str, str, int]:
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        info_dir = next(n.split("/")[0] for n in names if n.split("/")[0].endswith(".dist-info"))
+        meta = Parser().parsestr(zf.read(f"{info_dir}/METADATA").decode())
+        dist, version = meta["Name"], meta["Version"]
+        record = {row[0]: row for row in csv.reader(io.StringIO(zf.read(f"{info_dir}/RECORD").decode())) if row}
+        members = [n for n in names if n.startswith(PACKAGE) and not n.endswith("/")]
+        if not members:
+            raise SystemExit(f"{wheel} holds no {PACKAGE} package")
+        if (site / PACKAGE).exists():
+            shutil.rmtree(site / PACKAGE)
+        for name in members:
+            target = site / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(name) as src, open(target, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+    out_info = site / info_dir
+    if out_info.exists():
+        shutil.rmtree(out_info)
+    out_info.mkdir()
+    (out_info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n"
+        f"Summary: only the {PACKAGE} package of {wheel.name}, unpacked by dgprecompile's `make setup`\n")
+    (out_info / "INSTALLER").write_text("dgprecompile-make-setup\n")
+    rows = [record.get(n, [n, "", ""]) for n in members]
+    rows += [[f"{info_dir}/{n}", "", ""] for n in ("METADATA", "INSTALLER", "RECORD")]
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(rows)
+    (out_info / "RECORD").write_text(buf.getvalue())
+    return dist, version, len(members)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
+        return 2
+    wheel, site = Path(argv[0]), Path(argv[1])
+    dist, version, count = unpack(wheel, site)
+    print(f"installed {PACKAGE} only ({count} files) from {dist} {version} into {site}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
