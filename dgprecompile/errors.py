@@ -6,10 +6,6 @@ hint naming the command or setting that fixes it, and the exit code the CLI retu
 
 from __future__ import annotations
 
-import signal
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1  # a check ran and found a problem (verify incomplete, doctor predicts failure)
 EXIT_USAGE = 2  # bad input: unknown model, impossible parallel layout, unreadable file
@@ -54,36 +50,6 @@ class CheckFailed(DGError):
 
 class CompileFailed(DGError):
     exit_code = EXIT_COMPILE_FAILED
-
-
-class Interrupted(KeyboardInterrupt):
-    """SIGTERM or SIGHUP (a scheduler, `timeout`, a closed terminal), handled like Ctrl-C: the command stops its
-    workers, removes its scratch, and exits 128 + the signal number."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
-        self.exit_code = 128 + signum
-
-
-@contextmanager
-def signals_interrupt(signums: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)) -> Iterator[None]:
-    """Within the block, the given signals raise :class:`Interrupted` in the main thread (then restored)."""
-
-    def raise_interrupted(signum, _frame):
-        raise Interrupted(signum)
-
-    old = {}
-    for signum in signums:
-        try:
-            old[signum] = signal.signal(signum, raise_interrupted)
-        except ValueError:  # not the main thread: leave the signals alone
-            pass
-    try:
-        yield
-    finally:
-        for signum, handler in old.items():
-            signal.signal(signum, handler)
 
 
 def os_error(exc: OSError, doing: str = "use") -> DGError:

@@ -227,13 +227,8 @@ def _record_plan(setup: WarmSetup) -> None:
 
 
 def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lambda e: None) -> WarmResult:
-    """Compile ``setup``'s kernels. SIGTERM and SIGHUP are handled like Ctrl-C: the workers and their compilers
-    are stopped, the scratch directory and staging roots removed, and errors.Interrupted is raised."""
-    with signals_interrupt():
-        return _run_warm(setup, on_event)
-
-
-def _run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None]) -> WarmResult:
+    """Compile ``setup``'s kernels. An interrupt (Ctrl-C; SIGTERM and SIGHUP, which the CLI turns into one)
+    stops the workers and their compilers and removes the scratch directory and staging roots."""
     store = setup.store
     store.ensure()
     store.clean_stale_staging()
@@ -372,7 +367,7 @@ def _run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None]) -> W
             why = "no worker left to compile it (see the errors above)"
             result.failed[kernel] = why
             on_event({"event": "failed", "kernel": kernel, "error": why})
-    except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP (errors.Interrupted): stop everything, then clean up
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP (cli.main raises it): stop everything, then clean up
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, signal.SIG_IGN)
         _stop(zygote, worker_pids)
