@@ -381,7 +381,7 @@ def test_a_real_full_filesystem(packed, tmp_path):
         write_index(cache, index)
         free = shutil.disk_usage(mnt).free
         assert free < sum(r["bytes"] for _, r in big), "the tmpfs is too large for this test"
-        expect_refusal(packed[1], cache, "no space left", code=3)
+        expect_refusal(packed[1], cache, f"no space left on {mnt}", "free", "needed", code=3)
     finally:
         subprocess.run(["umount", str(mnt)], check=False, capture_output=True, timeout=30)
 

@@ -35,7 +35,7 @@ from dgprecompile import __version__
 from dgprecompile.cache.entrycheck import checked_files, file_problem
 from dgprecompile.cache.store import CacheStore, EntryRecord, Index, resolve_cache_dir
 from dgprecompile.errors import CheckFailed, DGError, EnvironmentProblem, InputError
-from dgprecompile.fsutil import atomic_writer
+from dgprecompile.fsutil import atomic_writer, space_message
 from dgprecompile.keys.fingerprint import differences, short_id
 from dgprecompile.planning.plan import Plan
 
@@ -540,9 +540,8 @@ def default_cache_dir(art: Artifact) -> Path:
 def _write_error(store: CacheStore, exc: OSError, art: Artifact) -> DGError:
     need = sum(r.bytes for r in art.entry_records().values())
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return EnvironmentProblem(f"no space left on the filesystem of {store.root} while unpacking; the cache is "
-                                  "unchanged", hint=f"free space (the artifact needs about {need / 1e6:.1f} MB) or "
-                                  "pass --cache-dir on a larger filesystem")
+        message, hint = space_message(store.root, exc.errno, need=need, doing="unpacking")
+        return EnvironmentProblem(f"{message}; the cache is unchanged", hint=hint)
     where = exc.filename or store.root
     return EnvironmentProblem(f"cannot write {where} while unpacking ({exc.strerror or exc}); the cache is unchanged",
                               hint="check the permissions and free space of the --cache-dir")
