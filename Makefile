@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==$(TORCH)
-	$(BIN)/pip install -q -e '.[dev,legacy]'
+	$(BIN)/pip install -q -e '.[dev,legacy,test]'
 	$(BIN)/pip install -q --no-deps $(LEGACY_DG)
 	$(BIN)/pip install -q --no-deps --target $(DG013) sgl-deep-gemm==0.1.3
 	for v in $(DG_RELEASES); do $(BIN)/pip install -q --no-deps --target $(VENV)/sgl-deep-gemm-$$v sgl-deep-gemm==$$v || exit 1; done
