@@ -159,12 +159,13 @@ def pull(plan: Plan, store: CacheStore, prefix: str, *, nvcc: str | None = None,
     result.url = art.shown
     try:
         store.ensure()
-        store.clean_stale_staging()
         lock = FileLock(str(store.ours / "locks" / f"pull-{fid}.lock"))
         lock.acquire()
     except OSError as exc:
         raise _cache_write_error(store, exc) from None
     try:
+        # under the lock: a pull on another node sharing this cache is not mid-download (staging names hold pids)
+        store.clean_stale_staging()
         report, vsec = _timed_verify(plan, store, nvcc, num_sms)  # another pull may have finished meanwhile
         if report.complete:
             result.verify, result.verify_seconds = report, result.verify_seconds + vsec
