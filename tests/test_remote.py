@@ -10,6 +10,7 @@ which stays by design as the kernel locks do) and no temporary file.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import itertools
 import json
 import os
@@ -382,6 +383,9 @@ def test_a_complete_cache_fetches_and_writes_nothing(warmed, tmp_path):
 
 @pytest.mark.parametrize("url,extra", [("gs://bucket/dg", "gcs"), ("az://container/dg", "azure")])
 def test_missing_backend_names_the_extra(target, url, extra):
+    backend = {"gcs": "gcsfs", "azure": "adlfs"}[extra]
+    if importlib.util.find_spec(backend) is not None:
+        pytest.skip(f"{backend} is installed here: this test needs a backend that is not")
     for argv in (["pull", *PLAN, "--cache-dir", target, "--from", url], ["unpack", f"{url}/x.tar.gz"],
                  ["push", *PLAN, "--cache-dir", target, "--to", url]):
         res = run(*argv)
