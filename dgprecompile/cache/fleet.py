@@ -143,7 +143,8 @@ def pull(plan: Plan, store: CacheStore, prefix: str, *, nvcc: str | None = None,
     report, vsec = _timed_verify(plan, store, nvcc, num_sms)
     result = PullReport(base.shown, None, str(store.root), None, PRESENT, verify=report, verify_seconds=vsec,
                         key_fields=key_fields(plan.profile.generation))
-    result.warnings += report.warnings
+    # an empty cache is what a pull is for: verify's "no dgprecompile index" note is not news here
+    result.warnings += [w for w in report.warnings if not w.startswith("no dgprecompile index in")]
     if report.current_fingerprint is not None:
         result.fingerprint_id = short_id(report.current_fingerprint)
         result.current = {f: _get(report.current_fingerprint, f) for f in result.key_fields}
