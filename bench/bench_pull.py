@@ -5,7 +5,8 @@
       HTTP S3 API through s3fs), then on an empty cache `dgprecompile pull` (download, every check, unpack,
       verify), then a separate `verify`: what a node does with one.
 Each step is a fresh `python -m dgprecompile` process, timed from outside (so every import counts), repeated
---repeat times for the pull. Writes summary.json and the step outputs under OUTDIR.
+--repeat times for the pull. Wall seconds depend on what else the machine runs (load averages are recorded);
+CPU seconds of each step's process tree (cpu_s) much less so. Writes summary.json and the step outputs under OUTDIR.
 
 usage: python bench/bench_pull.py [--manifest M] [--out bench/results/DATE-cpu-pull] [--repeat 3]
 Needs nvcc and the legacy DeepGEMM (make setup), and the test extra (moto[server], s3fs).
@@ -18,6 +19,7 @@ import datetime
 import json
 import os
 import platform
+import resource
 import shutil
 import subprocess
 import sys
@@ -30,11 +32,21 @@ sys.path.insert(0, str(REPO / "tests"))
 DEFAULT = "shapes/Qwen3-Coder-480B-A35B-Instruct-FP8.tp8.ep8.sglang-0.5.0-0.5.1.auto.yaml"
 
 
+CPU: dict[str, float] = {}  # step name -> CPU seconds (user + sys) of its process tree
+
+
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def dg(env, out: Path, name: str, *args: str) -> tuple[float, subprocess.CompletedProcess]:
+    cpu0 = _children_cpu()
     start = time.perf_counter()
     res = subprocess.run([sys.executable, "-m", "dgprecompile", *args], env=env, capture_output=True, text=True,
                          cwd=REPO, timeout=1800)
     seconds = time.perf_counter() - start
+    CPU[name] = round(_children_cpu() - cpu0, 2)  # waited-for descendants only (warm's workers are)
     (out / f"{name}.stdout").write_text(res.stdout)
     (out / f"{name}.stderr").write_text(res.stderr)
     if res.returncode != 0:
@@ -107,6 +119,7 @@ def main() -> int:
         }
         summary["ratio_warm_over_pull_median"] = round(warm_total / summary["pull_plus_verify_s_median"], 1)
         # the machine may be shared: the 1/5/15-minute load averages before and after, on os.cpu_count() cores
+        summary["cpu_s"] = dict(CPU)
         summary["loadavg_before_after"] = [load_before, Path("/proc/loadavg").read_text().split()[:3]]
         (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
         print(json.dumps(summary, indent=1))

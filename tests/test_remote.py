@@ -185,7 +185,7 @@ def test_concurrent_pushes_leave_one_whole_object(s3, s3env, bucket, warmed):
     assert keys(s3, bucket) == [f"race/deepgemm-{fid}.tar.gz"]
 
 
-def test_pack_and_unpack_by_url(s3, s3env, bucket, warmed, tmp_path):
+def test_pack_and_unpack_by_url(s3, s3env, bucket, warmed, tmp_path, monkeypatch):
     cache, fid, artifact = warmed
     url = f"s3://{bucket}/x/dg-{{fingerprint}}.tar.gz"
     res = run("pack", *PLAN, "--cache-dir", cache, "-o", url)
@@ -195,6 +195,11 @@ def test_pack_and_unpack_by_url(s3, s3env, bucket, warmed, tmp_path):
     res = run("unpack", f"s3://{bucket}/x/dg-{fid}.tar.gz", "--cache-dir", dest, "--json")
     assert res.exit_code == 0, res.output
     assert len(json.loads(res.stdout)["added"]) == 4 and no_staging(dest)
+    # no --cache-dir: the directory the packed sglang profile's runtime uses here, read from the object's head
+    monkeypatch.setenv("SGL_DG_CACHE_DIR", str(tmp_path / "runtime-default"))
+    res = run("unpack", f"s3://{bucket}/x/dg-{fid}.tar.gz", "--json")
+    assert res.exit_code == 0 and json.loads(res.stdout)["cache_dir"] == str(tmp_path / "runtime-default"), res.output
+    assert len(json.loads(res.stdout)["added"]) == 4
     # file:// URLs go through fsspec's local filesystem; the name appears by one link/rename
     res = run("pack", *PLAN, "--cache-dir", cache, "-o", f"file://{tmp_path}/files/{{fingerprint}}.tar.gz")
     assert res.exit_code == 0 and (tmp_path / "files" / f"{fid}.tar.gz").read_bytes() == artifact
@@ -391,6 +396,16 @@ def test_missing_backend_names_the_extra(target, url, extra):
         res = run(*argv)
         assert res.exit_code == 3, res.output
         assert_one_error(res, "is not installed", f"pip install 'dgprecompile[{extra}]'")
+
+
+def test_pull_without_deepgemm_names_the_fix(target, monkeypatch):
+    """No DeepGEMM here: the artifact's name cannot be computed; nothing is fetched or written."""
+    monkeypatch.setattr("dgprecompile.cache.verify.find_deepgemm", lambda: None)
+    before = tree_hash(target)
+    res = run("pull", *PLAN, "--cache-dir", target, "--from", "s3://nowhere-at-all/p")
+    assert res.exit_code == 3
+    assert_one_error(res, "cannot compute this machine's fingerprint", "DeepGEMM is not importable")
+    assert tree_hash(target) == before
 
 
 def test_unknown_scheme(target):
