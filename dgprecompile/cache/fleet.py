@@ -232,6 +232,7 @@ class PushReport:
     seconds: float
     existing_covers_plan: bool | None = None  # outcome "exists": does the object hold every kernel we packed?
     warnings: list[str] = field(default_factory=list)
+    command: str = "push"  # or "pack" (-o URL)
 
     @property
     def return_code(self) -> int:
@@ -244,8 +245,8 @@ class PushReport:
                 "warnings": self.warnings}
 
 
-def pack_to(plan: Plan, store: CacheStore, output: str, *, allow_missing: bool = False,
-            replace: bool = True) -> PushReport:
+def pack_to(plan: Plan, store: CacheStore, output: str, *, allow_missing: bool = False, replace: bool = True,
+            command: str = "push") -> PushReport:
     """`pack -o URL` (replace) and `push` (not replace): pack into a local temp file, upload it whole."""
     start = time.perf_counter()
     rmt.open_remote(output, write=True)  # refuse http(s) and a missing backend before packing
@@ -254,7 +255,9 @@ def pack_to(plan: Plan, store: CacheStore, output: str, *, allow_missing: bool =
         url = output.replace("{fingerprint}", packed.fingerprint_id)
         target = rmt.open_remote(url, write=True)
         outcome = rmt.upload(packed.path, target, replace=replace)
-        report = PushReport(target.shown, outcome, packed, 0.0)
+        report = PushReport(target.shown, outcome, packed, 0.0, command=command)
+        if packed.missing:
+            report.warnings.append(f"{len(packed.missing)} planned kernels are not in the artifact (--allow-missing)")
         if outcome == "exists":
             with open(packed.path, "rb") as f:
                 ours = rmt.read_head(f) or {}

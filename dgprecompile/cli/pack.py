@@ -39,9 +39,9 @@ def command(plan_request, manifest, config, cache_dir, output, allow_missing, ou
         from dgprecompile.cache.fleet import pack_to
         from dgprecompile.cli.push import render as render_upload
 
-        report = pack_to(plan, store, output, allow_missing=allow_missing, replace=True)
-        if report.pack.missing:
-            out.warn(f"{len(report.pack.missing)} planned kernels are not in the artifact (--allow-missing)")
+        report = pack_to(plan, store, output, allow_missing=allow_missing, replace=True, command="pack")
+        for warning in report.warnings:
+            out.warn(warning)
         return out.report(report, render_upload)
     result = pack_cache(plan, store, output, allow_missing=allow_missing)
     if result.missing:

@@ -41,8 +41,8 @@ def command(plan_request, manifest, config, cache_dir, target, allow_missing, re
     plan = resolve_plan(plan_request, manifest)
     store = CacheStore(resolve_cache_dir(plan, cache_dir))
     report = push(plan, store, target, allow_missing=allow_missing, replace=replace)
-    if report.pack.missing:
-        out.warn(f"{len(report.pack.missing)} planned kernels are not in the artifact (--allow-missing)")
+    for warning in report.warnings:
+        out.warn(warning)
     out.report(report, render)
     if report.return_code:
         out.error(f"{report.url} already holds an artifact for this fingerprint without every kernel of this plan; "
@@ -52,8 +52,6 @@ def command(plan_request, manifest, config, cache_dir, target, allow_missing, re
 
 def render(out: Output, report: PushReport) -> None:
     """`push` and `pack -o URL`: a note on stderr, the URL on stdout."""
-    for warning in report.warnings:
-        out.warn(warning)
-    out.info(f"{report.outcome} {report.url}: {report.pack.bytes / 1e6:.2f} MB, {len(report.pack.kernels)} kernels, "
+    out.info(f"{report.command}: {report.outcome} {report.url}: {report.pack.bytes / 1e6:.2f} MB, {len(report.pack.kernels)} kernels, "
              f"fingerprint {report.pack.fingerprint_id}, {report.seconds:.2f} s")
     out.data_text(report.url)
