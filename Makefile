@@ -33,7 +33,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==$(TORCH)
-	$(BIN)/pip install -q -e '.[dev,legacy]'
+	$(BIN)/pip install -q -e '.[dev,legacy,test]'
 	@echo "set-up: downloading the $(LEGACY_DG) wheel into $(WHEELS) (once) to install only its deep_gemm package"
 	$(BIN)/pip download -q --no-deps --only-binary :all: -d $(WHEELS) $(LEGACY_DG)
 	$(BIN)/pip uninstall -q -y sgl-kernel

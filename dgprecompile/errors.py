@@ -11,6 +11,7 @@ EXIT_CHECK_FAILED = 1  # a check ran and found a problem (verify incomplete, doc
 EXIT_USAGE = 2  # bad input: unknown model, impossible parallel layout, unreadable file
 EXIT_ENVIRONMENT = 3  # the machine lacks something the command needs (nvcc, DeepGEMM, a GPU)
 EXIT_COMPILE_FAILED = 4  # one or more kernels failed to compile
+EXIT_NOT_FOUND = 5  # pull: the URL prefix holds no artifact for this machine's fingerprint
 EXIT_INTERRUPTED = 130  # Ctrl-C; SIGTERM and SIGHUP give 143 and 129 (128 + the signal), as a shell reports
 
 

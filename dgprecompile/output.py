@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Column, Table
 from rich.text import Text
@@ -97,12 +98,13 @@ class Output:
 
     def warn(self, message: str) -> None:
         if not self.silent:
-            self.err.print(f"[yellow]warning:[/] {message}")
+            self.err.print(f"[yellow]warning:[/] {escape(message)}")
 
     def error(self, message: str, hint: str | None = None) -> None:
-        self.err.print(f"[red]error:[/] {message}", markup=True, highlight=False)
+        # messages are plain text: `[s3]` in a hint is an extra's name, not markup
+        self.err.print(f"[red]error:[/] {escape(message)}", markup=True, highlight=False)
         if hint:
-            self.err.print(f"[dim]hint:[/] {hint}")
+            self.err.print(f"[dim]hint:[/] {escape(hint)}")
 
     def progress(self, total: int, description: str = "compiling", *, seconds_per_item: float | None = None,
                  workers: int = 1) -> KernelProgress:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -115,3 +116,32 @@ def sgl_deep_gemm_dir(version: str) -> str | None:
 def needs_sgl_deep_gemm(version: str):
     return pytest.mark.skipif(sgl_deep_gemm_dir(version) is None,
                               reason=f"sgl-deep-gemm {version} not installed beside the venv (make setup)")
+
+
+def tree_hash(root: Path, skip=lambda rel: False) -> str:
+    """Every directory, file name, mode and byte under root (``skip(relative path)`` leaves a file out)."""
+    h = hashlib.sha256()
+    for dirpath, dirs, files in sorted(os.walk(root)):
+        dirs.sort()
+        rel = os.path.relpath(dirpath, root)
+        h.update(f"d {rel} {oct(os.stat(dirpath).st_mode)}\n".encode())
+        for name in sorted(files):
+            if skip(os.path.join(rel, name)):
+                continue
+            p = os.path.join(dirpath, name)
+            st = os.lstat(p)
+            h.update(f"f {rel}/{name} {oct(st.st_mode)} {st.st_size}\n".encode())
+            if os.path.isfile(p) and not os.path.islink(p):
+                h.update(Path(p).read_bytes())
+    return h.hexdigest()
+
+
+def assert_one_error(res, *words: str) -> None:
+    """A refused command: non-zero, no traceback, exactly one `error:` line and a `hint:`, naming ``words``."""
+    assert res.exit_code != 0, res.output
+    assert "Traceback" not in res.output
+    lines = res.stderr.strip().splitlines()
+    assert len([x for x in lines if x.startswith("error:")]) == 1, res.stderr
+    assert any(x.startswith("hint: ") for x in lines), res.stderr
+    for w in words:
+        assert w in res.stderr, res.stderr

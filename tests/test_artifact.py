@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from helpers import PLAN, read_index, warm_once, write_index
+from helpers import PLAN, read_index, tree_hash, warm_once, write_index
 
 from dgprecompile.cache.artifact import MANIFEST_MEMBER
 from dgprecompile.cli.main import cli
@@ -30,22 +30,6 @@ pytestmark = pytest.mark.nvcc
 
 def run(*args: str):
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)
-
-
-def tree_hash(root: Path) -> str:
-    """Every directory, file name, mode and byte under root."""
-    h = hashlib.sha256()
-    for dirpath, dirs, files in sorted(os.walk(root)):
-        dirs.sort()
-        rel = os.path.relpath(dirpath, root)
-        h.update(f"d {rel} {oct(os.stat(dirpath).st_mode)}\n".encode())
-        for name in sorted(files):
-            p = os.path.join(dirpath, name)
-            st = os.lstat(p)
-            h.update(f"f {rel}/{name} {oct(st.st_mode)} {st.st_size}\n".encode())
-            if os.path.isfile(p) and not os.path.islink(p):
-                h.update(Path(p).read_bytes())
-    return h.hexdigest()
 
 
 def copy_cache(src: Path, dest: Path) -> Path:

@@ -525,14 +525,19 @@ def _extract(art: Artifact, to_add: dict[str, EntryRecord], staging: Path) -> No
 
 def default_cache_dir(art: Artifact) -> Path:
     """The cache directory the runtime of the artifact's sglang profile (and version) uses here."""
+    return manifest_cache_dir(art.manifest, str(art.path))
+
+
+def manifest_cache_dir(manifest: dict[str, Any], where: str) -> Path:
+    """The cache directory the runtime of the sglang profile and version in an artifact's manifest uses here."""
     from dgprecompile.planning.profiles import ProfileChoice, resolve_profile
 
-    plan = art.manifest.get("plan") or {}
+    plan = manifest.get("plan") or {}
     profile_id = plan.get("sglang_profile")
     try:
         profile = resolve_profile(profile_id).profile
     except DGError:
-        raise InputError(f"{art.path} was packed for sglang profile {profile_id!r}, unknown here",
+        raise InputError(f"{where} was packed for sglang profile {profile_id!r}, unknown here",
                          hint="pass --cache-dir") from None
     return resolve_cache_dir(ProfileChoice(profile, plan.get("sglang_version"), "the artifact's plan"))
 

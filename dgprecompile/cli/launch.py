@@ -26,10 +26,13 @@ if TYPE_CHECKING:
               help="Record every DeepGEMM call of every rank as JSON lines in DIR (for `plan --from-trace`).")
 @click.option("--misses", "misses_path", type=click.Path(dir_okay=False), default=None,
               help="Non-strict: where to write the misses file (default ./dgprecompile-misses.jsonl).")
+@click.option("--pull", "pull_from", default=None, metavar="URL-PREFIX",
+              help="First `dgprecompile pull --from URL-PREFIX`: fetch this machine's artifact unless the cache is "
+                   "complete; launch only when it is.")
 @output_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def command(plan_request, manifest, config, cache_dir, strict, allow_missing, trace_dir, misses_path,
-            out, command) -> LaunchResult:
+            pull_from, out, command) -> LaunchResult:
     """Run COMMAND (e.g. torchrun ...) with SGLang's runtime DeepGEMM precompile off and the warmed cache.
 
     Checks the cache against the plan first and refuses to start when kernels are missing. The command's
@@ -41,6 +44,7 @@ def command(plan_request, manifest, config, cache_dir, strict, allow_missing, tr
       dgprecompile launch --config train.yaml
       dgprecompile launch --manifest plan.yaml --no-strict -- python train.py   # records misses
       dgprecompile launch --manifest plan.yaml --trace traces/ -- python train.py
+      dgprecompile launch --pull s3://my-bucket/dg/train-480b --manifest plan.yaml -- torchrun ...   # node start-up
     """
     from dgprecompile.launch.launcher import (
         LaunchOptions,
@@ -59,6 +63,22 @@ def command(plan_request, manifest, config, cache_dir, strict, allow_missing, tr
     plan = resolve_plan(plan_request, manifest)
     out.info(f"plan: {plan.model} tp={plan.tp} ep={plan.ep} sglang {plan.profile.id} "
              f"({plan.profile_reason}): {len(plan.kernels)} kernels")
+    if pull_from is not None:
+        from dgprecompile.cache.fleet import pull
+        from dgprecompile.cache.store import CacheStore, resolve_cache_dir
+        from dgprecompile.cli.pull import render_problem
+
+        store = CacheStore(resolve_cache_dir(plan, cache_dir))
+        pulled = pull(plan, store, pull_from, num_sms=plan_request.num_sms)
+        for warning in pulled.warnings:
+            out.warn(warning)
+        out.info(pulled.stats_line())  # stderr: stdout is the job's
+        if pulled.return_code:
+            if not allow_missing:
+                render_problem(out, pulled)
+                return pulled
+            out.warn(f"{pulled.reason()}; starting anyway (--allow-missing)")
+        cache_dir = str(store.root)
     prepared = prepare_launch(LaunchOptions(plan=plan, command=argv, cache_dir=cache_dir, strict=strict,
                                             allow_missing=allow_missing, trace_dir=trace_dir,
                                             misses_path=misses_path, manifest=manifest, model_arg=plan_request.model))

@@ -26,6 +26,8 @@ COMMANDS = {
     "verify": "verify",
     "pack": "pack",
     "unpack": "unpack",
+    "pull": "pull",
+    "push": "push",
     "launch": "launch",
     "doctor": "doctor",
     "repro": "repro",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from dgprecompile.cache.artifact import PackResult, pack_cache
+from dgprecompile.cache.remote import is_url
 from dgprecompile.cache.store import CacheStore, resolve_cache_dir
 from dgprecompile.cli.options import cache_dir_option, output_options, plan_options, resolve_plan
 from dgprecompile.output import Output
@@ -14,7 +15,8 @@ from dgprecompile.output import Output
 @plan_options
 @cache_dir_option
 @click.option("-o", "--output", required=True, metavar="ARTIFACT",
-              help="Archive to write (.tar.gz); `{fingerprint}` in it becomes the cache's fingerprint id.")
+              help="Archive to write (.tar.gz): a path or an fsspec URL (s3://, gs://, az://, file://); "
+                   "`{fingerprint}` in it becomes the cache's fingerprint id.")
 @click.option("--allow-missing", is_flag=True, help="Pack even if some planned kernels are not in the cache.")
 @output_options
 def command(plan_request, manifest, config, cache_dir, output, allow_missing, out) -> PackResult:
@@ -29,9 +31,18 @@ def command(plan_request, manifest, config, cache_dir, output, allow_missing, ou
     Examples:
       dgprecompile pack --manifest plan.yaml --cache-dir .cache/deep_gemm -o out/deepgemm-{fingerprint}.tar.gz
       dgprecompile pack --model Qwen3-Coder-480B --tp 8 --ep 8 --sglang 0.5.1 -o cache.tar.gz
+      dgprecompile pack --manifest plan.yaml -o 's3://my-bucket/dg/deepgemm-{fingerprint}.tar.gz'   # [s3] extra
     """
     plan = resolve_plan(plan_request, manifest)
     store = CacheStore(resolve_cache_dir(plan, cache_dir))
+    if is_url(output):
+        from dgprecompile.cache.fleet import pack_to
+        from dgprecompile.cli.push import render as render_upload
+
+        report = pack_to(plan, store, output, allow_missing=allow_missing, replace=True, command="pack")
+        for warning in report.warnings:
+            out.warn(warning)
+        return out.report(report, render_upload)
     result = pack_cache(plan, store, output, allow_missing=allow_missing)
     if result.missing:
         out.warn(f"{len(result.missing)} planned kernels are not in the artifact (--allow-missing)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from dgprecompile.cache.artifact import UnpackResult, unpack_artifact
+from dgprecompile.cache.remote import is_url, redact
 from dgprecompile.cache.store import CacheStore
 from dgprecompile.cli.options import output_options
 from dgprecompile.errors import InputError
@@ -22,7 +23,7 @@ from dgprecompile.output import Output
 @click.option("--num-sms", type=int, default=None, help="SM count of the GPUs here (default: not compared).")
 @output_options
 def command(artifact, cache_dir, force, nvcc, num_sms, out) -> UnpackResult:
-    """Merge a `dgprecompile pack` artifact into the DeepGEMM cache.
+    """Merge a `dgprecompile pack` artifact (a file, or an fsspec URL) into the DeepGEMM cache.
 
     Before touching the cache it reads the whole archive: format, every member's sha256, no absolute paths,
     no `..`, no links or devices; and it compares the artifact's fingerprint with this environment (refused
@@ -33,11 +34,18 @@ def command(artifact, cache_dir, force, nvcc, num_sms, out) -> UnpackResult:
     Examples:
       dgprecompile unpack deepgemm-3f2a9c0d1e2b4a5c.tar.gz --cache-dir /shared/deep_gemm
       dgprecompile unpack cache.tar.gz --cache-dir /shared/deep_gemm && dgprecompile verify --manifest plan.yaml
+      dgprecompile unpack s3://my-bucket/dg/deepgemm-3f2a9c0d1e2b4a5c.tar.gz   # downloads beside the cache first
     """
     if num_sms is not None and num_sms < 1:
         raise InputError("--num-sms must be a positive integer", hint="pass the SM count of the GPUs here, e.g. 132")
-    result = unpack_artifact(artifact, CacheStore(cache_dir) if cache_dir else None, force=force, nvcc=nvcc,
-                             num_sms=num_sms)
+    store = CacheStore(cache_dir) if cache_dir else None
+    if is_url(artifact):
+        from dgprecompile.cache.fleet import unpack_url
+
+        result, size, seconds = unpack_url(artifact, store, force=force, nvcc=nvcc, num_sms=num_sms)
+        out.info(f"downloaded {redact(artifact)}: {size / 1e6:.2f} MB in {seconds:.2f} s")
+    else:
+        result = unpack_artifact(artifact, store, force=force, nvcc=nvcc, num_sms=num_sms)
     for warning in result.warnings:
         out.warn(warning)
     for name in result.kept:

@@ -1,0 +1,432 @@
+"""`push`, `pull`, `pack -o URL`, `unpack URL`, `launch --pull` against a real S3 server on 127.0.0.1.
+
+The server is moto's standalone S3 server in its own process (tests/s3server.py), started by these tests on a
+free port; the client side is the real s3fs (and fsspec's HTTP filesystem for the read-only node), given only
+the standard AWS variables. The artifacts are real: packed from the session's legacy warm (test_verify.py).
+A refused or failed pull must leave the target cache byte-for-byte as it was (apart from the pull's lock file,
+which stays by design as the kernel locks do) and no temporary file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from helpers import PLAN, assert_one_error, read_index, tree_hash, warm_once
+from s3server import S3Server
+from test_artifact import copy_cache, drop_entries, members_of, write_archive
+
+from dgprecompile.cache.remote import redact, scrub
+from dgprecompile.cache.store import CacheStore
+from dgprecompile.cli.main import cli
+from dgprecompile.keys.fingerprint import short_id
+
+pytestmark = pytest.mark.nvcc
+REPO = Path(__file__).resolve().parent.parent
+_names = itertools.count()
+
+
+def not_a_lock(rel: str) -> bool:
+    return rel.startswith("dgprecompile/locks/") and rel.endswith(".lock")
+
+
+def same_tree(root: Path) -> str:
+    return tree_hash(root, skip=not_a_lock)
+
+
+@dataclass
+class Result:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+def run(*args: str) -> Result:
+    res = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+    return Result(res.exit_code, res.stdout, res.stderr)
+
+
+def run_process(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "dgprecompile", *map(str, args)], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 120) -> Result:
+    out, err = proc.communicate(timeout=timeout)
+    return Result(proc.returncode, out, err)
+
+
+@pytest.fixture(scope="module")
+def s3():
+    server = S3Server()
+    yield server
+    server.kill()
+
+
+@pytest.fixture
+def s3env(s3, monkeypatch) -> dict[str, str]:
+    for name, value in s3.env.items():
+        monkeypatch.setenv(name, value)
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+
+
+@pytest.fixture
+def bucket(s3) -> str:
+    return s3.bucket(f"dg-{next(_names)}")
+
+
+@pytest.fixture(scope="module")
+def warmed(tmp_path_factory) -> tuple[Path, str, bytes]:
+    """(the warmed cache, its fingerprint id, its artifact's bytes)."""
+    cache = warm_once(tmp_path_factory)
+    out = tmp_path_factory.mktemp("art") / "a.tar.gz"
+    assert run("pack", *PLAN, "--cache-dir", cache, "-o", out).exit_code == 0
+    return cache, short_id(read_index(cache)["fingerprint"]), out.read_bytes()
+
+
+@pytest.fixture
+def target(warmed, tmp_path) -> Path:
+    cache = copy_cache(warmed[0], tmp_path / "target")
+    drop_entries(cache, 2)
+    return cache
+
+
+def get(s3, bucket: str, key: str) -> bytes:
+    return s3.client().get_object(Bucket=bucket, Key=key)["Body"].read()
+
+
+def keys(s3, bucket: str) -> list[str]:
+    return sorted(o["Key"] for o in s3.client().list_objects_v2(Bucket=bucket).get("Contents", []))
+
+
+def no_staging(cache: Path) -> bool:
+    base = cache / "dgprecompile" / "staging"
+    return not base.exists() or not list(base.iterdir())
+
+
+# ---- the good paths ---------------------------------------------------------------------------------------
+
+
+def test_this_machine_names_the_warmed_artifact(warmed, tmp_path):
+    """pull asks for the id `verify --json` computes on an empty cache: the one the warm here recorded."""
+    res = run("verify", *PLAN, "--cache-dir", tmp_path / "none", "--json")
+    assert json.loads(res.stdout)["current_fingerprint_id"] == warmed[1]
+
+
+def test_push_then_pull(s3, s3env, bucket, warmed, tmp_path):
+    cache, fid, artifact = warmed
+    prefix = f"s3://{bucket}/plans/480b"
+    res = run("push", *PLAN, "--cache-dir", cache, "--to", prefix)
+    assert res.exit_code == 0, res.output
+    assert res.stdout == f"{prefix}/deepgemm-{fid}.tar.gz\n" and "push: created" in res.stderr
+    assert get(s3, bucket, f"plans/480b/deepgemm-{fid}.tar.gz") == artifact  # the same bytes as `pack` writes
+    assert keys(s3, bucket) == [f"plans/480b/deepgemm-{fid}.tar.gz"]  # no temporary key left
+
+    dest = tmp_path / "node" / "deep_gemm"
+    res = run("pull", *PLAN, "--cache-dir", dest, "--from", prefix)
+    assert res.exit_code == 0, res.output
+    assert res.stdout.startswith(f"pull: hit {prefix}/deepgemm-{fid}.tar.gz: ") and "4/4 kernels, complete" in res.stdout
+    assert run("verify", *PLAN, "--cache-dir", dest).exit_code == 0
+    assert no_staging(dest)
+    before = tree_hash(dest)
+    again = run("pull", *PLAN, "--cache-dir", dest, "--from", prefix, "--json")
+    data = json.loads(again.stdout)
+    assert again.exit_code == 0 and data["outcome"] == "present" and data["bytes"] == 0 and data["complete"]
+    assert tree_hash(dest) == before
+
+
+def test_pull_json_has_the_stats(s3env, bucket, warmed, target):
+    cache, fid, artifact = warmed
+    assert run("push", *PLAN, "--cache-dir", cache, "--to", f"s3://{bucket}/p").exit_code == 0
+    res = run("pull", *PLAN, "--cache-dir", target, "--from", f"s3://{bucket}/p", "--json")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["outcome"] == "hit" and data["bytes"] == len(artifact) and data["fingerprint_id"] == fid
+    assert len(data["unpack"]["added"]) == 2 and data["verify"]["complete"]
+    assert set(data["seconds"]) == {"download", "unpack", "verify", "total"}
+    assert data["seconds"]["total"] >= data["seconds"]["download"] > 0
+
+
+def test_second_push_keeps_the_first_object(s3, s3env, bucket, warmed):
+    cache, fid, _ = warmed
+    prefix = f"s3://{bucket}/p"
+    assert run("push", *PLAN, "--cache-dir", cache, "--to", prefix).exit_code == 0
+    key = f"p/deepgemm-{fid}.tar.gz"
+    etag = s3.client().head_object(Bucket=bucket, Key=key)["ETag"]
+    res = run("push", *PLAN, "--cache-dir", cache, "--to", prefix, "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["outcome"] == "exists" and "already holds the same artifact" in res.stderr
+    assert s3.client().head_object(Bucket=bucket, Key=key)["ETag"] == etag
+
+
+def test_concurrent_pushes_leave_one_whole_object(s3, s3env, bucket, warmed):
+    cache, fid, artifact = warmed
+    prefix = f"s3://{bucket}/race"
+    procs = [run_process(s3env, "push", *PLAN, "--cache-dir", cache, "--to", prefix, "--json") for _ in range(3)]
+    results = [finish(p) for p in procs]
+    assert all(r.exit_code == 0 for r in results), [r.output for r in results]
+    outcomes = sorted(json.loads(r.stdout)["outcome"] for r in results)
+    assert outcomes == ["created", "exists", "exists"], outcomes
+    assert get(s3, bucket, f"race/deepgemm-{fid}.tar.gz") == artifact
+    assert keys(s3, bucket) == [f"race/deepgemm-{fid}.tar.gz"]
+
+
+def test_pack_and_unpack_by_url(s3, s3env, bucket, warmed, tmp_path, monkeypatch):
+    cache, fid, artifact = warmed
+    url = f"s3://{bucket}/x/dg-{{fingerprint}}.tar.gz"
+    res = run("pack", *PLAN, "--cache-dir", cache, "-o", url)
+    assert res.exit_code == 0 and res.stdout == f"s3://{bucket}/x/dg-{fid}.tar.gz\n", res.output
+    assert get(s3, bucket, f"x/dg-{fid}.tar.gz") == artifact
+    dest = tmp_path / "u"
+    res = run("unpack", f"s3://{bucket}/x/dg-{fid}.tar.gz", "--cache-dir", dest, "--json")
+    assert res.exit_code == 0, res.output
+    assert len(json.loads(res.stdout)["added"]) == 4 and no_staging(dest)
+    # no --cache-dir: the directory the packed sglang profile's runtime uses here, read from the object's head
+    monkeypatch.setenv("SGL_DG_CACHE_DIR", str(tmp_path / "runtime-default"))
+    res = run("unpack", f"s3://{bucket}/x/dg-{fid}.tar.gz", "--json")
+    assert res.exit_code == 0 and json.loads(res.stdout)["cache_dir"] == str(tmp_path / "runtime-default"), res.output
+    assert len(json.loads(res.stdout)["added"]) == 4
+    # file:// URLs go through fsspec's local filesystem; the name appears by one link/rename
+    res = run("pack", *PLAN, "--cache-dir", cache, "-o", f"file://{tmp_path}/files/{{fingerprint}}.tar.gz")
+    assert res.exit_code == 0 and (tmp_path / "files" / f"{fid}.tar.gz").read_bytes() == artifact
+    assert [p.name for p in (tmp_path / "files").iterdir()] == [f"{fid}.tar.gz"]
+    res = run("unpack", f"file://{tmp_path}/files/{fid}.tar.gz", "--cache-dir", tmp_path / "u2")
+    assert res.exit_code == 0 and "4 entries added" in res.stdout, res.output
+
+
+def test_pull_from_a_directory_prefix(warmed, tmp_path):
+    cache, fid, artifact = warmed
+    shared = tmp_path / "shared"
+    res = run("push", *PLAN, "--cache-dir", cache, "--to", shared)
+    assert res.exit_code == 0 and (shared / f"deepgemm-{fid}.tar.gz").read_bytes() == artifact
+    assert run("push", *PLAN, "--cache-dir", cache, "--to", shared).exit_code == 0  # exists: kept
+    res = run("pull", *PLAN, "--cache-dir", tmp_path / "c", "--from", shared)
+    assert res.exit_code == 0 and "pull: hit" in res.stdout, res.output
+
+
+# ---- misses and refusals -----------------------------------------------------------------------------------
+
+
+def _other_fingerprint(warmed, tmp_path) -> Path:
+    """The warmed artifact relabelled as built with other headers and nvcc 12.8 (checksums kept consistent)."""
+    members = members_of_bytes(warmed[2], tmp_path)
+    manifest, index = json.loads(members[0][1]), json.loads(members[1][1])
+    for fp in (manifest["fingerprint"], index["fingerprint"]):
+        fp["deepgemm"]["headers_sha256"] = "0" * 64
+        fp["nvcc"]["release"] = "12.8"
+    manifest["fingerprint_id"] = short_id(manifest["fingerprint"])
+    index_bytes = json.dumps(index).encode()
+    manifest["members"]["dgprecompile/index.json"]["sha256"] = hashlib.sha256(index_bytes).hexdigest()
+    return write_archive(tmp_path / f"deepgemm-{manifest['fingerprint_id']}.tar.gz",
+                         [(members[0][0], json.dumps(manifest).encode()), (members[1][0], index_bytes), *members[2:]])
+
+
+def members_of_bytes(data: bytes, tmp_path: Path):
+    path = tmp_path / f"in-{next(_names)}.tar.gz"
+    path.write_bytes(data)
+    return members_of(path)
+
+
+def test_missing_fingerprint(s3, s3env, bucket, warmed, target, tmp_path):
+    other = _other_fingerprint(warmed, tmp_path)
+    s3.client().put_object(Bucket=bucket, Key=f"p/{other.name}", Body=other.read_bytes())
+    before = same_tree(target)
+    res = run("pull", *PLAN, "--cache-dir", target, "--from", f"s3://{bucket}/p")
+    assert res.exit_code == 5, res.output
+    assert_one_error(res, f"no artifact for this machine's fingerprint {warmed[1]}", "deepgemm.headers_sha256",
+                     "nvcc.path", f"{other.name} (differs in deepgemm.headers_sha256, nvcc.release)",
+                     f"dgprecompile push --to s3://{bucket}/p")
+    assert same_tree(target) == before and no_staging(target)
+    data = json.loads(run("pull", *PLAN, "--cache-dir", target, "--from", f"s3://{bucket}/p", "--json").stdout)
+    assert data["outcome"] == "miss" and data["available"][0]["name"] == other.name
+    assert {d["field"] for d in data["available"][0]["differences"]} == {"deepgemm.headers_sha256", "nvcc.release"}
+    empty = run("pull", *PLAN, "--cache-dir", target, "--from", f"s3://{bucket}/nothing-here")
+    assert empty.exit_code == 5 and "the prefix holds no artifact" in empty.stderr
+
+
+def test_launch_pull_misses_and_runs_nothing(s3env, bucket, target, tmp_path):
+    flag = tmp_path / "ran"
+    res = run("launch", "--pull", f"s3://{bucket}/none", *PLAN, "--cache-dir", target, "--",
+              sys.executable, "-c", f"open({str(flag)!r}, 'w')")
+    assert res.exit_code == 5 and not flag.exists(), res.output
+    assert_one_error(res, "no artifact for this machine's fingerprint")
+
+
+def test_launch_pull_then_launch(s3env, bucket, warmed, tmp_path):
+    assert run("push", *PLAN, "--cache-dir", warmed[0], "--to", f"s3://{bucket}/p").exit_code == 0
+    node = tmp_path / "node"
+    res = finish(run_process(s3env, "launch", "--pull", f"s3://{bucket}/p", *PLAN, "--cache-dir", node, "--",
+                             sys.executable, "-c", "import os; print('cache', os.environ['DG_JIT_CACHE_DIR'])"))
+    assert res.exit_code == 0, res.output
+    assert "pull: hit" in res.stderr and f"cache {node}" in res.stdout
+
+
+def test_corrupt_object_is_refused(s3, s3env, bucket, warmed, target, tmp_path):
+    members = members_of_bytes(warmed[2], tmp_path)
+    info, data = next(m for m in members if m[0].name.endswith("kernel.cubin"))
+    flipped = bytearray(data)
+    flipped[64] ^= 1
+    bad = write_archive(tmp_path / "bad.tar.gz", [(i, bytes(flipped) if i is info else d) for i, d in members])
+    s3.client().put_object(Bucket=bucket, Key=f"p/deepgemm-{warmed[1]}.tar.gz", Body=bad.read_bytes())
+    before = same_tree(target)
+    res = run("pull", *PLAN, "--cache-dir", target, "--from", f"s3://{bucket}/p")
+    assert res.exit_code == 2, res.output
+    assert_one_error(res, "is corrupt (sha256", f"s3://{bucket}/p/deepgemm-{warmed[1]}.tar.gz", "nothing was unpacked")
+    assert same_tree(target) == before and no_staging(target)
+
+
+def _big_artifact(warmed, tmp_path, mib: int) -> bytes:
+    """The warmed artifact plus an incompressible extra entry of ``mib`` MiB, for a transfer that takes time."""
+    cache = copy_cache(warmed[0], tmp_path / "big")
+    entry = cache / "cache" / "kernel.padding.000000000000"
+    entry.mkdir()
+    (entry / "blob").write_bytes(os.urandom(mib << 20))
+    store = CacheStore(cache)
+    record = store.record_entry(entry.name, by="adopted")
+    store.update_index(lambda index: index.extra.__setitem__(entry.name, record))
+    out = tmp_path / "big.tar.gz"
+    assert run("pack", *PLAN, "--cache-dir", cache, "-o", out).exit_code == 0
+    return out.read_bytes()
+
+
+@pytest.mark.slow
+def test_server_killed_mid_download_installs_nothing(warmed, target, tmp_path):
+    slow = S3Server(throttle=4 << 20, log=tmp_path / "slow.log")  # 4 MiB/s: 24 MiB take 6 s
+    try:
+        slow.bucket("slow")
+        data = _big_artifact(warmed, tmp_path, 24)
+        slow.client().put_object(Bucket="slow", Key=f"p/deepgemm-{warmed[1]}.tar.gz", Body=data)
+        env = {**os.environ, **slow.env, "PYTHONPATH": str(REPO)}
+        before = same_tree(target)
+        proc = run_process(env, "pull", *PLAN, "--cache-dir", target, "--from", "s3://slow/p")
+        staging = target / "dgprecompile" / "staging"
+        deadline, partial = time.monotonic() + 60, 0
+        while time.monotonic() < deadline and proc.poll() is None:
+            sizes = [f.stat().st_size for f in staging.glob("*/*.tar.gz")] if staging.exists() else []
+            partial = max(sizes, default=0)
+            if partial > 2 << 20:
+                break
+            time.sleep(0.05)
+        assert 0 < partial < len(data), "the download did not start, or finished before the kill"
+        slow.kill()
+        res = finish(proc, timeout=120)
+    finally:
+        slow.kill()
+    assert res.exit_code == 3, res.output
+    assert_one_error(res, "downloading s3://slow/p/", "nothing was installed")
+    assert same_tree(target) == before and no_staging(target)
+
+
+@pytest.mark.slow
+def test_concurrent_pulls_end_with_one_complete_cache(s3env, bucket, warmed, tmp_path):
+    assert run("push", *PLAN, "--cache-dir", warmed[0], "--to", f"s3://{bucket}/p").exit_code == 0
+    shared = tmp_path / "shared" / "deep_gemm"
+    procs = [run_process(s3env, "pull", *PLAN, "--cache-dir", shared, "--from", f"s3://{bucket}/p", "--json")
+             for _ in range(4)]
+    results = [finish(p, timeout=180) for p in procs]
+    assert all(r.exit_code == 0 for r in results), [r.output for r in results]
+    outcomes = sorted(json.loads(r.stdout)["outcome"] for r in results)
+    assert outcomes == ["hit", "present", "present", "present"], outcomes  # one download, under the pull lock
+    ver = run("verify", *PLAN, "--cache-dir", shared, "--json")
+    assert ver.exit_code == 0 and json.loads(ver.stdout)["kernels_ok"] == 4
+    assert len(read_index(shared)["kernels"]) == 4 and no_staging(shared)
+
+
+# ---- a read-only node: anonymous https-style access, nothing it could write --------------------------------
+
+
+def test_read_only_node_over_http(s3, s3env, bucket, warmed, tmp_path, monkeypatch):
+    """A node with no credentials reads a public prefix over plain HTTP; it cannot push there, and a private
+    object is refused to it with one error and nothing installed."""
+    cache, fid, _ = warmed
+    for prefix in ("pub", "private"):
+        assert run("push", *PLAN, "--cache-dir", cache, "--to", f"s3://{bucket}/{prefix}").exit_code == 0
+    s3.client().put_object_acl(Bucket=bucket, Key=f"pub/deepgemm-{fid}.tar.gz", ACL="public-read")
+    for name in s3.env:
+        monkeypatch.delenv(name)
+    base = f"{s3.endpoint}/{bucket}"
+    node = tmp_path / "node"
+    res = run("pull", *PLAN, "--cache-dir", node, "--from", f"{base}/pub")
+    assert res.exit_code == 0 and "pull: hit" in res.stdout, res.output
+    assert run("verify", *PLAN, "--cache-dir", node).exit_code == 0
+    res = run("push", *PLAN, "--cache-dir", cache, "--to", f"{base}/pub")
+    assert res.exit_code == 2
+    assert_one_error(res, "read-only")
+    fresh = tmp_path / "fresh"
+    res = run("pull", *PLAN, "--cache-dir", fresh, "--from", f"{base}/private")
+    assert res.exit_code == 3, res.output
+    assert_one_error(res, "403")
+    assert not list((fresh / "cache").iterdir()) and no_staging(fresh)
+
+
+def test_a_complete_cache_fetches_and_writes_nothing(warmed, tmp_path):
+    """A node whose cache was filled elsewhere (e.g. mounted read-only): pull only verifies; the bucket named
+    here does not exist and no endpoint is configured, so any request would fail."""
+    cache = copy_cache(warmed[0], tmp_path / "ro")
+    before = tree_hash(cache)
+    res = run("pull", *PLAN, "--cache-dir", cache, "--from", "s3://nowhere-at-all/p")
+    assert res.exit_code == 0 and "cache already complete (4/4 kernels), nothing fetched" in res.stdout, res.output
+    assert tree_hash(cache) == before
+
+
+# ---- bad input -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url,extra", [("gs://bucket/dg", "gcs"), ("az://container/dg", "azure")])
+def test_missing_backend_names_the_extra(target, url, extra):
+    backend = {"gcs": "gcsfs", "azure": "adlfs"}[extra]
+    if importlib.util.find_spec(backend) is not None:
+        pytest.skip(f"{backend} is installed here: this test needs a backend that is not")
+    for argv in (["pull", *PLAN, "--cache-dir", target, "--from", url], ["unpack", f"{url}/x.tar.gz"],
+                 ["push", *PLAN, "--cache-dir", target, "--to", url]):
+        res = run(*argv)
+        assert res.exit_code == 3, res.output
+        assert_one_error(res, "is not installed", f"pip install 'dgprecompile[{extra}]'")
+
+
+def test_pull_without_deepgemm_names_the_fix(target, monkeypatch):
+    """No DeepGEMM here: the artifact's name cannot be computed; nothing is fetched or written."""
+    monkeypatch.setattr("dgprecompile.cache.verify.find_deepgemm", lambda: None)
+    before = tree_hash(target)
+    res = run("pull", *PLAN, "--cache-dir", target, "--from", "s3://nowhere-at-all/p")
+    assert res.exit_code == 3
+    assert_one_error(res, "cannot compute this machine's fingerprint", "DeepGEMM is not importable")
+    assert tree_hash(target) == before
+
+
+def test_unknown_scheme(target):
+    res = run("pull", *PLAN, "--cache-dir", target, "--from", "nosuchscheme://x/y")
+    assert res.exit_code == 2
+    assert_one_error(res, "unknown URL scheme nosuchscheme://")
+
+
+def test_urls_never_show_credentials(s3, s3env, target):
+    secret_url = f"http://alice:hunter2@127.0.0.1:{s3.port}/nobucket/p?X-Amz-Signature=topsecret"
+    res = run("pull", *PLAN, "--cache-dir", target, "--from", secret_url)
+    assert res.exit_code in (3, 5), res.output
+    assert "hunter2" not in res.output and "topsecret" not in res.output and "alice" not in res.output
+    assert f"http://127.0.0.1:{s3.port}/nobucket/p" in res.output
+    res = run("unpack", "http://bob:pw123@127.0.0.1:1/x.tar.gz?sig=abc123", "--cache-dir", target)
+    assert res.exit_code == 3 and "pw123" not in res.output and "abc123" not in res.output, res.output
+    assert_one_error(res, "http://127.0.0.1:1/x.tar.gz")
+
+
+def test_redact_and_scrub():
+    assert redact("s3://key:secret@bucket/p/a.tar.gz?versionId=1#x") == "s3://bucket/p/a.tar.gz"
+    assert redact("/local/path") == "/local/path"
+    text = "GET https://u:p@host/a?sig=1 failed; also http://h/b?token=2 and s3://b/c"
+    assert scrub(text) == "GET https://host/a failed; also http://h/b and s3://b/c"
