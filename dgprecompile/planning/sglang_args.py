@@ -48,7 +48,10 @@ class OptionSpec:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        return {k: v for k, v in d.items() if v not in (None, False, "") or k in ("names", "dest")}
+        blank = {"nargs": None, "type": "str", "default": None, "const": None, "choices": None, "required": False,
+                 "where": ""}
+        return {k: v for k, v in d.items() if k not in blank or not (v is blank[k] or v == blank[k] and
+                                                                       type(v) is type(blank[k]))}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> OptionSpec:
@@ -423,3 +426,99 @@ def wanted_source(rel: str) -> bool:
     from fnmatch import fnmatch
 
     return any(fnmatch(rel, g) for g in SOURCE_GLOBS)
+
+
+# ---- tables: bundled data files, the installed sglang, wheels ------------------------------------------------
+
+TABLE_DIR = "sglang_args"  # under dgprecompile/data/
+
+
+@dataclass
+class OptionTable:
+    sglang: str  # the release the table was read from
+    origin: str  # "bundled:<file>", "installed:<dir>", "wheel:<file>"
+    options: list[OptionSpec]
+    extra_origin: str | None = None  # where options added on top come from (SpecForge's spec-capture patch)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "sglang": self.sglang, "origin": self.origin,
+                "options": [o.to_dict() for o in self.options]}
+
+    def by_dest(self) -> dict[str, OptionSpec]:
+        return {o.dest: o for o in self.options}
+
+
+def sources_from_wheel(path: str) -> dict[str, str]:
+    import zipfile
+
+    out = {}
+    with zipfile.ZipFile(path) as zf:
+        for name in zf.namelist():
+            if name.startswith("sglang/") and wanted_source(name[len("sglang/"):]):
+                out[name[len("sglang/"):]] = zf.read(name).decode("utf-8")
+    return out
+
+
+def sources_from_dir(package_dir: str) -> dict[str, str]:
+    """The wanted files of an unpacked or installed ``sglang`` package directory."""
+    import os
+
+    out = {}
+    for root, _dirs, files in os.walk(os.path.join(package_dir, "srt")):
+        for f in files:
+            rel = os.path.relpath(os.path.join(root, f), package_dir).replace(os.sep, "/")
+            if wanted_source(rel):
+                with open(os.path.join(root, f), encoding="utf-8") as fh:
+                    out[rel] = fh.read()
+    return out
+
+
+def installed_sglang() -> tuple[str, str] | None:
+    """(version, package dir) of the sglang installed in this interpreter, found without importing it."""
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution("sglang")
+    except metadata.PackageNotFoundError:
+        return None
+    pkg = dist.locate_file("sglang")
+    if not (pkg / "srt" / "server_args.py").is_file():  # type: ignore[operator]
+        return None
+    return dist.version, str(pkg)
+
+
+def read_table_file(path) -> OptionTable:
+    import json
+
+    data = json.loads(open(path, encoding="utf-8").read()) if isinstance(path, str) else json.loads(path.read_text())
+    if data.get("schema") != SCHEMA:
+        raise ValueError(f"{path}: option table schema {data.get('schema')!r}, expected {SCHEMA}")
+    return OptionTable(data["sglang"], data["origin"], [OptionSpec.from_dict(o) for o in data["options"]])
+
+
+def dump_table(table: OptionTable) -> str:
+    import json
+
+    lines = [json.dumps(o.to_dict(), sort_keys=True) for o in table.options]
+    head = json.dumps({"schema": SCHEMA, "sglang": table.sglang, "origin": table.origin})[:-1]
+    return head + ', "options": [\n' + ",\n".join(lines) + "\n]}\n"
+
+
+def bundled_tables() -> dict[str, Any]:
+    """sglang version -> resource path of its bundled table."""
+    from importlib import resources
+
+    folder = resources.files("dgprecompile.data").joinpath(TABLE_DIR)
+    out = {}
+    for entry in folder.iterdir():
+        name = entry.name
+        if name.endswith(".json") and name[0].isdigit():
+            out[name[: -len(".json")]] = entry
+    return out
+
+
+def spec_capture_overlay() -> OptionTable:
+    from importlib import resources
+
+    entry = resources.files("dgprecompile.data").joinpath(TABLE_DIR, "specforge-spec-capture.json")
+    return read_table_file(entry)
