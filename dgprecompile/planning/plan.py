@@ -61,6 +61,8 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     sglang_version: str | None = None  # the exact sglang release, when the user named one (or it is installed)
     heuristic: bool = True  # False: this generation's kernel choice is not modelled, keys only
+    sweep_m_max: int = 0  # > 0: the plan also covers SGLang's own precompile (its m sweep and warm-up layouts)
+    server: dict[str, Any] | None = None  # the SGLang server command (or SpecForge config) the plan was read from
 
     @property
     def total_kernels(self) -> int | None:
@@ -129,6 +131,8 @@ class Plan:
             "kernels": [{"id": s.id, "family": s.family, "params": {k: v for k, v in s.params}}
                         for s in self.kernels.values()],
             "notes": list(self.notes),
+            **({"sglang_precompile_m_max": self.sweep_m_max} if self.sweep_m_max else {}),
+            **({"server": self.server} if self.server else {}),
         }
 
 
@@ -272,7 +276,7 @@ def build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: int
     return Plan(model=model.name, model_source=model.source, model_type=model.config.get("model_type", ""),
                 tp=par.tp, ep=par.ep, moe_runner_backend=par.moe_runner_backend, max_tokens=par.max_tokens,
                 profile=profile, profile_reason=profile_reason, num_sms=num_sms, gpu=gpu, keys=keys,
-                kernels=kernels, notes=shapes.notes, sglang_version=sglang_version)
+                kernels=kernels, notes=shapes.notes, sglang_version=sglang_version, sweep_m_max=par.sweep_m_max)
 
 
 @dataclass
@@ -289,9 +293,16 @@ class PlanRequest:
     chunked_prefill_size: int | None = None
     gpu: str | None = None
     num_sms: int | None = None
+    sglang_cmd: str | list[str] | None = None  # an SGLang server command line
+    specforge_config: str | None = None  # a SpecForge 0.2.0 run.yaml
+    sglang_precompile: bool | None = None  # also plan SGLang's own precompile (default: on for server inputs)
 
 
 def plan_from_request(req: PlanRequest) -> Plan:
+    if req.sglang_cmd is not None or req.specforge_config is not None:
+        from dgprecompile.planning.server_plan import plan_from_server
+
+        return plan_from_server(req)
     if req.model is None:
         raise InputError("no model given", hint="pass --model NAME (e.g. Qwen3-Coder-480B) or --manifest FILE")
     if req.max_tokens is not None and req.specforge_cmd is not None:
@@ -309,6 +320,8 @@ def plan_from_request(req: PlanRequest) -> Plan:
         max_tokens = sglang_precompile_m_max(req.chunked_prefill_size)
     model = load_model(req.model)
     choice = resolve_profile(req.sglang)
-    par = Parallel(tp=1 if tp is None else tp, ep=1 if ep is None else ep, moe_runner_backend=req.moe_runner_backend, max_tokens=max_tokens)
+    sweep = sglang_precompile_m_max(req.chunked_prefill_size) if req.sglang_precompile else 0
+    par = Parallel(tp=1 if tp is None else tp, ep=1 if ep is None else ep, moe_runner_backend=req.moe_runner_backend,
+                   max_tokens=max_tokens, sweep_m_max=sweep)
     return build_plan(model, choice.profile, par, resolve_num_sms(req.gpu, req.num_sms), req.gpu, choice.reason,
                       choice.sglang_version)

@@ -137,7 +137,7 @@ def _action_classes(modules: list[_Module]) -> dict[str, _ActionClass]:
             for item in node.body:
                 if isinstance(item, ast.FunctionDef) and item.name == "__init__":
                     args = item.args.args[len(item.args.args) - len(item.args.defaults):]
-                    for arg, default in zip(args, item.args.defaults):
+                    for arg, default in zip(args, item.args.defaults, strict=True):
                         value = _literal(default, {})
                         if arg.arg == "nargs" and value == 0:
                             info.zero_args = True
