@@ -41,6 +41,8 @@ def command(plan_request, manifest, config, cache_dir, strict, allow_missing, tr
       dgprecompile launch --config train.yaml
       dgprecompile launch --manifest plan.yaml --no-strict -- python train.py   # records misses
       dgprecompile launch --manifest plan.yaml --trace traces/ -- python train.py
+      dgprecompile launch -- python -m sglang.launch_server --model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 --tp 8
+      dgprecompile launch --specforge-config run.yaml -- specforge train -c run.yaml
     """
     from dgprecompile.launch.launcher import (
         LaunchOptions,
@@ -48,14 +50,26 @@ def command(plan_request, manifest, config, cache_dir, strict, allow_missing, tr
         prepare_launch,
         resolve_command,
         run_launch,
+        specforge_train_config,
     )
+    from dgprecompile.planning.server_cmd import find_server_command
 
-    argv, note = resolve_command(list(command), config)
+    given = list(command)
+    if not [a for a in given if a != "--"] and plan_request.specforge_config is not None:
+        given = ["specforge", "train", "-c", plan_request.specforge_config]  # SpecForge 0.2.0 cli.py:173
+    argv, note = resolve_command(given, config)
     if note:
         out.info(note)
-    if manifest is None and plan_request.specforge_cmd is None and plan_request.max_tokens is None \
-            and looks_like_specforge(argv):
+    undecided = (manifest is None and plan_request.specforge_cmd is None and plan_request.sglang_cmd is None
+                 and plan_request.specforge_config is None)
+    if undecided and plan_request.model is None and find_server_command(argv) is not None:
+        plan_request = dataclasses.replace(plan_request, sglang_cmd=list(argv))  # the server itself
+    elif undecided and plan_request.model is None and specforge_train_config(argv) is not None:
+        plan_request = dataclasses.replace(plan_request, specforge_config=specforge_train_config(argv))
+    elif undecided and plan_request.max_tokens is None and looks_like_specforge(argv):
         plan_request = dataclasses.replace(plan_request, specforge_cmd=shlex.join(argv))
+    if plan_request.sglang_precompile is None:  # launch turns SGLang's own precompile off
+        plan_request = dataclasses.replace(plan_request, sglang_precompile=False)
     plan = resolve_plan(plan_request, manifest)
     out.info(f"plan: {plan.model} tp={plan.tp} ep={plan.ep} sglang {plan.profile.id} "
              f"({plan.profile_reason}): {len(plan.kernels)} kernels")

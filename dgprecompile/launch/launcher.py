@@ -194,8 +194,15 @@ def compose_env(plan: Plan, cache_dir: str, fingerprint: Mapping[str, Any], base
 
 def warm_command(plan: Plan, cache_dir: str, manifest: str | None = None, model_arg: str | None = None) -> str:
     """The exact `dgprecompile warm` command that fills ``cache_dir`` for ``plan``."""
+    server = getattr(plan, "server", None) or {}
     if manifest:
         parts = ["dgprecompile", "warm", "--manifest", os.path.abspath(manifest)]
+    elif server.get("specforge"):
+        parts = ["dgprecompile", "warm", "--specforge-config", server["specforge"]["config"], "--sglang",
+                 server["sglang_options"], "--num-sms", str(plan.num_sms)]
+    elif server:
+        parts = ["dgprecompile", "warm", "--sglang-cmd", server["command"], "--sglang", server["sglang_options"],
+                 "--num-sms", str(plan.num_sms)]
     else:
         parts = ["dgprecompile", "warm", "--model", model_arg or plan.model, "--tp", str(plan.tp), "--ep",
                  str(plan.ep), "--sglang", plan.profile.id, "--moe-runner-backend", plan.moe_runner_backend,
@@ -469,5 +476,19 @@ def resolve_command(argv: list[str], config: Mapping[str, Any]) -> tuple[list[st
 
 
 def looks_like_specforge(argv: list[str]) -> bool:
-    """A SpecForge training command line, from which the plan's tp/ep/largest forward can be read."""
+    """A 2025 SpecForge training command line (in-process SGLang), from which the plan's tp/ep/largest forward can
+    be read. SGLang server commands are recognised before this (planning.server_cmd.find_server_command)."""
     return any("train_eagle3" in a for a in argv) or "--tp-size" in argv
+
+
+def specforge_train_config(argv: list[str]) -> str | None:
+    """The run config of `specforge train -c run.yaml` (SpecForge 0.2.0 cli.py:173), else None."""
+    for i, arg in enumerate(argv[:-1]):
+        if (arg == "specforge" or arg.endswith("/specforge")) and argv[i + 1] == "train":
+            rest = argv[i + 2:]
+            for j, a in enumerate(rest):
+                if a in ("-c", "--config") and j + 1 < len(rest):
+                    return rest[j + 1]
+                if a.startswith("--config="):
+                    return a.split("=", 1)[1]
+    return None
