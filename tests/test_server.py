@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -306,15 +307,16 @@ def test_launch_with_no_other_option_after_warm(tmp_path, installed_sglang_0_5_1
 
     if legacy_deepgemm_dir() is None:
         pytest.skip("the legacy DeepGEMM (sgl-kernel 0.3.5) is not installed")
-    server = ["-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3-30B-A3B-FP8", "--tp", "4",
+    server = ["-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3-30B-A3B-FP8", "--tp", "4", "--ep", "4",
               "--chunked-prefill-size", "64", "--cuda-graph-max-bs", "8"]
     env = _standin_env(tmp_path, installed_sglang_0_5_1, SGL_DG_CACHE_DIR=str(tmp_path / "dg"))
     cold = _run("launch", "--", sys.executable, *server, env=env)
     assert cold.exit_code == 1, cold.output
-    warm = next(line for line in cold.output.splitlines() if "dgprecompile warm" in line).strip()
-    argv = __import__("shlex").split(warm[warm.index("dgprecompile warm"):])[2:]
+    hint = next(line for line in cold.output.splitlines() if "dgprecompile warm" in line)
+    warm = hint[hint.index("dgprecompile warm"):hint.index("  (or pass --allow-missing")]
+    argv = shlex.split(warm)[2:]
     assert argv[0] == "--sglang-cmd"
-    w = _run("warm", *argv, "--workers", "2", env=env)
+    w = _run("warm", *argv, "-j", "2", env=env)
     assert w.exit_code == 0, w.output
     ok = _run("launch", "--", sys.executable, *server, env=env)
     assert ok.exit_code == 0, ok.output

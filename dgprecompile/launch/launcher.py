@@ -207,6 +207,8 @@ def warm_command(plan: Plan, cache_dir: str, manifest: str | None = None, model_
         parts = ["dgprecompile", "warm", "--model", model_arg or plan.model, "--tp", str(plan.tp), "--ep",
                  str(plan.ep), "--sglang", plan.profile.id, "--moe-runner-backend", plan.moe_runner_backend,
                  "--max-tokens", str(plan.max_tokens), "--num-sms", str(plan.num_sms)]
+    if server and not manifest and not getattr(plan, "sweep_m_max", 0):
+        parts.append("--no-sglang-precompile")  # what launch needs: it turns SGLang's own precompile off
     parts += ["--cache-dir", cache_dir]
     return shlex.join(parts)
 
