@@ -43,7 +43,7 @@ def _run(*args, env=None):
 
 
 def _server(version: str, args: str):
-    profile, _ = resolve_profile(version)
+    profile = resolve_profile(version).profile
     table, why = choose_table(profile, version)
     return parse_server_args(parse_command(f"python -m sglang.launch_server {args}"), table, why)
 

@@ -199,7 +199,7 @@ def warm_command(plan: Plan, cache_dir: str, manifest: str | None = None, model_
         parts = ["dgprecompile", "warm", "--manifest", os.path.abspath(manifest)]
     elif server.get("specforge"):
         parts = ["dgprecompile", "warm", "--specforge-config", server["specforge"]["config"], "--sglang",
-                 server["sglang_options"], "--num-sms", str(plan.num_sms)]
+                 getattr(plan, "sglang_version", None) or server["sglang_options"], "--num-sms", str(plan.num_sms)]
     elif server:
         parts = ["dgprecompile", "warm", "--sglang-cmd", server["command"], "--sglang", server["sglang_options"],
                  "--num-sms", str(plan.num_sms)]

@@ -51,8 +51,11 @@ def plan_from_server(req: PlanRequest) -> Plan:
         what = "the server command"
         ep_option = "--ep-size"
     command = parse_command(argv, source)
-    profile, reason = resolve_profile(version)
-    table, table_reason = choose_table(profile, version)
+    choice = resolve_profile(version)
+    profile, reason = choice.profile, choice.reason
+    if req.specforge_config is not None and req.sglang is None and version == str(facts()["sglang"]):
+        reason = f"SpecForge 0.2.0 pins sglang {version}"
+    table, table_reason = choose_table(profile, choice.sglang_version or version)
     settings = parse_server_args(command, table, table_reason)
     model = load_model(settings.model)
     quant = (model.config.get("quantization_config") or {}).get("quant_method")
@@ -65,7 +68,8 @@ def plan_from_server(req: PlanRequest) -> Plan:
     par = Parallel(tp=settings.tp, ep=settings.ep, moe_runner_backend=settings.moe_runner_backend,
                    max_tokens=max_tokens, sweep_m_max=bound.sweep_m_max if precompile else 0)
     try:
-        plan = build_plan(model, profile, par, resolve_num_sms(req.gpu, req.num_sms), req.gpu, reason)
+        plan = build_plan(model, profile, par, resolve_num_sms(req.gpu, req.num_sms), req.gpu, reason,
+                          choice.sglang_version or (table.sglang if table.origin.startswith("installed:") else None))
     except ExpertLayoutError as exc:
         raise InputError(f"{what}: {exc.message}", hint=exc.hint_for(ep_option)) from None
     notes = [f"{what} read with {table_reason}"]
