@@ -201,8 +201,8 @@ def warm_command(plan: Plan, cache_dir: str, manifest: str | None = None, model_
         parts = ["dgprecompile", "warm", "--specforge-config", server["specforge"]["config"], "--sglang",
                  getattr(plan, "sglang_version", None) or server["sglang_options"], "--num-sms", str(plan.num_sms)]
     elif server:
-        parts = ["dgprecompile", "warm", "--sglang-cmd", server["command"], "--sglang", server["sglang_options"],
-                 "--num-sms", str(plan.num_sms)]
+        parts = ["dgprecompile", "warm", "--sglang-cmd", server["command"], "--sglang",
+                 getattr(plan, "sglang_version", None) or server["sglang_options"], "--num-sms", str(plan.num_sms)]
     else:
         parts = ["dgprecompile", "warm", "--model", model_arg or plan.model, "--tp", str(plan.tp), "--ep",
                  str(plan.ep), "--sglang", plan.profile.id, "--moe-runner-backend", plan.moe_runner_backend,
