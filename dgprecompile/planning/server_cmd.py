@@ -12,11 +12,11 @@ The largest forward on a rank (docs/shapes.md §4 has the evidence):
 * chunked prefill on (``--chunked-prefill-size C > 0``; SGLang's default on 80-160 GB GPUs is 8192, 0.5.14
   server_args.py:3187-3191): prefill T <= C;
 * chunked prefill off (``-1``): the scheduler always admits the first waiting request whole and adds others only
-  while they fit the remaining ``--max-prefill-tokens`` (0.5.14 managers/schedule_policy.py:906-913), and a request
+  while they fit the remaining ``--max-prefill-tokens`` (0.5.14 managers/schedule_policy.py:909-916), and a request
   holds at most ``context_len - 6`` tokens (tp_worker.py:448-458): T <= max(max_prefill_tokens - 1, context_len - 6);
 * decode: T <= the largest CUDA-graph batch, or ``--max-running-requests`` when given;
 * SGLang's own precompile, when it stays on, sweeps every key over m = 1..16384 (65536 with chunked prefill off,
-  2C when C > 8192, at most 131072; compile_utils.py:82-89).
+  2C when C > 8192, at most 131072; compile_utils.py:83-88).
 """
 
 from __future__ import annotations
