@@ -33,8 +33,9 @@ sys.path.insert(0, str(REPO / "scripts"))
 import update_sglang_args  # noqa: E402
 
 M480 = "Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8"
-SMALL_WHEELS = ["0.5.1", "0.5.3", "0.5.4", "0.5.9"]  # pure-Python wheels, 2-5 MB each
-BIG_WHEELS = ["0.5.14", "0.5.18", "0.5.20", "0.5.23"]  # 12-39 MB each
+SMALL_WHEELS = ["0.5.1", "0.5.3", "0.5.4", "0.5.9", "0.5.14"]  # 2-5 MB each, and 12 MB (SpecForge 0.2.0's pin)
+BIG_WHEELS = ["0.5.18", "0.5.20", "0.5.23"]  # 24-39 MB each: compared when DGPRECOMPILE_ALL_WHEELS=1
+# (`python scripts/update_sglang_args.py --check` compares every table too)
 
 
 def _run(*args, env=None):
@@ -62,9 +63,12 @@ def _one_error(r) -> str:
 # ---- the option tables are SGLang's own -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version", SMALL_WHEELS + [pytest.param(v, marks=pytest.mark.slow) for v in BIG_WHEELS])
+@pytest.mark.slow
+@pytest.mark.parametrize("version", SMALL_WHEELS + BIG_WHEELS)
 def test_bundled_table_is_what_the_wheel_declares(version):
     """The committed table equals a fresh read of the real wheel's server_args.py (and arg_groups)."""
+    if version in BIG_WHEELS and os.environ.get("DGPRECOMPILE_ALL_WHEELS") != "1":
+        pytest.skip("a 24-39 MB wheel: set DGPRECOMPILE_ALL_WHEELS=1 (or run scripts/update_sglang_args.py --check)")
     fresh = update_sglang_args.table_for(version)
     assert dump_table(fresh) == (TABLES / f"{version}.json").read_text()
     assert len(fresh.options) > 150
