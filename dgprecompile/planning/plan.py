@@ -223,11 +223,14 @@ def parse_specforge_cmd(cmd: str) -> TrainerShape:
     )
 
 
-def plan_key(key: GemmKey, profile: Profile, num_sms: int, kernels: dict[str, KernelSpec]) -> PlannedKey:
-    """A key with its m-buckets and the layout kernels the runtime compiles beside it; adds its kernels."""
+def plan_key(key: GemmKey, profile: Profile, num_sms: int, kernels: dict[str, KernelSpec],
+             sglang_warmup: bool = False) -> PlannedKey:
+    """A key with its m-buckets and the layout kernels the runtime compiles beside it (with ``sglang_warmup``
+    also those SGLang's own precompile builds); adds its kernels."""
     pk = PlannedKey(key, _buckets(key, profile, num_sms, kernels))
     heuristic = profile.deepgemm.heuristic()
-    for spec in getattr(heuristic, "aux_kernels", lambda *a: [])(key.kernel_type, key.n, key.k, key.num_groups):
+    aux = getattr(heuristic, "aux_kernels", lambda *a, **kw: [])
+    for spec in aux(key.kernel_type, key.n, key.k, key.num_groups, sglang_warmup=sglang_warmup):
         kernels.setdefault(spec.id, spec)
         pk.aux.append(spec.id)
     return pk
@@ -267,12 +270,12 @@ def build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: int
                     tp=par.tp, ep=par.ep, moe_runner_backend=par.moe_runner_backend, max_tokens=par.max_tokens,
                     profile=profile, profile_reason=profile_reason, num_sms=num_sms, gpu=gpu,
                     keys=[PlannedKey(k, []) for k in shapes.keys], kernels={}, notes=notes, heuristic=False,
-                    sglang_version=sglang_version)
+                    sglang_version=sglang_version, sweep_m_max=par.sweep_m_max)
     if not profile.raw.get("heuristic_validated"):
         shapes.notes.append(f"the {profile.generation} kernel model is read from source but was not checked "
                             "against that DeepGEMM on a GPU")
     shapes.notes.extend(proof)
-    keys = [plan_key(k, profile, num_sms, kernels) for k in shapes.keys]
+    keys = [plan_key(k, profile, num_sms, kernels, sglang_warmup=par.sweep_m_max > 0) for k in shapes.keys]
     return Plan(model=model.name, model_source=model.source, model_type=model.config.get("model_type", ""),
                 tp=par.tp, ep=par.ep, moe_runner_backend=par.moe_runner_backend, max_tokens=par.max_tokens,
                 profile=profile, profile_reason=profile_reason, num_sms=num_sms, gpu=gpu, keys=keys,
