@@ -25,7 +25,7 @@ CACHE_DIR ?= $(CURDIR)/.cache/deep_gemm
 ARTIFACT ?= out/deepgemm-{fingerprint}.tar.gz
 CONFIG ?= train.yaml
 
-.PHONY: setup run test plan warm verify cache-artifact train lint shapes gpu-test clean
+.PHONY: setup run test plan warm verify cache-artifact train lint shapes sglang-args gpu-test clean
 
 # torch is pinned to the CPU build this workplace keeps on disk (the compile path needs only torch's CPU side);
 # an unpinned torch would pull a multi-GB CUDA build.
@@ -66,6 +66,10 @@ cache-artifact: run
 
 train: $(STAMP)
 	$(BIN)/dgprecompile launch --config $(CONFIG)
+
+# Re-read SGLang's server options from its wheels into dgprecompile/data/sglang_args/ (pip download, no import).
+sglang-args: $(STAMP)
+	$(BIN)/python scripts/update_sglang_args.py
 
 # Regenerate the checked-in manifests (tests fail when they drift from the code).
 shapes: $(STAMP)

@@ -32,7 +32,8 @@ def test_burst_model_for_051():
 
 
 def test_burst_is_capped_by_kernels_of_the_key():
-    from dgprecompile.planning.plan import PlanRequest, plan_from_request
+    from dgprecompile.planning.plan import PlanRequest
+    from dgprecompile.planning.request import plan_from_request
 
     plan = plan_from_request(PlanRequest(model="Qwen3-Coder-480B", tp=8, ep=8, sglang="0.5.1"))
     profile = plan.profile

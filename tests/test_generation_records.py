@@ -133,7 +133,8 @@ def test_warm_index_names_are_the_computed_names(release):
     if (rel.get("warm") or {}).get("backend") != "cxx":
         pytest.skip(f"{release} was warmed with the {(rel.get('warm') or {}).get('backend')} backend")
     ctx = _context(release)
-    from dgprecompile.planning.plan import PlanRequest, plan_from_request
+    from dgprecompile.planning.plan import PlanRequest
+    from dgprecompile.planning.request import plan_from_request
 
     plan = plan_from_request(PlanRequest(model="Qwen3-Coder-480B", tp=8, ep=8, sglang=rel["sglang"],
                                          moe_runner_backend="deep_gemm", max_tokens=65536))

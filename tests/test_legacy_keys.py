@@ -8,7 +8,8 @@ import pytest
 from helpers import NVCC, needs_legacy, needs_nvcc
 
 from dgprecompile.keys.legacy import LegacyKeyContext, kernel_source
-from dgprecompile.planning.plan import PlanRequest, plan_from_request
+from dgprecompile.planning.plan import PlanRequest
+from dgprecompile.planning.request import plan_from_request
 from dgprecompile.toolchain import find_deepgemm, find_nvcc
 
 pytestmark = needs_legacy

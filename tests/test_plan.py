@@ -11,13 +11,9 @@ from helpers import run_in_fresh_python
 from dgprecompile.cache.store import resolve_cache_dir
 from dgprecompile.cli.main import cli
 from dgprecompile.planning.manifest import read_manifest
-from dgprecompile.planning.plan import (
-    PlanRequest,
-    parse_specforge_cmd,
-    plan_from_request,
-    sglang_precompile_m_max,
-)
+from dgprecompile.planning.plan import PlanRequest, parse_specforge_cmd, sglang_precompile_m_max
 from dgprecompile.planning.profiles import resolve_profile
+from dgprecompile.planning.request import plan_from_request
 
 
 def keys_of(result):

@@ -19,7 +19,8 @@ from helpers import PLAN, read_index, warm_once, write_index
 
 from dgprecompile.cache.store import CacheStore
 from dgprecompile.cli.main import cli
-from dgprecompile.planning.plan import PlanRequest, plan_from_request
+from dgprecompile.planning.plan import PlanRequest
+from dgprecompile.planning.request import plan_from_request
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,8 @@ from helpers import NVCC, needs_dg013, needs_nvcc, sgl_deep_gemm_013_dir
 
 from dgprecompile.keys.sgl_deep_gemm_01 import CxxKeyContext
 from dgprecompile.planning.manifest import plan_from_dict, write_manifest
-from dgprecompile.planning.plan import PlanRequest, plan_from_request
+from dgprecompile.planning.plan import PlanRequest
+from dgprecompile.planning.request import plan_from_request
 
 pytestmark = [needs_dg013, needs_nvcc, pytest.mark.nvcc]
 

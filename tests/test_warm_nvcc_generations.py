@@ -15,7 +15,8 @@ from helpers import NVCC, needs_nvcc, sgl_deep_gemm_dir
 
 from dgprecompile.generations import load_key_class
 from dgprecompile.planning.manifest import plan_from_dict, write_manifest
-from dgprecompile.planning.plan import PlanRequest, plan_from_request
+from dgprecompile.planning.plan import PlanRequest
+from dgprecompile.planning.request import plan_from_request
 from dgprecompile.toolchain import DeepGemmInstall, probe_nvcc
 
 pytestmark = [needs_nvcc, pytest.mark.nvcc, pytest.mark.slow]

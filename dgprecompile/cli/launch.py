@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import shlex
 from typing import TYPE_CHECKING
 
@@ -44,22 +43,22 @@ def command(plan_request, manifest, config, cache_dir, strict, allow_missing, tr
       dgprecompile launch --config train.yaml
       dgprecompile launch --manifest plan.yaml --no-strict -- python train.py   # records misses
       dgprecompile launch --manifest plan.yaml --trace traces/ -- python train.py
+      dgprecompile launch -- python -m sglang.launch_server --model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 --tp 8
+      dgprecompile launch --specforge-config run.yaml -- specforge train -c run.yaml
       dgprecompile launch --pull s3://my-bucket/dg/train-480b --manifest plan.yaml -- torchrun ...   # node start-up
     """
     from dgprecompile.launch.launcher import (
         LaunchOptions,
-        looks_like_specforge,
+        job_command,
         prepare_launch,
-        resolve_command,
+        request_for_job,
         run_launch,
     )
 
-    argv, note = resolve_command(list(command), config)
+    argv, note = job_command(list(command), config, plan_request)
     if note:
         out.info(note)
-    if manifest is None and plan_request.specforge_cmd is None and plan_request.max_tokens is None \
-            and looks_like_specforge(argv):
-        plan_request = dataclasses.replace(plan_request, specforge_cmd=shlex.join(argv))
+    plan_request = request_for_job(plan_request, argv, manifest)
     plan = resolve_plan(plan_request, manifest)
     out.info(f"plan: {plan.model} tp={plan.tp} ep={plan.ep} sglang {plan.profile.id} "
              f"({plan.profile_reason}): {len(plan.kernels)} kernels")

@@ -12,11 +12,13 @@ import yaml
 from dgprecompile.errors import InputError
 from dgprecompile.output import Output
 from dgprecompile.planning.manifest import read_manifest
-from dgprecompile.planning.plan import Plan, PlanRequest, plan_from_request
+from dgprecompile.planning.plan import Plan, PlanRequest
+from dgprecompile.planning.request import plan_from_request
 from dgprecompile.planning.shapes import MOE_BACKENDS
 
 CONFIG_KEYS = {"model", "tp", "ep", "sglang", "moe_runner_backend", "max_tokens", "specforge_cmd",
-               "chunked_prefill_size", "gpu", "num_sms", "cache_dir", "manifest", "command"}
+               "chunked_prefill_size", "gpu", "num_sms", "cache_dir", "manifest", "command", "sglang_cmd",
+               "specforge_config", "sglang_precompile"}
 
 
 def load_config_file(path: str | None) -> dict[str, Any]:
@@ -57,6 +59,15 @@ def plan_options(func):
     @click.option("--max-tokens", type=click.IntRange(min=1), default=None, help="Largest tokens in one forward on a rank.")
     @click.option("--specforge-cmd", default=None, metavar="CMD",
                   help="The trainer's command line; tp, ep and the largest tokens per forward are read from it.")
+    @click.option("--sglang-cmd", default=None, metavar="CMD",
+                  help='The SGLang server command ("python -m sglang.launch_server --model-path ... --tp 8 ..."): '
+                       "model, tp, ep, MoE runner and the largest m are read from it as that sglang reads them.")
+    @click.option("--specforge-config", default=None, metavar="RUN.YAML", type=click.Path(dir_okay=False),
+                  help="A SpecForge 0.2.0 run config: plans the capture server `specforge train` starts.")
+    @click.option("--sglang-precompile/--no-sglang-precompile", "sglang_precompile", default=None,
+                  help="Also plan what SGLang's own DeepGEMM precompile compiles when it stays on (every key swept "
+                       "over its m range; the transpose kernels of its row-major warm-up scales). Default: on with "
+                       "--sglang-cmd/--specforge-config, off otherwise.")
     @click.option("--chunked-prefill-size", type=int, default=None,
                   help="Serving: SGLang's --chunked-prefill-size (sets the largest m as SGLang's precompile does).")
     @click.option("--gpu", default=None, type=click.Choice(["h100", "h200", "h800", "h20", "h100-pcie"],
@@ -65,7 +76,8 @@ def plan_options(func):
     @click.option("--num-sms", type=click.IntRange(min=2), default=None, help="SM count the kernels are chosen for (default 132).")
     @functools.wraps(func)
     def wrapper(*args, manifest, config_file, model, tp, ep, sglang, moe_runner_backend, max_tokens,
-                specforge_cmd, chunked_prefill_size, gpu, num_sms, **kwargs):
+                specforge_cmd, sglang_cmd, specforge_config, sglang_precompile, chunked_prefill_size, gpu, num_sms,
+                **kwargs):
         config = load_config_file(config_file)
 
         def pick(value, name, default=None):
@@ -76,7 +88,9 @@ def plan_options(func):
             moe_runner_backend=pick(moe_runner_backend, "moe_runner_backend", "auto"),
             max_tokens=pick(max_tokens, "max_tokens"), specforge_cmd=pick(specforge_cmd, "specforge_cmd"),
             chunked_prefill_size=pick(chunked_prefill_size, "chunked_prefill_size"), gpu=pick(gpu, "gpu"),
-            num_sms=pick(num_sms, "num_sms"),
+            num_sms=pick(num_sms, "num_sms"), sglang_cmd=pick(sglang_cmd, "sglang_cmd"),
+            specforge_config=pick(specforge_config, "specforge_config"),
+            sglang_precompile=pick(sglang_precompile, "sglang_precompile"),
         )
         if "cache_dir" in kwargs:  # --cache-dir, else the config file's cache_dir (resolve_cache_dir decides the rest)
             kwargs["cache_dir"] = pick(kwargs["cache_dir"], "cache_dir")
@@ -101,6 +115,9 @@ def resolve_plan(plan_request: PlanRequest, manifest: str | None, trace: str | N
     if manifest is not None:
         if plan_request.model is not None:
             raise InputError("pass --manifest or --model, not both", hint="a manifest already names the model")
+        if plan_request.sglang_cmd is not None or plan_request.specforge_config is not None:
+            raise InputError("pass --manifest or a server command/config, not both",
+                             hint="a manifest already records the server it was planned from")
         return read_manifest(Path(manifest))
     return plan_from_request(plan_request)
 

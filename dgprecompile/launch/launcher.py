@@ -18,6 +18,7 @@ A value the user already set differently is never overridden: the launch is refu
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -35,7 +36,7 @@ from dgprecompile.cache.store import CacheStore, resolve_cache_dir
 from dgprecompile.cache.verify import VerifyReport, verify_cache
 from dgprecompile.errors import CheckFailed, EnvironmentProblem, InputError
 from dgprecompile.launch.hook import HOOK_DIR, NVCC_STANDIN
-from dgprecompile.planning.plan import Plan
+from dgprecompile.planning.plan import Plan, PlanRequest
 from dgprecompile.planning.trace import Call, find_misses, read_trace_dir, write_misses
 from dgprecompile.toolchain import KEY_ENV_VARS, default_nvcc_path
 
@@ -194,12 +195,21 @@ def compose_env(plan: Plan, cache_dir: str, fingerprint: Mapping[str, Any], base
 
 def warm_command(plan: Plan, cache_dir: str, manifest: str | None = None, model_arg: str | None = None) -> str:
     """The exact `dgprecompile warm` command that fills ``cache_dir`` for ``plan``."""
+    server = getattr(plan, "server", None) or {}
     if manifest:
         parts = ["dgprecompile", "warm", "--manifest", os.path.abspath(manifest)]
+    elif server.get("specforge"):
+        parts = ["dgprecompile", "warm", "--specforge-config", server["specforge"]["config"], "--sglang",
+                 getattr(plan, "sglang_version", None) or server["sglang_options"], "--num-sms", str(plan.num_sms)]
+    elif server:
+        parts = ["dgprecompile", "warm", "--sglang-cmd", server["command"], "--sglang",
+                 getattr(plan, "sglang_version", None) or server["sglang_options"], "--num-sms", str(plan.num_sms)]
     else:
         parts = ["dgprecompile", "warm", "--model", model_arg or plan.model, "--tp", str(plan.tp), "--ep",
                  str(plan.ep), "--sglang", plan.profile.id, "--moe-runner-backend", plan.moe_runner_backend,
                  "--max-tokens", str(plan.max_tokens), "--num-sms", str(plan.num_sms)]
+    if server and not manifest and not getattr(plan, "sweep_m_max", 0):
+        parts.append("--no-sglang-precompile")  # what launch needs: it turns SGLang's own precompile off
     parts += ["--cache-dir", cache_dir]
     return shlex.join(parts)
 
@@ -469,5 +479,44 @@ def resolve_command(argv: list[str], config: Mapping[str, Any]) -> tuple[list[st
 
 
 def looks_like_specforge(argv: list[str]) -> bool:
-    """A SpecForge training command line, from which the plan's tp/ep/largest forward can be read."""
+    """A 2025 SpecForge training command line (in-process SGLang), from which the plan's tp/ep/largest forward can
+    be read. SGLang server commands are recognised before this (planning.server_cmd.find_server_command)."""
     return any("train_eagle3" in a for a in argv) or "--tp-size" in argv
+
+
+def specforge_train_config(argv: list[str]) -> str | None:
+    """The run config of `specforge train -c run.yaml` (SpecForge 0.2.0 cli.py:173), else None."""
+    for i, arg in enumerate(argv[:-1]):
+        if (arg == "specforge" or arg.endswith("/specforge")) and argv[i + 1] == "train":
+            rest = argv[i + 2:]
+            for j, a in enumerate(rest):
+                if a in ("-c", "--config") and j + 1 < len(rest):
+                    return rest[j + 1]
+                if a.startswith("--config="):
+                    return a.split("=", 1)[1]
+    return None
+
+
+def job_command(given: list[str], config: Mapping[str, Any], plan_request: PlanRequest) -> tuple[list[str], str | None]:
+    """The job to run (resolve_command); with only --specforge-config, SpecForge 0.2.0's own trainer on it."""
+    if not [a for a in given if a != "--"] and plan_request.specforge_config is not None:
+        given = ["specforge", "train", "-c", plan_request.specforge_config]  # SpecForge 0.2.0 cli.py:173
+    return resolve_command(given, config)
+
+
+def request_for_job(plan_request: PlanRequest, argv: list[str], manifest: str | None) -> PlanRequest:
+    """What the job's own command line says about the plan, where no option said it: an SGLang server command,
+    `specforge train -c run.yaml`, or a 2025 SpecForge trainer command. launch turns SGLang's own precompile off."""
+    from dgprecompile.planning.server_cmd import find_server_command
+
+    undecided = (manifest is None and plan_request.specforge_cmd is None and plan_request.sglang_cmd is None
+                 and plan_request.specforge_config is None)
+    if undecided and plan_request.model is None and find_server_command(argv) is not None:
+        plan_request = dataclasses.replace(plan_request, sglang_cmd=list(argv))  # the server itself
+    elif undecided and plan_request.model is None and specforge_train_config(argv) is not None:
+        plan_request = dataclasses.replace(plan_request, specforge_config=specforge_train_config(argv))
+    elif undecided and plan_request.max_tokens is None and looks_like_specforge(argv):
+        plan_request = dataclasses.replace(plan_request, specforge_cmd=shlex.join(argv))
+    if plan_request.sglang_precompile is None:
+        plan_request = dataclasses.replace(plan_request, sglang_precompile=False)
+    return plan_request

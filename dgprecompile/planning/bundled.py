@@ -11,7 +11,8 @@ from pathlib import Path
 import yaml
 
 from dgprecompile.planning.manifest import dump_yaml, manifest_name
-from dgprecompile.planning.plan import PlanRequest, plan_from_request
+from dgprecompile.planning.plan import PlanRequest
+from dgprecompile.planning.request import plan_from_request
 
 
 def render_all(shapes_dir: Path) -> dict[str, str]:

@@ -67,7 +67,8 @@ def plan_from_dict(data: Any, where: str = "manifest") -> Plan:
                     profile=profile, profile_reason=f"manifest {where}", num_sms=int(data["num_sms"]),
                     gpu=data.get("gpu"), keys=keys, kernels=kernels, notes=list(data.get("notes", [])),
                     heuristic=bool(data.get("kernel_model", True)),
-                    sglang_version=None if sglang_version is None else str(sglang_version))
+                    sglang_version=None if sglang_version is None else str(sglang_version),
+                    sweep_m_max=int(data.get("sglang_precompile_m_max", 0)), server=data.get("server"))
     except KeyError as exc:
         raise InputError(f"{where} is malformed: a required field {exc.args[0]!r} is missing", hint="regenerate it with `dgprecompile plan ... -o FILE`") from None
     except (TypeError, ValueError) as exc:

@@ -16,8 +16,8 @@ import yaml
 from dgprecompile import __version__
 from dgprecompile.errors import InputError
 from dgprecompile.kernels import GemmKey, KernelSpec
-from dgprecompile.planning.models import ModelConfig, load_model
-from dgprecompile.planning.profiles import Profile, resolve_profile
+from dgprecompile.planning.models import ModelConfig
+from dgprecompile.planning.profiles import Profile
 from dgprecompile.planning.shapes import Parallel, model_shapes
 
 MANIFEST_SCHEMA = 1
@@ -61,6 +61,8 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     sglang_version: str | None = None  # the exact sglang release, when the user named one (or it is installed)
     heuristic: bool = True  # False: this generation's kernel choice is not modelled, keys only
+    sweep_m_max: int = 0  # > 0: the plan also covers SGLang's own precompile (its m sweep and warm-up layouts)
+    server: dict[str, Any] | None = None  # the SGLang server command (or SpecForge config) the plan was read from
 
     @property
     def total_kernels(self) -> int | None:
@@ -129,6 +131,8 @@ class Plan:
             "kernels": [{"id": s.id, "family": s.family, "params": {k: v for k, v in s.params}}
                         for s in self.kernels.values()],
             "notes": list(self.notes),
+            **({"sglang_precompile_m_max": self.sweep_m_max} if self.sweep_m_max else {}),
+            **({"server": self.server} if self.server else {}),
         }
 
 
@@ -219,11 +223,14 @@ def parse_specforge_cmd(cmd: str) -> TrainerShape:
     )
 
 
-def plan_key(key: GemmKey, profile: Profile, num_sms: int, kernels: dict[str, KernelSpec]) -> PlannedKey:
-    """A key with its m-buckets and the layout kernels the runtime compiles beside it; adds its kernels."""
+def plan_key(key: GemmKey, profile: Profile, num_sms: int, kernels: dict[str, KernelSpec],
+             sglang_warmup: bool = False) -> PlannedKey:
+    """A key with its m-buckets and the layout kernels the runtime compiles beside it (with ``sglang_warmup``
+    also those SGLang's own precompile builds); adds its kernels."""
     pk = PlannedKey(key, _buckets(key, profile, num_sms, kernels))
     heuristic = profile.deepgemm.heuristic()
-    for spec in getattr(heuristic, "aux_kernels", lambda *a: [])(key.kernel_type, key.n, key.k, key.num_groups):
+    aux = getattr(heuristic, "aux_kernels", lambda *a, **kw: [])
+    for spec in aux(key.kernel_type, key.n, key.k, key.num_groups, sglang_warmup=sglang_warmup):
         kernels.setdefault(spec.id, spec)
         pk.aux.append(spec.id)
     return pk
@@ -263,16 +270,16 @@ def build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: int
                     tp=par.tp, ep=par.ep, moe_runner_backend=par.moe_runner_backend, max_tokens=par.max_tokens,
                     profile=profile, profile_reason=profile_reason, num_sms=num_sms, gpu=gpu,
                     keys=[PlannedKey(k, []) for k in shapes.keys], kernels={}, notes=notes, heuristic=False,
-                    sglang_version=sglang_version)
+                    sglang_version=sglang_version, sweep_m_max=par.sweep_m_max)
     if not profile.raw.get("heuristic_validated"):
         shapes.notes.append(f"the {profile.generation} kernel model is read from source but was not checked "
                             "against that DeepGEMM on a GPU")
     shapes.notes.extend(proof)
-    keys = [plan_key(k, profile, num_sms, kernels) for k in shapes.keys]
+    keys = [plan_key(k, profile, num_sms, kernels, sglang_warmup=par.sweep_m_max > 0) for k in shapes.keys]
     return Plan(model=model.name, model_source=model.source, model_type=model.config.get("model_type", ""),
                 tp=par.tp, ep=par.ep, moe_runner_backend=par.moe_runner_backend, max_tokens=par.max_tokens,
                 profile=profile, profile_reason=profile_reason, num_sms=num_sms, gpu=gpu, keys=keys,
-                kernels=kernels, notes=shapes.notes, sglang_version=sglang_version)
+                kernels=kernels, notes=shapes.notes, sglang_version=sglang_version, sweep_m_max=par.sweep_m_max)
 
 
 @dataclass
@@ -289,26 +296,6 @@ class PlanRequest:
     chunked_prefill_size: int | None = None
     gpu: str | None = None
     num_sms: int | None = None
-
-
-def plan_from_request(req: PlanRequest) -> Plan:
-    if req.model is None:
-        raise InputError("no model given", hint="pass --model NAME (e.g. Qwen3-Coder-480B) or --manifest FILE")
-    if req.max_tokens is not None and req.specforge_cmd is not None:
-        raise InputError("pass --max-tokens or --specforge-cmd, not both",
-                         hint="--specforge-cmd already sets the largest forward")
-    tp, ep = req.tp, req.ep
-    if req.specforge_cmd is not None:
-        trainer = parse_specforge_cmd(req.specforge_cmd)
-        tp = trainer.tp if tp is None else tp
-        ep = trainer.ep if ep is None else ep
-        max_tokens = trainer.max_tokens
-    elif req.max_tokens is not None:
-        max_tokens = req.max_tokens
-    else:
-        max_tokens = sglang_precompile_m_max(req.chunked_prefill_size)
-    model = load_model(req.model)
-    choice = resolve_profile(req.sglang)
-    par = Parallel(tp=1 if tp is None else tp, ep=1 if ep is None else ep, moe_runner_backend=req.moe_runner_backend, max_tokens=max_tokens)
-    return build_plan(model, choice.profile, par, resolve_num_sms(req.gpu, req.num_sms), req.gpu, choice.reason,
-                      choice.sglang_version)
+    sglang_cmd: str | list[str] | None = None  # an SGLang server command line
+    specforge_config: str | None = None  # a SpecForge 0.2.0 run.yaml
+    sglang_precompile: bool | None = None  # also plan SGLang's own precompile (default: on for server inputs)

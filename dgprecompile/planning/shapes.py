@@ -29,6 +29,9 @@ class Parallel:
     ep: int = 1
     moe_runner_backend: str = "auto"
     max_tokens: int = 16384  # the largest number of tokens in one forward on a rank (dense m)
+    # SGLang's own precompile, when it stays on, calls every key with every m in 1..sweep_m_max (dense m, masked
+    # expected_m, contiguous m); 0 when it is off (launch) or not planned
+    sweep_m_max: int = 0
 
 
 @dataclass
@@ -95,6 +98,31 @@ def _attention_split(heads: int, kv_heads: int, tp: int, model: ModelConfig) -> 
     return heads // tp, 1  # each rank holds one replicated kv head
 
 
+class ExpertLayoutError(InputError):
+    """SGLang refuses this tp/ep for the model's FP8 experts; ``working_ep`` lists the ep values it accepts."""
+
+    def __init__(self, message: str, working_ep: list[int], option: str = "--ep"):
+        self.working_ep = working_ep
+        super().__init__(message, hint=self.hint_for(option))
+
+    def hint_for(self, option: str) -> str:
+        if not self.working_ep:
+            return "no ep works at this tp; choose another tp"
+        values = [str(e) for e in self.working_ep]
+        listed = values[0] if len(values) == 1 else ", ".join(values[:-1]) + " or " + values[-1]
+        return f"use {option} {listed} (each gives a per-rank expert width that is a multiple of 128)"
+
+
+def working_ep_sizes(experts: int, width: int, tp: int) -> list[int]:
+    """The ep values SGLang loads block-FP8 experts with at this tp: ep | tp, ep | experts, (width / (tp/ep)) % 128 == 0."""
+    out = []
+    for ep in range(1, tp + 1):
+        moe_tp = tp // ep
+        if tp % ep == 0 and experts % ep == 0 and width % moe_tp == 0 and (width // moe_tp) % 128 == 0:
+            out.append(ep)
+    return out
+
+
 def _moe_split(experts: int, width: int, par: Parallel, model: ModelConfig) -> tuple[int, int]:
     if par.ep > par.tp or par.tp % par.ep:
         raise InputError(f"ep {par.ep} must divide tp {par.tp} (SGLang runs MoE tensor-parallel over tp/ep)",
@@ -104,9 +132,10 @@ def _moe_split(experts: int, width: int, par: Parallel, model: ModelConfig) -> t
                          hint="choose an --ep that divides both --tp and the expert count")
     moe_tp = par.tp // par.ep
     if width % moe_tp or (width // moe_tp) % 128:
-        raise InputError(f"the expert width {width} split over moe tp {moe_tp} gives {width / moe_tp:g} columns per "
-                         "rank, not a multiple of the 128-wide FP8 weight block: SGLang refuses to load this layout",
-                         hint="choose a larger --ep (smaller moe tp = tp/ep)")
+        raise ExpertLayoutError(f"ep {par.ep} at tp {par.tp}: the expert width {width} split over moe tp {moe_tp} "
+                                f"gives {width / moe_tp:g} columns per rank, not a multiple of the 128-wide FP8 "
+                                "weight block: SGLang refuses to load this layout",
+                                working_ep_sizes(experts, width, par.tp))
     return experts // par.ep, width // moe_tp
 
 
@@ -119,7 +148,8 @@ def _dense_keys(linears: list[_Linear], par: Parallel, notes: list[str]) -> list
             continue
         prev = keys.get((lin.n, lin.k))
         layers = (prev.layers if prev else ()) + (where,)
-        keys[(lin.n, lin.k)] = GemmKey(KernelType.GEMM_NT_F8F8BF16, lin.n, lin.k, 1, layers, 1, par.max_tokens)
+        keys[(lin.n, lin.k)] = GemmKey(KernelType.GEMM_NT_F8F8BF16, lin.n, lin.k, 1, layers, 1,
+                                       max(par.max_tokens, par.sweep_m_max))
     return list(keys.values())
 
 
@@ -145,11 +175,11 @@ def _moe_keys(profile: Profile, par: Parallel, hidden: int, experts: int, topk: 
         if kind == "masked":
             divisor = experts if profile.moe.get("expected_m", "global") == "global" else local
             e_max = max(1, ceil_div(t * topk, divisor))
-            ktype, m_max = KernelType.GROUPED_GEMM_NT_F8F8BF16_MASKED, e_max
+            ktype, m_max = KernelType.GROUPED_GEMM_NT_F8F8BF16_MASKED, max(e_max, par.sweep_m_max)
         else:
             # contiguous layout: rows padded per expert to the 128-row alignment
             ktype = KernelType.GROUPED_GEMM_NT_F8F8BF16_CONTIG
-            m_max = ceil_div(t * topk + local * 127, 128) * 128
+            m_max = max(ceil_div(t * topk + local * 127, 128) * 128, par.sweep_m_max // 128 * 128)
         out.append(GemmKey(ktype, 2 * per_rank, hidden, local, (f"{prefix}.w13 (gate_up) x{layers}",), 1, m_max))
         out.append(GemmKey(ktype, hidden, per_rank, local, (f"{prefix}.w2 (down) x{layers}",), 1, m_max))
     return out

@@ -139,8 +139,12 @@ class Sm90CxxHeuristic:
         )
         return KernelSpec(family, params)
 
-    def aux_kernels(self, kernel_type: KernelType, n: int, k: int, num_groups: int) -> list[KernelSpec]:
-        """Layout kernels SGLang's real path compiles beside the GEMM (see module docstring)."""
-        if kernel_type is KernelType.GROUPED_GEMM_NT_F8F8BF16_MASKED:
+    def aux_kernels(self, kernel_type: KernelType, n: int, k: int, num_groups: int,
+                    sglang_warmup: bool = False) -> list[KernelSpec]:
+        """Layout kernels compiled beside the GEMM: SGLang's real masked path transposes its row-major scales; with
+        ``sglang_warmup`` also every key SGLang's own precompile warms, since its dummy inputs carry row-major
+        scales (sglang 0.5.14 compile_utils.py:279-288 ``_empty_token_fp8``) that DeepGEMM transposes, where the
+        real dense path hands over MN-major ones."""
+        if kernel_type is KernelType.GROUPED_GEMM_NT_F8F8BF16_MASKED or sglang_warmup:
             return [transpose_kernel(k)]
         return []
