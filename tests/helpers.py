@@ -115,3 +115,17 @@ def sgl_deep_gemm_dir(version: str) -> str | None:
 def needs_sgl_deep_gemm(version: str):
     return pytest.mark.skipif(sgl_deep_gemm_dir(version) is None,
                               reason=f"sgl-deep-gemm {version} not installed beside the venv (make setup)")
+
+
+STANDINS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "standins")
+
+
+def sglang_014_dir() -> str | None:
+    """A folder holding sglang 0.5.14 and its jit_kernel import chain (made by `make setup`), or $DGP_SGLANG_014."""
+    here = os.environ.get("DGP_SGLANG_014") or os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv", "sglang-0.5.14")
+    return here if os.path.isfile(os.path.join(here, "sglang", "jit_kernel", "utils.py")) else None
+
+
+needs_sgl014 = pytest.mark.skipif(sglang_014_dir() is None,
+                                  reason="sglang 0.5.14 not installed beside the venv (make setup)")
