@@ -25,7 +25,8 @@ from helpers import (
 
 from dgprecompile.cache.live import LiveOptions, live_units, m_values
 from dgprecompile.keys.fingerprint import differences, short_id
-from dgprecompile.planning.plan import PlanRequest, plan_from_dict, plan_from_request, write_manifest
+from dgprecompile.planning.manifest import plan_from_dict, write_manifest
+from dgprecompile.planning.plan import PlanRequest, plan_from_request
 
 REPO = Path(__file__).resolve().parent.parent
 V2 = "sglang_jit:per_token_group_quant_8bit_v2<bf16_t,fp8_e4m3_t,true>"

@@ -58,6 +58,12 @@ class LiveReport:
     environment_error: bool = False
     device: str | None = None
     log: str | None = None
+    warm_hint: str = ""
+    naming_error: str | None = None  # why refused DeepGEMM compiles could not be mapped to the plan's kernel ids
+
+    @property
+    def hint(self) -> str:
+        return f"warm what is named above: {self.warm_hint}" if self.warm_hint else "warm the cache again"
 
     @staticmethod
     def compiles_of(unit: dict[str, Any]) -> int:
@@ -96,7 +102,7 @@ class LiveReport:
         return {"ok": self.ok, "verdict": self.verdict(), "cache_dir": self.cache_dir,
                 "sglang_version": self.sglang_version, "device": self.device, "compiles": self.compiles,
                 "failed_calls": self.failed_calls, "units": self.units, "outside_units": self.outside,
-                "error": self.error, "log": self.log}
+                "error": self.error, "log": self.log, "naming_error": self.naming_error}
 
 
 # ---- what to call -----------------------------------------------------------------------------------------
@@ -204,7 +210,9 @@ def run_live(plan: Plan, store: CacheStore, opts: LiveOptions, out=None) -> Live
         (run_dir / "plan-info.json").write_text(json.dumps({"kernels": sorted(plan.kernels), "warm": hint,
                                                             "jit_modules": jit_name_prefixes(plan)}))
         env = composed.env
-        triton = env.get("TRITON_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".triton", "cache")
+        from dgprecompile.launch.launcher import triton_cache_dir
+
+        triton = triton_cache_dir(env)
         job = {"units": units, "seed": opts.seed, "events": str(run_dir / "events.jsonl"),
                "result": str(run_dir / "result.json"), "dirs": {
                    "deepgemm": [str(store.area_dir("cache"))],
@@ -223,7 +231,8 @@ def run_live(plan: Plan, store: CacheStore, opts: LiveOptions, out=None) -> Live
                 code = proc.returncode
             except subprocess.TimeoutExpired:
                 code = None
-        report = LiveReport(cache_dir, plan.sglang_version, [], log=str(log_path) if opts.log else None)
+        report = LiveReport(cache_dir, plan.sglang_version, [], log=str(log_path) if opts.log else None,
+                            warm_hint=hint)
         try:
             result = json.loads((run_dir / "result.json").read_text())
         except (OSError, ValueError):
@@ -248,19 +257,19 @@ def _name_refusals(report: LiveReport, plan: Plan, store: CacheStore) -> None:
     index = store.read_index()
     by_entry = {rec.entry: kid for kid, rec in index.kernels.items()}
     by_template: dict[str, str] = {}
+    generation = plan.profile.deepgemm
     try:
-        from dgprecompile.compile.backends import NVCC_BACKEND_VERSIONS
-        from dgprecompile.keys.sgl_deep_gemm_01 import CxxKeyContext
         from dgprecompile.launch.hook._dgprecompile_hook import describe_source
         from dgprecompile.toolchain import find_deepgemm, find_nvcc
 
         install = find_deepgemm()
-        if install is not None and install.generation == "sgl-deep-gemm-0.1" and install.version in NVCC_BACKEND_VERSIONS:
-            recorded = (index.fingerprint.get("nvcc") or {}).get("path")
-            ctx = CxxKeyContext.build(install.include_dir, find_nvcc(recorded).release)
-            by_template = {describe_source(ctx.source(spec)) or "": kid for kid, spec in plan.kernels.items()}
-    except Exception:  # naming is a courtesy: the refusal itself is already reported
-        pass
+        if install is not None and install.generation == plan.profile.generation \
+                and generation.computes_keys(install.version):
+            ctx = generation.key_context(install, find_nvcc((index.fingerprint.get("nvcc") or {}).get("path")))
+            if hasattr(ctx, "source"):
+                by_template = {describe_source(ctx.source(spec)) or "": kid for kid, spec in plan.kernels.items()}
+    except Exception as exc:  # naming is a courtesy: the refusal itself is already reported
+        report.naming_error = f"{type(exc).__name__}: {exc}"
     for unit in report.units:
         for event in unit.get("refused", []):
             kid = by_entry.get(str(event.get("entry"))) or by_template.get(str(event.get("kernel")))

@@ -209,7 +209,7 @@ def verify_cache(plan: Plan, store: CacheStore, *, nvcc: str | None = None,
     stale = differences(index.fingerprint, env.fingerprint) if (env.fingerprint and index.fingerprint) else []
 
     jit_names = _jit_names(plan, warnings)
-    if with_jit_fingerprint(index.fingerprint, env.fingerprint):
+    if with_jit_fingerprint(index.fingerprint, env.fingerprint, jit_names[0].spec.arch_name if jit_names else None):
         stale = differences(index.fingerprint, env.fingerprint)
 
     names = _runtime_names(plan, env, warnings)
@@ -239,14 +239,15 @@ def verify_cache(plan: Plan, store: CacheStore, *, nvcc: str | None = None,
                         coverage, warnings)
 
 
-def with_jit_fingerprint(recorded: dict[str, Any], current: dict[str, Any] | None) -> bool:
-    """Add this machine's sglang/tvm-ffi to ``current`` when the cache recorded SGLang JIT modules."""
+def with_jit_fingerprint(recorded: dict[str, Any], current: dict[str, Any] | None, arch: str | None = None) -> bool:
+    """Add this machine's sglang/tvm-ffi to ``current`` when the cache recorded SGLang JIT modules or the plan has
+    them (``arch`` given), so the current fingerprint id is what a warm here records."""
     jit = (recorded or {}).get("sglang_jit")
-    if not jit or current is None:
+    if current is None or not (jit or arch):
         return False
     from dgprecompile.keys.sglang_jit import current_jit_fingerprint
 
-    current["sglang_jit"] = current_jit_fingerprint(str(jit.get("arch")))
+    current["sglang_jit"] = current_jit_fingerprint(str(arch or jit.get("arch")))
     return True
 
 

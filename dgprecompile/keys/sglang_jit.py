@@ -194,3 +194,9 @@ class JitNaming:
 def modeled_versions() -> list[str]:
     """The exact sglang releases data/sglang_jit.yaml models (its '==X' entries)."""
     return [str(spec).lstrip("=") for s in _load() for spec in s.sglang if spec.operator == "=="]
+
+
+def current_jit_fingerprint(arch: str) -> dict[str, Any]:
+    """This machine's values of the fingerprint's sglang_jit fields (None where a package is absent)."""
+    install = find_sglang()
+    return {"sglang": install.version if install else None, "tvm_ffi": tvm_ffi_version(), "arch": arch}

@@ -206,6 +206,18 @@ def all_entries(store: CacheStore) -> list[str]:
     return [e if area == ENTRIES else f"{area}/{e}" for area in AREAS for e in store.list_entries(area)]
 
 
+def triton_cache_dir(env: Mapping[str, str]) -> str:
+    """Where Triton keeps compiled kernels for a process with environment ``env`` (its default: ~/.triton/cache)."""
+    return env.get("TRITON_CACHE_DIR") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".triton", "cache")
+
+
+def _listdir(path: str) -> set[str]:
+    try:
+        return set(os.listdir(path))
+    except OSError:
+        return set()
+
+
 def jit_name_prefixes(plan: Plan) -> list[str]:
     """The runtime names of the plan's SGLang JIT modules, less their source hash."""
     from dgprecompile.keys.sglang_jit import spec_for
@@ -353,6 +365,8 @@ class LaunchResult:
     trace_warning: str | None = None
     cache_dir: str = ""
     warm_hint: str = ""
+    new_triton: list[str] = field(default_factory=list)  # Triton kernels compiled during the run (not warmed)
+    triton_cache_dir: str = ""
 
     @property
     def return_code(self) -> int:
@@ -362,7 +376,8 @@ class LaunchResult:
         return {"exit_code": self.exit_code, "strict": self.strict, "cache_dir": self.cache_dir,
                 "new_entries": self.new_entries, "refusals": self.refusals,
                 "misses": [{**m.call.to_dict(), "kernels": m.kernels} for m in self.misses],
-                "misses_path": self.misses_path, "calls_recorded": self.calls_recorded}
+                "misses_path": self.misses_path, "calls_recorded": self.calls_recorded,
+                "new_triton": self.new_triton, "triton_cache_dir": self.triton_cache_dir}
 
 
 def _read_events(path: Path) -> list[dict[str, Any]]:
@@ -433,6 +448,8 @@ def run_launch(prepared: PreparedLaunch) -> LaunchResult:
     opts, plan, store = prepared.opts, prepared.opts.plan, prepared.store
     try:
         before = set(all_entries(store))
+        triton_dir = triton_cache_dir(prepared.env.env)
+        triton_before = _listdir(triton_dir)
         code = run_child(opts.command, prepared.env.env)
         result = LaunchResult(code, opts.strict, cache_dir=prepared.cache_dir, warm_hint=prepared.warm_hint)
         result.refusals = [e for e in _read_events(prepared.run_dir / "events.jsonl") if e.get("event") == "refused"]
@@ -440,6 +457,8 @@ def run_launch(prepared: PreparedLaunch) -> LaunchResult:
             e.get("kernel") and e.get("generation") == "legacy" and e["kernel"] not in plan.kernels
             for e in result.refusals)
         result.new_entries = sorted(set(all_entries(store)) - before)
+        result.triton_cache_dir = triton_dir
+        result.new_triton = sorted(_listdir(triton_dir) - triton_before)
         if not opts.strict:
             _collect_misses(opts, plan, prepared, result)
         return result
