@@ -246,3 +246,25 @@ def test_launch_strict_loads_warmed_modules_and_refuses_a_missing_one(warmed, ji
     assert "Warm it with: dgprecompile warm --manifest" in miss.stderr
     assert "strict mode refused 1 runtime compile(s)" in miss.stderr
     assert sorted(os.listdir(broken / "tvm-ffi")) == before  # refused before tvm-ffi wrote anything
+
+
+# the refusal the nvcc stand-in logged on the H200 (bench/results/2026-12-01-h200-R11) for a deleted masked kernel
+H200_REFUSAL = {"event": "refused", "generation": "cxx", "entry": "4878-055d6e9c-8dcbf206-655aa94f",
+                "kernel": "sm90_fp8_gemm_1d2d_impl<cute::UMMA::Major::K, 0, 5120, 6144, 20, 128, 160, 128, 128, 128, "
+                          "64, 5, 128, 256, 2, false, 132, GemmType::MGroupedMasked, "
+                          "epilogue::transform::EpilogueIdentity>"}
+H200_DELETED = ("sm90_fp8_m_grouped_gemm_masked_1d2d:SFBK.N5120.K6144.G20.BM128.BN160.SWD64.ST5.MATH256.MC2.Af.SMS132."
+                "TMGroupedMasked")
+
+
+@needs_dg013
+@needs_nvcc
+def test_live_names_a_refused_deepgemm_compile_by_the_plans_kernel_id(tmp_path, monkeypatch):
+    from dgprecompile.cache.live import LiveReport, _name_refusals
+    from dgprecompile.cache.store import CacheStore
+
+    monkeypatch.syspath_prepend(sgl_deep_gemm_013_dir())
+    report = LiveReport(str(tmp_path), "0.5.14", [{"kind": "masked", "refused": [dict(H200_REFUSAL)]}])
+    _name_refusals(report, _plan(), CacheStore(tmp_path))
+    assert report.naming_error is None
+    assert report.units[0]["refused"][0]["planned_kernel"] == H200_DELETED
