@@ -258,12 +258,16 @@ H200_DELETED = ("sm90_fp8_m_grouped_gemm_masked_1d2d:SFBK.N5120.K6144.G20.BM128.
 
 @needs_dg013
 @needs_nvcc
-def test_live_names_a_refused_deepgemm_compile_by_the_plans_kernel_id(tmp_path, monkeypatch):
-    from dgprecompile.cache.live import LiveReport, _name_refusals
-    from dgprecompile.cache.store import CacheStore
-
-    monkeypatch.syspath_prepend(sgl_deep_gemm_013_dir())
-    report = LiveReport(str(tmp_path), "0.5.14", [{"kind": "masked", "refused": [dict(H200_REFUSAL)]}])
-    _name_refusals(report, _plan(), CacheStore(tmp_path))
-    assert report.naming_error is None
-    assert report.units[0]["refused"][0]["planned_kernel"] == H200_DELETED
+def test_live_names_a_refused_deepgemm_compile_by_the_plans_kernel_id(tmp_path):
+    code = ("import json, sys\nfrom dgprecompile.cache.live import LiveReport, _name_refusals\n"
+            "from dgprecompile.cache.store import CacheStore\n"
+            "from dgprecompile.planning.plan import PlanRequest, plan_from_request\n"
+            "plan = plan_from_request(PlanRequest(model='Qwen3-Coder-480B', tp=8, ep=8, sglang='0.5.14', "
+            "moe_runner_backend='deep_gemm'))\n"
+            f"report = LiveReport({str(tmp_path)!r}, '0.5.14', [{{'kind': 'masked', 'refused': [{H200_REFUSAL!r}]}}])\n"
+            f"_name_refusals(report, plan, CacheStore({str(tmp_path)!r}))\n"
+            "print(json.dumps([report.naming_error, report.units[0]['refused'][0].get('planned_kernel')]))\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([sgl_deep_gemm_013_dir(), str(REPO)])}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == [None, H200_DELETED]

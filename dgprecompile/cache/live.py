@@ -263,8 +263,10 @@ def _name_refusals(report: LiveReport, plan: Plan, store: CacheStore) -> None:
         from dgprecompile.toolchain import find_deepgemm, find_nvcc
 
         install = find_deepgemm()
-        if install is not None and install.generation == plan.profile.generation \
-                and generation.computes_keys(install.version):
+        if install is None or install.generation != plan.profile.generation:
+            report.naming_error = (f"the DeepGEMM here ({install.generation if install else 'none'}) is not the "
+                                   f"plan's {plan.profile.generation}")
+        elif generation.computes_keys(install.version):
             ctx = generation.key_context(install, find_nvcc((index.fingerprint.get("nvcc") or {}).get("path")))
             if hasattr(ctx, "source"):
                 by_template = {describe_source(ctx.source(spec)) or "": kid for kid, spec in plan.kernels.items()}
