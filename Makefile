@@ -14,6 +14,15 @@ DG013 := $(VENV)/sgl-deep-gemm-0.1.3
 # Newer sgl-deep-gemm releases, the same light way (headers + _C.so, never imported): one per generated-code
 # template the GPU-free nvcc backend reproduces and the device sweep checked (keys/cxx_templates.py).
 DG_RELEASES := 0.1.4.post1 0.1.5.post1 0.1.7 0.2.0 0.2.2
+# sglang 0.5.14 (SpecForge 0.2.0's pin) in a folder of its own, for the tests of its JIT modules (plan names, GPU-free
+# build with its own builders, strict refusal): the wheel with --no-deps plus only what its jit_kernel import chain
+# needs (about 370 MB). sgl-kernel, triton and torchvision are not installed: tests/standins stands in for them.
+SGL014 := $(VENV)/sglang-0.5.14
+SGL014_PKGS := sglang==0.5.14 apache-tvm-ffi==0.1.11 transformers==5.8.1 'huggingface-hub<2' 'tokenizers>=0.22,<=0.23.0' \
+	safetensors numpy psutil pillow anyio tqdm httpx httpcore h11 sentencepiece pydantic==2.11.10 pydantic-core==2.33.2 \
+	annotated-types==0.8.0 typing-inspection==0.4.5 orjson==3.13.0 pybase64==1.5.1 pyzmq==27.3.0 starlette==1.10.0 \
+	sniffio==1.3.1 openai==2.6.1 distro==1.9.0 partial-json-parser==0.2.1.1.post7 dill==0.4.1 compressed-tensors==0.20.1 \
+	loguru==0.7.3 gguf==0.19.0 ipython==9.18.1 traitlets==5.16.1
 TORCH ?= 2.13.0
 
 MODEL ?= Qwen3-Coder-480B
@@ -41,6 +50,7 @@ $(STAMP): pyproject.toml Makefile
 	    $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 	$(BIN)/pip install -q --no-deps --target $(DG013) sgl-deep-gemm==0.1.3
 	for v in $(DG_RELEASES); do $(BIN)/pip install -q --no-deps --target $(VENV)/sgl-deep-gemm-$$v sgl-deep-gemm==$$v || exit 1; done
+	$(BIN)/pip install -q --no-deps --target $(SGL014) $(SGL014_PKGS)
 	touch $(STAMP)
 
 setup: $(STAMP)

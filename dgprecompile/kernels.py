@@ -63,3 +63,39 @@ def _fmt(value: object) -> str:
 
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+@dataclass(frozen=True)
+class JitModule:
+    """One of SGLang's own tvm-ffi JIT modules (sglang/jit_kernel) a DeepGEMM path builds at first use.
+
+    ``marker + template`` are the strings sglang joins into the module's name; ``python:builder(*args)`` is the
+    installed sglang's own function that builds it; ``keys`` are the planned GEMM keys whose layers use it.
+    """
+
+    name: str  # e.g. per_token_group_quant_8bit_v2 (data/sglang_jit.yaml id)
+    path: str  # dense | masked
+    python: str
+    builder: str
+    args: tuple[object, ...]
+    marker: tuple[str, ...]
+    template: tuple[str, ...]
+    cuda_files: tuple[str, ...]
+    why: str = ""
+    keys: tuple[tuple[str, int, int, int], ...] = field(default=(), compare=False)
+
+    @property
+    def id(self) -> str:
+        return f"sglang_jit:{self.name}<{','.join(self.template)}>"
+
+    def to_dict(self) -> dict[str, object]:
+        return {"id": self.id, "name": self.name, "path": self.path, "python": self.python,
+                "builder": self.builder, "args": list(self.args), "marker": list(self.marker),
+                "template": list(self.template), "cuda_files": list(self.cuda_files), "why": self.why,
+                "keys": [list(k) for k in self.keys]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> JitModule:
+        return cls(str(d["name"]), str(d["path"]), str(d["python"]), str(d["builder"]), tuple(d["args"]),
+                   tuple(map(str, d["marker"])), tuple(map(str, d["template"])), tuple(map(str, d["cuda_files"])),
+                   str(d.get("why", "")), tuple(tuple(k) for k in d.get("keys", ())))

@@ -145,3 +145,17 @@ def assert_one_error(res, *words: str) -> None:
     assert any(x.startswith("hint: ") for x in lines), res.stderr
     for w in words:
         assert w in res.stderr, res.stderr
+
+
+STANDINS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "standins")
+
+
+def sglang_014_dir() -> str | None:
+    """A folder holding sglang 0.5.14 and its jit_kernel import chain (made by `make setup`), or $DGP_SGLANG_014."""
+    here = os.environ.get("DGP_SGLANG_014") or os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv", "sglang-0.5.14")
+    return here if os.path.isfile(os.path.join(here, "sglang", "jit_kernel", "utils.py")) else None
+
+
+needs_sgl014 = pytest.mark.skipif(sglang_014_dir() is None,
+                                  reason="sglang 0.5.14 not installed beside the venv (make setup)")

@@ -5,6 +5,7 @@ An artifact is a gzip-compressed tar with::
     dgprecompile/artifact.json     format, schema, fingerprint, plan summary, sha256 and size of every other member
     dgprecompile/index.json        the cache index restricted to the packed kernels (and the index's extra entries)
     cache/<entry>/<file>           the entry files, exactly as DeepGEMM wrote them
+    tvm-ffi/<entry>/<file>         SGLang's own JIT modules (sglang 0.5.14), as its build left them
 
 Packing is deterministic (sorted members, zero mtimes/uids, fixed modes, gzip mtime 0): the same cache packs
 to the same bytes, so a CI cache keyed on the fingerprint stays stable.
@@ -33,7 +34,7 @@ from typing import IO, Any
 
 from dgprecompile import __version__
 from dgprecompile.cache.entrycheck import checked_files, file_problem
-from dgprecompile.cache.store import CacheStore, EntryRecord, Index, resolve_cache_dir
+from dgprecompile.cache.store import AREAS, ENTRIES, CacheStore, EntryRecord, Index, resolve_cache_dir
 from dgprecompile.errors import CheckFailed, DGError, EnvironmentProblem, InputError
 from dgprecompile.fsutil import atomic_writer, space_message
 from dgprecompile.keys.fingerprint import differences, short_id
@@ -43,7 +44,7 @@ FORMAT = "dgprecompile-cache-artifact"
 ARTIFACT_SCHEMA = 1
 MANIFEST_MEMBER = "dgprecompile/artifact.json"
 INDEX_MEMBER = "dgprecompile/index.json"
-ENTRY_DIR = "cache"
+ENTRY_DIR = ENTRIES
 META_LIMIT = 64 << 20  # artifact.json and index.json are read into memory; no real one comes near this
 CHUNK = 1 << 20
 NOT_OURS_HINT = "only unpack artifacts written by `dgprecompile pack`; pack it again from the warmed cache"
@@ -98,7 +99,7 @@ def pack_cache(plan: Plan, store: CacheStore, output: str, *, allow_missing: boo
     missing: list[str] = []
     changed: list[tuple[str, str, str]] = []
     arch = plan.profile.sm_arch
-    for kid in sorted(plan.kernels):
+    for kid in sorted(plan.kernels) + sorted(plan.jit_modules):
         record = index.kernels.get(kid)
         problem = "missing" if record is None else store.check_entry(record, arch)
         if problem is None:
@@ -106,27 +107,29 @@ def pack_cache(plan: Plan, store: CacheStore, output: str, *, allow_missing: boo
         elif problem == "missing":
             missing.append(kid)
         else:
-            changed.append((kid, record.entry, problem))
+            changed.append((kid, record.member_dir, problem))
     if changed:
         kid, entry, problem = changed[0]
         what = "are not loadable" if problem.startswith("invalid") else "differ from the index"
         raise CheckFailed(f"{len(changed)} cache entries {what}, e.g. {entry}: {problem}; nothing was packed",
                           hint="run `dgprecompile warm` with the same plan again: it rebuilds and replaces them")
     if missing and not allow_missing:
-        raise CheckFailed(f"{len(missing)} of {len(plan.kernels)} planned kernels are not in the cache "
+        raise CheckFailed(f"{len(missing)} of {len(plan.kernels) + len(plan.jit_modules)} planned kernels are not "
+                          "in the cache "
                           f"(e.g. {missing[0]})",
                           hint="run `dgprecompile warm` with the same plan first, or pass --allow-missing")
     # the index does not say which planned kernel an extra entry belongs to, so every intact one travels
     extra = {name: rec for name, rec in sorted(index.extra.items()) if store.check_entry(rec, arch) is None}
     packed = Index(index.fingerprint, kernels, extra, [plan.summary()])
-    entries = sorted({r.entry: r for r in [*kernels.values(), *extra.values()]}.values(), key=lambda r: r.entry)
+    entries = sorted({r.member_dir: r for r in [*kernels.values(), *extra.values()]}.values(),
+                     key=lambda r: r.member_dir)
 
     target = output_path(output, index.fingerprint)
     if target.is_dir():
         raise InputError(f"{target} is a directory", hint="pass a file name to -o, e.g. -o out/cache-{fingerprint}.tar.gz")
     with atomic_writer(target) as raw:
         _write_archive(raw, store, packed, entries, plan, missing)
-    return PackResult(target, short_id(index.fingerprint), sorted(kernels), missing, [r.entry for r in entries],
+    return PackResult(target, short_id(index.fingerprint), sorted(kernels), missing, [entry_key(r) for r in entries],
                       target.stat().st_size, str(store.root))
 
 
@@ -136,7 +139,7 @@ def _write_archive(raw: IO[bytes], store: CacheStore, packed: Index, entries: li
     files: list[tuple[str, Path, str]] = []
     for record in entries:
         for name, digest in sorted(record.files.items()):
-            files.append((f"{ENTRY_DIR}/{record.entry}/{name}", store.entry_path(record.entry) / name, digest))
+            files.append((f"{record.member_dir}/{name}", store.entry_path(record.entry, record.area) / name, digest))
     listing = {INDEX_MEMBER: {"sha256": hashlib.sha256(members[INDEX_MEMBER]).hexdigest(),
                               "bytes": len(members[INDEX_MEMBER])}}
     blobs: dict[str, bytes] = {}
@@ -151,7 +154,7 @@ def _write_archive(raw: IO[bytes], store: CacheStore, packed: Index, entries: li
         "fingerprint": packed.fingerprint, "fingerprint_id": short_id(packed.fingerprint),
         "generation": (packed.fingerprint.get("deepgemm") or {}).get("generation"),
         "plan": plan.summary(), "kernels": sorted(packed.kernels), "missing": missing,
-        "entries": [r.entry for r in entries], "members": dict(sorted(listing.items())),
+        "entries": [entry_key(r) for r in entries], "members": dict(sorted(listing.items())),
     }
     with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz:
         with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -176,7 +179,12 @@ class Artifact:
         return self.manifest["fingerprint"]
 
     def entry_records(self) -> dict[str, EntryRecord]:
-        return {r.entry: r for r in [*self.index.kernels.values(), *self.index.extra.values()]}
+        return {entry_key(r): r for r in [*self.index.kernels.values(), *self.index.extra.values()]}
+
+
+def entry_key(record: EntryRecord) -> str:
+    """How reports name an entry: DeepGEMM's by its name, others as <area>/<name> (e.g. tvm-ffi/...)."""
+    return record.entry if record.area == ENTRIES else record.member_dir
 
 
 def _refuse(path: Path, name: str, why: str) -> InputError:
@@ -214,14 +222,15 @@ def check_member(path: Path, info: tarfile.TarInfo) -> None:
     if any(p in ("", ".") for p in parts):
         raise _refuse(path, name, "an empty or '.' path component")
     if info.isdir():
-        ok = parts in (["dgprecompile"], [ENTRY_DIR]) or (len(parts) == 2 and parts[0] == ENTRY_DIR
-                                                          and _valid_entry_name(parts[1]))
+        ok = parts == ["dgprecompile"] or (len(parts) == 1 and parts[0] in AREAS) or (
+            len(parts) == 2 and parts[0] in AREAS and _valid_entry_name(parts[1]))
     else:
         ok = name in (MANIFEST_MEMBER, INDEX_MEMBER) or (
-            len(parts) == 3 and parts[0] == ENTRY_DIR and _valid_entry_name(parts[1])
+            len(parts) == 3 and parts[0] in AREAS and _valid_entry_name(parts[1])
             and _valid_entry_file(parts[2]))
     if not ok:
-        raise _refuse(path, name, f"outside {MANIFEST_MEMBER}, {INDEX_MEMBER} and {ENTRY_DIR}/<entry>/<file>")
+        raise _refuse(path, name, f"outside {MANIFEST_MEMBER}, {INDEX_MEMBER} and "
+                      f"{{{','.join(AREAS)}}}/<entry>/<file>")
 
 
 def _corrupt(path: Path, exc: BaseException) -> InputError:
@@ -329,7 +338,7 @@ def read_artifact(path: str | Path) -> Artifact:
         if not _valid_entry_name(record.entry):
             raise InputError(f"{path}: the index names a bad entry {record.entry!r}", hint=NOT_OURS_HINT)
         for fname, digest in record.files.items():
-            expected[f"{ENTRY_DIR}/{record.entry}/{fname}"] = digest
+            expected[f"{record.member_dir}/{fname}"] = digest
     if expected != seen:
         odd = sorted(set(expected) ^ set(seen)) or sorted(k for k in seen if seen[k] != expected.get(k))
         raise InputError(f"{path}: the index does not match the archived files (e.g. {odd[0]})", hint=NOT_OURS_HINT)
@@ -415,6 +424,9 @@ def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool =
                               hint="install the DeepGEMM and nvcc the artifact was built with, or pass --force")
         result.warnings.append(f"fingerprint not checked ({why}); unpacking because of --force")
     else:
+        from dgprecompile.cache.verify import with_jit_fingerprint
+
+        with_jit_fingerprint(fp, env.fingerprint)
         stale = differences(fp, env.fingerprint)
         if stale and not force:
             raise CheckFailed(f"the artifact was built for another environment: {_fields(stale)}",
@@ -436,7 +448,7 @@ def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool =
     records = art.entry_records()
     to_add: dict[str, EntryRecord] = {}
     for name, record in sorted(records.items()):
-        if not store.entry_path(name).exists():
+        if not store.entry_path(record.entry, record.area).exists():
             to_add[name] = record
         elif _same_entry(store, record):
             result.present.append(name)
@@ -448,7 +460,7 @@ def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool =
         if not index.fingerprint:
             index.fingerprint = fp
         for kid, record in art.index.kernels.items():
-            if record.entry in result.kept:
+            if entry_key(record) in result.kept:
                 continue
             mine = index.kernels.get(kid)
             if mine is None or (mine != record and store.check_entry(mine) is not None):
@@ -477,8 +489,9 @@ def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool =
         if to_add:
             _extract(art, to_add, staging)
         for name in sorted(to_add):
-            if store.install_entry(staging / name, arch):
-                installed.append(store.entry_path(name))
+            record = to_add[name]
+            if store.install_entry(staging / record.member_dir, arch, area=record.area):
+                installed.append(store.entry_path(record.entry, record.area))
                 result.added.append(name)
             elif _same_entry(store, to_add[name]):  # another process installed the same entry meanwhile
                 result.present.append(name)
@@ -508,17 +521,18 @@ def _extract(art: Artifact, to_add: dict[str, EntryRecord], staging: Path) -> No
             for info in tar:
                 check_member(art.path, info)
                 parts = info.name.split("/")
-                if not info.isreg() or parts[0] != ENTRY_DIR or parts[1] not in to_add:
+                key = parts[1] if parts[0] == ENTRY_DIR else "/".join(parts[:2])
+                if not info.isreg() or parts[0] not in AREAS or key not in to_add:
                     continue
-                (staging / parts[1]).mkdir(exist_ok=True)
-                digest = _copy_stream(tar.extractfile(info), staging / parts[1] / parts[2])
+                (staging / parts[0] / parts[1]).mkdir(parents=True, exist_ok=True)
+                digest = _copy_stream(tar.extractfile(info), staging / parts[0] / parts[1] / parts[2])
                 if digest != art.members.get(info.name):
                     raise InputError(f"{art.path} changed while it was being unpacked ({info.name}); the cache is "
                                      "unchanged", hint="unpack it again once nothing is writing the file")
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
         raise _corrupt(art.path, exc) from None
     for name, record in to_add.items():
-        if not all((staging / name / fname).is_file() for fname in record.files):
+        if not all((staging / record.member_dir / fname).is_file() for fname in record.files):
             raise InputError(f"{art.path} changed while it was being unpacked ({name} incomplete); the cache is "
                              "unchanged", hint="unpack it again once nothing is writing the file")
 

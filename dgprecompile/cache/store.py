@@ -3,6 +3,7 @@
 Layout (the runtime's own part is untouched; ours lives beside it under ``dgprecompile/``)::
 
     <root>/cache/<entry>/...              entries written by DeepGEMM (legacy and C++ JITs alike)
+    <root>/tvm-ffi/<entry>/...            SGLang's own tvm-ffi JIT modules (launch sets TVM_FFI_CACHE_DIR here)
     <root>/dgprecompile/index.json        fingerprint + one record per warmed kernel (entry, sha256 of each file)
     <root>/dgprecompile/index.lock        filelock guarding index updates
     <root>/dgprecompile/locks/<k>.lock    one filelock per kernel while it compiles
@@ -32,6 +33,8 @@ from dgprecompile.fsutil import atomic_write_text, exchange_paths, fsync_dir, no
 
 INDEX_SCHEMA = 1
 OURS = "dgprecompile"
+ENTRIES = "cache"  # DeepGEMM's own layout: <root>/cache/<entry>
+AREAS = (ENTRIES, "tvm-ffi")  # the directories of a cache root that hold runtime entries
 
 
 def sha256_file(path: Path) -> str:
@@ -49,13 +52,25 @@ class EntryRecord:
     bytes: int
     seconds: float | None = None  # compile time, when this warm compiled it
     by: str = "warm"  # warm | adopted (found already in the cache)
+    area: str = ENTRIES  # the directory under the root that holds it (AREAS)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"entry": self.entry, "files": self.files, "bytes": self.bytes, "seconds": self.seconds, "by": self.by}
+        d = {"entry": self.entry, "files": self.files, "bytes": self.bytes, "seconds": self.seconds, "by": self.by}
+        if self.area != ENTRIES:
+            d["area"] = self.area
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> EntryRecord:
-        return cls(d["entry"], dict(d["files"]), int(d["bytes"]), d.get("seconds"), d.get("by", "warm"))
+        area = d.get("area", ENTRIES)
+        if area not in AREAS:
+            raise ValueError(f"unknown entry area {area!r}")
+        return cls(d["entry"], dict(d["files"]), int(d["bytes"]), d.get("seconds"), d.get("by", "warm"), area)
+
+    @property
+    def member_dir(self) -> str:
+        """Its directory relative to the cache root, e.g. cache/kernel.x.y."""
+        return f"{self.area}/{self.entry}"
 
 
 @dataclass
@@ -99,7 +114,12 @@ class CacheStore:
 
     @property
     def entries_dir(self) -> Path:
-        return self.root / "cache"
+        return self.root / ENTRIES
+
+    def area_dir(self, area: str = ENTRIES) -> Path:
+        if area not in AREAS:
+            raise InputError(f"unknown cache area {area!r}")
+        return self.root / area
 
     @property
     def ours(self) -> Path:
@@ -170,27 +190,29 @@ class CacheStore:
             yield
 
     # -- entries --
-    def entry_path(self, entry: str) -> Path:
+    def entry_path(self, entry: str, area: str = ENTRIES) -> Path:
         if "/" in entry or entry in ("", ".", ".."):
             raise InputError(f"bad cache entry name {entry!r}")
-        return self.entries_dir / entry
+        return self.area_dir(area) / entry
 
-    def list_entries(self) -> list[str]:
+    def list_entries(self, area: str = ENTRIES) -> list[str]:
         try:
-            return sorted(p.name for p in self.entries_dir.iterdir() if p.is_dir())
+            return sorted(p.name for p in self.area_dir(area).iterdir() if p.is_dir())
         except FileNotFoundError:
             return []
 
-    def record_entry(self, entry: str, seconds: float | None = None, by: str = "warm") -> EntryRecord:
-        path = self.entry_path(entry)
-        files = {p.name: sha256_file(p) for p in sorted(path.iterdir()) if p.is_file()}
+    def record_entry(self, entry: str, seconds: float | None = None, by: str = "warm",
+                     area: str = ENTRIES, skip: tuple[str, ...] = ()) -> EntryRecord:
+        """Checksum every file of an entry (except the names in ``skip``, e.g. a JIT's lock file)."""
+        path = self.entry_path(entry, area)
+        files = {p.name: sha256_file(p) for p in sorted(path.iterdir()) if p.is_file() and p.name not in skip}
         size = sum((path / n).stat().st_size for n in files)
-        return EntryRecord(entry, files, size, seconds, by)
+        return EntryRecord(entry, files, size, seconds, by, area)
 
     def check_entry(self, record: EntryRecord, arch: str | None = None) -> str | None:
         """None when the entry is present with the recorded bytes and those bytes are a loadable entry (a
         recorded hash of an empty or cut-short file proves nothing), else what is wrong."""
-        path = self.entry_path(record.entry)
+        path = self.entry_path(record.entry, record.area)
         if not path.is_dir():
             return "missing"
         for name, digest in record.files.items():
@@ -217,13 +239,15 @@ class CacheStore:
                     os.fsync(fh.fileno())
         fsync_dir(staged)
 
-    def install_entry(self, staged: Path, arch: str | None = None, required: tuple[str, ...] = ()) -> bool:
-        """Move a complete, checked entry directory into cache/ with one rename. False if one is already there.
-        Raises CompileFailed (and installs nothing) when a file the runtime reads is empty, cut short or built
-        for another architecture."""
-        self.entries_dir.mkdir(parents=True, exist_ok=True)
+    def install_entry(self, staged: Path, arch: str | None = None, required: tuple[str, ...] = (),
+                      area: str = ENTRIES) -> bool:
+        """Move a complete, checked entry directory into its area (cache/, tvm-ffi/) with one rename. False if one
+        is already there. Raises CompileFailed (and installs nothing) when a file the runtime reads is empty, cut
+        short or built for another architecture."""
+        base = self.area_dir(area)
+        base.mkdir(parents=True, exist_ok=True)
         self._seal(staged, arch, required)
-        target = self.entries_dir / staged.name
+        target = base / staged.name
         if target.exists():
             shutil.rmtree(staged, ignore_errors=True)
             return False
@@ -234,7 +258,7 @@ class CacheStore:
                 shutil.rmtree(staged, ignore_errors=True)
                 return False
             raise
-        fsync_dir(self.entries_dir)
+        fsync_dir(base)
         return True
 
     def replace_entry(self, staged: Path, arch: str | None = None, required: tuple[str, ...] = ()) -> None:
@@ -272,7 +296,7 @@ class CacheStore:
         return removed
 
     def size_bytes(self) -> int:
-        return tree_size(self.entries_dir)
+        return sum(tree_size(self.area_dir(a)) for a in AREAS if self.area_dir(a).is_dir())
 
 
 def _pid_alive(pid: int) -> bool:

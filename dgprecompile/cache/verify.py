@@ -208,6 +208,10 @@ def verify_cache(plan: Plan, store: CacheStore, *, nvcc: str | None = None,
     warnings += env.warnings
     stale = differences(index.fingerprint, env.fingerprint) if (env.fingerprint and index.fingerprint) else []
 
+    jit_names = _jit_names(plan, warnings)
+    if with_jit_fingerprint(index.fingerprint, env.fingerprint, jit_names[0].spec.arch_name if jit_names else None):
+        stale = differences(index.fingerprint, env.fingerprint)
+
     names = _runtime_names(plan, env, warnings)
     files = plan.profile.deepgemm.entry_files
     arch = plan.profile.sm_arch
@@ -229,8 +233,69 @@ def verify_cache(plan: Plan, store: CacheStore, *, nvcc: str | None = None,
                 checks.append(KernelCheck(kid, MISSING, record.entry, "indexed entry is not in the cache"))
             else:
                 checks.append(KernelCheck(kid, _status(problem), record.entry, problem))
+    checks += _check_jit(plan, store, index, jit_names)
+    coverage = "proved" if names is not None and (not plan.jit_modules or jit_names is not None) else "index"
     return VerifyReport(plan, str(store.root), generation, checks, index.fingerprint, env.fingerprint, stale,
-                        "proved" if names is not None else "index", warnings)
+                        coverage, warnings)
+
+
+def with_jit_fingerprint(recorded: dict[str, Any], current: dict[str, Any] | None, arch: str | None = None) -> bool:
+    """Add this machine's sglang/tvm-ffi to ``current`` when the cache recorded SGLang JIT modules or the plan has
+    them (``arch`` given), so the current fingerprint id is what a warm here records."""
+    jit = (recorded or {}).get("sglang_jit")
+    if current is None or not (jit or arch):
+        return False
+    from dgprecompile.keys.sglang_jit import current_jit_fingerprint
+
+    current["sglang_jit"] = current_jit_fingerprint(str(arch or jit.get("arch")))
+    return True
+
+
+def _jit_names(plan: Plan, warnings: list[str]):
+    """(naming, {module id: entry}) for the plan's SGLang JIT modules from the sglang installed here, or None."""
+    if not plan.jit_modules:
+        return None
+    from dgprecompile.keys.sglang_jit import JitNaming
+
+    try:
+        naming = JitNaming.here(plan.sglang_version or "")
+        return naming, {mid: naming.entry_name(m) for mid, m in plan.jit_modules.items()}
+    except (DGError, OSError) as exc:
+        warnings.append(f"cannot name SGLang's JIT modules here ({getattr(exc, 'message', exc)}): checking them "
+                        "against the index only")
+        return None
+
+
+def _check_jit(plan: Plan, store: CacheStore, index: Index, jit_names) -> list[KernelCheck]:
+    """Each planned SGLang JIT module: its <name>.so under the directory the runtime looks in (when sglang is
+    installed here), with the bytes the index recorded."""
+    from dgprecompile.keys.sglang_jit import JIT_AREA
+
+    out = []
+    for mid, module in sorted(plan.jit_modules.items()):
+        record = index.kernels.get(mid)
+        expected = jit_names[1][mid] if jit_names else None
+        library = jit_names[0].library(module) if jit_names else None
+        if expected is not None:
+            if not (store.entry_path(expected, JIT_AREA) / library).is_file():
+                detail = (f"the index records {record.entry}, but sglang here looks for {expected}"
+                          if record is not None and record.entry != expected else f"no {library} under the "
+                          f"runtime's directory {JIT_AREA}/{expected}")
+                out.append(KernelCheck(mid, MISSING, expected, detail))
+                continue
+            if record is None or record.entry != expected:
+                out.append(KernelCheck(mid, OK, expected, "present, not in the index (no checksum)"))
+                continue
+        elif record is None:
+            out.append(KernelCheck(mid, MISSING, None, "not in the index"))
+            continue
+        problem = store.check_entry(record)
+        if problem is None:
+            out.append(KernelCheck(mid, OK, record.entry))
+        else:
+            out.append(KernelCheck(mid, MISSING if problem == "missing" else CHANGED, record.entry,
+                                   "indexed entry is not in the cache" if problem == "missing" else problem))
+    return out
 
 
 def _status(problem: str) -> str:

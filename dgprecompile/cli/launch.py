@@ -103,6 +103,9 @@ def render_prepared(out: Output, prepared: PreparedLaunch) -> None:
 
 
 def render_result(out: Output, result: LaunchResult) -> None:
+    if result.new_triton:
+        out.warn(f"{len(result.new_triton)} Triton kernel(s) compiled at run time into {result.triton_cache_dir} "
+                 "(dgprecompile does not warm Triton; a later run with the same cache finds them)")
     if result.refusals:
         seen = sorted({str(e.get("kernel") or e.get("entry")) for e in result.refusals})
         out.error(f"strict mode refused {len(result.refusals)} runtime compile(s): " + ", ".join(seen[:10]),

@@ -44,6 +44,12 @@ def render_plan(out: Output, plan: Plan, show_buckets: bool) -> None:
                       f"cache about {_human_bytes(plan.estimate_bytes())}")
     else:
         out.data_text(f"{len(plan.keys)} keys; kernels unknown (this DeepGEMM generation's choice is not modelled)")
+    if plan.jit_modules:
+        out.table(f"SGLang's own JIT modules (sglang {plan.sglang_version}, tvm-ffi; the runtime looks in "
+                  "$TVM_FFI_CACHE_DIR/<name>__arch_9.0__tvmffi_<version>/<name>.so)",
+                  ["module", "template args", "used by", "builder"],
+                  [[m.name, ", ".join(m.template), m.path + f" ({len(m.keys)} keys)", f"{m.python}:{m.builder}"]
+                   for m in plan.jit_modules.values()])
     for note in plan.notes:
         out.info(f"[dim]note:[/] {note}")
 

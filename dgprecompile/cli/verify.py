@@ -7,6 +7,7 @@ import click
 from dgprecompile.cache.store import CacheStore, resolve_cache_dir
 from dgprecompile.cache.verify import VerifyReport, verify_cache
 from dgprecompile.cli.options import cache_dir_option, output_options, plan_options, resolve_plan
+from dgprecompile.errors import EnvironmentProblem
 from dgprecompile.output import Output
 
 
@@ -18,8 +19,19 @@ from dgprecompile.output import Output
                    "finds it); its path is part of the legacy JIT's key.")
 @click.option("--trace", default=None, type=click.Path(file_okay=False), metavar="DIR",
               help="Verify the kernels a traced run called (instead of a plan).")
+@click.option("--live", is_flag=True,
+              help="GPU, in the job's own environment: call SGLang's own layers (sglang 0.5.14) over the plan's m "
+                   "range with every JIT refused, and report any compile of any kind per key.")
+@click.option("--live-m", type=click.Choice(["edges", "all"]), default="edges", show_default=True,
+              help="--live: every m of each key's range, or each bucket's edges plus --live-sample random m.")
+@click.option("--live-sample", type=click.IntRange(min=0), default=256, show_default=True,
+              help="--live --live-m edges: random m values per key on top of the bucket edges.")
+@click.option("--live-seed", type=int, default=0, show_default=True, help="--live: seed of the m sample and weights.")
+@click.option("--live-log", type=click.Path(dir_okay=False), default=None,
+              help="--live: keep the child's output (SGLang, DeepGEMM and refusal messages) in this file.")
 @output_options
-def command(plan_request, manifest, config, cache_dir, nvcc, trace, out) -> VerifyReport:
+def command(plan_request, manifest, config, cache_dir, nvcc, trace, live, live_m, live_sample, live_seed, live_log,
+            out):
     """Check that every planned kernel is in the cache, intact, and filed under this environment's keys.
 
     Needs no GPU and imports neither torch nor DeepGEMM. Checks each entry's sha256 against the index and
@@ -33,9 +45,27 @@ def command(plan_request, manifest, config, cache_dir, nvcc, trace, out) -> Veri
       dgprecompile verify --manifest plan.yaml --cache-dir /shared/deep_gemm
       dgprecompile verify --model Qwen3-Coder-480B --tp 8 --ep 8 --sglang 0.5.1 --json
       dgprecompile verify --manifest plan.yaml --num-sms 78      # the job runs on H20s
+      dgprecompile verify --manifest plan.yaml --live --live-m all   # GPU: SGLang's own layers, every m
+
+    With --live (GPU, sglang 0.5.14): builds SGLang's Fp8LinearMethod for each dense key and its
+    DeepGemmRunnerCore masked path for each MoE key pair with random FP8 weights of the planned shapes, calls
+    them for the chosen m values in a child process with `launch --strict`'s environment (every JIT refused), and
+    reports per key refused compiles, new DeepGEMM entries, new SGLang JIT modules and new Triton kernels.
+    Exit 1 on any compile or failed call, 3 without a usable GPU/sglang.
     """
     plan = resolve_plan(plan_request, manifest, trace=trace)
-    report = verify_cache(plan, CacheStore(resolve_cache_dir(plan, cache_dir)), nvcc=nvcc, num_sms=plan_request.num_sms)
+    store = CacheStore(resolve_cache_dir(plan, cache_dir))
+    if live:
+        from dgprecompile.launch.live import LiveOptions, run_live
+
+        live_report = run_live(plan, store, LiveOptions(m_mode=live_m, sample=live_sample, seed=live_seed,
+                                                        log=live_log), out)
+        if live_report.environment_error:
+            raise EnvironmentProblem(live_report.error or "the live check could not run here",
+                                     hint="run it on a Hopper GPU node, in the job's own environment (its sglang, "
+                                          "DeepGEMM and torch)")
+        return out.report(live_report, render_live)
+    report = verify_cache(plan, store, nvcc=nvcc, num_sms=plan_request.num_sms)
     for warning in report.warnings:
         out.warn(warning)
     return out.report(report, render)
@@ -56,3 +86,32 @@ def render(out: Output, report: VerifyReport) -> None:
         out.data_text(report.verdict())
     else:
         out.error(report.verdict(), report.hint())
+
+
+def render_live(out: Output, report) -> None:
+    rows = []
+    for u in report.units:
+        keys = " + ".join(("masked" if "MASKED" in k[0] else "dense") + f" n={k[1]} k={k[2]}"
+                          + (f" g={k[3]}" if k[3] > 1 else "") for k in u["keys"])
+        found = [f"{len(u.get(f, []))} {label}" for f, label in (
+            ("refused", "refused"), ("new_deepgemm", "DeepGEMM"), ("new_jit", "SGLang JIT"),
+            ("new_triton", "Triton")) if u.get(f)]
+        rows.append([keys, f"{u['calls']} ({u['m_min']}..{u['m_max']})", u.get("errors", 0),
+                     ", ".join(found) or "none", f"{u.get('seconds', 0)} s"])
+    out.table(f"live: SGLang's own layers on {report.device or 'the GPU'}",
+              ["key(s)", "calls (m)", "failed calls", "compiles", "time"], rows)
+    for u in report.units:
+        for e in u.get("refused", []):
+            out.warn(f"refused a {e.get('generation')} compile: {e.get('planned_kernel') or e.get('kernel')} "
+                     f"(entry {e.get('entry')})")
+        for kind in ("new_deepgemm", "new_jit", "new_triton"):
+            for name in u.get(kind, []):
+                out.warn(f"compiled at run time ({kind[4:]}): {name}")
+        for text in u.get("error_samples", [])[:2]:
+            out.warn(f"failed call: {text.splitlines()[0][:300]}")
+    for kind, names in report.outside.items():
+        out.warn(f"outside the sweeps ({kind}): {', '.join(map(str, names[:10]))}")
+    if report.ok:
+        out.data_text(report.verdict())
+    else:
+        out.error(report.verdict(), report.hint)

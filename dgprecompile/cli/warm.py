@@ -35,8 +35,12 @@ def _parse_gpus(text: str | None) -> list[int] | None:
               help="nvcc to compile with; its path is part of the legacy JIT's cache key (default as the runtime finds it).")
 @click.option("--from-misses", type=click.Path(dir_okay=False), default=None,
               help="Warm the calls recorded in a misses file from `launch --no-strict` (instead of a plan).")
+@click.option("--sglang-jit", "sglang_jit", type=click.Choice(["auto", "on", "off"]), default="auto",
+              help="SGLang's own JIT modules of the plan (sglang 0.5.14): build them with the installed sglang into "
+                   "<cache>/tvm-ffi (auto: when that sglang is installed here; on: fail if it is not).")
 @output_options
-def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc, from_misses, out) -> WarmResult:
+def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc, from_misses, sglang_jit,
+            out) -> WarmResult:
     """Compile the plan's kernels into DeepGEMM's cache, serially in each worker process, no thread pools.
 
     Idempotent: a second run finds everything cached and compiles nothing. Interrupting it leaves no partial
@@ -56,9 +60,16 @@ def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc
     else:
         plan = resolve_plan(plan_request, manifest)
     setup = prepare_warm(plan, WarmOptions(cache_dir=cache_dir, backend=backend, jobs=jobs, gpus=_parse_gpus(gpus),
-                                           nvcc=nvcc))
+                                           nvcc=nvcc, sglang_jit=sglang_jit))
     out.info(f"plan: {plan.model} tp={plan.tp} ep={plan.ep} sglang {plan.profile.id}: {len(setup.items)} kernels"
+             + (f" + {len(setup.jit_items)} SGLang JIT modules" if setup.jit_items else "")
              + (f" (rank {setup.rank} of {setup.world})" if setup.world > 1 else ""))
+    if setup.jit_items:
+        out.info(f"SGLang JIT modules: built with the installed sglang {plan.sglang_version} into "
+                 f"{setup.store.root / 'tvm-ffi'} (one ninja job per worker: MAX_JOBS=1); the runtime reads them "
+                 f"with TVM_FFI_CACHE_DIR={setup.store.root / 'tvm-ffi'} (launch sets it)")
+    for module, why in setup.jit_skipped.items():
+        out.warn(f"not built: {module}: {why}")
     out.info(f"cache: {setup.store.root}   backend: {setup.backend}   nvcc: {setup.fingerprint['nvcc']['path']} "
              f"({setup.fingerprint['nvcc']['release']})")
     out.info(f"task budget: {setup.workers} worker processes x (1 thread + 1 compiler tree of <= 4 tasks) "
@@ -69,8 +80,8 @@ def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc
         out.warn(f"cache index was built for {field}={was!r}, now {now!r}: its entries will not be found; "
                  "re-indexing for this environment")
 
-    progress = out.progress(len(setup.items), "warming", seconds_per_item=plan.profile.seconds_per_kernel,
-                            workers=setup.workers)
+    progress = out.progress(len(setup.items) + len(setup.jit_items), "warming",
+                            seconds_per_item=plan.profile.seconds_per_kernel, workers=setup.workers)
 
     def on_event(event):
         kind = event.get("event")

@@ -49,6 +49,7 @@ class WarmOptions:
     jobs: int | None = None
     gpus: list[int] | None = None
     nvcc: str | None = None
+    sglang_jit: str = "auto"  # SGLang's own JIT modules: auto (when the plan's sglang is installed) | on | off
 
 
 @dataclass
@@ -65,6 +66,9 @@ class WarmSetup:
     rank: int = 0
     world: int = 1
     notes: list[str] = field(default_factory=list)  # what the user should know about this warm
+    jit_items: list[WorkItem] = field(default_factory=list)  # SGLang's own JIT modules (sglang-jit workers)
+    jit_job: dict[str, Any] = field(default_factory=dict)
+    jit_skipped: dict[str, str] = field(default_factory=dict)  # module id -> why it is not built here
 
     @property
     def task_budget(self) -> int:
@@ -76,6 +80,7 @@ class WarmResult:
     compiled: dict[str, float] = field(default_factory=dict)  # kernel -> seconds
     cached: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)  # planned SGLang JIT modules not built here, and why
     fatal: list[str] = field(default_factory=list)  # workers that could not start
     no_space: str | None = None  # the first "no space left on <mount>" a worker met; the rest was not started
     no_space_hint: str | None = None  # what to free, and roughly how much the unbuilt kernels need
@@ -87,6 +92,7 @@ class WarmResult:
     cache_dir: str = ""
     backend: str = ""
     kernels: int = 0  # kernels this warm (or this rank's share) had to have in the cache
+    jit_modules: int = 0  # SGLang JIT modules this warm had to have in the cache
 
     @property
     def ok(self) -> bool:
@@ -100,8 +106,9 @@ class WarmResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {"cache_dir": self.cache_dir, "backend": self.backend, "kernels": self.kernels,
-                "compiled": len(self.compiled), "already_cached": len(self.cached), "failed": len(self.failed),
-                "failures": self.failed, "wall_seconds": round(self.wall_seconds, 2),
+                "sglang_jit_modules": self.jit_modules, "compiled": len(self.compiled),
+                "already_cached": len(self.cached), "failed": len(self.failed),
+                "failures": self.failed, "skipped": self.skipped, "wall_seconds": round(self.wall_seconds, 2),
                 "compile_seconds_sum": round(sum(self.compiled.values()), 2), "cache_bytes": self.cache_bytes,
                 "workers": self.workers, "no_space": self.no_space,
                 "timeline": {"workers_ready_first_s": round(min(self.ready_seconds), 2) if self.ready_seconds else None,
@@ -181,12 +188,19 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
     jobs = opts.jobs or os.cpu_count() or 1
     if jobs < 1:
         raise InputError("--jobs must be at least 1", hint="omit --jobs for one worker per CPU core")
-    jobs = max(1, min(jobs, len(items))) if items else 1
+    jit_items, jit_job, jit_skipped, jit_fp = _prepare_jit(plan, opts, nvcc)
+    if world > 1:
+        jit_items = jit_items[rank::world]
+    if jit_fp is not None:
+        fingerprint["sglang_jit"] = jit_fp
+        stale = differences(recorded, fingerprint) if recorded else []
+    jobs = max(1, min(jobs, max(len(items), len(jit_items)))) if (items or jit_items) else 1
     items.sort(key=_estimated_cost, reverse=True)
     store.require_writable("write to")
     _check_space(store, plan, items, [] if stale else None)
     return WarmSetup(plan, backend, store, fingerprint, stale, items, jobs,
-                     [gpus[i % len(gpus)] for i in range(jobs)], job_common, rank, world, notes)
+                     [gpus[i % len(gpus)] for i in range(jobs)], job_common, rank, world, notes,
+                     jit_items, jit_job, jit_skipped)
 
 
 def _check_space(store: CacheStore, plan: Plan, items: list[WorkItem], index_kernels=None) -> None:
@@ -211,6 +225,47 @@ def _check_space(store: CacheStore, plan: Plan, items: list[WorkItem], index_ker
             hint=f"free space on {mount}, or pass --cache-dir on a larger filesystem")
 
 
+def _cuda_home(nvcc_path: str) -> str | None:
+    """The CUDA toolkit tvm-ffi should use (it runs $CUDA_HOME/bin/nvcc and links $CUDA_HOME/lib64/libcudart)."""
+    if os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH"):
+        return None  # the user's choice, as the runtime will see it
+    for candidate in (Path(nvcc_path).resolve().parent.parent, Path(nvcc_path).parent.parent, Path("/usr/local/cuda")):
+        if (candidate / "include" / "cuda_runtime.h").is_file() and (candidate / "bin" / "nvcc").is_file():
+            return str(candidate)
+    return None
+
+
+def _prepare_jit(plan: Plan, opts: WarmOptions, nvcc) -> tuple[list[WorkItem], dict[str, Any], dict[str, str],
+                                                                dict[str, Any] | None]:
+    """Work items for the plan's SGLang JIT modules, the sglang-jit workers' job, what is skipped and why, and
+    the fingerprint section naming the sglang/tvm-ffi they are built for."""
+    from dgprecompile.keys.sglang_jit import JitNaming
+
+    modules = list(plan.jit_modules.values())
+    if not modules:
+        return [], {}, {}, None
+    if opts.sglang_jit == "off":
+        return [], {}, {m.id: "--no-sglang-jit" for m in modules}, None
+    try:
+        naming = JitNaming.here(plan.sglang_version or "")
+        ninja = shutil.which("ninja", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+        if ninja is None:
+            raise EnvironmentProblem("ninja is not installed: SGLang's JIT (tvm-ffi) builds its modules with it",
+                                     hint="pip install ninja")
+    except EnvironmentProblem as exc:
+        if opts.sglang_jit == "on":
+            raise
+        why = exc.message + (f" ({exc.hint})" if exc.hint else "")
+        return [], {}, {m.id: why for m in modules}, None
+    items = [WorkItem(m.id, "sglang_jit", {"python": m.python, "builder": m.builder, "args": list(m.args),
+                                           "entry": naming.entry_name(m), "library": naming.library(m)},
+                      "SGLANG_JIT", 0, 0, 0, 0) for m in modules]
+    job = {"arch_override": naming.spec.arch_override, "arch": list(naming.spec.arch),
+           "modules": sorted({m.python for m in modules}), "cuda_home": _cuda_home(nvcc.path),
+           "ninja_dir": os.path.dirname(ninja)}
+    return items, job, {}, naming.fingerprint()
+
+
 def _record_plan(setup: WarmSetup) -> None:
     plan = setup.plan
 
@@ -228,20 +283,43 @@ def _record_plan(setup: WarmSetup) -> None:
 
 def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lambda e: None) -> WarmResult:
     """Compile ``setup``'s kernels. An interrupt (Ctrl-C; SIGTERM and SIGHUP, which the CLI turns into one)
-    stops the workers and their compilers and removes the scratch directory and staging roots."""
+    stops the workers and their compilers and removes the scratch directory and staging roots.
+    DeepGEMM's kernels first (their backend's workers), then SGLang's own JIT modules (sglang-jit workers)."""
     store = setup.store
     store.ensure()
     store.clean_stale_staging()
     _record_plan(setup)
     result = WarmResult(workers=setup.workers, cache_dir=str(store.root), backend=setup.backend,
-                        kernels=len(setup.items))
+                        kernels=len(setup.items), jit_modules=len(setup.jit_items),
+                        skipped=dict(setup.jit_skipped))
     start = time.perf_counter()
-    if not setup.items:
-        result.cache_bytes = store.size_bytes()
-        return result
+    common = {"arch": setup.plan.profile.sm_arch, "bytes_per_entry": setup.plan.profile.bytes_per_entry}
+    try:
+        if setup.items:
+            _pool(store, setup.items, setup.backend, {**common, **setup.job_common}, setup.gpus, on_event, result,
+                  start)
+        if setup.jit_items:
+            jobs = max(1, min(setup.workers, len(setup.jit_items)))
+            _pool(store, setup.jit_items, "sglang-jit", {**common, **setup.jit_job}, [None] * jobs, on_event, result,
+                  start)
+    finally:
+        store.clean_stale_staging()
+    result.wall_seconds = time.perf_counter() - start
+    if result.no_space:
+        need = len(result.failed) * setup.plan.profile.bytes_per_entry
+        result.no_space_hint = (f"free space there (about {human_bytes(need)} more for the {len(result.failed)} "
+                                "kernels not built), or pass --cache-dir on a larger filesystem; then warm again")
+    result.cache_bytes = store.size_bytes()
+    return result
+
+
+def _pool(store: CacheStore, items: list[WorkItem], backend: str, job_common: dict[str, Any],
+          gpus: list[int | None], on_event: Callable[[dict[str, Any]], None], result: WarmResult,
+          start: float) -> None:
+    """One zygote and len(gpus) workers compiling ``items``, handed out one at a time."""
     tmp = Path(tempfile.mkdtemp(prefix="dgprecompile-warm-"))
-    queue = list(setup.items)
-    n = setup.workers
+    queue = list(items)
+    n = len(gpus)
     current: dict[int, str | None] = {i: None for i in range(n)}
     to_worker: dict[int, object] = {}
     worker_pids: dict[int, int] = {}
@@ -287,12 +365,11 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
                     pass
 
     try:
-        job = {"backend": setup.backend, "cache_dir": str(store.root), "arch": setup.plan.profile.sm_arch,
-               "bytes_per_entry": setup.plan.profile.bytes_per_entry, **setup.job_common}
+        job = {"backend": backend, "cache_dir": str(store.root), **job_common}
         job_path = tmp / "job.json"
         job_path.write_text(json.dumps(job))
         spec, child_fds = [], []
-        for i, gpu in enumerate(setup.gpus):
+        for i, gpu in enumerate(gpus):
             in_r, in_w = os.pipe()
             out_r, out_w = os.pipe()
             child_fds += [in_r, out_w]
@@ -380,15 +457,7 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
             except OSError:
                 pass
         _stop(zygote, worker_pids)
-        store.clean_stale_staging()
         shutil.rmtree(tmp, ignore_errors=True)
-    result.wall_seconds = time.perf_counter() - start
-    if result.no_space:
-        need = len(result.failed) * setup.plan.profile.bytes_per_entry
-        result.no_space_hint = (f"free space there (about {human_bytes(need)} more for the {len(result.failed)} "
-                                "kernels not built), or pass --cache-dir on a larger filesystem; then warm again")
-    result.cache_bytes = store.size_bytes()
-    return result
 
 
 def _physical_gpu(index: int) -> str:

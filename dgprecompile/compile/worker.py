@@ -127,8 +127,10 @@ def serve(job: dict) -> int:
                 status, entries, seconds = backend.compile(item)
                 replaced = status == "replaced"  # a bad entry (empty or cut-short cubin) was rebuilt and swapped
                 status = "compiled" if replaced else status
+                area, skip = getattr(backend, "area", "cache"), getattr(backend, "skip_files", ())
                 records = [store.record_entry(e, seconds if status == "compiled" else None,
-                                              "warm" if status == "compiled" else "adopted") for e in entries]
+                                              "warm" if status == "compiled" else "adopted", area, skip)
+                           for e in entries]
                 if status == "adopted":
                     status = "cached"
 
@@ -180,7 +182,7 @@ def zygote(job: dict, workers: list[dict]) -> int:
     """Import once, fork one worker per entry of ``workers`` ({in_fd, out_fd, log, gpu}), report their exits."""
     from dgprecompile.compile.backends import preload
 
-    preload(job["backend"])  # no CUDA here: children initialise their own device after the fork
+    preload(job["backend"], job)  # no CUDA here: children initialise their own device after the fork
     own_fds = {fd for w in workers for fd in (w["in_fd"], w["out_fd"])}
     children: dict[int, int] = {}
     out = os.fdopen(os.dup(1), "w", buffering=1)

@@ -134,6 +134,12 @@ def compose_env(plan: Plan, cache_dir: str, fingerprint: Mapping[str, Any], base
             conflicts.append(f"{alias}={base_env[alias]!r} is set: this sglang copies it onto {name}, away from "
                              f"the warmed cache {cache_dir}; unset it")
 
+    if plan.jit_modules:
+        from dgprecompile.keys.sglang_jit import JIT_AREA
+
+        put("TVM_FFI_CACHE_DIR", os.path.join(cache_dir, JIT_AREA),
+            "SGLang's own JIT modules, warmed (sglang/jit_kernel loads <name>.so from here)", same=_same_path)
+
     recorded_env = dict(fingerprint.get("env") or {})
     for name in KEY_ENV_VARS:
         if name in recorded_env:
@@ -184,13 +190,43 @@ def compose_env(plan: Plan, cache_dir: str, fingerprint: Mapping[str, Any], base
     env.update(hook_vars)
     old = base_env.get("PYTHONPATH")
     env["PYTHONPATH"] = hook_dir + (os.pathsep + old if old else "")
-    active = ([f"{generation} strict"] if strict and deepgemm.strict_by == "hook" else []) + (["trace"] if trace_dir else [])
+    active = (([f"{generation} strict"] if strict and deepgemm.strict_by == "hook" else [])
+              + (["tvm-ffi builds refused"] if strict else []) + (["trace"] if trace_dir else []))
     settings.append(EnvSetting("PYTHONPATH", hook_dir + (os.pathsep + "..." if old else ""),
                                "startup hook: " + (", ".join(active) if active else "inactive")))
     return LaunchEnv(env, settings, conflicts, notes)
 
 
 # ---- preflight ---------------------------------------------------------------------------------------
+
+
+def all_entries(store: CacheStore) -> list[str]:
+    """Every runtime entry of the cache: DeepGEMM's by name, SGLang's JIT modules as tvm-ffi/<name>."""
+    from dgprecompile.cache.store import AREAS, ENTRIES
+
+    return [e if area == ENTRIES else f"{area}/{e}" for area in AREAS for e in store.list_entries(area)]
+
+
+def triton_cache_dir(env: Mapping[str, str]) -> str:
+    """Where Triton keeps compiled kernels for a process with environment ``env`` (its default: ~/.triton/cache)."""
+    return env.get("TRITON_CACHE_DIR") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".triton", "cache")
+
+
+def _listdir(path: str) -> set[str]:
+    try:
+        return set(os.listdir(path))
+    except OSError:
+        return set()
+
+
+def jit_name_prefixes(plan: Plan) -> list[str]:
+    """The runtime names of the plan's SGLang JIT modules, less their source hash."""
+    from dgprecompile.planning.sglang_jit import spec_for
+
+    spec = spec_for(plan.sglang_version)
+    if spec is None:
+        return []
+    return [spec.name_prefix + "_".join([*m.marker, *m.template]) for m in plan.jit_modules.values()]
 
 
 def warm_command(plan: Plan, cache_dir: str, manifest: str | None = None, model_arg: str | None = None) -> str:
@@ -206,7 +242,8 @@ def warm_command(plan: Plan, cache_dir: str, manifest: str | None = None, model_
                  getattr(plan, "sglang_version", None) or server["sglang_options"], "--num-sms", str(plan.num_sms)]
     else:
         parts = ["dgprecompile", "warm", "--model", model_arg or plan.model, "--tp", str(plan.tp), "--ep",
-                 str(plan.ep), "--sglang", plan.profile.id, "--moe-runner-backend", plan.moe_runner_backend,
+                 str(plan.ep), "--sglang", plan.sglang_version if plan.jit_modules else plan.profile.id,
+                 "--moe-runner-backend", plan.moe_runner_backend,
                  "--max-tokens", str(plan.max_tokens), "--num-sms", str(plan.num_sms)]
     if server and not manifest and not getattr(plan, "sweep_m_max", 0):
         parts.append("--no-sglang-precompile")  # what launch needs: it turns SGLang's own precompile off
@@ -338,6 +375,8 @@ class LaunchResult:
     trace_warning: str | None = None
     cache_dir: str = ""
     warm_hint: str = ""
+    new_triton: list[str] = field(default_factory=list)  # Triton kernels compiled during the run (not warmed)
+    triton_cache_dir: str = ""
 
     @property
     def return_code(self) -> int:
@@ -347,7 +386,8 @@ class LaunchResult:
         return {"exit_code": self.exit_code, "strict": self.strict, "cache_dir": self.cache_dir,
                 "new_entries": self.new_entries, "refusals": self.refusals,
                 "misses": [{**m.call.to_dict(), "kernels": m.kernels} for m in self.misses],
-                "misses_path": self.misses_path, "calls_recorded": self.calls_recorded}
+                "misses_path": self.misses_path, "calls_recorded": self.calls_recorded,
+                "new_triton": self.new_triton, "triton_cache_dir": self.triton_cache_dir}
 
 
 def _read_events(path: Path) -> list[dict[str, Any]]:
@@ -364,7 +404,7 @@ def _preflight_failure(plan: Plan, report: VerifyReport) -> str:
         lines.append(f"  ... and {more} more")
     lines += [f"  fingerprint: {f} was {was!r} when warmed, is {now!r} here" for f, was, now in report.stale]
     summary = (f"the cache {report.cache_dir} does not cover the plan ({len(report.missing)} of "
-               f"{len(plan.kernels)} kernels missing, {len(report.changed)} changed"
+               f"{len(plan.kernels) + len(plan.jit_modules)} kernels missing, {len(report.changed)} changed"
                + (", fingerprint differs" if report.stale else "") + f"; {report.verdict()})")
     return summary + ("\n" + "\n".join(lines) if lines else "")
 
@@ -405,7 +445,8 @@ def prepare_launch(opts: LaunchOptions) -> PreparedLaunch:
             raise InputError("the environment conflicts with the warmed cache:\n" +
                              "\n".join(f"  {c}" for c in composed.conflicts),
                              hint="dgprecompile never overrides a value you set; change or unset those variables")
-        (run_dir / "plan-info.json").write_text(json.dumps({"kernels": sorted(plan.kernels), "warm": hint}))
+        (run_dir / "plan-info.json").write_text(json.dumps({"kernels": sorted(plan.kernels), "warm": hint,
+                                                            "jit_modules": jit_name_prefixes(plan)}))
     except BaseException:
         shutil.rmtree(run_dir, ignore_errors=True)
         raise
@@ -416,14 +457,18 @@ def run_launch(prepared: PreparedLaunch) -> LaunchResult:
     """Run the job with the prepared environment; collect refusals, entries compiled at run time and misses."""
     opts, plan, store = prepared.opts, prepared.opts.plan, prepared.store
     try:
-        before = set(store.list_entries())
+        before = set(all_entries(store))
+        triton_dir = triton_cache_dir(prepared.env.env)
+        triton_before = _listdir(triton_dir)
         code = run_child(opts.command, prepared.env.env)
         result = LaunchResult(code, opts.strict, cache_dir=prepared.cache_dir, warm_hint=prepared.warm_hint)
         result.refusals = [e for e in _read_events(prepared.run_dir / "events.jsonl") if e.get("event") == "refused"]
         result.refusals_outside_plan = bool(result.refusals) and all(
             e.get("kernel") and e.get("generation") == "legacy" and e["kernel"] not in plan.kernels
             for e in result.refusals)
-        result.new_entries = sorted(set(store.list_entries()) - before)
+        result.new_entries = sorted(set(all_entries(store)) - before)
+        result.triton_cache_dir = triton_dir
+        result.new_triton = sorted(_listdir(triton_dir) - triton_before)
         if not opts.strict:
             _collect_misses(opts, plan, prepared, result)
         return result

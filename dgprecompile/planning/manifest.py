@@ -9,7 +9,7 @@ import yaml
 
 from dgprecompile.errors import InputError
 from dgprecompile.fsutil import atomic_write_text
-from dgprecompile.kernels import GemmKey, KernelSpec, KernelType
+from dgprecompile.kernels import GemmKey, JitModule, KernelSpec, KernelType
 from dgprecompile.planning.plan import MANIFEST_SCHEMA, Bucket, Plan, PlannedKey
 from dgprecompile.planning.profiles import resolve_profile
 
@@ -68,7 +68,8 @@ def plan_from_dict(data: Any, where: str = "manifest") -> Plan:
                     gpu=data.get("gpu"), keys=keys, kernels=kernels, notes=list(data.get("notes", [])),
                     heuristic=bool(data.get("kernel_model", True)),
                     sglang_version=None if sglang_version is None else str(sglang_version),
-                    sweep_m_max=int(data.get("sglang_precompile_m_max", 0)), server=data.get("server"))
+                    sweep_m_max=int(data.get("sglang_precompile_m_max", 0)), server=data.get("server"),
+                    jit_modules={m.id: m for m in (JitModule.from_dict(d) for d in data.get("sglang_jit_modules", []))})
     except KeyError as exc:
         raise InputError(f"{where} is malformed: a required field {exc.args[0]!r} is missing", hint="regenerate it with `dgprecompile plan ... -o FILE`") from None
     except (TypeError, ValueError) as exc:

@@ -15,7 +15,7 @@ import yaml
 
 from dgprecompile import __version__
 from dgprecompile.errors import InputError
-from dgprecompile.kernels import GemmKey, KernelSpec
+from dgprecompile.kernels import GemmKey, JitModule, KernelSpec
 from dgprecompile.planning.models import ModelConfig
 from dgprecompile.planning.profiles import Profile
 from dgprecompile.planning.shapes import Parallel, model_shapes
@@ -63,6 +63,7 @@ class Plan:
     heuristic: bool = True  # False: this generation's kernel choice is not modelled, keys only
     sweep_m_max: int = 0  # > 0: the plan also covers SGLang's own precompile (its m sweep and warm-up layouts)
     server: dict[str, Any] | None = None  # the SGLang server command (or SpecForge config) the plan was read from
+    jit_modules: dict[str, JitModule] = field(default_factory=dict)  # SGLang's own JIT modules on these paths
 
     @property
     def total_kernels(self) -> int | None:
@@ -133,6 +134,8 @@ class Plan:
             "notes": list(self.notes),
             **({"sglang_precompile_m_max": self.sweep_m_max} if self.sweep_m_max else {}),
             **({"server": self.server} if self.server else {}),
+            # SGLang's own JIT modules (a second kernel family), only where the release models them
+            **({"sglang_jit_modules": [m.to_dict() for m in self.jit_modules.values()]} if self.jit_modules else {}),
         }
 
 
@@ -254,8 +257,62 @@ def _buckets(key: GemmKey, profile: Profile, num_sms: int, kernels: dict[str, Ke
     return out
 
 
+def plan_jit_modules(model: ModelConfig, keys: list[GemmKey], sglang_version: str | None,
+                     profile: Profile) -> tuple[dict[str, JitModule], list[str]]:
+    """SGLang's own JIT modules the planned DeepGEMM layers build at first use (data/sglang_jit.yaml)."""
+    from dgprecompile.planning.sglang_jit import modeled_versions, module_requirements, modules_for
+
+    notes: list[str] = []
+    if sglang_version is None:
+        covered = [v for v in modeled_versions() if profile.contains(v)]
+        if covered:
+            notes.append(f"SGLang's own JIT modules depend on the exact release: plan with --sglang {covered[0]} "
+                         "(not a profile id) to plan and warm them too")
+        return {}, notes
+    modules = modules_for(sglang_version)
+    if not modules:
+        return {}, notes
+    requires = module_requirements(sglang_version)
+    dtype = str(model.config.get("torch_dtype") or "bfloat16")
+    out: dict[str, JitModule] = {}
+    by_path: dict[str, list[GemmKey]] = {}
+    for k in keys:
+        by_path.setdefault(k.kernel_type.short, []).append(k)
+    for mod in modules:
+        users = by_path.get(mod.path, [])
+        if not users:
+            continue
+        if mod.path == "dense" and dtype != "bfloat16":
+            notes.append(f"{mod.name}: not planned, the model's dtype is {dtype} (SGLang runs DeepGEMM dense "
+                         "layers only for bf16 activations)")
+            continue
+        need = requires.get(mod.name) or {}
+        if mod.path == "masked" and need:
+            widths = {k.n // 2 for k in users} & {k.k for k in users}  # w13: n = 2*width; w2: k = width
+            bad = [w for w in widths for g in {k.num_groups for k in users}
+                   if (w // 128) % need.get("group_multiple_of", 1) or w // need.get("width_per_expert_min", 1) < g]
+            if bad:
+                notes.append(f"{mod.name}: not planned, expert width {bad[0]} makes SGLang run its Triton "
+                             "activation instead")
+                continue
+        planned = JitModule(**{**mod.__dict__, "keys": tuple(k.ident for k in users)})
+        out[planned.id] = planned
+    if out:
+        notes.append(f"sglang {sglang_version}: {len(out)} of SGLang's own JIT modules (tvm-ffi, built at first use) "
+                     "planned beside DeepGEMM's kernels")
+    return out, notes
+
+
 def build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: int = DEFAULT_NUM_SMS,
                gpu: str | None = None, profile_reason: str = "", sglang_version: str | None = None) -> Plan:
+    plan = _build_plan(model, profile, par, num_sms, gpu, profile_reason, sglang_version)
+    plan.jit_modules, notes = plan_jit_modules(model, [pk.key for pk in plan.keys], sglang_version, profile)
+    plan.notes += notes
+    return plan
+
+
+def _build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: int, gpu: str | None,
+                profile_reason: str, sglang_version: str | None) -> Plan:
     shapes = model_shapes(model, profile, par)
     kernels: dict[str, KernelSpec] = {}
     # what was and was not proven for this profile's DeepGEMM, as profiles.yaml records it

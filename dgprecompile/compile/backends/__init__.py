@@ -49,10 +49,15 @@ def backend_for(name: str | None, install: DeepGemmInstall | None, plan_generati
     return get_generation(install.generation).choose_backend(name, install)
 
 
-def preload(name: str) -> None:
+def preload(name: str, job: dict[str, Any] | None = None) -> None:
     """Import what every worker of this backend needs, before the zygote forks them. Must not initialise CUDA."""
     if name == "nvcc":
         return  # runs nvcc only: nothing to import
+    if name == "sglang-jit":
+        from dgprecompile.compile.backends.sglang_jit import preload as preload_sglang
+
+        preload_sglang(job or {})
+        return
     import torch  # noqa: F401  (the costly import both other backends share)
 
     if name == "legacy":
@@ -74,4 +79,8 @@ def load_worker_backend(name: str, job: dict[str, Any]) -> WorkerBackend:
         from dgprecompile.compile.backends.nvcc01 import NvccCxxWorker
 
         return NvccCxxWorker(job)
+    if name == "sglang-jit":
+        from dgprecompile.compile.backends.sglang_jit import SglangJitWorker
+
+        return SglangJitWorker(job)
     raise InputError(f"unknown backend {name!r}")

@@ -3,7 +3,8 @@
 Configured by `dgprecompile launch` through the environment:
 
   DGPRECOMPILE_TRACE_DIR    record every DeepGEMM GEMM call as JSON lines in DIR/trace-rank<RANK>-<pid>.jsonl
-  DGPRECOMPILE_STRICT=1     with DGPRECOMPILE_GENERATION=legacy: the legacy Python JIT's compilers refuse to run
+  DGPRECOMPILE_STRICT=1     with DGPRECOMPILE_GENERATION=legacy: the legacy Python JIT's compilers refuse to run;
+                            any generation: tvm-ffi's builds (SGLang's own JIT modules, sglang/jit_kernel) refuse
   DGPRECOMPILE_PLAN_INFO    JSON file {"kernels": [...], "warm": "dgprecompile warm ..."} for refusal messages
   DGPRECOMPILE_EVENTS       JSON-lines file where refusals are appended (the launcher reports them at exit)
   DGPRECOMPILE_CACHE_DIR    the warmed cache, for messages
@@ -335,6 +336,52 @@ def patch_legacy_compiler(module):
             cls.compile = classmethod(refuse)
 
 
+def jit_refusal_message(name, build_dir):
+    """For a refused tvm-ffi build of SGLang's own JIT module ``name``."""
+    info = _plan_info()
+    warm = info.get("warm") or os.environ.get(ENV_WARM_HINT) or "dgprecompile warm --manifest PLAN --cache-dir DIR"
+    where = os.path.dirname(build_dir) if build_dir else (os.environ.get("TVM_FFI_CACHE_DIR") or "~/.cache/tvm-ffi")
+    entry = os.path.basename(build_dir) if build_dir else None
+    lines = [f"dgprecompile strict mode: SGLang tried to build its JIT module {name} at run time (tvm-ffi, nvcc "
+             f"through ninja), but runtime JIT is off under `dgprecompile launch` and {where} does not hold "
+             + (f"{entry}/{name}.so." if entry else "it.")]
+    planned = info.get("jit_modules")
+    if planned is not None and not any(name.startswith(p) for p in planned):
+        lines.append("  This module is not in the plan (dgprecompile plans the DeepGEMM paths' modules only). Let "
+                     "sglang build it once with `dgprecompile launch --no-strict ...` (it lands in that directory "
+                     "and later strict launches find it).")
+    else:
+        lines.append(f"  Warm it with: {warm}")
+    return "\n".join(lines)
+
+
+def patch_tvm_ffi(module):
+    """Make tvm-ffi's C++/CUDA builds (build_inline, build) raise instead of writing sources and running ninja.
+
+    SGLang's load_jit looks for the finished ``<build dir>/<name>.so`` first and calls load_inline/load only when
+    it is missing; those call build_inline/build by module-global name, so warmed modules load untouched and a
+    miss fails here, before any file is written.
+    """
+    def make(fname):
+        def refuse(*args, **kwargs):
+            name = kwargs.get("name") or (args[0] if args else "?")
+            build_dir = kwargs.get("build_directory")
+            message = jit_refusal_message(str(name), str(build_dir) if build_dir else None)
+            log_event({"event": "refused", "generation": "sglang-jit", "kernel": str(name),
+                       "entry": os.path.basename(str(build_dir)) if build_dir else None, "pid": os.getpid(),
+                       "rank": os.environ.get("RANK"), "time": time.time()})
+            sys.stderr.write(message + "\n")
+            sys.stderr.flush()
+            raise RuntimeError(message)
+
+        refuse.__dgprecompile_refuses__ = fname
+        return refuse
+
+    for fname in ("build_inline", "build"):
+        if callable(getattr(module, fname, None)):
+            setattr(module, fname, make(fname))
+
+
 # ---- install ---------------------------------------------------------------------------------------------
 
 _state = {}
@@ -353,6 +400,8 @@ def install():
         callbacks["deep_gemm"] = on_deep_gemm
     if os.environ.get(ENV_STRICT) == "1" and os.environ.get(ENV_GENERATION) == "legacy":
         callbacks["deep_gemm.jit.compiler"] = patch_legacy_compiler
+    if os.environ.get(ENV_STRICT) == "1":
+        callbacks["tvm_ffi.cpp.extension"] = patch_tvm_ffi
     if not callbacks:
         return
     for name in [n for n in callbacks if n in sys.modules]:  # already imported (not at startup, but be safe)
@@ -373,6 +422,10 @@ def describe_cu(path):
             code = f.read()
     except OSError:
         return None
+    return describe_source(code)
+
+
+def describe_source(code):
     match = _INSTANTIATION.search(code)
     if not match:
         return None

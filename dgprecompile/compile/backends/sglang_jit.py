@@ -1,0 +1,111 @@
+"""GPU-free warm of SGLang's own tvm-ffi JIT modules, with the installed sglang's own build functions.
+
+Each module is built by calling the installed sglang's builder (e.g.
+``sglang.jit_kernel.per_token_group_quant_8bit_v2._jit_module(torch.bfloat16, torch.float8_e4m3fn, True)``)
+inside sglang's own ``override_jit_cuda_arch(9, 0)``, so it compiles for Hopper on a machine without one.
+``TVM_FFI_CACHE_DIR`` points at this worker's private staging root and ``MAX_JOBS=1`` limits tvm-ffi's ninja to
+one job (tvm_ffi/cpp/extension.py passes ``-j $MAX_JOBS`` to ninja; without it ninja picks its own count). The
+finished build directory is checked against the name dgprecompile computes (keys/sglang_jit.py) and moved into
+``<cache>/tvm-ffi/`` with one rename. No dgprecompile code is run inside sglang's build; nothing is copied from it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from dgprecompile.compile.backends import WorkItem
+from dgprecompile.compile.backends.base import StagingWorker
+from dgprecompile.errors import CompileFailed
+from dgprecompile.keys.sglang_jit import JIT_AREA
+
+# Files of a build directory that are not part of the module: tvm-ffi's FileLock and ninja's own logs.
+NOT_RECORDED = ("lock", ".ninja_log", ".ninja_deps")
+
+
+def resolve_args(args: list[Any]) -> list[Any]:
+    """Data-file arguments to Python values: 'torch.<dtype>' strings become torch dtypes."""
+    import torch
+
+    out = []
+    for a in args:
+        if isinstance(a, str) and a.startswith("torch."):
+            value = getattr(torch, a.split(".", 1)[1], None)
+            if not isinstance(value, torch.dtype):
+                raise CompileFailed(f"unknown torch dtype {a!r} in a JIT module's arguments")
+            out.append(value)
+        else:
+            out.append(a)
+    return out
+
+
+def preload(job: dict[str, Any]) -> None:
+    """Import sglang's arch override and every builder module once, before the zygote forks."""
+    _import(job["arch_override"].split(":")[0])
+    for python in job.get("modules", []):
+        _import(python)
+
+
+def _import(name: str):
+    try:
+        return importlib.import_module(name)
+    except Exception as exc:  # sglang's import chain failing is the user's environment, say where
+        raise CompileFailed(f"cannot import {name} from the installed sglang: {type(exc).__name__}: {exc}") from None
+
+
+class SglangJitWorker(StagingWorker):
+    area = JIT_AREA
+    skip_files = NOT_RECORDED
+
+    def __init__(self, job: dict[str, Any]):
+        super().__init__(job)
+        os.environ["TVM_FFI_CACHE_DIR"] = str(self.staging)
+        os.environ["MAX_JOBS"] = "1"
+        if job.get("cuda_home"):
+            os.environ["CUDA_HOME"] = job["cuda_home"]
+        if job.get("ninja_dir"):
+            os.environ["PATH"] = job["ninja_dir"] + os.pathsep + os.environ.get("PATH", "")
+        module, _, name = job["arch_override"].partition(":")
+        self.override = getattr(_import(module), name)
+        self.arch = tuple(job["arch"])
+
+    def _present(self, entry: str, library: str) -> bool:
+        return (self.store.entry_path(entry, self.area) / library).is_file()
+
+    def compile(self, item: WorkItem) -> tuple[str, list[str], float]:
+        p = item.params
+        entry, library = p["entry"], p["library"]
+        if self._present(entry, library):
+            return "cached", [entry], 0.0
+        with self.store.kernel_lock(item.kernel):
+            if self._present(entry, library):
+                return "cached", [entry], 0.0
+            builder = getattr(_import(p["python"]), p["builder"])
+            args = resolve_args(p["args"])
+            start = time.perf_counter()
+            error = None
+            try:
+                with self.override(*self.arch):
+                    builder(*args)
+            except Exception as exc:  # loading the built .so may fail without a GPU driver; the build counts
+                error = f"{type(exc).__name__}: {str(exc).strip()[-3000:]}"
+            seconds = time.perf_counter() - start
+            staged = Path(self.staging) / entry
+            if not (staged / library).is_file():
+                made = sorted(d.name for d in Path(self.staging).iterdir() if d.is_dir())
+                why = error or "no error raised"
+                raise CompileFailed(f"sglang's {p['python']}.{p['builder']}{tuple(p['args'])} did not produce "
+                                    f"{entry}/{library} ({why}); it made: {made or 'nothing'}"
+                                    + ("; dgprecompile's naming of this sglang's modules is out of date" if made
+                                       else ""))
+            for name in NOT_RECORDED:
+                if (staged / name).is_file():
+                    (staged / name).unlink()
+            installed = self.store.install_entry(staged, area=self.area)
+            for d in Path(self.staging).iterdir():  # anything else this build left in the staging root
+                shutil.rmtree(d, ignore_errors=True)
+            return ("compiled" if installed else "adopted"), [entry], seconds

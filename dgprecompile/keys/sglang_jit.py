@@ -1,0 +1,143 @@
+"""Where SGLang's own tvm-ffi JIT modules live: the runtime's directory name for each, computed without torch.
+
+sglang 0.5.14 (sglang/jit_kernel/utils.py, see docs/sglang-jit.md) names a module
+``sgl_kernel_jit_<marker>_<template args>_<source hash>`` and loads ``<name>.so`` from
+``$TVM_FFI_CACHE_DIR/<name>__arch_<arch>__tvmffi_<tvm-ffi version>/`` when it is there, compiling otherwise.
+The source hash is sha256 over every file reached from the module's CUDA sources through its includes (name
+relative to jit_kernel, a NUL, the bytes, a NUL; quoted includes relative to the including file, <sgl_kernel/..>
+includes relative to jit_kernel/include; a depth-first walk, last pushed first), cut to 16 hex digits. This
+module computes the same name from the installed sglang's files without importing sglang; `warm` cross-checks
+it against what sglang's own build produced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from importlib import metadata, util
+from pathlib import Path
+from typing import Any
+
+from dgprecompile.errors import EnvironmentProblem
+from dgprecompile.kernels import JitModule
+from dgprecompile.planning.sglang_jit import (
+    JitVersionSpec,
+    spec_for,
+)
+
+JIT_AREA = "tvm-ffi"  # the sub-directory of a dgprecompile cache that launch points TVM_FFI_CACHE_DIR at
+
+_QUOTED = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
+_ANGLE = re.compile(r"^\s*#\s*include\s*<(sgl_kernel/[^>]+)>", re.MULTILINE)
+
+
+# ---- the installed sglang and tvm-ffi, found without importing them ---------------------------------------
+
+
+@dataclass(frozen=True)
+class SglangInstall:
+    version: str
+    package_dir: str  # .../site-packages/sglang
+
+
+def find_sglang() -> SglangInstall | None:
+    """The importable sglang package (location and version), without executing it."""
+    spec = util.find_spec("sglang")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    package_dir = os.path.abspath(list(spec.submodule_search_locations)[0])
+    try:
+        version = metadata.version("sglang")
+    except metadata.PackageNotFoundError:
+        version = None
+    if version is None:  # a source checkout: sglang/version.py holds __version__ = "..."
+        text = (Path(package_dir) / "version.py").read_text() if (Path(package_dir) / "version.py").is_file() else ""
+        match = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", text)
+        version = match.group(1) if match else "unknown"
+    return SglangInstall(version, package_dir)
+
+
+def tvm_ffi_version() -> str | None:
+    try:
+        return metadata.version("apache-tvm-ffi")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def source_hash(root: Path, include_dir: Path, cuda_files: list[str]) -> str:
+    """SGLang's content hash of the module sources (see the module docstring)."""
+    digest = hashlib.sha256()
+    seen: set[Path] = set()
+    stack = [(root / "csrc" / f).resolve() for f in cuda_files]
+    while stack:
+        path = stack.pop()
+        if path in seen or not path.is_file():
+            continue
+        seen.add(path)
+        data = path.read_bytes()
+        try:
+            ident = str(path.relative_to(root))
+        except ValueError:
+            ident = path.name
+        digest.update(ident.encode() + b"\0" + data + b"\0")
+        text = data.decode("utf-8", errors="ignore")
+        stack += [p for p in ((path.parent / inc).resolve() for inc in _QUOTED.findall(text)) if p.is_file()]
+        stack += [p for p in ((include_dir / inc).resolve() for inc in _ANGLE.findall(text)) if p.is_file()]
+    return digest.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class JitNaming:
+    """The runtime's names for a given sglang install and tvm-ffi version."""
+
+    spec: JitVersionSpec
+    sglang: SglangInstall
+    tvm_ffi: str
+
+    @classmethod
+    def here(cls, sglang_version: str) -> JitNaming:
+        """For the sglang and tvm-ffi installed here; EnvironmentProblem when they do not match the plan."""
+        spec = spec_for(sglang_version)
+        if spec is None:
+            raise EnvironmentProblem(f"SGLang {sglang_version}'s JIT modules are not modelled")
+        install = find_sglang()
+        if install is None:
+            raise EnvironmentProblem(f"sglang is not importable here, so its JIT modules (sglang {sglang_version}) "
+                                     "cannot be named or built",
+                                     hint=f"install it: pip install --no-deps sglang=={sglang_version}")
+        if install.version != sglang_version:
+            raise EnvironmentProblem(f"the plan is for sglang {sglang_version} but sglang {install.version} is "
+                                     f"installed ({install.package_dir}): its JIT modules differ",
+                                     hint=f"plan with --sglang {install.version}, or install sglang=={sglang_version}")
+        tvm = tvm_ffi_version()
+        if tvm is None:
+            raise EnvironmentProblem("apache-tvm-ffi is not installed: sglang builds its JIT modules with it",
+                                     hint="pip install apache-tvm-ffi (the version your sglang pins)")
+        return cls(spec, install, tvm)
+
+    @property
+    def root(self) -> Path:
+        return (Path(self.sglang.package_dir).parent / self.spec.source_root).resolve()
+
+    def module_name(self, module: JitModule) -> str:
+        base = self.spec.name_prefix + "_".join([*module.marker, *module.template])
+        return base + "_" + source_hash(self.root, self.root / self.spec.include_dir, list(module.cuda_files))
+
+    def entry_name(self, module: JitModule) -> str:
+        """The build directory the runtime looks in (under $TVM_FFI_CACHE_DIR)."""
+        return self.spec.build_dir.format(name=self.module_name(module), arch=self.spec.arch_name,
+                                          tvm_ffi=self.tvm_ffi)
+
+    def library(self, module: JitModule) -> str:
+        return self.module_name(module) + ".so"
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {"sglang": self.sglang.version, "tvm_ffi": self.tvm_ffi, "arch": self.spec.arch_name}
+
+
+def current_jit_fingerprint(arch: str) -> dict[str, Any]:
+    """This machine's values of the fingerprint's sglang_jit fields (None where a package is absent)."""
+    install = find_sglang()
+    return {"sglang": install.version if install else None, "tvm_ffi": tvm_ffi_version(), "arch": arch}
