@@ -31,11 +31,18 @@ needs_legacy = pytest.mark.skipif(legacy_deepgemm_dir() is None,
                                   reason="the legacy DeepGEMM (sgl-kernel 0.3.5's deep_gemm) is not installed")
 
 
+VENV = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv")
+
+
+def beside_venv(folder: str, marker: str, override: str | None = None, base: str = VENV) -> str | None:
+    """A package folder `make setup` installs beside the venv (or the path in $override), if it holds marker."""
+    here = (os.environ.get(override) if override else None) or os.path.join(base, folder)
+    return here if os.path.exists(os.path.join(here, marker)) else None
+
+
 def sgl_deep_gemm_013_dir() -> str | None:
-    """A folder holding sgl-deep-gemm 0.1.3's deep_gemm (made by `make setup`), or $DGP_SGL_DEEP_GEMM_013."""
-    here = os.environ.get("DGP_SGL_DEEP_GEMM_013") or os.path.join(
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv", "sgl-deep-gemm-0.1.3")
-    return here if os.path.isdir(os.path.join(here, "deep_gemm", "include", "deep_gemm")) else None
+    """sgl-deep-gemm 0.1.3's deep_gemm (made by `make setup`), or $DGP_SGL_DEEP_GEMM_013."""
+    return beside_venv("sgl-deep-gemm-0.1.3", "deep_gemm/include/deep_gemm", "DGP_SGL_DEEP_GEMM_013")
 
 
 needs_dg013 = pytest.mark.skipif(sgl_deep_gemm_013_dir() is None,
@@ -107,10 +114,8 @@ def sgl_deep_gemm_dir(version: str) -> str | None:
     .venv/sgl-deep-gemm-<version>), or $DGP_SGL_DEEP_GEMM_DIRS/sgl-deep-gemm-<version>."""
     if version == "0.1.3" and sgl_deep_gemm_013_dir():
         return sgl_deep_gemm_013_dir()
-    base = os.environ.get("DGP_SGL_DEEP_GEMM_DIRS") or os.path.join(
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv")
-    here = os.path.join(base, f"sgl-deep-gemm-{version}")
-    return here if os.path.isdir(os.path.join(here, "deep_gemm", "include", "deep_gemm")) else None
+    return beside_venv(f"sgl-deep-gemm-{version}", "deep_gemm/include/deep_gemm",
+                       base=os.environ.get("DGP_SGL_DEEP_GEMM_DIRS") or VENV)
 
 
 def needs_sgl_deep_gemm(version: str):
@@ -151,10 +156,8 @@ STANDINS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "standins")
 
 
 def sglang_014_dir() -> str | None:
-    """A folder holding sglang 0.5.14 and its jit_kernel import chain (made by `make setup`), or $DGP_SGLANG_014."""
-    here = os.environ.get("DGP_SGLANG_014") or os.path.join(
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv", "sglang-0.5.14")
-    return here if os.path.isfile(os.path.join(here, "sglang", "jit_kernel", "utils.py")) else None
+    """sglang 0.5.14 and its jit_kernel import chain (made by `make setup`), or $DGP_SGLANG_014."""
+    return beside_venv("sglang-0.5.14", "sglang/jit_kernel/utils.py", "DGP_SGLANG_014")
 
 
 needs_sgl014 = pytest.mark.skipif(sglang_014_dir() is None,
