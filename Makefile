@@ -74,8 +74,10 @@ verify: $(STAMP)
 cache-artifact: run
 	$(BIN)/dgprecompile pack --manifest $(MANIFEST) --cache-dir $(CACHE_DIR) -o '$(ARTIFACT)'
 
+# The cache `make run` warmed (CACHE_DIR), so the two chain; run it from a SpecForge checkout (the command is
+# train.yaml's `command:`, scripts/train_eagle3_sgl_online.py), or pass CONFIG=your.yaml.
 train: $(STAMP)
-	$(BIN)/dgprecompile launch --config $(CONFIG)
+	$(BIN)/dgprecompile launch --config $(CONFIG) --cache-dir $(CACHE_DIR)
 
 # Re-read SGLang's server options from its wheels into dgprecompile/data/sglang_args/ (pip download, no import).
 sglang-args: $(STAMP)

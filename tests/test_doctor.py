@@ -127,3 +127,14 @@ def test_doctor_imports_neither_torch_nor_deep_gemm():
                                        "--sglang", "0.5.1", "--json"])
     assert heavy == [], proc.stderr
     assert json.loads(proc.stdout)["sglang_profile"] == "0.5.0-0.5.1"
+
+
+def test_whole_output_of_a_predicted_failure():
+    res = CliRunner().invoke(cli, ["doctor", "--proc-root", str(FIX / "v1_tight" / "proc"), "--sys-root",
+                                   str(FIX / "v1_tight" / "sys"), *COMMON, "--quiet"],
+                             catch_exceptions=False, env={"COLUMNS": "400"})
+    data = json.loads(doctor("v1_tight", "--json").stdout)
+    fix = next(c["fix"] for c in data["checks"] if c["name"] == "task burst (runtime precompile)")
+    assert res.exit_code == 1
+    assert res.stdout.splitlines()[-1] == f"verdict: {data['verdict']}"
+    assert res.stderr == f"error: doctor predicts `can't start new thread` for this job\nhint: {fix}\n"

@@ -297,3 +297,15 @@ def test_without_sglang_the_installed_deepgemm_picks_the_profile(runner, monkeyp
     monkeypatch.setattr("dgprecompile.toolchain.find_deepgemm", lambda: None)
     res = runner.invoke(cli, ["plan", "-m", "Qwen3-Coder-480B", "--format", "json"])
     assert json.loads(res.stdout)["sglang_profile"] == "0.5.20-0.5.23" and "pass --sglang" in res.stderr
+
+
+def test_whole_yaml_output_is_the_checked_in_manifest(runner):
+    # `plan --format yaml` on stdout is the manifest `plan -o` writes; only the config's absolute path differs
+    res = runner.invoke(cli, ["plan", "-m", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8", "--sglang", "0.5.1",
+                              "--format", "yaml", "--quiet"], catch_exceptions=False)
+    assert res.exit_code == 0 and res.stderr == ""
+    lines = res.stdout.splitlines()
+    source = next(i for i, line in enumerate(lines) if line.startswith("model_source: bundled:"))
+    lines[source] = "model_source: bundled:Qwen3-Coder-480B-A35B-Instruct-FP8.json"
+    expected = (REPO / "shapes" / "Qwen3-Coder-480B-A35B-Instruct-FP8.tp8.ep8.sglang-0.5.0-0.5.1.auto.yaml").read_text()
+    assert "\n".join(lines) + "\n" == expected
