@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dgprecompile.errors import InputError
 from dgprecompile.kernels import KernelSpec
 
 _HEAD = """
@@ -99,6 +100,15 @@ CONFIRMED = {"0.1.0": "bench/results/2026-11-30-h200-run* (sgl-deep-gemm 0.1.3)"
 def template_for(version: str | None) -> Template | None:
     tid = RELEASE_TEMPLATE.get(version or "")
     return TEMPLATES[tid] if tid else None
+
+
+def require_template(version: str | None) -> Template:
+    """The generated-code format of an installed release, or the error a key context raises without it."""
+    template = template_for(version)
+    if template is None:
+        raise InputError(f"the generated code of sgl-deep-gemm {version} was not read",
+                         hint="use --backend cxx (the library builds its own entries on a GPU)")
+    return template
 
 
 def _fill(template: str, values: list[object]) -> str:

@@ -150,10 +150,7 @@ class DeepJitKeyContext:
 
     @classmethod
     def build(cls, install, nvcc, environ: dict[str, str] | None = None) -> DeepJitKeyContext:
-        template = cxx_templates.template_for(install.version)
-        if template is None:
-            raise InputError(f"the generated code of sgl-deep-gemm {install.version} was not read",
-                             hint="use --backend cxx (the library builds its own entries on a GPU)")
+        template = cxx_templates.require_template(install.version)
         return cls.from_env(install.include_dir, nvcc.version_text, template.id, environ)
 
     @classmethod

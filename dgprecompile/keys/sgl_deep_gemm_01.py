@@ -19,7 +19,6 @@ import shlex
 from dataclasses import dataclass
 from functools import lru_cache
 
-from dgprecompile.errors import InputError
 from dgprecompile.kernels import KernelSpec
 from dgprecompile.keys import cxx_templates
 
@@ -95,10 +94,7 @@ class CxxKeyContext:
     @classmethod
     def build(cls, install, nvcc, environ: dict[str, str] | None = None) -> CxxKeyContext:
         """The context of an installed sgl-deep-gemm and nvcc (toolchain.DeepGemmInstall, toolchain.Nvcc)."""
-        template = cxx_templates.template_for(install.version)
-        if template is None:
-            raise InputError(f"the generated code of sgl-deep-gemm {install.version} was not read",
-                             hint="use --backend cxx (the library builds its own entries on a GPU)")
+        template = cxx_templates.require_template(install.version)
         return cls.from_env(install.include_dir, nvcc.release, environ, template=template.id)
 
     @classmethod
