@@ -86,12 +86,32 @@ def _split(spec: dict) -> list[dict]:
     return out
 
 
+# The largest-m run (issue 10): SWEEP_LARGE_M=1 sweeps only what runs 1 and 2 did not reach, up to the largest m
+# a supported server command produces for the 480B at tp 8 / ep 8 (`plan --sglang-cmd` with --chunked-prefill-size
+# -1 and --context-length 262144: dense 262,138, masked expected_m 104,856), a little beyond each, and plans the
+# warm from that server command (SWEEP_SGLANG_CMD) instead of --max-tokens 65536.
+LARGE_M = bool(os.environ.get("SWEEP_LARGE_M"))
+LARGE_DENSE = (65536, 262144 + 64)  # (already swept below, top)
+LARGE_MASKED = (8200, 104856 + 64)
+
+
+def _chunks(spec: dict, parts: int) -> list[dict]:
+    ms, size = spec["ms"], -(-len(spec["ms"]) // parts)
+    return [dict(spec, ms=ms[i:i + size]) for i in range(0, len(ms), size)]
+
+
 def cold_specs(dg_version: str) -> list[dict]:
     bundled = dg_version.startswith("sk-")  # sglang-kernel's bundled deep_gemm: no model yet, a smaller sample
     ms = [m for m in dense_ms() if m <= 4096 or m % 64 == 1] if bundled else dense_ms()
+    masked = list(range(1, 8201))
+    if LARGE_M:
+        ms = [m for m in dense_ms(LARGE_DENSE[1]) if m > LARGE_DENSE[0]]
+        masked = list(range(LARGE_MASKED[0] + 1, LARGE_MASKED[1] + 1))
     specs = [{"kind": "GEMM_NT_F8F8BF16", "n": n, "k": k, "g": 1, "ms": ms} for n, k in DENSE]
-    specs += [{"kind": "GROUPED_GEMM_NT_F8F8BF16_MASKED", "n": n, "k": k, "g": g, "ms": list(range(1, 8201))}
+    specs += [{"kind": "GROUPED_GEMM_NT_F8F8BF16_MASKED", "n": n, "k": k, "g": g, "ms": masked}
               for n, k, g in GROUPED]
+    if LARGE_M:  # split the long dense ranges so their GEMM time runs side by side
+        return [part for spec in specs for part in _chunks(spec, 3 if spec["kind"] == "GEMM_NT_F8F8BF16" else 1)]
     if dg_version != "0.1.3" and not bundled:  # sglang <= 0.5.16 has no compact layout
         specs += [{"kind": "GROUPED_GEMM_NT_F8F8BF16_CONTIG", "n": n, "k": k, "g": g, "ms": contig_ms()}
                   for n, k, g in GROUPED]
@@ -453,6 +473,8 @@ def version(args: dict) -> int:
     warm_cache = os.path.join(scratch, "warm-cache")
     plan_args = ["--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8", "--sglang", sglang,
                  "--moe-runner-backend", "deep_gemm", "--max-tokens", "65536"]
+    if os.environ.get("SWEEP_SGLANG_CMD"):
+        plan_args = ["--sglang-cmd", os.environ["SWEEP_SGLANG_CMD"], "--sglang", sglang]
     left = args["deadline"] - time.time()
     # from the dgprecompile folder itself: `python -m` puts the working directory first on sys.path
     summary["steps"]["plan"] = run([sys.executable, "-m", "dgprecompile", "plan", *plan_args, "--format", "json"],

@@ -27,6 +27,10 @@ t0=$(date +%s)
 # with torch 2.11 (built for sglang's torch 2.13/2.14); sglang 0.5.15-0.5.17 pin torch 2.11.0 with sgl-deep-gemm
 # 0.1.4 / 0.1.4.post1 / 0.1.5.post1, which share 0.1.7's generated-code format: run 2 uses
 #   RELEASES="0.1.4.post1:0.5.16:cxx 0.1.5.post1:0.5.17:nvcc sk-0.4.2:0.5.11:auto"
+# Run 3 (issue 10, the largest m a server command produces; see LARGE_M in sweep_generations.py):
+#   RELEASES="0.1.3:0.5.14:auto" SWEEP_LARGE_M=1 SWEEP_PAR=8 SWEEP_JOBS=12 SWEEP_SGLANG_CMD="python -m
+#   sglang.launch_server --model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 --tp 8 --ep 8
+#   --chunked-prefill-size -1 --context-length 262144 --moe-runner-backend deep_gemm"
 releases=${RELEASES:-"0.1.3:0.5.14:auto 0.1.5.post3:0.5.18:cxx 0.1.7:0.5.19:nvcc 0.2.0:0.5.20:nvcc 0.2.2:0.5.22:cxx sk-0.4.2:0.5.11:auto"}
 # the dgprecompile that plans and warms: a snapshot carried in $wheels/dgprecompile.tgz if there, else this checkout
 dgp=$root
@@ -65,7 +69,7 @@ for item in $releases; do
   fi
   timeout $((budget + 15)) python3 tests/gpu/sweep_generations.py version --dg-version "$v" --sglang "$s" \
     --site "$site" --out "$out/$v" --scratch /tmp/dgsweep-scratch \
-    --cold-deadline $((t0 + budget * 50 / 100)) --deadline $((t0 + budget)) --jobs 3 --par "$par" \
+    --cold-deadline $((t0 + budget * 50 / 100)) --deadline $((t0 + budget)) --jobs "${SWEEP_JOBS:-3}" --par "${SWEEP_PAR:-$par}" \
     --backend "$backend" --repo "$dgp" \
     > "$out/$v/version.log" 2>&1 &
   pids+=($!)
