@@ -46,6 +46,8 @@ class Generation:
     gpu_validated: str | None = None  # what was checked against this library on a GPU, or None
     # releases whose computed entry names were compared with entries the runtime itself made on a GPU
     keys_proven_versions: tuple[str, ...] | None = None  # None: every release key_class covers
+    # the largest m (per kernel_type value) at which a GPU run compared the model with the library; () none
+    gpu_checked_m: tuple[tuple[str, int], ...] = ()
 
     # -- planning --
     @property
@@ -57,6 +59,11 @@ class Generation:
             raise InputError(f"the kernel choice of the {self.label} is not modelled: keys only",
                              hint="plan with an --sglang version whose DeepGEMM is modelled (`dgprecompile plan --help`)")
         return _heuristic(self.heuristic_class)
+
+    def unchecked_m(self, kernel_type: str, m_max: int) -> int | None:
+        """The largest m a GPU run checked for this kernel type, when m_max goes beyond it (else None)."""
+        checked = dict(self.gpu_checked_m).get(kernel_type)
+        return checked if checked is not None and m_max > checked else None
 
     # -- keys --
     def computes_keys(self, version: str | None) -> bool:
@@ -146,6 +153,9 @@ GENERATIONS: dict[str, Generation] = {g.id: g for g in (
         entry_files=("kernel.cu", "kernel.cubin"), strict_by="nvcc-standin",
         gpu_validated="sgl-deep-gemm 0.1.3, 0.1.4.post1, 0.1.5.post1: every sampled m of the 480B tp8/ep8 keys "
                       "against DG_PRINT_CONFIGS on an H200 (tests/data/sweep_generations_h200.json)",
+        # runs 1-3 of that record (0.1.3 dense and masked to these m; contiguous by 0.1.4.post1/0.1.5.post1)
+        gpu_checked_m=(("GEMM_NT_F8F8BF16", 262208), ("GROUPED_GEMM_NT_F8F8BF16_MASKED", 104920),
+                       ("GROUPED_GEMM_NT_F8F8BF16_CONTIG", 263168)),
     ),
     Generation(
         id="sgl-deep-gemm-0.2", label="sgl-deep-gemm 0.2.x (DeepJIT)",

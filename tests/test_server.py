@@ -171,6 +171,22 @@ def test_chunked_prefill_off_reaches_the_longest_request():
     assert big.max_tokens == 63999
 
 
+def test_a_context_longer_than_the_model_needs_sglangs_opt_in(monkeypatch):
+    # 0.5.14 configs/model_config.py:667-696: above the derived context length SGLang raises unless the env is set
+    monkeypatch.delenv("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", raising=False)
+    cmd = f"--model-path {M480} --tp 8 --ep 8 --chunked-prefill-size -1 --context-length 1048576 --moe-runner-backend deep_gemm"
+    r = _run("plan", "--sglang", "0.5.14", "--sglang-cmd", f"python -m sglang.launch_server {cmd}")
+    assert "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1" in _one_error(r) and "at most 262144" in r.output
+    opted_in = plan_from_request(PlanRequest(sglang="0.5.14", sglang_cmd="env SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 "
+                                             f"python -m sglang.launch_server {cmd}"))
+    assert opted_in.max_tokens == 1048576 - 6
+    # beyond the m a GPU run checked (tests/data/sweep_generations_h200.json run 3), the plan says so per key
+    beyond = [n for n in opted_in.notes if "beyond the largest m checked on a GPU" in n]
+    assert len(beyond) == 4 and any("(262208)" in n for n in beyond) and any("(104920)" in n for n in beyond)
+    assert not [n for n in _plan(f"--model-path {M480} --tp 8 --ep 8 --chunked-prefill-size -1").notes
+                if "beyond the largest m" in n]
+
+
 def test_large_chunks_and_decode_batches():
     assert _plan(f"--model-path {M480} --tp 8 --ep 8 --chunked-prefill-size 16384").sweep_m_max == 32768
     assert _plan(f"--model-path {M480} --tp 8 --ep 8 --chunked-prefill-size 512 --max-running-requests 2048",

@@ -332,6 +332,11 @@ def _build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: in
         shapes.notes.append(f"the {profile.generation} kernel model is read from source but was not checked "
                             "against that DeepGEMM on a GPU")
     shapes.notes.extend(proof)
+    for key in shapes.keys:
+        checked = profile.deepgemm.unchecked_m(key.kernel_type.value, key.m_max)
+        if checked is not None:
+            shapes.notes.append(f"{key.kernel_type.value} n={key.n} k={key.k}: m up to {key.m_max}, beyond the "
+                                f"largest m checked on a GPU ({checked}): not observed there")
     keys = [plan_key(k, profile, num_sms, kernels, sglang_warmup=par.sweep_m_max > 0) for k in shapes.keys]
     return Plan(model=model.name, model_source=model.source, model_type=model.config.get("model_type", ""),
                 tp=par.tp, ep=par.ep, moe_runner_backend=par.moe_runner_backend, max_tokens=par.max_tokens,

@@ -22,6 +22,8 @@ The largest forward on a rank (docs/shapes.md §4 has the evidence):
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Any
@@ -350,6 +352,25 @@ def model_context_length(config: dict[str, Any]) -> int:
     return 2048
 
 
+# SGLang refuses a --context-length above the model's own unless this is set (0.5.14 configs/model_config.py:667-696,
+# environ.py:607)
+LONGER_CONTEXT_ENV = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
+ENV_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def ctx_longer_than_model(s: ServerSettings, ctx: int, derived: int) -> None:
+    """Refuse what the server itself refuses: a longer context without SGLang's opt-in, in this environment or as
+    an assignment before the command (``env VAR=1 python -m sglang.launch_server ...``)."""
+    prefix = s.command.argv[:len(s.command.argv) - len(s.command.server_args)]
+    assigned = dict(a.split("=", 1) for a in prefix if ENV_ASSIGNMENT.match(a))
+    value = assigned.get(LONGER_CONTEXT_ENV, os.environ.get(LONGER_CONTEXT_ENV, ""))
+    if value.strip().lower() not in ("1", "true", "yes", "y", "on"):
+        raise InputError(f"--context-length {ctx} is above the model's context length {derived}: SGLang refuses "
+                         f"that unless {LONGER_CONTEXT_ENV}=1",
+                         hint=f"drop --context-length or keep it at most {derived} (or set {LONGER_CONTEXT_ENV}=1 "
+                              "as the server will have it)")
+
+
 @dataclass
 class TokenBound:
     max_tokens: int  # the largest forward the server runs on a rank
@@ -371,6 +392,9 @@ def token_bound(s: ServerSettings, model_config: dict[str, Any]) -> TokenBound:
         given_ctx = s.get("context_length")
         ctx = int(given_ctx) if given_ctx is not None else model_context_length(model_config)
         src = "--context-length" if given_ctx is not None else "the model's config"
+        if given_ctx is not None and ctx > model_context_length(model_config):
+            ctx_longer_than_model(s, ctx, model_context_length(model_config))
+            src += f", above the model's {model_context_length(model_config)} ({LONGER_CONTEXT_ENV}=1)"
         prefill = max(max_prefill - 1, ctx - 6)
         lines.append(f"chunked prefill off: one request of up to context {ctx} ({src}) - 6 = {ctx - 6} tokens, or "
                      f"several below --max-prefill-tokens {max_prefill}: at most {prefill} tokens")
