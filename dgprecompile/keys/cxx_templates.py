@@ -13,6 +13,10 @@ each is the null-terminated string in that release's ``deep_gemm/_C.so`` (found 
   gains a 4th slot, BLOCK_SF_K = 128 (DeepJIT-era ``smxx_layout.hpp``: 512 threads, block_mn 64, block_sf_k 128).
 * ``0.2.2``: 21 slots, 0.2.2-0.2.3.post2 (header adds ``uint32_t SF_GRAN = 128``).
 * ``0.2.5``: 20 slots, 0.2.5 (header: ``cd_dtype_t, uint32_t SF_GRAN = 128``, no epilogue).
+* ``sk-0.4``: 18 slots in another order, the deep_gemm bundled in sglang-kernel 0.4.1-0.4.2 (SGF@5f8a71a
+  ``csrc/jit_kernels/impls/sm90_fp8_gemm_1d2d.hpp`` L33-62: m, n, k as compiled, groups, the three blocks, the C/D
+  swizzle, stages and last stages, the two thread counts, multicast, the (minimised) SM count, GemmType,
+  ``EpilogueIdentity``, enable_overlap); its transpose_fp32 has 0.1.x's 3 slots.
 
 Which of these the device confirmed (kernel.cu files of real entries) is in :data:`CONFIRMED`.
 """
@@ -48,6 +52,24 @@ GEMM_19 = _HEAD + "        {}\n" + _FOOT
 GEMM_20 = _HEAD + "        {},\n        {}\n" + _FOOT
 GEMM_21 = _HEAD + "        {},\n        {}, {}\n" + _FOOT
 GEMM_20_SF = _HEAD + "        {}, {}\n" + _FOOT  # 0.2.5: cd dtype and SF_GRAN on one line
+# sglang-kernel 0.4.x: 18 slots, in its own order and line grouping
+GEMM_18 = """
+#include <deep_gemm/impls/sm90_fp8_gemm_1d2d.cuh>
+
+using namespace deep_gemm;
+
+static void __instantiate_kernel() {{
+    auto ptr = reinterpret_cast<void*>(&sm90_fp8_gemm_1d2d_impl<
+        {}, {}, {},
+        {},
+        {}, {}, {},
+        {},
+        {}, {},
+        {}, {},
+        {}, {},
+        {}, {}, {},
+        {}
+""" + _FOOT
 TRANSPOSE_3 = """
 #include <deep_gemm/impls/smxx_layout.cuh>
 
@@ -72,6 +94,7 @@ class Template:
     gemm_tail: tuple[str, ...]  # the slots after GemmType
     transpose: str
     transpose_tail: tuple[object, ...]  # the slots after (threads, block_mn, sf_k)
+    order: str = "sgl-deep-gemm"  # which values fill the GEMM slots: "sgl-deep-gemm" or "sk" (sglang-kernel 0.4)
 
 
 TEMPLATES = {t.id: t for t in (
@@ -80,6 +103,7 @@ TEMPLATES = {t.id: t for t in (
     Template("0.2.0", GEMM_20, (BF16, EPILOGUE), TRANSPOSE_4, (128,)),
     Template("0.2.2", GEMM_21, (BF16, EPILOGUE, 128), TRANSPOSE_4, (128,)),
     Template("0.2.5", GEMM_20_SF, (BF16, 128), TRANSPOSE_4, (128,)),
+    Template("sk-0.4", GEMM_18, ("EpilogueIdentity", "false"), TRANSPOSE_3, (), order="sk"),
 )}
 
 # Every release on PyPI whose _C.so format strings were read (release candidates were not), by template.
@@ -94,7 +118,8 @@ RELEASE_TEMPLATE = {
 
 # Templates whose generated kernel.cu was compared with the kernel.cu of entries a real runtime made on a GPU,
 # and the record that holds them (tests/test_cxx_keys.py reruns the comparison).
-CONFIRMED = {"0.1.0": "bench/results/2026-11-30-h200-run* (sgl-deep-gemm 0.1.3)"}
+CONFIRMED = {"0.1.0": "bench/results/2026-11-30-h200-run* (sgl-deep-gemm 0.1.3)",
+             "sk-0.4": "tests/data/sweep_generations_h200.json sk-0.4.2 (sglang-kernel 0.4.2)"}
 
 
 def template_for(version: str | None) -> Template | None:
@@ -124,6 +149,10 @@ def instantiation(spec: KernelSpec, template: Template) -> str:
     p = dict(spec.params)
     if spec.family == "transpose_fp32":
         return _fill(template.transpose, [p["TH"], p["BMN"], p["SFK"], *template.transpose_tail])
+    if template.order == "sk":
+        return _fill(template.gemm, [
+            0, p["N"], p["K"], p["G"], p["BM"], p["BN"], 128, p["SWD"], p["ST"], p["LST"], 128, p["MATH"], p["MC"],
+            "true" if p["A"] else "false", p["SMS"], f"GemmType::{p['T']}", *template.gemm_tail])
     return _fill(template.gemm, [
         f"cute::UMMA::Major::{p['SFB']}", 0, p["N"], p["K"], p["G"], p["BM"], p["BN"], 128, 128, 128, p["SWD"],
         p["ST"], 128, p["MATH"], p["MC"], "true" if p["A"] else "false", p["SMS"], f"GemmType::{p['T']}",

@@ -113,16 +113,19 @@ class CxxKeyContext:
     def signature(self) -> str:
         return f"NVCC{self.nvcc_release[0]}.{self.nvcc_release[1]}"
 
+    # what DG_JIT_PTXAS_VERBOSE adds, and the flags after the include path (NVCCCompiler's constructor)
+    VERBOSE_FLAGS = " --ptxas-options=--verbose,--warn-on-local-memory-usage"
+    TAIL_FLAGS = ("--gpu-architecture=sm_90a --compiler-options=-fPIC,-O3,-fconcepts,-Wno-deprecated-declarations,"
+                  "-Wno-abi -O3 --expt-relaxed-constexpr --expt-extended-lambda")
+
     def flags(self) -> str:
         flags = f"-std=c++{self.cpp_standard} --diag-suppress=39,161,174,177,186,940 " \
                 "--ptxas-options=--register-usage-level=10"
         if self.ptxas_verbose:
-            flags += " --ptxas-options=--verbose,--warn-on-local-memory-usage"
+            flags += self.VERBOSE_FLAGS
         if self.lineinfo:
             flags += " -Xcompiler -rdynamic -lineinfo"
-        return (f"{flags} -I{self.include_dir} --gpu-architecture=sm_90a "
-                "--compiler-options=-fPIC,-O3,-fconcepts,-Wno-deprecated-declarations,-Wno-abi "
-                "-O3 --expt-relaxed-constexpr --expt-extended-lambda")
+        return f"{flags} -I{self.include_dir} {self.TAIL_FLAGS}"
 
     def source(self, spec: KernelSpec) -> str:
         """kernel.cu exactly as the JIT writes it."""

@@ -1,0 +1,76 @@
+"""Cache-entry names and sources of the C++-JIT deep_gemm bundled in sglang-kernel 0.4.1-0.4.2, without a GPU.
+
+The same family as sgl-deep-gemm 0.1.x (keys/sgl_deep_gemm_01.py: one entry ``<DG_JIT_CACHE_DIR>/cache/
+kernel.<name>.<digest>/{kernel.cu, kernel.cubin}``, the same two-seed FNV-1a digest), with these differences, read
+from SGF@5f8a71a (whose headers and generated-code text equal the wheels'; docs/heuristics.md):
+
+* the digest covers ``name $$ H $$ NVCC<major>.<minor> $$ flags $$ kernel.cu``, where H (the "library version") is
+  the digest of the concatenated bytes of every ``include/deep_gemm/**/*.cuh``, in path order
+  (``csrc/jit/compiler.hpp`` L28-35 and L93-95, ``csrc/utils/system.hpp`` L49-66);
+* kernel.cu is the generated code alone (no include-hash line) in the 18-slot format (keys/cxx_templates.py);
+* the flags carry ``-cubin`` and ``-I<install>/deep_gemm/include`` (compiler.hpp L60-68, L157-163), so entries
+  hit only for the same install location, nvcc release and headers; DG_JIT_DEBUG / DG_JIT_PTXAS_VERBOSE add
+  ``--ptxas-options=--verbose`` and DG_JIT_WITH_LINEINFO ``-Xcompiler -rdynamic -lineinfo``.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from dgprecompile.errors import InputError
+from dgprecompile.kernels import KernelSpec
+from dgprecompile.keys import cxx_templates
+from dgprecompile.keys.sgl_deep_gemm_01 import CxxKeyContext, digest
+
+TEMPLATE = "sk-0.4"
+
+
+def library_version(include_dir: str) -> str:
+    """H: the digest of every deep_gemm/**/*.cuh header's bytes, in std::filesystem::path order (by component)."""
+    root = Path(include_dir) / "deep_gemm"
+    files = sorted((p for p in root.rglob("*.cuh") if p.is_file()), key=lambda p: p.relative_to(root).parts)
+    return digest(b"".join(p.read_bytes() for p in files))
+
+
+@dataclass(frozen=True)
+class SkKeyContext(CxxKeyContext):
+    """Everything besides the kernel that goes into a sglang-kernel 0.4.x key."""
+
+    template: str = TEMPLATE
+    library_version: str = ""  # H, computed once from the headers (header_root if given, else include_dir)
+
+    VERBOSE_FLAGS = " --ptxas-options=--verbose"
+    TAIL_FLAGS = ("--gpu-architecture=sm_90a --compiler-options=-fPIC,-O3,-fconcepts,-Wno-deprecated-declarations,"
+                  "-Wno-abi -cubin -O3 --expt-relaxed-constexpr --expt-extended-lambda")
+
+    @classmethod
+    def build(cls, install, nvcc, environ: dict[str, str] | None = None) -> SkKeyContext:
+        return cls.from_env(install.include_dir, nvcc.release, environ)
+
+    @classmethod
+    def from_env(cls, include_dir: str, nvcc_release: tuple[int, int], environ: dict[str, str] | None = None,
+                 template: str = TEMPLATE, header_root: str | None = None) -> SkKeyContext:
+        env = os.environ if environ is None else environ
+        if int(env.get("DG_JIT_USE_NVRTC", "0") or 0):
+            raise InputError("DG_JIT_USE_NVRTC is set: that runtime compiles with NVRTC under other keys, which "
+                             "dgprecompile does not compute", hint="unset DG_JIT_USE_NVRTC, or use --backend cxx")
+        base = CxxKeyContext.from_env(include_dir, nvcc_release, env, template=template)
+        verbose = bool(int(env.get("DG_JIT_DEBUG", "0") or 0) or int(env.get("DG_JIT_PTXAS_VERBOSE", "0") or 0))
+        return cls(**{**base.__dict__, "ptxas_verbose": verbose, "header_root": header_root,
+                      "library_version": library_version(header_root or include_dir)})
+
+    def source(self, spec: KernelSpec) -> str:
+        """kernel.cu exactly as the JIT writes it (the generated code, nothing before it)."""
+        return cxx_templates.instantiation(spec, cxx_templates.TEMPLATES[self.template])
+
+    def entry_name(self, spec: KernelSpec) -> str:
+        signature = f"{spec.family}$${self.library_version}$${self.signature}$${self.flags()}$${self.source(spec)}"
+        return f"kernel.{spec.family}.{digest(signature)}"
+
+    def nvcc_command(self, nvcc: str, entry_dir: str) -> list[str]:
+        """NVCCCompiler::compile's command (`nvcc kernel.cu -o kernel.cubin <flags>`, -cubin among the flags)."""
+        return [nvcc, os.path.join(entry_dir, "kernel.cu"), "-o", os.path.join(entry_dir, "kernel.cubin"),
+                *shlex.split(self.flags())]

@@ -1,0 +1,140 @@
+"""Kernel choice of the C++-JIT DeepGEMM bundled in sglang-kernel 0.4.1-0.4.2 (sglang 0.5.10-0.5.11), SM90 FP8 1D2D.
+
+This is another rule than sgl-deep-gemm 0.1.x's (heuristics/sm90_cxx.py): no cycle model and no clusters, but a
+wave count, read from the sgl-project/DeepGEMM source whose headers and generated-code text equal those wheels'
+(SGF@5f8a71a ``csrc/jit_kernels/heuristics/common.hpp`` L152-316 and ``sm90.hpp``; docs/heuristics.md has the
+line-by-line citations):
+
+* candidates, block_m outer: dense [64, 128, 256], masked [64, 128], contiguous [128]; block_n 16..256 step 16,
+  legal for the 1D2D kernel when <= 128 or one of 144, 160, 192, and never both blocks above 128;
+* the fewest waves (ceil(blocks / SMs)) win; on a tie the fuller last wave, then a smaller block on a shared
+  dimension, then a larger block_n (but only with block_n <= n and block_m <= m);
+* TMA multicast 2 (on A when block_m > block_n is tried first) from m >= 512 where legal;
+* stages: the largest of 12..1 that fits 232,448 bytes of shared memory (at most 4 for some block_n);
+* the SM count is minimised (ceil(blocks / waves), made even under multicast) and is a template constant of the
+  kernel, as are n and k (SGLang calls with the default compiled_dims "nk") and the number of groups.
+
+tests/test_sk_generation.py checks this against every configuration sglang-kernel 0.4.2 printed on an H200.
+"""
+
+from __future__ import annotations
+
+from math import gcd
+
+from dgprecompile.kernels import KernelSpec, KernelType, ceil_div
+from dgprecompile.planning.heuristics import grid_breakpoints
+from dgprecompile.planning.heuristics.sm90_cxx import FAMILY, _align, _swizzle, transpose_kernel
+
+SMEM_CAPACITY = 232448
+MAX_STAGES = 12
+BLOCK_K = 128
+BLOCK_NS = tuple(range(16, 257, 16))
+MULTICAST_MIN_M = 512
+
+
+def _block_n_legal(bm: int, bn: int) -> bool:
+    if bn > 128 and bn not in (144, 160, 192):
+        return False
+    return bm <= 128 or bn <= 128
+
+
+def _stages_legal(stages: int, bn: int) -> bool:
+    if BLOCK_K % bn and BLOCK_K // gcd(bn, BLOCK_K) <= 4:
+        return stages <= 4
+    return True
+
+
+def smem_size(bm: int, bn: int, k: int, stages: int) -> int:
+    smem_cd = bm * bn * 2
+    per_stage = bm * BLOCK_K + bn * BLOCK_K + bm * 4
+    extra_sfb = _align(ceil_div(k, BLOCK_K) * 4 * (1 if BLOCK_K % bn == 0 else 2), 8)
+    return smem_cd + stages * per_stage + extra_sfb + stages * 8 * 2
+
+
+def _multicast_legal(shape: int, block: int, num_sms: int, require_divisible: bool) -> bool:
+    return (ceil_div(shape, block) % 2 == 0 or not require_divisible) and num_sms % 2 == 0
+
+
+def best_config(kind: KernelType, m: int, n: int, k: int, num_groups: int, num_sms: int,
+                mk_alignment: int = 128) -> tuple[int, int, int, bool, int, int, int]:
+    """(block_m, block_n, multicast, multicast_on_a, stages, smem, sms) for one call (m = expected_m for masked)."""
+    masked = kind is KernelType.GROUPED_GEMM_NT_F8F8BF16_MASKED
+    if kind is KernelType.GEMM_NT_F8F8BF16:
+        block_ms, groups = (64, 128, 256), 1
+    elif masked:
+        block_ms, groups = (64, 128), num_groups
+    else:  # contiguous: the heuristic sees one group of m rows
+        block_ms, groups = (mk_alignment,), 1
+
+    best = None  # (bm, bn, waves, last_util)
+    for bm in block_ms:
+        for bn in BLOCK_NS:
+            if not _block_n_legal(bm, bn):
+                continue
+            blocks = ceil_div(m, bm) * ceil_div(n, bn) * groups
+            waves, last = ceil_div(blocks, num_sms), blocks % num_sms or num_sms
+            if best is None or waves < best[2]:
+                take = True
+            elif waves == best[2]:
+                take = last > best[3]
+                if last == best[3]:
+                    take |= bm == best[0] and bn < best[1]
+                    take |= bn == best[1] and bm < best[0]
+                    take |= bm != best[0] and bn > best[1] and bn <= n and bm <= m
+            else:
+                take = False
+            if take:
+                best = (bm, bn, waves, last)
+    if best is None:
+        raise ValueError(f"no SM90 kernel configuration fits n={n} k={k}")
+    bm, bn, waves, _ = best
+
+    legal_on_a = _multicast_legal(n, bn, num_sms, masked)
+    legal_on_b = _multicast_legal(m, bm, num_sms, False) and (not masked or _multicast_legal(n, bn, num_sms, True))
+    multicast, on_a = 1, False
+    if m >= MULTICAST_MIN_M:
+        for try_a in ((True, False) if bm > bn else (False, True)):
+            if legal_on_a if try_a else legal_on_b:
+                multicast, on_a = 2, try_a
+                break
+
+    for stages in range(MAX_STAGES, 0, -1):
+        if _stages_legal(stages, bn) and smem_size(bm, bn, k, stages) <= SMEM_CAPACITY:
+            break
+    else:
+        raise ValueError(f"no pipeline depth fits block {bm}x{bn} with k={k}")
+
+    sms = _align(ceil_div(ceil_div(m, bm) * ceil_div(n, bn) * groups, waves), multicast)
+    return bm, bn, multicast, on_a, stages, smem_size(bm, bn, k, stages), sms
+
+
+class Sm90WaveHeuristic:
+    generation = "sglang-kernel-0.4"
+
+    def breakpoints(self, kernel_type: KernelType, m_max: int) -> list[int]:
+        """ceil(m / block_m) changes at multiples of 64 (128 for contiguous); the tie-break's block_m <= m at
+        m = 128 and 256; multicast starts at m = 512."""
+        if kernel_type is KernelType.GROUPED_GEMM_NT_F8F8BF16_CONTIG:
+            return grid_breakpoints(128, m_max, extra=(MULTICAST_MIN_M - 1,))
+        return grid_breakpoints(64, m_max, extra=(127, 255, MULTICAST_MIN_M - 1))
+
+    def kernel(self, kernel_type: KernelType, m: int, n: int, k: int, num_groups: int, num_sms: int) -> KernelSpec:
+        bm, bn, multicast, on_a, stages, _, sms = best_config(kernel_type, m, n, k, num_groups, num_sms)
+        family, gemm_type = FAMILY[kernel_type]
+        dense = kernel_type is KernelType.GEMM_NT_F8F8BF16
+        params = (
+            ("N", n), ("K", _align(k, 128)), ("G", 1 if dense else num_groups),
+            ("BM", bm), ("BN", bn), ("SWD", _swizzle(bn * 2)), ("ST", stages),
+            ("LST", ceil_div(k, BLOCK_K) % stages), ("MATH", 128 if bm == 64 else 256), ("MC", multicast),
+            ("A", on_a), ("SMS", sms), ("T", gemm_type),
+        )
+        return KernelSpec(family, params)
+
+    def aux_kernels(self, kernel_type: KernelType, n: int, k: int, num_groups: int,
+                    sglang_warmup: bool = False) -> list[KernelSpec]:
+        """SGLang 0.5.11's masked runner hands row-major activation scales to get_mn_major_tma_aligned_tensor
+        (moe_runner/deep_gemm.py L257-260 and L323-326), which builds transpose_fp32<512, 64, ceil(k/128)>
+        (SGF@5f8a71a smxx_layout.hpp); its dense path and the contiguous runner pass aligned MN-major scales."""
+        if kernel_type is KernelType.GROUPED_GEMM_NT_F8F8BF16_MASKED or sglang_warmup:
+            return [transpose_kernel(k)]
+        return []
