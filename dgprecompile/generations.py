@@ -117,6 +117,9 @@ def load_key_class(target: str):
 # to its template and tests/test_cxx_keys.py checks both lists agree. Release candidates were not read.
 SDG_01_KEY_VERSIONS = ("0.1.0", "0.1.1", "0.1.2", "0.1.3", "0.1.4", "0.1.4.post1", "0.1.5", "0.1.5.post1",
                        "0.1.5.post2", "0.1.5.post3", "0.1.6", "0.1.7")
+# sglang-kernel releases whose deep_gemm was read (headers, _C.so format and flag strings): 0.4.1 (sglang 0.5.10)
+# and 0.4.2 (sglang 0.5.11) ship identical headers and generated-code text; no sglang release pins 0.4.0 or 0.4.2.postN
+SK_04_KEY_VERSIONS = ("0.4.1", "0.4.2")
 SDG_02_KEY_VERSIONS = ("0.2.0", "0.2.1", "0.2.1.post1", "0.2.2", "0.2.3", "0.2.3.post1", "0.2.3.post2", "0.2.5")
 
 
@@ -135,9 +138,24 @@ GENERATIONS: dict[str, Generation] = {g.id: g for g in (
         gpu_validated="every m against the library's get_best_configs; CPU-built entries served an H200 run",
     ),
     Generation(
-        id="sgl-kernel-cxx", label="C++-JIT DeepGEMM bundled in sgl-kernel 0.3.7+ / sglang-kernel",
+        id="sgl-kernel-cxx", label="C++-JIT DeepGEMM bundled in sgl-kernel 0.3.7-0.3.21",
         heuristic_class=None, key_class=None, key_versions=None, backends=("cxx",),
         fingerprint_fields=_KEYS_01, entry_files=("kernel.cu", "kernel.cubin"), strict_by="nvcc-standin",
+    ),
+    Generation(
+        id="sglang-kernel-0.4", label="C++-JIT DeepGEMM bundled in sglang-kernel 0.4.x",
+        # the wave rule with a minimised SM count (another rule than 0.1.x's), read from SGF@5f8a71a
+        heuristic_class="dgprecompile.planning.heuristics.sm90_waves:Sm90WaveHeuristic",
+        key_class="dgprecompile.keys.sglang_kernel:SkKeyContext", key_versions=SK_04_KEY_VERSIONS,
+        # names and kernel.cu equal every entry its runtime made on an H200 (tests/test_sk_generation.py)
+        keys_proven_versions=("0.4.2",),
+        backends=("nvcc", "cxx"),
+        # the include path (-I<install>/include) and the header bytes are in the key; the version is not
+        fingerprint_fields=("deepgemm.generation", "deepgemm.headers_sha256", "deepgemm.package_dir", "nvcc.release",
+                            "env", "num_sms"),
+        entry_files=("kernel.cu", "kernel.cubin"), strict_by="nvcc-standin",
+        gpu_validated="sglang-kernel 0.4.2: every sampled m of the 480B tp8/ep8 dense keys (to 65,536) and masked "
+                      "expected_m 1-385 against DG_PRINT_CONFIGS on an H200 (tests/data/sweep_generations_h200.json)",
     ),
     Generation(
         id="sgl-deep-gemm-0.1", label="sgl-deep-gemm 0.1.x (C++ JIT, tvm-ffi)",

@@ -13,8 +13,10 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import metadata, util
+from importlib import metadata, resources, util
 from pathlib import Path
+
+import yaml
 
 from dgprecompile.errors import EnvironmentProblem
 
@@ -88,7 +90,7 @@ class DeepGemmInstall:
     distribution: str | None  # sgl-kernel, sgl-deep-gemm, deep-gemm; None when unknown
     version: str | None
     package_dir: str  # .../site-packages/deep_gemm
-    generation: str  # legacy | sgl-kernel-cxx | sgl-deep-gemm-0.1 | sgl-deep-gemm-0.2
+    generation: str  # legacy | sgl-kernel-cxx | sglang-kernel-0.4 | sgl-deep-gemm-0.1 | sgl-deep-gemm-0.2
 
     @property
     def include_dir(self) -> str:
@@ -96,7 +98,7 @@ class DeepGemmInstall:
 
 
 def _dist_owning(package_dir: str) -> tuple[str | None, str | None]:
-    for name in ("sgl-deep-gemm", "sgl-kernel", "deep-gemm", "deep_gemm"):
+    for name in ("sgl-deep-gemm", "sgl-kernel", "sglang-kernel", "deep-gemm", "deep_gemm"):
         try:
             dist = metadata.distribution(name)
         except metadata.PackageNotFoundError:
@@ -115,6 +117,8 @@ def generation_of(package_dir: str, distribution: str | None, version: str | Non
         return "legacy"
     if distribution == "sgl-deep-gemm" and version:
         return "sgl-deep-gemm-0.2" if version.split(".")[:2] >= ["0", "2"] else "sgl-deep-gemm-0.1"
+    if distribution == "sglang-kernel":
+        return "sglang-kernel-0.4"
     if os.path.isdir(os.path.join(package_dir, "include", "deep_jit")):
         return "sgl-deep-gemm-0.2"
     return "sgl-kernel-cxx"
@@ -131,7 +135,17 @@ def find_deepgemm() -> DeepGemmInstall | None:
         version_file = Path(package_dir) / "VERSION"
         if version_file.is_file():
             version = version_file.read_text().strip()
+    if dist is None and version is None:  # no metadata: a package known by its headers (data/deepgemm_headers.yaml)
+        known = known_headers().get(headers_hash(os.path.join(package_dir, "include")))
+        if known:
+            return DeepGemmInstall(known["distribution"], known["versions"][-1], package_dir, known["generation"])
     return DeepGemmInstall(dist, version, package_dir, generation_of(package_dir, dist, version))
+
+
+@lru_cache(maxsize=1)
+def known_headers() -> dict[str, dict]:
+    data = yaml.safe_load(resources.files("dgprecompile.data").joinpath("deepgemm_headers.yaml").read_text())
+    return {p["headers_sha256"]: p for p in data["packages"]}
 
 
 def headers_hash(include_dir: str) -> str:

@@ -23,7 +23,7 @@ from math import gcd
 
 from dgprecompile.kernels import KernelSpec, KernelType, ceil_div
 from dgprecompile.planning.heuristics import grid_breakpoints
-from dgprecompile.planning.heuristics.sm90_cxx import FAMILY, _align, _swizzle, transpose_kernel
+from dgprecompile.planning.heuristics.sm90_cxx import FAMILY, Sm90CxxHeuristic, _align, _swizzle
 
 SMEM_CAPACITY = 232448
 MAX_STAGES = 12
@@ -130,11 +130,8 @@ class Sm90WaveHeuristic:
         )
         return KernelSpec(family, params)
 
-    def aux_kernels(self, kernel_type: KernelType, n: int, k: int, num_groups: int,
-                    sglang_warmup: bool = False) -> list[KernelSpec]:
-        """SGLang 0.5.11's masked runner hands row-major activation scales to get_mn_major_tma_aligned_tensor
-        (moe_runner/deep_gemm.py L257-260 and L323-326), which builds transpose_fp32<512, 64, ceil(k/128)>
-        (SGF@5f8a71a smxx_layout.hpp); its dense path and the contiguous runner pass aligned MN-major scales."""
-        if kernel_type is KernelType.GROUPED_GEMM_NT_F8F8BF16_MASKED or sglang_warmup:
-            return [transpose_kernel(k)]
-        return []
+    # the same layout kernels as 0.1.x: SGLang 0.5.11's masked runner hands row-major activation scales to
+    # get_mn_major_tma_aligned_tensor (moe_runner/deep_gemm.py L257-260, L323-326), and its precompile's dummy
+    # inputs are row-major too (deep_gemm_wrapper/compile_utils.py L252-259); SGF@5f8a71a smxx_layout.hpp builds
+    # the same transpose_fp32<512, 64, ceil(k/128)> for them
+    aux_kernels = Sm90CxxHeuristic.aux_kernels
