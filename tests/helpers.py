@@ -118,6 +118,13 @@ def sgl_deep_gemm_dir(version: str) -> str | None:
                        base=os.environ.get("DGP_SGL_DEEP_GEMM_DIRS") or VENV)
 
 
+def sglang_kernel_dir(version: str) -> str | None:
+    """A folder holding sglang-kernel's deep_gemm package only (`make setup` unpacks 0.4.2's into
+    .venv/sglang-kernel-0.4.2 with tools/unpack_deep_gemm.py), or $DGP_SGL_DEEP_GEMM_DIRS/sglang-kernel-<version>."""
+    return beside_venv(f"sglang-kernel-{version}", "deep_gemm/include/deep_gemm",
+                       base=os.environ.get("DGP_SGL_DEEP_GEMM_DIRS") or VENV)
+
+
 def needs_sgl_deep_gemm(version: str):
     return pytest.mark.skipif(sgl_deep_gemm_dir(version) is None,
                               reason=f"sgl-deep-gemm {version} not installed beside the venv (make setup)")

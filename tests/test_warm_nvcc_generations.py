@@ -1,6 +1,6 @@
-"""warm --backend nvcc for the newer sgl-deep-gemm generations: real nvcc builds on this CPU machine of
-0.1.7's (sglang 0.5.19) and 0.2.0's (sglang 0.5.20, DeepJIT) kernels, landing under the names their key modules
-compute, with the files each runtime needs, proved by `verify` and idempotent. (That those names are the ones the
+"""warm --backend nvcc for the newer C++-JIT generations: real nvcc builds on this CPU machine of sgl-deep-gemm
+0.1.7's (sglang 0.5.19), 0.2.0's (sglang 0.5.20, DeepJIT) and sglang-kernel 0.4.2's (sglang 0.5.11) kernels, landing
+under the names their key modules compute, with the files each runtime needs, proved by `verify` and idempotent. (That those names are the ones the
 runtime itself makes is checked against device records in tests/test_generation_records.py.)"""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import NVCC, needs_nvcc, sgl_deep_gemm_dir
+from helpers import NVCC, needs_nvcc, sgl_deep_gemm_dir, sglang_kernel_dir
 
 from dgprecompile.generations import load_key_class
 from dgprecompile.planning.manifest import plan_from_dict, write_manifest
@@ -21,12 +21,19 @@ from dgprecompile.toolchain import DeepGemmInstall, probe_nvcc
 
 pytestmark = [needs_nvcc, pytest.mark.nvcc, pytest.mark.slow]
 
-CASES = [("0.1.7", "0.5.19", ["kernel.cu", "kernel.cubin"]),
-         ("0.2.0", "0.5.20", [".committed", "kernel.cu", "kernel.cubin", "meta.json"])]
+# release (sk-: sglang-kernel's bundled deep_gemm), the sglang that pins it, the files of an entry, and whether the
+# device record holds entries that release's runtime made (then warm says nothing about unobserved names)
+CASES = [("0.1.7", "0.5.19", ["kernel.cu", "kernel.cubin"], False),
+         ("0.2.0", "0.5.20", [".committed", "kernel.cu", "kernel.cubin", "meta.json"], False),
+         ("sk-0.4.2", "0.5.11", ["kernel.cu", "kernel.cubin"], True)]
+
+
+def _dir(release):
+    return sglang_kernel_dir(release[3:]) if release.startswith("sk-") else sgl_deep_gemm_dir(release)
 
 
 def _env(release):
-    return {**os.environ, "PYTHONPATH": sgl_deep_gemm_dir(release)}
+    return {**os.environ, "PYTHONPATH": _dir(release)}
 
 
 def run(release, *args):
@@ -34,10 +41,10 @@ def run(release, *args):
                           env=_env(release), timeout=900)
 
 
-@pytest.mark.parametrize("release,sglang,files", CASES, ids=[c[0] for c in CASES])
-def test_nvcc_backend_builds_entries_for_the_release(tmp_path, release, sglang, files):
-    if sgl_deep_gemm_dir(release) is None:
-        pytest.skip(f"sgl-deep-gemm {release} not installed beside the venv (make setup)")
+@pytest.mark.parametrize("release,sglang,files,observed", CASES, ids=[c[0] for c in CASES])
+def test_nvcc_backend_builds_entries_for_the_release(tmp_path, release, sglang, files, observed):
+    if _dir(release) is None:
+        pytest.skip(f"{release} not installed beside the venv (make setup)")
     # the masked w2 key of the 480B tp8/ep8 deep_gemm-runner plan, first bucket only: one GEMM + its transpose
     plan = plan_from_request(PlanRequest(model="Qwen3-Coder-480B", tp=8, ep=8, sglang=sglang,
                                          moe_runner_backend="deep_gemm"))
@@ -57,17 +64,18 @@ def test_nvcc_backend_builds_entries_for_the_release(tmp_path, release, sglang, 
     assert first.returncode == 0, first.stderr
     summary = json.loads(first.stdout)
     assert (summary["backend"], summary["compiled"], summary["failed"]) == ("nvcc", 2, 0)
-    # neither release ran on the device (tests/data/sweep_generations_h200.json): warm says its names are unobserved
-    assert "were not yet compared with entries its runtime made on a GPU" in first.stderr
+    # 0.1.7 and 0.2.0 did not run on the device (tests/data/sweep_generations_h200.json): warm says their names are
+    # unobserved; sglang-kernel 0.4.2's runtime made entries there under the names keys/sglang_kernel.py computes
+    assert ("were not yet compared with entries its runtime made on a GPU" in first.stderr) is not observed
 
     # the names the key module computes for this install, from a separate process's view of it
     code = ("import json; from dgprecompile.toolchain import find_deepgemm; d = find_deepgemm(); "  # as warm sees it
-            "print(json.dumps([d.version, d.generation, d.package_dir]))")
-    version, generation, package_dir = json.loads(subprocess.run(
+            "print(json.dumps([d.distribution, d.version, d.generation, d.package_dir]))")
+    dist, version, generation, package_dir = json.loads(subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=_env(release), check=True).stdout)
-    assert version == release
+    assert version == release.removeprefix("sk-") and generation == small.profile.generation
     ctx_class = load_key_class(small.profile.deepgemm.key_class)
-    ctx = ctx_class.build(DeepGemmInstall("sgl-deep-gemm", version, package_dir, generation), probe_nvcc(NVCC), {})
+    ctx = ctx_class.build(DeepGemmInstall(dist, version, package_dir, generation), probe_nvcc(NVCC), {})
     expected = sorted(ctx.entry_name(spec) for spec in small.kernels.values())
     assert sorted(os.listdir(cache / "cache")) == expected
     for name in expected:

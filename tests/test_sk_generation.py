@@ -1,0 +1,171 @@
+"""The sglang-kernel 0.4.x model (heuristics/sm90_waves.py) and entry names (keys/sglang_kernel.py) against what
+sglang-kernel 0.4.2's deep_gemm did on an H200.
+
+Record: tests/data/sweep_generations_h200.json, releases ``sk-0.4.2`` (run1) and ``sk-0.4.2@run2`` (each run's
+"provenance" names the GPU, SM count, nvcc, torch, date and command; ``info`` the site path and SM count). The
+sweep (tests/gpu/sweep_generations.py) called each key at the m its ``cold_specs`` lists and recorded, per run of
+consecutive samples with one printed configuration, ``columns_sgl_kernel``. Every expected value here is one of
+those device observations; nothing compares the model with itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+from functools import cache
+from pathlib import Path
+
+import pytest
+from helpers import sglang_kernel_dir
+
+from dgprecompile.kernels import KernelType
+from dgprecompile.keys.sglang_kernel import SkKeyContext
+from dgprecompile.planning.heuristics.sm90_cxx import _swizzle, transpose_kernel
+from dgprecompile.planning.heuristics.sm90_waves import Sm90WaveHeuristic, best_config
+from dgprecompile.planning.plan import PlanRequest
+from dgprecompile.planning.request import plan_from_request
+from dgprecompile.toolchain import Nvcc
+
+HERE = Path(__file__).resolve().parent
+RECORD = json.loads((HERE / "data" / "sweep_generations_h200.json").read_text())
+RELEASES = sorted(r for r in RECORD["releases"] if r.startswith("sk-0.4.2"))
+KIND = {"dense": KernelType.GEMM_NT_F8F8BF16, "masked": KernelType.GROUPED_GEMM_NT_F8F8BF16_MASKED}
+
+
+def _sweep_module():
+    spec = importlib.util.spec_from_file_location("sweep_generations", HERE / "gpu" / "sweep_generations.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@cache
+def _samples() -> dict[tuple[str, int, int, int], list[int]]:
+    """The m the device sweep called for each sk- key (its own cold_specs: every m to 4096, then m = 64q + 1)."""
+    out: dict[tuple[str, int, int, int], list[int]] = {}
+    for spec in _sweep_module().cold_specs("sk-0.4.2"):
+        out.setdefault((spec["kind"], spec["n"], spec["k"], spec["g"]), []).extend(spec["ms"])
+    return {key: sorted(set(ms)) for key, ms in out.items()}
+
+
+def _key(name: str) -> tuple[KernelType, int, int, int]:
+    kind, n, k, g = name.split("/")
+    return KIND[kind], int(n), int(k), int(g)
+
+
+def test_record_is_the_h200_sglang_kernel_042_sweep():
+    assert RELEASES == ["sk-0.4.2", "sk-0.4.2@run2"]
+    assert RECORD["columns_sgl_kernel"] == ["m_first", "m_last", "block_m", "block_n", "multicast", "multicast_on_a",
+                                            "stages", "swizzle_cd", "smem", "sms", "sms_launch"]
+    for release in RELEASES:
+        rel = RECORD["releases"][release]
+        assert (rel["sglang"], rel["info"]["gpu"], rel["info"]["num_sms"]) == ("0.5.11", "NVIDIA H200", 132)
+        assert "sglang-kernel 0.4.2" in RECORD["runs"][rel["run"]]["provenance"]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_model_equals_every_recorded_call(release):
+    """At every m the device called inside a recorded run, the model picks that run's printed configuration:
+    blocks, multicast (and on which operand), stages, C/D swizzle, shared memory and the minimised SM count."""
+    checked = 0
+    for name, slot in RECORD["releases"][release]["keys"].items():
+        kind, n, k, g = _key(name)
+        assert not slot["errors"], (release, name, slot["errors"][:1])
+        ms = _samples()[(kind.name, n, k, g)]
+        calls = 0
+        for m_first, m_last, *observed in slot["runs"]:
+            for m in (m for m in ms if m_first <= m <= m_last):
+                bm, bn, multicast, on_a, stages, smem, sms = best_config(kind, m, n, k, g, 132)
+                assert [bm, bn, multicast, int(on_a), stages, _swizzle(bn * 2), smem, sms, sms] == observed, \
+                    (release, name, m)
+                calls += 1
+        assert calls == slot["calls"], (release, name)  # the samples are exactly the calls the device made
+        checked += calls
+    assert checked > 9000
+
+
+def _context(release: str, include_dir: str | None = None) -> SkKeyContext:
+    local = sglang_kernel_dir("0.4.2")
+    if local is None:
+        pytest.skip("sglang-kernel 0.4.2's deep_gemm not installed beside the venv (make setup)")
+    rel = RECORD["releases"][release]
+    nvcc = Nvcc("/usr/local/cuda/bin/nvcc", RECORD["runs"][rel["run"]]["nvcc_version"])
+    # the device's install path is in the key (-I); the header bytes are the wheel's: read them here
+    return SkKeyContext.from_env(include_dir or os.path.join(rel["site"], "deep_gemm", "include"), nvcc.release, {},
+                                 header_root=os.path.join(local, "deep_gemm", "include"))
+
+
+@cache
+def _plan():
+    return plan_from_request(PlanRequest(model="Qwen3-Coder-480B", tp=8, ep=8, sglang="0.5.11",
+                                         moe_runner_backend="deep_gemm", max_tokens=65536))
+
+
+def _planned(kind: KernelType, n: int, k: int, g: int, m: int):
+    """The kernel plan lists for this key at m (m = 0: the key's layout kernel)."""
+    pk = next(pk for pk in _plan().keys if (pk.key.kernel_type, pk.key.n, pk.key.k, pk.key.num_groups) == (kind, n, k, g))
+    if m == 0:
+        (aux,) = pk.aux
+        return _plan().kernels[aux]
+    bucket = next(b for b in pk.buckets if b.m_min <= m <= b.m_max)
+    return _plan().kernels[bucket.kernel]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_each_new_cold_entry_is_the_planned_kernels_computed_name(release):
+    """At the first m where the runtime made an entry, the kernel the plan lists there has exactly that name, and
+    the kernel.cu dgprecompile generates is byte-identical to the runtime's."""
+    rel = RECORD["releases"][release]
+    ctx = _context(release)
+    made, matched = set(), set()
+    for name, slot in rel["keys"].items():
+        for m, entries in slot["new_entries"]:
+            spec = _planned(*_key(name), m)
+            expected = ctx.entry_name(spec)
+            assert expected in entries, (release, name, m, entries, expected)
+            assert hashlib.sha256(ctx.source(spec).encode()).hexdigest() == \
+                rel["entries"][expected]["kernel_cu_sha256"], (release, expected)
+            made.update(entries)
+            matched.add(expected)
+    assert len(made) >= 70 and made == matched  # no entry the runtime made is unexplained
+
+
+def test_kernel_cu_samples_are_the_generated_code():
+    rel = RECORD["releases"]["sk-0.4.2"]
+    ctx = _context("sk-0.4.2")
+    sources = {ctx.entry_name(spec): ctx.source(spec) for spec in _plan().kernels.values()}
+    for entry, text in rel["kernel_cu_samples"].items():
+        assert sources[entry] == text, entry
+
+
+def test_the_install_path_is_in_the_key():
+    """The same headers under another path give other names than the device's: the fingerprint must carry the
+    package path (generations.py lists deepgemm.package_dir for sglang-kernel-0.4)."""
+    rel = RECORD["releases"]["sk-0.4.2"]
+    moved = _context("sk-0.4.2", include_dir="/opt/elsewhere/deep_gemm/include")
+    assert not {moved.entry_name(spec) for spec in _plan().kernels.values()} & set(rel["entries"])
+    from dgprecompile.generations import get_generation
+
+    assert "deepgemm.package_dir" in get_generation("sglang-kernel-0.4").fingerprint_fields
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_probe_entries_are_the_computed_names(release):
+    """The probe's single calls, each adding to one cache: dense m=100 (SGLang's MN-major scales), masked
+    expected_m=100 and contiguous m=512 (20 groups each) made the model's kernels there; row-major dense scales
+    added the layout kernel for sf_k = 48. (The contiguous kernel is not planned for sglang 0.5.11, whose
+    deep_gemm runner is masked without DeepEP; it checks the model's contiguous branch at one m.)"""
+    probe = RECORD["releases"][release]["probe"]
+    ctx = _context(release)
+    heuristic = Sm90WaveHeuristic()
+    calls = {"dense_sglang_mn_major_tma_aligned": (KernelType.GEMM_NT_F8F8BF16, 100, 1),
+             "masked_sglang_get_mn_major_tma_aligned_tensor": (KernelType.GROUPED_GEMM_NT_F8F8BF16_MASKED, 100, 20),
+             "contig_sglang_tma_aligned": (KernelType.GROUPED_GEMM_NT_F8F8BF16_CONTIG, 512, 20)}
+    for name, (kind, m, g) in calls.items():
+        assert probe[name] == "ok", (release, name, probe[name])
+        assert ctx.entry_name(heuristic.kernel(kind, m, 1792, 6144, g, 132)) in probe[name + ":entries"], name
+    assert probe["dense_sglang_mn_major_tma_aligned:entries"] == [
+        ctx.entry_name(heuristic.kernel(KernelType.GEMM_NT_F8F8BF16, 100, 1792, 6144, 1, 132))]  # no layout kernel
+    assert ctx.entry_name(transpose_kernel(6144)) in probe["dense_row_major_m_by_sfk:entries"]
