@@ -18,7 +18,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from helpers import sglang_kernel_dir
+from helpers import run_in_fresh_python, sglang_kernel_dir
 
 from dgprecompile.kernels import KernelType
 from dgprecompile.keys.sglang_kernel import SkKeyContext
@@ -169,3 +169,38 @@ def test_probe_entries_are_the_computed_names(release):
     assert probe["dense_sglang_mn_major_tma_aligned:entries"] == [
         ctx.entry_name(heuristic.kernel(KernelType.GEMM_NT_F8F8BF16, 100, 1792, 6144, 1, 132))]  # no layout kernel
     assert ctx.entry_name(transpose_kernel(6144)) in probe["dense_row_major_m_by_sfk:entries"]
+
+
+def test_plan_buckets_hold_one_kernel_at_every_m():
+    """The breakpoints are where the choice can change: every m of every bucket of the 480B plan (dense to 65,536,
+    masked expected_m to 26,215) selects the bucket's kernel, so warming the plan covers every call."""
+    heuristic = Sm90WaveHeuristic()
+    for pk in _plan().keys:
+        key = pk.key
+        for b in pk.buckets:
+            for m in range(b.m_min, b.m_max + 1):
+                assert heuristic.kernel(key.kernel_type, m, key.n, key.k, key.num_groups, 132).id == b.kernel, \
+                    (key.ident, m)
+
+
+def test_plan_lists_kernels_without_torch_or_deep_gemm():
+    proc, heavy = run_in_fresh_python(["plan", "--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8", "--sglang",
+                                       "0.5.11", "--moe-runner-backend", "deep_gemm", "--format", "json"])
+    assert heavy == [], proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["sglang_profile"] == "0.5.10-0.5.11" and data["kernel_model"] is True
+    assert data["deepgemm"] == {"generation": "sglang-kernel-0.4", "distribution": "sglang-kernel", "version": "0.4.2"}
+
+
+WARMED = [r for r in RELEASES if RECORD["releases"][r].get("sweep_after_warm")]
+
+
+@pytest.mark.parametrize("release", WARMED)
+def test_a_warmed_cache_left_the_runtime_nothing_to_compile(release):
+    """After `dgprecompile warm` of the sglang 0.5.11 plan, the sweep over every planned key's samples made no
+    entry (recorded by tests/gpu/sweep_generations.sh with RELEASES="sk-0.4.2:0.5.11:nvcc")."""
+    rel = RECORD["releases"][release]
+    after = rel["sweep_after_warm"]
+    assert rel["warm"]["failed"] == 0 and rel["warm"]["backend"] == "nvcc"
+    assert after["calls"] > 40000 and not after["errors"] and not after["truncated_at"]
+    assert after["new_entries"] == []

@@ -73,10 +73,16 @@ def contig_ms(m_max: int = 263168) -> list[int]:
 # Cold keys are split into m ranges, each in its own process and cache, so the serial JIT compiles of one key run
 # side by side (the split points only balance the work; a kernel used in two ranges is compiled in both).
 SPLITS = {(1792, 6144): (512, 1408), (6144, 1536): (384,), (5120, 6144): (640,), (6144, 2560): (640,)}
+# sglang-kernel's masked keys: every expected_m to 8200 in m ranges of about equal compile counts (the kernels of
+# heuristics/sm90_waves.py change at 64, 128, 256, ... 3072), so they finish inside the cold window
+SPLITS_MASKED_SK = {(5120, 6144): (256, 1024), (6144, 2560): (511,)}
 
 
-def _split(spec: dict) -> list[dict]:
-    inner = () if spec["kind"].endswith("MASKED") else SPLITS.get((spec["n"], spec["k"]), ())
+def _split(spec: dict, bundled: bool = False) -> list[dict]:
+    if spec["kind"].endswith("MASKED"):
+        inner = SPLITS_MASKED_SK.get((spec["n"], spec["k"]), ()) if bundled else ()
+    else:
+        inner = SPLITS.get((spec["n"], spec["k"]), ())
     edges = (0, *inner, 1 << 30)
     out = []
     for lo, hi in zip(edges, edges[1:], strict=False):
@@ -101,21 +107,23 @@ def _chunks(spec: dict, parts: int) -> list[dict]:
 
 
 def cold_specs(dg_version: str) -> list[dict]:
-    bundled = dg_version.startswith("sk-")  # sglang-kernel's bundled deep_gemm: no model yet, a smaller sample
+    bundled = dg_version.startswith("sk-")  # sglang-kernel's bundled deep_gemm: a smaller dense sample
     ms = [m for m in dense_ms() if m <= 4096 or m % 64 == 1] if bundled else dense_ms()
     masked = list(range(1, 8201))
     if LARGE_M:
         ms = [m for m in dense_ms(LARGE_DENSE[1]) if m > LARGE_DENSE[0]]
         masked = list(range(LARGE_MASKED[0] + 1, LARGE_MASKED[1] + 1))
     specs = [{"kind": "GEMM_NT_F8F8BF16", "n": n, "k": k, "g": 1, "ms": ms} for n, k in DENSE]
-    specs += [{"kind": "GROUPED_GEMM_NT_F8F8BF16_MASKED", "n": n, "k": k, "g": g, "ms": masked}
-              for n, k, g in GROUPED]
+    masked_specs = [{"kind": "GROUPED_GEMM_NT_F8F8BF16_MASKED", "n": n, "k": k, "g": g, "ms": masked}
+                    for n, k, g in GROUPED]
+    # sglang-kernel's masked keys go first: started last (runs 1 and 2), they were cut off at the cold deadline
+    specs = masked_specs + specs if bundled else specs + masked_specs
     if LARGE_M:  # split the long dense ranges so their GEMM time runs side by side
         return [part for spec in specs for part in _chunks(spec, 3 if spec["kind"] == "GEMM_NT_F8F8BF16" else 1)]
     if dg_version != "0.1.3" and not bundled:  # sglang <= 0.5.16 has no compact layout
         specs += [{"kind": "GROUPED_GEMM_NT_F8F8BF16_CONTIG", "n": n, "k": k, "g": g, "ms": contig_ms()}
                   for n, k, g in GROUPED]
-    return [part for spec in specs for part in _split(spec)]
+    return [part for spec in specs for part in _split(spec, bundled)]
 
 
 # ---------------------------------------------------------------- one process: sweep keys on one cache

@@ -31,6 +31,9 @@ t0=$(date +%s)
 #   RELEASES="0.1.3:0.5.14:auto" SWEEP_LARGE_M=1 SWEEP_PAR=8 SWEEP_JOBS=12 SWEEP_SGLANG_CMD="python -m
 #   sglang.launch_server --model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 --tp 8 --ep 8
 #   --chunked-prefill-size -1 --context-length 262144 --moe-runner-backend deep_gemm"
+# sglang-kernel 0.4.2 alone (modelled since: heuristics/sm90_waves.py, keys/sglang_kernel.py), GPU-free warm:
+#   WHEELS=<dir with sglang_kernel-0.4.2-deep_gemm.tgz> RELEASES="sk-0.4.2:0.5.11:nvcc" SWEEP_PAR=6 SWEEP_JOBS=12
+#   bash tests/gpu/sweep_generations.sh 400
 releases=${RELEASES:-"0.1.3:0.5.14:auto 0.1.5.post3:0.5.18:cxx 0.1.7:0.5.19:nvcc 0.2.0:0.5.20:nvcc 0.2.2:0.5.22:cxx sk-0.4.2:0.5.11:auto"}
 # the dgprecompile that plans and warms: a snapshot carried in $wheels/dgprecompile.tgz if there, else this checkout
 dgp=$root
