@@ -117,9 +117,9 @@ def load_key_class(target: str):
 # to its template and tests/test_cxx_keys.py checks both lists agree. Release candidates were not read.
 SDG_01_KEY_VERSIONS = ("0.1.0", "0.1.1", "0.1.2", "0.1.3", "0.1.4", "0.1.4.post1", "0.1.5", "0.1.5.post1",
                        "0.1.5.post2", "0.1.5.post3", "0.1.6", "0.1.7")
-# sglang-kernel releases whose deep_gemm was read (headers, _C.so format and flag strings): 0.4.1 (sglang 0.5.10)
-# and 0.4.2 (sglang 0.5.11) ship identical headers and generated-code text; no sglang release pins 0.4.0 or 0.4.2.postN
-SK_04_KEY_VERSIONS = ("0.4.1", "0.4.2")
+# sglang-kernel releases whose deep_gemm was read (headers, .so format and flag strings): 0.4.0 (sglang 0.5.10rc0),
+# 0.4.1 (0.5.10) and 0.4.2 (0.5.11) ship identical headers and generated-code text; no sglang release pins 0.4.2.postN+
+SK_04_KEY_VERSIONS = ("0.4.0", "0.4.1", "0.4.2")
 SDG_02_KEY_VERSIONS = ("0.2.0", "0.2.1", "0.2.1.post1", "0.2.2", "0.2.3", "0.2.3.post1", "0.2.3.post2", "0.2.5")
 
 

@@ -13,7 +13,7 @@ each is the null-terminated string in that release's ``deep_gemm/_C.so`` (found 
   gains a 4th slot, BLOCK_SF_K = 128 (DeepJIT-era ``smxx_layout.hpp``: 512 threads, block_mn 64, block_sf_k 128).
 * ``0.2.2``: 21 slots, 0.2.2-0.2.3.post2 (header adds ``uint32_t SF_GRAN = 128``).
 * ``0.2.5``: 20 slots, 0.2.5 (header: ``cd_dtype_t, uint32_t SF_GRAN = 128``, no epilogue).
-* ``sk-0.4``: 18 slots in another order, the deep_gemm bundled in sglang-kernel 0.4.1-0.4.2 (SGF@5f8a71a
+* ``sk-0.4``: 18 slots in another order, the deep_gemm bundled in sglang-kernel 0.4.0-0.4.2 (SGF@5f8a71a
   ``csrc/jit_kernels/impls/sm90_fp8_gemm_1d2d.hpp`` L33-62: m, n, k as compiled, groups, the three blocks, the C/D
   swizzle, stages and last stages, the two thread counts, multicast, the (minimised) SM count, GemmType,
   ``EpilogueIdentity``, enable_overlap); its transpose_fp32 has 0.1.x's 3 slots.

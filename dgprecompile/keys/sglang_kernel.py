@@ -1,4 +1,4 @@
-"""Cache-entry names and sources of the C++-JIT deep_gemm bundled in sglang-kernel 0.4.1-0.4.2, without a GPU.
+"""Cache-entry names and sources of the C++-JIT deep_gemm bundled in sglang-kernel 0.4.0-0.4.2, without a GPU.
 
 The same family as sgl-deep-gemm 0.1.x (keys/sgl_deep_gemm_01.py: one entry ``<DG_JIT_CACHE_DIR>/cache/
 kernel.<name>.<digest>/{kernel.cu, kernel.cubin}``, the same two-seed FNV-1a digest), with these differences, read

@@ -1,4 +1,4 @@
-"""Kernel choice of the C++-JIT DeepGEMM bundled in sglang-kernel 0.4.1-0.4.2 (sglang 0.5.10-0.5.11), SM90 FP8 1D2D.
+"""Kernel choice of the C++-JIT DeepGEMM bundled in sglang-kernel 0.4.0-0.4.2 (sglang 0.5.10-0.5.11), SM90 FP8 1D2D.
 
 This is another rule than sgl-deep-gemm 0.1.x's (heuristics/sm90_cxx.py): no cycle model and no clusters, but a
 wave count, read from the sgl-project/DeepGEMM source whose headers and generated-code text equal those wheels'
