@@ -204,3 +204,15 @@ def test_a_warmed_cache_left_the_runtime_nothing_to_compile(release):
     assert rel["warm"]["failed"] == 0 and rel["warm"]["backend"] == "nvcc"
     assert after["calls"] > 40000 and not after["errors"] and not after["truncated_at"]
     assert after["new_entries"] == []
+
+
+def test_the_largest_checked_m_is_the_records():
+    """What plan calls 'checked on a GPU' for this generation is the largest m a recorded sk- run observed."""
+    from dgprecompile.generations import get_generation
+
+    largest: dict[str, int] = {}
+    for release in RELEASES:
+        for name, slot in RECORD["releases"][release]["keys"].items():
+            kind = _key(name)[0].value
+            largest[kind] = max([largest.get(kind, 0)] + [run[1] for run in slot["runs"]])
+    assert dict(get_generation("sglang-kernel-0.4").gpu_checked_m) == largest
