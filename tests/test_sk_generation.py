@@ -216,3 +216,28 @@ def test_the_largest_checked_m_is_the_records():
             kind = _key(name)[0].value
             largest[kind] = max([largest.get(kind, 0)] + [run[1] for run in slot["runs"]])
     assert dict(get_generation("sglang-kernel-0.4").gpu_checked_m) == largest
+
+
+def _so_string(needle: bytes) -> str:
+    """The one null-terminated string holding needle in sglang-kernel 0.4.2's deep_gemm_cpp.abi3.so."""
+    local = sglang_kernel_dir("0.4.2")
+    if local is None:
+        pytest.skip("sglang-kernel 0.4.2's deep_gemm not installed beside the venv (make setup)")
+    data = (Path(local) / "deep_gemm" / "deep_gemm_cpp.abi3.so").read_bytes()
+    at = data.find(needle)
+    assert at > 0 and data.find(needle, at + 1) < 0, needle
+    return data[data.rfind(b"\0", 0, at) + 1:data.find(b"\0", at)].decode()
+
+
+def test_template_and_flags_are_the_strings_in_the_release():
+    """kernel.cu's format and the key's flag and signature strings, as the 0.4.2 library holds them."""
+    from dgprecompile.keys import cxx_templates
+
+    template = cxx_templates.TEMPLATES[SkKeyContext.template]
+    assert _so_string(b"&sm90_fp8_gemm_1d2d_impl<") == template.gemm
+    assert _so_string(b"&transpose_fp32<") == template.transpose
+    ctx = SkKeyContext.from_env("/x/include", (13, 0), {})
+    base = ctx.flags().split(" -I/x/include ")[0]
+    assert _so_string(b"--diag-suppress=39,161") == base.replace("20", "{}", 1)
+    assert _so_string(b" -I{} --gpu-architecture=sm_{} ") == "{} -I{} " + ctx.TAIL_FLAGS.replace("sm_90a", "sm_{}")
+    assert _so_string(b"{}$${}$${}$${}$${}") == "{}$${}$${}$${}$${}"  # name, H, signature, flags, code
