@@ -117,9 +117,11 @@ def load_key_class(target: str):
 # to its template and tests/test_cxx_keys.py checks both lists agree. Release candidates were not read.
 SDG_01_KEY_VERSIONS = ("0.1.0", "0.1.1", "0.1.2", "0.1.3", "0.1.4", "0.1.4.post1", "0.1.5", "0.1.5.post1",
                        "0.1.5.post2", "0.1.5.post3", "0.1.6", "0.1.7")
-# sglang-kernel releases whose deep_gemm was read (headers, .so format and flag strings): 0.4.0 (sglang 0.5.10rc0),
-# 0.4.1 (0.5.10) and 0.4.2 (0.5.11) ship identical headers and generated-code text; no sglang release pins 0.4.2.postN+
-SK_04_KEY_VERSIONS = ("0.4.0", "0.4.1", "0.4.2")
+# sgl-kernel / sglang-kernel releases whose bundled deep_gemm was read (headers, .so format, flag and key strings):
+# sgl-kernel 0.3.14.post1-0.3.18.post2 share one header set and the 17-slot format; sgl-kernel 0.3.19 and
+# sglang-kernel 0.4.0-0.4.2 another header set and the 18-slot format (keys/cxx_templates.py SK_RELEASE_TEMPLATE)
+SK_KEY_VERSIONS = ("0.3.14.post1", "0.3.15", "0.3.16.post3", "0.3.16.post4", "0.3.16.post5", "0.3.17",
+                   "0.3.17.post1", "0.3.18.post2", "0.3.19", "0.4.0", "0.4.1", "0.4.2")
 SDG_02_KEY_VERSIONS = ("0.2.0", "0.2.1", "0.2.1.post1", "0.2.2", "0.2.3", "0.2.3.post1", "0.2.3.post2", "0.2.5")
 
 
@@ -138,15 +140,16 @@ GENERATIONS: dict[str, Generation] = {g.id: g for g in (
         gpu_validated="every m against the library's get_best_configs; CPU-built entries served an H200 run",
     ),
     Generation(
-        id="sgl-kernel-cxx", label="C++-JIT DeepGEMM bundled in sgl-kernel 0.3.7-0.3.21",
+        id="sgl-kernel-cxx", label="C++-JIT DeepGEMM bundled in sgl-kernel 0.3.7-0.3.9.post2 and 0.3.20-0.3.21",
         heuristic_class=None, key_class=None, key_versions=None, backends=("cxx",),
         fingerprint_fields=_KEYS_01, entry_files=("kernel.cu", "kernel.cubin"), strict_by="nvcc-standin",
     ),
     Generation(
-        id="sglang-kernel-0.4", label="C++-JIT DeepGEMM bundled in sglang-kernel 0.4.x",
-        # the wave rule with a minimised SM count (another rule than 0.1.x's), read from SGF@5f8a71a
+        id="sgl-kernel-waves",
+        label="C++-JIT DeepGEMM bundled in sgl-kernel 0.3.14.post1-0.3.19 / sglang-kernel 0.4.0-0.4.2",
+        # the wave rule with a minimised SM count (another rule than 0.1.x's), read from SGF@5f8a71a (= SGF@f4adba8's)
         heuristic_class="dgprecompile.planning.heuristics.sm90_waves:Sm90WaveHeuristic",
-        key_class="dgprecompile.keys.sglang_kernel:SkKeyContext", key_versions=SK_04_KEY_VERSIONS,
+        key_class="dgprecompile.keys.sglang_kernel:SkKeyContext", key_versions=SK_KEY_VERSIONS,
         # names and kernel.cu equal every entry its runtime made on an H200 (tests/test_sk_generation.py)
         keys_proven_versions=("0.4.2",),
         backends=("nvcc", "cxx"),

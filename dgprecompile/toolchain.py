@@ -90,7 +90,7 @@ class DeepGemmInstall:
     distribution: str | None  # sgl-kernel, sgl-deep-gemm, deep-gemm; None when unknown
     version: str | None
     package_dir: str  # .../site-packages/deep_gemm
-    generation: str  # legacy | sgl-kernel-cxx | sglang-kernel-0.4 | sgl-deep-gemm-0.1 | sgl-deep-gemm-0.2
+    generation: str  # legacy | sgl-kernel-cxx | sgl-kernel-waves | sgl-deep-gemm-0.1 | sgl-deep-gemm-0.2
 
     @property
     def include_dir(self) -> str:
@@ -117,8 +117,10 @@ def generation_of(package_dir: str, distribution: str | None, version: str | Non
         return "legacy"
     if distribution == "sgl-deep-gemm" and version:
         return "sgl-deep-gemm-0.2" if version.split(".")[:2] >= ["0", "2"] else "sgl-deep-gemm-0.1"
-    if distribution == "sglang-kernel":
-        return "sglang-kernel-0.4"
+    if distribution in ("sgl-kernel", "sglang-kernel", None):  # their C++ JITs: known by the headers
+        known = known_headers().get(headers_hash(os.path.join(package_dir, "include")))
+        if known:
+            return known["generation"]
     if os.path.isdir(os.path.join(package_dir, "include", "deep_jit")):
         return "sgl-deep-gemm-0.2"
     return "sgl-kernel-cxx"
@@ -138,7 +140,8 @@ def find_deepgemm() -> DeepGemmInstall | None:
     if dist is None and version is None:  # no metadata: a package known by its headers (data/deepgemm_headers.yaml)
         known = known_headers().get(headers_hash(os.path.join(package_dir, "include")))
         if known:
-            return DeepGemmInstall(known["distribution"], known["versions"][-1], package_dir, known["generation"])
+            dist, version = known["releases"][-1]
+            return DeepGemmInstall(dist, version, package_dir, known["generation"])
     return DeepGemmInstall(dist, version, package_dir, generation_of(package_dir, dist, version))
 
 

@@ -118,10 +118,12 @@ def sgl_deep_gemm_dir(version: str) -> str | None:
                        base=os.environ.get("DGP_SGL_DEEP_GEMM_DIRS") or VENV)
 
 
-def sglang_kernel_dir(version: str) -> str | None:
-    """A folder holding sglang-kernel's deep_gemm package only (`make setup` unpacks 0.4.2's into
-    .venv/sglang-kernel-0.4.2 with tools/unpack_deep_gemm.py), or $DGP_SGL_DEEP_GEMM_DIRS/sglang-kernel-<version>."""
-    return beside_venv(f"sglang-kernel-{version}", "deep_gemm/include/deep_gemm",
+def bundled_deep_gemm_dir(version: str) -> str | None:
+    """A folder holding only the deep_gemm package of sgl-kernel <version> (0.3.x) or sglang-kernel <version> (0.4.x):
+    `make setup` unpacks sgl-kernel 0.3.16.post3's and sglang-kernel 0.4.2's beside the venv with
+    tools/unpack_deep_gemm.py (or $DGP_SGL_DEEP_GEMM_DIRS/<distribution>-<version>)."""
+    dist = "sglang-kernel" if version.startswith("0.4.") else "sgl-kernel"
+    return beside_venv(f"{dist}-{version}", "deep_gemm/include/deep_gemm",
                        base=os.environ.get("DGP_SGL_DEEP_GEMM_DIRS") or VENV)
 
 

@@ -63,8 +63,10 @@ def test_0514_deep_gemm_runner_masked_local_expected_m_and_transpose(runner):
 
 @pytest.mark.parametrize("version,profile,masked", [
     ("0.5.0rc2", "0.5.0-0.5.1", True), ("0.5.1.post2", "0.5.0-0.5.1", True),
-    ("0.5.1.post3", "0.5.1.post3-0.5.3", True), ("0.5.3", "0.5.1.post3-0.5.3", True),
-    ("0.5.3.post1", "0.5.3.post1-0.5.9", False), ("0.5.9", "0.5.3.post1-0.5.9", False),
+    ("0.5.1.post3", "0.5.1.post3-0.5.3rc0", True), ("0.5.3rc0", "0.5.1.post3-0.5.3rc0", True),
+    ("0.5.3rc2", "0.5.3rc2-0.5.3", True), ("0.5.3", "0.5.3rc2-0.5.3", True),
+    ("0.5.3.post1", "0.5.3.post1-0.5.6", False), ("0.5.6.post2", "0.5.3.post1-0.5.6", False),
+    ("0.5.7", "0.5.7-0.5.9", False), ("0.5.9", "0.5.7-0.5.9", False),
     ("0.5.10rc0", "0.5.10-0.5.11", False), ("0.5.10", "0.5.10-0.5.11", False), ("0.5.11", "0.5.10-0.5.11", False),
     ("0.5.12", "0.5.12-0.5.16", False), ("0.5.17", "0.5.17-0.5.19", False), ("0.5.23", "0.5.20-0.5.23", False),
 ])

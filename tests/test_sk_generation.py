@@ -18,7 +18,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from helpers import run_in_fresh_python, sglang_kernel_dir
+from helpers import bundled_deep_gemm_dir, run_in_fresh_python
 
 from dgprecompile.kernels import KernelType
 from dgprecompile.keys.sglang_kernel import SkKeyContext
@@ -87,7 +87,7 @@ def test_model_equals_every_recorded_call(release):
 
 
 def _context(release: str, include_dir: str | None = None) -> SkKeyContext:
-    local = sglang_kernel_dir("0.4.2")
+    local = bundled_deep_gemm_dir("0.4.2")
     if local is None:
         pytest.skip("sglang-kernel 0.4.2's deep_gemm not installed beside the venv (make setup)")
     rel = RECORD["releases"][release]
@@ -142,13 +142,13 @@ def test_kernel_cu_samples_are_the_generated_code():
 
 def test_the_install_path_is_in_the_key():
     """The same headers under another path give other names than the device's: the fingerprint must carry the
-    package path (generations.py lists deepgemm.package_dir for sglang-kernel-0.4)."""
+    package path (generations.py lists deepgemm.package_dir for sgl-kernel-waves)."""
     rel = RECORD["releases"]["sk-0.4.2"]
     moved = _context("sk-0.4.2", include_dir="/opt/elsewhere/deep_gemm/include")
     assert not {moved.entry_name(spec) for spec in _plan().kernels.values()} & set(rel["entries"])
     from dgprecompile.generations import get_generation
 
-    assert "deepgemm.package_dir" in get_generation("sglang-kernel-0.4").fingerprint_fields
+    assert "deepgemm.package_dir" in get_generation("sgl-kernel-waves").fingerprint_fields
 
 
 @pytest.mark.parametrize("release", RELEASES)
@@ -189,7 +189,7 @@ def test_plan_lists_kernels_without_torch_or_deep_gemm():
     assert heavy == [], proc.stderr
     data = json.loads(proc.stdout)
     assert data["sglang_profile"] == "0.5.10-0.5.11" and data["kernel_model"] is True
-    assert data["deepgemm"] == {"generation": "sglang-kernel-0.4", "distribution": "sglang-kernel", "version": "0.4.2"}
+    assert data["deepgemm"] == {"generation": "sgl-kernel-waves", "distribution": "sglang-kernel", "version": "0.4.2"}
 
 
 WARMED = [r for r in RELEASES if RECORD["releases"][r].get("sweep_after_warm")]
@@ -215,29 +215,42 @@ def test_the_largest_checked_m_is_the_records():
         for name, slot in RECORD["releases"][release]["keys"].items():
             kind = _key(name)[0].value
             largest[kind] = max([largest.get(kind, 0)] + [run[1] for run in slot["runs"]])
-    assert dict(get_generation("sglang-kernel-0.4").gpu_checked_m) == largest
+    assert dict(get_generation("sgl-kernel-waves").gpu_checked_m) == largest
 
 
-def _so_string(needle: bytes) -> str:
-    """The one null-terminated string holding needle in sglang-kernel 0.4.2's deep_gemm_cpp.abi3.so."""
-    local = sglang_kernel_dir("0.4.2")
+def _so_string(version: str, needle: bytes) -> str:
+    """The one null-terminated string holding needle in that release's deep_gemm_cpp.abi3.so."""
+    local = bundled_deep_gemm_dir(version)
     if local is None:
-        pytest.skip("sglang-kernel 0.4.2's deep_gemm not installed beside the venv (make setup)")
+        pytest.skip(f"the deep_gemm of sgl-kernel/sglang-kernel {version} not installed beside the venv (make setup)")
     data = (Path(local) / "deep_gemm" / "deep_gemm_cpp.abi3.so").read_bytes()
     at = data.find(needle)
     assert at > 0 and data.find(needle, at + 1) < 0, needle
     return data[data.rfind(b"\0", 0, at) + 1:data.find(b"\0", at)].decode()
 
 
-def test_template_and_flags_are_the_strings_in_the_release():
-    """kernel.cu's format and the key's flag and signature strings, as the 0.4.2 library holds them."""
+@pytest.mark.parametrize("version", ["0.3.16.post3", "0.4.2"])
+def test_template_and_flags_are_the_strings_in_the_release(version):
+    """kernel.cu's format and the key's flag and signature strings, as the library holds them (sgl-kernel
+    0.3.16.post3: the 17-slot format of 0.3.14.post1-0.3.18.post2; sglang-kernel 0.4.2: 18 slots)."""
     from dgprecompile.keys import cxx_templates
 
-    template = cxx_templates.TEMPLATES[SkKeyContext.template]
-    assert _so_string(b"&sm90_fp8_gemm_1d2d_impl<") == template.gemm
-    assert _so_string(b"&transpose_fp32<") == template.transpose
+    template = cxx_templates.TEMPLATES[cxx_templates.SK_RELEASE_TEMPLATE[version]]
+    assert _so_string(version, b"&sm90_fp8_gemm_1d2d_impl<") == template.gemm
+    assert _so_string(version, b"&transpose_fp32<") == template.transpose
     ctx = SkKeyContext.from_env("/x/include", (13, 0), {})
     base = ctx.flags().split(" -I/x/include ")[0]
-    assert _so_string(b"--diag-suppress=39,161") == base.replace("20", "{}", 1)
-    assert _so_string(b" -I{} --gpu-architecture=sm_{} ") == "{} -I{} " + ctx.TAIL_FLAGS.replace("sm_90a", "sm_{}")
-    assert _so_string(b"{}$${}$${}$${}$${}") == "{}$${}$${}$${}$${}"  # name, H, signature, flags, code
+    assert _so_string(version, b"--diag-suppress=39,161") == base.replace("20", "{}", 1)
+    assert _so_string(version, b" -I{} --gpu-architecture=sm_{} ") == \
+        "{} -I{} " + ctx.TAIL_FLAGS.replace("sm_90a", "sm_{}")
+    assert _so_string(version, b"{}$${}$${}$${}$${}") == "{}$${}$${}$${}$${}"  # name, H, signature, flags, code
+
+
+def test_every_release_the_generation_claims_has_a_template():
+    from dgprecompile.generations import SK_KEY_VERSIONS, get_generation
+    from dgprecompile.keys import cxx_templates
+
+    assert set(SK_KEY_VERSIONS) == set(cxx_templates.SK_RELEASE_TEMPLATE)
+    gen = get_generation("sgl-kernel-waves")
+    assert gen.usable_backends("0.4.2") == ["nvcc", "cxx"] and gen.usable_backends("0.4.3") == ["cxx"]
+    assert not get_generation("sgl-kernel-cxx").models_kernels

@@ -1,5 +1,6 @@
 """warm --backend nvcc for the newer C++-JIT generations: real nvcc builds on this CPU machine of sgl-deep-gemm
-0.1.7's (sglang 0.5.19), 0.2.0's (sglang 0.5.20, DeepJIT) and sglang-kernel 0.4.2's (sglang 0.5.11) kernels, landing
+0.1.7's (sglang 0.5.19), 0.2.0's (sglang 0.5.20, DeepJIT), sglang-kernel 0.4.2's (sglang 0.5.11) and sgl-kernel
+0.3.16.post3's (sglang 0.5.4) kernels, landing
 under the names their key modules compute, with the files each runtime needs, proved by `verify` and idempotent. (That those names are the ones the
 runtime itself makes is checked against device records in tests/test_generation_records.py.)"""
 
@@ -11,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import NVCC, needs_nvcc, sgl_deep_gemm_dir, sglang_kernel_dir
+from helpers import NVCC, bundled_deep_gemm_dir, needs_nvcc, sgl_deep_gemm_dir
 
 from dgprecompile.generations import load_key_class
 from dgprecompile.planning.manifest import plan_from_dict, write_manifest
@@ -21,15 +22,17 @@ from dgprecompile.toolchain import DeepGemmInstall, probe_nvcc
 
 pytestmark = [needs_nvcc, pytest.mark.nvcc, pytest.mark.slow]
 
-# release (sk-: sglang-kernel's bundled deep_gemm), the sglang that pins it, the files of an entry, and whether the
-# device record holds entries that release's runtime made (then warm says nothing about unobserved names)
+# release (sk-: the deep_gemm bundled in sgl-kernel 0.3.x / sglang-kernel 0.4.x), the sglang that pins it, the files of
+# an entry, and whether the device record holds entries that release's runtime made (then warm says nothing about
+# unobserved names)
 CASES = [("0.1.7", "0.5.19", ["kernel.cu", "kernel.cubin"], False),
          ("0.2.0", "0.5.20", [".committed", "kernel.cu", "kernel.cubin", "meta.json"], False),
-         ("sk-0.4.2", "0.5.11", ["kernel.cu", "kernel.cubin"], True)]
+         ("sk-0.4.2", "0.5.11", ["kernel.cu", "kernel.cubin"], True),
+         ("sk-0.3.16.post3", "0.5.4", ["kernel.cu", "kernel.cubin"], False)]
 
 
 def _dir(release):
-    return sglang_kernel_dir(release[3:]) if release.startswith("sk-") else sgl_deep_gemm_dir(release)
+    return bundled_deep_gemm_dir(release[3:]) if release.startswith("sk-") else sgl_deep_gemm_dir(release)
 
 
 def _env(release):
@@ -64,8 +67,8 @@ def test_nvcc_backend_builds_entries_for_the_release(tmp_path, release, sglang, 
     assert first.returncode == 0, first.stderr
     summary = json.loads(first.stdout)
     assert (summary["backend"], summary["compiled"], summary["failed"]) == ("nvcc", 2, 0)
-    # 0.1.7 and 0.2.0 did not run on the device (tests/data/sweep_generations_h200.json): warm says their names are
-    # unobserved; sglang-kernel 0.4.2's runtime made entries there under the names keys/sglang_kernel.py computes
+    # 0.1.7, 0.2.0 and sgl-kernel 0.3.16.post3 did not run on the device (tests/data/sweep_generations_h200.json):
+    # warm says their names are unobserved; sglang-kernel 0.4.2's runtime made entries there under the computed names
     assert ("were not yet compared with entries its runtime made on a GPU" in first.stderr) is not observed
 
     # the names the key module computes for this install, from a separate process's view of it

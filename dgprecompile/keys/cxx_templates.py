@@ -13,10 +13,11 @@ each is the null-terminated string in that release's ``deep_gemm/_C.so`` (found 
   gains a 4th slot, BLOCK_SF_K = 128 (DeepJIT-era ``smxx_layout.hpp``: 512 threads, block_mn 64, block_sf_k 128).
 * ``0.2.2``: 21 slots, 0.2.2-0.2.3.post2 (header adds ``uint32_t SF_GRAN = 128``).
 * ``0.2.5``: 20 slots, 0.2.5 (header: ``cd_dtype_t, uint32_t SF_GRAN = 128``, no epilogue).
-* ``sk-0.4``: 18 slots in another order, the deep_gemm bundled in sglang-kernel 0.4.0-0.4.2 (SGF@5f8a71a
-  ``csrc/jit_kernels/impls/sm90_fp8_gemm_1d2d.hpp`` L33-62: m, n, k as compiled, groups, the three blocks, the C/D
-  swizzle, stages and last stages, the two thread counts, multicast, the (minimised) SM count, GemmType,
-  ``EpilogueIdentity``, enable_overlap); its transpose_fp32 has 0.1.x's 3 slots.
+* ``sk-0.4``: 18 slots in another order, the deep_gemm bundled in sgl-kernel 0.3.19 and sglang-kernel 0.4.0-0.4.2
+  (SGF@5f8a71a ``csrc/jit_kernels/impls/sm90_fp8_gemm_1d2d.hpp`` L33-62: m, n, k as compiled, groups, the three
+  blocks, the C/D swizzle, stages and last stages, the two thread counts, multicast, the (minimised) SM count,
+  GemmType, ``EpilogueIdentity``, enable_overlap); its transpose_fp32 has 0.1.x's 3 slots.
+* ``sk-0.3``: the same without enable_overlap (17 slots), sgl-kernel 0.3.14.post1-0.3.18.post2 (SGF@f4adba8).
 
 Which of these the device confirmed (kernel.cu files of real entries) is in :data:`CONFIRMED`.
 """
@@ -70,6 +71,7 @@ static void __instantiate_kernel() {{
         {}, {}, {},
         {}
 """ + _FOOT
+GEMM_17 = GEMM_18.replace("        {}, {}, {},\n        {}\n    >", "        {}, {}, {}\n    >")
 TRANSPOSE_3 = """
 #include <deep_gemm/impls/smxx_layout.cuh>
 
@@ -104,7 +106,15 @@ TEMPLATES = {t.id: t for t in (
     Template("0.2.2", GEMM_21, (BF16, EPILOGUE, 128), TRANSPOSE_4, (128,)),
     Template("0.2.5", GEMM_20_SF, (BF16, 128), TRANSPOSE_4, (128,)),
     Template("sk-0.4", GEMM_18, ("EpilogueIdentity", "false"), TRANSPOSE_3, (), order="sk"),
+    Template("sk-0.3", GEMM_17, ("EpilogueIdentity",), TRANSPOSE_3, (), order="sk"),
 )}
+
+# The same for the deep_gemm bundled in sgl-kernel / sglang-kernel (their .so strings, docs/heuristics.md).
+SK_RELEASE_TEMPLATE = {
+    **dict.fromkeys(("0.3.14.post1", "0.3.15", "0.3.16.post3", "0.3.16.post4", "0.3.16.post5", "0.3.17",
+                     "0.3.17.post1", "0.3.18.post2"), "sk-0.3"),
+    **dict.fromkeys(("0.3.19", "0.4.0", "0.4.1", "0.4.2"), "sk-0.4"),
+}
 
 # Every release on PyPI whose _C.so format strings were read (release candidates were not), by template.
 RELEASE_TEMPLATE = {

@@ -1,13 +1,15 @@
-"""Cache-entry names and sources of the C++-JIT deep_gemm bundled in sglang-kernel 0.4.0-0.4.2, without a GPU.
+"""Cache-entry names and sources of the C++-JIT deep_gemm bundled in sgl-kernel 0.3.14.post1-0.3.19 and sglang-kernel
+0.4.0-0.4.2, without a GPU.
 
 The same family as sgl-deep-gemm 0.1.x (keys/sgl_deep_gemm_01.py: one entry ``<DG_JIT_CACHE_DIR>/cache/
 kernel.<name>.<digest>/{kernel.cu, kernel.cubin}``, the same two-seed FNV-1a digest), with these differences, read
-from SGF@5f8a71a (whose headers and generated-code text equal the wheels'; docs/heuristics.md):
+from SGF@5f8a71a (whose headers and generated-code text equal 0.3.19's and 0.4.x's; 0.3.14.post1-0.3.18.post2 are
+SGF@f4adba8, the same key code with one template slot less; docs/heuristics.md):
 
 * the digest covers ``name $$ H $$ NVCC<major>.<minor> $$ flags $$ kernel.cu``, where H (the "library version") is
   the digest of the concatenated bytes of every ``include/deep_gemm/**/*.cuh``, in path order
   (``csrc/jit/compiler.hpp`` L28-35 and L93-95, ``csrc/utils/system.hpp`` L49-66);
-* kernel.cu is the generated code alone (no include-hash line) in the 18-slot format (keys/cxx_templates.py);
+* kernel.cu is the generated code alone (no include-hash line), 18 slots (17 before 0.3.19; keys/cxx_templates.py);
 * the flags carry ``-cubin`` and ``-I<install>/deep_gemm/include`` (compiler.hpp L60-68, L157-163), so entries
   hit only for the same install location, nvcc release and headers; DG_JIT_DEBUG / DG_JIT_PTXAS_VERBOSE add
   ``--ptxas-options=--verbose`` and DG_JIT_WITH_LINEINFO ``-Xcompiler -rdynamic -lineinfo``.
@@ -48,7 +50,11 @@ class SkKeyContext(CxxKeyContext):
 
     @classmethod
     def build(cls, install, nvcc, environ: dict[str, str] | None = None) -> SkKeyContext:
-        return cls.from_env(install.include_dir, nvcc.release, environ)
+        template = cxx_templates.SK_RELEASE_TEMPLATE.get(install.version or "")
+        if template is None:
+            raise InputError(f"the generated code of {install.distribution} {install.version} was not read",
+                             hint="use --backend cxx (the library builds its own entries on a GPU)")
+        return cls.from_env(install.include_dir, nvcc.release, environ, template=template)
 
     @classmethod
     def from_env(cls, include_dir: str, nvcc_release: tuple[int, int], environ: dict[str, str] | None = None,

@@ -109,7 +109,7 @@ def best_config(kind: KernelType, m: int, n: int, k: int, num_groups: int, num_s
 
 
 class Sm90WaveHeuristic:
-    generation = "sglang-kernel-0.4"
+    generation = "sgl-kernel-waves"
 
     def breakpoints(self, kernel_type: KernelType, m_max: int) -> list[int]:
         """ceil(m / block_m) changes at multiples of 64 (128 for contiguous); the tie-break's block_m <= m at
