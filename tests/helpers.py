@@ -127,6 +127,29 @@ def bundled_deep_gemm_dir(version: str) -> str | None:
                        base=os.environ.get("DGP_SGL_DEEP_GEMM_DIRS") or VENV)
 
 
+def cold_entries_explained(release: str, rel: dict, ctx, planned) -> set[str]:
+    """Check a device record's cold entries: at each m where the runtime made entries, ``planned(kind, n, k, g, m)``
+    (the planned kernel there) has a computed name among them and its kernel.cu has the recorded sha256; every
+    entry made is such a name. Returns the entries made."""
+    from dgprecompile.kernels import KernelType
+
+    kinds = {"dense": KernelType.GEMM_NT_F8F8BF16, "masked": KernelType.GROUPED_GEMM_NT_F8F8BF16_MASKED,
+             "contig": KernelType.GROUPED_GEMM_NT_F8F8BF16_CONTIG}
+    made, matched = set(), set()
+    for name, slot in rel["keys"].items():
+        kind, n, k, g = name.split("/")
+        for m, entries in slot["new_entries"]:
+            spec = planned(kinds[kind], int(n), int(k), int(g), m)
+            expected = ctx.entry_name(spec)
+            assert expected in entries, (release, name, m, entries, expected)
+            assert hashlib.sha256(ctx.source(spec).encode()).hexdigest() == \
+                rel["entries"][expected]["kernel_cu_sha256"], (release, expected)
+            made.update(entries)
+            matched.add(expected)
+    assert made == matched, (release, sorted(made - matched))  # no entry the runtime made is unexplained
+    return made
+
+
 def needs_sgl_deep_gemm(version: str):
     return pytest.mark.skipif(sgl_deep_gemm_dir(version) is None,
                               reason=f"sgl-deep-gemm {version} not installed beside the venv (make setup)")
