@@ -55,7 +55,7 @@ def _key(name: str) -> tuple[KernelType, int, int, int]:
 
 
 def test_record_is_the_h200_sglang_kernel_042_sweep():
-    assert RELEASES == ["sk-0.4.2", "sk-0.4.2@run2"]
+    assert {"sk-0.4.2", "sk-0.4.2@run2"} <= set(RELEASES)  # later runs join as sk-0.4.2@runN
     assert RECORD["columns_sgl_kernel"] == ["m_first", "m_last", "block_m", "block_n", "multicast", "multicast_on_a",
                                             "stages", "swizzle_cd", "smem", "sms", "sms_launch"]
     for release in RELEASES:
