@@ -14,7 +14,8 @@ cp "$torch_dir/include/c10/core/TensorImpl.h" "$out/TensorImpl.h" 2>/dev/null
 cp "$torch_dir/include/c10/core/impl/SizesAndStrides.h" "$out/SizesAndStrides.h" 2>/dev/null
 for whl in "$@"; do
   name=$(basename "$whl" | cut -d- -f2)
-  tmp=$(mktemp -d); unzip -q -o "$whl" 'deep_gemm/_C.so' -d "$tmp" || continue
+  tmp=$(mktemp -d)  # no unzip on the device: Python's zipfile
+  python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract("deep_gemm/_C.so", sys.argv[2])' "$whl" "$tmp" || continue
   nm -D --undefined-only "$tmp/deep_gemm/_C.so" | awk '{print $NF}' | sort -u > "$tmp/undef.txt"
   grep -E '^_ZN?K?(St3__1)?[0-9]*(c10|at|torch)' "$tmp/undef.txt" > "$tmp/torch-undef.txt" || true
   comm -23 "$tmp/torch-undef.txt" /tmp/abi-defined.txt | c++filt > "$out/missing-$name.txt"
