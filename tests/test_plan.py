@@ -120,6 +120,7 @@ def test_moe_tp_splits_expert_width(runner):
     (["-m", "Qwen3-Coder-480B", "--tp", 8, "--ep", 3], "ep 3 must divide tp 8"),
     (["-m", "Qwen3-Coder-480B", "--tp", 8, "--ep", 8, "--sglang", "0.4.0"], "not supported"),
     (["-m", "Qwen3-Coder-480B", "--tp", 8, "--ep", 8, "--sglang", "banana"], "is not an sglang version"),
+    (["-m", "Qwen3-Coder-480B", "--tp", 8, "--ep", 8, "--sglang", "0.5.3.post1-0.5.11"], "not a profile id; the profiles"),
     (["-m", "Qwen3-Coder-480B", "--tp", 5], "tp 5 does not divide the 96 attention heads"),
     (["-m", "Qwen3-Coder-480B", "--tp", 12, "--ep", 12], "replicate"),
     (["-m", "Qwen3-Coder-480B", "--tp", 8, "--ep", 1], "not a multiple of the 128-wide FP8 weight block"),

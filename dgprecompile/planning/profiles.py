@@ -146,6 +146,9 @@ def resolve_profile(version: str | None) -> ProfileChoice:
     try:
         parsed = Version(version)
     except InvalidVersion:
+        if "-" in version:  # a profile id, maybe one from before a profile was split
+            raise InputError(f"{version!r} is not a profile id; the profiles are {', '.join(p.id for p in profiles)}",
+                             hint="pass one of those ids, or the exact sglang version (e.g. --sglang 0.5.9)") from None
         raise InputError(f"{version!r} is not an sglang version",
                          hint="pass e.g. --sglang 0.5.1 or --sglang 0.5.14") from None
     for p in profiles:
