@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -194,8 +195,6 @@ def test_verify_names_a_range_not_swept(swept):
 def test_verify_names_a_deleted_entry_and_warm_sweeps_that_range_again(swept):
     manifest, plan, store = swept
     record = store.read_index().sweeps[5]
-    import shutil
-
     shutil.rmtree(store.entries_dir / record["entries"][0])
     res = _verify(manifest, store)
     assert res.exit_code == 1
@@ -252,3 +251,102 @@ def test_warm_keys_only_plan_refuses_without_a_gpu(tmp_path):
                              "stderr": proc.stderr})
         assert_one_error(res, *words)
         assert not (tmp_path / "cache" / "cache").exists()
+
+
+# ---- the whole warm path on a CPU, with a stand-in for the GPU library ------------------------------------
+
+STANDIN_SITE = '''
+"""Stand-in (tests/test_sweep.py): the GPU and the C++-JIT DeepGEMM, for the sweep worker only. Each call
+"compiles" one entry per (key, block) the first time this process sees it, into the JIT root, as the real JIT
+does (its own root and memory): block = ceil(m / 64) above m = 64, else ceil(m / 16)."""
+import hashlib, os
+from pathlib import Path
+from dgprecompile.compile.backends import cxx
+
+class StandinCalls:
+    def __init__(self, root):
+        self.root, self.seen = Path(root) / "cache", set()
+        self.log = open(os.environ["SWEEP_STANDIN_LOG"], "a")
+
+    def _build(self, *config):
+        if config in self.seen:
+            return
+        self.seen.add(config)
+        name = "kernel.standin." + hashlib.md5(repr(config).encode()).hexdigest()
+        d = self.root / name
+        d.mkdir(parents=True)
+        (d / "kernel.cubin").write_bytes(Path(os.environ["SWEEP_STANDIN_CUBIN"]).read_bytes())
+        (d / "kernel.cu").write_text(repr(config) + "\\n")
+
+    def transpose_scales(self, groups, rows, k):
+        self._build("transpose", groups, k)
+
+    def caller(self, kind, n, k, g, m_top):
+        def call(m):
+            self.log.write(f"{kind} {n} {k} {g} {m}\\n")
+            self._build(kind, n, k, g, -(-m // 64) if m > 64 else -(-m // 16) - 10)
+        return call
+
+    def synchronize(self):
+        self.log.flush()
+
+cxx.SglangCalls.open = classmethod(lambda cls, job, root: StandinCalls(root))
+'''
+
+
+@pytest.fixture
+def standin_env(tmp_path, cubin):
+    site = tmp_path / "site"
+    pkg = site / "deep_gemm"
+    (pkg / "include" / "deep_gemm").mkdir(parents=True)
+    (pkg / "include" / "deep_gemm" / "common.hpp").write_text("#pragma once\n")
+    (pkg / "__init__.py").write_text("raise ImportError('stand-in: the sweep stand-in never imports deep_gemm')\n")
+    (site / "sitecustomize.py").write_text(STANDIN_SITE)
+    (tmp_path / "k.cubin").write_bytes(cubin)
+    return dict(os.environ, PYTHONPATH=f"{site}{os.pathsep}{ROOT}", CUDA_VISIBLE_DEVICES="0",
+                SWEEP_STANDIN_CUBIN=str(tmp_path / "k.cubin"), SWEEP_STANDIN_LOG=str(tmp_path / "calls.log"))
+
+
+def _cli(env, *args):
+    proc = subprocess.run([sys.executable, "-m", "dgprecompile", *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=600)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_sweep_warm_end_to_end_with_a_standin_library(tmp_path, standin_env):
+    small = [a if a != "4096" else "200" for a in PLAN]  # dense m 1..200, masked expected_m 1..80
+    cache = tmp_path / "cache"
+    rc, out, err = _cli(standin_env, "warm", *small, "--cache-dir", cache, "--jobs", "2", "--nvcc", NVCC, "--json")
+    assert rc == 0, err
+    warm = json.loads(out)
+    assert warm["backend"] == "sweep" and warm["failed"] == 0 and warm["compiled"] >= 4
+    calls = (tmp_path / "calls.log").read_text().split("\n")
+    plan = json.loads(_cli(standin_env, "plan", *small, "--format", "json")[1])
+    for s in plan["shapes"]:  # every m of every key was called, each once
+        mine = sorted(int(line.split()[4]) for line in calls
+                      if line.startswith(f"{s['kernel_type']} {s['n']} {s['k']} {s['num_groups']} "))
+        assert mine == list(range(s["m_min"], s["m_max"] + 1)), s["kernel_type"]
+    index = json.loads((cache / "dgprecompile" / "index.json").read_text())
+    assert {e for r in index["sweeps"] for e in r["entries"]} == set(index["extra"]) == \
+        set(os.listdir(cache / "cache"))
+    assert not os.listdir(cache / "dgprecompile" / "staging")  # nothing half-written left behind
+    rc, out, err = _cli(standin_env, "verify", *small, "--cache-dir", cache, "--json")
+    assert rc == 0 and json.loads(out)["coverage"] == "sweep", out + err
+    # idempotent: a second warm calls nothing and says so
+    (tmp_path / "calls.log").write_text("")
+    rc, out, err = _cli(standin_env, "warm", *small, "--cache-dir", cache, "--jobs", "2", "--nvcc", NVCC)
+    assert rc == 0 and (tmp_path / "calls.log").read_text() == "", err
+    assert "cached: dense n=1792 k=6144: m 1..200 swept" in err
+    # a deleted entry: verify names its key and range; warm sweeps that range again and only that
+    rec = next(r for r in index["sweeps"] if r["key"][0] == MASKED)
+    shutil.rmtree(cache / "cache" / rec["entries"][0])
+    rc, out, err = _cli(standin_env, "verify", *small, "--cache-dir", cache)
+    assert rc == 1 and "warm --backend sweep" in err
+    problems = json.loads(_cli(standin_env, "verify", *small, "--cache-dir", cache, "--json")[1])["problems"]
+    assert [p["entry"] for p in problems] == [rec["entries"][0]]
+    assert problems[0]["kernel"].startswith("masked n=") and " m " in problems[0]["kernel"]
+    rc, out, err = _cli(standin_env, "warm", *small, "--cache-dir", cache, "--jobs", "2", "--nvcc", NVCC)
+    assert rc == 0, err
+    again = {int(line.split()[4]) for line in (tmp_path / "calls.log").read_text().splitlines()}
+    assert again and min(again) >= rec["m"][0] and max(again) <= rec["m"][1]
+    assert _cli(standin_env, "verify", *small, "--cache-dir", cache)[0] == 0
