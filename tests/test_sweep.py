@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from helpers import NVCC, assert_one_error, needs_nvcc
+from helpers import NVCC, assert_one_error, needs_nvcc, run_in_fresh_python
 
 from dgprecompile.cache.store import CacheStore
 from dgprecompile.cache.sweeps import SweepRecord, coverage, subtract
@@ -176,6 +176,8 @@ def test_verify_complete_when_every_range_is_swept(swept):
     report = json.loads(res.stdout)
     assert report["complete"] and report["coverage"] == "sweep"
     assert report["kernels_total"] == len(plan.keys) == 4
+    proc, heavy = run_in_fresh_python(["verify", "--manifest", str(manifest), "--cache-dir", str(store.root)])
+    assert proc.returncode == 0 and heavy == [], proc.stderr  # no torch, no deep_gemm
 
 
 def test_verify_names_a_range_not_swept(swept):
@@ -350,3 +352,17 @@ def test_sweep_warm_end_to_end_with_a_standin_library(tmp_path, standin_env):
     again = {int(line.split()[4]) for line in (tmp_path / "calls.log").read_text().splitlines()}
     assert again and min(again) >= rec["m"][0] and max(again) <= rec["m"][1]
     assert _cli(standin_env, "verify", *small, "--cache-dir", cache)[0] == 0
+
+
+def test_pack_and_unpack_carry_the_sweep_records(swept, tmp_path):
+    manifest, plan, store = swept
+    archive = tmp_path / "swept.tar.gz"
+    res = run("pack", "--manifest", manifest, "--cache-dir", store.root, "-o", archive)
+    assert res.exit_code == 0, res.output
+    other = tmp_path / "other"
+    # --force: this machine's DeepGEMM is another generation, so the artifact's fingerprint cannot be checked here
+    res = run("unpack", archive, "--cache-dir", other, "--force")
+    assert res.exit_code == 0, res.output
+    assert json.loads((other / "dgprecompile" / "index.json").read_text())["sweeps"] == store.read_index().sweeps
+    res = _verify(manifest, CacheStore(other))
+    assert res.exit_code == 0 and json.loads(res.stdout)["coverage"] == "sweep", res.output
