@@ -74,7 +74,8 @@ print(f"warm1: {w1.get('compiled')} chunks swept, {w1.get('failed')} failed, {w1
       f"{len(idx.get('extra', {}))} entries, {len(idx.get('sweeps', []))} sweep records")
 print(f"verify1: complete={v1.get('complete')} coverage={v1.get('coverage')} {v1.get('verdict')}")
 print(f"warm2: {w2.get('compiled')} swept, {w2.get('already_cached')} cached, {w2.get('wall_seconds')} s")
-print(f"recall (fresh process, every planned m): {calls} calls, {new} new entries, problems {errors[:3]}")
+print(f"recall (fresh process, every planned m): {calls} calls, {new} new entries, problems {errors[:3]}"
+      + (f", {rc['error']}" if "error" in rc else "") + (f", import: {rc['import_error'][:300]}" if "import_error" in rc else ""))
 print(f"verify2 after deleting {victim}: complete={v2.get('complete')} problems="
       f"{[(p['kernel'], p['detail']) for p in v2.get('problems', [])]}")
 print("failures:", json.dumps(w1.get("failures", {}))[:1500])
