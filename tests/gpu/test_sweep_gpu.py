@@ -1,6 +1,7 @@
 """Device proof of `warm --backend sweep` (GPU machine only; skipped elsewhere): runs tests/gpu/sweep_proof.sh
 with sglang-kernel 0.4.2's deep_gemm (.whl-gen/sglang_kernel-0.4.2-deep_gemm.tgz, or $DGP_SWEEP_TGZ) and checks
-what it proves: warm sweeps every chunk, verify is complete by sweep records, a second warm sweeps nothing, a
+what it proves: warm sweeps every chunk, verify is complete by sweep records (and the modelled plan's computed
+entries are all among those the library built), a second warm sweeps nothing, a
 fresh process calling every planned m creates 0 new entries, and a deleted entry is named by key and m range."""
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ def test_sweep_warm_leaves_nothing_to_compile(tmp_path):
     warm1, warm2, verify1, verify2, recall = (load(n) for n in ("warm1", "warm2", "verify1", "verify2", "recall"))
     assert warm1["failed"] == 0 and warm1["compiled"] > 0
     assert verify1["complete"] and verify1["coverage"] == "sweep"
+    # the modelled plan on the swept cache: every entry the model predicts was built by the library itself
+    assert load("verify1m")["complete"], load("verify1m")["verdict"]
     assert warm2["compiled"] == 0 and warm2["already_cached"] == verify1["kernels_total"]
     assert sum(k["calls"] for k in recall["keys"]) > 0
     assert not [k for k in recall["keys"] if k["errors"] or k["truncated_at"]]
