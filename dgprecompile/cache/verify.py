@@ -223,8 +223,10 @@ def verify_cache(plan: Plan, store: CacheStore, *, nvcc: str | None = None,
     if names is None and plan.profile.deepgemm.key_class is not None:
         warnings.append("falling back to index-only checks: coverage is as recorded, not proved")
     checks: list[KernelCheck] = []
-    # keys only (or no computable names, with sweep records): the library chose; the sweep records must cover it
-    by_sweep = not plan.heuristic or (names is None and bool(index.sweeps))
+    # keys only, or a plan swept with --backend sweep whose names cannot be computed here (its kernels are not in
+    # the index, sweep records are): the library chose, so the sweep records must cover every key's m range
+    by_sweep = not plan.heuristic or (names is None and bool(index.sweeps)
+                                      and any(kid not in index.kernels for kid in plan.kernels))
     if by_sweep:
         checks += _check_sweeps(plan, store, index, arch)
     for kid in sorted(plan.kernels) if not by_sweep else ():
