@@ -12,15 +12,16 @@
 # the same keys, keys only, which is what warm and verify see for a keys-only profile. Then, as a cross-check, the
 # modelled plan is verified on the swept cache: every entry the model predicts must be among those the library
 # built itself (verify1m).
-# usage: bash tests/gpu/sweep_proof.sh [JOBS]      results in $OUT (default out/sweep-proof)
+# usage: bash tests/gpu/sweep_proof.sh [JOBS]      results in $OUT (default out/sweep-proof): SUMMARY.txt,
+# machine.txt and results.tar.gz (every file; the device returns few files), or every file itself with KEEP_FILES=1
 set -uo pipefail
 jobs=${1:-16}
 root=$PWD
-out=${OUT:-$root/out/sweep-proof}
-mkdir -p "$out"
+ret=${OUT:-$root/out/sweep-proof}
+out=/tmp/dgsweep-proof/out
 site=/tmp/dgsweep-proof/site
 cache=/tmp/dgsweep-proof/cache
-rm -rf /tmp/dgsweep-proof && mkdir -p "$site"
+rm -rf /tmp/dgsweep-proof && mkdir -p "$site" "$out" "$ret"
 export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1 PYTHONPATH="$site:$root"
 t0=$(date +%s)
 tar xzf "${TGZ:-.whl-gen/sglang_kernel-0.4.2-deep_gemm.tgz}" -C "$site" || { echo "cannot unpack the tarball"; exit 3; }
@@ -96,4 +97,9 @@ print(f"verify2 after deleting {victim}: complete={v2.get('complete')} problems=
       f"{[(p['kernel'], p['detail']) for p in v2.get('problems', [])]}")
 print("failures:", json.dumps(w1.get("failures", {}))[:1500])
 PY
-echo "elapsed $(( $(date +%s) - t0 )) s"
+echo "elapsed $(( $(date +%s) - t0 )) s" | tee -a "$out/SUMMARY.txt"
+if [ "${KEEP_FILES:-0}" = 1 ]; then
+  cp "$out"/* "$ret/"
+else
+  tar czf "$ret/results.tar.gz" -C "$out" . && cp "$out/SUMMARY.txt" "$out/machine.txt" "$ret/"
+fi

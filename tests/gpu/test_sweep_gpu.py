@@ -29,7 +29,7 @@ def _has_gpu() -> bool:
 
 @pytest.mark.skipif(not _has_gpu() or not TGZ.is_file(), reason="needs a GPU and sglang-kernel 0.4.2's deep_gemm")
 def test_sweep_warm_leaves_nothing_to_compile(tmp_path):
-    env = dict(os.environ, OUT=str(tmp_path), TGZ=str(TGZ))
+    env = dict(os.environ, OUT=str(tmp_path), TGZ=str(TGZ), KEEP_FILES="1")
     subprocess.run(["bash", str(REPO / "tests" / "gpu" / "sweep_proof.sh")], cwd=REPO, env=env, check=True,
                    timeout=900)
     load = lambda name: json.loads((tmp_path / f"{name}.json").read_text())  # noqa: E731
