@@ -24,7 +24,7 @@ from typing import Any
 from dgprecompile.errors import EnvironmentProblem, InputError
 
 # compile backends: what each needs and does (the worker side lives in dgprecompile.compile.backends)
-BACKEND_NEEDS_GPU = {"legacy": False, "nvcc": False, "cxx": True}
+BACKEND_NEEDS_GPU = {"legacy": False, "nvcc": False, "cxx": True, "sweep": True}
 
 
 def _load(target: str) -> Any:
@@ -141,7 +141,7 @@ GENERATIONS: dict[str, Generation] = {g.id: g for g in (
     ),
     Generation(
         id="sgl-kernel-cxx", label="C++-JIT DeepGEMM bundled in sgl-kernel 0.3.7-0.3.9.post2 and 0.3.20-0.3.21",
-        heuristic_class=None, key_class=None, key_versions=None, backends=("cxx",),
+        heuristic_class=None, key_class=None, key_versions=None, backends=("cxx", "sweep"),
         fingerprint_fields=_KEYS_01, entry_files=("kernel.cu", "kernel.cubin"), strict_by="nvcc-standin",
     ),
     Generation(
@@ -152,7 +152,7 @@ GENERATIONS: dict[str, Generation] = {g.id: g for g in (
         key_class="dgprecompile.keys.sglang_kernel:SkKeyContext", key_versions=SK_KEY_VERSIONS,
         # names and kernel.cu equal every entry its runtime made on an H200 (tests/test_sk_generation.py)
         keys_proven_versions=("0.4.2",),
-        backends=("nvcc", "cxx"),
+        backends=("nvcc", "cxx", "sweep"),
         # the include path (-I<install>/include) and the header bytes are in the key; the version is not
         fingerprint_fields=("deepgemm.generation", "deepgemm.headers_sha256", "deepgemm.package_dir", "nvcc.release",
                             "env", "num_sms"),
@@ -171,7 +171,7 @@ GENERATIONS: dict[str, Generation] = {g.id: g for g in (
         key_versions=SDG_01_KEY_VERSIONS,
         # names and kernel.cu equal entries the runtime made on an H200 (tests/test_generation_records.py)
         keys_proven_versions=("0.1.3", "0.1.4.post1", "0.1.5.post1"),
-        backends=("nvcc", "cxx"),
+        backends=("nvcc", "cxx", "sweep"),
         # the include path (-I<install>/include) is part of the 0.1.x key: the install location must match
         fingerprint_fields=_KEYS_01[:3] + ("deepgemm.package_dir",) + _KEYS_01[3:],
         entry_files=("kernel.cu", "kernel.cubin"), strict_by="nvcc-standin",
@@ -188,7 +188,7 @@ GENERATIONS: dict[str, Generation] = {g.id: g for g in (
         # DeepJIT's key is computable (keys/deepjit.py): source + headers, nvcc --version text, flags, CUTLASS
         key_class="dgprecompile.keys.deepjit:DeepJitKeyContext", key_versions=SDG_02_KEY_VERSIONS,
         keys_proven_versions=(),  # no 0.2.x call could run on the device (torch 2.11): names read, not observed
-        backends=("nvcc", "cxx"),
+        backends=("nvcc", "cxx", "sweep"),
         fingerprint_fields=("deepgemm.generation", "deepgemm.version", "deepgemm.headers_sha256",
                             "nvcc.version_sha256", "env", "num_sms"),
         entry_files=("kernel.cu", "kernel.cubin", ".committed"), strict_by="nvcc-standin",

@@ -47,8 +47,8 @@ def test_every_release_the_generations_claim_has_a_template():
     assert all(cxx_templates.template_for(v).id.startswith("0.2") for v in SDG_02_KEY_VERSIONS)
     assert cxx_templates.template_for("0.1.8rc0") is None
     assert not get_generation("sgl-deep-gemm-0.2").computes_keys("0.2.4rc0")
-    assert get_generation("sgl-deep-gemm-0.2").usable_backends("0.2.4rc0") == ["cxx"]
-    assert get_generation("sgl-deep-gemm-0.2").usable_backends("0.2.0") == ["nvcc", "cxx"]
+    assert get_generation("sgl-deep-gemm-0.2").usable_backends("0.2.4rc0") == ["cxx", "sweep"]
+    assert get_generation("sgl-deep-gemm-0.2").usable_backends("0.2.0") == ["nvcc", "cxx", "sweep"]
 
 
 def test_templates_fill_every_slot_and_differ_where_the_releases_differ():

@@ -240,5 +240,5 @@ def test_every_release_the_generation_claims_has_a_template():
 
     assert set(SK_KEY_VERSIONS) == set(cxx_templates.SK_RELEASE_TEMPLATE)
     gen = get_generation("sgl-kernel-waves")
-    assert gen.usable_backends("0.4.2") == ["nvcc", "cxx"] and gen.usable_backends("0.4.3") == ["cxx"]
+    assert gen.usable_backends("0.4.2") == ["nvcc", "cxx", "sweep"] and gen.usable_backends("0.4.3") == ["cxx", "sweep"]
     assert not get_generation("sgl-kernel-cxx").models_kernels

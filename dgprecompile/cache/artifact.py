@@ -120,7 +120,7 @@ def pack_cache(plan: Plan, store: CacheStore, output: str, *, allow_missing: boo
                           hint="run `dgprecompile warm` with the same plan first, or pass --allow-missing")
     # the index does not say which planned kernel an extra entry belongs to, so every intact one travels
     extra = {name: rec for name, rec in sorted(index.extra.items()) if store.check_entry(rec, arch) is None}
-    packed = Index(index.fingerprint, kernels, extra, [plan.summary()])
+    packed = Index(index.fingerprint, kernels, extra, [plan.summary()], list(index.sweeps))  # + swept m ranges
     entries = sorted({r.member_dir: r for r in [*kernels.values(), *extra.values()]}.values(),
                      key=lambda r: r.member_dir)
 
@@ -472,6 +472,9 @@ def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool =
         for plan in art.index.plans:
             if plan not in index.plans:
                 index.plans.append(plan)
+        for sweep in art.index.sweeps:  # verify checks each record's entries on disk (cache/sweeps.py)
+            if sweep not in index.sweeps:
+                index.sweeps.append(sweep)
         return added
 
     probe = Index.from_dict(existing.to_dict(), "index")

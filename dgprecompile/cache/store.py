@@ -79,12 +79,14 @@ class Index:
     kernels: dict[str, EntryRecord] = field(default_factory=dict)  # kernel id -> entry
     extra: dict[str, EntryRecord] = field(default_factory=dict)  # entries the JIT made beside the planned kernels
     plans: list[dict[str, Any]] = field(default_factory=list)
+    # m ranges `warm --backend sweep` covered per key, and the entries they made (cache/sweeps.py)
+    sweeps: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": INDEX_SCHEMA, "fingerprint": self.fingerprint,
                 "kernels": {k: v.to_dict() for k, v in sorted(self.kernels.items())},
                 "extra": {k: v.to_dict() for k, v in sorted(self.extra.items())},
-                "plans": self.plans}
+                "plans": self.plans, **({"sweeps": self.sweeps} if self.sweeps else {})}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str) -> Index:
@@ -93,7 +95,7 @@ class Index:
         return cls(dict(d.get("fingerprint", {})),
                    {k: EntryRecord.from_dict(v) for k, v in d.get("kernels", {}).items()},
                    {k: EntryRecord.from_dict(v) for k, v in d.get("extra", {}).items()},
-                   list(d.get("plans", [])))
+                   list(d.get("plans", [])), list(d.get("sweeps", [])))
 
 
 def resolve_cache_dir(source, explicit: str | Path | None = None, environ: dict[str, str] | None = None) -> Path:

@@ -92,7 +92,7 @@ class VerifyReport:
     recorded_fingerprint: dict[str, Any]
     current_fingerprint: dict[str, Any] | None
     stale: list[tuple[str, Any, Any]]
-    coverage: str  # "proved" (legacy keys computed here) or "index" (trusting the index's entry names)
+    coverage: str  # "proved" (keys computed here), "index" (the index's entry names), "sweep" (m ranges swept)
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -128,6 +128,9 @@ class VerifyReport:
         if self.complete:
             return None
         where = f"--cache-dir {self.cache_dir}"
+        if self.coverage == "sweep" and not self.stale:
+            return (f"run `dgprecompile warm --backend sweep` on a GPU machine with the same plan and {where}: it "
+                    "sweeps only the m ranges not covered")
         if self.stale:
             return (f"warm again here (`dgprecompile warm ... {where}`), or run where the recorded DeepGEMM/nvcc "
                     "sit at the recorded paths")
@@ -136,10 +139,12 @@ class VerifyReport:
     def verdict(self) -> str:
         n = len(self.kernels)
         ok = n - len(self.problems)
-        how = "coverage proved from the runtime's keys" if self.coverage == "proved" else "checked against the index"
+        how = {"proved": "coverage proved from the runtime's keys", "sweep": "every key's m range covered by "
+               "sweep records"}.get(self.coverage, "checked against the index")
+        unit = "keys / m ranges" if self.coverage == "sweep" else "kernels"
         fp = ("fingerprint matches" if self.fingerprint_checked else "fingerprint not checked")
         if self.complete:
-            return f"complete: {ok}/{n} kernels present and intact, {fp} ({how})"
+            return f"complete: {ok}/{n} {unit} present and intact, {fp} ({how})"
         parts = []
         if self.missing:
             parts.append(f"{len(self.missing)} missing")
@@ -149,7 +154,7 @@ class VerifyReport:
             parts.append(f"{len(self.invalid)} not loadable (empty, cut short or another architecture)")
         if self.stale:
             parts.append("fingerprint differs in " + ", ".join(f for f, _, _ in self.stale))
-        return f"incomplete: {ok}/{n} kernels ok; " + "; ".join(parts) + f" ({how})"
+        return f"incomplete: {ok}/{n} {unit} ok; " + "; ".join(parts) + f" ({how})"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -218,7 +223,13 @@ def verify_cache(plan: Plan, store: CacheStore, *, nvcc: str | None = None,
     if names is None and plan.profile.deepgemm.key_class is not None:
         warnings.append("falling back to index-only checks: coverage is as recorded, not proved")
     checks: list[KernelCheck] = []
-    for kid in sorted(plan.kernels):
+    # keys only, or a plan swept with --backend sweep whose names cannot be computed here (its kernels are not in
+    # the index, sweep records are): the library chose, so the sweep records must cover every key's m range
+    by_sweep = not plan.heuristic or (names is None and bool(index.sweeps)
+                                      and any(kid not in index.kernels for kid in plan.kernels))
+    if by_sweep:
+        checks += _check_sweeps(plan, store, index, arch)
+    for kid in sorted(plan.kernels) if not by_sweep else ():
         record = index.kernels.get(kid)
         expected = names.get(kid) if names else None
         if expected is not None:
@@ -235,6 +246,8 @@ def verify_cache(plan: Plan, store: CacheStore, *, nvcc: str | None = None,
                 checks.append(KernelCheck(kid, _status(problem), record.entry, problem))
     checks += _check_jit(plan, store, index, jit_names)
     coverage = "proved" if names is not None and (not plan.jit_modules or jit_names is not None) else "index"
+    if by_sweep:
+        coverage = "sweep"
     return VerifyReport(plan, str(store.root), generation, checks, index.fingerprint, env.fingerprint, stale,
                         coverage, warnings)
 
@@ -295,6 +308,30 @@ def _check_jit(plan: Plan, store: CacheStore, index: Index, jit_names) -> list[K
         else:
             out.append(KernelCheck(mid, MISSING if problem == "missing" else CHANGED, record.entry,
                                    "indexed entry is not in the cache" if problem == "missing" else problem))
+    return out
+
+
+def _check_sweeps(plan: Plan, store: CacheStore, index: Index, arch: str) -> list[KernelCheck]:
+    """Each planned key: OK when sweep records of the cache's fingerprint cover its whole m range with every
+    entry they name present, whole and valid; else one check per m range not covered, naming the first bad
+    entry of a record over it (or "not swept")."""
+    from dgprecompile.cache.sweeps import coverage
+    from dgprecompile.compile.sweep import key_label
+
+    fingerprint = short_id(index.fingerprint) if index.fingerprint else ""
+    keys = [(pk.key.ident, pk.key.m_min, pk.key.m_max) for pk in plan.keys]
+    out = []
+    for cov in coverage(store, index, keys, fingerprint, arch):
+        label = key_label(cov.key)
+        if not cov.missing:
+            out.append(KernelCheck(label, OK, None, f"m {cov.m_min}..{cov.m_max} swept, {len(cov.entries)} entries"))
+        for lo, hi in cov.missing:
+            bad = next(((e, p) for (r_lo, r_hi), e, p in cov.broken if r_lo <= hi and r_hi >= lo), None)
+            if bad is None:
+                out.append(KernelCheck(f"{label} m {lo}..{hi}", MISSING, None, "not swept"))
+            else:
+                status = MISSING if bad[1] in ("missing", "not in the index") else _status(bad[1])
+                out.append(KernelCheck(f"{label} m {lo}..{hi}", status, bad[0], f"entry {bad[0]}: {bad[1]}"))
     return out
 
 

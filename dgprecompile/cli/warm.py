@@ -24,10 +24,12 @@ def _parse_gpus(text: str | None) -> list[int] | None:
 @click.command("warm")
 @plan_options
 @cache_dir_option
-@click.option("--backend", type=click.Choice(["auto", "legacy", "cxx", "nvcc"]), default="auto",
+@click.option("--backend", type=click.Choice(["auto", "legacy", "cxx", "nvcc", "sweep"]), default="auto",
               help="legacy: the Python JIT's own build (no GPU); cxx: launch each kernel once on a GPU so the C++ "
-                   "JIT compiles it; nvcc: build sgl-deep-gemm 0.1.0-0.2.5 entries with nvcc directly (no GPU). "
-                   "Default: legacy, nvcc or cxx by the installed DeepGEMM.")
+                   "JIT compiles it; nvcc: build sgl-deep-gemm 0.1.0-0.2.5 entries with nvcc directly (no GPU); "
+                   "sweep: call the C++-JIT DeepGEMM on a GPU for every sampled m of each key and keep what it "
+                   "builds (docs/sweep.md). Default: legacy, nvcc or cxx by the installed DeepGEMM; sweep for "
+                   "keys-only plans.")
 @click.option("--jobs", "-j", type=int, default=None,
               help="Worker processes (default: CPU cores, capped by the number of kernels).")
 @click.option("--gpus", default=None, metavar="0,1,..", help="C++ JIT: GPUs to spread workers over (default all).")
@@ -61,7 +63,8 @@ def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc
         plan = resolve_plan(plan_request, manifest)
     setup = prepare_warm(plan, WarmOptions(cache_dir=cache_dir, backend=backend, jobs=jobs, gpus=_parse_gpus(gpus),
                                            nvcc=nvcc, sglang_jit=sglang_jit))
-    out.info(f"plan: {plan.model} tp={plan.tp} ep={plan.ep} sglang {plan.profile.id}: {len(setup.items)} kernels"
+    unit = "sweep chunks" if setup.backend == "sweep" else "kernels"
+    out.info(f"plan: {plan.model} tp={plan.tp} ep={plan.ep} sglang {plan.profile.id}: {len(setup.items)} {unit}"
              + (f" + {len(setup.jit_items)} SGLang JIT modules" if setup.jit_items else "")
              + (f" (rank {setup.rank} of {setup.world})" if setup.world > 1 else ""))
     if setup.jit_items:
@@ -76,6 +79,8 @@ def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc
              f"= at most {setup.task_budget} tasks; no thread pools")
     for note in setup.notes:
         out.warn(note)
+    for label in setup.swept:
+        out.info(f"cached: {label}")
     for field, was, now in setup.stale:
         out.warn(f"cache index was built for {field}={was!r}, now {now!r}: its entries will not be found; "
                  "re-indexing for this environment")

@@ -27,7 +27,7 @@ from dgprecompile.compile.backends import WorkItem, backend_for
 from dgprecompile.errors import EXIT_COMPILE_FAILED, EXIT_ENVIRONMENT, EXIT_OK, EnvironmentProblem, InputError
 from dgprecompile.fsutil import free_bytes, human_bytes, mount_point
 from dgprecompile.generations import BACKEND_NEEDS_GPU
-from dgprecompile.keys.fingerprint import differences, make_fingerprint
+from dgprecompile.keys.fingerprint import differences, make_fingerprint, short_id
 from dgprecompile.planning.plan import Plan
 from dgprecompile.toolchain import find_deepgemm, find_nvcc
 
@@ -69,6 +69,7 @@ class WarmSetup:
     jit_items: list[WorkItem] = field(default_factory=list)  # SGLang's own JIT modules (sglang-jit workers)
     jit_job: dict[str, Any] = field(default_factory=dict)
     jit_skipped: dict[str, str] = field(default_factory=dict)  # module id -> why it is not built here
+    swept: list[str] = field(default_factory=list)  # sweep backend: key ranges already covered (cached)
 
     @property
     def task_budget(self) -> int:
@@ -139,11 +140,20 @@ def _estimated_cost(item: WorkItem) -> float:
 
 
 def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
-    if not plan.heuristic:
-        raise InputError(f"the plan for sglang {plan.profile.id} lists keys only: dgprecompile does not model the "
-                         f"kernel choice of its DeepGEMM ({plan.profile.generation}), so it cannot warm it")
+    requested = opts.backend
+    if not plan.heuristic:  # keys only: the library itself has to choose, for every m (the sweep backend)
+        if "sweep" not in plan.profile.deepgemm.backends:
+            raise InputError(f"the plan for sglang {plan.profile.id} lists keys only and its DeepGEMM "
+                             f"({plan.profile.generation}) has no sweep backend",
+                             hint="plan with an --sglang version whose DeepGEMM is modelled")
+        if requested not in (None, "auto", "sweep"):
+            raise InputError(f"the plan for sglang {plan.profile.id} lists keys only (the kernel choice of its "
+                             f"DeepGEMM is not modelled), so --backend {requested} has no kernels to build",
+                             hint="use --backend sweep (or auto) on a GPU machine: DeepGEMM itself chooses for "
+                                  "every m of each key")
+        requested = "sweep"
     install = find_deepgemm()
-    backend = backend_for(opts.backend, install, plan.profile.generation)
+    backend = backend_for(requested, install, plan.profile.generation)
     assert install is not None
     nvcc = find_nvcc(opts.nvcc)
     if nvcc.release < (12, 3):
@@ -156,7 +166,7 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
 
     reps = plan.representatives()
     items = []
-    for kernel_id, spec in plan.kernels.items():
+    for kernel_id, spec in plan.kernels.items() if backend != "sweep" else ():
         key, m = reps[kernel_id]
         items.append(WorkItem(kernel_id, spec.family, dict(spec.params), key.kernel_type.value, key.n, key.k,
                               key.num_groups, m))
@@ -194,13 +204,38 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
     if jit_fp is not None:
         fingerprint["sglang_jit"] = jit_fp
         stale = differences(recorded, fingerprint) if recorded else []
+    swept: list[str] = []
+    if backend == "sweep":
+        items, swept = _sweep_items(plan, store, fingerprint, jobs, rank, world)
+        job_common["fingerprint_id"] = short_id(fingerprint)
+        notes.append(f"sweep: DeepGEMM chooses its own kernels; {len(items)} chunks of the keys' m ranges still to "
+                     "call (every m up to 16,384, then 64q+1, 64q+32, 64q+64; masked: every expected_m)")
     jobs = max(1, min(jobs, max(len(items), len(jit_items)))) if (items or jit_items) else 1
-    items.sort(key=_estimated_cost, reverse=True)
+    if backend != "sweep":  # sweep chunks come largest first already; their entries are not known in advance
+        items.sort(key=_estimated_cost, reverse=True)
     store.require_writable("write to")
-    _check_space(store, plan, items, [] if stale else None)
+    if backend != "sweep":
+        _check_space(store, plan, items, [] if stale else None)
     return WarmSetup(plan, backend, store, fingerprint, stale, items, jobs,
                      [gpus[i % len(gpus)] for i in range(jobs)], job_common, rank, world, notes,
-                     jit_items, jit_job, jit_skipped)
+                     jit_items, jit_job, jit_skipped, swept)
+
+
+def _sweep_items(plan: Plan, store: CacheStore, fingerprint: dict[str, Any], jobs: int, rank: int,
+                 world: int) -> tuple[list[WorkItem], list[str]]:
+    """Chunks of every key's m range not yet covered by a sweep record of this fingerprint (with its entries
+    whole), cut for ``jobs`` workers; and a label per key or range already covered ("cached")."""
+    from dgprecompile.cache.sweeps import coverage
+    from dgprecompile.compile.sweep import key_label, plan_chunks
+
+    keys = [(pk.key.ident, pk.key.m_min, pk.key.m_max) for pk in plan.keys]
+    if world > 1:  # under torchrun: each rank sweeps a disjoint share of the keys
+        keys = keys[rank::world]
+    covered = coverage(store, store.read_index(), keys, short_id(fingerprint), plan.profile.sm_arch)
+    todo = {c.key: c.missing for c in covered if c.missing}
+    cached = [f"{key_label(c.key)}: m {lo}..{hi} swept" for c in covered for lo, hi in c.covered]
+    chunks = plan_chunks(todo, jobs)
+    return [WorkItem(**c.to_work_item()) for c in chunks], cached
 
 
 def _check_space(store: CacheStore, plan: Plan, items: list[WorkItem], index_kernels=None) -> None:
@@ -273,6 +308,7 @@ def _record_plan(setup: WarmSetup) -> None:
         if setup.stale:
             index.kernels.clear()  # those records describe entries filed under other keys
             index.extra.clear()
+            index.sweeps.clear()
         index.fingerprint = setup.fingerprint
         entry = plan.summary()
         if entry not in index.plans:
@@ -291,7 +327,7 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
     _record_plan(setup)
     result = WarmResult(workers=setup.workers, cache_dir=str(store.root), backend=setup.backend,
                         kernels=len(setup.items), jit_modules=len(setup.jit_items),
-                        skipped=dict(setup.jit_skipped))
+                        skipped=dict(setup.jit_skipped), cached=list(setup.swept))
     start = time.perf_counter()
     common = {"arch": setup.plan.profile.sm_arch, "bytes_per_entry": setup.plan.profile.bytes_per_entry}
     try:

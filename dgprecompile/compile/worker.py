@@ -139,7 +139,8 @@ def serve(job: dict) -> int:
                     for extra in records[1:]:
                         index.extra[extra.entry] = extra
 
-                store.update_index(mutate)
+                own = getattr(backend, "index_mutation", None)  # the sweep backend records m ranges instead
+                store.update_index(own(item, records) if own else mutate)
             except (DGError, Exception) as exc:  # report it with the kernel's name, go on with the rest
                 failures += 1
                 text = exc.message if isinstance(exc, DGError) else f"{type(exc).__name__}: {exc}"

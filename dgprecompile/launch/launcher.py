@@ -247,6 +247,8 @@ def warm_command(plan: Plan, cache_dir: str, manifest: str | None = None, model_
                  "--max-tokens", str(plan.max_tokens), "--num-sms", str(plan.num_sms)]
     if server and not manifest and not getattr(plan, "sweep_m_max", 0):
         parts.append("--no-sglang-precompile")  # what launch needs: it turns SGLang's own precompile off
+    if not plan.heuristic:  # keys only: DeepGEMM itself chooses, on a GPU, for every m of each key
+        parts += ["--backend", "sweep"]
     parts += ["--cache-dir", cache_dir]
     return shlex.join(parts)
 
@@ -403,8 +405,10 @@ def _preflight_failure(plan: Plan, report: VerifyReport) -> str:
     if more > 0:
         lines.append(f"  ... and {more} more")
     lines += [f"  fingerprint: {f} was {was!r} when warmed, is {now!r} here" for f, was, now in report.stale]
+    what = (f"{len(plan.keys)} keys' m ranges" if report.coverage == "sweep"
+            else f"{len(plan.kernels) + len(plan.jit_modules)} kernels")
     summary = (f"the cache {report.cache_dir} does not cover the plan ({len(report.missing)} of "
-               f"{len(plan.kernels) + len(plan.jit_modules)} kernels missing, {len(report.changed)} changed"
+               f"{what} missing, {len(report.changed)} changed"
                + (", fingerprint differs" if report.stale else "") + f"; {report.verdict()})")
     return summary + ("\n" + "\n".join(lines) if lines else "")
 
@@ -415,9 +419,6 @@ def prepare_launch(opts: LaunchOptions) -> PreparedLaunch:
     plan = opts.plan
     if not opts.command:
         raise InputError("no command to launch", hint="dgprecompile launch --manifest plan.yaml -- torchrun ...")
-    if not plan.heuristic:
-        raise InputError(f"the plan for sglang {plan.profile.id} lists keys only (its kernel choice is not "
-                         "modelled), so its cache cannot be checked")
     store = CacheStore(resolve_cache_dir(plan, opts.cache_dir))
     hint = warm_command(plan, str(store.root), opts.manifest, opts.model_arg)
     report = verify_cache(plan, store)

@@ -322,7 +322,7 @@ def _build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: in
     if not profile.deepgemm.models_kernels:
         notes = shapes.notes + [f"the kernel choice of the {profile.generation} DeepGEMM "
                                 f"({profile.deepgemm_distribution} {profile.deepgemm_version}) is not modelled: "
-                                "keys only, no m-buckets; warm cannot compile this plan"] + proof
+                                "keys only, no m-buckets; `warm --backend sweep` on a GPU lets it choose for every m"] + proof
         return Plan(model=model.name, model_source=model.source, model_type=model.config.get("model_type", ""),
                     tp=par.tp, ep=par.ep, moe_runner_backend=par.moe_runner_backend, max_tokens=par.max_tokens,
                     profile=profile, profile_reason=profile_reason, num_sms=num_sms, gpu=gpu,

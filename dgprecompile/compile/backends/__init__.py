@@ -75,6 +75,10 @@ def load_worker_backend(name: str, job: dict[str, Any]) -> WorkerBackend:
         from dgprecompile.compile.backends.cxx import CxxWorker
 
         return CxxWorker(job)
+    if name == "sweep":
+        from dgprecompile.compile.backends.sweep import SweepWorker
+
+        return SweepWorker(job)
     if name == "nvcc":
         from dgprecompile.compile.backends.nvcc01 import NvccCxxWorker
 

@@ -22,6 +22,19 @@ class StagingWorker:
     def close(self) -> None:
         shutil.rmtree(self.staging, ignore_errors=True)
 
+    def install_staged(self, paths: list[Path], required: tuple[str, ...] = ()) -> list[bool]:
+        """Move entries a JIT wrote into its staging root into the real cache, each whole and checked (the
+        store's entry check): True where it was installed, False where an identical one was already there
+        (adopted). A bad entry already there (a full disk's leftovers) is swapped for the new one."""
+        installed = []
+        for path in paths:
+            if self.store.entry_problem(path.name, self.arch, required) not in (None, "missing"):
+                self.store.replace_entry(path, self.arch, required)
+                installed.append(True)
+            else:
+                installed.append(self.store.install_entry(path, self.arch, required))
+        return installed
+
 
 class KeyedWorker(StagingWorker):
     """A backend that knows each kernel's entry name before building it."""

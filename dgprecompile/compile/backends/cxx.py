@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from dgprecompile.compile.backends import WorkItem
@@ -23,12 +24,20 @@ from dgprecompile.errors import CompileFailed, EnvironmentProblem
 from dgprecompile.kernels import ceil_div
 
 
-class CxxWorker(StagingWorker):
-    def __init__(self, job: dict[str, Any]):
-        super().__init__(job)
-        self.stage_cache = self.staging / "cache"
-        self.stage_cache.mkdir()
-        os.environ["DG_JIT_CACHE_DIR"] = str(self.staging)
+class SglangCalls:
+    """The installed C++-JIT DeepGEMM on this worker's GPU, called the way SGLang's Hopper path calls it.
+
+    Shared by the cxx backend (one call per planned kernel) and the sweep backend (every sampled m of a key):
+    ``open`` points the JIT at a private root, imports torch and deep_gemm and checks the SM count; ``caller``
+    allocates one key's dummy buffers for the largest m and returns a function that makes the call for one m.
+    """
+
+    def __init__(self, torch, dg, device):
+        self.torch, self.dg, self.device = torch, dg, device
+
+    @classmethod
+    def open(cls, job: dict[str, Any], jit_root) -> SglangCalls:
+        os.environ["DG_JIT_CACHE_DIR"] = str(jit_root)
         if job.get("nvcc"):
             os.environ["DG_JIT_NVCC_COMPILER"] = job["nvcc"]
         try:
@@ -38,7 +47,6 @@ class CxxWorker(StagingWorker):
             raise EnvironmentProblem(f"cannot import the C++-JIT DeepGEMM: {exc}") from None
         if not torch.cuda.is_available():
             raise EnvironmentProblem("no CUDA device is visible to this worker")
-        self.torch, self.dg = torch, deep_gemm
         device_sms = torch.cuda.get_device_properties(0).multi_processor_count
         want = int(job.get("num_sms") or device_sms)
         if want > device_sms:
@@ -46,10 +54,10 @@ class CxxWorker(StagingWorker):
                                      hint="plan with --num-sms matching the training GPUs, and warm on such a GPU")
         if want != device_sms:
             deep_gemm.set_num_sms(want)
-        self.device = torch.device("cuda")
-        torch.empty(1, device=self.device)  # create the CUDA context now, not inside the first kernel's timing
+        device = torch.device("cuda")
+        torch.empty(1, device=device)  # create the CUDA context now, not inside the first kernel's timing
+        return cls(torch, deep_gemm, device)
 
-    # -- the calls SGLang makes --
     def _fp8(self, *shape):
         return self.torch.empty(shape, device=self.device, dtype=self.torch.float8_e4m3fn)
 
@@ -60,39 +68,59 @@ class CxxWorker(StagingWorker):
             return torch.ones((sf_k, aligned), device=self.device, dtype=torch.float32).t()[:rows]
         return torch.ones((groups, sf_k, aligned), device=self.device, dtype=torch.float32).transpose(1, 2)[:, :rows]
 
-    def _launch(self, item: WorkItem) -> None:
-        torch, dg = self.torch, self.dg
-        n, k, g, m = item.n, item.k, item.num_groups, item.m
-        if item.family == "transpose_fp32":
-            rows = 4
-            sf = torch.ones((g, rows, ceil_div(k, 128)), device=self.device, dtype=torch.float32)
-            from deep_gemm.utils.layout import get_mn_major_tma_aligned_tensor
+    def _weight_scales(self, groups: int | None, n: int, k: int):
+        shape = (ceil_div(n, 128), ceil_div(k, 128))
+        return self.torch.ones(shape if groups is None else (groups, *shape), device=self.device,
+                               dtype=self.torch.float32)
 
-            get_mn_major_tma_aligned_tensor(sf)
-        elif item.kernel_type == "GEMM_NT_F8F8BF16":
-            a, sfa = self._fp8(m, k), self._mn_major_scales(None, m, k)
-            b = self._fp8(n, k)
-            sfb = torch.ones((ceil_div(n, 128), ceil_div(k, 128)), device=self.device, dtype=torch.float32)
-            d = torch.empty((m, n), device=self.device, dtype=torch.bfloat16)
-            dg.fp8_gemm_nt((a, sfa), (b, sfb), d)
-        elif item.kernel_type == "GROUPED_GEMM_NT_F8F8BF16_MASKED":
+    def transpose_scales(self, groups: int, rows: int, k: int) -> None:
+        """The masked MoE runner's scale transform: row-major fp32 scales through get_mn_major_tma_aligned_tensor
+        (it compiles DeepGEMM's transpose_fp32 layout kernel)."""
+        from deep_gemm.utils.layout import get_mn_major_tma_aligned_tensor
+
+        get_mn_major_tma_aligned_tensor(self.torch.ones((groups, rows, ceil_div(k, 128)), device=self.device,
+                                                        dtype=self.torch.float32))
+
+    def caller(self, kernel_type: str, n: int, k: int, g: int, m_top: int) -> Callable[[int], None]:
+        """Buffers for m up to ``m_top`` (expected_m for masked) and the call for one m. Dummy data: the kernel
+        choice depends on shapes only; masked_m = 0 and m_indices = 0."""
+        torch, dg = self.torch, self.dg
+        if kernel_type == "GEMM_NT_F8F8BF16":
+            a, b, sfb = self._fp8(m_top, k), self._fp8(n, k), self._weight_scales(None, n, k)
+            d = torch.empty((m_top, n), device=self.device, dtype=torch.bfloat16)
+            return lambda m: dg.fp8_gemm_nt((a[:m], self._mn_major_scales(None, m, k)), (b, sfb), d[:m])
+        if kernel_type == "GROUPED_GEMM_NT_F8F8BF16_MASKED":
             rows = 256  # buffer rows per group; expected_m alone steers the choice
             a, sfa = self._fp8(g, rows, k), self._mn_major_scales(g, rows, k)
-            b = self._fp8(g, n, k)
-            sfb = torch.ones((g, ceil_div(n, 128), ceil_div(k, 128)), device=self.device, dtype=torch.float32)
+            b, sfb = self._fp8(g, n, k), self._weight_scales(g, n, k)
             d = torch.empty((g, rows, n), device=self.device, dtype=torch.bfloat16)
             masked_m = torch.zeros((g,), device=self.device, dtype=torch.int32)
-            dg.fp8_m_grouped_gemm_nt_masked((a, sfa), (b, sfb), d, masked_m, m)
-        elif item.kernel_type == "GROUPED_GEMM_NT_F8F8BF16_CONTIG":
-            a, sfa = self._fp8(m, k), self._mn_major_scales(None, m, k)
-            b = self._fp8(g, n, k)
-            sfb = torch.ones((g, ceil_div(n, 128), ceil_div(k, 128)), device=self.device, dtype=torch.float32)
-            d = torch.empty((m, n), device=self.device, dtype=torch.bfloat16)
-            m_indices = torch.zeros((m,), device=self.device, dtype=torch.int32)
-            dg.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, m_indices)
+            return lambda m: dg.fp8_m_grouped_gemm_nt_masked((a, sfa), (b, sfb), d, masked_m, m)
+        if kernel_type == "GROUPED_GEMM_NT_F8F8BF16_CONTIG":
+            a, b, sfb = self._fp8(m_top, k), self._fp8(g, n, k), self._weight_scales(g, n, k)
+            d = torch.empty((m_top, n), device=self.device, dtype=torch.bfloat16)
+            m_indices = torch.zeros((m_top,), device=self.device, dtype=torch.int32)
+            return lambda m: dg.m_grouped_fp8_gemm_nt_contiguous((a[:m], self._mn_major_scales(None, m, k)),
+                                                                 (b, sfb), d[:m], m_indices[:m])
+        raise CompileFailed(f"unknown kernel type {kernel_type}")
+
+    def synchronize(self) -> None:
+        self.torch.cuda.synchronize()
+
+
+class CxxWorker(StagingWorker):
+    def __init__(self, job: dict[str, Any]):
+        super().__init__(job)
+        self.stage_cache = self.staging / "cache"
+        self.stage_cache.mkdir()
+        self.calls = SglangCalls.open(job, self.staging)
+
+    def _launch(self, item: WorkItem) -> None:
+        if item.family == "transpose_fp32":
+            self.calls.transpose_scales(item.num_groups, 4, item.k)
         else:
-            raise CompileFailed(f"unknown kernel type {item.kernel_type}")
-        torch.cuda.synchronize()
+            self.calls.caller(item.kernel_type, item.n, item.k, item.num_groups, item.m)(item.m)
+        self.calls.synchronize()
 
     def compile(self, item: WorkItem) -> tuple[str, list[str], float]:
         recorded = self.store.read_index().kernels.get(item.kernel)
@@ -109,12 +137,6 @@ class CxxWorker(StagingWorker):
             if not fresh:
                 raise CompileFailed(f"launching {item.kernel} created no cache entry (it was already loaded in this "
                                     "worker): the plan holds two ids for one kernel")
-            installed = []
-            for path in fresh:  # a bad entry already there (a full disk's leftovers) is swapped for the new one
-                if self.store.entry_problem(path.name, self.arch) not in (None, "missing"):
-                    self.store.replace_entry(path, self.arch)
-                    installed.append(True)
-                else:
-                    installed.append(self.store.install_entry(path, self.arch))
+            installed = self.install_staged(fresh)
             # an entry that was already in the cache (made by the runtime or another tool) is adopted as is
             return ("compiled" if installed[0] else "adopted"), [p.name for p in fresh], seconds
