@@ -39,6 +39,12 @@ class SweepRecord:
                    str(d["fingerprint"]), int(d.get("calls", 0)), d.get("seconds"))
 
 
+def key_label(key: tuple[str, int, int, int] | list) -> str:
+    kind, n, k, g = key
+    short = {"GEMM_NT_F8F8BF16": "dense", "GROUPED_GEMM_NT_F8F8BF16_MASKED": "masked", "GROUPED_GEMM_NT_F8F8BF16_CONTIG": "contig"}.get(kind, kind)
+    return f"{short} n={n} k={k}" + (f" g={g}" if g > 1 else "")
+
+
 def records(index: Index) -> list[SweepRecord]:
     return [SweepRecord.from_dict(d) for d in index.sweeps]
 

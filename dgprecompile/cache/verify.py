@@ -315,8 +315,7 @@ def _check_sweeps(plan: Plan, store: CacheStore, index: Index, arch: str) -> lis
     """Each planned key: OK when sweep records of the cache's fingerprint cover its whole m range with every
     entry they name present, whole and valid; else one check per m range not covered, naming the first bad
     entry of a record over it (or "not swept")."""
-    from dgprecompile.cache.sweeps import coverage
-    from dgprecompile.compile.sweep import key_label
+    from dgprecompile.cache.sweeps import coverage, key_label
 
     fingerprint = short_id(index.fingerprint) if index.fingerprint else ""
     keys = [(pk.key.ident, pk.key.m_min, pk.key.m_max) for pk in plan.keys]

@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dgprecompile.cache.sweeps import key_label
+
 EVERY_M_UP_TO = 16384
 INTERVAL = 64
 MASKED = "GROUPED_GEMM_NT_F8F8BF16_MASKED"
@@ -68,12 +70,6 @@ class SweepChunk:
         return {"kernel": self.id, "family": SWEEP_FAMILY, "params": {"m_lo": self.m_lo, "m_hi": self.m_hi},
                 "kernel_type": self.kernel_type, "n": self.n, "k": self.k, "num_groups": self.num_groups,
                 "m": self.m_lo}
-
-
-def key_label(key: tuple[str, int, int, int] | list) -> str:
-    kind, n, k, g = key
-    short = {"GEMM_NT_F8F8BF16": "dense", MASKED: "masked", "GROUPED_GEMM_NT_F8F8BF16_CONTIG": "contig"}.get(kind, kind)
-    return f"{short} n={n} k={k}" + (f" g={g}" if g > 1 else "")
 
 
 def split_ranges(key: tuple[str, int, int, int], ranges: list[tuple[int, int]], target_calls: int

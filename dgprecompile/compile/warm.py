@@ -225,8 +225,8 @@ def _sweep_items(plan: Plan, store: CacheStore, fingerprint: dict[str, Any], job
                  world: int) -> tuple[list[WorkItem], list[str]]:
     """Chunks of every key's m range not yet covered by a sweep record of this fingerprint (with its entries
     whole), cut for ``jobs`` workers; and a label per key or range already covered ("cached")."""
-    from dgprecompile.cache.sweeps import coverage
-    from dgprecompile.compile.sweep import key_label, plan_chunks
+    from dgprecompile.cache.sweeps import coverage, key_label
+    from dgprecompile.compile.sweep import plan_chunks
 
     keys = [(pk.key.ident, pk.key.m_min, pk.key.m_max) for pk in plan.keys]
     if world > 1:  # under torchrun: each rank sweeps a disjoint share of the keys
