@@ -18,6 +18,8 @@ each is the null-terminated string in that release's ``deep_gemm/_C.so`` (found 
   blocks, the C/D swizzle, stages and last stages, the two thread counts, multicast, the (minimised) SM count,
   GemmType, ``EpilogueIdentity``, enable_overlap); its transpose_fp32 has 0.1.x's 3 slots.
 * ``sk-0.3``: the same without enable_overlap (17 slots), sgl-kernel 0.3.14.post1-0.3.18.post2 (SGF@f4adba8).
+* ``sk-0.3.7``: the same without the epilogue either (16 slots, the last GemmType), sgl-kernel 0.3.7-0.3.9.post2
+  (SGF@b981e3e ``csrc/jit_kernels/impls/sm90_fp8_gemm_1d2d.hpp`` L30-56); its transpose_fp32 has 3 slots.
 
 Which of these the device confirmed (kernel.cu files of real entries) is in :data:`CONFIRMED`.
 """
@@ -72,6 +74,7 @@ static void __instantiate_kernel() {{
         {}
 """ + _FOOT
 GEMM_17 = GEMM_18.replace("        {}, {}, {},\n        {}\n    >", "        {}, {}, {}\n    >")
+GEMM_16 = GEMM_18.replace("        {}, {}, {},\n        {}\n    >", "        {}, {}\n    >")
 TRANSPOSE_3 = """
 #include <deep_gemm/impls/smxx_layout.cuh>
 
@@ -107,10 +110,12 @@ TEMPLATES = {t.id: t for t in (
     Template("0.2.5", GEMM_20_SF, (BF16, 128), TRANSPOSE_4, (128,)),
     Template("sk-0.4", GEMM_18, ("EpilogueIdentity", "false"), TRANSPOSE_3, (), order="sk"),
     Template("sk-0.3", GEMM_17, ("EpilogueIdentity",), TRANSPOSE_3, (), order="sk"),
+    Template("sk-0.3.7", GEMM_16, (), TRANSPOSE_3, (), order="sk"),
 )}
 
 # The same for the deep_gemm bundled in sgl-kernel / sglang-kernel (their .so strings, docs/heuristics.md).
 SK_RELEASE_TEMPLATE = {
+    **dict.fromkeys(("0.3.7", "0.3.7.post1", "0.3.8", "0.3.9.post2"), "sk-0.3.7"),
     **dict.fromkeys(("0.3.14.post1", "0.3.15", "0.3.16.post3", "0.3.16.post4", "0.3.16.post5", "0.3.17",
                      "0.3.17.post1", "0.3.18.post2"), "sk-0.3"),
     **dict.fromkeys(("0.3.19", "0.4.0", "0.4.1", "0.4.2"), "sk-0.4"),

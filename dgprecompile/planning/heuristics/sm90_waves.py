@@ -1,4 +1,4 @@
-"""Kernel choice of the C++-JIT DeepGEMM bundled in sglang-kernel 0.4.0-0.4.2 (sglang 0.5.10-0.5.11), SM90 FP8 1D2D.
+"""Kernel choice of the C++-JIT DeepGEMM bundled in sgl-kernel 0.3.7-0.3.19 and sglang-kernel 0.4.0-0.4.2, SM90 FP8 1D2D.
 
 This is another rule than sgl-deep-gemm 0.1.x's (heuristics/sm90_cxx.py): no cycle model and no clusters, but a
 wave count, read from the sgl-project/DeepGEMM source whose headers and generated-code text equal those wheels'
@@ -15,10 +15,15 @@ line-by-line citations):
   kernel, as are n and k (SGLang calls with the default compiled_dims "nk") and the number of groups.
 
 tests/test_sk_generation.py checks this against every configuration sglang-kernel 0.4.2 printed on an H200.
+
+sgl-kernel 0.3.7-0.3.9.post2 carry the same wave rule in an earlier revision (SGF@b981e3e, whose headers, 1d2d format
+string, op schemas and DG_PRINT_CONFIGS text equal those wheels'; ``heuristics/common.hpp`` blob 3ed4d2a, ``sm90.hpp``
+16ca018): :data:`RULE_0_3_7` names its five differences (docs/heuristics.md, "sgl-kernel 0.3.7-0.3.9.post2").
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from math import gcd
 
 from dgprecompile.kernels import KernelSpec, KernelType, ceil_div
@@ -30,6 +35,26 @@ MAX_STAGES = 12
 BLOCK_K = 128
 BLOCK_NS = tuple(range(16, 257, 16))
 MULTICAST_MIN_M = 512
+
+
+@dataclass(frozen=True)
+class WaveRule:
+    """Where two revisions of the wave rule differ (SGF@b981e3e -> SGF@f4adba8/5f8a71a ``heuristics/``)."""
+
+    masked_block_ms: tuple[int, ...]  # common.hpp: masked candidates (256 excluded from f4adba8 on)
+    stages_capped_by_k: bool  # stages start at min(12, ceil(k / 128)) instead of 12
+    barrier_stages_extra: int  # sm90.hpp get_barrier_smem_size: (stages + extra) * 16 bytes
+    masked_multicast_on_b: bool  # on B legal for masked (when ceil(n / bn) is even) or never
+    legality_swapped: bool  # trying "on A" tests B's legality and vice versa (is_legal = {on_a, on_b}[on_a])
+    idle_on_a: bool  # multicast-on-A of the no-multicast config ({1, true} before f4adba8)
+
+
+# sgl-kernel 0.3.14.post1-0.3.19, sglang-kernel 0.4.x (SGF@f4adba8 = SGF@5f8a71a for this choice)
+RULE_WAVES = WaveRule(masked_block_ms=(64, 128), stages_capped_by_k=False, barrier_stages_extra=0,
+                      masked_multicast_on_b=True, legality_swapped=False, idle_on_a=False)
+# sgl-kernel 0.3.7-0.3.9.post2 (SGF@b981e3e common.hpp L155-156, L214-226, L232; sm90.hpp L69-76, L109-112)
+RULE_0_3_7 = WaveRule(masked_block_ms=(64, 128, 256), stages_capped_by_k=True, barrier_stages_extra=1,
+                      masked_multicast_on_b=False, legality_swapped=True, idle_on_a=True)
 
 
 def _block_n_legal(bm: int, bn: int) -> bool:
@@ -44,11 +69,11 @@ def _stages_legal(stages: int, bn: int) -> bool:
     return True
 
 
-def smem_size(bm: int, bn: int, k: int, stages: int) -> int:
+def smem_size(bm: int, bn: int, k: int, stages: int, rule: WaveRule = RULE_WAVES) -> int:
     smem_cd = bm * bn * 2
     per_stage = bm * BLOCK_K + bn * BLOCK_K + bm * 4
     extra_sfb = _align(ceil_div(k, BLOCK_K) * 4 * (1 if BLOCK_K % bn == 0 else 2), 8)
-    return smem_cd + stages * per_stage + extra_sfb + stages * 8 * 2
+    return smem_cd + stages * per_stage + extra_sfb + (stages + rule.barrier_stages_extra) * 8 * 2
 
 
 def _multicast_legal(shape: int, block: int, num_sms: int, require_divisible: bool) -> bool:
@@ -56,13 +81,13 @@ def _multicast_legal(shape: int, block: int, num_sms: int, require_divisible: bo
 
 
 def best_config(kind: KernelType, m: int, n: int, k: int, num_groups: int, num_sms: int,
-                mk_alignment: int = 128) -> tuple[int, int, int, bool, int, int, int]:
+                mk_alignment: int = 128, rule: WaveRule = RULE_WAVES) -> tuple[int, int, int, bool, int, int, int]:
     """(block_m, block_n, multicast, multicast_on_a, stages, smem, sms) for one call (m = expected_m for masked)."""
     masked = kind is KernelType.GROUPED_GEMM_NT_F8F8BF16_MASKED
     if kind is KernelType.GEMM_NT_F8F8BF16:
         block_ms, groups = (64, 128, 256), 1
     elif masked:
-        block_ms, groups = (64, 128), num_groups
+        block_ms, groups = rule.masked_block_ms, num_groups
     else:  # contiguous: the heuristic sees one group of m rows
         block_ms, groups = (mk_alignment,), 1
 
@@ -90,26 +115,29 @@ def best_config(kind: KernelType, m: int, n: int, k: int, num_groups: int, num_s
     bm, bn, waves, _ = best
 
     legal_on_a = _multicast_legal(n, bn, num_sms, masked)
-    legal_on_b = _multicast_legal(m, bm, num_sms, False) and (not masked or _multicast_legal(n, bn, num_sms, True))
-    multicast, on_a = 1, False
+    legal_on_b = _multicast_legal(m, bm, num_sms, False) and (
+        not masked or (rule.masked_multicast_on_b and _multicast_legal(n, bn, num_sms, True)))
+    multicast, on_a = 1, rule.idle_on_a
     if m >= MULTICAST_MIN_M:
         for try_a in ((True, False) if bm > bn else (False, True)):
-            if legal_on_a if try_a else legal_on_b:
+            if legal_on_a if try_a != rule.legality_swapped else legal_on_b:
                 multicast, on_a = 2, try_a
                 break
 
-    for stages in range(MAX_STAGES, 0, -1):
-        if _stages_legal(stages, bn) and smem_size(bm, bn, k, stages) <= SMEM_CAPACITY:
+    first = min(MAX_STAGES, ceil_div(k, BLOCK_K)) if rule.stages_capped_by_k else MAX_STAGES
+    for stages in range(first, 0, -1):
+        if _stages_legal(stages, bn) and smem_size(bm, bn, k, stages, rule) <= SMEM_CAPACITY:
             break
     else:
         raise ValueError(f"no pipeline depth fits block {bm}x{bn} with k={k}")
 
     sms = _align(ceil_div(ceil_div(m, bm) * ceil_div(n, bn) * groups, waves), multicast)
-    return bm, bn, multicast, on_a, stages, smem_size(bm, bn, k, stages), sms
+    return bm, bn, multicast, on_a, stages, smem_size(bm, bn, k, stages, rule), sms
 
 
 class Sm90WaveHeuristic:
     generation = "sgl-kernel-waves"
+    rule = RULE_WAVES
 
     def breakpoints(self, kernel_type: KernelType, m_max: int) -> list[int]:
         """ceil(m / block_m) changes at multiples of 64 (128 for contiguous); the tie-break's block_m <= m at
@@ -119,7 +147,7 @@ class Sm90WaveHeuristic:
         return grid_breakpoints(64, m_max, extra=(127, 255, MULTICAST_MIN_M - 1))
 
     def kernel(self, kernel_type: KernelType, m: int, n: int, k: int, num_groups: int, num_sms: int) -> KernelSpec:
-        bm, bn, multicast, on_a, stages, _, sms = best_config(kernel_type, m, n, k, num_groups, num_sms)
+        bm, bn, multicast, on_a, stages, _, sms = best_config(kernel_type, m, n, k, num_groups, num_sms, rule=self.rule)
         family, gemm_type = FAMILY[kernel_type]
         dense = kernel_type is KernelType.GEMM_NT_F8F8BF16
         params = (
@@ -135,3 +163,12 @@ class Sm90WaveHeuristic:
     # inputs are row-major too (deep_gemm_wrapper/compile_utils.py L252-259); SGF@5f8a71a smxx_layout.hpp builds
     # the same transpose_fp32<512, 64, ceil(k/128)> for them
     aux_kernels = Sm90CxxHeuristic.aux_kernels
+
+
+class Sm90WaveHeuristic037(Sm90WaveHeuristic):
+    """sgl-kernel 0.3.7-0.3.9.post2: the same candidates, waves, tie-break and SM minimising; RULE_0_3_7's
+    differences. The breakpoints carry over: masked block_m 256 changes ceil(m / bm) at multiples of 64 too, and
+    the tie-break's block_m <= m flips at 256 as for dense; the stage cap depends on k alone."""
+
+    generation = "sgl-kernel-waves-0.3.7"
+    rule = RULE_0_3_7
