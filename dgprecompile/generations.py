@@ -122,6 +122,9 @@ SDG_01_KEY_VERSIONS = ("0.1.0", "0.1.1", "0.1.2", "0.1.3", "0.1.4", "0.1.4.post1
 # sglang-kernel 0.4.0-0.4.2 another header set and the 18-slot format (keys/cxx_templates.py SK_RELEASE_TEMPLATE)
 SK_KEY_VERSIONS = ("0.3.14.post1", "0.3.15", "0.3.16.post3", "0.3.16.post4", "0.3.16.post5", "0.3.17",
                    "0.3.17.post1", "0.3.18.post2", "0.3.19", "0.4.0", "0.4.1", "0.4.2")
+# sgl-kernel 0.3.7-0.3.9.post2 (the releases sglang 0.5.1.post3-0.5.3rc0 pin): one header set, the 16-slot format,
+# 0.3.14.post1's flag and key strings (keys/cxx_templates.py SK_RELEASE_TEMPLATE; docs/heuristics.md)
+SK_037_KEY_VERSIONS = ("0.3.7", "0.3.7.post1", "0.3.8", "0.3.9.post2")
 SDG_02_KEY_VERSIONS = ("0.2.0", "0.2.1", "0.2.1.post1", "0.2.2", "0.2.3", "0.2.3.post1", "0.2.3.post2", "0.2.5")
 
 
@@ -140,9 +143,21 @@ GENERATIONS: dict[str, Generation] = {g.id: g for g in (
         gpu_validated="every m against the library's get_best_configs; CPU-built entries served an H200 run",
     ),
     Generation(
-        id="sgl-kernel-cxx", label="C++-JIT DeepGEMM bundled in sgl-kernel 0.3.7-0.3.9.post2 and 0.3.20-0.3.21",
+        id="sgl-kernel-cxx", label="C++-JIT DeepGEMM bundled in sgl-kernel 0.3.20-0.3.21",
         heuristic_class=None, key_class=None, key_versions=None, backends=("cxx", "sweep"),
         fingerprint_fields=_KEYS_01, entry_files=("kernel.cu", "kernel.cubin"), strict_by="nvcc-standin",
+    ),
+    Generation(
+        id="sgl-kernel-waves-0.3.7", label="C++-JIT DeepGEMM bundled in sgl-kernel 0.3.7-0.3.9.post2",
+        # the wave rule's earlier revision (SGF@b981e3e, whose headers and .so strings equal these wheels')
+        heuristic_class="dgprecompile.planning.heuristics.sm90_waves:Sm90WaveHeuristic037",
+        # sgl-kernel-waves' key scheme (the same compiler.hpp, hash.hpp, kernel_runtime.hpp blobs), 16-slot code
+        key_class="dgprecompile.keys.sglang_kernel:SkKeyContext", key_versions=SK_037_KEY_VERSIONS,
+        keys_proven_versions=(),  # CUDA 12 / torch 2.8 builds: nothing ran on a GPU; names read, not observed
+        backends=("nvcc", "cxx", "sweep"),
+        fingerprint_fields=("deepgemm.generation", "deepgemm.headers_sha256", "deepgemm.package_dir", "nvcc.release",
+                            "env", "num_sms"),
+        entry_files=("kernel.cu", "kernel.cubin"), strict_by="nvcc-standin",
     ),
     Generation(
         id="sgl-kernel-waves",

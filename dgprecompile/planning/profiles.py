@@ -21,7 +21,7 @@ class Profile:
     id: str
     sglang: SpecifierSet
     summary: str
-    generation: str  # legacy | sgl-kernel-cxx | sgl-deep-gemm-0.1 | sgl-deep-gemm-0.2
+    generation: str  # an id of generations.GENERATIONS
     deepgemm_distribution: str
     deepgemm_version: str
     env: dict[str, str]

@@ -18,7 +18,7 @@ tests/test_sk_generation.py checks this against every configuration sglang-kerne
 
 sgl-kernel 0.3.7-0.3.9.post2 carry the same wave rule in an earlier revision (SGF@b981e3e, whose headers, 1d2d format
 string, op schemas and DG_PRINT_CONFIGS text equal those wheels'; ``heuristics/common.hpp`` blob 3ed4d2a, ``sm90.hpp``
-16ca018): :data:`RULE_0_3_7` names its five differences (docs/heuristics.md, "sgl-kernel 0.3.7-0.3.9.post2").
+16ca018): :data:`RULE_0_3_7` names its six differences (docs/heuristics.md, "sgl-kernel 0.3.7-0.3.9.post2").
 """
 
 from __future__ import annotations

@@ -1,0 +1,123 @@
+"""sgl-kernel 0.3.7-0.3.9.post2 (sglang 0.5.1.post3-0.5.3rc0): the wave model's earlier revision
+(heuristics/sm90_waves.py RULE_0_3_7) and its entry names (keys/sglang_kernel.py with the 16-slot format).
+
+No device record exists for these releases: they are CUDA 12 / torch 2.8 builds and the device has torch 2.11, so
+the six rule differences (masked block_m 256, the stage cap, the extra barrier, masked multicast, the swapped
+legality lookup, the idle multicast-on-A) are read from SGF@b981e3e, not observed. What is tested here is what the
+real wheel and the real device record can show:
+
+* the wheel's headers are the ones data/deepgemm_headers.yaml names for this generation, and a deep_gemm/
+  without metadata is recognised by them (tests/test_sk_generation.py checks its .so format and flag strings,
+  tests/test_warm_nvcc_generations.py[sk-0.3.9.post2] real nvcc builds under the computed names);
+* the wheel's DG_PRINT_CONFIGS format is the one sglang-kernel 0.4.2 printed on the H200, so the part of the
+  choice both revisions share can be held against that record: dense block_m/block_n, multicast, the side it is
+  on (where there is one) and the minimised SM count at every recorded dense call.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import bundled_deep_gemm_dir
+
+from dgprecompile.generations import SK_037_KEY_VERSIONS, get_generation
+from dgprecompile.kernels import KernelType
+from dgprecompile.planning.heuristics.sm90_waves import RULE_0_3_7, Sm90WaveHeuristic037, best_config
+from dgprecompile.planning.plan import PlanRequest
+from dgprecompile.planning.profiles import resolve_profile
+from dgprecompile.planning.request import plan_from_request
+from dgprecompile.toolchain import headers_hash, known_headers
+
+HERE = Path(__file__).resolve().parent
+RECORD = json.loads((HERE / "data" / "sweep_generations_h200.json").read_text())
+
+
+def _local() -> str:
+    local = bundled_deep_gemm_dir("0.3.9.post2")
+    if local is None:
+        pytest.skip("sgl-kernel 0.3.9.post2's deep_gemm not installed beside the venv (make setup)")
+    return local
+
+
+def test_the_wheels_headers_are_this_generations():
+    known = known_headers()[headers_hash(os.path.join(_local(), "deep_gemm", "include"))]
+    assert known["generation"] == "sgl-kernel-waves-0.3.7"
+    assert [v for _, v in known["releases"]] == list(SK_037_KEY_VERSIONS)
+
+
+def test_an_unpacked_deep_gemm_without_metadata_is_known_by_its_headers(tmp_path):
+    """The tests/gpu tarballs put a bare deep_gemm/ on PYTHONPATH: its headers name the generation."""
+    os.symlink(os.path.join(_local(), "deep_gemm"), tmp_path / "deep_gemm")
+    code = ("import json; from dgprecompile.toolchain import find_deepgemm; d = find_deepgemm(); "
+            "print(json.dumps([d.distribution, d.version, d.generation]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
+    assert json.loads(out.stdout) == ["sgl-kernel", "0.3.9.post2", "sgl-kernel-waves-0.3.7"]
+
+
+def _print_format(so: Path) -> bytes:
+    data = so.read_bytes()
+    at = data.find(b"GEMM type: %d, kernel type: %d")
+    return data[at:data.find(b"\0", at)]
+
+
+def test_the_printed_configuration_is_the_one_the_device_record_parsed():
+    """Same DG_PRINT_CONFIGS text as sglang-kernel 0.4.2's (whose prints the H200 record holds)."""
+    other = bundled_deep_gemm_dir("0.4.2")
+    if other is None:
+        pytest.skip("sglang-kernel 0.4.2's deep_gemm not installed beside the venv (make setup)")
+    mine = _print_format(Path(_local()) / "deep_gemm" / "deep_gemm_cpp.abi3.so")
+    assert mine.startswith(b"GEMM type: %d") and b"-> block M: %d, block N: %d" in mine
+    assert mine == _print_format(Path(other) / "deep_gemm" / "deep_gemm_cpp.abi3.so")
+
+
+def test_the_shared_dense_choice_matches_the_h200_record():
+    """For dense GEMMs the two revisions share the candidates, the wave count, the tie-break, the multicast order
+    (both operands' legality is an even SM count there, so the swapped lookup picks the same side) and the SM
+    minimising: at every dense m the H200 recorded for sglang-kernel 0.4.2, RULE_0_3_7 gives the printed blocks,
+    multicast and SM count (and the side, when multicast is on). Stages and shared memory are not compared: the
+    extra barrier and the stage cap are 0.3.7's own, unobserved."""
+    checked = 0
+    for release in (r for r in RECORD["releases"] if r.startswith("sk-0.4.2")):
+        for name, slot in RECORD["releases"][release]["keys"].items():
+            kind, n, k, g = name.split("/")
+            if kind != "dense":
+                continue
+            for m_first, m_last, bm, bn, multicast, on_a, _stages, _swz, _smem, sms, _ in slot["runs"]:
+                for m in sorted({m_first, m_last, (m_first + m_last) // 2}):
+                    got = best_config(KernelType.GEMM_NT_F8F8BF16, m, int(n), int(k), 1, 132, rule=RULE_0_3_7)
+                    assert (got[0], got[1], got[2], got[6]) == (bm, bn, multicast, sms), (release, name, m)
+                    if multicast == 2:
+                        assert int(got[3]) == on_a, (release, name, m)
+                    checked += 1
+    assert checked > 100
+
+
+def test_plan_of_sglang_052_is_modelled_and_buckets_hold_one_kernel():
+    """Every m of every bucket of the 480B tp8/ep8 sglang 0.5.2 plan selects the bucket's kernel (the breakpoints
+    cover RULE_0_3_7's choices: masked block_m 256 included)."""
+    plan = plan_from_request(PlanRequest(model="Qwen3-Coder-480B", tp=8, ep=8, sglang="0.5.2", max_tokens=16384))
+    assert plan.profile.id == "0.5.1.post3-0.5.3rc0" and plan.profile.generation == "sgl-kernel-waves-0.3.7"
+    heuristic = Sm90WaveHeuristic037()
+    for pk in plan.keys:
+        key = pk.key
+        for b in pk.buckets:
+            for m in range(b.m_min, b.m_max + 1):
+                assert heuristic.kernel(key.kernel_type, m, key.n, key.k, key.num_groups, 132).id == b.kernel, \
+                    (key.ident, m)
+
+
+def test_the_generation_keeps_sweep_and_says_nothing_was_observed():
+    gen = resolve_profile("0.5.2").profile.deepgemm
+    assert gen.id == "sgl-kernel-waves-0.3.7" and gen.models_kernels
+    assert gen.usable_backends("0.3.9.post2") == ["nvcc", "cxx", "sweep"]
+    assert gen.usable_backends("0.3.10") == ["cxx", "sweep"]  # not read: no computed names
+    assert not gen.keys_proven("0.3.9.post2") and gen.gpu_validated is None
+    assert not get_generation("sgl-kernel-cxx").computes_keys("0.3.9.post2")
+    raw = resolve_profile("0.5.2").profile.raw
+    assert raw["heuristic_validated"] is None and raw["not_proven"].startswith("not run on a GPU")
