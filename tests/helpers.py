@@ -127,6 +127,16 @@ def bundled_deep_gemm_dir(version: str) -> str | None:
                        base=os.environ.get("DGP_SGL_DEEP_GEMM_DIRS") or VENV)
 
 
+def assert_buckets_hold_their_kernel(plan, heuristic, num_sms: int = 132) -> None:
+    """Every m of every bucket of plan selects that bucket's kernel under heuristic (the breakpoints are complete)."""
+    for pk in plan.keys:
+        key = pk.key
+        for b in pk.buckets:
+            for m in range(b.m_min, b.m_max + 1):
+                got = heuristic.kernel(key.kernel_type, m, key.n, key.k, key.num_groups, num_sms).id
+                assert got == b.kernel, (key.ident, m)
+
+
 def cold_entries_explained(release: str, rel: dict, ctx, planned) -> set[str]:
     """Check a device record's cold entries: at each m where the runtime made entries, ``planned(kind, n, k, g, m)``
     (the planned kernel there) has a computed name among them and its kernel.cu has the recorded sha256; every

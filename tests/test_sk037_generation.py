@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import bundled_deep_gemm_dir
+from helpers import assert_buckets_hold_their_kernel, bundled_deep_gemm_dir
 
 from dgprecompile.generations import SK_037_KEY_VERSIONS, get_generation
 from dgprecompile.kernels import KernelType
@@ -103,13 +103,7 @@ def test_plan_of_sglang_052_is_modelled_and_buckets_hold_one_kernel():
     cover RULE_0_3_7's choices: masked block_m 256 included)."""
     plan = plan_from_request(PlanRequest(model="Qwen3-Coder-480B", tp=8, ep=8, sglang="0.5.2", max_tokens=16384))
     assert plan.profile.id == "0.5.1.post3-0.5.3rc0" and plan.profile.generation == "sgl-kernel-waves-0.3.7"
-    heuristic = Sm90WaveHeuristic037()
-    for pk in plan.keys:
-        key = pk.key
-        for b in pk.buckets:
-            for m in range(b.m_min, b.m_max + 1):
-                assert heuristic.kernel(key.kernel_type, m, key.n, key.k, key.num_groups, 132).id == b.kernel, \
-                    (key.ident, m)
+    assert_buckets_hold_their_kernel(plan, Sm90WaveHeuristic037())
 
 
 def test_the_generation_keeps_sweep_and_says_nothing_was_observed():

@@ -17,7 +17,12 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from helpers import bundled_deep_gemm_dir, cold_entries_explained, run_in_fresh_python
+from helpers import (
+    assert_buckets_hold_their_kernel,
+    bundled_deep_gemm_dir,
+    cold_entries_explained,
+    run_in_fresh_python,
+)
 
 from dgprecompile.kernels import KernelType
 from dgprecompile.keys.sglang_kernel import SkKeyContext
@@ -162,13 +167,7 @@ def test_probe_entries_are_the_computed_names(release):
 def test_plan_buckets_hold_one_kernel_at_every_m():
     """The breakpoints are where the choice can change: every m of every bucket of the 480B plan (dense to 65,536,
     masked expected_m to 26,215) selects the bucket's kernel, so warming the plan covers every call."""
-    heuristic = Sm90WaveHeuristic()
-    for pk in _plan().keys:
-        key = pk.key
-        for b in pk.buckets:
-            for m in range(b.m_min, b.m_max + 1):
-                assert heuristic.kernel(key.kernel_type, m, key.n, key.k, key.num_groups, 132).id == b.kernel, \
-                    (key.ident, m)
+    assert_buckets_hold_their_kernel(_plan(), Sm90WaveHeuristic())
 
 
 def test_plan_lists_kernels_without_torch_or_deep_gemm():
