@@ -56,7 +56,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install -q --no-deps --target $(DG013) sgl-deep-gemm==0.1.3
 	for v in $(DG_RELEASES); do $(BIN)/pip install -q --no-deps --target $(VENV)/sgl-deep-gemm-$$v sgl-deep-gemm==$$v || exit 1; done
 	$(BIN)/pip install -q --no-deps --target $(SGL014) $(SGL014_PKGS)
-	$(BIN)/pip download -q --no-deps --only-binary :all: -d $(WHEELS) $(SK_DG)
+	for w in $(SK_DG); do $(BIN)/pip download -q --no-deps --only-binary :all: -d $(WHEELS) $$w || exit 1; done  # one each: two sgl-kernel versions in one call conflict
 	$(BIN)/python tools/unpack_deep_gemm.py $(WHEELS)/sglang_kernel-0.4.2-*.whl $(VENV)/sglang-kernel-0.4.2
 	$(BIN)/python tools/unpack_deep_gemm.py $(WHEELS)/sgl_kernel-0.3.16.post3-*.whl $(VENV)/sgl-kernel-0.3.16.post3
 	$(BIN)/python tools/unpack_deep_gemm.py $(WHEELS)/sgl_kernel-0.3.9.post2-*.whl $(VENV)/sgl-kernel-0.3.9.post2
