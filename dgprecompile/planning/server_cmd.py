@@ -389,12 +389,12 @@ def token_bound(s: ServerSettings, model_config: dict[str, Any]) -> TokenBound:
             prefill = max(prefill, max_prefill, -(-chunked * 5 // 4))
             lines.append(f"--enable-dynamic-chunking with pp > 1 grows chunks up to {prefill}")
     else:
-        given_ctx = s.get("context_length")
-        ctx = int(given_ctx) if given_ctx is not None else model_context_length(model_config)
+        given_ctx, derived = s.get("context_length"), model_context_length(model_config)
+        ctx = int(given_ctx) if given_ctx is not None else derived
         src = "--context-length" if given_ctx is not None else "the model's config"
-        if given_ctx is not None and ctx > model_context_length(model_config):
-            ctx_longer_than_model(s, ctx, model_context_length(model_config))
-            src += f", above the model's {model_context_length(model_config)} ({LONGER_CONTEXT_ENV}=1)"
+        if ctx > derived:
+            ctx_longer_than_model(s, ctx, derived)
+            src += f", above the model's {derived} ({LONGER_CONTEXT_ENV}=1)"
         prefill = max(max_prefill - 1, ctx - 6)
         lines.append(f"chunked prefill off: one request of up to context {ctx} ({src}) - 6 = {ctx - 6} tokens, or "
                      f"several below --max-prefill-tokens {max_prefill}: at most {prefill} tokens")
