@@ -152,10 +152,14 @@ def warmed(jit_only, tmp_path_factory):
     return cache, json.loads(r.stdout)
 
 
-@pytest.mark.slow
-@needs_sgl014
-@needs_dg013
-@needs_nvcc
+def needs_warmed_cache(test):
+    """The tests on the `warmed` fixture: slow, and they need sglang 0.5.14, sgl-deep-gemm 0.1.3 and nvcc."""
+    for mark in (needs_nvcc, needs_dg013, needs_sgl014, pytest.mark.slow):
+        test = mark(test)
+    return test
+
+
+@needs_warmed_cache
 def test_warm_builds_the_modules_with_sglangs_own_builders_where_its_runtime_looks(warmed):
     cache, summary = warmed
     assert (summary["sglang_jit_modules"], summary["compiled"], summary["failed"]) == (2, 2, 0)
@@ -173,10 +177,7 @@ def test_warm_builds_the_modules_with_sglangs_own_builders_where_its_runtime_loo
     assert index["kernels"][V2]["area"] == "tvm-ffi"
 
 
-@pytest.mark.slow
-@needs_sgl014
-@needs_dg013
-@needs_nvcc
+@needs_warmed_cache
 def test_verify_pack_unpack_and_a_second_warm_cover_the_modules(warmed, jit_only, tmp_path):
     cache, _ = warmed
     ok = _run("verify", "--manifest", jit_only, "--cache-dir", cache, "--json", pythonpath=_sgl_path())
@@ -220,10 +221,7 @@ with override_jit_cuda_arch(9, 0):
 """
 
 
-@pytest.mark.slow
-@needs_sgl014
-@needs_dg013
-@needs_nvcc
+@needs_warmed_cache
 def test_launch_strict_loads_warmed_modules_and_refuses_a_missing_one(warmed, jit_only, tmp_path):
     cache, _ = warmed
     child = tmp_path / "child.py"
