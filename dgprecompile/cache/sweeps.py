@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dgprecompile.cache.store import CacheStore, Index
+from dgprecompile.kernels import KernelType
 
 Key = tuple[str, int, int, int]
 
@@ -41,7 +42,7 @@ class SweepRecord:
 
 def key_label(key: tuple[str, int, int, int] | list) -> str:
     kind, n, k, g = key
-    short = {"GEMM_NT_F8F8BF16": "dense", "GROUPED_GEMM_NT_F8F8BF16_MASKED": "masked", "GROUPED_GEMM_NT_F8F8BF16_CONTIG": "contig"}.get(kind, kind)
+    short = {t.value: t.short for t in KernelType}.get(kind, kind)
     return f"{short} n={n} k={k}" + (f" g={g}" if g > 1 else "")
 
 
