@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from dgprecompile.cache.store import CacheStore, resolve_cache_dir
+from dgprecompile.cache.sweeps import key_label
 from dgprecompile.cache.verify import VerifyReport, verify_cache
 from dgprecompile.cli.options import cache_dir_option, output_options, plan_options, resolve_plan
 from dgprecompile.errors import EnvironmentProblem
@@ -91,8 +92,7 @@ def render(out: Output, report: VerifyReport) -> None:
 def render_live(out: Output, report) -> None:
     rows = []
     for u in report.units:
-        keys = " + ".join(("masked" if "MASKED" in k[0] else "dense") + f" n={k[1]} k={k[2]}"
-                          + (f" g={k[3]}" if k[3] > 1 else "") for k in u["keys"])
+        keys = " + ".join(key_label(k) for k in u["keys"])
         found = [f"{len(u.get(f, []))} {label}" for f, label in (
             ("refused", "refused"), ("new_deepgemm", "DeepGEMM"), ("new_jit", "SGLang JIT"),
             ("new_triton", "Triton")) if u.get(f)]
