@@ -15,10 +15,11 @@ DG013 := $(VENV)/sgl-deep-gemm-0.1.3
 # template the GPU-free nvcc backend reproduces and the device sweep checked (keys/cxx_templates.py).
 DG_RELEASES := 0.1.4.post1 0.1.5.post1 0.1.7 0.2.0 0.2.2
 # The deep_gemm of sglang-kernel 0.4.2 (sglang 0.5.11; 330 MB wheel), of sgl-kernel 0.3.16.post3 (sglang 0.5.4,
-# SpecForge's pin; 550 MB wheel) and of sgl-kernel 0.3.9.post2 (sglang 0.5.2; 379 MB wheel, 28 MB deep_gemm/),
-# unpacked the same way as the legacy one, each into a folder of its own: the tests read their format strings,
-# compute their entry names from their headers and build their kernels with nvcc.
-SK_DG := sglang-kernel==0.4.2 sgl-kernel==0.3.16.post3 sgl-kernel==0.3.9.post2
+# SpecForge's pin; 550 MB wheel), of sgl-kernel 0.3.9.post2 (sglang 0.5.2; 379 MB wheel) and of sgl-kernel 0.3.21
+# (sglang 0.5.9, SpecForge's later pin; 536 MB wheel), 28 MB deep_gemm/ each, unpacked the same way as the legacy
+# one, each into a folder of its own: the tests read their format strings, compute their entry names from their
+# headers and build their kernels with nvcc.
+SK_DG := sglang-kernel==0.4.2 sgl-kernel==0.3.16.post3 sgl-kernel==0.3.9.post2 sgl-kernel==0.3.21
 # sglang 0.5.14 (SpecForge 0.2.0's pin) in a folder of its own, for the tests of its JIT modules (plan names, GPU-free
 # build with its own builders, strict refusal): the wheel with --no-deps plus only what its jit_kernel import chain
 # needs (about 370 MB). sgl-kernel, triton and torchvision are not installed: tests/standins stands in for them.
@@ -60,6 +61,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python tools/unpack_deep_gemm.py $(WHEELS)/sglang_kernel-0.4.2-*.whl $(VENV)/sglang-kernel-0.4.2
 	$(BIN)/python tools/unpack_deep_gemm.py $(WHEELS)/sgl_kernel-0.3.16.post3-*.whl $(VENV)/sgl-kernel-0.3.16.post3
 	$(BIN)/python tools/unpack_deep_gemm.py $(WHEELS)/sgl_kernel-0.3.9.post2-*.whl $(VENV)/sgl-kernel-0.3.9.post2
+	$(BIN)/python tools/unpack_deep_gemm.py $(WHEELS)/sgl_kernel-0.3.21-*.whl $(VENV)/sgl-kernel-0.3.21
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -125,6 +125,8 @@ SK_KEY_VERSIONS = ("0.3.14.post1", "0.3.15", "0.3.16.post3", "0.3.16.post4", "0.
 # sgl-kernel 0.3.7-0.3.9.post2 (the releases sglang 0.5.1.post3-0.5.3rc0 pin): one header set, the 16-slot format,
 # 0.3.14.post1's flag and key strings (keys/cxx_templates.py SK_RELEASE_TEMPLATE; docs/heuristics.md)
 SK_037_KEY_VERSIONS = ("0.3.7", "0.3.7.post1", "0.3.8", "0.3.9.post2")
+# sgl-kernel 0.3.20-0.3.21 (sglang 0.5.7-0.5.9): one header set (SGF@54f99a8's), the 21-slot format
+SK_0320_KEY_VERSIONS = ("0.3.20", "0.3.21")
 SDG_02_KEY_VERSIONS = ("0.2.0", "0.2.1", "0.2.1.post1", "0.2.2", "0.2.3", "0.2.3.post1", "0.2.3.post2", "0.2.5")
 
 
@@ -143,9 +145,23 @@ GENERATIONS: dict[str, Generation] = {g.id: g for g in (
         gpu_validated="every m against the library's get_best_configs; CPU-built entries served an H200 run",
     ),
     Generation(
-        id="sgl-kernel-cxx", label="C++-JIT DeepGEMM bundled in sgl-kernel 0.3.20-0.3.21",
+        # an sgl-kernel / sglang-kernel whose headers data/deepgemm_headers.yaml does not list (sgl-kernel 0.3.9,
+        # 0.3.9.post1, 0.3.10-0.3.13: no sglang release pins them; a newer release): no profile names it
+        id="sgl-kernel-cxx", label="C++-JIT DeepGEMM of an sgl-kernel release whose headers were not read",
         heuristic_class=None, key_class=None, key_versions=None, backends=("cxx", "sweep"),
         fingerprint_fields=_KEYS_01, entry_files=("kernel.cu", "kernel.cubin"), strict_by="nvcc-standin",
+    ),
+    Generation(
+        id="sgl-kernel-waves-0.3.20", label="C++-JIT DeepGEMM bundled in sgl-kernel 0.3.20-0.3.21",
+        # the wave rule's later revision (SGF@54f99a8, whose headers and .so strings equal these wheels')
+        heuristic_class="dgprecompile.planning.heuristics.sm90_waves:Sm90WaveHeuristic0320",
+        # sgl-kernel-waves' key scheme with 0.1.x's verbose-ptxas flags, 21-slot code
+        key_class="dgprecompile.keys.sglang_kernel:Sk0320KeyContext", key_versions=SK_0320_KEY_VERSIONS,
+        keys_proven_versions=(),  # CUDA 12 / torch 2.9 builds: nothing ran on a GPU; names read, not observed
+        backends=("nvcc", "cxx", "sweep"),
+        fingerprint_fields=("deepgemm.generation", "deepgemm.headers_sha256", "deepgemm.package_dir", "nvcc.release",
+                            "env", "num_sms"),
+        entry_files=("kernel.cu", "kernel.cubin"), strict_by="nvcc-standin",
     ),
     Generation(
         id="sgl-kernel-waves-0.3.7", label="C++-JIT DeepGEMM bundled in sgl-kernel 0.3.7-0.3.9.post2",

@@ -90,7 +90,7 @@ class DeepGemmInstall:
     distribution: str | None  # sgl-kernel, sgl-deep-gemm, deep-gemm; None when unknown
     version: str | None
     package_dir: str  # .../site-packages/deep_gemm
-    generation: str  # legacy | sgl-kernel-cxx | sgl-kernel-waves[-0.3.7] | sgl-deep-gemm-0.1 | sgl-deep-gemm-0.2
+    generation: str  # an id of generations.GENERATIONS (sgl-kernel-cxx: headers not read)
 
     @property
     def include_dir(self) -> str:

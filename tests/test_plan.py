@@ -247,14 +247,20 @@ def test_deepseek_v3_keys(runner, tmp_path):
     assert ("GROUPED_GEMM_NT_F8F8BF16_MASKED", 7168, 2048, 32) in keys
 
 
-def test_unmodelled_generation_lists_keys_only(runner):
-    # sglang 0.5.7-0.5.9 (sgl-kernel 0.3.20-0.3.21) stay keys only; 0.5.2 (sgl-kernel 0.3.9.post2) is modelled
-    data, keys = keys_of(invoke(runner, "plan", "-m", "Qwen3-Coder-480B", "--tp", 8, "--ep", 8, "--sglang",
-                                "0.5.9", "--moe-runner-backend", "deep_gemm", "--format", "json"))
+def test_keys_only_plan_lists_keys_without_kernels(runner):
+    # every profile's kernel choice is modelled; --keys-only leaves it to the library (warm --backend sweep)
+    args = ["plan", "-m", "Qwen3-Coder-480B", "--tp", 8, "--ep", 8, "--sglang", "0.5.9", "--moe-runner-backend",
+            "deep_gemm", "--format", "json"]
+    data, keys = keys_of(invoke(runner, *args, "--keys-only"))
     assert len(keys) == 4 and data["total_kernels"] is None and data["kernel_model"] is False
-    data, keys = keys_of(invoke(runner, "plan", "-m", "Qwen3-Coder-480B", "--tp", 8, "--ep", 8, "--sglang",
-                                "0.5.2", "--format", "json"))
-    assert len(keys) == 4 and data["kernel_model"] is True and data["total_kernels"] > 0
+    modelled, modelled_keys = keys_of(invoke(runner, *args))
+    assert modelled_keys == keys and modelled["kernel_model"] is True and modelled["total_kernels"] > 0
+    text = invoke(runner, *args[:-2], "--keys-only")
+    assert "4 keys, keys only" in text.output
+    # the legacy Python JIT has no sweep warm: refused with the fix
+    refused = runner.invoke(cli, ["plan", "-m", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8", "--sglang", "0.5.1",
+                                  "--keys-only"])
+    assert refused.exit_code == 2 and "error: --keys-only" in refused.output and "hint: plan without --keys-only" in refused.output
 
 
 def test_plan_imports_neither_torch_nor_deep_gemm():

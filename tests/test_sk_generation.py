@@ -216,11 +216,11 @@ def _so_string(version: str, needle: bytes) -> str:
     return data[data.rfind(b"\0", 0, at) + 1:data.find(b"\0", at)].decode()
 
 
-@pytest.mark.parametrize("version", ["0.3.9.post2", "0.3.16.post3", "0.4.2"])
+@pytest.mark.parametrize("version", ["0.3.9.post2", "0.3.16.post3", "0.4.2", "0.3.21"])
 def test_template_and_flags_are_the_strings_in_the_release(version):
     """kernel.cu's format and the key's flag and signature strings, as the library holds them (sgl-kernel
     0.3.9.post2: the 16-slot format of 0.3.7-0.3.9.post2; 0.3.16.post3: the 17-slot format of
-    0.3.14.post1-0.3.18.post2; sglang-kernel 0.4.2: 18 slots)."""
+    0.3.14.post1-0.3.18.post2; sglang-kernel 0.4.2: 18 slots; sgl-kernel 0.3.21: 21 slots)."""
     from dgprecompile.keys import cxx_templates
 
     template = cxx_templates.TEMPLATES[cxx_templates.SK_RELEASE_TEMPLATE[version]]
@@ -235,11 +235,16 @@ def test_template_and_flags_are_the_strings_in_the_release(version):
 
 
 def test_every_release_the_generation_claims_has_a_template():
-    from dgprecompile.generations import SK_037_KEY_VERSIONS, SK_KEY_VERSIONS, get_generation
+    from dgprecompile.generations import (
+        SK_0320_KEY_VERSIONS,
+        SK_037_KEY_VERSIONS,
+        SK_KEY_VERSIONS,
+        get_generation,
+    )
     from dgprecompile.keys import cxx_templates
 
-    assert set(SK_KEY_VERSIONS) | set(SK_037_KEY_VERSIONS) == set(cxx_templates.SK_RELEASE_TEMPLATE)
-    assert not set(SK_KEY_VERSIONS) & set(SK_037_KEY_VERSIONS)
+    claimed = [*SK_KEY_VERSIONS, *SK_037_KEY_VERSIONS, *SK_0320_KEY_VERSIONS]
+    assert sorted(claimed) == sorted(cxx_templates.SK_RELEASE_TEMPLATE)  # each claimed once, each with a template
     gen = get_generation("sgl-kernel-waves")
     assert gen.usable_backends("0.4.2") == ["nvcc", "cxx", "sweep"] and gen.usable_backends("0.4.3") == ["cxx", "sweep"]
     assert not get_generation("sgl-kernel-cxx").models_kernels

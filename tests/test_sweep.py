@@ -1,9 +1,10 @@
-"""warm --backend sweep (keys-only plans: sgl-kernel's C++ JIT): which m it calls, how the work is split, the
+"""warm --backend sweep (keys-only plans: `plan --keys-only`): which m it calls, how the work is split, the
 sweep records in the index and verify's coverage check, warm's refusal without a GPU, and the claim behind the
 sampling checked against the H200 device record (tests/data/sweep_generations_h200.json).
 
-Real nvcc cubins for the entries, the real CLI; the only stand-in is a deep_gemm package folder (headers, no
-library) for the refusal test, named as one: warm must refuse before it would import it.
+Real nvcc cubins for the entries, the real CLI; the stand-ins, named as such: a deep_gemm package folder (sgl-kernel
+0.3.21's real headers, no library) for the refusal test, where warm must refuse before it would import it, and a
+stand-in GPU library for the end-to-end sweep on a CPU.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from helpers import NVCC, assert_one_error, needs_nvcc, run_in_fresh_python
+from helpers import NVCC, assert_one_error, bundled_deep_gemm_dir, needs_nvcc, run_in_fresh_python
 
 from dgprecompile.cache.store import CacheStore
 from dgprecompile.cache.sweeps import SweepRecord, coverage, subtract
@@ -29,7 +30,7 @@ from dgprecompile.planning.manifest import read_manifest
 DENSE, MASKED = "GEMM_NT_F8F8BF16", "GROUPED_GEMM_NT_F8F8BF16_MASKED"
 RECORD = json.loads((Path(__file__).resolve().parent / "data" / "sweep_generations_h200.json").read_text())
 PLAN = ["--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8", "--sglang", "0.5.9",
-        "--moe-runner-backend", "deep_gemm", "--max-tokens", "4096"]
+        "--moe-runner-backend", "deep_gemm", "--max-tokens", "4096", "--keys-only"]
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -143,7 +144,7 @@ def swept(tmp_path, cubin):
     assert not plan.heuristic
     store = CacheStore(tmp_path / "cache")
     store.ensure()
-    fingerprint = {"deepgemm": {"generation": "sgl-kernel-cxx", "version": "0.4.2"}, "num_sms": 132}
+    fingerprint = {"deepgemm": {"generation": "sgl-kernel-waves-0.3.20", "version": "0.3.21"}, "num_sms": 132}
     sweeps, extra = [], {}
     for i, pk in enumerate(plan.keys):
         mid = (pk.key.m_min + pk.key.m_max) // 2
@@ -237,13 +238,21 @@ def test_second_warm_finds_everything_swept_and_other_fingerprints_do_not_count(
 
 # ---- warm refuses without a GPU ---------------------------------------------------------------------------
 
+def _standin_package(site: Path, why: str) -> None:
+    """Stand-in: a deep_gemm package folder as sgl-kernel 0.3.21 ships it (its real headers, so the plan's
+    generation is the installed one), whose import fails."""
+    real = bundled_deep_gemm_dir("0.3.21")
+    if real is None:
+        pytest.skip("sgl-kernel 0.3.21's deep_gemm not installed beside the venv (make setup)")
+    pkg = site / "deep_gemm"
+    pkg.mkdir(parents=True)
+    (pkg / "include").symlink_to(Path(real) / "deep_gemm" / "include")
+    (pkg / "__init__.py").write_text(f"raise ImportError('stand-in: {why}')\n")
+
+
 @needs_nvcc
 def test_warm_keys_only_plan_refuses_without_a_gpu(tmp_path):
-    # stand-in: a deep_gemm package folder as sgl-kernel ships it (headers, no jit/compiler.py), never imported
-    pkg = tmp_path / "site" / "deep_gemm"
-    (pkg / "include" / "deep_gemm").mkdir(parents=True)
-    (pkg / "include" / "deep_gemm" / "common.hpp").write_text("#pragma once\n")
-    (pkg / "__init__.py").write_text("raise ImportError('stand-in: warm must not import deep_gemm')\n")
+    _standin_package(tmp_path / "site", "warm must not import deep_gemm")
     env = dict(os.environ, PYTHONPATH=f"{tmp_path / 'site'}{os.pathsep}{ROOT}", CUDA_VISIBLE_DEVICES="")
     for backend, words in (("sweep", ("needs a GPU", "Hopper")), ("nvcc", ("keys only", "--backend sweep"))):
         proc = subprocess.run([sys.executable, "-m", "dgprecompile", "warm", *PLAN, "--backend", backend,
@@ -299,10 +308,7 @@ cxx.SglangCalls.open = classmethod(lambda cls, job, root: StandinCalls(root))
 @pytest.fixture
 def standin_env(tmp_path, cubin):
     site = tmp_path / "site"
-    pkg = site / "deep_gemm"
-    (pkg / "include" / "deep_gemm").mkdir(parents=True)
-    (pkg / "include" / "deep_gemm" / "common.hpp").write_text("#pragma once\n")
-    (pkg / "__init__.py").write_text("raise ImportError('stand-in: the sweep stand-in never imports deep_gemm')\n")
+    _standin_package(site, "the sweep stand-in never imports deep_gemm")
     (site / "sitecustomize.py").write_text(STANDIN_SITE)
     (tmp_path / "k.cubin").write_bytes(cubin)
     return dict(os.environ, PYTHONPATH=f"{site}{os.pathsep}{ROOT}", CUDA_VISIBLE_DEVICES="0",

@@ -1,6 +1,7 @@
 """warm --backend nvcc for the newer C++-JIT generations: real nvcc builds on this CPU machine of sgl-deep-gemm
 0.1.7's (sglang 0.5.19), 0.2.0's (sglang 0.5.20, DeepJIT), sglang-kernel 0.4.2's (sglang 0.5.11) and sgl-kernel
-0.3.16.post3's (sglang 0.5.4) and sgl-kernel 0.3.9.post2's (sglang 0.5.2: the 16-slot format of 0.3.7-0.3.9.post2) kernels, landing
+0.3.16.post3's (sglang 0.5.4), sgl-kernel 0.3.9.post2's (sglang 0.5.2: the 16-slot format of 0.3.7-0.3.9.post2) and
+sgl-kernel 0.3.21's (sglang 0.5.9: the 21-slot format of 0.3.20-0.3.21) kernels, landing
 under the names their key modules compute, with the files each runtime needs, proved by `verify` and idempotent. (That those names are the ones the
 runtime itself makes is checked against device records in tests/test_generation_records.py.)"""
 
@@ -29,7 +30,8 @@ CASES = [("0.1.7", "0.5.19", ["kernel.cu", "kernel.cubin"], False),
          ("0.2.0", "0.5.20", [".committed", "kernel.cu", "kernel.cubin", "meta.json"], False),
          ("sk-0.4.2", "0.5.11", ["kernel.cu", "kernel.cubin"], True),
          ("sk-0.3.16.post3", "0.5.4", ["kernel.cu", "kernel.cubin"], False),
-         ("sk-0.3.9.post2", "0.5.2", ["kernel.cu", "kernel.cubin"], False)]
+         ("sk-0.3.9.post2", "0.5.2", ["kernel.cu", "kernel.cubin"], False),
+         ("sk-0.3.21", "0.5.9", ["kernel.cu", "kernel.cubin"], False)]
 
 
 def _dir(release):
@@ -70,7 +72,7 @@ def test_nvcc_backend_builds_entries_for_the_release(tmp_path, release, sglang, 
     assert first.returncode == 0, first.stderr
     summary = json.loads(first.stdout)
     assert (summary["backend"], summary["compiled"], summary["failed"]) == ("nvcc", 2, 0)
-    # 0.1.7, 0.2.0 and sgl-kernel 0.3.16.post3 / 0.3.9.post2 did not run on the device (tests/data/sweep_generations_h200.json):
+    # 0.1.7, 0.2.0 and sgl-kernel 0.3.16.post3 / 0.3.9.post2 / 0.3.21 did not run on the device (tests/data/sweep_generations_h200.json):
     # warm says their names are unobserved; sglang-kernel 0.4.2's runtime made entries there under the computed names
     assert ("were not yet compared with entries its runtime made on a GPU" in first.stderr) is not observed
 

@@ -18,7 +18,7 @@ from dgprecompile.planning.shapes import MOE_BACKENDS
 
 CONFIG_KEYS = {"model", "tp", "ep", "sglang", "moe_runner_backend", "max_tokens", "specforge_cmd",
                "chunked_prefill_size", "gpu", "num_sms", "cache_dir", "manifest", "command", "sglang_cmd",
-               "specforge_config", "sglang_precompile"}
+               "specforge_config", "sglang_precompile", "keys_only"}
 
 
 def load_config_file(path: str | None) -> dict[str, Any]:
@@ -68,6 +68,9 @@ def plan_options(func):
                   help="Also plan what SGLang's own DeepGEMM precompile compiles when it stays on (every key swept "
                        "over its m range; the transpose kernels of its row-major warm-up scales). Default: on with "
                        "--sglang-cmd/--specforge-config, off otherwise.")
+    @click.option("--keys-only", "keys_only", is_flag=True, default=None,
+                  help="Plan each key and the m range SGLang calls it with, without the kernel model: `warm` then "
+                       "lets the installed DeepGEMM choose for every m, on a GPU (--backend sweep).")
     @click.option("--chunked-prefill-size", type=int, default=None,
                   help="Serving: SGLang's --chunked-prefill-size (sets the largest m as SGLang's precompile does).")
     @click.option("--gpu", default=None, type=click.Choice(["h100", "h200", "h800", "h20", "h100-pcie"],
@@ -76,8 +79,8 @@ def plan_options(func):
     @click.option("--num-sms", type=click.IntRange(min=2), default=None, help="SM count the kernels are chosen for (default 132).")
     @functools.wraps(func)
     def wrapper(*args, manifest, config_file, model, tp, ep, sglang, moe_runner_backend, max_tokens,
-                specforge_cmd, sglang_cmd, specforge_config, sglang_precompile, chunked_prefill_size, gpu, num_sms,
-                **kwargs):
+                specforge_cmd, sglang_cmd, specforge_config, sglang_precompile, keys_only, chunked_prefill_size, gpu,
+                num_sms, **kwargs):
         config = load_config_file(config_file)
 
         def pick(value, name, default=None):
@@ -91,6 +94,7 @@ def plan_options(func):
             num_sms=pick(num_sms, "num_sms"), sglang_cmd=pick(sglang_cmd, "sglang_cmd"),
             specforge_config=pick(specforge_config, "specforge_config"),
             sglang_precompile=pick(sglang_precompile, "sglang_precompile"),
+            keys_only=bool(pick(keys_only, "keys_only", False)),
         )
         if "cache_dir" in kwargs:  # --cache-dir, else the config file's cache_dir (resolve_cache_dir decides the rest)
             kwargs["cache_dir"] = pick(kwargs["cache_dir"], "cache_dir")

@@ -147,10 +147,10 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
                              f"({plan.profile.generation}) has no sweep backend",
                              hint="plan with an --sglang version whose DeepGEMM is modelled")
         if requested not in (None, "auto", "sweep"):
-            raise InputError(f"the plan for sglang {plan.profile.id} lists keys only (the kernel choice of its "
-                             f"DeepGEMM is not modelled), so --backend {requested} has no kernels to build",
+            raise InputError(f"the plan for sglang {plan.profile.id} lists keys only, so --backend {requested} "
+                             "has no kernels to build",
                              hint="use --backend sweep (or auto) on a GPU machine: DeepGEMM itself chooses for "
-                                  "every m of each key")
+                                  "every m of each key (or plan without --keys-only)")
         requested = "sweep"
     install = find_deepgemm()
     backend = backend_for(requested, install, plan.profile.generation)

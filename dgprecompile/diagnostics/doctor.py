@@ -53,7 +53,8 @@ def dist_version(name: str) -> str | None:
 
 GENERATION_TEXT = {
     "legacy": "legacy (Python JIT bundled in sgl-kernel <= 0.3.6)",
-    "sgl-kernel-cxx": "sgl-kernel C++ JIT (0.3.20-0.3.21)",
+    "sgl-kernel-cxx": "sgl-kernel C++ JIT (headers not read)",
+    "sgl-kernel-waves-0.3.20": "sgl-kernel 0.3.20-0.3.21 C++ JIT",
     "sgl-kernel-waves-0.3.7": "sgl-kernel 0.3.7-0.3.9.post2 C++ JIT",
     "sgl-kernel-waves": "sgl-kernel 0.3.14.post1-0.3.19 / sglang-kernel 0.4.x C++ JIT",
     "sgl-deep-gemm-0.1": "sgl-deep-gemm-0.1 (C++ JIT, tvm-ffi)",

@@ -20,6 +20,9 @@ each is the null-terminated string in that release's ``deep_gemm/_C.so`` (found 
 * ``sk-0.3``: the same without enable_overlap (17 slots), sgl-kernel 0.3.14.post1-0.3.18.post2 (SGF@f4adba8).
 * ``sk-0.3.7``: the same without the epilogue either (16 slots, the last GemmType), sgl-kernel 0.3.7-0.3.9.post2
   (SGF@b981e3e ``csrc/jit_kernels/impls/sm90_fp8_gemm_1d2d.hpp`` L30-56); its transpose_fp32 has 3 slots.
+* ``sk-0.3.20``: 21 slots, sgl-kernel 0.3.20-0.3.21 (SGF@54f99a8 ``csrc/jit_kernels/impls/sm90_fp8_gemm_1d2d.hpp``
+  L33-66): sk-0.4's values with the scale-factor-B major first and the A and B swizzles before the C/D one, as
+  0.1.x has them, in a line grouping of its own; its transpose_fp32 has 3 slots.
 
 Which of these the device confirmed (kernel.cu files of real entries) is in :data:`CONFIRMED`.
 """
@@ -73,6 +76,25 @@ static void __instantiate_kernel() {{
         {}, {}, {},
         {}
 """ + _FOOT
+# sgl-kernel 0.3.20-0.3.21: 21 slots
+GEMM_21_SK = """
+#include <deep_gemm/impls/sm90_fp8_gemm_1d2d.cuh>
+
+using namespace deep_gemm;
+
+static void __instantiate_kernel() {{
+    auto ptr = reinterpret_cast<void*>(&sm90_fp8_gemm_1d2d_impl<
+        {},
+        {}, {}, {},
+        {},
+        {}, {}, {},
+        {}, {}, {},
+        {}, {},
+        {}, {},
+        {}, {},
+        {}, {}, {},
+        {}
+""" + _FOOT
 GEMM_17 = GEMM_18.replace("        {}, {}, {},\n        {}\n    >", "        {}, {}, {}\n    >")
 GEMM_16 = GEMM_18.replace("        {}, {}, {},\n        {}\n    >", "        {}, {}\n    >")
 TRANSPOSE_3 = """
@@ -99,7 +121,9 @@ class Template:
     gemm_tail: tuple[str, ...]  # the slots after GemmType
     transpose: str
     transpose_tail: tuple[object, ...]  # the slots after (threads, block_mn, sf_k)
-    order: str = "sgl-deep-gemm"  # which values fill the GEMM slots: "sgl-deep-gemm" or "sk" (sglang-kernel 0.4)
+    # which values fill the GEMM slots besides the ones every release has
+    ab_slots: bool = True  # the scale-factor-B major first, the A and B swizzles before the C/D one
+    last_stages: bool = False  # the number of last stages after the stages (sgl-kernel / sglang-kernel)
 
 
 TEMPLATES = {t.id: t for t in (
@@ -108,9 +132,10 @@ TEMPLATES = {t.id: t for t in (
     Template("0.2.0", GEMM_20, (BF16, EPILOGUE), TRANSPOSE_4, (128,)),
     Template("0.2.2", GEMM_21, (BF16, EPILOGUE, 128), TRANSPOSE_4, (128,)),
     Template("0.2.5", GEMM_20_SF, (BF16, 128), TRANSPOSE_4, (128,)),
-    Template("sk-0.4", GEMM_18, ("EpilogueIdentity", "false"), TRANSPOSE_3, (), order="sk"),
-    Template("sk-0.3", GEMM_17, ("EpilogueIdentity",), TRANSPOSE_3, (), order="sk"),
-    Template("sk-0.3.7", GEMM_16, (), TRANSPOSE_3, (), order="sk"),
+    Template("sk-0.3.20", GEMM_21_SK, ("EpilogueIdentity", "false"), TRANSPOSE_3, (), last_stages=True),
+    Template("sk-0.4", GEMM_18, ("EpilogueIdentity", "false"), TRANSPOSE_3, (), ab_slots=False, last_stages=True),
+    Template("sk-0.3", GEMM_17, ("EpilogueIdentity",), TRANSPOSE_3, (), ab_slots=False, last_stages=True),
+    Template("sk-0.3.7", GEMM_16, (), TRANSPOSE_3, (), ab_slots=False, last_stages=True),
 )}
 
 # The same for the deep_gemm bundled in sgl-kernel / sglang-kernel (their .so strings, docs/heuristics.md).
@@ -119,6 +144,7 @@ SK_RELEASE_TEMPLATE = {
     **dict.fromkeys(("0.3.14.post1", "0.3.15", "0.3.16.post3", "0.3.16.post4", "0.3.16.post5", "0.3.17",
                      "0.3.17.post1", "0.3.18.post2"), "sk-0.3"),
     **dict.fromkeys(("0.3.19", "0.4.0", "0.4.1", "0.4.2"), "sk-0.4"),
+    **dict.fromkeys(("0.3.20", "0.3.21"), "sk-0.3.20"),
 }
 
 # Every release on PyPI whose _C.so format strings were read (release candidates were not), by template.
@@ -164,11 +190,9 @@ def instantiation(spec: KernelSpec, template: Template) -> str:
     p = dict(spec.params)
     if spec.family == "transpose_fp32":
         return _fill(template.transpose, [p["TH"], p["BMN"], p["SFK"], *template.transpose_tail])
-    if template.order == "sk":
-        return _fill(template.gemm, [
-            0, p["N"], p["K"], p["G"], p["BM"], p["BN"], 128, p["SWD"], p["ST"], p["LST"], 128, p["MATH"], p["MC"],
-            "true" if p["A"] else "false", p["SMS"], f"GemmType::{p['T']}", *template.gemm_tail])
+    head = [f"cute::UMMA::Major::{p['SFB']}"] if template.ab_slots else []
+    swizzles = [128, 128, p["SWD"]] if template.ab_slots else [p["SWD"]]  # A and B: block_k bytes of FP8
+    stages = [p["ST"], p["LST"]] if template.last_stages else [p["ST"]]
     return _fill(template.gemm, [
-        f"cute::UMMA::Major::{p['SFB']}", 0, p["N"], p["K"], p["G"], p["BM"], p["BN"], 128, 128, 128, p["SWD"],
-        p["ST"], 128, p["MATH"], p["MC"], "true" if p["A"] else "false", p["SMS"], f"GemmType::{p['T']}",
-        *template.gemm_tail])
+        *head, 0, p["N"], p["K"], p["G"], p["BM"], p["BN"], 128, *swizzles, *stages, 128, p["MATH"], p["MC"],
+        "true" if p["A"] else "false", p["SMS"], f"GemmType::{p['T']}", *template.gemm_tail])

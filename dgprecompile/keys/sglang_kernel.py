@@ -1,4 +1,4 @@
-"""Cache-entry names and sources of the C++-JIT deep_gemm bundled in sgl-kernel 0.3.14.post1-0.3.19 and sglang-kernel
+"""Cache-entry names and sources of the C++-JIT deep_gemm bundled in sgl-kernel 0.3.7-0.3.21 and sglang-kernel
 0.4.0-0.4.2, without a GPU.
 
 The same family as sgl-deep-gemm 0.1.x (keys/sgl_deep_gemm_01.py: one entry ``<DG_JIT_CACHE_DIR>/cache/
@@ -13,6 +13,11 @@ SGF@f4adba8, the same key code with one template slot less; docs/heuristics.md):
 * the flags carry ``-cubin`` and ``-I<install>/deep_gemm/include`` (compiler.hpp L60-68, L157-163), so entries
   hit only for the same install location, nvcc release and headers; DG_JIT_DEBUG / DG_JIT_PTXAS_VERBOSE add
   ``--ptxas-options=--verbose`` and DG_JIT_WITH_LINEINFO ``-Xcompiler -rdynamic -lineinfo``.
+
+sgl-kernel 0.3.7-0.3.9.post2 share this key code. sgl-kernel 0.3.20-0.3.21 (SGF@54f99a8) hash the same header bytes
+(read into a vector<char> instead of a string: ``compiler.hpp`` L28-40, ``utils/hash.hpp`` L7-37) and differ in one
+flag: DG_JIT_PTXAS_CHECK also turns the verbose ptxas log on, which is ``--ptxas-options=--verbose,
+--warn-on-local-memory-usage`` there (L70-71), as in sgl-deep-gemm 0.1.x (:class:`Sk0320KeyContext`).
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ class SkKeyContext(CxxKeyContext):
     library_version: str = ""  # H, computed once from the headers (header_root if given, else include_dir)
 
     VERBOSE_FLAGS = " --ptxas-options=--verbose"
+    VERBOSE_ENV = ("DG_JIT_DEBUG", "DG_JIT_PTXAS_VERBOSE")  # any of these set adds VERBOSE_FLAGS
     TAIL_FLAGS = ("--gpu-architecture=sm_90a --compiler-options=-fPIC,-O3,-fconcepts,-Wno-deprecated-declarations,"
                   "-Wno-abi -cubin -O3 --expt-relaxed-constexpr --expt-extended-lambda")
 
@@ -64,7 +70,7 @@ class SkKeyContext(CxxKeyContext):
             raise InputError("DG_JIT_USE_NVRTC is set: that runtime compiles with NVRTC under other keys, which "
                              "dgprecompile does not compute", hint="unset DG_JIT_USE_NVRTC, or use --backend cxx")
         base = CxxKeyContext.from_env(include_dir, nvcc_release, env, template=template)
-        verbose = bool(int(env.get("DG_JIT_DEBUG", "0") or 0) or int(env.get("DG_JIT_PTXAS_VERBOSE", "0") or 0))
+        verbose = any(int(env.get(name, "0") or 0) for name in cls.VERBOSE_ENV)
         return cls(**{**base.__dict__, "ptxas_verbose": verbose, "header_root": header_root,
                       "library_version": library_version(header_root or include_dir)})
 
@@ -80,3 +86,11 @@ class SkKeyContext(CxxKeyContext):
         """NVCCCompiler::compile's command (`nvcc kernel.cu -o kernel.cubin <flags>`, -cubin among the flags)."""
         return [nvcc, os.path.join(entry_dir, "kernel.cu"), "-o", os.path.join(entry_dir, "kernel.cubin"),
                 *shlex.split(self.flags())]
+
+
+@dataclass(frozen=True)
+class Sk0320KeyContext(SkKeyContext):
+    """sgl-kernel 0.3.20-0.3.21: sgl-deep-gemm 0.1.x's verbose ptxas flags, DG_JIT_PTXAS_CHECK among their switches."""
+
+    VERBOSE_FLAGS = CxxKeyContext.VERBOSE_FLAGS
+    VERBOSE_ENV = (*SkKeyContext.VERBOSE_ENV, "DG_JIT_PTXAS_CHECK")

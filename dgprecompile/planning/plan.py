@@ -60,7 +60,7 @@ class Plan:
     kernels: dict[str, KernelSpec]
     notes: list[str] = field(default_factory=list)
     sglang_version: str | None = None  # the exact sglang release, when the user named one (or it is installed)
-    heuristic: bool = True  # False: this generation's kernel choice is not modelled, keys only
+    heuristic: bool = True  # False: keys only (the kernel choice is not modelled, or --keys-only)
     sweep_m_max: int = 0  # > 0: the plan also covers SGLang's own precompile (its m sweep and warm-up layouts)
     server: dict[str, Any] | None = None  # the SGLang server command (or SpecForge config) the plan was read from
     jit_modules: dict[str, JitModule] = field(default_factory=dict)  # SGLang's own JIT modules on these paths
@@ -304,25 +304,30 @@ def plan_jit_modules(model: ModelConfig, keys: list[GemmKey], sglang_version: st
 
 
 def build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: int = DEFAULT_NUM_SMS,
-               gpu: str | None = None, profile_reason: str = "", sglang_version: str | None = None) -> Plan:
-    plan = _build_plan(model, profile, par, num_sms, gpu, profile_reason, sglang_version)
+               gpu: str | None = None, profile_reason: str = "", sglang_version: str | None = None,
+               keys_only: bool = False) -> Plan:
+    plan = _build_plan(model, profile, par, num_sms, gpu, profile_reason, sglang_version, keys_only)
     plan.jit_modules, notes = plan_jit_modules(model, [pk.key for pk in plan.keys], sglang_version, profile)
     plan.notes += notes
     return plan
 
 
 def _build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: int, gpu: str | None,
-                profile_reason: str, sglang_version: str | None) -> Plan:
+                profile_reason: str, sglang_version: str | None, keys_only: bool) -> Plan:
     shapes = model_shapes(model, profile, par)
     kernels: dict[str, KernelSpec] = {}
     # what was and was not proven for this profile's DeepGEMM, as profiles.yaml records it
     proof = [f"{label}: {profile.raw[field]}" for field, label in (("proven", "proven"),
                                                                    ("not_proven", "not proven"))
              if profile.raw.get(field)]
-    if not profile.deepgemm.models_kernels:
+    if keys_only and "sweep" not in profile.deepgemm.backends:
+        raise InputError(f"--keys-only: the {profile.deepgemm.label} of sglang {profile.id} has no sweep warm "
+                         "(its Python JIT is warmed from the modelled kernels)", hint="plan without --keys-only")
+    if keys_only or not profile.deepgemm.models_kernels:
+        why = "planned keys only (--keys-only)" if profile.deepgemm.models_kernels else "not modelled: keys only"
         notes = shapes.notes + [f"the kernel choice of the {profile.generation} DeepGEMM "
-                                f"({profile.deepgemm_distribution} {profile.deepgemm_version}) is not modelled: "
-                                "keys only, no m-buckets; `warm --backend sweep` on a GPU lets it choose for every m"] + proof
+                                f"({profile.deepgemm_distribution} {profile.deepgemm_version}) is {why}, no "
+                                "m-buckets; `warm --backend sweep` on a GPU lets it choose for every m"] + proof
         return Plan(model=model.name, model_source=model.source, model_type=model.config.get("model_type", ""),
                     tp=par.tp, ep=par.ep, moe_runner_backend=par.moe_runner_backend, max_tokens=par.max_tokens,
                     profile=profile, profile_reason=profile_reason, num_sms=num_sms, gpu=gpu,
@@ -361,3 +366,4 @@ class PlanRequest:
     sglang_cmd: str | list[str] | None = None  # an SGLang server command line
     specforge_config: str | None = None  # a SpecForge 0.2.0 run.yaml
     sglang_precompile: bool | None = None  # also plan SGLang's own precompile (default: on for server inputs)
+    keys_only: bool = False  # plan the keys and their m ranges without the kernel model (warm then sweeps)

@@ -41,4 +41,4 @@ def plan_from_request(req: PlanRequest) -> Plan:
     par = Parallel(tp=1 if tp is None else tp, ep=1 if ep is None else ep, moe_runner_backend=req.moe_runner_backend,
                    max_tokens=max_tokens, sweep_m_max=sweep)
     return build_plan(model, choice.profile, par, resolve_num_sms(req.gpu, req.num_sms), req.gpu, choice.reason,
-                      choice.sglang_version)
+                      choice.sglang_version, keys_only=req.keys_only)

@@ -69,7 +69,8 @@ def plan_from_server(req: PlanRequest) -> Plan:
                    max_tokens=max_tokens, sweep_m_max=bound.sweep_m_max if precompile else 0)
     try:
         plan = build_plan(model, profile, par, resolve_num_sms(req.gpu, req.num_sms), req.gpu, reason,
-                          choice.sglang_version or (table.sglang if table.origin.startswith("installed:") else None))
+                          choice.sglang_version or (table.sglang if table.origin.startswith("installed:") else None),
+                          keys_only=req.keys_only)
     except ExpertLayoutError as exc:
         raise InputError(f"{what}: {exc.message}", hint=exc.hint_for(ep_option)) from None
     notes = [f"{what} read with {table_reason}"]
