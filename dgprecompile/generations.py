@@ -157,11 +157,18 @@ GENERATIONS: dict[str, Generation] = {g.id: g for g in (
         heuristic_class="dgprecompile.planning.heuristics.sm90_waves:Sm90WaveHeuristic0320",
         # sgl-kernel-waves' key scheme with 0.1.x's verbose-ptxas flags, 21-slot code
         key_class="dgprecompile.keys.sglang_kernel:Sk0320KeyContext", key_versions=SK_0320_KEY_VERSIONS,
-        keys_proven_versions=(),  # CUDA 12 / torch 2.9 builds: nothing ran on a GPU; names read, not observed
+        # names and kernel.cu equal every entry 0.3.21's JIT made on an H200, its host code rebuilt from its source
+        # (the wheel's own .so is a CUDA 12 / torch 2.9 build); 0.3.20 ships the same headers and strings
+        keys_proven_versions=("0.3.21",),
         backends=("nvcc", "cxx", "sweep"),
         fingerprint_fields=("deepgemm.generation", "deepgemm.headers_sha256", "deepgemm.package_dir", "nvcc.release",
                             "env", "num_sms"),
         entry_files=("kernel.cu", "kernel.cubin"), strict_by="nvcc-standin",
+        gpu_validated="sgl-kernel 0.3.21's headers and Python with its host code rebuilt on an H200 from SGF@54f99a8 "
+                      "(the wheel's .so links CUDA 12 / torch 2.9): every sampled m of the 480B tp8/ep8 dense keys and "
+                      "masked expected_m 1-8,200 against DG_PRINT_CONFIGS; after a GPU-free nvcc warm 89,806 calls "
+                      "compiled nothing (tests/data/sweep_generations_h200.json, run 5)",
+        gpu_checked_m=(("GEMM_NT_F8F8BF16", 65473), ("GROUPED_GEMM_NT_F8F8BF16_MASKED", 8200)),
     ),
     Generation(
         id="sgl-kernel-waves-0.3.7", label="C++-JIT DeepGEMM bundled in sgl-kernel 0.3.7-0.3.9.post2",
