@@ -24,18 +24,21 @@ if [ ! -f "$dest/sglang_kernel-0.4.2-deep_gemm.tgz" ]; then
   mv "$tmp/deep_gemm.tgz" "$dest/sglang_kernel-0.4.2-deep_gemm.tgz"
   rm -rf "$tmp"
 fi
-# sgl-kernel 0.3.21 (sglang 0.5.9): its deep_gemm/ without the CUDA-12 / torch-2.9 .so, and the csrc of the
-# sgl-project/DeepGEMM commit its headers equal (54f99a8), for tests/gpu/build_deep_gemm_from_source.sh; DGSRC is
-# a git clone (or bare mirror) of sgl-project/DeepGEMM holding that commit
-if [ ! -f "$dest/sgl_kernel-0.3.21-deep_gemm.tgz" ]; then
-  tmp=$(mktemp -d)
-  python3 -m pip download -q --no-deps "${plat[@]}" -d "$tmp" sgl-kernel==0.3.21
-  python3 -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); z.extractall(sys.argv[2], [n for n in z.namelist()
-    if n.startswith("deep_gemm/") and not n.endswith(".so")])' "$tmp"/sgl_kernel-0.3.21-*.whl "$tmp/x"
-  tar czf "$dest/sgl_kernel-0.3.21-deep_gemm.tgz" -C "$tmp/x" deep_gemm
-  rm -rf "$tmp"
-fi
-if [ ! -f "$dest/sgf-54f99a8-csrc.tgz" ] && [ -n "${DGSRC:-}" ]; then
-  git --git-dir="$DGSRC" archive --format=tar.gz -o "$dest/sgf-54f99a8-csrc.tgz" 54f99a8 csrc
-fi
+# sgl-kernel 0.3.21 / 0.3.16.post3 / 0.3.9.post2 (sglang 0.5.9 / 0.5.4 / 0.5.2): each one's deep_gemm/ without its
+# CUDA-12 .so, and the csrc of the sgl-project/DeepGEMM commit its headers equal (54f99a8 / f4adba8 / b981e3e), for
+# tests/gpu/build_deep_gemm_from_source.sh; DGSRC is a git clone (or bare mirror) of sgl-project/DeepGEMM
+for pair in 0.3.21:54f99a8 0.3.16.post3:f4adba8 0.3.9.post2:b981e3e; do
+  sk=${pair%%:*} sgf=${pair##*:}
+  if [ ! -f "$dest/sgl_kernel-$sk-deep_gemm.tgz" ]; then
+    tmp=$(mktemp -d)
+    python3 -m pip download -q --no-deps "${plat[@]}" -d "$tmp" "sgl-kernel==$sk"
+    python3 -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); z.extractall(sys.argv[2], [n for n in
+      z.namelist() if n.startswith("deep_gemm/") and not n.endswith(".so")])' "$tmp"/sgl_kernel-"$sk"-*.whl "$tmp/x"
+    tar czf "$dest/sgl_kernel-$sk-deep_gemm.tgz" -C "$tmp/x" deep_gemm
+    rm -rf "$tmp"
+  fi
+  if [ ! -f "$dest/sgf-$sgf-csrc.tgz" ] && [ -n "${DGSRC:-}" ]; then
+    git --git-dir="$DGSRC" archive --format=tar.gz -o "$dest/sgf-$sgf-csrc.tgz" "$sgf" csrc
+  fi
+done
 du -sh "$dest"

@@ -479,8 +479,9 @@ def version(args: dict) -> int:
 
     # warm: dgprecompile plan + warm, then sweep every plan key against that cache
     warm_cache = os.path.join(scratch, "warm-cache")
+    # SWEEP_MOE_RUNNER=auto for sglang < 0.5.3.post1, whose EPMoE runs masked DeepGEMM without a runner option
     plan_args = ["--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8", "--sglang", sglang,
-                 "--moe-runner-backend", "deep_gemm", "--max-tokens", "65536"]
+                 "--moe-runner-backend", os.environ.get("SWEEP_MOE_RUNNER", "deep_gemm"), "--max-tokens", "65536"]
     if os.environ.get("SWEEP_SGLANG_CMD"):
         plan_args = ["--sglang-cmd", os.environ["SWEEP_SGLANG_CMD"], "--sglang", sglang]
     left = args["deadline"] - time.time()
