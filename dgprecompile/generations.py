@@ -176,11 +176,18 @@ GENERATIONS: dict[str, Generation] = {g.id: g for g in (
         heuristic_class="dgprecompile.planning.heuristics.sm90_waves:Sm90WaveHeuristic037",
         # sgl-kernel-waves' key scheme (the same compiler.hpp, hash.hpp, kernel_runtime.hpp blobs), 16-slot code
         key_class="dgprecompile.keys.sglang_kernel:SkKeyContext", key_versions=SK_037_KEY_VERSIONS,
-        keys_proven_versions=(),  # CUDA 12 / torch 2.8 builds: nothing ran on a GPU; names read, not observed
+        # names and kernel.cu equal every entry 0.3.9.post2's JIT made on an H200, its host code rebuilt from its
+        # source (the wheel's own .so is a CUDA 12 / torch 2.8 build); 0.3.7-0.3.8 ship the same headers and strings
+        keys_proven_versions=("0.3.9.post2",),
         backends=("nvcc", "cxx", "sweep"),
         fingerprint_fields=("deepgemm.generation", "deepgemm.headers_sha256", "deepgemm.package_dir", "nvcc.release",
                             "env", "num_sms"),
         entry_files=("kernel.cu", "kernel.cubin"), strict_by="nvcc-standin",
+        gpu_validated="sgl-kernel 0.3.9.post2's headers and Python with its host code rebuilt on an H200 from "
+                      "SGF@b981e3e (the wheel's .so links CUDA 12 / torch 2.8): every sampled m of the 480B tp8/ep8 "
+                      "keys against DG_PRINT_CONFIGS; after a GPU-free nvcc warm of the sglang 0.5.2 plan 43,930 "
+                      "calls compiled nothing (tests/data/sweep_generations_h200.json, run 7)",
+        gpu_checked_m=(("GEMM_NT_F8F8BF16", 65473), ("GROUPED_GEMM_NT_F8F8BF16_MASKED", 8200)),
     ),
     Generation(
         id="sgl-kernel-waves",
@@ -188,8 +195,9 @@ GENERATIONS: dict[str, Generation] = {g.id: g for g in (
         # the wave rule with a minimised SM count (another rule than 0.1.x's), read from SGF@5f8a71a (= SGF@f4adba8's)
         heuristic_class="dgprecompile.planning.heuristics.sm90_waves:Sm90WaveHeuristic",
         key_class="dgprecompile.keys.sglang_kernel:SkKeyContext", key_versions=SK_KEY_VERSIONS,
-        # names and kernel.cu equal every entry its runtime made on an H200 (tests/test_sk_generation.py)
-        keys_proven_versions=("0.4.2",),
+        # names and kernel.cu equal every entry its runtime made on an H200 (tests/test_sk_generation.py), and every
+        # entry 0.3.16.post3's JIT made there with its host code rebuilt from source (tests/test_sk_source_records.py)
+        keys_proven_versions=("0.4.2", "0.3.16.post3"),
         backends=("nvcc", "cxx", "sweep"),
         # the include path (-I<install>/include) and the header bytes are in the key; the version is not
         fingerprint_fields=("deepgemm.generation", "deepgemm.headers_sha256", "deepgemm.package_dir", "nvcc.release",
@@ -197,7 +205,8 @@ GENERATIONS: dict[str, Generation] = {g.id: g for g in (
         entry_files=("kernel.cu", "kernel.cubin"), strict_by="nvcc-standin",
         gpu_validated="sglang-kernel 0.4.2: every sampled m of the 480B tp8/ep8 dense keys (to 65,536) and masked "
                       "expected_m 1-8,200 against DG_PRINT_CONFIGS on an H200; after a GPU-free nvcc warm 89,806 calls compiled "
-                      "nothing (tests/data/sweep_generations_h200.json, run 4)",
+                      "nothing (tests/data/sweep_generations_h200.json, run 4); sgl-kernel 0.3.16.post3's headers and "
+                      "Python with its host code rebuilt there from SGF@f4adba8: the same checks (run 6)",
         # the largest m of those runs (tests/test_sk_generation.py ties these to the record)
         gpu_checked_m=(("GEMM_NT_F8F8BF16", 65473), ("GROUPED_GEMM_NT_F8F8BF16_MASKED", 8200)),
     ),

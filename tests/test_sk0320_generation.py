@@ -3,12 +3,11 @@
 format).
 
 The wheels' own deep_gemm_cpp.abi3.so links CUDA 12 and torch 2.9 and cannot load on the device (torch 2.11). The
-device record ``sk-0.3.21-src`` (run5 of tests/data/sweep_generations_h200.json) ran the wheel's headers and Python
-with that host code rebuilt on the device from the source whose headers, generated-code text and print format equal
-the wheel's (SGF@54f99a8; tests/gpu/build_deep_gemm_from_source.sh). Held against that record: the model at every
-recorded call (the four rule differences included: dense block_m 16/32 for m <= 16/32, stages from 32, C/D shared
-memory aligned to 1024 bytes and SFA to 128, one math warpgroup for block_m <= 64), every entry the JIT made (the
-computed name, identical kernel.cu), and a warmed cache the JIT added nothing to. Held against the real wheel here:
+device record ``sk-0.3.21-src`` ran the wheel's headers and Python with that host code rebuilt on the device from
+the source whose headers, generated-code text and print format equal the wheel's (SGF@54f99a8):
+tests/test_sk_source_records.py holds the model (the four rule differences included: dense block_m 16/32 for
+m <= 16/32, stages from 32, C/D shared memory aligned to 1024 bytes and SFA to 128, one math warpgroup for
+block_m <= 64), the entry names and the warm against it. Held against the real wheel here:
 
 * its headers are the ones data/deepgemm_headers.yaml names for this generation, and a deep_gemm/ without
   metadata is recognised by them; its .so holds the 21-slot format, the flag strings and the verbose-ptxas text the
@@ -20,12 +19,10 @@ computed name, identical kernel.cu), and a warmed cache the JIT added nothing to
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
-from functools import cache
 from pathlib import Path
 
 import pytest
@@ -33,19 +30,17 @@ from helpers import (
     NVCC,
     assert_buckets_hold_their_kernel,
     bundled_deep_gemm_dir,
-    cold_entries_explained,
     needs_nvcc,
 )
 
 from dgprecompile.generations import SK_0320_KEY_VERSIONS, get_generation
 from dgprecompile.kernels import KernelType
 from dgprecompile.keys.sglang_kernel import Sk0320KeyContext, SkKeyContext
-from dgprecompile.planning.heuristics.sm90_cxx import _swizzle, transpose_kernel
 from dgprecompile.planning.heuristics.sm90_waves import RULE_0_3_20, Sm90WaveHeuristic0320, best_config
 from dgprecompile.planning.manifest import plan_from_dict, write_manifest
 from dgprecompile.planning.plan import PlanRequest
 from dgprecompile.planning.request import plan_from_request
-from dgprecompile.toolchain import Nvcc, headers_hash, known_headers
+from dgprecompile.toolchain import headers_hash, known_headers
 
 HERE = Path(__file__).resolve().parent
 RECORD = json.loads((HERE / "data" / "sweep_generations_h200.json").read_text())
@@ -162,123 +157,6 @@ def test_the_generation_keeps_sweep_and_says_what_ran_where():
     raw = plan_from_request(PlanRequest(**PLAN_059, max_tokens=64)).profile.raw
     assert "sk-0.3.21-src" in raw["heuristic_validated"]
     assert raw["not_proven"].startswith("the wheels' own deep_gemm_cpp.abi3.so")
-
-
-# ---- the device record: sgl-kernel 0.3.21's headers and Python, its host code rebuilt from SGF@54f99a8 --------
-
-def _sweep_module():
-    spec = importlib.util.spec_from_file_location("sweep_generations", HERE / "gpu" / "sweep_generations.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@cache
-def _samples() -> dict[tuple[str, int, int, int], list[int]]:
-    """The m the device sweep called for each key (its own cold_specs)."""
-    out: dict[tuple[str, int, int, int], list[int]] = {}
-    for spec in _sweep_module().cold_specs(DEVICE):
-        out.setdefault((spec["kind"], spec["n"], spec["k"], spec["g"]), []).extend(spec["ms"])
-    return {key: sorted(set(ms)) for key, ms in out.items()}
-
-
-def _key(name: str) -> tuple[KernelType, int, int, int]:
-    kind, n, k, g = name.split("/")
-    return KIND[kind], int(n), int(k), int(g)
-
-
-def test_the_device_record_is_the_rebuilt_0321():
-    rel = RECORD["releases"][DEVICE]
-    assert (rel["sglang"], rel["info"]["gpu"], rel["info"]["num_sms"]) == ("0.5.9", "NVIDIA H200", 132)
-    provenance = RECORD["runs"][rel["run"]]["provenance"]
-    assert "sgl-kernel 0.3.21" in provenance and "rebuilt on the device" in provenance and "54f99a8" in provenance
-
-
-def test_model_equals_every_recorded_call():
-    """At every m the device called inside a recorded run, RULE_0_3_20 picks that run's printed configuration:
-    blocks (16 and 32 included), multicast and its side, stages (up to 32), C/D swizzle, shared memory (with the
-    alignments) and the minimised SM count."""
-    checked, small = 0, set()
-    for name, slot in RECORD["releases"][DEVICE]["keys"].items():
-        kind, n, k, g = _key(name)
-        assert not slot["errors"], (name, slot["errors"][:1])
-        ms = _samples()[(kind.name, n, k, g)]
-        calls = 0
-        for m_first, m_last, *observed in slot["runs"]:
-            for m in (m for m in ms if m_first <= m <= m_last):
-                bm, bn, multicast, on_a, stages, smem, sms = best_config(kind, m, n, k, g, 132, rule=RULE_0_3_20)
-                assert [bm, bn, multicast, int(on_a), stages, _swizzle(bn * 2), smem, sms, sms] == observed, (name, m)
-                small |= {bm} & {16, 32}
-                calls += 1
-        assert calls == slot["calls"], name  # the samples are exactly the calls the device made
-        checked += calls
-    assert checked > 25000 and small == {16, 32}
-
-
-@cache
-def _plan():
-    return plan_from_request(PlanRequest(**PLAN_059, max_tokens=65536))
-
-
-def _context(include_dir: str | None = None) -> Sk0320KeyContext:
-    rel = RECORD["releases"][DEVICE]
-    nvcc = Nvcc("/usr/local/cuda/bin/nvcc", RECORD["runs"][rel["run"]]["nvcc_version"])
-    # the device's install path is in the key (-I); the header bytes are the wheel's: read them here
-    return Sk0320KeyContext.from_env(include_dir or os.path.join(rel["site"], "deep_gemm", "include"), nvcc.release,
-                                     {}, template="sk-0.3.20",
-                                     header_root=os.path.join(_local(), "deep_gemm", "include"))
-
-
-def _planned(kind: KernelType, n: int, k: int, g: int, m: int):
-    pk = next(pk for pk in _plan().keys if (pk.key.kernel_type, pk.key.n, pk.key.k, pk.key.num_groups) == (kind, n, k, g))
-    if m == 0:
-        (aux,) = pk.aux
-        return _plan().kernels[aux]
-    return _plan().kernels[next(b.kernel for b in pk.buckets if b.m_min <= m <= b.m_max)]
-
-
-def test_each_new_cold_entry_is_the_planned_kernels_computed_name():
-    """At the first m where the JIT made an entry, the kernel the plan lists there has exactly that name, and the
-    kernel.cu dgprecompile generates is byte-identical to the JIT's (the 21-slot text)."""
-    rel = RECORD["releases"][DEVICE]
-    made = cold_entries_explained(DEVICE, rel, _context(), _planned)
-    assert len(made) >= 80
-    sources = {_context().entry_name(spec): _context().source(spec) for spec in _plan().kernels.values()}
-    for entry, text in rel["kernel_cu_samples"].items():
-        assert sources[entry] == text, entry
-
-
-def test_probe_entries_are_the_computed_names():
-    """The probe's single calls: dense m=100 (SGLang's MN-major scales), masked expected_m=100 and contiguous m=512
-    (20 groups) made the model's kernels; row-major dense scales added the layout kernel for sf_k = 48."""
-    probe = RECORD["releases"][DEVICE]["probe"]
-    ctx, heuristic = _context(), Sm90WaveHeuristic0320()
-    calls = {"dense_sglang_mn_major_tma_aligned": (KernelType.GEMM_NT_F8F8BF16, 100, 1),
-             "masked_sglang_get_mn_major_tma_aligned_tensor": (KernelType.GROUPED_GEMM_NT_F8F8BF16_MASKED, 100, 20),
-             "contig_sglang_tma_aligned": (KernelType.GROUPED_GEMM_NT_F8F8BF16_CONTIG, 512, 20)}
-    for name, (kind, m, g) in calls.items():
-        assert probe[name] == "ok", (name, probe[name])
-        assert ctx.entry_name(heuristic.kernel(kind, m, 1792, 6144, g, 132)) in probe[name + ":entries"], name
-    assert ctx.entry_name(transpose_kernel(6144)) in probe["dense_row_major_m_by_sfk:entries"]
-
-
-def test_a_warmed_cache_left_the_jit_nothing_to_compile():
-    """After a GPU-free `dgprecompile warm` (nvcc, names computed here) of the sglang 0.5.9 plan, the sweep over
-    every planned key's samples made no entry."""
-    rel = RECORD["releases"][DEVICE]
-    after = rel["sweep_after_warm"]
-    assert (rel["warm"]["backend"], rel["warm"]["failed"]) == ("nvcc", 0)
-    assert rel["warm"]["compiled"] == len(rel["warm_index"]) == _plan().total_kernels
-    assert after["calls"] > 80000 and not after["errors"] and not after["truncated_at"]
-    assert after["new_entries"] == []
-
-
-def test_the_largest_checked_m_is_the_records():
-    largest: dict[str, int] = {}
-    for name, slot in RECORD["releases"][DEVICE]["keys"].items():
-        kind = _key(name)[0].value
-        largest[kind] = max([largest.get(kind, 0)] + [run[1] for run in slot["runs"]])
-    assert dict(get_generation("sgl-kernel-waves-0.3.20").gpu_checked_m) == largest
 
 
 @needs_nvcc

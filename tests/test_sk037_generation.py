@@ -1,10 +1,11 @@
 """sgl-kernel 0.3.7-0.3.9.post2 (sglang 0.5.1.post3-0.5.3rc0): the wave model's earlier revision
 (heuristics/sm90_waves.py RULE_0_3_7) and its entry names (keys/sglang_kernel.py with the 16-slot format).
 
-No device record exists for these releases: they are CUDA 12 / torch 2.8 builds and the device has torch 2.11, so
-the six rule differences (masked block_m 256, the stage cap, the extra barrier, masked multicast, the swapped
-legality lookup, the idle multicast-on-A) are read from SGF@b981e3e, not observed. What is tested here is what the
-real wheel and the real device record can show:
+These releases are CUDA 12 / torch 2.8 builds and the device has torch 2.11; their host code rebuilt there from
+SGF@b981e3e is the device record ``sk-0.3.9.post2-src``, against which tests/test_sk_source_records.py holds the six
+rule differences (masked block_m 256, the stage cap, the extra barrier, masked multicast, the swapped legality
+lookup, the idle multicast-on-A), the entry names and the warm. What is tested here is what the real wheel and
+sglang-kernel 0.4.2's device record show:
 
 * the wheel's headers are the ones data/deepgemm_headers.yaml names for this generation, and a deep_gemm/
   without metadata is recognised by them (tests/test_sk_generation.py checks its .so format and flag strings,
@@ -106,12 +107,14 @@ def test_plan_of_sglang_052_is_modelled_and_buckets_hold_one_kernel():
     assert_buckets_hold_their_kernel(plan, Sm90WaveHeuristic037())
 
 
-def test_the_generation_keeps_sweep_and_says_nothing_was_observed():
+def test_the_generation_keeps_sweep_and_says_what_ran_where():
     gen = resolve_profile("0.5.2").profile.deepgemm
     assert gen.id == "sgl-kernel-waves-0.3.7" and gen.models_kernels
     assert gen.usable_backends("0.3.9.post2") == ["nvcc", "cxx", "sweep"]
     assert gen.usable_backends("0.3.10") == ["cxx", "sweep"]  # not read: no computed names
-    assert not gen.keys_proven("0.3.9.post2") and gen.gpu_validated is None
+    # proven on the H200 with the host code rebuilt from source (tests/test_sk_source_records.py); 0.3.7-0.3.8 read
+    assert gen.keys_proven("0.3.9.post2") and not gen.keys_proven("0.3.7")
     assert not get_generation("sgl-kernel-cxx").computes_keys("0.3.9.post2")
     raw = resolve_profile("0.5.2").profile.raw
-    assert raw["heuristic_validated"] is None and raw["not_proven"].startswith("not run on a GPU")
+    assert "sk-0.3.9.post2-src" in raw["heuristic_validated"]
+    assert raw["not_proven"].startswith("the wheels' own deep_gemm_cpp.abi3.so")
