@@ -130,6 +130,16 @@ SK_0320_KEY_VERSIONS = ("0.3.20", "0.3.21")
 SDG_02_KEY_VERSIONS = ("0.2.0", "0.2.1", "0.2.1.post1", "0.2.2", "0.2.3", "0.2.3.post1", "0.2.3.post2", "0.2.5")
 
 
+# what the sgl-kernel / sglang-kernel wave generations share: backends, and the include path (-I<install>/include)
+# and the header bytes in the key (the version is not); the largest m each one's device runs checked (the
+# sweeps of tests/gpu/sweep_generations.sh: dense to 65,473, masked expected_m to 8,200; the tests tie them to the
+# record)
+_SK_WAVES = dict(backends=("nvcc", "cxx", "sweep"),
+                 fingerprint_fields=("deepgemm.generation", "deepgemm.headers_sha256", "deepgemm.package_dir",
+                                     "nvcc.release", "env", "num_sms"),
+                 entry_files=("kernel.cu", "kernel.cubin"), strict_by="nvcc-standin")
+_SK_CHECKED_M = (("GEMM_NT_F8F8BF16", 65473), ("GROUPED_GEMM_NT_F8F8BF16_MASKED", 8200))
+
 _KEYS_01 = ("deepgemm.generation", "deepgemm.version", "deepgemm.headers_sha256", "nvcc.release", "env", "num_sms")
 
 GENERATIONS: dict[str, Generation] = {g.id: g for g in (
@@ -160,15 +170,12 @@ GENERATIONS: dict[str, Generation] = {g.id: g for g in (
         # names and kernel.cu equal every entry 0.3.21's JIT made on an H200, its host code rebuilt from its source
         # (the wheel's own .so is a CUDA 12 / torch 2.9 build); 0.3.20 ships the same headers and strings
         keys_proven_versions=("0.3.21",),
-        backends=("nvcc", "cxx", "sweep"),
-        fingerprint_fields=("deepgemm.generation", "deepgemm.headers_sha256", "deepgemm.package_dir", "nvcc.release",
-                            "env", "num_sms"),
-        entry_files=("kernel.cu", "kernel.cubin"), strict_by="nvcc-standin",
+        **_SK_WAVES,
         gpu_validated="sgl-kernel 0.3.21's headers and Python with its host code rebuilt on an H200 from SGF@54f99a8 "
                       "(the wheel's .so links CUDA 12 / torch 2.9): every sampled m of the 480B tp8/ep8 dense keys and "
                       "masked expected_m 1-8,200 against DG_PRINT_CONFIGS; after a GPU-free nvcc warm 89,806 calls "
                       "compiled nothing (tests/data/sweep_generations_h200.json, run 5)",
-        gpu_checked_m=(("GEMM_NT_F8F8BF16", 65473), ("GROUPED_GEMM_NT_F8F8BF16_MASKED", 8200)),
+        gpu_checked_m=_SK_CHECKED_M,
     ),
     Generation(
         id="sgl-kernel-waves-0.3.7", label="C++-JIT DeepGEMM bundled in sgl-kernel 0.3.7-0.3.9.post2",
@@ -179,15 +186,12 @@ GENERATIONS: dict[str, Generation] = {g.id: g for g in (
         # names and kernel.cu equal every entry 0.3.9.post2's JIT made on an H200, its host code rebuilt from its
         # source (the wheel's own .so is a CUDA 12 / torch 2.8 build); 0.3.7-0.3.8 ship the same headers and strings
         keys_proven_versions=("0.3.9.post2",),
-        backends=("nvcc", "cxx", "sweep"),
-        fingerprint_fields=("deepgemm.generation", "deepgemm.headers_sha256", "deepgemm.package_dir", "nvcc.release",
-                            "env", "num_sms"),
-        entry_files=("kernel.cu", "kernel.cubin"), strict_by="nvcc-standin",
+        **_SK_WAVES,
         gpu_validated="sgl-kernel 0.3.9.post2's headers and Python with its host code rebuilt on an H200 from "
                       "SGF@b981e3e (the wheel's .so links CUDA 12 / torch 2.8): every sampled m of the 480B tp8/ep8 "
                       "keys against DG_PRINT_CONFIGS; after a GPU-free nvcc warm of the sglang 0.5.2 plan 43,930 "
                       "calls compiled nothing (tests/data/sweep_generations_h200.json, run 7)",
-        gpu_checked_m=(("GEMM_NT_F8F8BF16", 65473), ("GROUPED_GEMM_NT_F8F8BF16_MASKED", 8200)),
+        gpu_checked_m=_SK_CHECKED_M,
     ),
     Generation(
         id="sgl-kernel-waves",
@@ -198,17 +202,12 @@ GENERATIONS: dict[str, Generation] = {g.id: g for g in (
         # names and kernel.cu equal every entry its runtime made on an H200 (tests/test_sk_generation.py), and every
         # entry 0.3.16.post3's JIT made there with its host code rebuilt from source (tests/test_sk_source_records.py)
         keys_proven_versions=("0.4.2", "0.3.16.post3"),
-        backends=("nvcc", "cxx", "sweep"),
-        # the include path (-I<install>/include) and the header bytes are in the key; the version is not
-        fingerprint_fields=("deepgemm.generation", "deepgemm.headers_sha256", "deepgemm.package_dir", "nvcc.release",
-                            "env", "num_sms"),
-        entry_files=("kernel.cu", "kernel.cubin"), strict_by="nvcc-standin",
+        **_SK_WAVES,
         gpu_validated="sglang-kernel 0.4.2: every sampled m of the 480B tp8/ep8 dense keys (to 65,536) and masked "
                       "expected_m 1-8,200 against DG_PRINT_CONFIGS on an H200; after a GPU-free nvcc warm 89,806 calls compiled "
                       "nothing (tests/data/sweep_generations_h200.json, run 4); sgl-kernel 0.3.16.post3's headers and "
                       "Python with its host code rebuilt there from SGF@f4adba8: the same checks (run 6)",
-        # the largest m of those runs (tests/test_sk_generation.py ties these to the record)
-        gpu_checked_m=(("GEMM_NT_F8F8BF16", 65473), ("GROUPED_GEMM_NT_F8F8BF16_MASKED", 8200)),
+        gpu_checked_m=_SK_CHECKED_M,
     ),
     Generation(
         id="sgl-deep-gemm-0.1", label="sgl-deep-gemm 0.1.x (C++ JIT, tvm-ffi)",

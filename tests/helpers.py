@@ -160,6 +160,35 @@ def cold_entries_explained(release: str, rel: dict, ctx, planned) -> set[str]:
     return made
 
 
+def bare_deep_gemm_identity(deep_gemm_dir: str, tmp_path: Path) -> list:
+    """[distribution, version, generation] a fresh process reports for a deep_gemm/ put on PYTHONPATH without any
+    distribution metadata (as the tests/gpu tarballs are): what its headers name."""
+    os.symlink(deep_gemm_dir, tmp_path / "deep_gemm")
+    code = ("import json; from dgprecompile.toolchain import find_deepgemm; d = find_deepgemm(); "
+            "print(json.dumps([d.distribution, d.version, d.generation]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
+    return json.loads(out.stdout)
+
+
+def assert_probe_made_the_models_kernels(probe: dict, ctx, heuristic) -> None:
+    """A device record's probe (tests/gpu/sweep_generations.py PROBE), each call on a cache of its own: dense m=100
+    (SGLang's MN-major scales: no layout kernel), masked expected_m=100 and contiguous m=512 (20 groups) made the
+    model's kernels, named as ctx computes; row-major dense scales added the layout kernel for sf_k = 48."""
+    from dgprecompile.kernels import KernelType
+    from dgprecompile.planning.heuristics.sm90_cxx import transpose_kernel
+
+    calls = {"dense_sglang_mn_major_tma_aligned": (KernelType.GEMM_NT_F8F8BF16, 100, 1),
+             "masked_sglang_get_mn_major_tma_aligned_tensor": (KernelType.GROUPED_GEMM_NT_F8F8BF16_MASKED, 100, 20),
+             "contig_sglang_tma_aligned": (KernelType.GROUPED_GEMM_NT_F8F8BF16_CONTIG, 512, 20)}
+    for name, (kind, m, g) in calls.items():
+        assert probe[name] == "ok", (name, probe[name])
+        assert ctx.entry_name(heuristic.kernel(kind, m, 1792, 6144, g, 132)) in probe[name + ":entries"], name
+    assert probe["dense_sglang_mn_major_tma_aligned:entries"] == [
+        ctx.entry_name(heuristic.kernel(KernelType.GEMM_NT_F8F8BF16, 100, 1792, 6144, 1, 132))]
+    assert ctx.entry_name(transpose_kernel(6144)) in probe["dense_row_major_m_by_sfk:entries"]
+
+
 def needs_sgl_deep_gemm(version: str):
     return pytest.mark.skipif(sgl_deep_gemm_dir(version) is None,
                               reason=f"sgl-deep-gemm {version} not installed beside the venv (make setup)")

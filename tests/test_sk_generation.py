@@ -19,18 +19,21 @@ from pathlib import Path
 import pytest
 from helpers import (
     assert_buckets_hold_their_kernel,
+    assert_probe_made_the_models_kernels,
+    bare_deep_gemm_identity,
     bundled_deep_gemm_dir,
     cold_entries_explained,
     run_in_fresh_python,
 )
 
+from dgprecompile.generations import SK_0320_KEY_VERSIONS, SK_037_KEY_VERSIONS, SK_KEY_VERSIONS
 from dgprecompile.kernels import KernelType
 from dgprecompile.keys.sglang_kernel import SkKeyContext
-from dgprecompile.planning.heuristics.sm90_cxx import _swizzle, transpose_kernel
+from dgprecompile.planning.heuristics.sm90_cxx import _swizzle
 from dgprecompile.planning.heuristics.sm90_waves import Sm90WaveHeuristic, best_config
 from dgprecompile.planning.plan import PlanRequest
 from dgprecompile.planning.request import plan_from_request
-from dgprecompile.toolchain import Nvcc
+from dgprecompile.toolchain import Nvcc, headers_hash, known_headers
 
 HERE = Path(__file__).resolve().parent
 RECORD = json.loads((HERE / "data" / "sweep_generations_h200.json").read_text())
@@ -150,18 +153,7 @@ def test_probe_entries_are_the_computed_names(release):
     expected_m=100 and contiguous m=512 (20 groups each) made the model's kernels there; row-major dense scales
     added the layout kernel for sf_k = 48. (The contiguous kernel is not planned for sglang 0.5.11, whose
     deep_gemm runner is masked without DeepEP; it checks the model's contiguous branch at one m.)"""
-    probe = RECORD["releases"][release]["probe"]
-    ctx = _context(release)
-    heuristic = Sm90WaveHeuristic()
-    calls = {"dense_sglang_mn_major_tma_aligned": (KernelType.GEMM_NT_F8F8BF16, 100, 1),
-             "masked_sglang_get_mn_major_tma_aligned_tensor": (KernelType.GROUPED_GEMM_NT_F8F8BF16_MASKED, 100, 20),
-             "contig_sglang_tma_aligned": (KernelType.GROUPED_GEMM_NT_F8F8BF16_CONTIG, 512, 20)}
-    for name, (kind, m, g) in calls.items():
-        assert probe[name] == "ok", (release, name, probe[name])
-        assert ctx.entry_name(heuristic.kernel(kind, m, 1792, 6144, g, 132)) in probe[name + ":entries"], name
-    assert probe["dense_sglang_mn_major_tma_aligned:entries"] == [
-        ctx.entry_name(heuristic.kernel(KernelType.GEMM_NT_F8F8BF16, 100, 1792, 6144, 1, 132))]  # no layout kernel
-    assert ctx.entry_name(transpose_kernel(6144)) in probe["dense_row_major_m_by_sfk:entries"]
+    assert_probe_made_the_models_kernels(RECORD["releases"][release]["probe"], _context(release), Sm90WaveHeuristic())
 
 
 def test_plan_buckets_hold_one_kernel_at_every_m():
@@ -216,6 +208,26 @@ def _so_string(version: str, needle: bytes) -> str:
     return data[data.rfind(b"\0", 0, at) + 1:data.find(b"\0", at)].decode()
 
 
+# each wheel beside the venv: its distribution, the generation its headers name, the releases sharing those headers
+WHEELS = {"0.3.9.post2": ("sgl-kernel", "sgl-kernel-waves-0.3.7", SK_037_KEY_VERSIONS),
+          "0.3.16.post3": ("sgl-kernel", "sgl-kernel-waves", SK_KEY_VERSIONS[:8]),
+          "0.4.2": ("sglang-kernel", "sgl-kernel-waves", SK_KEY_VERSIONS[8:]),
+          "0.3.21": ("sgl-kernel", "sgl-kernel-waves-0.3.20", SK_0320_KEY_VERSIONS)}
+
+
+@pytest.mark.parametrize("version", list(WHEELS))
+def test_the_wheels_headers_name_their_generation(version, tmp_path):
+    """data/deepgemm_headers.yaml names the wheel's header set; a bare deep_gemm/ on PYTHONPATH (the tests/gpu
+    tarballs) is known by those headers alone, as the last release that shares them."""
+    local = bundled_deep_gemm_dir(version)
+    if local is None:
+        pytest.skip(f"the deep_gemm of {version} not installed beside the venv (make setup)")
+    dist, generation, releases = WHEELS[version]
+    known = known_headers()[headers_hash(os.path.join(local, "deep_gemm", "include"))]
+    assert (known["generation"], [v for _, v in known["releases"]]) == (generation, list(releases))
+    assert bare_deep_gemm_identity(os.path.join(local, "deep_gemm"), tmp_path) == [dist, releases[-1], generation]
+
+
 @pytest.mark.parametrize("version", ["0.3.9.post2", "0.3.16.post3", "0.4.2", "0.3.21"])
 def test_template_and_flags_are_the_strings_in_the_release(version):
     """kernel.cu's format and the key's flag and signature strings, as the library holds them (sgl-kernel
@@ -232,6 +244,11 @@ def test_template_and_flags_are_the_strings_in_the_release(version):
     assert _so_string(version, b" -I{} --gpu-architecture=sm_{} ") == \
         "{} -I{} " + ctx.TAIL_FLAGS.replace("sm_90a", "sm_{}")
     assert _so_string(version, b"{}$${}$${}$${}$${}") == "{}$${}$${}$${}$${}"  # name, H, signature, flags, code
+    # the DG_PRINT_CONFIGS text the device sweeps parse (sglang-kernel 0.4.2's, runs 1, 2, 4; the rebuilt sgl-kernel
+    # releases', runs 5-7), so every release's prints read the same columns
+    printed = _so_string(version, b"GEMM type: %d, kernel type: %d")
+    assert "-> block M: %d, block N: %d" in printed
+    assert printed == _so_string("0.4.2", b"GEMM type: %d, kernel type: %d")
 
 
 def test_every_release_the_generation_claims_has_a_template():

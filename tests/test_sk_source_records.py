@@ -17,12 +17,12 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from helpers import bundled_deep_gemm_dir, cold_entries_explained
+from helpers import assert_probe_made_the_models_kernels, bundled_deep_gemm_dir, cold_entries_explained
 
 from dgprecompile.generations import get_generation, load_key_class
 from dgprecompile.kernels import KernelType
 from dgprecompile.keys import cxx_templates
-from dgprecompile.planning.heuristics.sm90_cxx import _swizzle, transpose_kernel
+from dgprecompile.planning.heuristics.sm90_cxx import _swizzle
 from dgprecompile.planning.heuristics.sm90_waves import best_config
 from dgprecompile.planning.plan import PlanRequest
 from dgprecompile.planning.request import plan_from_request
@@ -146,17 +146,8 @@ def test_each_new_cold_entry_is_the_planned_kernels_computed_name(release):
 
 @pytest.mark.parametrize("release", RELEASES)
 def test_probe_entries_are_the_computed_names(release):
-    """The probe's single calls: dense m=100 (SGLang's MN-major scales), masked expected_m=100 and contiguous m=512
-    (20 groups) made the model's kernels; row-major dense scales added the layout kernel for sf_k = 48."""
-    probe = RECORD["releases"][release]["probe"]
-    ctx, heuristic = _context(release), _heuristic(release)
-    calls = {"dense_sglang_mn_major_tma_aligned": (KernelType.GEMM_NT_F8F8BF16, 100, 1),
-             "masked_sglang_get_mn_major_tma_aligned_tensor": (KernelType.GROUPED_GEMM_NT_F8F8BF16_MASKED, 100, 20),
-             "contig_sglang_tma_aligned": (KernelType.GROUPED_GEMM_NT_F8F8BF16_CONTIG, 512, 20)}
-    for name, (kind, m, g) in calls.items():
-        assert probe[name] == "ok", (release, name, probe[name])
-        assert ctx.entry_name(heuristic.kernel(kind, m, 1792, 6144, g, 132)) in probe[name + ":entries"], name
-    assert ctx.entry_name(transpose_kernel(6144)) in probe["dense_row_major_m_by_sfk:entries"]
+    """The probe's single calls made the model's kernels under the computed names (helpers says which)."""
+    assert_probe_made_the_models_kernels(RECORD["releases"][release]["probe"], _context(release), _heuristic(release))
 
 
 @pytest.mark.parametrize("release", RELEASES)
