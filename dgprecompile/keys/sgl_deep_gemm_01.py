@@ -106,15 +106,16 @@ class CxxKeyContext:
             return bool(int(env.get(name, "0") or 0))
 
         return cls(include_dir, nvcc_release, int(env.get("DG_JIT_CPP_STANDARD", 20)),
-                   flag("DG_JIT_DEBUG") or flag("DG_JIT_PTXAS_VERBOSE") or flag("DG_JIT_PTXAS_CHECK"),
-                   flag("DG_JIT_WITH_LINEINFO"), template=template)
+                   any(flag(name) for name in cls.VERBOSE_ENV), flag("DG_JIT_WITH_LINEINFO"), template=template)
 
     @property
     def signature(self) -> str:
         return f"NVCC{self.nvcc_release[0]}.{self.nvcc_release[1]}"
 
-    # what DG_JIT_PTXAS_VERBOSE adds, and the flags after the include path (NVCCCompiler's constructor)
+    # what DG_JIT_PTXAS_VERBOSE adds (any of VERBOSE_ENV set), and the flags after the include path (NVCCCompiler's
+    # constructor)
     VERBOSE_FLAGS = " --ptxas-options=--verbose,--warn-on-local-memory-usage"
+    VERBOSE_ENV = ("DG_JIT_DEBUG", "DG_JIT_PTXAS_VERBOSE", "DG_JIT_PTXAS_CHECK")
     TAIL_FLAGS = ("--gpu-architecture=sm_90a --compiler-options=-fPIC,-O3,-fconcepts,-Wno-deprecated-declarations,"
                   "-Wno-abi -O3 --expt-relaxed-constexpr --expt-extended-lambda")
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dgprecompile.errors import InputError
@@ -50,7 +50,7 @@ class SkKeyContext(CxxKeyContext):
     library_version: str = ""  # H, computed once from the headers (header_root if given, else include_dir)
 
     VERBOSE_FLAGS = " --ptxas-options=--verbose"
-    VERBOSE_ENV = ("DG_JIT_DEBUG", "DG_JIT_PTXAS_VERBOSE")  # any of these set adds VERBOSE_FLAGS
+    VERBOSE_ENV = ("DG_JIT_DEBUG", "DG_JIT_PTXAS_VERBOSE")  # no DG_JIT_PTXAS_CHECK before 0.3.20
     TAIL_FLAGS = ("--gpu-architecture=sm_90a --compiler-options=-fPIC,-O3,-fconcepts,-Wno-deprecated-declarations,"
                   "-Wno-abi -cubin -O3 --expt-relaxed-constexpr --expt-extended-lambda")
 
@@ -69,10 +69,8 @@ class SkKeyContext(CxxKeyContext):
         if int(env.get("DG_JIT_USE_NVRTC", "0") or 0):
             raise InputError("DG_JIT_USE_NVRTC is set: that runtime compiles with NVRTC under other keys, which "
                              "dgprecompile does not compute", hint="unset DG_JIT_USE_NVRTC, or use --backend cxx")
-        base = CxxKeyContext.from_env(include_dir, nvcc_release, env, template=template)
-        verbose = any(int(env.get(name, "0") or 0) for name in cls.VERBOSE_ENV)
-        return cls(**{**base.__dict__, "ptxas_verbose": verbose, "header_root": header_root,
-                      "library_version": library_version(header_root or include_dir)})
+        base = super().from_env(include_dir, nvcc_release, env, template=template)  # cls's VERBOSE_ENV
+        return replace(base, header_root=header_root, library_version=library_version(header_root or include_dir))
 
     def source(self, spec: KernelSpec) -> str:
         """kernel.cu exactly as the JIT writes it (the generated code, nothing before it)."""
@@ -93,4 +91,4 @@ class Sk0320KeyContext(SkKeyContext):
     """sgl-kernel 0.3.20-0.3.21: sgl-deep-gemm 0.1.x's verbose ptxas flags, DG_JIT_PTXAS_CHECK among their switches."""
 
     VERBOSE_FLAGS = CxxKeyContext.VERBOSE_FLAGS
-    VERBOSE_ENV = (*SkKeyContext.VERBOSE_ENV, "DG_JIT_PTXAS_CHECK")
+    VERBOSE_ENV = CxxKeyContext.VERBOSE_ENV
