@@ -164,16 +164,7 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
     recorded = store.read_index().fingerprint
     stale = differences(recorded, fingerprint) if recorded else []
 
-    reps = plan.representatives()
-    items = []
-    for kernel_id, spec in plan.kernels.items() if backend != "sweep" else ():
-        key, m = reps[kernel_id]
-        items.append(WorkItem(kernel_id, spec.family, dict(spec.params), key.kernel_type.value, key.n, key.k,
-                              key.num_groups, m))
-
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    if world > 1:  # under torchrun: each rank takes a disjoint share of the whole plan
-        items = items[rank::world]
 
     generation = plan.profile.deepgemm
     notes: list[str] = []
@@ -205,20 +196,32 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
         fingerprint["sglang_jit"] = jit_fp
         stale = differences(recorded, fingerprint) if recorded else []
     swept: list[str] = []
-    if backend == "sweep":
+    if backend == "sweep":  # chunks come largest first already; their entries are not known in advance
         items, swept = _sweep_items(plan, store, fingerprint, jobs, rank, world)
         job_common["fingerprint_id"] = short_id(fingerprint)
         notes.append(f"sweep: DeepGEMM chooses its own kernels; {len(items)} chunks of the keys' m ranges still to "
                      "call (every m up to 16,384, then 64q+1, 64q+32, 64q+64; masked: every expected_m)")
+    else:
+        items = sorted(_kernel_items(plan, rank, world), key=_estimated_cost, reverse=True)
     jobs = max(1, min(jobs, max(len(items), len(jit_items)))) if (items or jit_items) else 1
-    if backend != "sweep":  # sweep chunks come largest first already; their entries are not known in advance
-        items.sort(key=_estimated_cost, reverse=True)
     store.require_writable("write to")
     if backend != "sweep":
         _check_space(store, plan, items, [] if stale else None)
     return WarmSetup(plan, backend, store, fingerprint, stale, items, jobs,
                      [gpus[i % len(gpus)] for i in range(jobs)], job_common, rank, world, notes,
                      jit_items, jit_job, jit_skipped, swept)
+
+
+def _kernel_items(plan: Plan, rank: int, world: int) -> list[WorkItem]:
+    """One work item per planned kernel, built through its bucket's representative call; under torchrun each rank
+    takes a disjoint share of the whole plan."""
+    reps = plan.representatives()
+    items = []
+    for kernel_id, spec in plan.kernels.items():
+        key, m = reps[kernel_id]
+        items.append(WorkItem(kernel_id, spec.family, dict(spec.params), key.kernel_type.value, key.n, key.k,
+                              key.num_groups, m))
+    return items[rank::world] if world > 1 else items
 
 
 def _sweep_items(plan: Plan, store: CacheStore, fingerprint: dict[str, Any], jobs: int, rank: int,
