@@ -43,7 +43,6 @@ HERE = Path(__file__).resolve().parent
 RECORD = json.loads((HERE / "data" / "sweep_generations_h200.json").read_text())
 KIND = {"dense": KernelType.GEMM_NT_F8F8BF16, "masked": KernelType.GROUPED_GEMM_NT_F8F8BF16_MASKED}
 PLAN_059 = dict(model="Qwen3-Coder-480B", tp=8, ep=8, sglang="0.5.9", moe_runner_backend="deep_gemm")
-DEVICE = "sk-0.3.21-src"  # the device record's release
 
 
 def _local() -> str:

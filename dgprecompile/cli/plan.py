@@ -43,8 +43,7 @@ def render_plan(out: Output, plan: Plan, show_buckets: bool) -> None:
         out.data_text(f"{plan.total_kernels} distinct kernels; about {mins:.1f} min of serial compile; "
                       f"cache about {_human_bytes(plan.estimate_bytes())}")
     else:
-        out.data_text(f"{len(plan.keys)} keys, keys only: the kernels are chosen by DeepGEMM itself at warm "
-                      "(--backend sweep, on a GPU)")
+        out.data_text(f"{len(plan.keys)} keys, keys only: DeepGEMM chooses the kernels at warm (sweep, on a GPU)")
     if plan.jit_modules:
         out.table(f"SGLang's own JIT modules (sglang {plan.sglang_version}, tvm-ffi; the runtime looks in "
                   "$TVM_FFI_CACHE_DIR/<name>__arch_9.0__tvmffi_<version>/<name>.so)",
