@@ -1,0 +1,88 @@
+"""One declarative schema per file format the tool reads, and the one way a document is checked against it.
+
+Each schema is a JSON Schema (draft 2020-12) in ``dgprecompile/data/schemas/<name>.json``: the format is data, not
+a chain of ``isinstance`` checks. :func:`check` turns the first violation into one :class:`InputError` that names
+the field (``plans[0].tp``) and what was wrong, with the hint the caller gives; the offending value is shown cut
+to a few characters, so a huge or hostile document cannot make the message (or the memory it takes) grow.
+
+jsonschema is imported only here, and only when a document is checked.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from dgprecompile.errors import InputError
+
+_SHOWN = 60  # characters of an offending value quoted in a message
+
+
+@lru_cache(maxsize=None)
+def schema(name: str) -> dict[str, Any]:
+    """The schema of one file format, by name (the file's stem under data/schemas/)."""
+    text = resources.files("dgprecompile.data").joinpath("schemas", f"{name}.json").read_text()
+    return json.loads(text)
+
+
+def field_path(parts) -> str:
+    """``['plans', 0, 'tp']`` -> ``plans[0].tp``; the empty path is the document itself."""
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(the document)"
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= _SHOWN else text[:_SHOWN - 3] + "..."
+
+
+def _describe(error) -> str:
+    """One short sentence for a jsonschema ValidationError, without the whole instance in it."""
+    kind, expected = error.validator, error.validator_value
+    value = _shown(error.instance)
+    if kind == "required":
+        missing = [k for k in expected if isinstance(error.instance, dict) and k not in error.instance]
+        return f"missing {', '.join(map(str, missing)) or 'a required field'}"
+    if kind == "type":
+        wanted = expected if isinstance(expected, str) else " or ".join(expected)
+        return f"{value} is not {'an' if wanted[0] in 'aeiou' else 'a'} {wanted}"
+    if kind == "enum":
+        return f"{value} is not one of {', '.join(map(str, expected))}"
+    if kind in ("minimum", "exclusiveMinimum"):
+        return f"{value} is below the smallest allowed value {expected}"
+    if kind in ("maximum", "exclusiveMaximum"):
+        return f"{value} is above the largest allowed value {expected}"
+    if kind == "additionalProperties":
+        extra = sorted(k for k in error.instance if k not in error.schema.get("properties", {}))
+        return f"unknown field {', '.join(map(str, extra))}"
+    if kind == "pattern":
+        return f"{value} does not have the expected form"
+    if kind in ("minLength", "minItems", "minProperties"):
+        return f"{value} is empty or too short"
+    if kind in ("maxLength", "maxItems", "maxProperties"):
+        return f"{value} is too long"
+    return f"{value} is not valid ({kind})"
+
+
+def problems(doc: Any, name: str) -> list[str]:
+    """Every violation of the schema ``name`` in ``doc``, as 'field: what' lines (for reports that list them all)."""
+    from jsonschema import Draft202012Validator
+
+    validator = Draft202012Validator(schema(name))
+    errors = sorted(validator.iter_errors(doc), key=lambda e: (list(map(str, e.absolute_path)), e.validator))
+    return [f"{field_path(e.absolute_path)}: {_describe(e)}" for e in errors]
+
+
+def check(doc: Any, name: str, where: str, hint: str) -> Any:
+    """Return ``doc`` when it is valid under the schema ``name``; else raise one InputError naming the field."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import best_match
+
+    error = best_match(Draft202012Validator(schema(name)).iter_errors(doc))
+    if error is None:
+        return doc
+    raise InputError(f"{where}: {field_path(error.absolute_path)}: {_describe(error)}", hint=hint)
