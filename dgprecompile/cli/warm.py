@@ -91,7 +91,7 @@ def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc
     def on_event(event):
         kind = event.get("event")
         if kind == "fatal":
-            out.err.print(f"[red]worker failed to start:[/] {event.get('error', '')}")
+            out.failure("worker failed to start", event.get("error", ""))
         elif kind == "start":
             progress.started(event["kernel"])
         elif kind == "tick":
@@ -101,7 +101,7 @@ def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc
             if event.get("replaced"):
                 out.warn(f"{event['kernel']}: the entry in the cache was not loadable; rebuilt and replaced it")
             if kind == "failed" and not event.get("error", "").startswith("not started"):
-                out.err.print(f"[red]failed:[/] {event['kernel']}\n{event.get('error', '')}")
+                out.failure("failed", f"{event['kernel']}\n{event.get('error', '')}")
 
     with progress:
         result = run_warm(setup, on_event)
