@@ -123,7 +123,12 @@ def resolve_plan(plan_request: PlanRequest, manifest: str | None, trace: str | N
             raise InputError("pass --manifest or a server command/config, not both",
                              hint="a manifest already records the server it was planned from")
         return read_manifest(Path(manifest))
-    return plan_from_request(plan_request)
+    plan = plan_from_request(plan_request)
+    out = click.get_current_context(silent=True)
+    out = out.find_object(Output) if out is not None else None
+    for assumption in plan.assumed if out is not None else ():
+        out.note(assumption)  # `--ep 8` alone: tp 8, said by every command that plans
+    return plan
 
 
 def output_options(func):
