@@ -9,6 +9,13 @@ import subprocess
 import sys
 
 import pytest
+from helpers import needs_dg013, needs_nvcc, needs_sgl014, sgl_deep_gemm_013_dir, sglang_014_dir
+
+from dgprecompile.planning.manifest import plan_from_dict, write_manifest
+from dgprecompile.planning.plan import PlanRequest
+from dgprecompile.planning.request import plan_from_request
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _cli(*args, env=None) -> subprocess.CompletedProcess:
@@ -51,3 +58,70 @@ def test_every_planning_command_takes_tp_from_ep_alone(tmp_path, command):
 def test_an_ep_that_does_not_divide_an_explicit_tp_is_still_refused():
     proc = _cli("plan", *EP_ALONE, "--tp", "4")
     assert proc.returncode == 2 and "ep 8 must divide tp 4" in proc.stderr, proc.stderr
+
+
+# ---- warm and verify agree when this machine cannot build SGLang's JIT modules (item 14) --------------------
+
+
+@pytest.fixture(scope="module")
+def jit_plan(tmp_path_factory):
+    """The 0.5.14 deep_gemm-runner plan with its DeepGEMM buckets dropped: only SGLang's two JIT modules."""
+    data = plan_from_request(PlanRequest(model="Qwen3-Coder-480B", tp=8, ep=8, sglang="0.5.14",
+                                         moe_runner_backend="deep_gemm")).to_dict()
+    for shape in data["shapes"]:
+        shape["buckets"], shape["aux_kernels"] = [], []
+    data["kernels"] = []
+    path = tmp_path_factory.mktemp("plan") / "jit.yaml"
+    write_manifest(plan_from_dict(data), path)
+    return path
+
+
+def _without_sglang(*args):
+    """The installed sgl-deep-gemm 0.1.3 (what 0.5.14 runs) but no sglang: a plain venv of the serving flow."""
+    return _cli(*args, env={"PYTHONPATH": os.pathsep.join([REPO, sgl_deep_gemm_013_dir()])})
+
+
+INSTALL = "pip install sglang==0.5.14 apache-tvm-ffi==0.1.9 ninja"
+
+
+def _one_error(proc) -> tuple[str, str]:
+    lines = proc.stderr.strip().splitlines()
+    errors = [x for x in lines if x.startswith("error:")]
+    hints = [x for x in lines if x.startswith("hint:")]
+    assert len(errors) == 1 and len(hints) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return errors[0], hints[0]
+
+
+@needs_nvcc
+@needs_dg013
+def test_warm_that_cannot_build_the_plans_jit_modules_fails_naming_the_install(jit_plan, tmp_path):
+    warm = _without_sglang("warm", "--manifest", str(jit_plan), "--cache-dir", str(tmp_path))
+    assert warm.returncode == 3, warm.stderr
+    error, hint = _one_error(warm)
+    assert "2 of the plan's SGLang JIT modules not built" in error and "sglang is not importable" in error
+    assert INSTALL in hint, hint
+    verify = _without_sglang("verify", "--manifest", str(jit_plan), "--cache-dir", str(tmp_path))
+    assert verify.returncode == 1, verify.stderr
+    _, verify_hint = _one_error(verify)
+    assert INSTALL in verify_hint, verify_hint  # the same fix, not "run warm" again
+
+
+@needs_nvcc
+@needs_dg013
+def test_warm_sglang_jit_off_names_the_option_that_exists(jit_plan, tmp_path):
+    proc = _without_sglang("warm", "--manifest", str(jit_plan), "--cache-dir", str(tmp_path), "--sglang-jit", "off")
+    assert proc.returncode == 0, proc.stderr
+    assert "--no-sglang-jit" not in proc.stderr and "not built (--sglang-jit off)" in proc.stderr, proc.stderr
+    assert "warning:" not in proc.stderr, proc.stderr  # asked for, so a note
+
+
+@needs_sgl014
+def test_the_install_named_is_what_the_sglang_wheel_pins():
+    """Compared with the real sglang 0.5.14 wheel's metadata, not with the data file that holds it."""
+    import glob
+
+    meta = glob.glob(os.path.join(sglang_014_dir(), "sglang-0.5.14.dist-info", "METADATA"))
+    assert meta, "the sglang 0.5.14 wheel's metadata is not beside the venv"
+    requires = {line.split(":", 1)[1].strip() for line in open(meta[0]) if line.startswith("Requires-Dist:")}
+    for requirement in INSTALL.split()[3:]:
+        assert requirement in requires, (requirement, sorted(r for r in requires if "tvm" in r or "ninja" in r))

@@ -39,7 +39,8 @@ def _parse_gpus(text: str | None) -> list[int] | None:
               help="Warm the calls recorded in a misses file from `launch --no-strict` (instead of a plan).")
 @click.option("--sglang-jit", "sglang_jit", type=click.Choice(["auto", "on", "off"]), default="auto",
               help="SGLang's own JIT modules of the plan (sglang 0.5.14): build them with the installed sglang into "
-                   "<cache>/tvm-ffi (auto: when that sglang is installed here; on: fail if it is not).")
+                   "<cache>/tvm-ffi (auto: when that sglang is installed here, else warm the rest and exit 3 naming what to "
+                   "install; on: fail at once if it is not; off: leave them out).")
 @output_options
 def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc, from_misses, sglang_jit,
             out) -> WarmResult:
@@ -72,7 +73,10 @@ def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc
                  f"{setup.store.root / 'tvm-ffi'} (one ninja job per worker: MAX_JOBS=1); the runtime reads them "
                  f"with TVM_FFI_CACHE_DIR={setup.store.root / 'tvm-ffi'} (launch sets it)")
     for module, why in setup.jit_skipped.items():
-        out.warn(f"not built: {module}: {why}")
+        if setup.jit_missing is None:  # --sglang-jit off: asked for
+            out.note(f"not built ({why}): {module}")
+        else:
+            out.warn(f"not built: {module}: {why}")
     out.info(f"cache: {setup.store.root}   backend: {setup.backend}   nvcc: {setup.fingerprint['nvcc']['path']} "
              f"({setup.fingerprint['nvcc']['release']})")
     out.info(f"task budget: {setup.workers} worker processes x (1 thread + 1 compiler tree of <= 4 tasks) "
@@ -119,3 +123,8 @@ def render(out: Output, result: WarmResult) -> None:
     elif result.failed:
         out.error(f"{len(result.failed)} of {result.kernels} kernels failed to compile: "
                   + ", ".join(sorted(result.failed)[:5]), "the compiler's output for each is printed above")
+    elif result.missing:
+        why = next(iter(result.skipped.values()), "")
+        out.error(f"{len(result.skipped)} of the plan's SGLang JIT modules not built: {why}",
+                  f"{result.missing}, then warm again (`verify` fails until they are built; --sglang-jit off warms "
+                  "DeepGEMM's kernels only)")
