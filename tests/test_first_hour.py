@@ -125,3 +125,66 @@ def test_the_install_named_is_what_the_sglang_wheel_pins():
     requires = {line.split(":", 1)[1].strip() for line in open(meta[0]) if line.startswith("Requires-Dist:")}
     for requirement in INSTALL.split()[3:]:
         assert requirement in requires, (requirement, sorted(r for r in requires if "tvm" in r or "ninja" in r))
+
+
+# ---- item 15: what a new user meets first ----------------------------------------------------------------------
+
+
+def test_a_missing_config_json_path_is_named_as_a_missing_file(tmp_path):
+    for spec in (str(tmp_path / "nope" / "config.json"), "./nope/config.json", "nope/config.json",
+                 str(tmp_path / "model-dir") + "/"):
+        proc = _cli("plan", "--model", spec)
+        assert proc.returncode == 2, proc.stderr
+        error, hint = _one_error(proc)
+        assert "does not exist" in error and "unknown model" not in error, proc.stderr
+    # a name is still a name
+    error, _ = _one_error(_cli("plan", "--model", "no-such-model"))
+    assert "unknown model 'no-such-model'" in error
+
+
+def _with_stock_sglang(*args):
+    return _cli(*args, env={"PYTHONPATH": os.pathsep.join([REPO, sglang_014_dir()])})
+
+
+SPECFORGE_RUN = os.path.join(REPO, "examples", "specforge-0.2", "run.yaml")
+
+
+@needs_sgl014
+@pytest.mark.parametrize("command", [["plan"], ["launch", "--cache-dir", "EMPTY"]])
+def test_specforge_config_with_stock_sglang_names_the_patch(tmp_path, command):
+    """The real sglang 0.5.14 wheel (no spec-capture patch) installed: the capture server's own options are
+    not the user's mistake; the fix is SpecForge's sglang patch."""
+    argv = [str(tmp_path) if a == "EMPTY" else a for a in command]
+    tail = ["--", "specforge", "train", "-c", SPECFORGE_RUN] if command[0] == "launch" else []
+    proc = _with_stock_sglang(*argv, "--specforge-config", SPECFORGE_RUN, *tail)
+    assert proc.returncode == 2, proc.stderr
+    error, hint = _one_error(proc)
+    assert "--enable-spec-capture" in error and "stock sglang" in error, error
+    assert "spec-capture.patch" in hint and "fix the command" not in hint, hint
+
+
+def test_launch_finds_a_command_of_its_own_venv_that_is_not_on_path(tmp_path):
+    """`make train` runs .venv/bin/dgprecompile with the venv not activated: torchrun is in .venv/bin only."""
+    here = os.path.dirname(sys.executable)
+    assert os.path.isfile(os.path.join(here, "pytest")), "the tests run from a venv that has pytest"
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": REPO}
+    proc = _cli("launch", "--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8", "--sglang", "0.5.1",
+                "--cache-dir", str(tmp_path), "--allow-missing", "--", "pytest", "--version", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "pytest" in proc.stdout + proc.stderr and "command not found" not in proc.stderr
+    missing = _cli("launch", "--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8", "--sglang", "0.5.1",
+                   "--cache-dir", str(tmp_path), "--allow-missing", "--", "no-such-command-xyz", env=env)
+    assert missing.returncode == 2 and "command not found: no-such-command-xyz" in missing.stderr, missing.stderr
+
+
+def test_unpack_help_example_verifies_the_cache_it_unpacked_into():
+    from dgprecompile.cli.unpack import command
+
+    for line in command.help.splitlines():
+        if "unpack" in line and "&& dgprecompile verify" in line:
+            unpack, verify = line.split("&&")
+            where = unpack.split("--cache-dir")[1].split()[0]
+            assert f"--cache-dir {where}" in verify, line
+            break
+    else:
+        raise AssertionError("the example of unpack then verify is gone")
