@@ -9,6 +9,7 @@ import click
 from dgprecompile.cli.options import cache_dir_option, output_options, plan_options, resolve_plan
 from dgprecompile.compile.warm import WarmOptions, WarmResult, prepare_warm, run_warm
 from dgprecompile.errors import InputError
+from dgprecompile.generations import BACKEND_NEEDS_GPU, GENERATIONS
 from dgprecompile.output import Output
 
 
@@ -21,15 +22,20 @@ def _parse_gpus(text: str | None) -> list[int] | None:
         raise InputError(f"--gpus takes GPU indices; got {text!r}", hint="e.g. --gpus 0,1,2") from None
 
 
+def _backend_help() -> str:
+    """--backend's help, from the generation objects: which DeepGEMMs nvcc builds is theirs to say."""
+    nvcc = "; ".join(g.label for g in GENERATIONS.values() if "nvcc" in g.backends)
+    return ("legacy: the Python JIT's own build (no GPU); cxx: launch each kernel once on a GPU so the C++ JIT "
+            f"compiles it; nvcc: build the entries with nvcc directly, no GPU, for the releases whose entry names "
+            f"are computed ({nvcc}); sweep: call the C++-JIT DeepGEMM on a GPU for every sampled m of each key and "
+            "keep what it builds (docs/sweep.md). Default: legacy, nvcc or cxx by the installed DeepGEMM; sweep "
+            "for keys-only plans.")
+
+
 @click.command("warm")
 @plan_options
 @cache_dir_option
-@click.option("--backend", type=click.Choice(["auto", "legacy", "cxx", "nvcc", "sweep"]), default="auto",
-              help="legacy: the Python JIT's own build (no GPU); cxx: launch each kernel once on a GPU so the C++ "
-                   "JIT compiles it; nvcc: build sgl-deep-gemm 0.1.0-0.2.5 entries with nvcc directly (no GPU); "
-                   "sweep: call the C++-JIT DeepGEMM on a GPU for every sampled m of each key and keep what it "
-                   "builds (docs/sweep.md). Default: legacy, nvcc or cxx by the installed DeepGEMM; sweep for "
-                   "keys-only plans.")
+@click.option("--backend", type=click.Choice(["auto", *BACKEND_NEEDS_GPU]), default="auto", help=_backend_help())
 @click.option("--jobs", "-j", type=int, default=None,
               help="Worker processes (default: CPU cores, capped by the number of kernels).")
 @click.option("--gpus", default=None, metavar="0,1,..", help="C++ JIT: GPUs to spread workers over (default all).")
