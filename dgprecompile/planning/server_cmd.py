@@ -290,6 +290,8 @@ def _refuse_unpatched(table: OptionTable, args: list[str]) -> None:
     """A command with SpecForge's spec-capture options read with a stock sglang's own options (no patch): that
     server would refuse them too, so the fix is SpecForge's sglang patch, not the command."""
     capture = spec_capture_overlay()
+    if table.sglang != capture.sglang.split("+")[0]:
+        return  # the patch is for that release only: elsewhere these are plain unknown options
     wanted = {n for o in capture.options for n in o.names}
     have = {n for o in table.options for n in o.names}
     used = sorted({a.split("=", 1)[0] for a in args} & wanted - have)
