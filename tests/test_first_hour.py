@@ -115,6 +115,15 @@ def test_warm_sglang_jit_off_names_the_option_that_exists(jit_plan, tmp_path):
     assert "warning:" not in proc.stderr, proc.stderr  # asked for, so a note
 
 
+@needs_nvcc
+@needs_dg013
+def test_warm_prints_a_cache_dir_with_brackets_as_given(jit_plan, tmp_path):
+    weird = tmp_path / "[weird]"
+    proc = _without_sglang("warm", "--manifest", str(jit_plan), "--cache-dir", str(weird), "--sglang-jit", "off")
+    assert proc.returncode == 0, proc.stderr
+    assert f"cache: {weird}   backend:" in proc.stderr, proc.stderr
+
+
 @needs_sgl014
 def test_the_install_named_is_what_the_sglang_wheel_pins():
     """Compared with the real sglang 0.5.14 wheel's metadata, not with the data file that holds it."""

@@ -323,3 +323,14 @@ def test_no_command_styles_text_by_markup():
                     and node.value.attr in ("err", "out")):
                 found.append(f"{path.relative_to(root)}:{node.lineno}: .{node.value.attr}.print")
     assert not found, found
+
+
+@pytest.mark.parametrize("columns", [80, 160])
+def test_launch_environment_table_keeps_the_pythonpath_value_whole_piped(tmp_path, columns):
+    from dgprecompile.launch.hook import HOOK_DIR
+
+    proc = _cli(["launch", *LEGACY, "--cache-dir", str(tmp_path), "--allow-missing", "--", "true"], columns)
+    assert proc.returncode == 0, proc.stderr
+    words = _words(proc.stderr)
+    assert any(w.startswith(str(HOOK_DIR)) for w in words), proc.stderr
+    assert str(tmp_path) in words and "SGL_JIT_DEEPGEMM_PRECOMPILE" in words, proc.stderr
