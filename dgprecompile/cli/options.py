@@ -50,7 +50,7 @@ def plan_options(func):
                   help="A train.yaml holding these options (command-line options win).")
     @click.option("--model", "-m", default=None,
                   help="Bundled name or alias, config.json path, model directory, or HF repo id in the local cache.")
-    @click.option("--tp", type=click.IntRange(min=1), default=None, help="Tensor-parallel size (default 1).")
+    @click.option("--tp", type=click.IntRange(min=1), default=None, help="Tensor-parallel size (default: --ep when only that is given, else 1).")
     @click.option("--ep", type=click.IntRange(min=1), default=None, help="Expert-parallel size (default 1).")
     @click.option("--sglang", "sglang", default=None, metavar="VERSION",
                   help="SGLang version or profile id (default: the installed sglang, else the newest profile).")
