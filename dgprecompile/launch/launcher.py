@@ -317,7 +317,8 @@ def run_child(argv: list[str], env: Mapping[str, str], *, cwd: str | None = None
             pass
     try:
         try:
-            proc.append(subprocess.Popen([find_command(argv[0], env), *argv[1:]], env=dict(env), cwd=cwd,
+            # executable= finds it; argv[0] stays the name the user gave (what the job sees as its own name)
+            proc.append(subprocess.Popen(list(argv), executable=find_command(argv[0], env), env=dict(env), cwd=cwd,
                                          start_new_session=True))
         except FileNotFoundError:
             raise InputError(f"command not found: {argv[0]}", hint="put the job's command after `--`, as you would run it") from None
