@@ -300,8 +300,8 @@ def _refuse_unpatched(table: OptionTable, args: list[str]) -> None:
         raise InputError(f"the sglang {table.sglang} read here ({table.origin}) has no {', '.join(used)}: it is stock "
                          "sglang, without the spec-capture patch SpecForge's capture server needs (that server "
                          "would refuse these options too)",
-                         hint=f"patch this sglang with SpecForge's patches/sglang/{patch} (SpecForge's "
-                              "scripts/apply_sglang_spec_capture_patch.sh applies it), then run again")
+                         hint=f"patch this sglang with SpecForge's patches/sglang/{patch} "
+                              "(SpecForge's scripts/apply_sglang_spec_capture_patch.sh applies it), then run again")
 
 
 # ---- what is not modelled ------------------------------------------------------------------------------------------
