@@ -144,3 +144,34 @@ def test_every_test_and_doc_pointer_names_a_file_that_exists():
             if name not in tests and name not in functions:
                 found.append(f"{path.relative_to(REPO)}: {name}")
     assert not found, found
+
+
+def _documented_lines() -> list[tuple[str, int, str]]:
+    """`dgprecompile ...` lines of the README's and docs' code blocks (continuation lines joined)."""
+    out = []
+    for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        inside, pending, start = False, "", 0
+        for number, line in enumerate(doc.read_text().splitlines(), 1):
+            if line.startswith("```"):
+                inside, pending = not inside, ""
+                continue
+            text = line.strip()
+            if not inside or not (pending or text.startswith("dgprecompile ")):
+                continue
+            start = start if pending else number
+            pending += " " + text.rstrip("\\")
+            if not text.endswith("\\"):
+                out.append((doc.name, start, pending.strip()))
+                pending = ""
+    return out
+
+
+def test_every_documented_command_line_parses(tmp_path):
+    lines = _documented_lines()
+    assert len(lines) > 10, lines
+    for doc, number, line in lines:
+        for argv in _invocations(line, tmp_path):
+            try:
+                _parse(argv)
+            except click.ClickException as exc:
+                raise AssertionError(f"{doc}:{number}: {line!r}: {exc.format_message()}") from None
