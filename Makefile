@@ -35,9 +35,9 @@ SGL014_PKGS := sglang==0.5.14 apache-tvm-ffi==0.1.11 transformers==5.8.1 'huggin
 	annotated-types==0.8.0 typing-inspection==0.4.5 orjson==3.13.0 pybase64==1.5.1 pyzmq==27.3.0 starlette==1.10.0 \
 	sniffio==1.3.1 openai==2.6.1 distro==1.9.0 partial-json-parser==0.2.1.1.post7 dill==0.4.1 compressed-tensors==0.20.1 \
 	loguru==0.7.3 gguf==0.19.0 ipython==9.18.1 traitlets==5.16.1
-# the sglang wheels whose real server_args.py the default tests read (tests/test_server.py), 2 MB: into
-# .cache/sglang-wheels/, where scripts/update_sglang_args.py keeps them
-SGL_WHEELS := 0.5.1
+# the sglang wheels whose real server_args.py the tests read (tests/test_server.py: SMALL_WHEELS, 2-12 MB each),
+# into .cache/sglang-wheels/, where scripts/update_sglang_args.py keeps them: no test downloads them
+SGL_WHEELS := 0.5.1 0.5.3 0.5.4 0.5.9 0.5.14
 TORCH ?= 2.13.0
 
 MODEL ?= Qwen3-Coder-480B

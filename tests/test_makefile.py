@@ -43,7 +43,10 @@ def test_make_test_adds_what_the_tests_compare_against():
     text = "\n".join(_dry("test"))
     for item in TEST_ONLY:
         assert item in text, (item, text)
-    assert "update_sglang_args.py --fetch 0.5.1" in text  # tests/test_server.py's wheel, never fetched by a test
+    from test_server import SMALL_WHEELS  # the wheels the server tests read, never fetched by a test
+
+    fetch = next(line for line in text.splitlines() if "update_sglang_args.py --fetch" in line)
+    assert fetch.split("--fetch", 1)[1].split() == SMALL_WHEELS, fetch
     assert not [line for line in text.splitlines() if "pip download" in line and ".venv" in line], text
     assert text.index("touch .venv/.installed-run") < text.index("touch .venv/.installed-test") < text.index("pytest")
     assert "\n".join(_dry("setup")) == text.rsplit("\n", 1)[0]  # `make setup` is the test set-up without the run
