@@ -77,7 +77,7 @@ class Output:
         """A table that never breaks a token: a cell folds only at its spaces and line breaks, so an id, path or
         number stays whole (the ``no_wrap`` columns and all-number columns do not fold at all). When no boxed
         layout keeps every token whole at the console width (a narrow terminal, COLUMNS=60, a pipe's 80), it
-        falls back to one ``name=value`` line group per row, one value per line where a row does not fit.
+        falls back to one group of ``name=value`` lines per row (see _plain_table).
         Cells are plain text (a str is printed as given); a ``styled()`` Text keeps its style."""
         console = self.err if to_stderr else self.out
         cells = [[c if isinstance(c, Text) else Text(str(c)) for c in row] for row in rows]
