@@ -1,13 +1,19 @@
-# Every target creates or reuses ./.venv, so `make run` and `make test` work on a fresh clone.
+# Every target creates or reuses ./.venv, so `make run` and `make test` work on a fresh clone. Two set-ups, two
+# stamps: `make run` (and plan, warm, verify, train, ...) installs only what the main job needs; `make test` (and
+# `make setup`) adds what the test suite compares against on top of it.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
+TEST_STAMP := $(VENV)/.installed-test
+UNPACK := $(BIN)/python tools/unpack_deep_gemm.py --fetch
+PURELIB = $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 # The legacy Python-JIT DeepGEMM that sglang 0.5.0-0.5.1.x runs ships inside sgl-kernel 0.3.5 (its deep_gemm package).
-# Set-up downloads that wheel once (kept in $(WHEELS)) and installs only its 27 MB deep_gemm/ package, with a small
-# dist-info naming sgl-kernel 0.3.5, instead of the whole 1.1 GB sgl-kernel (tools/unpack_deep_gemm.py).
+# Set-up downloads that wheel to a scratch directory and installs only its 27 MB deep_gemm/ package, with a small
+# dist-info naming sgl-kernel 0.3.5, instead of the whole 1.1 GB sgl-kernel; the wheel is deleted after
+# (tools/unpack_deep_gemm.py --fetch).
 LEGACY_DG := sgl-kernel==0.3.5
-WHEELS := $(VENV)/wheels
+# --- the test set-up only ---
 # sgl-deep-gemm 0.1.3 (sglang 0.5.14) beside it, in its own folder (both are a top-level deep_gemm): the tests build
 # its kernels with nvcc and need only its headers.
 DG013 := $(VENV)/sgl-deep-gemm-0.1.3
@@ -17,8 +23,8 @@ DG_RELEASES := 0.1.4.post1 0.1.5.post1 0.1.7 0.2.0 0.2.2
 # The deep_gemm of sglang-kernel 0.4.2 (sglang 0.5.11; 330 MB wheel), of sgl-kernel 0.3.16.post3 (sglang 0.5.4,
 # SpecForge's pin; 550 MB wheel), of sgl-kernel 0.3.9.post2 (sglang 0.5.2; 379 MB wheel) and of sgl-kernel 0.3.21
 # (sglang 0.5.9, SpecForge's later pin; 536 MB wheel), 28 MB deep_gemm/ each, unpacked the same way as the legacy
-# one, each into a folder of its own: the tests read their format strings, compute their entry names from their
-# headers and build their kernels with nvcc.
+# one, each into a folder of its own (the wheels are deleted after): the tests read their format strings, compute
+# their entry names from their headers and build their kernels with nvcc.
 SK_DG := sglang-kernel==0.4.2 sgl-kernel==0.3.16.post3 sgl-kernel==0.3.9.post2 sgl-kernel==0.3.21
 # sglang 0.5.14 (SpecForge 0.2.0's pin) in a folder of its own, for the tests of its JIT modules (plan names, GPU-free
 # build with its own builders, strict refusal): the wheel with --no-deps plus only what its jit_kernel import chain
@@ -29,6 +35,9 @@ SGL014_PKGS := sglang==0.5.14 apache-tvm-ffi==0.1.11 transformers==5.8.1 'huggin
 	annotated-types==0.8.0 typing-inspection==0.4.5 orjson==3.13.0 pybase64==1.5.1 pyzmq==27.3.0 starlette==1.10.0 \
 	sniffio==1.3.1 openai==2.6.1 distro==1.9.0 partial-json-parser==0.2.1.1.post7 dill==0.4.1 compressed-tensors==0.20.1 \
 	loguru==0.7.3 gguf==0.19.0 ipython==9.18.1 traitlets==5.16.1
+# the sglang wheels whose real server_args.py the tests read (tests/test_server.py: SMALL_WHEELS, 2-12 MB each),
+# into .cache/sglang-wheels/, where scripts/update_sglang_args.py keeps them: no test downloads them
+SGL_WHEELS := 0.5.1 0.5.3 0.5.4 0.5.9 0.5.14
 TORCH ?= 2.13.0
 
 MODEL ?= Qwen3-Coder-480B
@@ -44,42 +53,42 @@ CONFIG ?= train.yaml
 
 # torch is pinned to the CPU build this workplace keeps on disk (the compile path needs only torch's CPU side);
 # an unpinned torch would pull a multi-GB CUDA build.
-$(STAMP): pyproject.toml Makefile
+$(RUN_STAMP): pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==$(TORCH)
-	$(BIN)/pip install -q -e '.[dev,legacy,test]'
-	@echo "set-up: downloading the $(LEGACY_DG) wheel into $(WHEELS) (once) to install only its deep_gemm package"
-	$(BIN)/pip download -q --no-deps --only-binary :all: -d $(WHEELS) $(LEGACY_DG)
+	$(BIN)/pip install -q -e '.[legacy]'
+	@echo "set-up: the $(LEGACY_DG) wheel, downloaded to a scratch directory for its deep_gemm package only"
 	$(BIN)/pip uninstall -q -y sgl-kernel
-	$(BIN)/python tools/unpack_deep_gemm.py $(WHEELS)/sgl_kernel-0.3.5-*.whl \
-	    $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+	$(UNPACK) $(LEGACY_DG) $(PURELIB)
+	rm -rf $(VENV)/wheels  # wheels an earlier set-up kept inside the venv
+	touch $@
+
+$(TEST_STAMP): $(RUN_STAMP)
+	$(BIN)/pip install -q -e '.[dev,legacy,test]'
 	$(BIN)/pip install -q --no-deps --target $(DG013) sgl-deep-gemm==0.1.3
 	for v in $(DG_RELEASES); do $(BIN)/pip install -q --no-deps --target $(VENV)/sgl-deep-gemm-$$v sgl-deep-gemm==$$v || exit 1; done
 	$(BIN)/pip install -q --no-deps --target $(SGL014) $(SGL014_PKGS)
-	for w in $(SK_DG); do $(BIN)/pip download -q --no-deps --only-binary :all: -d $(WHEELS) $$w || exit 1; done  # one each: two sgl-kernel versions in one call conflict
-	$(BIN)/python tools/unpack_deep_gemm.py $(WHEELS)/sglang_kernel-0.4.2-*.whl $(VENV)/sglang-kernel-0.4.2
-	$(BIN)/python tools/unpack_deep_gemm.py $(WHEELS)/sgl_kernel-0.3.16.post3-*.whl $(VENV)/sgl-kernel-0.3.16.post3
-	$(BIN)/python tools/unpack_deep_gemm.py $(WHEELS)/sgl_kernel-0.3.9.post2-*.whl $(VENV)/sgl-kernel-0.3.9.post2
-	$(BIN)/python tools/unpack_deep_gemm.py $(WHEELS)/sgl_kernel-0.3.21-*.whl $(VENV)/sgl-kernel-0.3.21
-	touch $(STAMP)
+	for w in $(SK_DG); do $(UNPACK) $$w $(VENV)/$$(echo $$w | sed 's/==/-/') || exit 1; done  # one each: two sgl-kernel versions in one call conflict
+	$(BIN)/python scripts/update_sglang_args.py --fetch $(SGL_WHEELS)
+	touch $@
 
-setup: $(STAMP)
+setup: $(TEST_STAMP)
 
 # The main job on its embedded default: warm the Qwen3-Coder-480B tp8/ep8 sglang-0.5.1 plan (legacy JIT, CPU only).
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(BIN)/dgprecompile warm --manifest $(MANIFEST) --cache-dir $(CACHE_DIR)
 	$(BIN)/dgprecompile verify --manifest $(MANIFEST) --cache-dir $(CACHE_DIR)
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(BIN)/pytest -q
 
-plan: $(STAMP)
+plan: $(RUN_STAMP)
 	$(BIN)/dgprecompile plan --model $(MODEL) --tp $(TP) --ep $(EP) --sglang $(SGLANG)
 
 warm: run
 
-verify: $(STAMP)
+verify: $(RUN_STAMP)
 	$(BIN)/dgprecompile verify --manifest $(MANIFEST) --cache-dir $(CACHE_DIR)
 
 cache-artifact: run
@@ -87,21 +96,21 @@ cache-artifact: run
 
 # The cache `make run` warmed (CACHE_DIR), so the two chain; run it from a SpecForge checkout (the command is
 # train.yaml's `command:`, scripts/train_eagle3_sgl_online.py), or pass CONFIG=your.yaml.
-train: $(STAMP)
+train: $(RUN_STAMP)
 	$(BIN)/dgprecompile launch --config $(CONFIG) --cache-dir $(CACHE_DIR)
 
 # Re-read SGLang's server options from its wheels into dgprecompile/data/sglang_args/ (pip download, no import).
-sglang-args: $(STAMP)
+sglang-args: $(TEST_STAMP)
 	$(BIN)/python scripts/update_sglang_args.py
 
 # Regenerate the checked-in manifests (tests fail when they drift from the code).
-shapes: $(STAMP)
+shapes: $(RUN_STAMP)
 	$(BIN)/python -m dgprecompile.planning.bundled shapes
 
-gpu-test: $(STAMP)
+gpu-test: $(TEST_STAMP)
 	$(BIN)/pytest -q -m gpu tests/gpu
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check dgprecompile tests bench examples tools
 
 clean:

@@ -2,6 +2,11 @@
 
 Data (tables, JSON, YAML) goes to stdout; progress, notes, warnings and errors go to stderr, so
 `dgprecompile plan --format json | jq` and CI logs both stay clean.
+
+Every string handed to it is printed as given: a path `/tmp/[weird]`, a command `echo '[red]x'` or a kernel
+`:x:` is text, never rich markup or an emoji code. The only styling is the Output's own (its `warning:`,
+`error:`, `note:` prefixes) and what a caller builds explicitly with ``styled()`` (a rich Text), so a user's
+value cannot become markup by construction.
 """
 
 from __future__ import annotations
@@ -15,12 +20,24 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Column, Table
 from rich.text import Text
 
-MARKS = {"ok": "[green]ok[/]", "warn": "[yellow]warning[/]", "fail": "[red]problem[/]", "info": "[blue]info[/]"}
+
+def styled(text: str, style: str) -> Text:
+    """Text in one of the Output's styles: the one way a caller asks for colour (never by markup in a string)."""
+    return Text(text, style=style)
+
+
+MARKS = {"ok": styled("ok", "green"), "warn": styled("warning", "yellow"), "fail": styled("problem", "red"),
+         "info": styled("info", "blue")}
+
+Part = str | Text  # a message's pieces: a str is plain text (printed as given), a Text keeps its style
+
+
+def _message(*parts: Part) -> Text:
+    return Text.assemble(*(p if isinstance(p, Text) else Text(str(p)) for p in parts))
 
 
 class Output:
@@ -28,8 +45,9 @@ class Output:
         self.json_mode = json_mode
         self.quiet = quiet
         self.silent = False
-        self.out = Console(file=stdout or sys.stdout, soft_wrap=True, highlight=False)
-        self.err = Console(file=stderr or sys.stderr, soft_wrap=True, highlight=False)
+        # no markup, no emoji codes, no highlighting: what is printed is what was given
+        self.out = Console(file=stdout or sys.stdout, soft_wrap=True, highlight=False, markup=False, emoji=False)
+        self.err = Console(file=stderr or sys.stderr, soft_wrap=True, highlight=False, markup=False, emoji=False)
 
     def configure(self, *, json_mode: bool = False, quiet: bool = False) -> Output:
         self.json_mode = json_mode
@@ -56,55 +74,75 @@ class Output:
 
     def table(self, title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]],
               to_stderr: bool = False, no_wrap: Sequence[str] = ()) -> None:
-        """A table that never crops a value: numbers (and the ``no_wrap`` columns) are never cut or split, text
-        columns fold at spaces; when even that does not fit the console width (a narrow terminal, COLUMNS=60,
-        a pipe's 80), it falls back to one ``name=value`` line group per row."""
+        """A table that never breaks a token: a cell folds only at its spaces and line breaks, so an id, path or
+        number stays whole (the ``no_wrap`` columns and all-number columns do not fold at all). When no boxed
+        layout keeps every token whole at the console width (a narrow terminal, COLUMNS=60, a pipe's 80), it
+        falls back to one group of ``name=value`` lines per row (see _plain_table).
+        Cells are plain text (a str is printed as given); a ``styled()`` Text keeps its style."""
         console = self.err if to_stderr else self.out
-        cells = [[str(c) for c in row] for row in rows]
-        plain = [[_plain(c) for c in row] for row in cells]
+        cells = [[c if isinstance(c, Text) else Text(str(c)) for c in row] for row in rows]
+        plain = [[c.plain for c in row] for row in cells]
+        whole = _unbreakable(list(columns), plain, no_wrap)
         widths = fit_columns(list(columns), plain, console.width, no_wrap)
+        if title:  # its own lines, wrapped at spaces only: a model path or a URL in it stays whole
+            for line in _wrap_words(title, console.width):
+                console.print(Text(line), soft_wrap=True)
         if widths is None:
-            self._plain_table(console, title, columns, cells, _unbreakable(list(columns), plain, no_wrap))
+            self._plain_table(console, columns, plain, whole)
             return
-        table = Table(title=title, title_justify="left", show_lines=False)
-        for col, width, whole in zip(columns, widths, _unbreakable(list(columns), plain, no_wrap), strict=True):
-            table.add_column(col, width=width, no_wrap=whole, overflow="fold")
+        table = Table(show_lines=False)
+        for col, width in zip(columns, widths, strict=True):
+            # every width holds the column's longest token (and, for an unbreakable column, its longest cell),
+            # so folding at spaces is all rich ever does: nothing is cut
+            table.add_column(Text(col), width=width, no_wrap=False, overflow="fold")
         for row in cells:
             table.add_row(*row)
         console.print(table)
 
     @staticmethod
-    def _plain_table(console: Console, title: str | None, columns: Sequence[str], cells: list[list[str]],
-                     whole: list[bool]) -> None:
-        """One ``name=value`` group per row, wrapped at spaces only: numbers and unbreakable cells stay whole."""
-        wrapper = textwrap.TextWrapper(width=max(console.width, 20), subsequent_indent="    ",
-                                       break_long_words=False, break_on_hyphens=False)
-        if title:
-            console.print(title, soft_wrap=False, overflow="fold")
+    def _plain_table(console: Console, columns: Sequence[str], cells: list[list[str]], whole: list[bool]) -> None:
+        """One ``name=value`` group per row: its fields packed onto lines of the width, never split between
+        lines unless one alone is wider, and then only at its spaces (numbers and unbreakable cells stay whole)."""
+        width = max(console.width, 20)
+        wrapper = textwrap.TextWrapper(width=width - 4, break_long_words=False, break_on_hyphens=False)
         for row in cells:
-            fields = []
+            lines: list[str] = []
             for col, cell, keep in zip(columns, row, whole, strict=False):
-                value = ", ".join(_plain(cell).splitlines())
+                value = ", ".join(cell.splitlines())
                 if keep:
                     value = value.replace(" ", _NBSP)
-                fields.append(f"{col.replace(' ', _NBSP)}={value}" if col else value)
-            for line in wrapper.wrap("  ".join(fields)):
-                console.print(line.replace(_NBSP, " "), soft_wrap=True, markup=False, highlight=False)
+                field = f"{col.replace(' ', _NBSP)}={value}" if col else value
+                indent = "    " if lines else ""
+                if lines and len(lines[-1]) + 2 + len(field) <= width:
+                    lines[-1] += "  " + field
+                elif len(indent) + len(field) <= width:
+                    lines.append(indent + field)
+                else:
+                    lines += [("    " if lines or i else "") + part for i, part in enumerate(wrapper.wrap(field))]
+            for ln in lines:
+                console.print(Text(ln.replace(_NBSP, " ")), soft_wrap=True)
 
-    # -- messages on stderr --
-    def info(self, message: str) -> None:
+    # -- messages on stderr: every str part is plain text, printed as given --
+    def info(self, *parts: Part) -> None:
         if not self.quiet:
-            self.err.print(message)
+            self.err.print(_message(*parts))
 
-    def warn(self, message: str) -> None:
+    def note(self, *parts: Part) -> None:
+        self.info(styled("note:", "dim"), " ", *parts)
+
+    def warn(self, *parts: Part) -> None:
         if not self.silent:
-            self.err.print(f"[yellow]warning:[/] {escape(message)}")
+            self.err.print(_message(styled("warning:", "yellow"), " ", *parts))
+
+    def failure(self, label: str, *parts: Part) -> None:
+        """A failure that does not end the command (a kernel that did not compile): ``label:`` in red."""
+        self.err.print(_message(styled(f"{label}:", "red"), " ", *parts))
 
     def error(self, message: str, hint: str | None = None) -> None:
         # messages are plain text: `[s3]` in a hint is an extra's name, not markup
-        self.err.print(f"[red]error:[/] {escape(message)}", markup=True, highlight=False)
+        self.err.print(_message(styled("error:", "red"), " ", message))
         if hint:
-            self.err.print(f"[dim]hint:[/] {escape(hint)}")
+            self.err.print(_message(styled("hint:", "dim"), " ", hint))
 
     def progress(self, total: int, description: str = "compiling", *, seconds_per_item: float | None = None,
                  workers: int = 1) -> KernelProgress:
@@ -117,11 +155,11 @@ class Output:
 PLAIN_EVERY_SECONDS = 10.0
 _NBSP = "\u00a0"
 _NUMBER = re.compile(r"^[-+]?\d[\d.,:]*(\.\.\d[\d.,]*)?( ?(s|ms|min|B|KB|MB|GB|KiB|MiB|GiB|%|x))?$")
-TEXT_WORD_CAP = 24  # a word in a text column longer than this (a path) may fold; shorter ones are never split
 
 
-def _plain(cell: str) -> str:
-    return Text.from_markup(cell).plain if "[" in cell else cell
+def _wrap_words(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width``, broken at spaces only (a longer word stays whole on its line)."""
+    return textwrap.wrap(text, width=max(width, 20), break_long_words=False, break_on_hyphens=False) or [""]
 
 
 def _unbreakable(columns: list[str], rows: list[list[str]], no_wrap: Sequence[str]) -> list[bool]:
@@ -143,9 +181,9 @@ def fit_columns(columns: list[str], rows: list[list[str]], width: int, no_wrap: 
         natural.append(nat)
         cell_lines = [ln for r in rows for ln in r[i].splitlines()]
         longest_cell = max((len(ln) for ln in cell_lines), default=0)
-        # headers wrap at their spaces; an unbreakable cell is kept whole, a text cell folds at its spaces
-        minimum.append(max(header_words, longest_cell if whole[i]
-                           else min(TEXT_WORD_CAP, max(len(w) for w in words)), 1))
+        # headers wrap at their spaces; an unbreakable cell is kept whole, a text cell folds at its spaces only:
+        # its longest word (a kernel id, a path, a module name) always fits
+        minimum.append(max(header_words, longest_cell if whole[i] else max(len(w) for w in words), 1))
     overhead = 3 * len(columns) + 1  # one space of padding each side, and the rules between and around
     room = width - overhead
     if sum(natural) <= room:
@@ -190,10 +228,10 @@ class KernelProgress:
         self.start = time.monotonic()
         if self.live:
             self._progress = Progress(
-                TextColumn("{task.description}", table_column=Column(no_wrap=True)),
+                TextColumn("{task.description}", markup=False, table_column=Column(no_wrap=True)),
                 BarColumn(bar_width=20), MofNCompleteColumn(table_column=Column(no_wrap=True)),
                 TimeElapsedColumn(), TextColumn("eta {task.fields[eta]}", table_column=Column(no_wrap=True)),
-                TextColumn("{task.fields[current]}", table_column=Column(no_wrap=True, overflow="crop")),
+                TextColumn("{task.fields[current]}", markup=False, table_column=Column(no_wrap=True, overflow="crop")),
                 console=self.console, transient=False, auto_refresh=False,
             )
             self._progress.add_task(self.description, total=self.total, current="", eta=self.eta_text())

@@ -3,6 +3,7 @@
 usage:
   python scripts/update_sglang_args.py [VERSION ...] [--check]
   python scripts/update_sglang_args.py --specforge-patch PATH   # SpecForge's patches/sglang/v0.5.14/spec-capture.patch
+  python scripts/update_sglang_args.py --fetch VERSION ...        # only download the wheels (what `make setup` does)
 
 The wheels are fetched with `pip download --no-deps` into .cache/sglang-wheels/ (kept for the next run and for the
 tests). Nothing of sglang is imported: dgprecompile.planning.sglang_args reads the source with ast. Without VERSION
@@ -37,12 +38,18 @@ DEFAULT_VERSIONS = ["0.5.1", "0.5.3", "0.5.4", "0.5.9", "0.5.14", "0.5.18", "0.5
 BINARY_WHEEL = ["--python-version", "3.11", "--platform", "manylinux_2_34_x86_64", "--only-binary", ":all:"]
 
 
+def local_wheel(version: str, wheels: Path = WHEELS) -> Path | None:
+    """The sglang wheel of ``version`` already in ``wheels`` (no download), or None."""
+    found = sorted((wheels / version).glob(f"sglang-{version}-*.whl"))
+    return found[0] if found else None
+
+
 def wheel(version: str, wheels: Path = WHEELS) -> Path:
     """The sglang wheel of ``version`` in ``wheels``, downloaded with pip when absent."""
     folder = wheels / version
-    found = sorted(folder.glob(f"sglang-{version}-*.whl"))
-    if found:
-        return found[0]
+    found = local_wheel(version, wheels)
+    if found is not None:
+        return found
     folder.mkdir(parents=True, exist_ok=True)
     base = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(folder), f"sglang=={version}"]
     proc = subprocess.run(base, capture_output=True, text=True)
@@ -82,7 +89,12 @@ def main(argv: list[str]) -> int:
     ap.add_argument("versions", nargs="*")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--specforge-patch", type=Path)
+    ap.add_argument("--fetch", action="store_true", help="only download the VERSIONs' wheels into .cache/sglang-wheels")
     args = ap.parse_args(argv)
+    if args.fetch:
+        for version in args.versions:
+            print(f"{wheel(version).relative_to(REPO)}")
+        return 0
     DATA.mkdir(parents=True, exist_ok=True)
     if args.specforge_patch:
         (DATA / "specforge-spec-capture.json").write_text(dump_table(patch_table(args.specforge_patch)))

@@ -28,7 +28,7 @@ def legacy_deepgemm_dir() -> str | None:
 
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found")
 needs_legacy = pytest.mark.skipif(legacy_deepgemm_dir() is None,
-                                  reason="the legacy DeepGEMM (sgl-kernel 0.3.5's deep_gemm) is not installed")
+                                  reason="the legacy DeepGEMM (sgl-kernel 0.3.5's deep_gemm) is not installed (make setup)")
 
 
 VENV = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv")
@@ -63,9 +63,9 @@ def _legacy_toolchain_missing() -> str | None:
         return f"no nvcc at {LEGACY_NVCC}"
     install = find_deepgemm()
     if install is None or install.generation != "legacy":
-        return "the legacy DeepGEMM (sgl-kernel 0.3.5) is not installed"
+        return "the legacy DeepGEMM (sgl-kernel 0.3.5) is not installed (make setup)"
     if util.find_spec("torch") is None:
-        return "torch is not installed (the legacy JIT imports it to compile)"
+        return "torch is not installed (the legacy JIT imports it to compile; make setup)"
     return None
 
 

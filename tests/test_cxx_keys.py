@@ -41,7 +41,7 @@ def test_key_inputs_change_the_name():
     spec = next(iter(plan.kernels.values()))
     root = sgl_deep_gemm_013_dir()
     if root is None:
-        pytest.skip("sgl-deep-gemm 0.1.3 headers needed")
+        pytest.skip("sgl-deep-gemm 0.1.3 headers needed (make setup)")
     inc = os.path.join(root, "deep_gemm", "include")
     base = CxxKeyContext(inc, (13, 0)).entry_name(spec)
     assert CxxKeyContext(inc, (12, 9)).entry_name(spec) != base  # nvcc release

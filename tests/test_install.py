@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-COMMANDS = ["plan", "warm", "verify", "pack", "unpack", "launch", "doctor", "repro"]
 
 pytestmark = pytest.mark.slow
 
@@ -73,13 +72,22 @@ def test_the_wheel_is_a_plain_install(installed):
     assert "torch" not in names and "deep-gemm" not in names  # a clean venv: only the wheel and its few deps
 
 
+def help_is_complete(command: str, out: str) -> None:
+    """One command's --help from the wheel: its usage line and at least one example of that very command."""
+    assert f"Usage: dgprecompile {command} " in out, (command, out[:200])
+    examples = out.split("Examples:", 1)[1] if "Examples:" in out else ""
+    assert f"dgprecompile {command}" in examples, (command, out)
+
+
 def test_every_command_has_help(installed):
+    from dgprecompile.cli.main import COMMANDS  # every command the CLI has, push and pull included
+
     exe = installed / "bin" / "dgprecompile"
     top = _run([exe, "--help"], installed, env=_clean_env()).stdout
+    listed = [line.split()[0] for line in top.split("Commands:", 1)[1].splitlines() if line.startswith("  ")]
     for command in COMMANDS:
-        assert command in top
-        out = _run([exe, command, "--help"], installed, env=_clean_env()).stdout
-        assert "Examples:" in out or "Usage:" in out, command
+        assert command in listed, (command, top)
+        help_is_complete(command, _run([exe, command, "--help"], installed, env=_clean_env()).stdout)
     assert "dgprecompile" in _run([installed / "bin" / "python", "-m", "dgprecompile", "--version"], installed,
                                   env=_clean_env()).stdout
 

@@ -376,7 +376,7 @@ def test_standin_trainer_cli_and_gpu_guard(tmp_path):
                              text=True, env=env)
     assert missing.returncode == 2 and "manifest not found" in missing.stderr
     write_manifest(_plan("0.5.1"), tmp_path / "plan.yaml")
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="torch is not installed (make setup)")
     if torch.cuda.is_available():  # its GPU behaviour is proved by tests/gpu/test_launch_gpu.py
         pytest.skip("the no-GPU guard cannot be exercised on a GPU machine")
     run = subprocess.run([sys.executable, script, "--manifest", tmp_path / "plan.yaml", "--steps", "3"],

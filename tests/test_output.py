@@ -143,3 +143,194 @@ def test_live_bar_at_80_columns_keeps_the_count_visible():
     busy = [f for f in frames if "M_GROUPED" in f]  # while a long kernel name is shown
     assert busy and all(len(f.rstrip()) <= 80 for f in frames), frames
     assert "3/48" in busy[-1] and "eta 0:" in busy[-1], frames
+
+
+# ---- every token whole at 80 and 160 columns, piped (issue 19 item 12) ----------------------------------------
+
+
+def _words(text: str) -> set[str]:
+    """The whitespace-separated tokens of rendered output, with the table's rules and name= labels taken off."""
+    return set(re.split(r"[\s│┃=,]+", text))
+
+
+def _cell_tokens(columns, rows) -> set[str]:
+    return {t for cell in [*columns, *(c for r in rows for c in r)] for t in re.split(r"[\s,]+", str(cell)) if t}
+
+
+TOKEN_TABLES = {
+    "verify problems": (["kernel", "status", "entry", "detail"], [
+        ["gemm_fp8_fp8_bf16_nt:TNormal.N1792.K6144.G1.BM128.BN112.ST6.SW32.PAD0.MC2.At", "missing",
+         "kernel.gemm_fp8_fp8_bf16_nt.e14bd16cb8e1", "no kernel.cubin under the runtime's entry name"],
+        ["m_grouped_gemm_fp8_fp8_bf16_nt:GroupedMasked.N5120.K6144.G20.BM64.BN160.ST5.SW64.PAD0.MC1.Af", "changed",
+         "kernel.m_grouped_gemm_fp8_fp8_bf16_nt.0621a545df62", "sha256 mismatch (kernel.cubin)"]]),
+    "plan jit modules": (["module", "template args", "used by", "builder"], [
+        ["per_token_group_quant_8bit_v2", "bf16_t, fp8_e4m3_t, true", "dense (2 keys)",
+         "sglang.jit_kernel.per_token_group_quant_8bit_v2:_jit_module"]]),
+    "launch environment": (["variable", "value", "why"], [
+        ["PYTHONPATH", "/work/wt/checkouts/dgprecompile/dgprecompile/launch/hook:/opt/site-packages/extra:...",
+         "startup hook: legacy strict, tvm-ffi builds refused"],
+        ["SGL_DG_CACHE_DIR", "/shared/teams/inference/caches/deep_gemm-0.3.5-cuda13", "the warmed cache"]]),
+    "warm summary": (["compiled", "already cached", "failed", "wall time", "compile time (sum)", "workers",
+                      "cache size"], [[1, 48, 0, "1234.5 s", "12.3 s", 16, "123.5 MB"]]),
+}
+
+
+@pytest.mark.parametrize("columns", [80, 160])
+@pytest.mark.parametrize("name", sorted(TOKEN_TABLES))
+def test_no_table_breaks_an_id_a_path_or_a_number(monkeypatch, name, columns):
+    monkeypatch.setenv("COLUMNS", str(columns))
+    header, rows = TOKEN_TABLES[name]
+    out = io.StringIO()
+    Output(stdout=out).table(name, header, rows)
+    text = out.getvalue()
+    missing = _cell_tokens(header, rows) - _words(text)
+    assert not missing, (missing, text)
+    # a line is wider than the width only when it is a single token that alone is wider
+    assert all(len(line) <= columns or len(line.split()) == 1 for line in text.splitlines()), text
+
+
+@pytest.mark.parametrize("columns", [80, 160])
+def test_warm_summary_headers_stay_whole(monkeypatch, columns):
+    from dgprecompile.cli.warm import render
+    from dgprecompile.compile.warm import WarmResult
+
+    monkeypatch.setenv("COLUMNS", str(columns))
+    out = io.StringIO()
+    render(Output(stdout=out, stderr=out), WarmResult(compiled={"a": 12.3}, cached=["b"] * 48, wall_seconds=1234.5,
+                                                      cache_bytes=123456789, workers=16, kernels=49))
+    words = _words(out.getvalue())
+    for token in ("compiled", "already", "cached", "wall", "time", "(sum)", "cache", "size", "1234.5", "123.5"):
+        assert token in words, out.getvalue()
+
+
+@pytest.mark.parametrize("columns", [80, 160])
+def test_plan_jit_module_names_whole_piped(columns):
+    proc = _cli(["plan", "--model", "Qwen3-Coder-480B", "--sglang", "0.5.14"], columns)
+    assert proc.returncode == 0, proc.stderr
+    truth = json.loads(_cli(["plan", "--model", "Qwen3-Coder-480B", "--sglang", "0.5.14", "--json"], 200).stdout)
+    words = _words(proc.stdout)
+    assert truth["sglang_jit_modules"], truth
+    for module in truth["sglang_jit_modules"]:
+        assert module["name"] in words and f"{module['python']}:{module['builder']}" in words, proc.stdout
+
+
+@pytest.mark.parametrize("columns", [80, 160])
+def test_verify_problem_table_keeps_kernel_ids_and_entries_whole_piped(tmp_path, columns):
+    args = ["verify", *PLAN[1:], "--cache-dir", str(tmp_path), "--json"]
+    truth = json.loads(_cli(args, 200).stdout)
+    proc = _cli(args[:-1], columns)
+    assert proc.returncode == 1, proc.stderr
+    words = _words(proc.stdout + proc.stderr)
+    problems = truth["problems"]
+    assert problems, truth
+    for k in problems:
+        assert k["kernel"] in words, (k["kernel"], proc.stdout)
+        if k.get("entry"):
+            assert k["entry"] in words, (k["entry"], proc.stdout)
+
+
+# ---- user text printed as given: never rich markup, never an emoji code (issue 19 item 11) --------------------
+
+ODD = ["[red]x", "[abc]", "[/]", ":thumbs_up:", "[bold]y[/bold]"]
+
+
+def test_every_message_kind_prints_user_text_as_given():
+    err, out = io.StringIO(), io.StringIO()
+    o = Output(stdout=out, stderr=err)
+    for text in ODD:
+        o.info("cache: ", text)
+        o.info(f"cache: {text}")
+        o.note(text)
+        o.warn(text)
+        o.failure("failed", text)
+        o.error(text, hint=text)
+    o.table(f"title {ODD[0]}", ["a [b]", "c"], [[t, t] for t in ODD])
+    with o.progress(2, "warming") as progress:
+        progress.started("[red]kernel")
+        progress.finished()
+        progress.finished()
+    text = err.getvalue() + out.getvalue()
+    for t in ODD:
+        assert f"cache: {t}" in text and f"note: {t}" in text and f"warning: {t}" in text, text
+        assert f"failed: {t}" in text and f"error: {t}" in text and f"hint: {t}" in text, text
+    assert "title [red]x" in text and "a [b]" in text, text
+    assert "\N{THUMBS UP SIGN}" not in text and "\U0001f44d" not in text, text
+
+
+def test_the_plain_fallback_table_prints_cells_as_given(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "30")
+    out = io.StringIO()
+    Output(stdout=out).table(None, ["path", "n"], [["/tmp/[weird]/a-long-cache-directory-name", 1]])
+    assert "path=/tmp/[weird]/a-long-cache-directory-name" in out.getvalue(), out.getvalue()
+
+
+LEGACY = ["--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8", "--sglang", "0.5.1"]
+
+
+def test_launch_prints_the_command_and_cache_dir_as_given(tmp_path):
+    cache = tmp_path / "[weird]"
+    cache.mkdir()
+    proc = _cli(["launch", *LEGACY, "--cache-dir", str(cache), "--allow-missing", "--",
+                 "echo", "[red]x", "[abc]", ":thumbs_up:"], 200)
+    assert proc.returncode == 0, proc.stderr
+    assert "starting: echo '[red]x' '[abc]' :thumbs_up:" in proc.stderr, proc.stderr
+    assert f"SGL_DG_CACHE_DIR  value={cache}" in proc.stderr or f"│ {cache}" in proc.stderr, proc.stderr
+    assert f"in {cache} (" in proc.stderr, proc.stderr
+    assert proc.stdout == "[red]x [abc] :thumbs_up:\n"
+
+
+@pytest.mark.parametrize("command", [["verify", *LEGACY], ["doctor", *LEGACY], ["plan", *LEGACY, "-o", "PLAN"]])
+def test_paths_with_brackets_print_as_given(tmp_path, command):
+    weird = tmp_path / "[weird]"
+    weird.mkdir()
+    argv = [str(weird / "[p].yaml") if a == "PLAN" else a for a in command]
+    if command[0] != "plan":
+        argv += ["--cache-dir", str(weird)]
+    proc = _cli(argv, 200)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert str(weird) in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    if command[0] == "verify":
+        assert f"cache: {weird}   plan:" in proc.stderr, proc.stderr
+    if command[0] == "plan":
+        assert f"manifest written to {weird / '[p].yaml'}" in proc.stderr, proc.stderr
+
+
+def test_a_missing_artifact_path_with_brackets_is_named_as_given(tmp_path):
+    proc = _cli(["unpack", str(tmp_path / "[a].tar.gz"), "--cache-dir", str(tmp_path / "c")], 200)
+    assert proc.returncode == 2 and f"{tmp_path / '[a].tar.gz'}" in proc.stderr, proc.stderr
+
+
+def test_no_command_styles_text_by_markup():
+    """By construction: a command colours text only through Output's styled(), never by markup in a string it
+    prints (where a user's value would be parsed too), and never prints to the consoles behind Output's back."""
+    import ast
+    from pathlib import Path
+
+    import dgprecompile
+
+    root = Path(dgprecompile.__file__).parent
+    found = []
+    for path in root.rglob("*.py"):
+        if path.name == "output.py":
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.search(r"\[/\]|\[/?(red|green|"
+                                                                                        r"yellow|blue|dim|bold)\]",
+                                                                                        node.value):
+                found.append(f"{path.relative_to(root)}:{node.lineno}: {node.value[:40]!r}")
+            if (isinstance(node, ast.Attribute) and node.attr == "print" and isinstance(node.value, ast.Attribute)
+                    and node.value.attr in ("err", "out")):
+                found.append(f"{path.relative_to(root)}:{node.lineno}: .{node.value.attr}.print")
+    assert not found, found
+
+
+@pytest.mark.parametrize("columns", [80, 160])
+def test_launch_environment_table_keeps_the_pythonpath_value_whole_piped(tmp_path, columns):
+    from dgprecompile.launch.hook import HOOK_DIR
+
+    proc = _cli(["launch", *LEGACY, "--cache-dir", str(tmp_path), "--allow-missing", "--", "true"], columns)
+    assert proc.returncode == 0, proc.stderr
+    words = _words(proc.stderr)
+    assert any(w.startswith(str(HOOK_DIR)) for w in words), proc.stderr
+    assert str(tmp_path) in words and "SGL_JIT_DEEPGEMM_PRECOMPILE" in words, proc.stderr

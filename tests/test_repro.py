@@ -87,7 +87,7 @@ LEGACY = _legacy_path()
 @pytest.mark.nvcc
 @needs_nvcc
 @needs_budget
-@pytest.mark.skipif(LEGACY == "missing", reason="legacy deep_gemm (sgl-kernel 0.3.5) not installed; set DG_LEGACY_PATH")
+@pytest.mark.skipif(LEGACY == "missing", reason="legacy deep_gemm (sgl-kernel 0.3.5) not installed (make setup); or set DG_LEGACY_PATH")
 def test_repro_legacy_backend():
     extra = ["--deepgemm-path", LEGACY] if LEGACY else []
     # 3 kernels: each rank wants 1 + 3 threads, 8 in all, against a budget of 6

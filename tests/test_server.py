@@ -257,10 +257,14 @@ def test_sglang_serve_and_compile_deep_gemm_entry_points():
 @pytest.fixture
 def installed_sglang_0_5_1(tmp_path, monkeypatch):
     """A site dir with the stand-in sglang package, the REAL server_args.py of sglang 0.5.1 (from its wheel) and a
-    dist-info saying 0.5.1: what dgprecompile finds when the user has sglang 0.5.1 installed."""
+    dist-info saying 0.5.1: what dgprecompile finds when the user has sglang 0.5.1 installed. The wheel is the one
+    `make setup` downloads into .cache/sglang-wheels/0.5.1; nothing is downloaded at test time."""
+    found = update_sglang_args.local_wheel("0.5.1")
+    if found is None:
+        pytest.skip("the sglang 0.5.1 wheel is not in .cache/sglang-wheels/0.5.1 (make setup)")
     site = tmp_path / "site"
     shutil.copytree(STANDINS / "sglang", site / "sglang")
-    with zipfile.ZipFile(update_sglang_args.wheel("0.5.1")) as zf:
+    with zipfile.ZipFile(found) as zf:
         (site / "sglang" / "srt").mkdir()
         (site / "sglang" / "srt" / "server_args.py").write_bytes(zf.read("sglang/srt/server_args.py"))
     info = site / "sglang-0.5.1.dist-info"
@@ -327,7 +331,7 @@ def test_launch_with_no_other_option_after_warm(tmp_path, installed_sglang_0_5_1
     from helpers import legacy_deepgemm_dir
 
     if legacy_deepgemm_dir() is None:
-        pytest.skip("the legacy DeepGEMM (sgl-kernel 0.3.5) is not installed")
+        pytest.skip("the legacy DeepGEMM (sgl-kernel 0.3.5) is not installed (make setup)")
     server = ["-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3-30B-A3B-FP8", "--tp", "4", "--ep", "4",
               "--chunked-prefill-size", "64", "--cuda-graph-max-bs", "8"]
     env = _standin_env(tmp_path, installed_sglang_0_5_1, SGL_DG_CACHE_DIR=str(tmp_path / "dg"))
@@ -427,10 +431,21 @@ def test_the_2025_trainer_path_is_unchanged(tmp_path):
 
 
 def test_standin_is_importable_only_from_its_folder():
-    # the stand-in must never shadow a real sglang in the test process itself
-    out = subprocess.run([sys.executable, "-c", "import importlib.util as u; print(u.find_spec('sglang'))"],
-                         capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
-    assert "standins" not in out.stdout
+    """The stand-in must never shadow a real sglang in the test process or in the children the tests start with
+    this session's environment, and must load where a test puts its folder on the path."""
+    import importlib.util
+
+    def where(env):
+        return subprocess.run([sys.executable, "-c", "import importlib.util as u; print(u.find_spec('sglang'))"],
+                              capture_output=True, text=True, env=env).stdout
+
+    here = importlib.util.find_spec("sglang")
+    assert here is None or "standins" not in str(here.origin)
+    assert str(STANDINS) not in sys.path
+    assert "standins" not in where(dict(os.environ))  # the session's own environment, PYTHONPATH included
+    # the check sees the stand-in when it is there
+    put = {**os.environ, "PYTHONPATH": os.pathsep.join([str(STANDINS), os.environ.get("PYTHONPATH", "")])}
+    assert str(STANDINS) in where(put)
 
 
 def test_table_files_are_valid():

@@ -7,7 +7,11 @@ only the files copied, with the wheel's own hashes), so `importlib.metadata` rep
 version as a full install: the cache fingerprint (and every key derived from it) is the one a job with the
 whole sgl-kernel computes, and `pip uninstall sgl-kernel` removes exactly these files.
 
+With --fetch it first downloads the wheel (`pip download --no-deps`) into a scratch directory and deletes it
+afterwards, so set-up keeps only the package, never the wheel (six of them were 2.0 GB inside .venv):
+
     python tools/unpack_deep_gemm.py WHEEL SITE_PACKAGES
+    python tools/unpack_deep_gemm.py --fetch REQUIREMENT SITE_PACKAGES
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ from __future__ import annotations
 import csv
 import io
 import shutil
+import subprocess
 import sys
+import tempfile
 import zipfile
 from email.parser import Parser
 from pathlib import Path
@@ -56,12 +62,25 @@ def unpack(wheel: Path, site: Path) -> tuple[str, str, int]:
     return dist, version, len(members)
 
 
+def fetch_and_unpack(requirement: str, site: Path) -> tuple[str, str, int]:
+    """Download ``requirement``'s wheel into a scratch directory, unpack its deep_gemm/ into ``site``, delete it."""
+    with tempfile.TemporaryDirectory(prefix="dgprecompile-wheel-") as scratch:
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:",
+                        "-d", scratch, requirement], check=True)
+        wheels = sorted(Path(scratch).glob("*.whl"))
+        if len(wheels) != 1:
+            raise SystemExit(f"pip download {requirement}: expected one wheel, got {[w.name for w in wheels]}")
+        return unpack(wheels[0], site)
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
+    fetch = argv[:1] == ["--fetch"]
+    args = argv[1:] if fetch else argv
+    if len(args) != 2:
+        print("\n".join(line.strip() for line in __doc__.strip().splitlines()[-2:]), file=sys.stderr)
         return 2
-    wheel, site = Path(argv[0]), Path(argv[1])
-    dist, version, count = unpack(wheel, site)
+    site = Path(args[1])
+    dist, version, count = fetch_and_unpack(args[0], site) if fetch else unpack(Path(args[0]), site)
     print(f"installed {PACKAGE} only ({count} files) from {dist} {version} into {site}")
     return 0
 

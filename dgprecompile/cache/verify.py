@@ -94,6 +94,7 @@ class VerifyReport:
     stale: list[tuple[str, Any, Any]]
     coverage: str  # "proved" (keys computed here), "index" (the index's entry names), "sweep" (m ranges swept)
     warnings: list[str] = field(default_factory=list)
+    jit_install: str | None = None  # what this machine lacks to name and build the plan's SGLang JIT modules
 
     @property
     def missing(self) -> list[str]:
@@ -128,6 +129,11 @@ class VerifyReport:
         if self.complete:
             return None
         where = f"--cache-dir {self.cache_dir}"
+        jit_ids = set(self.plan.jit_modules)
+        if self.jit_install and any(k.kernel in jit_ids for k in self.problems):
+            # warm cannot build them here either (it exits 3 saying the same): the fix is the install
+            return (f"{self.jit_install}, then run `dgprecompile warm` with the same plan and {where}: SGLang's "
+                    "JIT modules are built with the installed sglang")
         if self.coverage == "sweep" and not self.stale:
             return (f"run `dgprecompile warm --backend sweep` on a GPU machine with the same plan and {where}: it "
                     "sweeps only the m ranges not covered")
@@ -213,7 +219,8 @@ def verify_cache(plan: Plan, store: CacheStore, *, nvcc: str | None = None,
     warnings += env.warnings
     stale = differences(index.fingerprint, env.fingerprint) if (env.fingerprint and index.fingerprint) else []
 
-    jit_names = _jit_names(plan, warnings)
+    jit_install: list[str] = []
+    jit_names = _jit_names(plan, warnings, jit_install)
     if with_jit_fingerprint(index.fingerprint, env.fingerprint, jit_names[0].spec.arch_name if jit_names else None):
         stale = differences(index.fingerprint, env.fingerprint)
 
@@ -249,7 +256,7 @@ def verify_cache(plan: Plan, store: CacheStore, *, nvcc: str | None = None,
     if by_sweep:
         coverage = "sweep"
     return VerifyReport(plan, str(store.root), generation, checks, index.fingerprint, env.fingerprint, stale,
-                        coverage, warnings)
+                        coverage, warnings, jit_install[0] if jit_install else None)
 
 
 def with_jit_fingerprint(recorded: dict[str, Any], current: dict[str, Any] | None, arch: str | None = None) -> bool:
@@ -264,8 +271,9 @@ def with_jit_fingerprint(recorded: dict[str, Any], current: dict[str, Any] | Non
     return True
 
 
-def _jit_names(plan: Plan, warnings: list[str]):
-    """(naming, {module id: entry}) for the plan's SGLang JIT modules from the sglang installed here, or None."""
+def _jit_names(plan: Plan, warnings: list[str], install: list[str]):
+    """(naming, {module id: entry}) for the plan's SGLang JIT modules from the sglang installed here, or None
+    (with what to install appended to ``install``)."""
     if not plan.jit_modules:
         return None
     from dgprecompile.keys.sglang_jit import JitNaming
@@ -276,6 +284,8 @@ def _jit_names(plan: Plan, warnings: list[str]):
     except (DGError, OSError) as exc:
         warnings.append(f"cannot name SGLang's JIT modules here ({getattr(exc, 'message', exc)}): checking them "
                         "against the index only")
+        if getattr(exc, "hint", None):
+            install.append(exc.hint)
         return None
 
 

@@ -8,7 +8,7 @@ import click
 
 from dgprecompile.cache.store import resolve_cache_dir
 from dgprecompile.cli.options import cache_dir_option, output_options, plan_options, resolve_plan
-from dgprecompile.output import MARKS, Output
+from dgprecompile.output import MARKS, Output, styled
 
 if TYPE_CHECKING:
     from dgprecompile.diagnostics.doctor import Diagnosis
@@ -71,10 +71,10 @@ def command(plan_request, manifest, config, ranks, base_tasks, dataloader_worker
 def render(out: Output, report: Diagnosis) -> None:
     plan = report.plan
     where = f"plan {plan['model']} ({plan['keys']} keys)" if plan else "no plan (assuming a key fills the pool)"
-    out.info(f"sglang profile [bold]{report.profile_id}[/], {report.ranks} ranks, {where}")
+    out.info("sglang profile ", styled(report.profile_id, "bold"), f", {report.ranks} ranks, {where}")
     out.table(None, ["", "check", "detail", "fix"], [[MARKS[c.mark], c.name, c.detail, c.fix] for c in report.checks])
     out.data_text(f"verdict: {report.verdict}")
     if report.predicts_failure:
         out.error("doctor predicts `can't start new thread` for this job", report.fix)
     else:
-        out.info(f"{MARKS['ok']} no failure predicted")
+        out.info(MARKS["ok"], " no failure predicted")

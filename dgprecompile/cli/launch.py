@@ -98,7 +98,7 @@ def render_prepared(out: Output, prepared: PreparedLaunch) -> None:
               [[s.name, s.value, s.why + (" (already set)" if s.kept else "")] for s in prepared.env.settings],
               to_stderr=True, no_wrap=("variable",))
     for note in prepared.env.notes:
-        out.info(f"[dim]note:[/] {note}")
+        out.note(note)
     out.info("starting: " + shlex.join(prepared.opts.command))
 
 

@@ -50,7 +50,7 @@ def plan_options(func):
                   help="A train.yaml holding these options (command-line options win).")
     @click.option("--model", "-m", default=None,
                   help="Bundled name or alias, config.json path, model directory, or HF repo id in the local cache.")
-    @click.option("--tp", type=click.IntRange(min=1), default=None, help="Tensor-parallel size (default 1).")
+    @click.option("--tp", type=click.IntRange(min=1), default=None, help="Tensor-parallel size (default: --ep when only that is given, else 1).")
     @click.option("--ep", type=click.IntRange(min=1), default=None, help="Expert-parallel size (default 1).")
     @click.option("--sglang", "sglang", default=None, metavar="VERSION",
                   help="SGLang version or profile id (default: the installed sglang, else the newest profile).")
@@ -123,7 +123,12 @@ def resolve_plan(plan_request: PlanRequest, manifest: str | None, trace: str | N
             raise InputError("pass --manifest or a server command/config, not both",
                              hint="a manifest already records the server it was planned from")
         return read_manifest(Path(manifest))
-    return plan_from_request(plan_request)
+    plan = plan_from_request(plan_request)
+    out = click.get_current_context(silent=True)
+    out = out.find_object(Output) if out is not None else None
+    for assumption in plan.assumed if out is not None else ():
+        out.note(assumption)  # `--ep 8` alone: tp 8, said by every command that plans
+    return plan
 
 
 def output_options(func):

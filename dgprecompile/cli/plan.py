@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from dgprecompile.cli.options import output_options, plan_options, resolve_plan
-from dgprecompile.output import Output
+from dgprecompile.output import Output, styled
 from dgprecompile.planning.manifest import dump_yaml, write_manifest
 from dgprecompile.planning.plan import Plan
 
@@ -51,7 +51,7 @@ def render_plan(out: Output, plan: Plan, show_buckets: bool) -> None:
                   [[m.name, ", ".join(m.template), m.path + f" ({len(m.keys)} keys)", f"{m.python}:{m.builder}"]
                    for m in plan.jit_modules.values()])
     for note in plan.notes:
-        out.info(f"[dim]note:[/] {note}")
+        out.note(note)
 
 
 @click.command("plan")
@@ -77,7 +77,7 @@ def command(plan_request, manifest, config, fmt, show_buckets, output, from_trac
       dgprecompile plan --from-trace traces/ --sglang 0.5.14 -o plan.yaml
     """
     plan = resolve_plan(plan_request, manifest, trace=from_trace)
-    out.info(f"sglang profile [bold]{plan.profile.id}[/] ({plan.profile_reason}): {plan.profile.summary}")
+    out.info("sglang profile ", styled(plan.profile.id, "bold"), f" ({plan.profile_reason}): {plan.profile.summary}")
     if fmt == "json" or out.json_mode:
         out.data_json(plan.to_dict())
     elif fmt == "yaml":

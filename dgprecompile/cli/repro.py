@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import click
 
 from dgprecompile.cli.options import output_options
-from dgprecompile.output import MARKS, Output
+from dgprecompile.output import MARKS, Output, styled
 
 if TYPE_CHECKING:
     from dgprecompile.diagnostics.repro import ReproReport
@@ -63,7 +63,7 @@ def command(ranks, tasks_max, backend, workers, keys, kernels, mechanism, nvcc, 
 
 def render(out: Output, report: ReproReport) -> None:
     for skipped in report.skipped_mechanisms:
-        out.info(f"[dim]not used:[/] {skipped}")
+        out.info(styled("not used:", "dim"), f" {skipped}")
     rows = []
     for name, phase in report.phases.items():
         mark = MARKS["ok"] if phase.ok else MARKS["fail"]
@@ -81,7 +81,7 @@ def render(out: Output, report: ReproReport) -> None:
         out.data_text(f"rank {failing.rank} of the pool phase, last frames:\n{failing.last_frames()}")
     failure = report.failure()
     if failure is None:
-        out.info(f"{MARKS['ok']} reproduced: the 0.5.1 pool pattern fails inside {report.tasks_max} tasks; "
+        out.info(MARKS["ok"], f" reproduced: the 0.5.1 pool pattern fails inside {report.tasks_max} tasks; "
                  f"the warmed JIT-off path completes inside the same budget")
     else:
         out.error(*failure)

@@ -33,7 +33,7 @@ def command(artifact, cache_dir, force, nvcc, num_sms, out) -> UnpackResult:
     \b
     Examples:
       dgprecompile unpack deepgemm-3f2a9c0d1e2b4a5c.tar.gz --cache-dir /shared/deep_gemm
-      dgprecompile unpack cache.tar.gz --cache-dir /shared/deep_gemm && dgprecompile verify --manifest plan.yaml
+      dgprecompile unpack cache.tar.gz --cache-dir /shared/deep_gemm && dgprecompile verify --manifest plan.yaml --cache-dir /shared/deep_gemm
       dgprecompile unpack s3://my-bucket/dg/deepgemm-3f2a9c0d1e2b4a5c.tar.gz   # downloads beside the cache first
     """
     if num_sms is not None and num_sms < 1:

@@ -9,6 +9,7 @@ import click
 from dgprecompile.cli.options import cache_dir_option, output_options, plan_options, resolve_plan
 from dgprecompile.compile.warm import WarmOptions, WarmResult, prepare_warm, run_warm
 from dgprecompile.errors import InputError
+from dgprecompile.generations import BACKEND_NEEDS_GPU, GENERATIONS
 from dgprecompile.output import Output
 
 
@@ -21,15 +22,20 @@ def _parse_gpus(text: str | None) -> list[int] | None:
         raise InputError(f"--gpus takes GPU indices; got {text!r}", hint="e.g. --gpus 0,1,2") from None
 
 
+def _backend_help() -> str:
+    """--backend's help, from the generation objects: which DeepGEMMs nvcc builds is theirs to say."""
+    nvcc = "; ".join(g.label for g in GENERATIONS.values() if "nvcc" in g.backends)
+    return ("legacy: the Python JIT's own build (no GPU); cxx: launch each kernel once on a GPU so the C++ JIT "
+            f"compiles it; nvcc: build the entries with nvcc directly, no GPU, for the releases whose entry names "
+            f"are computed ({nvcc}); sweep: call the C++-JIT DeepGEMM on a GPU for every sampled m of each key and "
+            "keep what it builds (docs/sweep.md). Default: legacy, nvcc or cxx by the installed DeepGEMM; sweep "
+            "for keys-only plans.")
+
+
 @click.command("warm")
 @plan_options
 @cache_dir_option
-@click.option("--backend", type=click.Choice(["auto", "legacy", "cxx", "nvcc", "sweep"]), default="auto",
-              help="legacy: the Python JIT's own build (no GPU); cxx: launch each kernel once on a GPU so the C++ "
-                   "JIT compiles it; nvcc: build sgl-deep-gemm 0.1.0-0.2.5 entries with nvcc directly (no GPU); "
-                   "sweep: call the C++-JIT DeepGEMM on a GPU for every sampled m of each key and keep what it "
-                   "builds (docs/sweep.md). Default: legacy, nvcc or cxx by the installed DeepGEMM; sweep for "
-                   "keys-only plans.")
+@click.option("--backend", type=click.Choice(["auto", *BACKEND_NEEDS_GPU]), default="auto", help=_backend_help())
 @click.option("--jobs", "-j", type=int, default=None,
               help="Worker processes (default: CPU cores, capped by the number of kernels).")
 @click.option("--gpus", default=None, metavar="0,1,..", help="C++ JIT: GPUs to spread workers over (default all).")
@@ -39,7 +45,8 @@ def _parse_gpus(text: str | None) -> list[int] | None:
               help="Warm the calls recorded in a misses file from `launch --no-strict` (instead of a plan).")
 @click.option("--sglang-jit", "sglang_jit", type=click.Choice(["auto", "on", "off"]), default="auto",
               help="SGLang's own JIT modules of the plan (sglang 0.5.14): build them with the installed sglang into "
-                   "<cache>/tvm-ffi (auto: when that sglang is installed here; on: fail if it is not).")
+                   "<cache>/tvm-ffi (auto: when that sglang is installed here, else warm the rest and exit 3 naming what to "
+                   "install; on: fail at once if it is not; off: leave them out).")
 @output_options
 def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc, from_misses, sglang_jit,
             out) -> WarmResult:
@@ -72,7 +79,10 @@ def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc
                  f"{setup.store.root / 'tvm-ffi'} (one ninja job per worker: MAX_JOBS=1); the runtime reads them "
                  f"with TVM_FFI_CACHE_DIR={setup.store.root / 'tvm-ffi'} (launch sets it)")
     for module, why in setup.jit_skipped.items():
-        out.warn(f"not built: {module}: {why}")
+        if setup.jit_missing is None:  # --sglang-jit off: asked for
+            out.note(f"not built ({why}): {module}")
+        else:
+            out.warn(f"not built: {module}: {why}")
     out.info(f"cache: {setup.store.root}   backend: {setup.backend}   nvcc: {setup.fingerprint['nvcc']['path']} "
              f"({setup.fingerprint['nvcc']['release']})")
     out.info(f"task budget: {setup.workers} worker processes x (1 thread + 1 compiler tree of <= 4 tasks) "
@@ -91,7 +101,7 @@ def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc
     def on_event(event):
         kind = event.get("event")
         if kind == "fatal":
-            out.err.print(f"[red]worker failed to start:[/] {event.get('error', '')}")
+            out.failure("worker failed to start", event.get("error", ""))
         elif kind == "start":
             progress.started(event["kernel"])
         elif kind == "tick":
@@ -101,7 +111,7 @@ def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc
             if event.get("replaced"):
                 out.warn(f"{event['kernel']}: the entry in the cache was not loadable; rebuilt and replaced it")
             if kind == "failed" and not event.get("error", "").startswith("not started"):
-                out.err.print(f"[red]failed:[/] {event['kernel']}\n{event.get('error', '')}")
+                out.failure("failed", f"{event['kernel']}\n{event.get('error', '')}")
 
     with progress:
         result = run_warm(setup, on_event)
@@ -119,3 +129,8 @@ def render(out: Output, result: WarmResult) -> None:
     elif result.failed:
         out.error(f"{len(result.failed)} of {result.kernels} kernels failed to compile: "
                   + ", ".join(sorted(result.failed)[:5]), "the compiler's output for each is printed above")
+    elif result.missing:
+        why = next(iter(result.skipped.values()), "")
+        out.error(f"{len(result.skipped)} of the plan's SGLang JIT modules not built: {why}",
+                  f"{result.missing}, then warm again (`verify` fails until they are built; --sglang-jit off warms "
+                  "DeepGEMM's kernels only)")

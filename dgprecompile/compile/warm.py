@@ -69,6 +69,8 @@ class WarmSetup:
     jit_items: list[WorkItem] = field(default_factory=list)  # SGLang's own JIT modules (sglang-jit workers)
     jit_job: dict[str, Any] = field(default_factory=dict)
     jit_skipped: dict[str, str] = field(default_factory=dict)  # module id -> why it is not built here
+    # this machine lacks what builds them (sglang, tvm-ffi, ninja): what to install; None when they were turned off
+    jit_missing: str | None = None
     swept: list[str] = field(default_factory=list)  # sweep backend: key ranges already covered (cached)
 
     @property
@@ -82,6 +84,7 @@ class WarmResult:
     cached: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)  # planned SGLang JIT modules not built here, and why
+    missing: str | None = None  # what to install so that the skipped modules can be built (exit 3)
     fatal: list[str] = field(default_factory=list)  # workers that could not start
     no_space: str | None = None  # the first "no space left on <mount>" a worker met; the rest was not started
     no_space_hint: str | None = None  # what to free, and roughly how much the unbuilt kernels need
@@ -103,13 +106,16 @@ class WarmResult:
     def return_code(self) -> int:
         if self.no_space:
             return EXIT_ENVIRONMENT
-        return EXIT_OK if self.ok else EXIT_COMPILE_FAILED
+        if not self.ok:
+            return EXIT_COMPILE_FAILED
+        # the plan holds modules this machine cannot build: verify would fail, so warm does not pass either
+        return EXIT_ENVIRONMENT if self.missing else EXIT_OK
 
     def to_dict(self) -> dict[str, Any]:
         return {"cache_dir": self.cache_dir, "backend": self.backend, "kernels": self.kernels,
                 "sglang_jit_modules": self.jit_modules, "compiled": len(self.compiled),
                 "already_cached": len(self.cached), "failed": len(self.failed),
-                "failures": self.failed, "skipped": self.skipped, "wall_seconds": round(self.wall_seconds, 2),
+                "failures": self.failed, "skipped": self.skipped, "install": self.missing, "wall_seconds": round(self.wall_seconds, 2),
                 "compile_seconds_sum": round(sum(self.compiled.values()), 2), "cache_bytes": self.cache_bytes,
                 "workers": self.workers, "no_space": self.no_space,
                 "timeline": {"workers_ready_first_s": round(min(self.ready_seconds), 2) if self.ready_seconds else None,
@@ -189,7 +195,7 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
     jobs = opts.jobs or os.cpu_count() or 1
     if jobs < 1:
         raise InputError("--jobs must be at least 1", hint="omit --jobs for one worker per CPU core")
-    jit_items, jit_job, jit_skipped, jit_fp = _prepare_jit(plan, opts, nvcc)
+    jit_items, jit_job, jit_skipped, jit_fp, jit_missing = _prepare_jit(plan, opts, nvcc)
     if world > 1:
         jit_items = jit_items[rank::world]
     if jit_fp is not None:
@@ -209,7 +215,7 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
         _check_space(store, plan, items, [] if stale else None)
     return WarmSetup(plan, backend, store, fingerprint, stale, items, jobs,
                      [gpus[i % len(gpus)] for i in range(jobs)], job_common, rank, world, notes,
-                     jit_items, jit_job, jit_skipped, swept)
+                     jit_items, jit_job, jit_skipped, jit_missing, swept)
 
 
 def _kernel_items(plan: Plan, rank: int, world: int) -> list[WorkItem]:
@@ -274,16 +280,17 @@ def _cuda_home(nvcc_path: str) -> str | None:
 
 
 def _prepare_jit(plan: Plan, opts: WarmOptions, nvcc) -> tuple[list[WorkItem], dict[str, Any], dict[str, str],
-                                                                dict[str, Any] | None]:
-    """Work items for the plan's SGLang JIT modules, the sglang-jit workers' job, what is skipped and why, and
-    the fingerprint section naming the sglang/tvm-ffi they are built for."""
+                                                                dict[str, Any] | None, str | None]:
+    """Work items for the plan's SGLang JIT modules, the sglang-jit workers' job, what is skipped and why,
+    the fingerprint section naming the sglang/tvm-ffi they are built for, and what to install when this
+    machine lacks what builds them."""
     from dgprecompile.keys.sglang_jit import JitNaming
 
     modules = list(plan.jit_modules.values())
     if not modules:
-        return [], {}, {}, None
+        return [], {}, {}, None, None
     if opts.sglang_jit == "off":
-        return [], {}, {m.id: "--no-sglang-jit" for m in modules}, None
+        return [], {}, {m.id: "--sglang-jit off" for m in modules}, None, None
     try:
         naming = JitNaming.here(plan.sglang_version or "")
         ninja = shutil.which("ninja", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
@@ -293,15 +300,14 @@ def _prepare_jit(plan: Plan, opts: WarmOptions, nvcc) -> tuple[list[WorkItem], d
     except EnvironmentProblem as exc:
         if opts.sglang_jit == "on":
             raise
-        why = exc.message + (f" ({exc.hint})" if exc.hint else "")
-        return [], {}, {m.id: why for m in modules}, None
+        return [], {}, {m.id: exc.message for m in modules}, None, exc.hint or exc.message
     items = [WorkItem(m.id, "sglang_jit", {"python": m.python, "builder": m.builder, "args": list(m.args),
                                            "entry": naming.entry_name(m), "library": naming.library(m)},
                       "SGLANG_JIT", 0, 0, 0, 0) for m in modules]
     job = {"arch_override": naming.spec.arch_override, "arch": list(naming.spec.arch),
            "modules": sorted({m.python for m in modules}), "cuda_home": _cuda_home(nvcc.path),
            "ninja_dir": os.path.dirname(ninja)}
-    return items, job, {}, naming.fingerprint()
+    return items, job, {}, naming.fingerprint(), None
 
 
 def _record_plan(setup: WarmSetup) -> None:
@@ -330,7 +336,7 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
     _record_plan(setup)
     result = WarmResult(workers=setup.workers, cache_dir=str(store.root), backend=setup.backend,
                         kernels=len(setup.items), jit_modules=len(setup.jit_items),
-                        skipped=dict(setup.jit_skipped), cached=list(setup.swept))
+                        skipped=dict(setup.jit_skipped), missing=setup.jit_missing, cached=list(setup.swept))
     start = time.perf_counter()
     common = {"arch": setup.plan.profile.sm_arch, "bytes_per_entry": setup.plan.profile.bytes_per_entry}
     try:

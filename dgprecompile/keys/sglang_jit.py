@@ -105,16 +105,16 @@ class JitNaming:
         install = find_sglang()
         if install is None:
             raise EnvironmentProblem(f"sglang is not importable here, so its JIT modules (sglang {sglang_version}) "
-                                     "cannot be named or built",
-                                     hint=f"install it: pip install --no-deps sglang=={sglang_version}")
+                                     "cannot be named or built", hint=spec.install_command(sglang_version))
         if install.version != sglang_version:
             raise EnvironmentProblem(f"the plan is for sglang {sglang_version} but sglang {install.version} is "
                                      f"installed ({install.package_dir}): its JIT modules differ",
-                                     hint=f"plan with --sglang {install.version}, or install sglang=={sglang_version}")
+                                     hint=f"plan with --sglang {install.version}, or "
+                                          f"{spec.install_command(sglang_version)}")
         tvm = tvm_ffi_version()
         if tvm is None:
             raise EnvironmentProblem("apache-tvm-ffi is not installed: sglang builds its JIT modules with it",
-                                     hint="pip install apache-tvm-ffi (the version your sglang pins)")
+                                     hint=spec.install_command(sglang_version))
         return cls(spec, install, tvm)
 
     @property

@@ -286,6 +286,15 @@ def forward_signal(pid: int, signum: int) -> None:
             pass
 
 
+def find_command(name: str, env: Mapping[str, str]) -> str:
+    """``name`` as the job's PATH finds it, else in the bin directory of the Python running dgprecompile (a venv's
+    torchrun when the venv is not activated: `.venv/bin/dgprecompile launch -- torchrun ...`); a path as given."""
+    if os.sep in name:
+        return name
+    return (shutil.which(name, path=env.get("PATH", os.defpath))
+            or shutil.which(name, path=os.path.dirname(sys.executable)) or name)
+
+
 def run_child(argv: list[str], env: Mapping[str, str], *, cwd: str | None = None,
               on_signal: Callable[[int], None] | None = None) -> int:
     """Run ``argv`` in its own session with inherited stdio; forward signals; return its shell-style exit code."""
@@ -308,7 +317,9 @@ def run_child(argv: list[str], env: Mapping[str, str], *, cwd: str | None = None
             pass
     try:
         try:
-            proc.append(subprocess.Popen(list(argv), env=dict(env), cwd=cwd, start_new_session=True))
+            # executable= finds it; argv[0] stays the name the user gave (what the job sees as its own name)
+            proc.append(subprocess.Popen(list(argv), executable=find_command(argv[0], env), env=dict(env), cwd=cwd,
+                                         start_new_session=True))
         except FileNotFoundError:
             raise InputError(f"command not found: {argv[0]}", hint="put the job's command after `--`, as you would run it") from None
         except PermissionError:

@@ -92,7 +92,11 @@ def load_model(spec: str) -> ModelConfig:
             return _read_json(path / "config.json", str(path / "config.json"), path.name)
         raise InputError(f"{path} is a directory without a config.json",
                          hint="pass the checkpoint directory that holds config.json, or the file itself")
-    if spec.count("/") == 1 and not spec.startswith((".", "/")):
+    if spec.endswith((".json", "/")) or spec.startswith((".", "/", "~")) or spec.count("/") > 1:
+        # a path, not a name: say that it is not there rather than that no model has this name
+        raise InputError(f"{path} does not exist (--model was given a path)",
+                         hint="check the path: pass an existing config.json or the model directory that holds it")
+    if spec.count("/") == 1:
         found = _from_hf_cache(spec)
         if found is not None:
             return found

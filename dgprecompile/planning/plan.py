@@ -64,6 +64,8 @@ class Plan:
     sweep_m_max: int = 0  # > 0: the plan also covers SGLang's own precompile (its m sweep and warm-up layouts)
     server: dict[str, Any] | None = None  # the SGLang server command (or SpecForge config) the plan was read from
     jit_modules: dict[str, JitModule] = field(default_factory=dict)  # SGLang's own JIT modules on these paths
+    # what the request left out and the plan chose (`--ep 8` alone: tp 8): every command shows it (resolve_plan)
+    assumed: list[str] = field(default_factory=list)
 
     @property
     def total_kernels(self) -> int | None:

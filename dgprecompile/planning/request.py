@@ -35,10 +35,18 @@ def plan_from_request(req: PlanRequest) -> Plan:
         max_tokens = req.max_tokens
     else:
         max_tokens = sglang_precompile_m_max(req.chunked_prefill_size)
+    assumed = []
+    if tp is None and ep is not None and ep > 1:
+        # SGLang runs MoE tensor-parallel over tp/ep, so ep must divide tp: `--ep 8` alone means 8 GPUs, tp 8
+        tp = ep
+        assumed.append(f"tp {ep}: --ep {ep} was given without --tp, and SGLang needs ep to divide tp "
+                       "(pass --tp to choose another)")
     model = load_model(req.model)
     choice = resolve_profile(req.sglang)
     sweep = sglang_precompile_m_max(req.chunked_prefill_size) if req.sglang_precompile else 0
     par = Parallel(tp=1 if tp is None else tp, ep=1 if ep is None else ep, moe_runner_backend=req.moe_runner_backend,
                    max_tokens=max_tokens, sweep_m_max=sweep)
-    return build_plan(model, choice.profile, par, resolve_num_sms(req.gpu, req.num_sms), req.gpu, choice.reason,
+    plan = build_plan(model, choice.profile, par, resolve_num_sms(req.gpu, req.num_sms), req.gpu, choice.reason,
                       choice.sglang_version, keys_only=req.keys_only)
+    plan.assumed = assumed
+    return plan

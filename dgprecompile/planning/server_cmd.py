@@ -273,6 +273,7 @@ def parse_server_args(command: ServerCommand, table: OptionTable, table_reason: 
     try:
         ns = parser.parse_args(args)
     except _Refusal as exc:
+        _refuse_unpatched(table, args)
         raise InputError(f"the server command is not valid for sglang {table.sglang}: {exc}",
                          hint="fix the command (SGLang itself would refuse it), or pass the --sglang version it "
                               "is meant for") from None
@@ -283,6 +284,24 @@ def parse_server_args(command: ServerCommand, table: OptionTable, table_reason: 
                        defaults={o.dest: o.default for o in table.options})
     s._names = names
     return s
+
+
+def _refuse_unpatched(table: OptionTable, args: list[str]) -> None:
+    """A command with SpecForge's spec-capture options read with a stock sglang's own options (no patch): that
+    server would refuse them too, so the fix is SpecForge's sglang patch, not the command."""
+    capture = spec_capture_overlay()
+    if table.sglang != capture.sglang.split("+")[0]:
+        return  # the patch is for that release only: elsewhere these are plain unknown options
+    wanted = {n for o in capture.options for n in o.names}
+    have = {n for o in table.options for n in o.names}
+    used = sorted({a.split("=", 1)[0] for a in args} & wanted - have)
+    if used:
+        patch = capture.origin.split(":", 1)[-1]
+        raise InputError(f"the sglang {table.sglang} read here ({table.origin}) has no {', '.join(used)}: it is stock "
+                         "sglang, without the spec-capture patch SpecForge's capture server needs (that server "
+                         "would refuse these options too)",
+                         hint=f"patch this sglang with SpecForge's patches/sglang/{patch} "
+                              "(SpecForge's scripts/apply_sglang_spec_capture_patch.sh applies it), then run again")
 
 
 # ---- what is not modelled ------------------------------------------------------------------------------------------

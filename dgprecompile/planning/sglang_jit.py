@@ -30,10 +30,15 @@ class JitVersionSpec:
     arch_override: str
     arch: tuple[int, int]
     modules: tuple[dict[str, Any], ...]
+    build_requires: tuple[str, ...] = ()  # what its JIT builds with beside sglang (the wheel's own pins)
 
     @property
     def arch_name(self) -> str:
         return f"{self.arch[0]}.{self.arch[1]}"
+
+    def install_command(self, sglang_version: str) -> str:
+        """What to install so that this sglang can build its JIT modules here."""
+        return " ".join(["pip install", f"sglang=={sglang_version}", *self.build_requires])
 
 
 @lru_cache(maxsize=1)
@@ -41,7 +46,8 @@ def _load() -> tuple[JitVersionSpec, ...]:
     data = yaml.safe_load(resources.files("dgprecompile.data").joinpath("sglang_jit.yaml").read_text())
     return tuple(JitVersionSpec(SpecifierSet(v["sglang"]), v["source_root"], v["include_dir"], v["name_prefix"],
                                 v["build_dir"], v["cache_dir_env"], v["cache_dir_default"], v["arch_override"],
-                                tuple(v["arch"]), tuple(v["modules"])) for v in data["versions"])
+                                tuple(v["arch"]), tuple(v["modules"]), tuple(v.get("build_requires", ())))
+                 for v in data["versions"])
 
 
 def spec_for(sglang_version: str | None) -> JitVersionSpec | None:
