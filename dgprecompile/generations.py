@@ -48,6 +48,9 @@ class Generation:
     keys_proven_versions: tuple[str, ...] | None = None  # None: every release key_class covers
     # the largest m (per kernel_type value) at which a GPU run compared the model with the library; () none
     gpu_checked_m: tuple[tuple[str, int], ...] = ()
+    # the runtime reads its cache-dir variable as a list of roots joined by this separator: the first written, the
+    # others read-only lookups in order (the first root holding a committed entry wins); None: one directory only
+    root_separator: str | None = None
 
     # -- planning --
     @property
@@ -81,6 +84,25 @@ class Generation:
             raise InputError(f"dgprecompile cannot compute the cache keys of {install.distribution} "
                              f"{install.version}", hint=f"use --backend {' or '.join(self.usable_backends(install.version))}")
         return _load(self.key_class).build(install, nvcc, environ)
+
+    # -- cache layout --
+    def cache_dir_value(self, cache_dir: str, shared: list[str] | tuple[str, ...] = ()) -> str:
+        """The value of the runtime's cache-dir variable for a writable ``cache_dir`` plus read-only ``shared``
+        roots searched after it (a runtime that splits the variable would also split a path holding the
+        separator: such a path is refused)."""
+        if self.root_separator is None:
+            if shared:
+                raise InputError(f"the {self.label} reads one cache directory, so --shared-cache cannot be used "
+                                 "with it", hint="unpack the shared artifact into --cache-dir instead (DeepJIT, "
+                                 "sgl-deep-gemm 0.2.x / sglang 0.5.20+, searches several roots)")
+            return cache_dir
+        roots = [cache_dir, *shared]
+        bad = next((r for r in roots if self.root_separator in r), None)
+        if bad is not None:
+            raise InputError(f"the cache directory {bad!r} contains {self.root_separator!r}, which the {self.label} "
+                             "reads as a separator between cache roots",
+                             hint="use a directory whose path has no such character")
+        return self.root_separator.join(roots)
 
     # -- compile --
     def usable_backends(self, version: str | None) -> list[str]:
@@ -238,6 +260,9 @@ GENERATIONS: dict[str, Generation] = {g.id: g for g in (
         fingerprint_fields=("deepgemm.generation", "deepgemm.version", "deepgemm.headers_sha256",
                             "nvcc.version_sha256", "env", "num_sms"),
         entry_files=("kernel.cu", "kernel.cubin", ".committed"), strict_by="nvcc-standin",
+        # DeepJIT's DiskCache::from_env (deep_jit/cache/disk.hpp): DG_JIT_CACHE_DIR (else DJ_JIT_CACHE_DIR) is
+        # PATH_1:PATH_2:...; entries are looked up in every root in order, built and committed only in the first
+        root_separator=":",
     ),
 )}
 

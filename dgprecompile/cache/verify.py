@@ -13,7 +13,7 @@ so and falls back to checking the index alone.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dgprecompile.cache.store import CacheStore, Index
@@ -95,6 +95,7 @@ class VerifyReport:
     coverage: str  # "proved" (keys computed here), "index" (the index's entry names), "sweep" (m ranges swept)
     warnings: list[str] = field(default_factory=list)
     jit_install: str | None = None  # what this machine lacks to name and build the plan's SGLang JIT modules
+    shared_dirs: list[str] = field(default_factory=list)  # read-only roots searched after cache_dir, in order
 
     @property
     def missing(self) -> list[str]:
@@ -166,6 +167,7 @@ class VerifyReport:
         return {
             "complete": self.complete,
             "cache_dir": self.cache_dir,
+            **({"shared_cache_dirs": self.shared_dirs} if self.shared_dirs else {}),
             "generation": self.generation,
             "coverage": self.coverage,
             "kernels_total": len(self.kernels),
@@ -257,6 +259,40 @@ def verify_cache(plan: Plan, store: CacheStore, *, nvcc: str | None = None,
         coverage = "sweep"
     return VerifyReport(plan, str(store.root), generation, checks, index.fingerprint, env.fingerprint, stale,
                         coverage, warnings, jit_install[0] if jit_install else None)
+
+
+def verify_roots(plan: Plan, store: CacheStore, shared: list[CacheStore] | tuple[CacheStore, ...] = (), *,
+                 nvcc: str | None = None, num_sms: int | None = None) -> VerifyReport:
+    """The cache as a runtime with several roots sees it (DeepJIT: ``DG_JIT_CACHE_DIR=<store>:<shared>...``).
+
+    DeepJIT looks a kernel up in every root in order and uses the first committed entry it finds (its
+    ``DiskCache::entry``), so a planned kernel is judged by the first root that holds it: a changed or invalid entry
+    in the writable root hides a good one in a shared root. SGLang's own JIT modules and sweep records are read from
+    ``store`` alone (their runtimes take one directory). A shared root's fingerprint counts where it serves a kernel.
+    """
+    primary = verify_cache(plan, store, nvcc=nvcc, num_sms=num_sms)
+    if not shared:
+        return primary
+    plan.profile.deepgemm.cache_dir_value(str(store.root), [str(s.root) for s in shared])  # refuses one-root JITs
+    others = [(s, verify_cache(plan, s, nvcc=nvcc, num_sms=num_sms)) for s in shared]
+    found = [(s, r, {k.kernel: k for k in r.kernels}) for s, r in others]
+    checks, stale, warnings, served = [], list(primary.stale), list(primary.warnings), set()
+    for check in primary.kernels:
+        if check.status == MISSING and check.kernel in plan.kernels:
+            for root, _, by_id in found:
+                there = by_id.get(check.kernel)
+                if there is not None and there.status != MISSING:
+                    check = replace(there, detail=f"shared cache {root.root}" + (f": {there.detail}"
+                                                                               if there.detail else ""))
+                    served.add(str(root.root))
+                    break
+        checks.append(check)
+    for root, report, _ in found:
+        if str(root.root) in served:
+            stale += [(f"{root.root}: {f}", a, b) for f, a, b in report.stale]
+            warnings += [f"{root.root}: {w}" for w in report.warnings if w not in primary.warnings]
+    return replace(primary, kernels=checks, stale=stale, warnings=warnings,
+                   shared_dirs=[str(s.root) for s in shared])
 
 
 def with_jit_fingerprint(recorded: dict[str, Any], current: dict[str, Any] | None, arch: str | None = None) -> bool:

@@ -7,7 +7,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from dgprecompile.cli.options import cache_dir_option, output_options, plan_options, resolve_plan
+from dgprecompile.cli.options import (
+    cache_dir_option,
+    output_options,
+    plan_options,
+    resolve_plan,
+    shared_cache_option,
+)
 from dgprecompile.output import Output
 
 if TYPE_CHECKING:
@@ -17,6 +23,7 @@ if TYPE_CHECKING:
 @click.command("launch", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @plan_options
 @cache_dir_option
+@shared_cache_option
 @click.option("--strict/--no-strict", default=True, show_default=True,
               help="Strict: any DeepGEMM compile at run time fails at once, naming the kernel. Non-strict: allowed, "
                    "traced, and reported at exit with a misses file.")
@@ -30,7 +37,7 @@ if TYPE_CHECKING:
                    "complete; launch only when it is.")
 @output_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def command(plan_request, manifest, config, cache_dir, strict, allow_missing, trace_dir, misses_path,
+def command(plan_request, manifest, config, cache_dir, shared_cache, strict, allow_missing, trace_dir, misses_path,
             pull_from, out, command) -> LaunchResult:
     """Run COMMAND (e.g. torchrun ...) with SGLang's runtime DeepGEMM precompile off and the warmed cache.
 
@@ -46,6 +53,7 @@ def command(plan_request, manifest, config, cache_dir, strict, allow_missing, tr
       dgprecompile launch -- python -m sglang.launch_server --model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 --tp 8
       dgprecompile launch --specforge-config run.yaml -- specforge train -c run.yaml
       dgprecompile launch --pull s3://my-bucket/dg/train-480b --manifest plan.yaml -- torchrun ...   # node start-up
+      dgprecompile launch --manifest plan.yaml --shared-cache /opt/dg -- python -m sglang.launch_server ...
     """
     from dgprecompile.launch.launcher import (
         LaunchOptions,
@@ -79,7 +87,7 @@ def command(plan_request, manifest, config, cache_dir, strict, allow_missing, tr
             out.warn(f"{pulled.reason()}; starting anyway (--allow-missing)")
         cache_dir = str(store.root)
     prepared = prepare_launch(LaunchOptions(plan=plan, command=argv, cache_dir=cache_dir, strict=strict,
-                                            allow_missing=allow_missing, trace_dir=trace_dir,
+                                            shared_cache=list(shared_cache), allow_missing=allow_missing, trace_dir=trace_dir,
                                             misses_path=misses_path, manifest=manifest, model_arg=plan_request.model))
     render_prepared(out, prepared)
     return out.report(run_launch(prepared), render_result)

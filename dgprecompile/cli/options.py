@@ -147,6 +147,14 @@ def output_options(func):
     return wrapper
 
 
+def shared_cache_option(func):
+    return click.option("--shared-cache", "shared_cache", multiple=True, type=click.Path(file_okay=False),
+                        metavar="DIR",
+                        help="A read-only cache searched after --cache-dir, in the order given (an image layer, a "
+                             "network mount); repeatable. Only for runtimes that read several roots (DeepJIT, "
+                             "sgl-deep-gemm 0.2.x).")(func)
+
+
 def cache_dir_option(func):
     return click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
                         help="DeepGEMM cache directory (default: the one the SGLang profile's runtime uses).")(func)

@@ -6,8 +6,14 @@ import click
 
 from dgprecompile.cache.store import CacheStore, resolve_cache_dir
 from dgprecompile.cache.sweeps import key_label
-from dgprecompile.cache.verify import VerifyReport, verify_cache
-from dgprecompile.cli.options import cache_dir_option, output_options, plan_options, resolve_plan
+from dgprecompile.cache.verify import VerifyReport, verify_roots
+from dgprecompile.cli.options import (
+    cache_dir_option,
+    output_options,
+    plan_options,
+    resolve_plan,
+    shared_cache_option,
+)
 from dgprecompile.errors import EnvironmentProblem
 from dgprecompile.output import Output
 
@@ -15,6 +21,7 @@ from dgprecompile.output import Output
 @click.command("verify")
 @plan_options
 @cache_dir_option
+@shared_cache_option
 @click.option("--nvcc", default=None, metavar="PATH",
               help="nvcc the runtime will use (default: the one the cache was warmed with, else as the runtime "
                    "finds it); its path is part of the legacy JIT's key.")
@@ -31,7 +38,7 @@ from dgprecompile.output import Output
 @click.option("--live-log", type=click.Path(dir_okay=False), default=None,
               help="--live: keep the child's output (SGLang, DeepGEMM and refusal messages) in this file.")
 @output_options
-def command(plan_request, manifest, config, cache_dir, nvcc, trace, live, live_m, live_sample, live_seed, live_log,
+def command(plan_request, manifest, config, cache_dir, shared_cache, nvcc, trace, live, live_m, live_sample, live_seed, live_log,
             out):
     """Check that every planned kernel is in the cache, intact, and filed under this environment's keys.
 
@@ -47,6 +54,7 @@ def command(plan_request, manifest, config, cache_dir, nvcc, trace, live, live_m
       dgprecompile verify --model Qwen3-Coder-480B --tp 8 --ep 8 --sglang 0.5.1 --json
       dgprecompile verify --manifest plan.yaml --num-sms 78      # the job runs on H20s
       dgprecompile verify --manifest plan.yaml --live --live-m all   # GPU: SGLang's own layers, every m
+      dgprecompile verify --manifest plan.yaml --cache-dir ~/.cache/dg --shared-cache /opt/dg   # DeepJIT roots
 
     With --live (GPU, sglang 0.5.14): builds SGLang's Fp8LinearMethod for each dense key and its
     DeepGemmRunnerCore masked path for each MoE key pair with random FP8 weights of the planned shapes, calls
@@ -66,7 +74,7 @@ def command(plan_request, manifest, config, cache_dir, nvcc, trace, live, live_m
                                      hint="run it on a Hopper GPU node, in the job's own environment (its sglang, "
                                           "DeepGEMM and torch)")
         return out.report(live_report, render_live)
-    report = verify_cache(plan, store, nvcc=nvcc, num_sms=plan_request.num_sms)
+    report = verify_roots(plan, store, [CacheStore(d) for d in shared_cache], nvcc=nvcc, num_sms=plan_request.num_sms)
     for warning in report.warnings:
         out.warn(warning)
     return out.report(report, render)
@@ -74,6 +82,8 @@ def command(plan_request, manifest, config, cache_dir, nvcc, trace, live, live_m
 
 def render(out: Output, report: VerifyReport) -> None:
     plan = report.plan
+    for shared in report.shared_dirs:
+        out.info(f"shared cache (read-only, searched after it): {shared}")
     out.info(f"cache: {report.cache_dir}   plan: {plan.model} tp={plan.tp} ep={plan.ep} sglang {plan.profile.id}: "
              f"{len(report.kernels)} kernels")
     if report.problems:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from dgprecompile.cache.store import CacheStore, resolve_cache_dir
-from dgprecompile.cache.verify import VerifyReport, verify_cache
+from dgprecompile.cache.verify import VerifyReport, verify_roots
 from dgprecompile.errors import CheckFailed, EnvironmentProblem, InputError
 from dgprecompile.launch.hook import HOOK_DIR, NVCC_STANDIN
 from dgprecompile.planning.plan import Plan, PlanRequest
@@ -85,10 +85,20 @@ def _same_path(a: str, b: str) -> bool:
     return os.path.realpath(os.path.expanduser(a)) == os.path.realpath(os.path.expanduser(b))
 
 
+def _same_roots(separator: str | None):
+    """Path equality for a cache-dir variable, root by root where the runtime reads a list of roots."""
+    def same(a: str, b: str) -> bool:
+        if separator is None:
+            return _same_path(a, b)
+        left, right = a.split(separator), b.split(separator)
+        return len(left) == len(right) and all(map(_same_path, left, right))
+    return same
+
+
 def compose_env(plan: Plan, cache_dir: str, fingerprint: Mapping[str, Any], base_env: Mapping[str, str], *,
                 strict: bool = True, trace_dir: str | None = None, run_dir: str | None = None,
                 warm_hint: str = "", python: str | None = None, standin: str = NVCC_STANDIN,
-                hook_dir: str = HOOK_DIR) -> LaunchEnv:
+                hook_dir: str = HOOK_DIR, shared: list[str] | tuple[str, ...] = ()) -> LaunchEnv:
     """The child's environment. Pure: reads only its arguments (and, for the C++ JIT, whether a path exists)."""
     profile = plan.profile
     deepgemm = profile.deepgemm
@@ -127,10 +137,12 @@ def compose_env(plan: Plan, cache_dir: str, fingerprint: Mapping[str, Any], base
                              "turning the runtime precompile back on; unset it")
 
     cache_names = profile.env_names("cache_dir") + ["DG_JIT_CACHE_DIR"]
+    roots = deepgemm.cache_dir_value(cache_dir, shared)  # the warmed cache, then any read-only shared roots
+    same_roots = _same_roots(deepgemm.root_separator)
     for name in cache_names:
-        put(name, cache_dir, "the warmed cache", same=_same_path)
+        put(name, roots, "the warmed cache" + (" and the shared caches after it" if shared else ""), same=same_roots)
         alias = _alias(name)
-        if alias and alias not in cache_names and alias in base_env and not _same_path(base_env[alias], cache_dir):
+        if alias and alias not in cache_names and alias in base_env and not same_roots(base_env[alias], roots):
             conflicts.append(f"{alias}={base_env[alias]!r} is set: this sglang copies it onto {name}, away from "
                              f"the warmed cache {cache_dir}; unset it")
 
@@ -342,6 +354,7 @@ class LaunchOptions:
     command: list[str]
     cache_dir: str | None = None
     strict: bool = True
+    shared_cache: list[str] = field(default_factory=list)  # read-only roots searched after cache_dir (DeepJIT)
     allow_missing: bool = False
     trace_dir: str | None = None
     misses_path: str | None = None
@@ -432,7 +445,7 @@ def prepare_launch(opts: LaunchOptions) -> PreparedLaunch:
         raise InputError("no command to launch", hint="dgprecompile launch --manifest plan.yaml -- torchrun ...")
     store = CacheStore(resolve_cache_dir(plan, opts.cache_dir))
     hint = warm_command(plan, str(store.root), opts.manifest, opts.model_arg)
-    report = verify_cache(plan, store)
+    report = verify_roots(plan, store, [CacheStore(d) for d in opts.shared_cache])
     if not report.complete and not opts.allow_missing:
         raise CheckFailed(_preflight_failure(plan, report),
                           hint=f"warm it first: {hint}  (or pass --allow-missing to start anyway)")
@@ -452,7 +465,8 @@ def prepare_launch(opts: LaunchOptions) -> PreparedLaunch:
             os.chmod(standin, 0o755)
             shutil.copy(os.path.join(HOOK_DIR, "_dgprecompile_hook.py"), run_dir / "_dgprecompile_hook.py")
         composed = compose_env(plan, str(store.root), report.recorded_fingerprint, os.environ, strict=opts.strict,
-                               trace_dir=trace_dir, run_dir=str(run_dir), warm_hint=hint, standin=standin)
+                               trace_dir=trace_dir, run_dir=str(run_dir), warm_hint=hint, standin=standin,
+                               shared=[str(CacheStore(d).root) for d in opts.shared_cache])
         if composed.conflicts:
             raise InputError("the environment conflicts with the warmed cache:\n" +
                              "\n".join(f"  {c}" for c in composed.conflicts),
