@@ -183,18 +183,26 @@ def test_unpack_into_an_empty_cache_then_verify(packed, tmp_path):
     assert tree_hash(dest) == before
 
 
-def test_unpack_merges_and_never_overwrites(packed, target):
+def test_a_changed_entry_refuses_unpack_unless_replace_changed(packed, target):
+    """Issue 19 item 1: `unpack good.tar.gz` used to keep an entry that differs from the artifact's and exit 0, so
+    the documented way out changed nothing. Now it is named in the refusal (nothing installed) with the flag as
+    the hint, and --replace-changed swaps it for the artifact's checked entry."""
     _, artifact = packed
     index = read_index(target)
-    kept = sorted(r["entry"] for r in index["kernels"].values())[0]
-    (target / "cache" / kept / "kernel.cu").write_text("// someone else's entry\n")
-    res = run("unpack", str(artifact), "--cache-dir", str(target), "--json")
+    changed = sorted(r["entry"] for r in index["kernels"].values())[0]
+    (target / "cache" / changed / "kernel.cu").write_text("// someone else's entry\n")
+    assert run("verify", *PLAN, "--cache-dir", str(target)).exit_code == 1
+    res = expect_refusal(artifact, target, changed, "--replace-changed", "nothing was unpacked", code=1)
+    assert "differs from the artifact's" in res.stderr
+    res = run("unpack", str(artifact), "--cache-dir", str(target), "--replace-changed", "--json")
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)
-    assert len(data["added"]) == 2 and data["kept_existing"] == [kept] and len(data["already_present"]) == 1
-    assert f"kept the existing {kept}" in res.stderr
-    assert (target / "cache" / kept / "kernel.cu").read_text() == "// someone else's entry\n"
-    assert len(read_index(target)["kernels"]) == 4
+    assert data["replaced"] == [changed] and len(data["added"]) == 2 and len(data["already_present"]) == 1
+    assert f"replaced {changed}" in res.stderr
+    assert (target / "cache" / changed / "kernel.cu").read_text() != "// someone else's entry\n"
+    assert not list((target / "dgprecompile" / "staging").iterdir())
+    ver = run("verify", *PLAN, "--cache-dir", str(target))
+    assert ver.exit_code == 0 and ver.stdout.startswith("complete: 4/4"), ver.output
 
 
 # ---- unpack: refused before touching anything ------------------------------------------------------------
@@ -284,7 +292,8 @@ def _with_fingerprint(packed, tmp_path, change) -> Path:
     change(manifest["fingerprint"])
     change(index["fingerprint"])
     index_bytes = json.dumps(index).encode()
-    manifest["members"]["dgprecompile/index.json"]["sha256"] = hashlib.sha256(index_bytes).hexdigest()
+    manifest["members"]["dgprecompile/index.json"] = {"sha256": hashlib.sha256(index_bytes).hexdigest(),
+                                                      "bytes": len(index_bytes)}
     return write_archive(tmp_path / "fp.tar.gz", [(members[0][0], json.dumps(manifest).encode()),
                                                    (members[1][0], index_bytes), *members[2:]])
 

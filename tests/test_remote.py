@@ -230,7 +230,8 @@ def _other_fingerprint(warmed, tmp_path) -> Path:
         fp["nvcc"]["release"] = "12.8"
     manifest["fingerprint_id"] = short_id(manifest["fingerprint"])
     index_bytes = json.dumps(index).encode()
-    manifest["members"]["dgprecompile/index.json"]["sha256"] = hashlib.sha256(index_bytes).hexdigest()
+    manifest["members"]["dgprecompile/index.json"] = {"sha256": hashlib.sha256(index_bytes).hexdigest(),
+                                                      "bytes": len(index_bytes)}
     return write_archive(tmp_path / f"deepgemm-{manifest['fingerprint_id']}.tar.gz",
                          [(members[0][0], json.dumps(manifest).encode()), (members[1][0], index_bytes), *members[2:]])
 
