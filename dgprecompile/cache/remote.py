@@ -130,8 +130,9 @@ def check_url(url: str) -> None:
     if protocol in ("file", "local"):
         return
     if not host:
-        what = "a host" if protocol in READ_ONLY else "a bucket"
-        raise InputError(f"{redact(url)!r} names no {what}", hint=f"pass the whole URL, {URL_EXAMPLE}")
+        what = "host" if protocol in READ_ONLY else "bucket"
+        shown = re.split(r"[?#]", url, maxsplit=1)[0]  # nothing before the path to redact; drop a query string
+        raise InputError(f"{shown!r} names no {what}", hint=f"pass the whole URL, {URL_EXAMPLE}")
     rule = BUCKET_RULES.get(BUCKET_SCHEMES.get(protocol, ""))
     if rule and not rule[0].fullmatch(host):
         raise InputError(f"{redact(url)}: {host!r} is not a valid bucket name for {protocol}:// ({rule[1]})",

@@ -147,6 +147,8 @@ def signing_key_from(option: str | None, environ: dict[str, str] | None = None) 
 
 def load_public_key(path: str | Path):
     serialization, ed25519, _ = _crypto()
+    from cryptography.exceptions import UnsupportedAlgorithm
+
     path = Path(path).expanduser()
     data = _read_key_file(path, "trusted key")
     key = None
@@ -154,7 +156,7 @@ def load_public_key(path: str | Path):
         try:
             key = loader(data.strip() + (b"\n" if loader is serialization.load_pem_public_key else b""))
             break
-        except (ValueError, TypeError, serialization.UnsupportedAlgorithm):
+        except (ValueError, TypeError, UnsupportedAlgorithm):
             continue
     if not isinstance(key, ed25519.Ed25519PublicKey):
         if b"PRIVATE KEY" in data:
