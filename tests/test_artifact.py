@@ -624,3 +624,23 @@ def test_local_unpack_verifies_when_keys_are_trusted(packed, tmp_path):
     res = run("unpack", str(out), "--cache-dir", str(tmp_path / "f4"), "--trusted-key", str(pub), "--allow-unsigned")
     assert res.exit_code == 2 and not (tmp_path / "f4").exists()
     assert_one_error(res, "contradict")
+
+
+def test_commands_that_do_not_sign_stay_light(packed, tmp_path):
+    """cryptography is imported only when a key is loaded: an unsigned local unpack, a pack without a key and
+    verify never import it."""
+    import sys
+
+    code = ("import sys; from dgprecompile.cli.main import main\n"
+            "try:\n main(sys.argv[1:])\nexcept SystemExit as e: print('RC', e.code, file=sys.stderr)\n"
+            "print('CRYPTO', 'cryptography' in sys.modules, file=sys.stderr)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    env.pop("DGPRECOMPILE_TRUSTED_KEYS", None)
+    env.pop("DGPRECOMPILE_SIGNING_KEY", None)
+    for argv in (["unpack", str(packed[1]), "--cache-dir", str(tmp_path / "c")],
+                 ["pack", *PLAN, "--cache-dir", str(packed[0]), "-o", str(tmp_path / "a.tar.gz")],
+                 ["verify", *PLAN, "--cache-dir", str(packed[0])]):
+        proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env,
+                              timeout=300)
+        assert "RC 0" in proc.stderr and "CRYPTO False" in proc.stderr, (argv, proc.stderr)
