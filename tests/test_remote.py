@@ -682,3 +682,19 @@ def test_malformed_urls_are_bad_input(target, url, words):
     if url != "://x":  # a local path for unpack; "artifact not found" is right there
         res = run("unpack", f"{url}/a.tar.gz" if not url.endswith("x") else url, "--cache-dir", target)
         assert res.exit_code == 2, res.output
+
+
+def test_push_completes_or_removes_the_signature_beside_an_object(s3, s3env, bucket, warmed, monkeypatch):
+    """A push finding the same manifest bytes unsigned (one killed between its two uploads) adds its signature;
+    an unsigned --replace removes a signature that no longer covers the object."""
+    fid = warmed[1]
+    monkeypatch.delenv("DGPRECOMPILE_SIGNING_KEY")
+    assert run("push", *PLAN, "--cache-dir", warmed[0], "--to", f"s3://{bucket}/p").exit_code == 0
+    assert keys(s3, bucket) == [f"p/deepgemm-{fid}.tar.gz"]
+    res = run("push", *PLAN, "--cache-dir", warmed[0], "--to", f"s3://{bucket}/p", "--signing-key",
+              os.environ["DGPRECOMPILE_TRUSTED_KEYS"].replace(".pub", ".key"), "--json")
+    assert res.exit_code == 0 and json.loads(res.stdout)["outcome"] == "exists", res.output
+    assert keys(s3, bucket) == [f"p/deepgemm-{fid}.tar.gz", f"p/deepgemm-{fid}.tar.gz.sig"]
+    res = run("push", *PLAN, "--cache-dir", warmed[0], "--to", f"s3://{bucket}/p", "--replace")
+    assert res.exit_code == 0 and "is not signed" in res.stderr, res.output
+    assert keys(s3, bucket) == [f"p/deepgemm-{fid}.tar.gz"]
