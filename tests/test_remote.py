@@ -618,6 +618,10 @@ def test_unsigned_object_is_refused_before_its_download(s3, s3env, bucket, warme
     monkeypatch.setattr(remote, "download", lambda *a, **k: calls.append(a) or (_ for _ in ()).throw(AssertionError))
     _pull_refused(target, f"s3://{bucket}/p", "is not signed")
     assert calls == []
+    # a fresh node's cache directory is not even made
+    fresh = target.parent / "fresh-node"
+    res = run("pull", *PLAN, "--cache-dir", fresh, "--from", f"s3://{bucket}/p")
+    assert res.exit_code == 2 and not fresh.exists(), res.output
 
 
 # ---- issue 19: an entry that differs from the artifact's, malformed artifacts via pull, URLs --------------------

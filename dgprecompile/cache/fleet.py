@@ -163,6 +163,7 @@ def pull(plan: Plan, store: CacheStore, prefix: str, *, nvcc: str | None = None,
     fid = result.fingerprint_id
     art = rmt.open_remote(rmt.artifact_url(prefix, fid))
     result.url = art.shown
+    signature = _fetch_signature(art, trust)  # an untrusted object is refused before the cache is touched
     try:
         store.ensure()
         lock = FileLock(str(store.ours / "locks" / f"pull-{fid}.lock"))
@@ -185,7 +186,6 @@ def pull(plan: Plan, store: CacheStore, prefix: str, *, nvcc: str | None = None,
         try:
             local = staging / art.name
             try:
-                signature = _fetch_signature(art, trust)
                 result.bytes, result.download_seconds = rmt.download(art, local)
             except rmt.NotFound:
                 result.outcome = MISS

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import click
+from rich.markup import escape
 
 from dgprecompile.cli.options import output_options
 from dgprecompile.output import Output
@@ -36,6 +37,6 @@ def command(directory, out) -> KeyPair:
 
 
 def render(out: Output, pair: KeyPair) -> None:
-    out.info(f"private key (keep it secret; mode 0600): {pair.private}")
+    out.info(escape(f"private key (keep it secret; mode 0600): {pair.private}"))
     out.info(f"fingerprint: {pair.fingerprint}")
     out.data_text(str(pair.public))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import click
+from rich.markup import escape
 
 from dgprecompile.cache.artifact import PackResult, pack_cache
 from dgprecompile.cache.remote import is_url
@@ -64,5 +65,5 @@ def render(out: Output, result: PackResult) -> None:
     out.info(f"packed {len(result.kernels)} kernels ({len(result.entries)} entries, {result.bytes / 1e6:.2f} MB) "
              f"from {result.cache_dir}; fingerprint {result.fingerprint_id}")
     if result.signature is not None:
-        out.info(f"signed by key {result.signed_by[:16]}: {result.signature}")
+        out.info(escape(f"signed by key {result.signed_by[:16]}: {result.signature}"))
     out.data_text(str(result.path))

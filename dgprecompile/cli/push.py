@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import click
+from rich.markup import escape
 
 from dgprecompile.cache.store import CacheStore, resolve_cache_dir
 from dgprecompile.cli.options import (
@@ -66,5 +67,5 @@ def render(out: Output, report: PushReport) -> None:
     out.info(f"{report.command}: {report.outcome} {report.url}: {report.pack.bytes / 1e6:.2f} MB, {len(report.pack.kernels)} kernels, "
              f"fingerprint {report.pack.fingerprint_id}, {report.seconds:.2f} s")
     if report.signature:
-        out.info(f"signed by key {report.pack.signed_by[:16]}: {report.signature}")
+        out.info(escape(f"signed by key {report.pack.signed_by[:16]}: {report.signature}"))
     out.data_text(report.url)

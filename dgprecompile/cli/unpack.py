@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import click
+from rich.markup import escape
 
 from dgprecompile.cache.artifact import UnpackResult, unpack_artifact
 from dgprecompile.cache.remote import is_url, redact
@@ -60,7 +61,7 @@ def command(artifact, cache_dir, force, nvcc, num_sms, replace_changed, trust, o
         out.warn(warning)
     for name in result.kept:
         out.warn(f"kept the existing {name}: another process installed a different one meanwhile")
-    out.info(f"origin: {result.signature}")
+    out.info(escape(f"origin: {result.signature}"))
     return out.report(result, render)
 
 
