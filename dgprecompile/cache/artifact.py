@@ -37,7 +37,14 @@ from dgprecompile.cache.entrycheck import checked_files, entry_problem, file_pro
 from dgprecompile.cache.signing import SigningKey, Trust, signature_path
 from dgprecompile.cache.store import AREAS, ENTRIES, CacheStore, EntryRecord, Index, resolve_cache_dir
 from dgprecompile.errors import CheckFailed, DGError, EnvironmentProblem, InputError
-from dgprecompile.fsutil import atomic_write_bytes, atomic_writer, exchange_paths, fsync_dir, space_message
+from dgprecompile.fsutil import (
+    atomic_write_bytes,
+    atomic_writer,
+    exchange_paths,
+    free_bytes,
+    fsync_dir,
+    space_message,
+)
 from dgprecompile.keys.fingerprint import differences, short_id
 from dgprecompile.planning.plan import Plan
 
@@ -622,10 +629,14 @@ def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool =
     installed: list[Path] = []
     swapped: list[tuple[Path, Path]] = []  # (entry in the cache, the old entry now in staging)
     staging: Path | None = None
+    work = {**to_add, **changed}
+    need = sum(r.bytes for r in work.values())
+    if need > free_bytes(store.root):  # the manifest's declared sizes bound what is written: refuse up front
+        message, hint = space_message(store.root, need=need, doing="unpacking")
+        raise EnvironmentProblem(f"{message}; the cache is unchanged", hint=hint)
     try:
         store.clean_stale_staging()  # what a killed unpack, pull or warm left (their process is gone)
         staging = store.new_staging()
-        work = {**to_add, **changed}
         if work:
             _extract(art, work, staging)
         for name in sorted(work):  # every entry passes the entry check before any is installed
