@@ -644,3 +644,19 @@ def test_commands_that_do_not_sign_stay_light(packed, tmp_path):
         proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env,
                               timeout=300)
         assert "RC 0" in proc.stderr and "CRYPTO False" in proc.stderr, (argv, proc.stderr)
+
+
+def test_a_malformed_signature_is_refused(packed, tmp_path):
+    run("keygen", str(tmp_path / "k"))
+    pub = str(tmp_path / "k" / "dgprecompile-signing.pub")
+    out = tmp_path / "a.tar.gz"
+    assert run("pack", *PLAN, "--cache-dir", str(packed[0]), "-o", str(out), "--signing-key",
+               str(tmp_path / "k" / "dgprecompile-signing.key")).exit_code == 0
+    sig = Path(f"{out}.sig")
+    good = json.loads(sig.read_text())
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    for text, words in [("not json at all", "not JSON"), (json.dumps({**good, "algorithm": "rsa"}), "algorithm"),
+                        (json.dumps({**good, "signature": "A" * 86 + "=="}), "does not cover this manifest")]:
+        sig.write_text(text)
+        expect_refusal(out, fresh, *words, code=2, extra=("--trusted-key", pub))
