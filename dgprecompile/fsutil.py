@@ -35,6 +35,24 @@ def atomic_writer(path: Path | str) -> Iterator[BinaryIO]:
         raise
 
 
+def create_new_file(path: Path | str, data: bytes, mode: int | None = None) -> None:
+    """Write ``data`` to ``path`` whole, failing with FileExistsError if ``path`` exists (never replaces it).
+
+    ``mode`` (e.g. 0o600 for a private key) is set before any byte is written; default: the umask's."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, file_mode() if mode is None else mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.link(tmp, path)
+        fsync_dir(path.parent)
+    finally:
+        os.unlink(tmp)
+
+
 def current_umask() -> int:
     """The process umask, read without changing it (Linux /proc); falls back to set-and-restore."""
     try:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from helpers import PLAN, read_index, tree_hash, warm_once, write_index
+from helpers import PLAN, assert_one_error, read_index, tree_hash, warm_once, write_index
 
 from dgprecompile.cache.artifact import MANIFEST_MEMBER
 from dgprecompile.cli.main import cli
@@ -183,18 +183,26 @@ def test_unpack_into_an_empty_cache_then_verify(packed, tmp_path):
     assert tree_hash(dest) == before
 
 
-def test_unpack_merges_and_never_overwrites(packed, target):
+def test_a_changed_entry_refuses_unpack_unless_replace_changed(packed, target):
+    """Issue 19 item 1: `unpack good.tar.gz` used to keep an entry that differs from the artifact's and exit 0, so
+    the documented way out changed nothing. Now it is named in the refusal (nothing installed) with the flag as
+    the hint, and --replace-changed swaps it for the artifact's checked entry."""
     _, artifact = packed
     index = read_index(target)
-    kept = sorted(r["entry"] for r in index["kernels"].values())[0]
-    (target / "cache" / kept / "kernel.cu").write_text("// someone else's entry\n")
-    res = run("unpack", str(artifact), "--cache-dir", str(target), "--json")
+    changed = sorted(r["entry"] for r in index["kernels"].values())[0]
+    (target / "cache" / changed / "kernel.cu").write_text("// someone else's entry\n")
+    assert run("verify", *PLAN, "--cache-dir", str(target)).exit_code == 1
+    res = expect_refusal(artifact, target, changed, "--replace-changed", "nothing was unpacked", code=1)
+    assert "differs from the artifact's" in res.stderr
+    res = run("unpack", str(artifact), "--cache-dir", str(target), "--replace-changed", "--json")
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)
-    assert len(data["added"]) == 2 and data["kept_existing"] == [kept] and len(data["already_present"]) == 1
-    assert f"kept the existing {kept}" in res.stderr
-    assert (target / "cache" / kept / "kernel.cu").read_text() == "// someone else's entry\n"
-    assert len(read_index(target)["kernels"]) == 4
+    assert data["replaced"] == [changed] and len(data["added"]) == 2 and len(data["already_present"]) == 1
+    assert f"replaced {changed}" in res.stderr
+    assert (target / "cache" / changed / "kernel.cu").read_text() != "// someone else's entry\n"
+    assert not list((target / "dgprecompile" / "staging").iterdir())
+    ver = run("verify", *PLAN, "--cache-dir", str(target))
+    assert ver.exit_code == 0 and ver.stdout.startswith("complete: 4/4"), ver.output
 
 
 # ---- unpack: refused before touching anything ------------------------------------------------------------
@@ -284,7 +292,8 @@ def _with_fingerprint(packed, tmp_path, change) -> Path:
     change(manifest["fingerprint"])
     change(index["fingerprint"])
     index_bytes = json.dumps(index).encode()
-    manifest["members"]["dgprecompile/index.json"]["sha256"] = hashlib.sha256(index_bytes).hexdigest()
+    manifest["members"]["dgprecompile/index.json"] = {"sha256": hashlib.sha256(index_bytes).hexdigest(),
+                                                      "bytes": len(index_bytes)}
     return write_archive(tmp_path / "fp.tar.gz", [(members[0][0], json.dumps(manifest).encode()),
                                                    (members[1][0], index_bytes), *members[2:]])
 
@@ -374,3 +383,280 @@ def test_gzip_header_checks_do_not_need_the_whole_file(tmp_path, target):
     raw = gzip.compress(b"not a tar at all" * 100)
     (tmp_path / "x.tar.gz").write_bytes(raw)
     expect_refusal(tmp_path / "x.tar.gz", target, "truncated or corrupt", code=2)
+
+
+# ---- issue 19: bounded expansion, every member checked, schemas, leftovers, the mount of -o -------------------
+
+
+class _Zeros(io.RawIOBase):
+    """``size`` zero bytes, streamed: a hostile member written without holding it in memory."""
+
+    def __init__(self, size: int):
+        self.left = size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        n = min(len(buf), self.left)
+        buf[:n] = bytes(n)
+        self.left -= n
+        return n
+
+
+def test_a_member_larger_than_declared_is_refused_before_it_is_read(packed, target, tmp_path):
+    """Issue 19 item 4: a 1 MB artifact whose member expands to 1.1 GB was read to the end (then refused as
+    corrupt). Now a member whose tar size differs from the size the manifest declares is refused unread
+    (256 MiB here, to keep the test's own compression short)."""
+    members = members_of(packed[1])
+    victim = next(i for i, _ in members if i.name.endswith("kernel.cubin"))
+    bomb = tmp_path / "bomb.tar.gz"
+    with tarfile.open(bomb, "w:gz", format=tarfile.PAX_FORMAT, compresslevel=9) as tar:
+        for info, data in members:
+            if info is victim:
+                info.size = 256 << 20
+                tar.addfile(info, _Zeros(info.size))
+            else:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    assert bomb.stat().st_size < 1 << 20  # under 1 MB on disk, 256 MiB expanded
+    expect_refusal(bomb, target, victim.name, "but the manifest declares", code=2)
+
+
+def test_a_pax_header_bomb_is_refused(packed, target, tmp_path):
+    """Tar framing past the declared sizes (a 32 MiB pax header, read into memory by tarfile) is refused: the
+    decompressed stream may not grow past the manifest's sizes plus a fixed allowance per member."""
+    members = members_of(packed[1])
+    bomb = tarfile.TarInfo("cache/kernel.x.1/blob")
+    bomb.pax_headers = {"comment": "x" * (32 << 20)}
+    bad = write_archive(tmp_path / "pax.tar.gz", [*members, (bomb, b"")])
+    expect_refusal(bad, target, "expands past the sizes its manifest declares", code=2)
+
+
+def _replace_cubin(packed, tmp_path, data: bytes) -> Path:
+    """The artifact with one cubin replaced by ``data``, and the index and manifest rewritten to match it."""
+    members = members_of(packed[1])
+    manifest, index = json.loads(members[0][1]), json.loads(members[1][1])
+    info = next(i for i, _ in members if i.name.endswith("kernel.cubin"))
+    entry = info.name.split("/")[1]
+    record = next(r for r in [*index["kernels"].values(), *index["extra"].values()] if r["entry"] == entry)
+    record["files"]["kernel.cubin"] = hashlib.sha256(data).hexdigest()
+    index_bytes = json.dumps(index).encode()
+    manifest["members"][info.name] = {"sha256": record["files"]["kernel.cubin"], "bytes": len(data)}
+    manifest["members"]["dgprecompile/index.json"] = {"sha256": hashlib.sha256(index_bytes).hexdigest(),
+                                                      "bytes": len(index_bytes)}
+    out = [(members[0][0], json.dumps(manifest).encode()), (members[1][0], index_bytes)]
+    out += [(i, data if i is info else d) for i, d in members[2:]]
+    return write_archive(tmp_path / "cubin.tar.gz", out)
+
+
+def test_a_cubin_over_64_mib_is_checked_not_installed(packed, target, tmp_path):
+    """Issue 19 item 4: a consistent artifact with an 80 MiB cubin skipped the ELF check and failed at install
+    with exit 4 (compile failed); every checked member is checked before anything is installed: exit 2."""
+    bad = _replace_cubin(packed, tmp_path, bytes(80 << 20))
+    expect_refusal(bad, target, "kernel.cubin", "larger than any loadable entry file", code=2)
+    small = _replace_cubin(packed, tmp_path, b"\x7fELF" + bytes(200))
+    expect_refusal(small, target, "not loadable", code=2)
+
+
+@pytest.mark.parametrize("change,words", [
+    (lambda m, i: (m["fingerprint"].__setitem__("deepgemm", "x"), i["fingerprint"].__setitem__("deepgemm", "x")),
+     ["fingerprint.deepgemm", "is not an object"]),
+    (lambda m, i: next(iter(i["kernels"].values())).__setitem__("entry", 123), ["kernels", "entry", "123"]),
+    (lambda m, i: m.__setitem__("members", {"dgprecompile/index.json": {"sha256": "x", "bytes": -1}}),
+     ["members"]),
+    (lambda m, i: m.__setitem__("plan", "qwen"), ["plan", "is not an object"]),
+])
+def test_malformed_manifest_or_index_is_one_error(packed, target, tmp_path, change, words):
+    """Issue 19 item 6: `{"deepgemm": "x"}` or `"entry": 123` gave an AttributeError traceback; the manifest and
+    the embedded index are checked against their schemas (data/schemas/artifact-manifest.json, index.json)."""
+    members = members_of(packed[1])
+    manifest, index = json.loads(members[0][1]), json.loads(members[1][1])
+    change(manifest, index)
+    index_bytes = json.dumps(index).encode()
+    if isinstance(manifest.get("members"), dict) and "dgprecompile/index.json" in manifest["members"] \
+            and manifest["members"]["dgprecompile/index.json"].get("bytes", 0) >= 0:
+        manifest["members"]["dgprecompile/index.json"] = {"sha256": hashlib.sha256(index_bytes).hexdigest(),
+                                                          "bytes": len(index_bytes)}
+    bad = write_archive(tmp_path / "m.tar.gz", [(members[0][0], json.dumps(manifest).encode()),
+                                                (members[1][0], index_bytes), *members[2:]])
+    expect_refusal(bad, target, *words, code=2)
+
+
+def test_the_manifest_must_come_first(packed, target, tmp_path):
+    members = members_of(packed[1])
+    bad = write_archive(tmp_path / "late.tar.gz", [members[1], members[0], *members[2:]])
+    expect_refusal(bad, target, "its first member is 'dgprecompile/index.json'", code=2)
+
+
+def _big_artifact(packed, tmp_path, mib: int) -> Path:
+    from dgprecompile.cache.store import CacheStore
+
+    cache = copy_cache(packed[0], tmp_path / "big")
+    entry = cache / "cache" / "kernel.padding.000000000000"
+    entry.mkdir()
+    (entry / "blob").write_bytes(os.urandom(mib << 20))
+    store = CacheStore(cache)
+    record = store.record_entry(entry.name, by="adopted")
+    store.update_index(lambda index: index.extra.__setitem__(entry.name, record))
+    out = tmp_path / "big.tar.gz"
+    assert run("pack", *PLAN, "--cache-dir", str(cache), "-o", str(out)).exit_code == 0
+    return out
+
+
+def test_a_killed_unpack_leaves_nothing_the_next_one_keeps(packed, tmp_path):
+    """Issue 19 item 8: SIGKILL mid-extraction left a partial file in staging that only warm/pull cleaned. The
+    next unpack removes what a dead process left."""
+    import signal
+    import sys
+    import time
+
+    big = _big_artifact(packed, tmp_path, 48)
+    dest = tmp_path / "dest"
+    staging = dest / "dgprecompile" / "staging"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    for _attempt in range(5):
+        shutil.rmtree(dest, ignore_errors=True)
+        proc = subprocess.Popen([sys.executable, "-m", "dgprecompile", "unpack", str(big), "--cache-dir", str(dest),
+                                 ], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline, caught = time.monotonic() + 120, False
+        while time.monotonic() < deadline and proc.poll() is None:
+            if staging.is_dir() and any(p.is_file() for p in staging.rglob("*")):
+                os.kill(proc.pid, signal.SIGKILL)
+                caught = True
+                break
+            time.sleep(0.005)
+        proc.communicate(timeout=60)
+        if caught and any(p.is_file() for p in staging.rglob("*")):
+            break
+    else:
+        pytest.skip("could not kill the unpack mid-extraction on this machine")
+    assert not list((dest / "cache").glob("kernel.padding.*")), "a partial entry was installed"
+    res = run("unpack", str(big), "--cache-dir", str(dest))
+    assert res.exit_code == 0, res.output
+    assert not list(staging.iterdir()), "the killed unpack's staging is still there"
+    assert run("verify", *PLAN, "--cache-dir", str(dest)).exit_code == 0
+
+
+def test_pack_onto_a_full_small_filesystem_names_its_mount(packed, tmp_path):
+    """Issue 19 item 10: `pack -o` onto a full tmpfs said "no space left on / (67.9 GiB free)"."""
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(mnt)], check=True,
+                       capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root): {exc}")
+    try:
+        assert packed[1].stat().st_size > 16 << 10, "the artifact fits the tmpfs: this test needs a larger one"
+        res = run("pack", *PLAN, "--cache-dir", str(packed[0]), "-o", str(mnt / "a.tar.gz"))
+        assert res.exit_code == 3, res.output
+        assert_one_error(res, f"no space left on {mnt} (", "-o")
+        assert list(mnt.iterdir()) == []
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False, capture_output=True, timeout=30)
+
+
+# ---- issue 22, local files: keys, the unsigned local default ----------------------------------------------------
+
+
+def test_keygen_writes_a_private_key_only_its_owner_reads(tmp_path):
+    res = run("keygen", str(tmp_path / "keys"), "--json")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    private, public = Path(data["private_key"]), Path(data["public_key"])
+    assert private.stat().st_mode & 0o777 == 0o600 and public.name == "dgprecompile-signing.pub"
+    assert len(data["fingerprint"]) == 64
+    text = run("keygen", str(tmp_path / "other"))
+    assert text.stdout == f"{tmp_path / 'other' / 'dgprecompile-signing.pub'}\n" and "fingerprint: " in text.stderr
+    assert "PRIVATE" not in text.output and private.read_text() not in text.output
+    before = private.read_bytes()
+    again = run("keygen", str(tmp_path / "keys"))
+    assert again.exit_code == 2 and private.read_bytes() == before
+    assert_one_error(again, "already exists", "never overwritten")
+
+
+def test_signing_keys_are_files_only_their_owner_reads(packed, tmp_path, monkeypatch):
+    run("keygen", str(tmp_path / "k"))
+    key = tmp_path / "k" / "dgprecompile-signing.key"
+    out = tmp_path / "a.tar.gz"
+    key.chmod(0o644)
+    res = run("pack", *PLAN, "--cache-dir", str(packed[0]), "-o", str(out), "--signing-key", str(key))
+    assert res.exit_code == 2 and not out.exists()
+    assert_one_error(res, "may be read by others (mode 0644)", f"chmod 600 {key}")
+    key.chmod(0o600)
+    monkeypatch.setenv("DGPRECOMPILE_SIGNING_KEY", key.read_text())  # the key itself, not a path: refused
+    res = run("pack", *PLAN, "--cache-dir", str(packed[0]), "-o", str(out))
+    assert res.exit_code == 2 and "PRIVATE" not in res.output and key.read_text()[40:80] not in res.output
+    assert_one_error(res, "must name a key file")
+    monkeypatch.setenv("DGPRECOMPILE_SIGNING_KEY", str(key))
+    res = run("pack", *PLAN, "--cache-dir", str(packed[0]), "-o", str(out))
+    assert res.exit_code == 0 and Path(f"{out}.sig").is_file(), res.output
+    sig = json.loads(Path(f"{out}.sig").read_text())
+    assert sig["manifest_sha256"] == hashlib.sha256(members_of(out)[0][1]).hexdigest()
+    # a trusted private key is a mistake: nodes need only the .pub
+    res = run("unpack", str(out), "--cache-dir", str(tmp_path / "c"), "--trusted-key", str(key))
+    assert_one_error(res, "is a private key")
+    # re-packing unsigned at the same path removes the signature of the bytes it replaced
+    monkeypatch.delenv("DGPRECOMPILE_SIGNING_KEY")
+    assert run("pack", *PLAN, "--cache-dir", str(packed[0]), "-o", str(out)).exit_code == 0
+    assert not Path(f"{out}.sig").exists()
+
+
+def test_local_unpack_verifies_when_keys_are_trusted(packed, tmp_path):
+    run("keygen", str(tmp_path / "k"))
+    run("keygen", str(tmp_path / "other"))
+    pub, other = tmp_path / "k" / "dgprecompile-signing.pub", tmp_path / "other" / "dgprecompile-signing.pub"
+    out = tmp_path / "a.tar.gz"
+    assert run("pack", *PLAN, "--cache-dir", str(packed[0]), "-o", str(out), "--signing-key",
+               str(tmp_path / "k" / "dgprecompile-signing.key")).exit_code == 0
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    expect_refusal(out, fresh, "not trusted here", "--trusted-key", code=2, extra=("--trusted-key", str(other)))
+    res = run("unpack", str(out), "--cache-dir", str(fresh), "--trusted-key", str(other), "--trusted-key", str(pub))
+    assert res.exit_code == 0 and "signed by trusted key" in res.stderr, res.output
+    # unsigned, with trusted keys: refused; without: unpacked with a warning (a local file the user chose)
+    Path(f"{out}.sig").unlink()
+    expect_refusal(out, tmp_path / "f2", "is not signed", code=2, extra=("--trusted-key", str(pub)))
+    res = run("unpack", str(out), "--cache-dir", str(tmp_path / "f3"))
+    assert res.exit_code == 0 and "is not signed" in res.stderr and "warning:" in res.stderr, res.output
+    res = run("unpack", str(out), "--cache-dir", str(tmp_path / "f4"), "--trusted-key", str(pub), "--allow-unsigned")
+    assert res.exit_code == 2 and not (tmp_path / "f4").exists()
+    assert_one_error(res, "contradict")
+
+
+def test_commands_that_do_not_sign_stay_light(packed, tmp_path):
+    """cryptography is imported only when a key is loaded: an unsigned local unpack, a pack without a key and
+    verify never import it."""
+    import sys
+
+    code = ("import sys; from dgprecompile.cli.main import main\n"
+            "try:\n main(sys.argv[1:])\nexcept SystemExit as e: print('RC', e.code, file=sys.stderr)\n"
+            "print('CRYPTO', 'cryptography' in sys.modules, file=sys.stderr)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    env.pop("DGPRECOMPILE_TRUSTED_KEYS", None)
+    env.pop("DGPRECOMPILE_SIGNING_KEY", None)
+    for argv in (["unpack", str(packed[1]), "--cache-dir", str(tmp_path / "c")],
+                 ["pack", *PLAN, "--cache-dir", str(packed[0]), "-o", str(tmp_path / "a.tar.gz")],
+                 ["verify", *PLAN, "--cache-dir", str(packed[0])]):
+        proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env,
+                              timeout=300)
+        assert "RC 0" in proc.stderr and "CRYPTO False" in proc.stderr, (argv, proc.stderr)
+
+
+def test_a_malformed_signature_is_refused(packed, tmp_path):
+    run("keygen", str(tmp_path / "k"))
+    pub = str(tmp_path / "k" / "dgprecompile-signing.pub")
+    out = tmp_path / "a.tar.gz"
+    assert run("pack", *PLAN, "--cache-dir", str(packed[0]), "-o", str(out), "--signing-key",
+               str(tmp_path / "k" / "dgprecompile-signing.key")).exit_code == 0
+    sig = Path(f"{out}.sig")
+    good = json.loads(sig.read_text())
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    for text, words in [("not json at all", "not JSON"), (json.dumps({**good, "algorithm": "rsa"}), "algorithm"),
+                        (json.dumps({**good, "signature": "A" * 86 + "=="}), "does not cover this manifest")]:
+        sig.write_text(text)
+        expect_refusal(out, fresh, *words, code=2, extra=("--trusted-key", pub))

@@ -78,3 +78,31 @@ def test_hardening_rules_hold(workflow):
                 assert step["with"]["persist-credentials"] is False
             if "run" in step:
                 assert "${{" not in step["run"], step["run"]
+
+
+@pytest.mark.parametrize("workflow", WORKFLOWS, ids=lambda p: p.name)
+def test_warm_signs_and_nodes_verify(workflow, tmp_path):
+    """Issue 22: the job that builds signs with the key from the secret store (written to a file only the runner
+    user reads, exactly as the step's shell lines do it here), and the node side trusts the committed .pub."""
+    data = yaml.safe_load(workflow.read_text())
+    assert data["env"]["DGPRECOMPILE_TRUSTED_KEYS"] == "ci/dgprecompile-signing.pub"
+    warm = data["jobs"]["warm"]["steps"]
+    signing = [s for s in warm if "--signing-key" in s.get("run", "")]
+    assert len(signing) == 1 and signing[0]["env"]["DG_SIGNING_KEY"] == "${{ secrets.DG_SIGNING_KEY }}"
+    script = signing[0]["run"]
+    lines = [x.strip() for x in script.splitlines() if "DG_SIGNING_KEY" in x or x.strip().startswith("key=")]
+    # the secret reaches a file by those lines, and dgprecompile accepts that file as a signing key
+    from click.testing import CliRunner
+
+    from dgprecompile.cache.signing import load_signing_key
+    from dgprecompile.cli.main import cli
+
+    assert CliRunner().invoke(cli, ["keygen", str(tmp_path / "k")]).exit_code == 0
+    secret = (tmp_path / "k" / "dgprecompile-signing.key").read_text().strip()  # as pasted into the secret store
+    env = {**os.environ, "DG_SIGNING_KEY": secret, "RUNNER_TEMP": str(tmp_path)}
+    res = subprocess.run(["bash", "-euc", "umask 022\n" + "\n".join(lines)], env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    written = tmp_path / "dgprecompile-signing.key"
+    assert written.stat().st_mode & 0o777 == 0o600
+    assert load_signing_key(written).fingerprint == load_signing_key(tmp_path / "k" / "dgprecompile-signing.key").fingerprint
+    assert "secrets." not in str(data["jobs"]["train"])  # nodes never see the private key

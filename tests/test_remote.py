@@ -77,11 +77,43 @@ def s3():
     server.kill()
 
 
+@dataclass
+class Keys:
+    key: Path  # the CI's private key
+    pub: Path  # what nodes trust
+
+
+@pytest.fixture(scope="module")
+def ci_key(tmp_path_factory) -> Keys:
+    """The CI's signing key pair, made by `dgprecompile keygen` (a real Ed25519 key)."""
+    d = tmp_path_factory.mktemp("ci-key")
+    assert run("keygen", d).exit_code == 0
+    return Keys(d / "dgprecompile-signing.key", d / "dgprecompile-signing.pub")
+
+
 @pytest.fixture
-def s3env(s3, monkeypatch) -> dict[str, str]:
+def other_key(tmp_path) -> Keys:
+    """Another key pair: an attacker's, or the CI's next key in a rotation."""
+    assert run("keygen", tmp_path / "other-key").exit_code == 0
+    return Keys(tmp_path / "other-key" / "dgprecompile-signing.key", tmp_path / "other-key" / "dgprecompile-signing.pub")
+
+
+@pytest.fixture
+def s3env(s3, monkeypatch, ci_key) -> dict[str, str]:
+    """The S3 server's variables, and the signed flow of the CI examples: pushes sign with the CI's key
+    (DGPRECOMPILE_SIGNING_KEY), pulls trust its public key (DGPRECOMPILE_TRUSTED_KEYS)."""
     for name, value in s3.env.items():
         monkeypatch.setenv(name, value)
+    monkeypatch.setenv("DGPRECOMPILE_SIGNING_KEY", str(ci_key.key))
+    monkeypatch.setenv("DGPRECOMPILE_TRUSTED_KEYS", str(ci_key.pub))
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+
+
+def sign(key: Path, manifest: bytes) -> bytes:
+    """A signature document over ``manifest`` made with ``key`` (as CI, or an attacker with their own key, would)."""
+    from dgprecompile.cache.signing import load_signing_key
+
+    return load_signing_key(key).sign(manifest)
 
 
 @pytest.fixture
@@ -134,7 +166,8 @@ def test_push_then_pull(s3, s3env, bucket, warmed, tmp_path):
     assert res.exit_code == 0, res.output
     assert res.stdout == f"{prefix}/deepgemm-{fid}.tar.gz\n" and "push: created" in res.stderr
     assert get(s3, bucket, f"plans/480b/deepgemm-{fid}.tar.gz") == artifact  # the same bytes as `pack` writes
-    assert keys(s3, bucket) == [f"plans/480b/deepgemm-{fid}.tar.gz"]  # no temporary key left
+    # the artifact and its signature, no temporary key left
+    assert keys(s3, bucket) == [f"plans/480b/deepgemm-{fid}.tar.gz", f"plans/480b/deepgemm-{fid}.tar.gz.sig"]
 
     dest = tmp_path / "node" / "deep_gemm"
     res = run("pull", *PLAN, "--cache-dir", dest, "--from", prefix)
@@ -182,7 +215,7 @@ def test_concurrent_pushes_leave_one_whole_object(s3, s3env, bucket, warmed):
     outcomes = sorted(json.loads(r.stdout)["outcome"] for r in results)
     assert outcomes == ["created", "exists", "exists"], outcomes
     assert get(s3, bucket, f"race/deepgemm-{fid}.tar.gz") == artifact
-    assert keys(s3, bucket) == [f"race/deepgemm-{fid}.tar.gz"]
+    assert keys(s3, bucket) == [f"race/deepgemm-{fid}.tar.gz", f"race/deepgemm-{fid}.tar.gz.sig"]
 
 
 def test_pack_and_unpack_by_url(s3, s3env, bucket, warmed, tmp_path, monkeypatch):
@@ -203,18 +236,24 @@ def test_pack_and_unpack_by_url(s3, s3env, bucket, warmed, tmp_path, monkeypatch
     # file:// URLs go through fsspec's local filesystem; the name appears by one link/rename
     res = run("pack", *PLAN, "--cache-dir", cache, "-o", f"file://{tmp_path}/files/{{fingerprint}}.tar.gz")
     assert res.exit_code == 0 and (tmp_path / "files" / f"{fid}.tar.gz").read_bytes() == artifact
-    assert [p.name for p in (tmp_path / "files").iterdir()] == [f"{fid}.tar.gz"]
+    assert sorted(p.name for p in (tmp_path / "files").iterdir()) == [f"{fid}.tar.gz", f"{fid}.tar.gz.sig"]
     res = run("unpack", f"file://{tmp_path}/files/{fid}.tar.gz", "--cache-dir", tmp_path / "u2")
     assert res.exit_code == 0 and "4 entries added" in res.stdout, res.output
 
 
-def test_pull_from_a_directory_prefix(warmed, tmp_path):
+def test_pull_from_a_directory_prefix(warmed, tmp_path, ci_key):
     cache, fid, artifact = warmed
     shared = tmp_path / "shared"
-    res = run("push", *PLAN, "--cache-dir", cache, "--to", shared)
+    res = run("push", *PLAN, "--cache-dir", cache, "--to", shared, "--signing-key", ci_key.key)
     assert res.exit_code == 0 and (shared / f"deepgemm-{fid}.tar.gz").read_bytes() == artifact
+    assert (shared / f"deepgemm-{fid}.tar.gz.sig").is_file()
     assert run("push", *PLAN, "--cache-dir", cache, "--to", shared).exit_code == 0  # exists: kept
-    res = run("pull", *PLAN, "--cache-dir", tmp_path / "c", "--from", shared)
+    # a directory prefix is a shared store too: without a trusted key nothing is installed
+    res = run("pull", *PLAN, "--cache-dir", tmp_path / "c0", "--from", shared)
+    assert res.exit_code == 2, res.output
+    assert not (tmp_path / "c0" / "cache").exists() or not list((tmp_path / "c0" / "cache").iterdir())
+    assert_one_error(res, "no trusted key is configured", "--trusted-key")
+    res = run("pull", *PLAN, "--cache-dir", tmp_path / "c", "--from", shared, "--trusted-key", ci_key.pub)
     assert res.exit_code == 0 and "pull: hit" in res.stdout, res.output
 
 
@@ -230,7 +269,8 @@ def _other_fingerprint(warmed, tmp_path) -> Path:
         fp["nvcc"]["release"] = "12.8"
     manifest["fingerprint_id"] = short_id(manifest["fingerprint"])
     index_bytes = json.dumps(index).encode()
-    manifest["members"]["dgprecompile/index.json"]["sha256"] = hashlib.sha256(index_bytes).hexdigest()
+    manifest["members"]["dgprecompile/index.json"] = {"sha256": hashlib.sha256(index_bytes).hexdigest(),
+                                                      "bytes": len(index_bytes)}
     return write_archive(tmp_path / f"deepgemm-{manifest['fingerprint_id']}.tar.gz",
                          [(members[0][0], json.dumps(manifest).encode()), (members[1][0], index_bytes), *members[2:]])
 
@@ -275,13 +315,15 @@ def test_launch_pull_then_launch(s3env, bucket, warmed, tmp_path):
     assert "pull: hit" in res.stderr and f"cache {node}" in res.stdout
 
 
-def test_corrupt_object_is_refused(s3, s3env, bucket, warmed, target, tmp_path):
+def test_corrupt_object_is_refused(s3, s3env, bucket, warmed, target, tmp_path, ci_key):
+    """A tampered member: the manifest and its genuine signature kept, one cubin's bytes changed."""
     members = members_of_bytes(warmed[2], tmp_path)
     info, data = next(m for m in members if m[0].name.endswith("kernel.cubin"))
     flipped = bytearray(data)
     flipped[64] ^= 1
     bad = write_archive(tmp_path / "bad.tar.gz", [(i, bytes(flipped) if i is info else d) for i, d in members])
     s3.client().put_object(Bucket=bucket, Key=f"p/deepgemm-{warmed[1]}.tar.gz", Body=bad.read_bytes())
+    s3.client().put_object(Bucket=bucket, Key=f"p/deepgemm-{warmed[1]}.tar.gz.sig", Body=sign(ci_key.key, members[0][1]))
     before = same_tree(target)
     res = run("pull", *PLAN, "--cache-dir", target, "--from", f"s3://{bucket}/p")
     assert res.exit_code == 2, res.output
@@ -312,7 +354,7 @@ def test_server_killed_mid_download_installs_nothing(warmed, target, tmp_path):
         slow.client().put_object(Bucket="slow", Key=f"p/deepgemm-{warmed[1]}.tar.gz", Body=data)
         env = {**os.environ, **slow.env, "PYTHONPATH": str(REPO)}
         before = same_tree(target)
-        proc = run_process(env, "pull", *PLAN, "--cache-dir", target, "--from", "s3://slow/p")
+        proc = run_process(env, "pull", *PLAN, "--cache-dir", target, "--from", "s3://slow/p", "--allow-unsigned")
         staging = target / "dgprecompile" / "staging"
         deadline, partial = time.monotonic() + 60, 0
         while time.monotonic() < deadline and proc.poll() is None:
@@ -355,7 +397,8 @@ def test_read_only_node_over_http(s3, s3env, bucket, warmed, tmp_path, monkeypat
     cache, fid, _ = warmed
     for prefix in ("pub", "private"):
         assert run("push", *PLAN, "--cache-dir", cache, "--to", f"s3://{bucket}/{prefix}").exit_code == 0
-    s3.client().put_object_acl(Bucket=bucket, Key=f"pub/deepgemm-{fid}.tar.gz", ACL="public-read")
+    for key in (f"pub/deepgemm-{fid}.tar.gz", f"pub/deepgemm-{fid}.tar.gz.sig"):
+        s3.client().put_object_acl(Bucket=bucket, Key=key, ACL="public-read")
     for name in s3.env:
         monkeypatch.delenv(name)
     base = f"{s3.endpoint}/{bucket}"
@@ -430,3 +473,232 @@ def test_redact_and_scrub():
     assert redact("/local/path") == "/local/path"
     text = "GET https://u:p@host/a?sig=1 failed; also http://h/b?token=2 and s3://b/c"
     assert scrub(text) == "GET https://host/a failed; also http://h/b and s3://b/c"
+
+
+# ---- issue 22: a pull installs only what a trusted key signed -----------------------------------------------
+
+
+def _pull_refused(target: Path, prefix: str, *words: str, extra=()) -> Result:
+    """A pull that must install nothing: exit 2, one error, the cache as it was, no staging left."""
+    before = same_tree(target)
+    res = run("pull", *PLAN, "--cache-dir", target, "--from", prefix, *extra)
+    assert res.exit_code == 2, res.output
+    assert_one_error(res, *words, "nothing was installed")
+    assert same_tree(target) == before and no_staging(target)
+    return res
+
+
+def _tampered(warmed, tmp_path) -> tuple[bytes, bytes]:
+    """(artifact, its original manifest): one cubin's bytes changed and the index and manifest rewritten to match,
+    as someone who can write the bucket but holds no key would make it."""
+    members = members_of_bytes(warmed[2], tmp_path)
+    manifest, index = json.loads(members[0][1]), json.loads(members[1][1])
+    info, data = next(m for m in members if m[0].name.endswith("kernel.cubin"))
+    flipped = bytearray(data)
+    flipped[-1] ^= 1  # past the ELF structures: still loadable, so only the signature can tell
+    digest = hashlib.sha256(bytes(flipped)).hexdigest()
+    entry = info.name.split("/")[1]
+    for record in [*index["kernels"].values(), *index["extra"].values()]:
+        if record["entry"] == entry:
+            record["files"]["kernel.cubin"] = digest
+    index_bytes = json.dumps(index).encode()
+    manifest["members"][info.name]["sha256"] = digest
+    manifest["members"]["dgprecompile/index.json"] = {"sha256": hashlib.sha256(index_bytes).hexdigest(),
+                                                      "bytes": len(index_bytes)}
+    out = write_archive(tmp_path / f"t-{next(_names)}.tar.gz",
+                        [(members[0][0], json.dumps(manifest).encode()), (members[1][0], index_bytes),
+                         *[(i, bytes(flipped) if i is info else d) for i, d in members[2:]]])
+    return out.read_bytes(), members[0][1]
+
+
+def test_signed_round_trip(s3, s3env, bucket, warmed, target, ci_key):
+    cache, fid, _ = warmed
+    res = run("push", *PLAN, "--cache-dir", cache, "--to", f"s3://{bucket}/p", "--json")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["signature"] == f"s3://{bucket}/p/deepgemm-{fid}.tar.gz.sig" and len(data["signed_by"]) == 64
+    sig = json.loads(get(s3, bucket, f"p/deepgemm-{fid}.tar.gz.sig"))
+    assert sig["key"] == data["signed_by"] and sig["algorithm"] == "ed25519"
+    res = run("pull", *PLAN, "--cache-dir", target, "--from", f"s3://{bucket}/p", "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["unpack"]["signature"].startswith(f"signed by trusted key {sig['key'][:16]}")
+    assert run("verify", *PLAN, "--cache-dir", target).exit_code == 0
+    assert str(ci_key.key) not in res.output and "PRIVATE" not in res.output
+
+
+def test_unsigned_is_refused(s3, s3env, bucket, warmed, target, monkeypatch):
+    monkeypatch.delenv("DGPRECOMPILE_SIGNING_KEY")
+    res = run("push", *PLAN, "--cache-dir", warmed[0], "--to", f"s3://{bucket}/p")
+    assert res.exit_code == 0 and "is not signed" in res.stderr, res.output
+    assert keys(s3, bucket) == [f"p/deepgemm-{warmed[1]}.tar.gz"]
+    _pull_refused(target, f"s3://{bucket}/p", "is not signed", "trusted keys are configured")
+    # no trusted key at all: a bucket is a shared store, so a pull installs nothing ...
+    monkeypatch.delenv("DGPRECOMPILE_TRUSTED_KEYS")
+    _pull_refused(target, f"s3://{bucket}/p", "no trusted key is configured", "--allow-unsigned")
+    res = run("unpack", f"s3://{bucket}/p/deepgemm-{warmed[1]}.tar.gz", "--cache-dir", target)
+    assert res.exit_code == 2 and "no trusted key is configured" in res.stderr, res.output
+    # ... unless told to, loudly
+    res = run("pull", *PLAN, "--cache-dir", target, "--from", f"s3://{bucket}/p", "--allow-unsigned")
+    assert res.exit_code == 0 and "pull: hit" in res.stdout, res.output
+    assert "--allow-unsigned: NOT checking who built" in res.stderr
+
+
+def test_launch_pull_refuses_unsigned_and_runs_nothing(s3, s3env, bucket, warmed, target, tmp_path, monkeypatch):
+    monkeypatch.delenv("DGPRECOMPILE_SIGNING_KEY")
+    assert run("push", *PLAN, "--cache-dir", warmed[0], "--to", f"s3://{bucket}/p").exit_code == 0
+    flag = tmp_path / "ran"
+    res = run("launch", "--pull", f"s3://{bucket}/p", *PLAN, "--cache-dir", target, "--",
+              sys.executable, "-c", f"open({str(flag)!r}, 'w')")
+    assert res.exit_code == 2 and not flag.exists(), res.output
+    assert_one_error(res, "is not signed")
+
+
+def test_wrong_key_is_refused(s3, s3env, bucket, warmed, target, other_key):
+    assert run("push", *PLAN, "--cache-dir", warmed[0], "--to", f"s3://{bucket}/p").exit_code == 0
+    _pull_refused(target, f"s3://{bucket}/p", "which is not trusted here", "--trusted-key",
+                  extra=("--trusted-key", other_key.pub))
+
+
+def test_tampered_manifest_is_refused(s3, s3env, bucket, warmed, target, tmp_path):
+    """The bucket's writer changes a cubin and rewrites the hashes to match, keeping CI's signature."""
+    assert run("push", *PLAN, "--cache-dir", warmed[0], "--to", f"s3://{bucket}/p").exit_code == 0
+    body, _ = _tampered(warmed, tmp_path)
+    s3.client().put_object(Bucket=bucket, Key=f"p/deepgemm-{warmed[1]}.tar.gz", Body=body)
+    _pull_refused(target, f"s3://{bucket}/p", "does not cover this manifest")
+
+
+def test_tampered_manifest_installs_without_the_check(s3, s3env, bucket, warmed, target, tmp_path, monkeypatch):
+    """The control for the test above: the tampered object is a well-formed artifact (every hash consistent), so
+    nothing but the signature tells it from CI's."""
+    body, _ = _tampered(warmed, tmp_path)
+    s3.client().put_object(Bucket=bucket, Key=f"p/deepgemm-{warmed[1]}.tar.gz", Body=body)
+    monkeypatch.delenv("DGPRECOMPILE_TRUSTED_KEYS")
+    res = run("pull", *PLAN, "--cache-dir", target, "--from", f"s3://{bucket}/p", "--allow-unsigned")
+    assert res.exit_code == 0 and "pull: hit" in res.stdout, res.output
+
+
+def test_resigned_by_an_untrusted_key_is_refused(s3, s3env, bucket, warmed, target, tmp_path, other_key, ci_key):
+    body, _ = _tampered(warmed, tmp_path)
+    manifest = members_of_bytes(body, tmp_path)[0][1]
+    s3.client().put_object(Bucket=bucket, Key=f"p/deepgemm-{warmed[1]}.tar.gz", Body=body)
+    s3.client().put_object(Bucket=bucket, Key=f"p/deepgemm-{warmed[1]}.tar.gz.sig", Body=sign(other_key.key, manifest))
+    _pull_refused(target, f"s3://{bucket}/p", "which is not trusted here")
+    # the attacker's signature claiming to be by the trusted key
+    forged = json.loads(sign(other_key.key, manifest))
+    forged["key"] = json.loads(sign(ci_key.key, manifest))["key"]
+    s3.client().put_object(Bucket=bucket, Key=f"p/deepgemm-{warmed[1]}.tar.gz.sig", Body=json.dumps(forged).encode())
+    _pull_refused(target, f"s3://{bucket}/p", "does not cover this manifest")
+
+
+def test_key_rotation(s3, s3env, bucket, warmed, target, tmp_path, ci_key, other_key, monkeypatch):
+    """Nodes trust the old and the new key during a rotation (DGPRECOMPILE_TRUSTED_KEYS=old:new): artifacts signed
+    by either install; once the old key is dropped, what only it signed is refused."""
+    cache, fid, _ = warmed
+    assert run("push", *PLAN, "--cache-dir", cache, "--to", f"s3://{bucket}/old").exit_code == 0
+    assert run("push", *PLAN, "--cache-dir", cache, "--to", f"s3://{bucket}/new",
+               "--signing-key", other_key.key).exit_code == 0
+    assert get(s3, bucket, f"old/deepgemm-{fid}.tar.gz.sig") != get(s3, bucket, f"new/deepgemm-{fid}.tar.gz.sig")
+    monkeypatch.setenv("DGPRECOMPILE_TRUSTED_KEYS", f"{ci_key.pub}:{other_key.pub}")
+    for prefix in ("old", "new"):
+        res = run("pull", *PLAN, "--cache-dir", tmp_path / prefix, "--from", f"s3://{bucket}/{prefix}")
+        assert res.exit_code == 0 and "pull: hit" in res.stdout, res.output
+    monkeypatch.setenv("DGPRECOMPILE_TRUSTED_KEYS", str(other_key.pub))
+    _pull_refused(target, f"s3://{bucket}/old", "which is not trusted here")
+    assert run("pull", *PLAN, "--cache-dir", target, "--from", f"s3://{bucket}/new").exit_code == 0
+
+
+def test_unsigned_object_is_refused_before_its_download(s3, s3env, bucket, warmed, target, monkeypatch):
+    """The signature is checked against the object's manifest, read from its first bytes, before the download:
+    a refused object is never downloaded (the download function is watched, not replaced: it must not run)."""
+    monkeypatch.delenv("DGPRECOMPILE_SIGNING_KEY")
+    assert run("push", *PLAN, "--cache-dir", warmed[0], "--to", f"s3://{bucket}/p").exit_code == 0
+    import dgprecompile.cache.remote as remote
+
+    calls = []
+    monkeypatch.setattr(remote, "download", lambda *a, **k: calls.append(a) or (_ for _ in ()).throw(AssertionError))
+    _pull_refused(target, f"s3://{bucket}/p", "is not signed")
+    assert calls == []
+    # a fresh node's cache directory is not even made
+    fresh = target.parent / "fresh-node"
+    res = run("pull", *PLAN, "--cache-dir", fresh, "--from", f"s3://{bucket}/p")
+    assert res.exit_code == 2 and not fresh.exists(), res.output
+
+
+# ---- issue 19: an entry that differs from the artifact's, malformed artifacts via pull, URLs --------------------
+
+
+def test_pull_replaces_a_changed_entry_when_asked(s3env, bucket, warmed, target):
+    """Issue 19 item 1: pull said `run warm` about an entry that differs from the artifact (a loop); the refusal
+    names the entry and --replace-changed, which swaps it for the artifact's."""
+    assert run("push", *PLAN, "--cache-dir", warmed[0], "--to", f"s3://{bucket}/p").exit_code == 0
+    entry = sorted(r["entry"] for r in read_index(target)["kernels"].values())[0]
+    (target / "cache" / entry / "kernel.cu").write_text("// changed\n")
+    before = same_tree(target)
+    res = run("pull", *PLAN, "--cache-dir", target, "--from", f"s3://{bucket}/p")
+    assert res.exit_code == 1, res.output
+    assert_one_error(res, entry, "--replace-changed")
+    assert same_tree(target) == before and no_staging(target)
+    res = run("pull", *PLAN, "--cache-dir", target, "--from", f"s3://{bucket}/p", "--replace-changed", "--json")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["unpack"]["replaced"] == [entry] and data["complete"]
+
+
+@pytest.mark.parametrize("where,change,words", [
+    ("fingerprint", lambda m, i: (m["fingerprint"].__setitem__("deepgemm", "x"),
+                                  i["fingerprint"].__setitem__("deepgemm", "x")), ["fingerprint.deepgemm"]),
+    ("entry", lambda m, i: next(iter(i["kernels"].values())).__setitem__("entry", 123), ["entry", "123"]),
+])
+def test_pull_of_a_malformed_artifact_is_one_error(s3, s3env, bucket, warmed, target, tmp_path, ci_key, where,
+                                                   change, words):
+    """Issue 19 item 6 via pull: an AttributeError traceback before; now one error naming the field, signed or not."""
+    members = members_of_bytes(warmed[2], tmp_path)
+    manifest, index = json.loads(members[0][1]), json.loads(members[1][1])
+    change(manifest, index)
+    index_bytes = json.dumps(index).encode()
+    manifest["members"]["dgprecompile/index.json"] = {"sha256": hashlib.sha256(index_bytes).hexdigest(),
+                                                      "bytes": len(index_bytes)}
+    manifest_bytes = json.dumps(manifest).encode()
+    bad = write_archive(tmp_path / "m.tar.gz", [(members[0][0], manifest_bytes), (members[1][0], index_bytes),
+                                               *members[2:]])
+    s3.client().put_object(Bucket=bucket, Key=f"p/deepgemm-{warmed[1]}.tar.gz", Body=bad.read_bytes())
+    s3.client().put_object(Bucket=bucket, Key=f"p/deepgemm-{warmed[1]}.tar.gz.sig", Body=sign(ci_key.key, manifest_bytes))
+    before = same_tree(target)
+    res = run("pull", *PLAN, "--cache-dir", target, "--from", f"s3://{bucket}/p")
+    assert res.exit_code == 2, res.output
+    assert_one_error(res, *words)
+    assert same_tree(target) == before and no_staging(target)
+
+
+@pytest.mark.parametrize("url,words", [
+    ("s3://", "'s3://' names no bucket"), ("://x", "is not a URL"), ("s3://UPPER_bad/x", "not a valid bucket name"),
+    ("https:///x", "names no host"),
+])
+def test_malformed_urls_are_bad_input(target, url, words):
+    """Issue 19 item 10: these were reported as "no artifact" (exit 5); they are bad input (exit 2), found before
+    anything is verified, fetched or packed."""
+    for argv in (["pull", *PLAN, "--cache-dir", target, "--from", url],
+                 ["push", *PLAN, "--cache-dir", target, "--to", url],
+                 ["launch", "--pull", url, *PLAN, "--cache-dir", target, "--", "true"]):
+        res = run(*argv)
+        assert res.exit_code == 2, (argv, res.output)
+        assert_one_error(res, words)
+    if url != "://x":  # a local path for unpack; "artifact not found" is right there
+        res = run("unpack", f"{url}/a.tar.gz" if not url.endswith("x") else url, "--cache-dir", target)
+        assert res.exit_code == 2, res.output
+
+
+def test_push_completes_or_removes_the_signature_beside_an_object(s3, s3env, bucket, warmed, monkeypatch):
+    """A push finding the same manifest bytes unsigned (one killed between its two uploads) adds its signature;
+    an unsigned --replace removes a signature that no longer covers the object."""
+    fid = warmed[1]
+    monkeypatch.delenv("DGPRECOMPILE_SIGNING_KEY")
+    assert run("push", *PLAN, "--cache-dir", warmed[0], "--to", f"s3://{bucket}/p").exit_code == 0
+    assert keys(s3, bucket) == [f"p/deepgemm-{fid}.tar.gz"]
+    res = run("push", *PLAN, "--cache-dir", warmed[0], "--to", f"s3://{bucket}/p", "--signing-key",
+              os.environ["DGPRECOMPILE_TRUSTED_KEYS"].replace(".pub", ".key"), "--json")
+    assert res.exit_code == 0 and json.loads(res.stdout)["outcome"] == "exists", res.output
+    assert keys(s3, bucket) == [f"p/deepgemm-{fid}.tar.gz", f"p/deepgemm-{fid}.tar.gz.sig"]
+    res = run("push", *PLAN, "--cache-dir", warmed[0], "--to", f"s3://{bucket}/p", "--replace")
+    assert res.exit_code == 0 and "is not signed" in res.stderr, res.output
+    assert keys(s3, bucket) == [f"p/deepgemm-{fid}.tar.gz"]

@@ -33,10 +33,18 @@ from pathlib import Path
 from typing import IO, Any
 
 from dgprecompile import __version__
-from dgprecompile.cache.entrycheck import checked_files, file_problem
+from dgprecompile.cache.entrycheck import checked_files, entry_problem, file_problem
+from dgprecompile.cache.signing import SigningKey, Trust, signature_path
 from dgprecompile.cache.store import AREAS, ENTRIES, CacheStore, EntryRecord, Index, resolve_cache_dir
 from dgprecompile.errors import CheckFailed, DGError, EnvironmentProblem, InputError
-from dgprecompile.fsutil import atomic_writer, space_message
+from dgprecompile.fsutil import (
+    atomic_write_bytes,
+    atomic_writer,
+    exchange_paths,
+    free_bytes,
+    fsync_dir,
+    space_message,
+)
 from dgprecompile.keys.fingerprint import differences, short_id
 from dgprecompile.planning.plan import Plan
 
@@ -62,11 +70,14 @@ class PackResult:
     entries: list[str]
     bytes: int
     cache_dir: str = ""
+    signature: Path | None = None  # the .sig written beside the artifact (None: unsigned)
+    signed_by: str | None = None  # the signing key's fingerprint
     return_code: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"path": str(self.path), "fingerprint_id": self.fingerprint_id, "kernels": len(self.kernels),
-                "missing": self.missing, "entries": len(self.entries), "bytes": self.bytes}
+                "missing": self.missing, "entries": len(self.entries), "bytes": self.bytes,
+                "signature": str(self.signature) if self.signature else None, "signed_by": self.signed_by}
 
 
 
@@ -90,7 +101,9 @@ def output_path(template: str, fingerprint: dict[str, Any]) -> Path:
     return Path(template.replace("{fingerprint}", short_id(fingerprint))).expanduser()
 
 
-def pack_cache(plan: Plan, store: CacheStore, output: str, *, allow_missing: bool = False) -> PackResult:
+def pack_cache(plan: Plan, store: CacheStore, output: str, *, allow_missing: bool = False,
+               signing_key: SigningKey | None = None) -> PackResult:
+    """Write the plan's entries to ``output``; with ``signing_key``, its signature to ``output``.sig beside it."""
     index = store.read_index()
     if not index.fingerprint:
         raise CheckFailed(f"{store.root} has no dgprecompile index: nothing warmed there to pack",
@@ -127,14 +140,28 @@ def pack_cache(plan: Plan, store: CacheStore, output: str, *, allow_missing: boo
     target = output_path(output, index.fingerprint)
     if target.is_dir():
         raise InputError(f"{target} is a directory", hint="pass a file name to -o, e.g. -o out/cache-{fingerprint}.tar.gz")
-    with atomic_writer(target) as raw:
-        _write_archive(raw, store, packed, entries, plan, missing)
+    sig = Path(signature_path(str(target)))
+    try:
+        with atomic_writer(target) as raw:
+            manifest = _write_archive(raw, store, packed, entries, plan, missing)
+        if signing_key is not None:
+            atomic_write_bytes(sig, signing_key.sign(manifest))
+        elif sig.exists():  # the signature of the artifact this one replaced: it covers other bytes
+            sig.unlink()
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # name the mount of -o, not of the working directory
+            message, hint = space_message(target.parent, exc.errno, doing=f"writing {target}")
+            raise EnvironmentProblem(message, hint=hint.replace("--cache-dir", "-o")) from None
+        raise
     return PackResult(target, short_id(index.fingerprint), sorted(kernels), missing, [entry_key(r) for r in entries],
-                      target.stat().st_size, str(store.root))
+                      target.stat().st_size, str(store.root),
+                      signature=sig if signing_key is not None else None,
+                      signed_by=signing_key.fingerprint if signing_key is not None else None)
 
 
 def _write_archive(raw: IO[bytes], store: CacheStore, packed: Index, entries: list[EntryRecord], plan: Plan,
-                   missing: list[str]) -> None:
+                   missing: list[str]) -> bytes:
+    """Write the archive; returns the manifest's bytes (what a signature covers)."""
     members: dict[str, bytes] = {INDEX_MEMBER: _json_bytes(packed.to_dict())}
     files: list[tuple[str, Path, str]] = []
     for record in entries:
@@ -156,12 +183,14 @@ def _write_archive(raw: IO[bytes], store: CacheStore, packed: Index, entries: li
         "plan": plan.summary(), "kernels": sorted(packed.kernels), "missing": missing,
         "entries": [entry_key(r) for r in entries], "members": dict(sorted(listing.items())),
     }
+    manifest_bytes = _json_bytes(manifest)
     with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz:
         with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            # the manifest first, so a reader knows what it holds before the data
-            for name, data in [(MANIFEST_MEMBER, _json_bytes(manifest)), (INDEX_MEMBER, members[INDEX_MEMBER]),
+            # the manifest first, so a reader knows what it holds (and how large each member is) before the data
+            for name, data in [(MANIFEST_MEMBER, manifest_bytes), (INDEX_MEMBER, members[INDEX_MEMBER]),
                                *sorted(blobs.items())]:
                 tar.addfile(_tarinfo(name, len(data)), io.BytesIO(data))
+    return manifest_bytes
 
 
 # ---- reading and checking an artifact --------------------------------------------------------------------
@@ -173,6 +202,7 @@ class Artifact:
     manifest: dict[str, Any]
     index: Index
     members: dict[str, str]  # member name -> sha256 (entry files only)
+    manifest_bytes: bytes = b""  # exactly as archived: what a signature covers
 
     @property
     def fingerprint(self) -> dict[str, Any]:
@@ -255,35 +285,104 @@ def _open_stream(path: Path):
     return f
 
 
-def read_artifact(path: str | Path) -> Artifact:
-    """Read the whole archive and check everything about it; writes nothing anywhere."""
+class _TooLarge(Exception):
+    """The decompressed stream grew past what the manifest declares."""
+
+
+class _Bounded:
+    """A read-only stream that refuses to yield more than ``limit`` bytes (the limit may be raised)."""
+
+    def __init__(self, raw, limit: int):
+        self.raw, self.limit, self.done = raw, limit, 0
+
+    def read(self, size: int = -1) -> bytes:
+        want = self.limit - self.done + 1 if size is None or size < 0 else min(size, self.limit - self.done + 1)
+        data = self.raw.read(max(want, 0))
+        self.done += len(data)
+        if self.done > self.limit:
+            raise _TooLarge
+        return data
+
+
+# tar framing per member beyond its data: a 512-byte header, a pax header (ours: none; others: small) and the
+# padding to 512 bytes; anything a real archive needs fits this many bytes per member
+TAR_OVERHEAD = 16 << 10
+CHECK_LIMIT = META_LIMIT  # a file the runtime reads (cubin, kernel.cu) is checked in memory; none comes near this
+
+
+def _check_manifest(path: Path, data: bytes) -> dict[str, Any]:
+    from dgprecompile import schemas
+
+    manifest = _load_json(path, MANIFEST_MEMBER, data)
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise InputError(f"{path} is not a dgprecompile cache artifact ({MANIFEST_MEMBER} has another format)",
+                         hint=NOT_OURS_HINT)
+    if manifest.get("schema") != ARTIFACT_SCHEMA:
+        raise InputError(f"{path} has artifact schema {manifest.get('schema')!r}; this dgprecompile reads schema "
+                         f"{ARTIFACT_SCHEMA}", hint="unpack it with the dgprecompile version that packed it")
+    return schemas.check(manifest, "artifact-manifest", f"{path}: {MANIFEST_MEMBER}", hint=NOT_OURS_HINT)
+
+
+def read_artifact(path: str | Path, on_manifest=None) -> Artifact:
+    """Read the whole archive and check everything about it; writes nothing anywhere.
+
+    The manifest must be the first member; ``on_manifest(bytes)`` (the signature check) runs on its exact bytes
+    before anything else is read. Every later member must be listed there with its size, and the decompressed
+    stream may not grow past the sizes the manifest declares (plus the tar framing), so a small hostile archive
+    cannot make unpack read gigabytes.
+    """
     path = Path(path)
     seen: dict[str, str] = {}
     meta: dict[str, bytes] = {}
     bad: dict[str, str] = {}  # entry file -> why the runtime could not load it
-    arch: str | None | bool = False  # the planned SM architecture, read from the manifest (the first member)
+    manifest: dict[str, Any] | None = None
+    listing: dict[str, Any] = {}
+    arch: str | None = None
     with _open_stream(path) as f:
         try:
-            with tarfile.open(fileobj=f, mode="r|gz") as tar:
+            gz = gzip.GzipFile(fileobj=f, mode="rb")
+            stream_in = _Bounded(gz, META_LIMIT + TAR_OVERHEAD)
+            with tarfile.open(fileobj=stream_in, mode="r|") as tar:
                 for info in tar:
                     check_member(path, info)
                     key = info.name.rstrip("/")
                     if key in seen or key in meta:
                         raise _refuse(path, info.name, "appears twice")
+                    if manifest is None and info.name != MANIFEST_MEMBER:
+                        raise InputError(f"{path} is not a dgprecompile cache artifact (its first member is "
+                                         f"{info.name!r}, not {MANIFEST_MEMBER})", hint=NOT_OURS_HINT)
                     if info.isdir():
                         continue
                     stream = tar.extractfile(info)
-                    if info.name in (MANIFEST_MEMBER, INDEX_MEMBER):
+                    if info.name == MANIFEST_MEMBER:
                         if info.size > META_LIMIT:
                             raise _refuse(path, info.name, f"{info.size} bytes is too large")
                         meta[info.name] = stream.read()
-                    elif checked_files([info.name.rsplit("/", 1)[-1]]) and info.size <= META_LIMIT:
+                        manifest = _check_manifest(path, meta[info.name])
+                        if on_manifest is not None:
+                            on_manifest(meta[info.name])
+                        listing = manifest["members"]
+                        declared = sum(m["bytes"] for m in listing.values())
+                        stream_in.limit = stream_in.done + declared + TAR_OVERHEAD * (len(listing) + 2)
+                        arch = _artifact_arch(meta[info.name])
+                        continue
+                    if info.name not in listing:
+                        raise _refuse(path, info.name, "not listed in the artifact's manifest")
+                    if info.size != listing[info.name]["bytes"]:
+                        raise _refuse(path, info.name, f"{info.size} bytes, but the manifest declares "
+                                      f"{listing[info.name]['bytes']}")
+                    if info.name == INDEX_MEMBER:
+                        if info.size > META_LIMIT:
+                            raise _refuse(path, info.name, f"{info.size} bytes is too large")
+                        meta[info.name] = stream.read()
+                    elif checked_files([info.name.rsplit("/", 1)[-1]]):
+                        if info.size > CHECK_LIMIT:
+                            raise _refuse(path, info.name, f"{info.size} bytes is larger than any loadable entry "
+                                          f"file (limit {CHECK_LIMIT >> 20} MiB)")
                         # a file the runtime reads: checked on its bytes, as warm and verify check them on disk
                         data = stream.read()
                         seen[info.name] = hashlib.sha256(data).hexdigest()
-                        if arch is False:
-                            arch = _artifact_arch(meta.get(MANIFEST_MEMBER))
-                        problem = file_problem(info.name.rsplit("/", 1)[-1], data, arch or None)
+                        problem = file_problem(info.name.rsplit("/", 1)[-1], data, arch)
                         if problem:
                             bad[info.name] = problem
                     else:
@@ -291,22 +390,17 @@ def read_artifact(path: str | Path) -> Artifact:
                         for chunk in iter(lambda s=stream: s.read(CHUNK), b""):
                             h.update(chunk)
                         seen[info.name] = h.hexdigest()
+        except _TooLarge:
+            raise InputError(f"{path} expands past the sizes its manifest declares ({stream_in.limit} bytes); "
+                             "nothing was unpacked", hint=NOT_OURS_HINT) from None
         except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
             raise _corrupt(path, exc) from None
         except OSError as exc:
             raise _corrupt(path, exc) from None
-    if MANIFEST_MEMBER not in meta:
+    if manifest is None:
         raise InputError(f"{path} is not a dgprecompile cache artifact (no {MANIFEST_MEMBER})", hint=NOT_OURS_HINT)
-    manifest = _load_json(path, MANIFEST_MEMBER, meta[MANIFEST_MEMBER])
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise InputError(f"{path} is not a dgprecompile cache artifact ({MANIFEST_MEMBER} has another format)",
-                         hint=NOT_OURS_HINT)
-    if manifest.get("schema") != ARTIFACT_SCHEMA:
-        raise InputError(f"{path} has artifact schema {manifest.get('schema')!r}; this dgprecompile reads schema "
-                         f"{ARTIFACT_SCHEMA}", hint="unpack it with the dgprecompile version that packed it")
-    listing = manifest.get("members")
-    if not isinstance(listing, dict) or not isinstance(manifest.get("fingerprint"), dict):
-        raise InputError(f"{path}: {MANIFEST_MEMBER} is malformed (no members or fingerprint)", hint=NOT_OURS_HINT)
+    if INDEX_MEMBER not in listing:
+        raise InputError(f"{path}: {MANIFEST_MEMBER} does not list {INDEX_MEMBER}", hint=NOT_OURS_HINT)
     actual = dict(seen)
     if INDEX_MEMBER in meta:
         actual[INDEX_MEMBER] = hashlib.sha256(meta[INDEX_MEMBER]).hexdigest()
@@ -314,9 +408,7 @@ def read_artifact(path: str | Path) -> Artifact:
         if name not in actual:
             raise InputError(f"{path} is incomplete: member {name} is listed but absent; nothing was unpacked",
                              hint="download or copy the artifact again")
-        if name not in listing:
-            raise _refuse(path, name, "not listed in the artifact's manifest")
-        want = listing[name].get("sha256") if isinstance(listing[name], dict) else None
+        want = listing[name]["sha256"]
         if want != actual[name]:
             raise InputError(f"{path}: member {name} is corrupt (sha256 {actual[name][:12]}..., the manifest says "
                              f"{str(want)[:12]}...); nothing was unpacked",
@@ -325,13 +417,17 @@ def read_artifact(path: str | Path) -> Artifact:
         name, problem = sorted(bad.items())[0]
         raise InputError(f"{path}: {len(bad)} entry files are not loadable, e.g. {name}: {problem}; nothing was "
                          "unpacked", hint="pack it again from a cache that `dgprecompile verify` passes")
+    from dgprecompile import schemas
+
+    doc = schemas.check(_load_json(path, INDEX_MEMBER, meta[INDEX_MEMBER]), "index", f"{path}: {INDEX_MEMBER}",
+                        hint=NOT_OURS_HINT)
     try:
-        index = Index.from_dict(_load_json(path, INDEX_MEMBER, meta[INDEX_MEMBER]), f"{path}:{INDEX_MEMBER}")
+        index = Index.from_dict(doc, f"{path}:{INDEX_MEMBER}")
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise InputError(f"{path}: {INDEX_MEMBER} is malformed ({exc})", hint=NOT_OURS_HINT) from None
     if index.fingerprint != manifest["fingerprint"]:
         raise InputError(f"{path}: the index and the manifest disagree on the fingerprint", hint=NOT_OURS_HINT)
-    art = Artifact(path, manifest, index, seen)
+    art = Artifact(path, manifest, index, seen, meta[MANIFEST_MEMBER])
     # every entry the index records is in the archive file for file, and nothing else is
     expected: dict[str, str] = {}
     for record in art.entry_records().values():
@@ -372,15 +468,18 @@ class UnpackResult:
     fingerprint_id: str
     added: list[str] = field(default_factory=list)  # entries installed by this unpack
     present: list[str] = field(default_factory=list)  # identical entries already in the cache
-    kept: list[str] = field(default_factory=list)  # existing entries that differ from the artifact's: kept
+    kept: list[str] = field(default_factory=list)  # existing entries that differ and appeared meanwhile: kept
+    replaced: list[str] = field(default_factory=list)  # differing entries replaced by the artifact's (--replace-changed)
     indexed: int = 0  # kernel records added to the index
     stale: list[tuple[str, Any, Any]] = field(default_factory=list)  # fingerprint differences (only with --force)
+    signature: str = ""  # who built it: "signed by trusted key ...", or why that was not checked
     warnings: list[str] = field(default_factory=list)
     return_code: int = 0  # a refused or failed unpack raises instead
 
     def to_dict(self) -> dict[str, Any]:
         return {"cache_dir": self.cache_dir, "fingerprint_id": self.fingerprint_id, "added": self.added,
-                "already_present": self.present, "kept_existing": self.kept, "index_records_added": self.indexed,
+                "already_present": self.present, "kept_existing": self.kept, "replaced": self.replaced,
+                "index_records_added": self.indexed, "signature": self.signature,
                 "forced_differences": [{"field": f, "artifact": a, "here": b} for f, a, b in self.stale],
                 "warnings": self.warnings}
 
@@ -405,17 +504,46 @@ def _copy_stream(src: IO[bytes], dest: Path) -> str:
     return h.hexdigest()
 
 
+BESIDE = object()  # unpack_artifact(signature=BESIDE): read <artifact>.sig next to the file, if there is one
+
+
+def read_signature_beside(path: Path) -> bytes | None:
+    from dgprecompile.cache.signing import SIGNATURE_LIMIT
+
+    sig = Path(signature_path(str(path)))
+    try:
+        with open(sig, "rb") as f:
+            return f.read(SIGNATURE_LIMIT + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise InputError(f"cannot read the signature {sig}: {exc.strerror}", hint="check its permissions") from None
+
+
 def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool = False, nvcc: str | None = None,
-                    num_sms: int | None = None) -> UnpackResult:
-    """Check ``path`` fully, then merge it into ``store`` (None: the cache dir of the artifact's sglang profile)."""
+                    num_sms: int | None = None, trust: Trust | None = None, signature=BESIDE, shared: bool = False,
+                    shown: str | None = None, replace_changed: bool = False) -> UnpackResult:
+    """Check ``path`` fully, then merge it into ``store`` (None: the cache dir of the artifact's sglang profile).
+
+    ``trust`` decides whose artifacts are installed (signing.Trust; default: no trusted key, which accepts a local
+    file with a warning and refuses a ``shared`` one); ``signature`` is the .sig document's bytes (None: unsigned;
+    BESIDE: read ``path``.sig). ``replace_changed``: an existing entry whose bytes differ from the artifact's is
+    swapped for the artifact's; without it such an entry refuses the whole unpack (exit 1), naming it.
+    """
     from dgprecompile.cache.verify import current_environment
 
-    art = read_artifact(path)
+    path = Path(path)
+    trust = trust if trust is not None else Trust()
+    sig = read_signature_beside(path) if signature is BESIDE else signature
+    origin: list[tuple[str, list[str]]] = []
+    art = read_artifact(path, on_manifest=lambda data: origin.append(
+        trust.check(data, sig, shown or str(path), shared=shared)))
     fp = art.fingerprint
     if store is None:
         store = CacheStore(default_cache_dir(art))
     result = UnpackResult(str(store.root), short_id(fp))
-    generation = (fp.get("deepgemm") or {}).get("generation") or "unknown"
+    result.signature, result.warnings = origin[0][0], list(origin[0][1])
+    generation = fp["deepgemm"]["generation"]
     env = current_environment(generation, fp, nvcc=nvcc, num_sms=num_sms)
     if env.fingerprint is None:
         why = "; ".join(env.warnings) or "no DeepGEMM or nvcc here"
@@ -444,16 +572,26 @@ def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool =
             result.warnings.append(f"the cache's index keeps its own fingerprint, which differs from the artifact's "
                                    f"(--force): {_fields(theirs)}")
 
-    arch = _artifact_arch(_json_bytes(art.manifest))
+    arch = _artifact_arch(art.manifest_bytes)
     records = art.entry_records()
     to_add: dict[str, EntryRecord] = {}
+    changed: dict[str, EntryRecord] = {}
     for name, record in sorted(records.items()):
         if not store.entry_path(record.entry, record.area).exists():
             to_add[name] = record
         elif _same_entry(store, record):
             result.present.append(name)
         else:
-            result.kept.append(name)
+            changed[name] = record
+    if changed and not replace_changed:
+        first = sorted(changed)[0]
+        why = store.check_entry(changed[first], arch) or "differs"
+        what = "1 entry" if len(changed) == 1 else f"{len(changed)} entries"
+        raise CheckFailed(f"{what} in {store.root} differ{'s' if len(changed) == 1 else ''} from the artifact's: {first} "
+                          f"({why.replace('sha256 mismatch', 'its sha256 differs from the artifact')}); "
+                          "nothing was unpacked",
+                          hint="pass --replace-changed to swap them for the artifact's (checked first; each swap is "
+                               "atomic), or `dgprecompile warm` to rebuild them here")
 
     def merge(index: Index) -> int:
         added = 0
@@ -463,11 +601,14 @@ def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool =
             if entry_key(record) in result.kept:
                 continue
             mine = index.kernels.get(kid)
-            if mine is None or (mine != record and store.check_entry(mine) is not None):
+            if mine is None or (mine != record and (entry_key(record) in changed
+                                                    or store.check_entry(mine) is not None)):
                 index.kernels[kid] = record
                 added += 1
         for name, record in art.index.extra.items():
-            if name not in result.kept and name not in index.extra:
+            if name in result.kept:
+                continue
+            if name not in index.extra or name in changed:
                 index.extra[name] = record
         for plan in art.index.plans:
             if plan not in index.plans:
@@ -480,17 +621,29 @@ def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool =
     probe = Index.from_dict(existing.to_dict(), "index")
     merge(probe)
     index_changes = probe.to_dict() != existing.to_dict()
-    if not to_add and not index_changes:
+    if not to_add and not changed and not index_changes:
         return result
 
     store.require_writable("unpack into")
     created_root = not store.root.exists()
     installed: list[Path] = []
+    swapped: list[tuple[Path, Path]] = []  # (entry in the cache, the old entry now in staging)
     staging: Path | None = None
+    work = {**to_add, **changed}
+    need = sum(r.bytes for r in work.values())
+    if need > free_bytes(store.root):  # the manifest's declared sizes bound what is written: refuse up front
+        message, hint = space_message(store.root, need=need, doing="unpacking")
+        raise EnvironmentProblem(f"{message}; the cache is unchanged", hint=hint)
     try:
+        store.clean_stale_staging()  # what a killed unpack, pull or warm left (their process is gone)
         staging = store.new_staging()
-        if to_add:
-            _extract(art, to_add, staging)
+        if work:
+            _extract(art, work, staging)
+        for name in sorted(work):  # every entry passes the entry check before any is installed
+            problem = entry_problem(staging / work[name].member_dir, arch)
+            if problem is not None:
+                raise InputError(f"{shown or path}: entry {name} is not loadable ({problem}); nothing was unpacked",
+                                 hint="pack it again from a cache that `dgprecompile verify` passes")
         for name in sorted(to_add):
             record = to_add[name]
             if store.install_entry(staging / record.member_dir, arch, area=record.area):
@@ -500,12 +653,18 @@ def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool =
                 result.present.append(name)
             else:
                 result.kept.append(name)
+        for name in sorted(changed):
+            record = changed[name]
+            swapped.append(_swap_in(store, staging, record, arch))
+            result.replaced.append(name)
         counter: list[int] = []
         store.update_index(lambda index: counter.append(merge(index)))
         result.indexed = counter[0] if counter else 0
     except BaseException as exc:
         for entry in reversed(installed):
             shutil.rmtree(entry, ignore_errors=True)
+        for entry, old in reversed(swapped):  # put the user's entries back as they were
+            _restore(entry, old)
         if created_root:
             shutil.rmtree(store.root, ignore_errors=True)
         if isinstance(exc, OSError):
@@ -514,24 +673,60 @@ def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool =
     finally:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
+    for name in result.replaced:
+        result.warnings.append(f"replaced {name}: it differed from the artifact's (--replace-changed)")
     return result
+
+
+def _swap_in(store: CacheStore, staging: Path, record: EntryRecord, arch: str | None) -> tuple[Path, Path]:
+    """Exchange the checked staged entry with the differing one in the cache (one atomic renameat2 where the
+    filesystem has it, else two renames); the old one ends in staging. Returns (cache entry, old entry)."""
+    staged = staging / record.member_dir
+    store._seal(staged, arch, ())
+    target = store.entry_path(record.entry, record.area)
+    old = staging / "replaced" / record.area / record.entry
+    old.parent.mkdir(parents=True, exist_ok=True)
+    if exchange_paths(staged, target):
+        os.rename(staged, old)
+    else:
+        os.rename(target, old)
+        os.rename(staged, target)
+    fsync_dir(target.parent)
+    return target, old
+
+
+def _restore(entry: Path, old: Path) -> None:
+    if not old.exists():
+        return
+    if not exchange_paths(old, entry):
+        shutil.rmtree(entry, ignore_errors=True)
+        os.rename(old, entry)
 
 
 def _extract(art: Artifact, to_add: dict[str, EntryRecord], staging: Path) -> None:
     """Second pass over the archive: write the new entries' files under ``staging/<entry>/``."""
+    listing = art.manifest["members"]
+    limit = len(art.manifest_bytes) + sum(m["bytes"] for m in listing.values()) + TAR_OVERHEAD * (len(listing) + 3)
     try:
-        with _open_stream(art.path) as f, tarfile.open(fileobj=f, mode="r|gz") as tar:
+        with _open_stream(art.path) as f, tarfile.open(fileobj=_Bounded(gzip.GzipFile(fileobj=f, mode="rb"), limit),
+                                                       mode="r|") as tar:
             for info in tar:
                 check_member(art.path, info)
                 parts = info.name.split("/")
                 key = parts[1] if parts[0] == ENTRY_DIR else "/".join(parts[:2])
                 if not info.isreg() or parts[0] not in AREAS or key not in to_add:
                     continue
+                if info.size != (listing.get(info.name) or {}).get("bytes"):
+                    raise InputError(f"{art.path} changed while it was being unpacked ({info.name}); the cache is "
+                                     "unchanged", hint="unpack it again once nothing is writing the file")
                 (staging / parts[0] / parts[1]).mkdir(parents=True, exist_ok=True)
                 digest = _copy_stream(tar.extractfile(info), staging / parts[0] / parts[1] / parts[2])
                 if digest != art.members.get(info.name):
                     raise InputError(f"{art.path} changed while it was being unpacked ({info.name}); the cache is "
                                      "unchanged", hint="unpack it again once nothing is writing the file")
+    except _TooLarge:
+        raise InputError(f"{art.path} changed while it was being unpacked (it grew); the cache is unchanged",
+                         hint="unpack it again once nothing is writing the file") from None
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
         raise _corrupt(art.path, exc) from None
     for name, record in to_add.items():

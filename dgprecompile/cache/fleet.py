@@ -28,6 +28,7 @@ from dgprecompile.cache.artifact import (
     pack_cache,
     unpack_artifact,
 )
+from dgprecompile.cache.signing import SIGNATURE_LIMIT, SigningKey, Trust, signature_path
 from dgprecompile.cache.store import CacheStore
 from dgprecompile.cache.verify import VerifyReport, verify_cache
 from dgprecompile.errors import (
@@ -133,9 +134,13 @@ def _timed_verify(plan: Plan, store: CacheStore, nvcc: str | None, num_sms: int 
     return report, time.perf_counter() - start
 
 
-def pull(plan: Plan, store: CacheStore, prefix: str, *, nvcc: str | None = None,
-         num_sms: int | None = None) -> PullReport:
-    """Fetch, check and install this machine's artifact from ``prefix`` unless the cache is already complete."""
+def pull(plan: Plan, store: CacheStore, prefix: str, *, nvcc: str | None = None, num_sms: int | None = None,
+         trust: Trust | None = None, replace_changed: bool = False) -> PullReport:
+    """Fetch, check and install this machine's artifact from ``prefix`` unless the cache is already complete.
+
+    A prefix is a store others may write: the artifact is installed only when signed by one of ``trust``'s keys
+    (or with ``trust.allow_unsigned``), checked on the object's manifest before the download and again on the
+    downloaded bytes before anything is installed."""
     from filelock import FileLock
 
     start = time.perf_counter()
@@ -158,6 +163,7 @@ def pull(plan: Plan, store: CacheStore, prefix: str, *, nvcc: str | None = None,
     fid = result.fingerprint_id
     art = rmt.open_remote(rmt.artifact_url(prefix, fid))
     result.url = art.shown
+    signature = _fetch_signature(art, trust)  # an untrusted object is refused before the cache is touched
     try:
         store.ensure()
         lock = FileLock(str(store.ours / "locks" / f"pull-{fid}.lock"))
@@ -191,7 +197,9 @@ def pull(plan: Plan, store: CacheStore, prefix: str, *, nvcc: str | None = None,
                 return result
             t = time.perf_counter()
             try:
-                result.unpack = unpack_artifact(local, store, nvcc=nvcc, num_sms=num_sms)
+                result.unpack = unpack_artifact(local, store, nvcc=nvcc, num_sms=num_sms, trust=trust,
+                                                signature=signature, shared=True, shown=art.shown,
+                                                replace_changed=replace_changed)
             except DGError as exc:
                 exc.message = exc.message.replace(str(local), art.shown)
                 raise
@@ -206,6 +214,19 @@ def pull(plan: Plan, store: CacheStore, prefix: str, *, nvcc: str | None = None,
         lock.release()
     result.seconds = time.perf_counter() - start
     return result
+
+
+def _fetch_signature(art: rmt.Remote, trust: Trust | None) -> bytes | None:
+    """The object's signature (``<url>.sig``), checked with ``trust`` against the object's manifest, read from the
+    object's start, before the artifact itself is downloaded (unpack checks it again on the downloaded bytes)."""
+    trust = trust if trust is not None else Trust()
+    if trust.allow_unsigned:
+        return None
+    signature = rmt.read_small(rmt.open_remote(signature_path(art.url)), SIGNATURE_LIMIT)
+    head = rmt.head_manifest_bytes(art)
+    if head is not None:
+        trust.check(head, signature, art.shown, shared=True)
+    return signature
 
 
 def _describe(name: str, manifest: dict[str, Any] | None, current: dict[str, Any]) -> Available:
@@ -233,6 +254,7 @@ class PushReport:
     existing_covers_plan: bool | None = None  # outcome "exists": does the object hold every kernel we packed?
     warnings: list[str] = field(default_factory=list)
     command: str = "push"  # or "pack" (-o URL)
+    signature: str | None = None  # the signature uploaded beside it (redacted URL), None when none was
 
     @property
     def return_code(self) -> int:
@@ -242,26 +264,49 @@ class PushReport:
         return {"url": self.url, "path": self.url, "outcome": self.outcome, "fingerprint_id": self.pack.fingerprint_id,
                 "bytes": self.pack.bytes, "kernels": len(self.pack.kernels), "missing": self.pack.missing,
                 "existing_covers_plan": self.existing_covers_plan, "seconds": round(self.seconds, 3),
-                "warnings": self.warnings}
+                "signature": self.signature, "signed_by": self.pack.signed_by, "warnings": self.warnings}
 
 
 def pack_to(plan: Plan, store: CacheStore, output: str, *, allow_missing: bool = False, replace: bool = True,
-            command: str = "push") -> PushReport:
-    """`pack -o URL` (replace) and `push` (not replace): pack into a local temp file, upload it whole."""
+            command: str = "push", signing_key: SigningKey | None = None) -> PushReport:
+    """`pack -o URL` (replace) and `push` (not replace): pack into a local temp file, upload it whole; with
+    ``signing_key``, then its signature beside it (``<url>.sig``).
+
+    The artifact goes up first: between the two uploads a node that requires a signature refuses the new object
+    (never installs it unsigned). An unsigned upload removes a signature left beside the name (it covers other
+    bytes)."""
     start = time.perf_counter()
-    rmt.open_remote(output, write=True)  # refuse http(s) and a missing backend before packing
+    rmt.open_remote(output, write=True)  # refuse http(s), a bad URL and a missing backend before packing
     with tempfile.TemporaryDirectory(prefix="dgprecompile-pack-") as tmp:
-        packed = pack_cache(plan, store, str(Path(tmp) / rmt.ARTIFACT_NAME), allow_missing=allow_missing)
+        packed = pack_cache(plan, store, str(Path(tmp) / rmt.ARTIFACT_NAME), allow_missing=allow_missing,
+                            signing_key=signing_key)
         url = output.replace("{fingerprint}", packed.fingerprint_id)
         target = rmt.open_remote(url, write=True)
+        sig_target = rmt.open_remote(signature_path(url), write=True)
         outcome = rmt.upload(packed.path, target, replace=replace)
         report = PushReport(target.shown, outcome, packed, 0.0, command=command)
+        if outcome != "exists":
+            if packed.signature is not None:
+                rmt.upload(packed.signature, sig_target, replace=True)
+                report.signature = sig_target.shown
+            else:
+                rmt.remove(sig_target)
+        if packed.signature is None:
+            report.warnings.append(f"{target.shown} is not signed: nodes that require a signature (trusted keys) "
+                                   "refuse it; pass --signing-key or set DGPRECOMPILE_SIGNING_KEY")
         if packed.missing:
             report.warnings.append(f"{len(packed.missing)} planned kernels are not in the artifact (--allow-missing)")
         if outcome == "exists":
             with open(packed.path, "rb") as f:
-                ours = rmt.read_head(f) or {}
-            theirs = rmt.head_manifest(target) or {}
+                ours_bytes = rmt.read_head_bytes(f)
+            ours = rmt._parsed(ours_bytes) or {}
+            theirs_bytes = rmt.head_manifest_bytes(target)
+            theirs = rmt._parsed(theirs_bytes) or {}
+            if (packed.signature is not None and ours_bytes is not None and ours_bytes == theirs_bytes
+                    and rmt.read_small(sig_target, SIGNATURE_LIMIT) is None):
+                # the same manifest bytes, left unsigned (e.g. a push killed between its two uploads): sign it
+                rmt.upload(packed.signature, sig_target, replace=False)
+                report.signature = sig_target.shown
             report.existing_covers_plan = set(ours.get("kernels", [])) <= set(theirs.get("kernels", []))
             if theirs.get("members") == ours.get("members"):
                 report.warnings.append(f"{target.shown} already holds the same artifact; left as it is")
@@ -273,17 +318,20 @@ def pack_to(plan: Plan, store: CacheStore, output: str, *, allow_missing: bool =
 
 
 def push(plan: Plan, store: CacheStore, prefix: str, *, allow_missing: bool = False,
-         replace: bool = False) -> PushReport:
+         replace: bool = False, signing_key: SigningKey | None = None) -> PushReport:
+    rmt.check_url(prefix)
     return pack_to(plan, store, rmt.join(prefix, rmt.ARTIFACT_NAME), allow_missing=allow_missing,
-                   replace=replace)
+                   replace=replace, signing_key=signing_key)
 
 
 # ---- unpack URL -------------------------------------------------------------------------------------------
 
 
 def unpack_url(url: str, store: CacheStore | None, *, force: bool = False, nvcc: str | None = None,
-               num_sms: int | None = None) -> tuple[UnpackResult, int, float]:
-    """Download ``url`` into a staging directory of the target cache, then `unpack` it (all checks first)."""
+               num_sms: int | None = None, trust: Trust | None = None,
+               replace_changed: bool = False) -> tuple[UnpackResult, int, float]:
+    """Download ``url`` into a staging directory of the target cache, then `unpack` it (all checks first; the
+    signature, from ``<url>.sig``, on the object's manifest before the download)."""
     art = rmt.open_remote(url)
     if store is None:
         manifest = rmt.head_manifest(art)
@@ -293,8 +341,10 @@ def unpack_url(url: str, store: CacheStore | None, *, force: bool = False, nvcc:
             raise InputError(f"{art.shown} is not a dgprecompile artifact (no manifest at its start)",
                              hint="pass --cache-dir, or a URL `dgprecompile pack` wrote")
         store = CacheStore(manifest_cache_dir(manifest, art.shown))
+    signature = _fetch_signature(art, trust)
     try:
         store.ensure()
+        store.clean_stale_staging()
         staging = store.new_staging()
     except OSError as exc:
         raise _cache_write_error(store, exc) from None
@@ -302,7 +352,9 @@ def unpack_url(url: str, store: CacheStore | None, *, force: bool = False, nvcc:
         local = staging / (art.name if rmt.ARTIFACT_RE.fullmatch(art.name) else "artifact.tar.gz")
         size, seconds = rmt.download(art, local)
         try:
-            result = unpack_artifact(local, store, force=force, nvcc=nvcc, num_sms=num_sms)
+            result = unpack_artifact(local, store, force=force, nvcc=nvcc, num_sms=num_sms, trust=trust,
+                                     signature=signature, shared=True, shown=art.shown,
+                                     replace_changed=replace_changed)
         except DGError as exc:
             exc.message = exc.message.replace(str(local), art.shown)
             raise

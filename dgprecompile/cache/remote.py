@@ -105,8 +105,43 @@ class Remote:
         return self.protocol in ("file", "local")
 
 
+# bucket (container) names each store accepts, checked before any request: a bad one is bad input (exit 2),
+# never "no artifact" (the S3, GCS and Azure naming rules, lower case only)
+BUCKET_RULES = {
+    "s3": (re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]"), "3-63 lower-case letters, digits, '.' and '-'"),
+    "gs": (re.compile(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]"), "3-222 lower-case letters, digits, '.', '_' and '-'"),
+    "az": (re.compile(r"[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]"), "3-63 lower-case letters, digits and '-'"),
+}
+BUCKET_SCHEMES = {"s3": "s3", "s3a": "s3", "gs": "gs", "gcs": "gs", "az": "az", "abfs": "az", "abfss": "az"}
+URL_EXAMPLE = "e.g. s3://my-bucket/dgprecompile/train-480b"
+
+
+def check_url(url: str) -> None:
+    """Refuse a malformed URL up front (one `error:`, exit 2): no scheme before '://', no bucket or host, a bucket
+    name the store would reject."""
+    if "://" in url and not is_url(url):
+        raise InputError(f"{redact(url)!r} is not a URL: nothing names its scheme before '://'",
+                         hint=f"write the scheme, {URL_EXAMPLE}, or a local directory")
+    if not is_url(url):
+        return
+    parts = urlsplit(url)
+    protocol = parts.scheme.lower()
+    host = parts.netloc.rsplit("@", 1)[-1]
+    if protocol in ("file", "local"):
+        return
+    if not host:
+        what = "host" if protocol in READ_ONLY else "bucket"
+        shown = re.split(r"[?#]", url, maxsplit=1)[0]  # nothing before the path to redact; drop a query string
+        raise InputError(f"{shown!r} names no {what}", hint=f"pass the whole URL, {URL_EXAMPLE}")
+    rule = BUCKET_RULES.get(BUCKET_SCHEMES.get(protocol, ""))
+    if rule and not rule[0].fullmatch(host):
+        raise InputError(f"{redact(url)}: {host!r} is not a valid bucket name for {protocol}:// ({rule[1]})",
+                         hint=f"check the bucket's name, {URL_EXAMPLE}")
+
+
 def open_remote(url: str, *, write: bool = False) -> Remote:
     """An fsspec filesystem for ``url``; one `error:` with the extra to install when its backend is missing."""
+    check_url(url)
     match = _SCHEME.match(url)
     protocol = match.group(1).lower() if match else "file"
     shown = redact(url)
@@ -265,23 +300,58 @@ def _upload_local(local: Path, target: Path, *, replace: bool) -> str:
 
 def head_manifest(remote: Remote) -> dict[str, Any] | None:
     """The artifact's manifest (its first member) read from the start of the object, or None."""
+    return _parsed(head_manifest_bytes(remote))
+
+
+def head_manifest_bytes(remote: Remote) -> bytes | None:
+    """The exact bytes of the artifact's manifest (its first member), read from the start of the object, or None."""
     try:
         with remote.fs.open(remote.path, "rb", block_size=1 << 18) as f:
-            return read_head(f)
-    except Exception:  # a listing hint only: an unreadable object is simply not described
+            return read_head_bytes(f)
+    except Exception:  # a listing hint or an early check only: an unreadable object is simply not described
         return None
 
 
+def _parsed(data: bytes | None) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(data) if data is not None else None
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 def read_head(f) -> dict[str, Any] | None:
+    return _parsed(read_head_bytes(f))
+
+
+def read_head_bytes(f) -> bytes | None:
     try:
         with tarfile.open(fileobj=f, mode="r|gz") as tar:
             info = tar.next()
             if info is None or info.name != MANIFEST_MEMBER or not info.isreg() or info.size > HEAD_LIMIT:
                 return None
-            data = json.loads(tar.extractfile(info).read())
+            return tar.extractfile(info).read()
     except (tarfile.TarError, OSError, EOFError, ValueError):
         return None
-    return data if isinstance(data, dict) else None
+
+
+def read_small(remote: Remote, limit: int) -> bytes | None:
+    """A small object's bytes (at most ``limit`` + 1 are read), or None when it is not there."""
+    try:
+        with remote_errors(remote, "reading"):
+            with remote.fs.open(remote.path, "rb") as f:
+                return f.read(limit + 1)
+    except NotFound:
+        return None
+
+
+def remove(remote: Remote) -> None:
+    """Delete the object if it is there."""
+    with remote_errors(remote, "removing"):
+        if remote.is_local:
+            Path(remote.path).unlink(missing_ok=True)
+        elif remote.fs.exists(remote.path):
+            remote.fs.rm(remote.path)
 
 
 def list_artifacts(prefix: Remote, limit: int = 20) -> list[tuple[str, dict[str, Any] | None]] | None:

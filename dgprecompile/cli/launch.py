@@ -13,6 +13,7 @@ from dgprecompile.cli.options import (
     plan_options,
     resolve_plan,
     shared_cache_option,
+    trust_options,
 )
 from dgprecompile.output import Output
 
@@ -34,11 +35,14 @@ if TYPE_CHECKING:
               help="Non-strict: where to write the misses file (default ./dgprecompile-misses.jsonl).")
 @click.option("--pull", "pull_from", default=None, metavar="URL-PREFIX",
               help="First `dgprecompile pull --from URL-PREFIX`: fetch this machine's artifact unless the cache is "
-                   "complete; launch only when it is.")
+                   "complete; launch only when it is. The artifact must be signed by a --trusted-key.")
+@click.option("--replace-changed", is_flag=True,
+              help="With --pull: replace cache entries whose bytes differ from the artifact's.")
+@trust_options
 @output_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def command(plan_request, manifest, config, cache_dir, shared_cache, strict, allow_missing, trace_dir, misses_path,
-            pull_from, out, command) -> LaunchResult:
+            pull_from, replace_changed, trust, out, command) -> LaunchResult:
     """Run COMMAND (e.g. torchrun ...) with SGLang's runtime DeepGEMM precompile off and the warmed cache.
 
     Checks the cache against the plan first and refuses to start when kernels are missing. The command's
@@ -52,7 +56,7 @@ def command(plan_request, manifest, config, cache_dir, shared_cache, strict, all
       dgprecompile launch --manifest plan.yaml --trace traces/ -- python train.py
       dgprecompile launch -- python -m sglang.launch_server --model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 --tp 8
       dgprecompile launch --specforge-config run.yaml -- specforge train -c run.yaml
-      dgprecompile launch --pull s3://my-bucket/dg/train-480b --manifest plan.yaml -- torchrun ...   # node start-up
+      dgprecompile launch --pull s3://my-bucket/dg/train-480b --trusted-key ci.pub --manifest plan.yaml -- torchrun ...
       dgprecompile launch --manifest plan.yaml --shared-cache /opt/dg -- python -m sglang.launch_server ...
     """
     from dgprecompile.launch.launcher import (
@@ -76,7 +80,8 @@ def command(plan_request, manifest, config, cache_dir, shared_cache, strict, all
         from dgprecompile.cli.pull import render_problem
 
         store = CacheStore(resolve_cache_dir(plan, cache_dir))
-        pulled = pull(plan, store, pull_from, num_sms=plan_request.num_sms)
+        pulled = pull(plan, store, pull_from, num_sms=plan_request.num_sms, trust=trust,
+                      replace_changed=replace_changed)
         for warning in pulled.warnings:
             out.warn(warning)
         out.info(pulled.stats_line())  # stderr: stdout is the job's

@@ -28,6 +28,7 @@ COMMANDS = {
     "unpack": "unpack",
     "pull": "pull",
     "push": "push",
+    "keygen": "keygen",
     "launch": "launch",
     "doctor": "doctor",
     "repro": "repro",

@@ -158,3 +158,36 @@ def shared_cache_option(func):
 def cache_dir_option(func):
     return click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
                         help="DeepGEMM cache directory (default: the one the SGLang profile's runtime uses).")(func)
+
+
+def trust_options(func):
+    """--trusted-key FILE (repeatable) and --allow-unsigned; passes ``trust`` (cache.signing.Trust) to the command.
+    The keys are loaded (and `cryptography` imported) only when some are given."""
+
+    @click.option("--trusted-key", "trusted_keys", multiple=True, type=click.Path(dir_okay=False), metavar="FILE",
+                  help="Public key (.pub) whose signature an artifact must carry; repeat it to trust several (key "
+                       "rotation). Default: $DGPRECOMPILE_TRUSTED_KEYS (paths separated by ':').")
+    @click.option("--allow-unsigned", is_flag=True,
+                  help="Install an artifact without checking who built it (only for artifacts you built yourself).")
+    @functools.wraps(func)
+    def wrapper(*args, trusted_keys, allow_unsigned, **kwargs):
+        from dgprecompile.cache.signing import trust_from
+
+        return func(*args, trust=trust_from(trusted_keys, allow_unsigned), **kwargs)
+
+    return wrapper
+
+
+def signing_key_option(func):
+    """--signing-key FILE; passes ``signing_key`` (cache.signing.SigningKey or None) to the command."""
+
+    @click.option("--signing-key", "signing_key", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+                  help="Ed25519 private key file to sign the artifact with (its .sig goes beside it). Default: "
+                       "$DGPRECOMPILE_SIGNING_KEY (a path; never the key itself). Must be readable only by you.")
+    @functools.wraps(func)
+    def wrapper(*args, signing_key, **kwargs):
+        from dgprecompile.cache.signing import signing_key_from
+
+        return func(*args, signing_key=signing_key_from(signing_key), **kwargs)
+
+    return wrapper

@@ -7,7 +7,13 @@ import click
 from dgprecompile.cache.artifact import PackResult, pack_cache
 from dgprecompile.cache.remote import is_url
 from dgprecompile.cache.store import CacheStore, resolve_cache_dir
-from dgprecompile.cli.options import cache_dir_option, output_options, plan_options, resolve_plan
+from dgprecompile.cli.options import (
+    cache_dir_option,
+    output_options,
+    plan_options,
+    resolve_plan,
+    signing_key_option,
+)
 from dgprecompile.output import Output
 
 
@@ -18,19 +24,21 @@ from dgprecompile.output import Output
               help="Archive to write (.tar.gz): a path or an fsspec URL (s3://, gs://, az://, file://); "
                    "`{fingerprint}` in it becomes the cache's fingerprint id.")
 @click.option("--allow-missing", is_flag=True, help="Pack even if some planned kernels are not in the cache.")
+@signing_key_option
 @output_options
-def command(plan_request, manifest, config, cache_dir, output, allow_missing, out) -> PackResult:
+def command(plan_request, manifest, config, cache_dir, output, allow_missing, signing_key, out) -> PackResult:
     """Pack the plan's cache entries, the index and the fingerprint into one compressed archive.
 
     The same cache packs to the same bytes. The final path is printed on stdout, so CI can pick it up;
     put `{fingerprint}` in the name to key a CI cache on the environment the kernels were built for.
     Refuses a cache that lacks planned kernels (unless --allow-missing) or whose entries no longer match
-    the index.
+    the index. With --signing-key (or $DGPRECOMPILE_SIGNING_KEY) an Ed25519 signature of the manifest is
+    written beside it as ARTIFACT.sig.
 
     \b
     Examples:
       dgprecompile pack --manifest plan.yaml --cache-dir .cache/deep_gemm -o out/deepgemm-{fingerprint}.tar.gz
-      dgprecompile pack --model Qwen3-Coder-480B --tp 8 --ep 8 --sglang 0.5.1 -o cache.tar.gz
+      dgprecompile pack --model Qwen3-Coder-480B --tp 8 --ep 8 --sglang 0.5.1 -o cache.tar.gz --signing-key ci.key
       dgprecompile pack --manifest plan.yaml -o 's3://my-bucket/dg/deepgemm-{fingerprint}.tar.gz'   # [s3] extra
     """
     plan = resolve_plan(plan_request, manifest)
@@ -39,11 +47,14 @@ def command(plan_request, manifest, config, cache_dir, output, allow_missing, ou
         from dgprecompile.cache.fleet import pack_to
         from dgprecompile.cli.push import render as render_upload
 
-        report = pack_to(plan, store, output, allow_missing=allow_missing, replace=True, command="pack")
+        report = pack_to(plan, store, output, allow_missing=allow_missing, replace=True, command="pack",
+                         signing_key=signing_key)
         for warning in report.warnings:
             out.warn(warning)
         return out.report(report, render_upload)
-    result = pack_cache(plan, store, output, allow_missing=allow_missing)
+    result = pack_cache(plan, store, output, allow_missing=allow_missing, signing_key=signing_key)
+    if result.signature is None:
+        out.warn(f"{result.path} is not signed: `unpack --trusted-key` and pulls refuse it; pass --signing-key")
     if result.missing:
         out.warn(f"{len(result.missing)} planned kernels are not in the artifact (--allow-missing)")
     return out.report(result, render)
@@ -52,4 +63,6 @@ def command(plan_request, manifest, config, cache_dir, output, allow_missing, ou
 def render(out: Output, result: PackResult) -> None:
     out.info(f"packed {len(result.kernels)} kernels ({len(result.entries)} entries, {result.bytes / 1e6:.2f} MB) "
              f"from {result.cache_dir}; fingerprint {result.fingerprint_id}")
+    if result.signature is not None:
+        out.info(f"signed by key {result.signed_by[:16]}: {result.signature}")
     out.data_text(str(result.path))
