@@ -35,7 +35,8 @@ def _examples(help_text: str) -> list[str]:
 
 
 def _invocations(line: str, tmp: Path) -> list[list[str]]:
-    """The dgprecompile argv of each command of one example line (`a && b`), comment dropped, $VARS set."""
+    """The dgprecompile argv of each command of one example line (`a && b`), comment dropped, $VARS set: a
+    variable stands for a folder under tmp, or for a file there when the option it is the value of takes a file."""
     words = shlex.split(line, comments=True)
     out, current = [], []
     for word in words + ["&&"]:
@@ -43,9 +44,22 @@ def _invocations(line: str, tmp: Path) -> list[list[str]]:
             if current:
                 out.append(current)
             current = []
+        elif word.startswith("$"):
+            current.append(_stand_for(current, word, tmp))
         else:
-            current.append(str(tmp) if word.startswith("$") else word)
+            current.append(word)
     return [argv[1:] for argv in out if argv[0] == "dgprecompile"]
+
+
+def _stand_for(argv: list[str], word: str, tmp: Path) -> str:
+    """A real path for ``$VAR`` / ``$VAR/rest``: a new empty file when the option before it is a file path."""
+    path = Path(re.sub(r"^\$\{?\w+\}?", lambda _: str(tmp), word))
+    command = cli.get_command(None, argv[1]) if len(argv) > 1 and argv[0] == "dgprecompile" else None
+    option = next((p for p in (command.params if command else ()) if argv[-1:] and argv[-1] in p.opts), None)
+    if option is not None and isinstance(option.type, click.Path) and not option.type.dir_okay and path.is_dir():
+        path = tmp / re.sub(r"\W", "", word)
+        path.touch()
+    return str(path)
 
 
 def _parse(argv: list[str]) -> click.Context:
