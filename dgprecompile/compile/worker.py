@@ -134,10 +134,14 @@ def serve(job: dict) -> int:
                 if status == "adopted":
                     status = "cached"
 
-                def mutate(index, kernel=item.kernel, records=records):
-                    index.kernels[kernel] = records[0]
+                def mutate(index, kernel=item.kernel, records=records, status=status):
+                    def keep(old, new):  # an entry found as recorded keeps its record (who built it, how long)
+                        same = old is not None and (old.entry, old.files, old.area) == (new.entry, new.files, new.area)
+                        return old if same and status == "cached" else new
+
+                    index.kernels[kernel] = keep(index.kernels.get(kernel), records[0])
                     for extra in records[1:]:
-                        index.extra[extra.entry] = extra
+                        index.extra[extra.entry] = keep(index.extra.get(extra.entry), extra)
 
                 own = getattr(backend, "index_mutation", None)  # the sweep backend records m ranges instead
                 store.update_index(own(item, records) if own else mutate)
