@@ -226,3 +226,47 @@ def test_legacy_warm_rebuilds_a_swapped_cubin_whose_hash_was_rewritten(tmp_path_
             assert rec["by"] == "warm"
             assert content_problem(cache / "cache" / rec["entry"]) is None
     assert cli_run("verify", *PLAN, "--cache-dir", cache).exit_code == 0
+
+
+# ---- SGLang's own JIT modules (the sglang-jit backend) ------------------------------------------------------
+
+from test_sglang_jit import V2, _run, _sgl_path, needs_warmed_cache  # noqa: E402
+from test_sglang_jit import jit_only as _jit_only_fixture  # noqa: E402, F401  (the fixtures, by their names)
+from test_sglang_jit import warmed as _warmed_fixture  # noqa: E402, F401
+
+
+def _flip_library(cache: Path, entry: str) -> None:
+    so = next((cache / "tvm-ffi" / entry).glob("*.so"))
+    data = bytearray(so.read_bytes())
+    at = len(data) // 2
+    data[at:at + 8] = bytes(x ^ 0x5A for x in data[at:at + 8])
+    so.write_bytes(bytes(data))
+
+
+def _link_module(cache: Path, entry: str, other: str) -> None:
+    shutil.rmtree(cache / "tvm-ffi" / entry)
+    os.symlink(cache / "tvm-ffi" / other, cache / "tvm-ffi" / entry)
+
+
+@needs_warmed_cache
+@pytest.mark.parametrize("how", ["flip", "link"])
+def test_warm_rebuilds_a_changed_sglang_jit_module(warmed, jit_only, tmp_path, how):
+    pristine, _ = warmed
+    cache = tmp_path / "cache"
+    shutil.copytree(pristine, cache, symlinks=True)
+    index = read_index(cache)
+    entry = index["kernels"][V2]["entry"]
+    other = next(r["entry"] for k, r in index["kernels"].items() if k != V2)
+    _flip_library(cache, entry) if how == "flip" else _link_module(cache, entry, other)
+    verify = _run("verify", "--manifest", jit_only, "--cache-dir", cache, "--json", pythonpath=_sgl_path())
+    assert verify.returncode == 1 and json.loads(verify.stdout)["changed"] == [V2], verify.stdout
+    warm = _run("warm", "--manifest", jit_only, "--cache-dir", cache, "--nvcc", NVCC, "--sglang-jit", "on", "--json",
+                pythonpath=_sgl_path())
+    assert warm.returncode == 0, warm.stderr
+    assert (json.loads(warm.stdout)["compiled"], json.loads(warm.stdout)["already_cached"]) == (1, 1)
+    record = read_index(cache)["kernels"][V2]
+    module = cache / "tvm-ffi" / entry
+    assert record["by"] == "warm" and not module.is_symlink()
+    assert record["files"] == {p.name: sha256_file(p) for p in module.iterdir() if p.is_file()}
+    assert (cache / "tvm-ffi" / other).is_dir() and not (cache / "tvm-ffi" / other).is_symlink()
+    assert _run("verify", "--manifest", jit_only, "--cache-dir", cache, pythonpath=_sgl_path()).returncode == 0
