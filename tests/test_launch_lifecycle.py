@@ -175,3 +175,32 @@ def test_strict_run_that_compiled_anything_fails_naming_it(tmp_path):
     assert "child exit 0" in r.stdout
     assert r.returncode == 1, r.stderr
     assert "error: strict run, but 1 cache entries were compiled during it: kernel.runtime.1" in r.stderr
+
+
+def test_strict_fails_the_import_it_cannot_guard(tmp_path):
+    """A deep_gemm.jit.compiler whose compilers the guard does not know (a stand-in module without NVCCCompiler /
+    NVRTCCompiler, as a changed DeepGEMM would be): importing it fails under strict mode instead of running
+    unguarded; without strict mode the import goes on."""
+    fake = tmp_path / "fake" / "deep_gemm" / "jit"
+    fake.mkdir(parents=True)
+    (fake.parent / "__init__.py").write_text("")
+    (fake / "__init__.py").write_text("")
+    (fake / "compiler.py").write_text("class SomeOtherCompiler:\n    pass\n")
+    (tmp_path / "job.py").write_text("import deep_gemm.jit.compiler\nprint('IMPORTED')\n")
+    plan = plan_from_calls([{"kernel_type": "GEMM_NT_F8F8BF16", "m": 64, "n": 512, "k": 512, "num_groups": 1}],
+                           PlanRequest(sglang="0.5.1"))
+    write_manifest(plan, tmp_path / "plan.yaml")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DG_JIT_", "DGPRECOMPILE_", "SGL_"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "fake"), str(REPO)])
+
+    def launch(*extra):
+        cmd = [sys.executable, "-m", "dgprecompile", "launch", "--manifest", str(tmp_path / "plan.yaml"),
+               "--cache-dir", str(tmp_path / "c"), "--allow-missing", *extra, "--", sys.executable,
+               str(tmp_path / "job.py")]
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+
+    strict = launch()
+    assert strict.returncode == 1 and "IMPORTED" not in strict.stdout, strict.stderr
+    assert "dgprecompile strict mode: could not guard deep_gemm.jit.compiler" in strict.stderr
+    loose = launch("--no-strict")
+    assert loose.returncode == 0 and "IMPORTED" in loose.stdout, loose.stderr

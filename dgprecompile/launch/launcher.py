@@ -292,7 +292,7 @@ def forward_signal(pid: int, signum: int) -> None:
 
 
 DEFAULT_KILL_GRACE = 10.0  # seconds between the signal a launcher forwards and the SIGKILL of what is left of the job
-POLL_SECONDS = 0.1  # how often the launcher looks at the job while it runs (no thread: its wait loop)
+POLL_SECONDS = 0.25  # how often the launcher looks at the job while it runs (no thread: its wait loop)
 _PYTHON_EXE = re.compile(r"python[0-9.]*$")
 
 
@@ -300,6 +300,7 @@ _PYTHON_EXE = re.compile(r"python[0-9.]*$")
 class JobWatch:
     """What the launcher saw of the job while it ran: every Python process (pid -> its command line)."""
 
+    scan: bool = True  # look for Python processes at all (strict mode); False: signals only
     python: dict[int, str] = field(default_factory=dict)
     signals: list[int] = field(default_factory=list)  # signals the launcher received and forwarded
     killed: bool = False  # the grace ran out: what was left of the job got SIGKILL
@@ -307,6 +308,8 @@ class JobWatch:
     def look(self, root: int) -> None:
         from dgprecompile.procfs import job_processes
 
+        if not self.scan:
+            return
         for st in job_processes(root):
             if st.pid in self.python:
                 continue
@@ -351,6 +354,7 @@ def _watchdog(job: int, grace: float) -> tuple[int, int]:
         return pid, w
     try:  # the watchdog
         os.close(w)
+        os.setpgid(0, 0)  # a group of its own: a kill of the launcher's whole group leaves it to end the job
         for sig in FORWARDED_SIGNALS:  # a terminal's Ctrl-C reaches the launcher, which forwards it
             signal.signal(sig, signal.SIG_IGN)
         null = os.open(os.devnull, os.O_RDWR)
@@ -601,7 +605,7 @@ def run_launch(prepared: PreparedLaunch) -> LaunchResult:
         before = set(all_entries(store))
         triton_dir = triton_cache_dir(prepared.env.env)
         triton_before = _listdir(triton_dir)
-        watch = JobWatch()
+        watch = JobWatch(scan=opts.strict)
         code = run_child(opts.command, prepared.env.env, kill_grace=opts.kill_grace, watch=watch)
         result = LaunchResult(code, opts.strict, cache_dir=prepared.cache_dir, warm_hint=prepared.warm_hint,
                               signals=list(watch.signals), killed=watch.killed)

@@ -68,7 +68,7 @@ class _Loader(importlib.abc.Loader):
         try:
             self._callback(module)
         except Exception as exc:
-            if os.environ.get(ENV_STRICT) == "1":  # strict: the import fails rather than run without the guard
+            if getattr(self._callback, "guard", False):  # strict's guard: the import fails rather than run unguarded
                 raise ImportError(f"dgprecompile strict mode: could not guard {module.__name__} against runtime "
                                   f"compiles ({type(exc).__name__}: {exc})") from exc
             sys.stderr.write(f"dgprecompile hook: patching {module.__name__} failed ({type(exc).__name__}: {exc})\n")
@@ -336,10 +336,14 @@ def patch_legacy_compiler(module):
         sys.stderr.flush()
         raise RuntimeError(message)
 
+    patched = 0
     for cls_name in ("NVCCCompiler", "NVRTCCompiler"):
         cls = getattr(module, cls_name, None)
         if cls is not None:
             cls.compile = classmethod(refuse)
+            patched += 1
+    if not patched:  # not the JIT the guard knows: it would compile unguarded
+        raise RuntimeError(f"{module.__name__} has neither NVCCCompiler nor NVRTCCompiler")
 
 
 def jit_refusal_message(name, build_dir):
@@ -383,14 +387,22 @@ def patch_tvm_ffi(module):
         refuse.__dgprecompile_refuses__ = fname
         return refuse
 
+    patched = 0
     for fname in ("build_inline", "build"):
         if callable(getattr(module, fname, None)):
             setattr(module, fname, make(fname))
+            patched += 1
+    if not patched:
+        raise RuntimeError(f"{module.__name__} has neither build_inline nor build")
 
 
 # ---- install ---------------------------------------------------------------------------------------------
 
 _state = {}
+
+
+patch_legacy_compiler.guard = True  # a strict-mode guard: if it cannot be applied, the import fails
+patch_tvm_ffi.guard = True
 
 
 def install():
