@@ -93,7 +93,8 @@ def test_a_job_ignoring_sigterm_is_killed_after_the_grace_and_launch_exits_143(t
     cmd = [sys.executable, "-m", "dgprecompile", "launch", "--manifest", str(tmp_path / "plan.yaml"), "--cache-dir",
            str(tmp_path / "c"), "--allow-missing", "--kill-grace", "1.5", "--", sys.executable,
            str(tmp_path / "job.py"), str(tmp_path), "ignore", "worker"]
-    proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path)
     try:
         assert _wait_for(lambda: len(_job_pids(tmp_path)) == 2), "the job did not start"
         pids = _job_pids(tmp_path)
@@ -144,7 +145,8 @@ def _strict_launch(tmp_path: Path, mode: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DG_JIT_", "DGPRECOMPILE_", "SGL_"))}
     cmd = [sys.executable, "-m", "dgprecompile", "launch", "--manifest", str(tmp_path / "plan.yaml"), "--cache-dir",
            str(tmp_path / "c"), "--allow-missing", "--", sys.executable, str(tmp_path / "parent.py"), mode]
-    return subprocess.run(cmd, env={**env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=120)
+    return subprocess.run(cmd, env={**env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)
 
 
 @pytest.mark.parametrize("mode", ["keep", "fork"])
@@ -197,7 +199,7 @@ def test_strict_fails_the_import_it_cannot_guard(tmp_path):
         cmd = [sys.executable, "-m", "dgprecompile", "launch", "--manifest", str(tmp_path / "plan.yaml"),
                "--cache-dir", str(tmp_path / "c"), "--allow-missing", *extra, "--", sys.executable,
                str(tmp_path / "job.py")]
-        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
 
     strict = launch()
     assert strict.returncode == 1 and "IMPORTED" not in strict.stdout, strict.stderr
