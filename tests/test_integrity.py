@@ -230,9 +230,22 @@ def test_legacy_warm_rebuilds_a_swapped_cubin_whose_hash_was_rewritten(tmp_path_
 
 # ---- SGLang's own JIT modules (the sglang-jit backend) ------------------------------------------------------
 
-from test_sglang_jit import V2, _run, _sgl_path, needs_warmed_cache  # noqa: E402
-from test_sglang_jit import jit_only as _jit_only_fixture  # noqa: E402, F401  (the fixtures, by their names)
-from test_sglang_jit import warmed as _warmed_fixture  # noqa: E402, F401
+from test_sglang_jit import V2, _plan, _run, _sgl_path, needs_warmed_cache  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def jit_warmed(tmp_path_factory):
+    """test_sglang_jit's `jit_only` plan (only SGLang's two JIT modules) warmed for real with sglang 0.5.14."""
+    data = _plan().to_dict()
+    for shape in data["shapes"]:
+        shape["buckets"], shape["aux_kernels"] = [], []
+    data["kernels"] = []
+    base = tmp_path_factory.mktemp("jit")
+    write_manifest(plan_from_dict(data), base / "jit.yaml")
+    r = _run("warm", "--manifest", base / "jit.yaml", "--cache-dir", base / "cache", "--nvcc", NVCC, "--sglang-jit",
+             "on", "--json", pythonpath=_sgl_path())
+    assert r.returncode == 0, r.stdout + r.stderr
+    return base / "jit.yaml", base / "cache"
 
 
 def _flip_library(cache: Path, entry: str) -> None:
@@ -250,8 +263,8 @@ def _link_module(cache: Path, entry: str, other: str) -> None:
 
 @needs_warmed_cache
 @pytest.mark.parametrize("how", ["flip", "link"])
-def test_warm_rebuilds_a_changed_sglang_jit_module(warmed, jit_only, tmp_path, how):
-    pristine, _ = warmed
+def test_warm_rebuilds_a_changed_sglang_jit_module(jit_warmed, tmp_path, how):
+    jit_only, pristine = jit_warmed
     cache = tmp_path / "cache"
     shutil.copytree(pristine, cache, symlinks=True)
     index = read_index(cache)

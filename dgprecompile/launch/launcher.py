@@ -385,6 +385,7 @@ def run_child(argv: list[str], env: Mapping[str, str], *, cwd: str | None = None
     SIGTERM) whatever the job's own code. A watchdog process (:func:`_watchdog`) ends the job if the launcher is
     killed. ``watch`` collects the job's Python processes while it runs (strict mode's guard check)."""
     proc: list[subprocess.Popen] = []
+    pending: list[int] = []  # arrived before the job existed
     watch = JobWatch() if watch is None else watch
 
     def handler(signum, _frame):
@@ -393,6 +394,8 @@ def run_child(argv: list[str], env: Mapping[str, str], *, cwd: str | None = None
         watch.signals.append(signum)
         if proc:
             forward_signal(proc[0].pid, signum)
+        else:
+            pending.append(signum)
 
     previous = {}
     for sig in FORWARDED_SIGNALS:
@@ -410,7 +413,7 @@ def run_child(argv: list[str], env: Mapping[str, str], *, cwd: str | None = None
             raise InputError(f"command not executable: {argv[0]}", hint=f"chmod +x {argv[0]}, or run it through its interpreter") from None
         child = proc[0]
         dog = _watchdog(child.pid, kill_grace)
-        for signum in watch.signals:  # arrived before the job existed
+        for signum in pending:
             forward_signal(child.pid, signum)
         deadline = None
         while True:
