@@ -125,7 +125,9 @@ def serve(job: dict) -> int:
             emit(event="start", kernel=item.kernel, t=time.time())
             try:
                 status, entries, seconds = backend.compile(item)
-                replaced = status == "replaced"  # a bad entry (empty or cut-short cubin) was rebuilt and swapped
+                # a bad or changed entry (empty cubin, other bytes than recorded, a link) was rebuilt and swapped
+                replaced = status == "replaced"
+                why = getattr(backend, "replaced_why", None) if replaced else None
                 status = "compiled" if replaced else status
                 area, skip = getattr(backend, "area", "cache"), getattr(backend, "skip_files", ())
                 records = [store.record_entry(e, seconds if status == "compiled" else None,
@@ -157,7 +159,7 @@ def serve(job: dict) -> int:
                     emit(event="failed", kernel=item.kernel, error=f"{text}\n{traceback.format_exc(limit=3)}")
                 continue
             emit(event="done", kernel=item.kernel, status=status, entries=entries, seconds=seconds,
-                 replaced=replaced)
+                 replaced=replaced, why=why)
     finally:
         if close:
             close()

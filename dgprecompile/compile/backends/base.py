@@ -13,6 +13,8 @@ from dgprecompile.kernels import KernelSpec
 
 
 class StagingWorker:
+    replaced_why: str | None = None  # what was wrong with the entry the last "replaced" compile swapped out
+
     def __init__(self, job: dict[str, Any]):
         self.store = CacheStore(job["cache_dir"])
         self.arch: str | None = job.get("arch")  # every built cubin is checked against it before it is installed
@@ -74,6 +76,7 @@ class KeyedWorker(StagingWorker):
             if problem is None:  # another warm finished it while we waited
                 return "cached", [entry], 0.0
             staged, seconds = self.build(item, spec, entry)
+            self.replaced_why = problem
             # a bad or changed entry is swapped for the fresh build in one exchange; never adopted
             how = self.store.install_or_replace(staged, self.arch, self.required_files, naming=self.naming,
                                                 changed=problem != "missing")

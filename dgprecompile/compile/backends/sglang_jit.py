@@ -115,6 +115,7 @@ class SglangJitWorker(StagingWorker):
             for name in NOT_RECORDED:
                 if (staged / name).is_file():
                     (staged / name).unlink()
+            self.replaced_why = problem
             # a module there whose bytes differ from the index's record (or from this build) is replaced, not adopted
             how = self.store.install_or_replace(staged, area=self.area, changed=problem != "missing")
             for d in Path(self.staging).iterdir():  # anything else this build left in the staging root
