@@ -13,6 +13,7 @@ class ProcStat:
     comm: str
     ppid: int
     pgid: int
+    sid: int = 0  # session
 
 
 def proc_stats(proc_root: str | Path = "/proc") -> list[ProcStat]:
@@ -31,5 +32,24 @@ def proc_stats(proc_root: str | Path = "/proc") -> list[ProcStat]:
         except OSError:
             continue
         fields = stat[stat.rfind(")") + 2:].split()  # the command name may itself hold spaces and parentheses
-        out.append(ProcStat(int(name), stat[stat.find("(") + 1:stat.rfind(")")], int(fields[1]), int(fields[2])))
+        out.append(ProcStat(int(name), stat[stat.find("(") + 1:stat.rfind(")")], int(fields[1]), int(fields[2]),
+                              int(fields[3])))
     return out
+
+
+def job_processes(root: int, stats: list[ProcStat] | None = None) -> list[ProcStat]:
+    """Every live process of the job started as ``root`` in its own session: ``root``'s descendants (those that
+    started sessions of their own included, e.g. torchrun's workers) and whatever is left in its session or
+    process group (a daemon whose parent exited)."""
+    stats = proc_stats() if stats is None else stats
+    children: dict[int, list[ProcStat]] = {}
+    for st in stats:
+        children.setdefault(st.ppid, []).append(st)
+    found = {st.pid: st for st in stats if st.pid == root or st.sid == root or st.pgid == root}
+    todo = list(found)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child.pid not in found:
+                found[child.pid] = child
+                todo.append(child.pid)
+    return list(found.values())

@@ -208,4 +208,4 @@ def test_whole_output_of_a_complete_and_an_incomplete_cache(cache):
     assert res.stdout.startswith("problems\n") and kid in res.stdout
     assert res.stderr == (f"error: incomplete: 3/4 kernels ok; 1 missing (coverage proved from the runtime's keys)\n"
                           f"hint: run `dgprecompile warm` with the same plan and --cache-dir {cache}: it compiles "
-                          "only what is missing\n")
+                          "only what is missing and rebuilds what changed\n")

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dgprecompile.cache.entrycheck import entry_problem
+from dgprecompile.cache.entrycheck import entry_problem, link_problem
 from dgprecompile.errors import CheckFailed, CompileFailed, InputError, os_error
 from dgprecompile.fsutil import atomic_write_text, exchange_paths, fsync_dir, normalize_modes, tree_size
 
@@ -211,24 +211,44 @@ class CacheStore:
         size = sum((path / n).stat().st_size for n in files)
         return EntryRecord(entry, files, size, seconds, by, area)
 
-    def check_entry(self, record: EntryRecord, arch: str | None = None) -> str | None:
-        """None when the entry is present with the recorded bytes and those bytes are a loadable entry (a
-        recorded hash of an empty or cut-short file proves nothing), else what is wrong."""
+    def check_entry(self, record: EntryRecord, arch: str | None = None, naming=None) -> str | None:
+        """None when the entry is present with the recorded bytes and those bytes are a loadable entry whose content
+        agrees with its name (a recorded hash of an empty, cut-short or swapped file proves nothing), else what is
+        wrong. A symbolic link is "changed", never followed. ``naming``: the key context, when known."""
         path = self.entry_path(record.entry, record.area)
+        linked = link_problem(path)
+        if linked:
+            return f"changed: {linked}"
         if not path.is_dir():
-            return "missing"
+            return "missing" if not path.exists() else "changed: is not a directory"
         for name, digest in record.files.items():
             f = path / name
             if not f.is_file():
                 return f"{name} missing"
             if sha256_file(f) != digest:
                 return f"{name} changed (sha256 mismatch)"
-        problem = entry_problem(path, arch)
+        problem = entry_problem(path, arch, naming=naming)
         return None if problem is None else f"invalid: {problem}"
 
-    def entry_problem(self, entry: str, arch: str | None, required: tuple[str, ...] = ()) -> str | None:
-        """What is wrong with the entry on disk ("missing" when there is none), or None when it is loadable."""
-        return entry_problem(self.entry_path(entry), arch, required)
+    def recorded_problem(self, kernel: str, entry: str, arch: str | None = None, area: str = ENTRIES,
+                         index: Index | None = None) -> str | None:
+        """What differs between the entry on disk and what the index recorded for it (under ``kernel``, or as an
+        extra entry of that name), or None when the index records nothing for it or the bytes are the recorded
+        ones. A warm must rebuild such an entry, never adopt it."""
+        index = self.read_index() if index is None else index
+        records = [r for r in (index.kernels.get(kernel), index.extra.get(entry))
+                   if r is not None and r.entry == entry and r.area == area]
+        for record in records:
+            problem = self.check_entry(record, arch)
+            if problem is not None and problem != "missing":
+                return problem
+        return None
+
+    def entry_problem(self, entry: str, arch: str | None, required: tuple[str, ...] = (), naming=None,
+                      area: str = ENTRIES) -> str | None:
+        """What is wrong with the entry on disk ("missing" when there is none), or None when it is loadable and its
+        content agrees with its name (``naming``: the key context, when known)."""
+        return entry_problem(self.entry_path(entry, area), arch, required, naming)
 
     def _seal(self, staged: Path, arch: str | None, required: tuple[str, ...]) -> None:
         problem = entry_problem(staged, arch, required)
@@ -263,19 +283,54 @@ class CacheStore:
         fsync_dir(base)
         return True
 
-    def replace_entry(self, staged: Path, arch: str | None = None, required: tuple[str, ...] = ()) -> None:
-        """Put a checked entry in place of an existing bad one, under the caller's kernel lock: one atomic
-        exchange of the two directories where the filesystem has it (a reader sees the old or the new entry,
-        never a mix), else a rename aside and a rename in."""
+    def replace_entry(self, staged: Path, arch: str | None = None, required: tuple[str, ...] = (),
+                      area: str = ENTRIES) -> None:
+        """Put a checked entry in place of an existing bad one (changed, not loadable, a symbolic link or a file),
+        under the caller's kernel lock: one atomic exchange of the two paths where the filesystem has it (a reader
+        sees the old or the new entry, never a mix), else a rename aside and a rename in. The old one is removed;
+        a symbolic link is removed itself, never what it points to."""
         self._seal(staged, arch, required)
-        target = self.entries_dir / staged.name
+        base = self.area_dir(area)
+        target = base / staged.name
         aside = staged.with_name(staged.name + ".replaced")
         if not exchange_paths(staged, target):
             os.rename(target, aside)
             os.rename(staged, target)
             staged = aside
-        fsync_dir(self.entries_dir)
-        shutil.rmtree(staged, ignore_errors=True)
+        fsync_dir(base)
+        _remove(staged)
+
+    def install_or_replace(self, staged: Path, arch: str | None = None, required: tuple[str, ...] = (),
+                           area: str = ENTRIES, naming=None, changed: bool = False) -> str:
+        """Put a freshly built entry into the cache, under the caller's kernel lock. Returns "installed" where there
+        was none; "adopted" where the one there has the same files and bytes as the fresh build (the staged copy is
+        dropped); "replaced" where the one there differs from the fresh build in any way (other bytes, a file the
+        build did not make, not loadable, a symbolic link, or ``changed``: its bytes differ from what the index
+        recorded). A differing entry is never adopted."""
+        target = self.area_dir(area) / staged.name
+        if not target.exists() and not target.is_symlink():
+            if self.install_entry(staged, arch, required, area):
+                return "installed"
+            # a writer outside dgprecompile's kernel locks (the runtime itself) filed it meanwhile
+            problem = entry_problem(target, arch, required, naming)
+            if problem is None:
+                return "adopted"
+            raise CompileFailed(f"{target} appeared while it was being built and is not loadable ({problem}); "
+                                "warm again to replace it")
+        if not changed and self._same(staged, target, arch, required, naming):
+            shutil.rmtree(staged, ignore_errors=True)
+            return "adopted"
+        self.replace_entry(staged, arch, required, area)
+        return "replaced"
+
+    def _same(self, staged: Path, target: Path, arch, required, naming) -> bool:
+        """``target`` is loadable and holds exactly ``staged``'s files with their bytes."""
+        if entry_problem(target, arch, required, naming) is not None:
+            return False
+        mine = sorted(p.name for p in staged.iterdir())
+        if mine != sorted(p.name for p in target.iterdir()):
+            return False
+        return all(sha256_file(staged / n) == sha256_file(target / n) for n in mine if (staged / n).is_file())
 
     def new_staging(self) -> Path:
         self.ensure()
@@ -299,6 +354,14 @@ class CacheStore:
 
     def size_bytes(self) -> int:
         return sum(tree_size(self.area_dir(a)) for a in AREAS if self.area_dir(a).is_dir())
+
+
+def _remove(path: Path) -> None:
+    """Remove a replaced entry: a directory tree, or a symbolic link or file itself."""
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _pid_alive(pid: int) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from dgprecompile.cache.entrycheck import link_problem
 from dgprecompile.cache.store import CacheStore, Index
 from dgprecompile.errors import EXIT_CHECK_FAILED, EXIT_OK, DGError
 from dgprecompile.keys.fingerprint import differences, make_fingerprint, short_id
@@ -141,7 +142,8 @@ class VerifyReport:
         if self.stale:
             return (f"warm again here (`dgprecompile warm ... {where}`), or run where the recorded DeepGEMM/nvcc "
                     "sit at the recorded paths")
-        return f"run `dgprecompile warm` with the same plan and {where}: it compiles only what is missing"
+        return (f"run `dgprecompile warm` with the same plan and {where}: it compiles only what is missing and "
+                "rebuilds what changed")
 
     def verdict(self) -> str:
         n = len(self.kernels)
@@ -158,7 +160,8 @@ class VerifyReport:
         if self.changed:
             parts.append(f"{len(self.changed)} changed")
         if self.invalid:
-            parts.append(f"{len(self.invalid)} not loadable (empty, cut short or another architecture)")
+            parts.append(f"{len(self.invalid)} not loadable (empty, cut short, another architecture or not the "
+                         "kernel its name says)")
         if self.stale:
             parts.append("fingerprint differs in " + ", ".join(f for f, _, _ in self.stale))
         return f"incomplete: {ok}/{n} {unit} ok; " + "; ".join(parts) + f" ({how})"
@@ -188,9 +191,9 @@ class VerifyReport:
         }
 
 
-def _runtime_names(plan: Plan, env: Environment, warnings: list[str]) -> dict[str, str] | None:
-    """kernel id -> the entry name the runtime looks up here, where dgprecompile can compute it (the legacy JIT,
-    sgl-deep-gemm 0.1.0-0.2.5), else None."""
+def _runtime_names(plan: Plan, env: Environment, warnings: list[str]):
+    """(kernel id -> the entry name the runtime looks up here, the key context that computed them), where
+    dgprecompile can compute them (the legacy JIT, sgl-deep-gemm 0.1.0-0.2.5), else None."""
     install, nvcc = env.install, env.nvcc
     if install is None or nvcc is None or install.generation != plan.profile.generation:
         return None
@@ -199,7 +202,7 @@ def _runtime_names(plan: Plan, env: Environment, warnings: list[str]) -> dict[st
         return None
     try:
         ctx = generation.key_context(install, nvcc)
-        return {kid: ctx.entry_name(spec) for kid, spec in plan.kernels.items()}
+        return {kid: ctx.entry_name(spec) for kid, spec in plan.kernels.items()}, ctx
     except (DGError, OSError) as exc:
         warnings.append(f"cannot compute the runtime's entry names ({exc}): checking the index only")
         return None
@@ -226,7 +229,8 @@ def verify_cache(plan: Plan, store: CacheStore, *, nvcc: str | None = None,
     if with_jit_fingerprint(index.fingerprint, env.fingerprint, jit_names[0].spec.arch_name if jit_names else None):
         stale = differences(index.fingerprint, env.fingerprint)
 
-    names = _runtime_names(plan, env, warnings)
+    named = _runtime_names(plan, env, warnings)
+    names, naming = named if named is not None else (None, None)
     files = plan.profile.deepgemm.entry_files
     arch = plan.profile.sm_arch
     if names is None and plan.profile.deepgemm.key_class is not None:
@@ -242,7 +246,7 @@ def verify_cache(plan: Plan, store: CacheStore, *, nvcc: str | None = None,
         record = index.kernels.get(kid)
         expected = names.get(kid) if names else None
         if expected is not None:
-            checks.append(_check_proved(store, kid, record, expected, files, arch))
+            checks.append(_check_proved(store, kid, record, expected, files, arch, naming))
         elif record is None:
             checks.append(KernelCheck(kid, MISSING, None, "not in the index"))
         else:
@@ -335,6 +339,10 @@ def _check_jit(plan: Plan, store: CacheStore, index: Index, jit_names) -> list[K
         record = index.kernels.get(mid)
         expected = jit_names[1][mid] if jit_names else None
         library = jit_names[0].library(module) if jit_names else None
+        linked = link_problem(store.entry_path(expected or record.entry, JIT_AREA)) if (expected or record) else None
+        if linked:  # never followed: a link makes another module's bytes answer for this name
+            out.append(KernelCheck(mid, CHANGED, expected or record.entry, f"changed: {linked}"))
+            continue
         if expected is not None:
             if not (store.entry_path(expected, JIT_AREA) / library).is_file():
                 detail = (f"the index records {record.entry}, but sglang here looks for {expected}"
@@ -385,22 +393,26 @@ def _status(problem: str) -> str:
 
 
 def _check_proved(store: CacheStore, kid: str, record, expected: str, files: tuple[str, ...],
-                  arch: str) -> KernelCheck:
+                  arch: str, naming=None) -> KernelCheck:
     entry = store.entry_path(expected)
+    linked = link_problem(entry)
+    if linked:  # never followed: a link makes another entry's bytes answer for this name
+        return KernelCheck(kid, CHANGED, expected, f"changed: {linked}")
     if not all((entry / name).is_file() for name in files):
         if record is not None and record.entry != expected:
             return KernelCheck(kid, MISSING, expected,
                                f"the index records {record.entry}, but the runtime here looks for {expected}")
         return KernelCheck(kid, MISSING, expected, f"no {' + '.join(files)} under the runtime's entry name")
-    # the bytes on disk first: a checksum recorded for an empty or cut-short cubin would match it
-    bad = store.entry_problem(expected, arch, files)
+    if record is not None and record.entry == expected:  # the bytes the index recorded: changed since?
+        problem = store.check_entry(record, arch, naming)
+        if problem is not None and not problem.startswith("invalid"):
+            return KernelCheck(kid, MISSING if problem == "missing" else CHANGED, expected, problem)
+    # then the bytes on disk: a checksum recorded for an empty, cut-short or swapped cubin would match it
+    bad = store.entry_problem(expected, arch, files, naming)
     if bad is not None:
         return KernelCheck(kid, INVALID, expected, f"invalid: {bad}")
     if record is None:
         return KernelCheck(kid, OK, expected, "present, not in the index (no checksum)")
     if record.entry != expected:
         return KernelCheck(kid, OK, expected, f"present; the index records {record.entry} (no checksum)")
-    problem = store.check_entry(record, arch)
-    if problem is None:
-        return KernelCheck(kid, OK, expected)
-    return KernelCheck(kid, MISSING if problem == "missing" else _status(problem), expected, problem)
+    return KernelCheck(kid, OK, expected)

@@ -39,14 +39,21 @@ if TYPE_CHECKING:
 @click.option("--replace-changed", is_flag=True,
               help="With --pull: replace cache entries whose bytes differ from the artifact's.")
 @trust_options
+@click.option("--kill-grace", type=click.FloatRange(min=0, max=3600), default=10.0, show_default=True,
+              metavar="SECONDS",
+              help="After a SIGINT/SIGTERM/SIGHUP is forwarded to the job, SIGKILL what is left of it this many "
+                   "seconds later. launch then exits 128 + the signal (143 for SIGTERM).")
 @output_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def command(plan_request, manifest, config, cache_dir, shared_cache, strict, allow_missing, trace_dir, misses_path,
-            pull_from, replace_changed, trust, out, command) -> LaunchResult:
+            pull_from, replace_changed, trust, kill_grace, out, command) -> LaunchResult:
     """Run COMMAND (e.g. torchrun ...) with SGLang's runtime DeepGEMM precompile off and the warmed cache.
 
     Checks the cache against the plan first and refuses to start when kernels are missing. The command's
-    output, exit code and signals pass through; Ctrl-C and SIGTERM reach every process of the job.
+    output and exit code pass through; Ctrl-C and SIGTERM reach every process of the job, what ignores them is
+    killed after --kill-grace seconds, and the job never outlives the launcher (even a `kill -9` of it).
+    Strict: a Python process of the job running without the guard (a wrapper that resets PYTHONPATH), or a
+    cache entry compiled during the run, fails the launch (exit 1 where the job itself exited 0).
 
     \b
     Examples:
@@ -92,8 +99,9 @@ def command(plan_request, manifest, config, cache_dir, shared_cache, strict, all
             out.warn(f"{pulled.reason()}; starting anyway (--allow-missing)")
         cache_dir = str(store.root)
     prepared = prepare_launch(LaunchOptions(plan=plan, command=argv, cache_dir=cache_dir, strict=strict,
-                                            shared_cache=list(shared_cache), allow_missing=allow_missing, trace_dir=trace_dir,
-                                            misses_path=misses_path, manifest=manifest, model_arg=plan_request.model))
+                                            shared_cache=list(shared_cache), allow_missing=allow_missing,
+                                            trace_dir=trace_dir, misses_path=misses_path, manifest=manifest,
+                                            model_arg=plan_request.model, kill_grace=kill_grace))
     render_prepared(out, prepared)
     return out.report(run_launch(prepared), render_result)
 
@@ -125,10 +133,15 @@ def render_result(out: Output, result: LaunchResult) -> None:
                   hint=("those kernels are outside the plan: record the job's shapes with --no-strict (misses "
                         "file) or --trace, then warm them" if result.refusals_outside_plan
                         else f"warm the cache: {result.warm_hint}"))
+    if result.signals:
+        import signal
+
+        name = signal.Signals(result.signals[0]).name
+        out.info(f"launch got {name}, forwarded it to the job"
+                 + ("; what was left of it after the grace got SIGKILL" if result.killed else "")
+                 + f"; exit {128 + result.signals[0]}")
     if result.strict:
-        if result.new_entries:
-            out.warn(f"{len(result.new_entries)} cache entries appeared during a strict run (another process "
-                     "compiled into this cache?): " + ", ".join(result.new_entries[:10]))
+        _render_strict(out, result)
         return
     if result.trace_warning:
         out.warn(result.trace_warning)
@@ -151,3 +164,23 @@ def render_result(out: Output, result: LaunchResult) -> None:
                  "does not model (or deep_gemm was called outside the traced entry points)")
     if not result.calls_recorded:
         out.warn("no DeepGEMM call was recorded (did the job import deep_gemm in a Python process it started?)")
+
+
+def _render_strict(out: Output, result: LaunchResult) -> None:
+    """A strict run that compiled anything, or ran a Python process without its guard, failed: one error each."""
+    if result.new_entries:
+        more = f" and {len(result.new_entries) - 10} more" if len(result.new_entries) > 10 else ""
+        out.error(f"strict run, but {len(result.new_entries)} cache entries were compiled during it: "
+                  + ", ".join(result.new_entries[:10]) + more,
+                  hint=f"warm them before the run ({result.warm_hint}), and make sure no other process compiles "
+                       f"into {result.cache_dir} while a strict job runs")
+    if result.guard_failures:
+        out.error("strict mode's guard could not be installed in: " + "; ".join(result.guard_failures[:5]),
+                  hint="see the message the process printed; `dgprecompile doctor` checks the environment")
+    if result.unguarded:
+        shown = [f"pid {pid}: {cmd}" for pid, cmd in sorted(result.unguarded.items())[:5]]
+        out.error(f"strict mode was not active in {len(result.unguarded)} Python process(es) of the job "
+                  "(no guard record: the launch's PYTHONPATH was reset or dropped, or python ran with -I/-S): "
+                  + "; ".join(shown),
+                  hint="keep the PYTHONPATH launch sets (prepend to it rather than replace it) in every wrapper "
+                       "of the job, or run with --no-strict to trace instead")

@@ -109,7 +109,8 @@ def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc
         elif kind in ("done", "failed"):
             progress.finished(compiled=kind == "done" and event.get("status") == "compiled")
             if event.get("replaced"):
-                out.warn(f"{event['kernel']}: the entry in the cache was not loadable; rebuilt and replaced it")
+                why = event.get("why") or "not loadable, or not what the index recorded"
+                out.warn(f"{event['kernel']}: the entry in the cache was bad ({why}); rebuilt and replaced it")
             if kind == "failed" and not event.get("error", "").startswith("not started"):
                 out.failure("failed", f"{event['kernel']}\n{event.get('error', '')}")
 

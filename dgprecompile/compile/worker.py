@@ -125,7 +125,9 @@ def serve(job: dict) -> int:
             emit(event="start", kernel=item.kernel, t=time.time())
             try:
                 status, entries, seconds = backend.compile(item)
-                replaced = status == "replaced"  # a bad entry (empty or cut-short cubin) was rebuilt and swapped
+                # a bad or changed entry (empty cubin, other bytes than recorded, a link) was rebuilt and swapped
+                replaced = status == "replaced"
+                why = getattr(backend, "replaced_why", None) if replaced else None
                 status = "compiled" if replaced else status
                 area, skip = getattr(backend, "area", "cache"), getattr(backend, "skip_files", ())
                 records = [store.record_entry(e, seconds if status == "compiled" else None,
@@ -134,10 +136,14 @@ def serve(job: dict) -> int:
                 if status == "adopted":
                     status = "cached"
 
-                def mutate(index, kernel=item.kernel, records=records):
-                    index.kernels[kernel] = records[0]
+                def mutate(index, kernel=item.kernel, records=records, status=status):
+                    def keep(old, new):  # an entry found as recorded keeps its record (who built it, how long)
+                        same = old is not None and (old.entry, old.files, old.area) == (new.entry, new.files, new.area)
+                        return old if same and status == "cached" else new
+
+                    index.kernels[kernel] = keep(index.kernels.get(kernel), records[0])
                     for extra in records[1:]:
-                        index.extra[extra.entry] = extra
+                        index.extra[extra.entry] = keep(index.extra.get(extra.entry), extra)
 
                 own = getattr(backend, "index_mutation", None)  # the sweep backend records m ranges instead
                 store.update_index(own(item, records) if own else mutate)
@@ -153,7 +159,7 @@ def serve(job: dict) -> int:
                     emit(event="failed", kernel=item.kernel, error=f"{text}\n{traceback.format_exc(limit=3)}")
                 continue
             emit(event="done", kernel=item.kernel, status=status, entries=entries, seconds=seconds,
-                 replaced=replaced)
+                 replaced=replaced, why=why)
     finally:
         if close:
             close()

@@ -186,12 +186,20 @@ class DeepJitKeyContext:
         return cxx_templates.instantiation(spec, cxx_templates.TEMPLATES[self.template])
 
     def digest(self, spec: KernelSpec) -> str:
+        return self._digest(self.source(spec))
+
+    def _digest(self, source: str) -> str:
         h = Fnv1a().update(f"cutlass-{self.cutlass}").update(hex_digest(self.nvcc_version_text))
         h.update(" ".join(self.flags())).update("")
-        return h.update(source_hash(self.source(spec), self.header_root or self.include_dir)).hexdigest()
+        return h.update(source_hash(source, self.header_root or self.include_dir)).hexdigest()
+
+    def name_for_source(self, family: str, source: str) -> str:
+        """The entry name of the kernel ``family`` whose kernel.cu is ``source`` (cache/entrycheck.py checks an
+        entry's kernel.cu against its name with it)."""
+        return f"{family}.{self._digest(source)}"
 
     def entry_name(self, spec: KernelSpec) -> str:
-        return f"{spec.family}.{self.digest(spec)}"
+        return self.name_for_source(spec.family, self.source(spec))
 
     # -- building an entry the way the runtime does (compile/backends/nvcc01.py) --
     def nvcc_command(self, nvcc: str, entry_dir: str) -> list[str]:

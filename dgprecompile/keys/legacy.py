@@ -121,7 +121,16 @@ class LegacyKeyContext:
     def sass_opt(self) -> bool:
         return self.nvcc_release <= (12, 8) and not self.disable_ffma_interleave
 
+    def source(self, spec: KernelSpec) -> str:
+        """kernel.cu as the JIT writes it."""
+        return kernel_source(spec)
+
+    def name_for_source(self, family: str, source: str) -> str:
+        """The entry name of the kernel ``family`` whose kernel.cu is ``source`` (cache/entrycheck.py checks an
+        entry's kernel.cu against its name with it)."""
+        signature = (f"{family}$${header_version(self.package_dir)}$${self.nvcc_path}+{self.nvcc_release}"
+                     f"$${self.flags()}$${self.sass_opt}$${source}")
+        return f"kernel.{family}.{hashlib.md5(signature.encode('utf-8', 'surrogateescape')).hexdigest()[:12]}"
+
     def entry_name(self, spec: KernelSpec) -> str:
-        signature = (f"{spec.family}$${header_version(self.package_dir)}$${self.nvcc_path}+{self.nvcc_release}"
-                     f"$${self.flags()}$${self.sass_opt}$${kernel_source(spec)}")
-        return f"kernel.{spec.family}.{hashlib.md5(signature.encode()).hexdigest()[:12]}"
+        return self.name_for_source(spec.family, kernel_source(spec))

@@ -133,8 +133,13 @@ class CxxKeyContext:
         code = instantiation(spec, self.template)
         return f"// Includes' hash value: {includes_hash(code, self.header_root or self.include_dir)}\n{code}"
 
+    def name_for_source(self, family: str, source: str) -> str:
+        """The entry name of the kernel ``family`` whose kernel.cu is ``source`` (cache/entrycheck.py checks an
+        entry's kernel.cu against its name with it)."""
+        return f"kernel.{family}.{digest(f'{family}$${self.signature}$${self.flags()}$${source}')}"
+
     def entry_name(self, spec: KernelSpec) -> str:
-        return f"kernel.{spec.family}.{digest(f'{spec.family}$${self.signature}$${self.flags()}$${self.source(spec)}')}"
+        return self.name_for_source(spec.family, self.source(spec))
 
     # -- building an entry the way the runtime does (compile/backends/nvcc01.py) --
     def nvcc_command(self, nvcc: str, entry_dir: str) -> list[str]:

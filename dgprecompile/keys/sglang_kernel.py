@@ -76,9 +76,9 @@ class SkKeyContext(CxxKeyContext):
         """kernel.cu exactly as the JIT writes it (the generated code, nothing before it)."""
         return cxx_templates.instantiation(spec, cxx_templates.TEMPLATES[self.template])
 
-    def entry_name(self, spec: KernelSpec) -> str:
-        signature = f"{spec.family}$${self.library_version}$${self.signature}$${self.flags()}$${self.source(spec)}"
-        return f"kernel.{spec.family}.{digest(signature)}"
+    def name_for_source(self, family: str, source: str) -> str:
+        signature = f"{family}$${self.library_version}$${self.signature}$${self.flags()}$${source}"
+        return f"kernel.{family}.{digest(signature)}"
 
     def nvcc_command(self, nvcc: str, entry_dir: str) -> list[str]:
         """NVCCCompiler::compile's command (`nvcc kernel.cu -o kernel.cubin <flags>`, -cubin among the flags)."""

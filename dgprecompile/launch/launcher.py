@@ -21,12 +21,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +36,7 @@ from typing import Any
 
 from dgprecompile.cache.store import CacheStore, resolve_cache_dir
 from dgprecompile.cache.verify import VerifyReport, verify_roots
-from dgprecompile.errors import CheckFailed, EnvironmentProblem, InputError
+from dgprecompile.errors import EXIT_CHECK_FAILED, CheckFailed, EnvironmentProblem, InputError
 from dgprecompile.launch.hook import HOOK_DIR, NVCC_STANDIN
 from dgprecompile.planning.plan import Plan, PlanRequest
 from dgprecompile.planning.trace import Call, find_misses, read_trace_dir, write_misses
@@ -43,6 +45,7 @@ from dgprecompile.toolchain import KEY_ENV_VARS, default_nvcc_path
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 FALSY = ("0", "false", "no", "off", "n", "f")
 DEFAULT_MISSES_FILE = "dgprecompile-misses.jsonl"
+GUARD_DIR = "guard"  # under the launch's scratch: one "guard installed" record per Python process (strict)
 
 # The SpecForge command of the report (sgl-project/SpecForge#264): SpecForge 49452e22, sglang 0.5.1.
 # --tp-size/--ep-size/--model-path come from sglang's ServerArgs, --batch-size from BenchArgs.
@@ -194,6 +197,8 @@ def compose_env(plan: Plan, cache_dir: str, fingerprint: Mapping[str, Any], base
     if run_dir:
         hook_vars["DGPRECOMPILE_PLAN_INFO"] = os.path.join(run_dir, "plan-info.json")
         hook_vars["DGPRECOMPILE_EVENTS"] = os.path.join(run_dir, "events.jsonl")
+        if strict:  # each Python process of the job proves its guard is on by a record here
+            hook_vars["DGPRECOMPILE_GUARD_DIR"] = os.path.join(run_dir, GUARD_DIR)
     if trace_dir:
         hook_vars["DGPRECOMPILE_TRACE_DIR"] = str(trace_dir)
         settings.append(EnvSetting("DGPRECOMPILE_TRACE_DIR", str(trace_dir), "trace every DeepGEMM call"))
@@ -307,15 +312,107 @@ def find_command(name: str, env: Mapping[str, str]) -> str:
             or shutil.which(name, path=os.path.dirname(sys.executable)) or name)
 
 
+DEFAULT_KILL_GRACE = 10.0  # seconds between the signal a launcher forwards and the SIGKILL of what is left of the job
+POLL_SECONDS = 0.25  # how often the launcher looks at the job while it runs (no thread: its wait loop)
+_PYTHON_EXE = re.compile(r"python[0-9.]*$")
+
+
+@dataclass
+class JobWatch:
+    """What the launcher saw of the job while it ran: every Python process (pid -> its command line)."""
+
+    scan: bool = True  # look for Python processes at all (strict mode); False: signals only
+    python: dict[int, str] = field(default_factory=dict)
+    signals: list[int] = field(default_factory=list)  # signals the launcher received and forwarded
+    killed: bool = False  # the grace ran out: what was left of the job got SIGKILL
+
+    def look(self, root: int) -> None:
+        from dgprecompile.procfs import job_processes
+
+        if not self.scan:
+            return
+        for st in job_processes(root):
+            if st.pid in self.python:
+                continue
+            try:
+                exe = os.path.basename(os.readlink(f"/proc/{st.pid}/exe"))
+                if not _PYTHON_EXE.match(exe):
+                    continue
+                with open(f"/proc/{st.pid}/cmdline", "rb") as f:
+                    argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+            except OSError:  # gone meanwhile, or not ours to read
+                continue
+            self.python[st.pid] = shlex.join(argv[:6]) + (" ..." if len(argv) > 6 else "")
+
+
+def _kill_job(root: int, signum: int) -> int:
+    """Send ``signum`` to every process of the job (procfs.job_processes); how many got it."""
+    from dgprecompile.procfs import job_processes
+
+    me = os.getpid()
+    sent = 0
+    for st in job_processes(root):
+        if st.pid in (me, 1):
+            continue
+        try:
+            os.kill(st.pid, signum)
+            sent += 1
+        except (ProcessLookupError, PermissionError):
+            pass
+    return sent
+
+
+def _watchdog(job: int, grace: float) -> tuple[int, int]:
+    """Fork a process that outlives this launcher only to end the job with it: it blocks reading a pipe whose only
+    writer is the launcher; end of file without the launcher's "done" (the launcher was killed, SIGKILL included)
+    makes it SIGTERM every process of the job, SIGKILL what is left after ``grace`` seconds, and exit. A process,
+    not a thread: the launcher stays single-threaded (fork without exec is safe), and only a separate process
+    survives a SIGKILL of the launcher. Returns (its pid, the pipe's write end)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(r)
+        return pid, w
+    try:  # the watchdog
+        os.close(w)
+        os.setpgid(0, 0)  # a group of its own: a kill of the launcher's whole group leaves it to end the job
+        for sig in FORWARDED_SIGNALS:  # a terminal's Ctrl-C reaches the launcher, which forwards it
+            signal.signal(sig, signal.SIG_IGN)
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1):
+            os.dup2(null, fd)
+        said = b""
+        while True:
+            chunk = os.read(r, 16)
+            if not chunk:
+                break
+            said += chunk
+        if b"done" not in said and _kill_job(job, signal.SIGTERM):
+            end = time.monotonic() + grace
+            while time.monotonic() < end and _kill_job(job, 0):
+                time.sleep(POLL_SECONDS)
+            _kill_job(job, signal.SIGKILL)
+    finally:
+        os._exit(0)
+
+
 def run_child(argv: list[str], env: Mapping[str, str], *, cwd: str | None = None,
-              on_signal: Callable[[int], None] | None = None) -> int:
-    """Run ``argv`` in its own session with inherited stdio; forward signals; return its shell-style exit code."""
+              on_signal: Callable[[int], None] | None = None, kill_grace: float = DEFAULT_KILL_GRACE,
+              watch: JobWatch | None = None) -> int:
+    """Run ``argv`` in its own session with inherited stdio; forward signals; return its shell-style exit code.
+
+    SIGINT/SIGTERM/SIGHUP sent to the launcher go to every process of the job; ``kill_grace`` seconds after the
+    first one, whatever is left of the job gets SIGKILL, and the launcher returns 128 + that signal (143 for
+    SIGTERM) whatever the job's own code. A watchdog process (:func:`_watchdog`) ends the job if the launcher is
+    killed. ``watch`` collects the job's Python processes while it runs (strict mode's guard check)."""
     proc: list[subprocess.Popen] = []
-    pending: list[int] = []
+    pending: list[int] = []  # arrived before the job existed
+    watch = JobWatch() if watch is None else watch
 
     def handler(signum, _frame):
         if on_signal:
             on_signal(signum)
+        watch.signals.append(signum)
         if proc:
             forward_signal(proc[0].pid, signum)
         else:
@@ -327,6 +424,7 @@ def run_child(argv: list[str], env: Mapping[str, str], *, cwd: str | None = None
             previous[sig] = signal.signal(sig, handler)
         except ValueError:  # not the main thread
             pass
+    dog = None
     try:
         try:
             # executable= finds it; argv[0] stays the name the user gave (what the job sees as its own name)
@@ -336,12 +434,44 @@ def run_child(argv: list[str], env: Mapping[str, str], *, cwd: str | None = None
             raise InputError(f"command not found: {argv[0]}", hint="put the job's command after `--`, as you would run it") from None
         except PermissionError:
             raise InputError(f"command not executable: {argv[0]}", hint=f"chmod +x {argv[0]}, or run it through its interpreter") from None
+        child = proc[0]
+        dog = _watchdog(child.pid, kill_grace)
         for signum in pending:
-            forward_signal(proc[0].pid, signum)
-        code = proc[0].wait()
+            forward_signal(child.pid, signum)
+        deadline = None
+        while True:
+            watch.look(child.pid)
+            try:
+                code = child.wait(timeout=POLL_SECONDS)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            if watch.signals and deadline is None:
+                deadline = time.monotonic() + kill_grace
+            if deadline is not None and time.monotonic() >= deadline and not watch.killed:
+                watch.killed = True
+                _kill_job(child.pid, signal.SIGKILL)
+        if watch.signals:  # what ignored the signal outlives its parent: the rest of the grace, then SIGKILL
+            deadline = deadline or time.monotonic() + kill_grace
+            while _kill_job(child.pid, 0) and time.monotonic() < deadline:
+                time.sleep(POLL_SECONDS)
+            if _kill_job(child.pid, signal.SIGKILL):
+                watch.killed = True
     finally:
+        if dog is not None:
+            try:
+                os.write(dog[1], b"done")
+            except OSError:
+                pass
+            os.close(dog[1])
+            try:
+                os.waitpid(dog[0], 0)
+            except ChildProcessError:
+                pass
         for sig, old in previous.items():
             signal.signal(sig, old)
+    if watch.signals:
+        return 128 + watch.signals[0]
     return 128 - code if code < 0 else code
 
 
@@ -360,6 +490,7 @@ class LaunchOptions:
     misses_path: str | None = None
     manifest: str | None = None
     model_arg: str | None = None
+    kill_grace: float = DEFAULT_KILL_GRACE  # seconds from a forwarded signal to the SIGKILL of what is left
 
 
 @dataclass
@@ -403,17 +534,32 @@ class LaunchResult:
     warm_hint: str = ""
     new_triton: list[str] = field(default_factory=list)  # Triton kernels compiled during the run (not warmed)
     triton_cache_dir: str = ""
+    unguarded: dict[int, str] = field(default_factory=dict)  # strict: Python processes without the guard's record
+    guard_failures: list[str] = field(default_factory=list)  # strict: processes whose guard could not install
+    signals: list[int] = field(default_factory=list)  # signals the launcher received (and forwarded)
+    killed: bool = False  # the grace ran out and what was left of the job got SIGKILL
+
+    @property
+    def strict_failed(self) -> bool:
+        """A strict run that compiled anything into the cache, or ran a Python process without its guard."""
+        return self.strict and bool(self.new_entries or self.unguarded or self.guard_failures)
 
     @property
     def return_code(self) -> int:
-        return self.exit_code  # the job's own exit code (128+N when signal N ended it), as a shell reports
+        # the job's own exit code (128+N when signal N ended it, or when the launcher got signal N), as a shell
+        # reports; a strict run that failed its guarantee is not a success even where the job exited 0
+        if self.exit_code == 0 and self.strict_failed:
+            return EXIT_CHECK_FAILED
+        return self.exit_code
 
     def to_dict(self) -> dict[str, Any]:
         return {"exit_code": self.exit_code, "strict": self.strict, "cache_dir": self.cache_dir,
                 "new_entries": self.new_entries, "refusals": self.refusals,
                 "misses": [{**m.call.to_dict(), "kernels": m.kernels} for m in self.misses],
                 "misses_path": self.misses_path, "calls_recorded": self.calls_recorded,
-                "new_triton": self.new_triton, "triton_cache_dir": self.triton_cache_dir}
+                "new_triton": self.new_triton, "triton_cache_dir": self.triton_cache_dir,
+                "unguarded": {str(k): v for k, v in sorted(self.unguarded.items())},
+                "guard_failures": self.guard_failures, "signals": self.signals, "killed": self.killed}
 
 
 def _read_events(path: Path) -> list[dict[str, Any]]:
@@ -471,6 +617,7 @@ def prepare_launch(opts: LaunchOptions) -> PreparedLaunch:
             raise InputError("the environment conflicts with the warmed cache:\n" +
                              "\n".join(f"  {c}" for c in composed.conflicts),
                              hint="dgprecompile never overrides a value you set; change or unset those variables")
+        (run_dir / GUARD_DIR).mkdir()
         (run_dir / "plan-info.json").write_text(json.dumps({"kernels": sorted(plan.kernels), "warm": hint,
                                                             "jit_modules": jit_name_prefixes(plan)}))
     except BaseException:
@@ -486,8 +633,12 @@ def run_launch(prepared: PreparedLaunch) -> LaunchResult:
         before = set(all_entries(store))
         triton_dir = triton_cache_dir(prepared.env.env)
         triton_before = _listdir(triton_dir)
-        code = run_child(opts.command, prepared.env.env)
-        result = LaunchResult(code, opts.strict, cache_dir=prepared.cache_dir, warm_hint=prepared.warm_hint)
+        watch = JobWatch(scan=opts.strict)
+        code = run_child(opts.command, prepared.env.env, kill_grace=opts.kill_grace, watch=watch)
+        result = LaunchResult(code, opts.strict, cache_dir=prepared.cache_dir, warm_hint=prepared.warm_hint,
+                              signals=list(watch.signals), killed=watch.killed)
+        if opts.strict:
+            _check_guards(prepared.run_dir / GUARD_DIR, watch, result)
         result.refusals = [e for e in _read_events(prepared.run_dir / "events.jsonl") if e.get("event") == "refused"]
         result.refusals_outside_plan = bool(result.refusals) and all(
             e.get("kernel") and e.get("generation") == "legacy" and e["kernel"] not in plan.kernels
@@ -500,6 +651,23 @@ def run_launch(prepared: PreparedLaunch) -> LaunchResult:
         return result
     finally:
         prepared.cleanup()
+
+
+def _check_guards(guard: Path, watch: JobWatch, result: LaunchResult) -> None:
+    """Strict: every Python process the launcher saw in the job must have written its "guard installed" record (a
+    wrapper that resets PYTHONPATH, or runs python -I/-S, starts one without it); name those that did not, and
+    those whose guard failed to install."""
+    try:
+        names = set(os.listdir(guard))
+    except OSError:
+        names = set()
+    result.unguarded = {pid: cmd for pid, cmd in watch.python.items() if str(pid) not in names}
+    for name in sorted(n for n in names if n.startswith("failed-")):
+        try:
+            why = (guard / name).read_text(errors="replace").strip()
+        except OSError:
+            why = "?"
+        result.guard_failures.append(f"pid {name[len('failed-'):]}: {why}")
 
 
 def _collect_misses(opts: LaunchOptions, plan: Plan, prepared: PreparedLaunch, result: LaunchResult) -> None:

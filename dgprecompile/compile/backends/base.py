@@ -13,6 +13,8 @@ from dgprecompile.kernels import KernelSpec
 
 
 class StagingWorker:
+    replaced_why: str | None = None  # what was wrong with the entry the last "replaced" compile swapped out
+
     def __init__(self, job: dict[str, Any]):
         self.store = CacheStore(job["cache_dir"])
         self.arch: str | None = job.get("arch")  # every built cubin is checked against it before it is installed
@@ -22,17 +24,18 @@ class StagingWorker:
     def close(self) -> None:
         shutil.rmtree(self.staging, ignore_errors=True)
 
-    def install_staged(self, paths: list[Path], required: tuple[str, ...] = ()) -> list[bool]:
+    def install_staged(self, paths: list[Path], required: tuple[str, ...] = (), kernel: str = "") -> list[bool]:
         """Move entries a JIT wrote into its staging root into the real cache, each whole and checked (the
-        store's entry check): True where it was installed, False where an identical one was already there
-        (adopted). A bad entry already there (a full disk's leftovers) is swapped for the new one."""
+        store's entry check): True where it was installed or replaced, False where one with the same bytes was
+        already there (adopted). One that differs from the fresh build in any way (a full disk's leftovers, other
+        bytes, a symbolic link, bytes other than the index recorded under ``kernel`` or as an extra entry) is swapped
+        for it: a JIT that just built an entry never adopts a different one."""
+        index = self.store.read_index()
         installed = []
         for path in paths:
-            if self.store.entry_problem(path.name, self.arch, required) not in (None, "missing"):
-                self.store.replace_entry(path, self.arch, required)
-                installed.append(True)
-            else:
-                installed.append(self.store.install_entry(path, self.arch, required))
+            changed = self.store.recorded_problem(kernel, path.name, self.arch, index=index) is not None
+            how = self.store.install_or_replace(path, self.arch, required, changed=changed)
+            installed.append(how != "adopted")
         return installed
 
 
@@ -50,23 +53,31 @@ class KeyedWorker(StagingWorker):
         """Build the entry in the staging root; return its directory and the compile seconds."""
         raise NotImplementedError
 
-    def _problem(self, entry: str) -> str | None:
-        """None when a loadable entry is there: every required file present, cubins whole and for the planned
-        architecture (an empty kernel.cubin left by a full disk is not "already cached")."""
-        return self.store.entry_problem(entry, self.arch, self.required_files)
+    naming = None  # the key context (keys/*: name_for_source), so an entry's kernel.cu is checked against its name
+
+    def _problem(self, kernel: str, entry: str) -> str | None:
+        """None when a loadable entry is there whose bytes are the ones the index recorded for it (if it recorded
+        any) and whose content agrees with its name: every required file present, cubins whole, for the planned
+        architecture and of the kernel kernel.cu instantiates, kernel.cu the source of the entry's key, nothing a
+        symbolic link (an empty kernel.cubin left by a full disk, or another kernel's cubin copied over it, is not
+        "already cached")."""
+        problem = self.store.entry_problem(entry, self.arch, self.required_files, self.naming)
+        if problem is not None:
+            return problem
+        return self.store.recorded_problem(kernel, entry, self.arch)
 
     def compile(self, item: WorkItem) -> tuple[str, list[str], float]:
         spec = KernelSpec(item.family, tuple(item.params.items()))
         entry = self.entry_name(spec)
-        if self._problem(entry) is None:
+        if self._problem(item.kernel, entry) is None:
             return "cached", [entry], 0.0
         with self.store.kernel_lock(item.kernel):
-            problem = self._problem(entry)
+            problem = self._problem(item.kernel, entry)
             if problem is None:  # another warm finished it while we waited
                 return "cached", [entry], 0.0
             staged, seconds = self.build(item, spec, entry)
-            if problem == "missing":
-                installed = self.store.install_entry(staged, self.arch, self.required_files)
-                return ("compiled" if installed else "adopted"), [entry], seconds
-            self.store.replace_entry(staged, self.arch, self.required_files)  # a bad entry: swap in the good one
-            return "replaced", [entry], seconds
+            self.replaced_why = problem
+            # a bad or changed entry is swapped for the fresh build in one exchange; never adopted
+            how = self.store.install_or_replace(staged, self.arch, self.required_files, naming=self.naming,
+                                                changed=problem != "missing")
+            return {"installed": "compiled", "adopted": "adopted", "replaced": "replaced"}[how], [entry], seconds

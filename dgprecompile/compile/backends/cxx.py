@@ -137,6 +137,6 @@ class CxxWorker(StagingWorker):
             if not fresh:
                 raise CompileFailed(f"launching {item.kernel} created no cache entry (it was already loaded in this "
                                     "worker): the plan holds two ids for one kernel")
-            installed = self.install_staged(fresh)
+            installed = self.install_staged(fresh, kernel=item.kernel)
             # an entry that was already in the cache (made by the runtime or another tool) is adopted as is
             return ("compiled" if installed[0] else "adopted"), [p.name for p in fresh], seconds

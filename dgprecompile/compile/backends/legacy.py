@@ -45,6 +45,7 @@ class LegacyWorker(KeyedWorker):
     def __init__(self, job: dict[str, Any]):
         super().__init__(job)
         self.ctx = LegacyKeyContext(**job["key_context"])
+        self.naming = self.ctx
         # The JIT reads both at its first build (lru-cached), so they must be set before that.
         os.environ["DG_JIT_CACHE_DIR"] = str(self.staging)
         os.environ["DG_JIT_NVCC_COMPILER"] = self.ctx.nvcc_path

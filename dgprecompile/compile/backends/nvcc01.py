@@ -27,6 +27,7 @@ class NvccCxxWorker(KeyedWorker):
     def __init__(self, job: dict[str, Any]):
         super().__init__(job)
         self.ctx = load_key_class(job["key_class"])(**job["key_context"])
+        self.naming = self.ctx
         self.nvcc = job["nvcc"]
         self.scratch = tempfile.mkdtemp(prefix="nvcc-", dir=self.staging)
 

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dgprecompile.cache.entrycheck import link_problem
 from dgprecompile.compile.backends import WorkItem
 from dgprecompile.compile.backends.base import StagingWorker
 from dgprecompile.errors import CompileFailed
@@ -73,16 +74,25 @@ class SglangJitWorker(StagingWorker):
         self.override = getattr(_import(module), name)
         self.arch = tuple(job["arch"])
 
-    def _present(self, entry: str, library: str) -> bool:
-        return (self.store.entry_path(entry, self.area) / library).is_file()
+    def _problem(self, kernel: str, entry: str, library: str) -> str | None:
+        """None when the module's library is there, not through a symbolic link, with the bytes the index recorded
+        for it (if it recorded any); else what is wrong ("missing" when there is none)."""
+        path = self.store.entry_path(entry, self.area)
+        linked = link_problem(path)
+        if linked:
+            return linked
+        if not (path / library).is_file():
+            return "missing" if not path.exists() else f"{library} missing"
+        return self.store.recorded_problem(kernel, entry, area=self.area)
 
     def compile(self, item: WorkItem) -> tuple[str, list[str], float]:
         p = item.params
         entry, library = p["entry"], p["library"]
-        if self._present(entry, library):
+        if self._problem(item.kernel, entry, library) is None:
             return "cached", [entry], 0.0
         with self.store.kernel_lock(item.kernel):
-            if self._present(entry, library):
+            problem = self._problem(item.kernel, entry, library)
+            if problem is None:
                 return "cached", [entry], 0.0
             builder = getattr(_import(p["python"]), p["builder"])
             args = resolve_args(p["args"])
@@ -105,7 +115,9 @@ class SglangJitWorker(StagingWorker):
             for name in NOT_RECORDED:
                 if (staged / name).is_file():
                     (staged / name).unlink()
-            installed = self.store.install_entry(staged, area=self.area)
+            self.replaced_why = problem
+            # a module there whose bytes differ from the index's record (or from this build) is replaced, not adopted
+            how = self.store.install_or_replace(staged, area=self.area, changed=problem != "missing")
             for d in Path(self.staging).iterdir():  # anything else this build left in the staging root
                 shutil.rmtree(d, ignore_errors=True)
-            return ("compiled" if installed else "adopted"), [entry], seconds
+            return {"installed": "compiled", "adopted": "adopted", "replaced": "replaced"}[how], [entry], seconds

@@ -8,6 +8,8 @@ Configured by `dgprecompile launch` through the environment:
   DGPRECOMPILE_PLAN_INFO    JSON file {"kernels": [...], "warm": "dgprecompile warm ..."} for refusal messages
   DGPRECOMPILE_EVENTS       JSON-lines file where refusals are appended (the launcher reports them at exit)
   DGPRECOMPILE_CACHE_DIR    the warmed cache, for messages
+  DGPRECOMPILE_GUARD_DIR    strict: where each process (forked ones too) writes its "guard installed" record, a file
+                            named by its pid; the launcher fails a strict job in which a Python process had none
 
 Both hooks act when the module they concern is imported (a ``sys.meta_path`` post-import hook), before the
 importer (e.g. sglang's ``from deep_gemm import fp8_gemm_nt``) sees the module.
@@ -33,6 +35,7 @@ ENV_PLAN_INFO = "DGPRECOMPILE_PLAN_INFO"
 ENV_EVENTS = "DGPRECOMPILE_EVENTS"
 ENV_CACHE_DIR = "DGPRECOMPILE_CACHE_DIR"
 ENV_WARM_HINT = "DGPRECOMPILE_WARM_HINT"
+ENV_GUARD_DIR = "DGPRECOMPILE_GUARD_DIR"
 REFUSED_EXIT = 97
 
 # SGLang's kernel-type names for each DeepGEMM entry point (legacy API, then the C++ API and its fp8_fp4 aliases)
@@ -64,7 +67,10 @@ class _Loader(importlib.abc.Loader):
         self._inner.exec_module(module)
         try:
             self._callback(module)
-        except Exception as exc:  # never break the import
+        except Exception as exc:
+            if getattr(self._callback, "guard", False):  # strict's guard: the import fails rather than run unguarded
+                raise ImportError(f"dgprecompile strict mode: could not guard {module.__name__} against runtime "
+                                  f"compiles ({type(exc).__name__}: {exc})") from exc
             sys.stderr.write(f"dgprecompile hook: patching {module.__name__} failed ({type(exc).__name__}: {exc})\n")
 
     def __getattr__(self, name):
@@ -330,10 +336,14 @@ def patch_legacy_compiler(module):
         sys.stderr.flush()
         raise RuntimeError(message)
 
+    patched = 0
     for cls_name in ("NVCCCompiler", "NVRTCCompiler"):
         cls = getattr(module, cls_name, None)
         if cls is not None:
             cls.compile = classmethod(refuse)
+            patched += 1
+    if not patched:  # not the JIT the guard knows: it would compile unguarded
+        raise RuntimeError(f"{module.__name__} has neither NVCCCompiler nor NVRTCCompiler")
 
 
 def jit_refusal_message(name, build_dir):
@@ -377,14 +387,22 @@ def patch_tvm_ffi(module):
         refuse.__dgprecompile_refuses__ = fname
         return refuse
 
+    patched = 0
     for fname in ("build_inline", "build"):
         if callable(getattr(module, fname, None)):
             setattr(module, fname, make(fname))
+            patched += 1
+    if not patched:
+        raise RuntimeError(f"{module.__name__} has neither build_inline nor build")
 
 
 # ---- install ---------------------------------------------------------------------------------------------
 
 _state = {}
+
+
+patch_legacy_compiler.guard = True  # a strict-mode guard: if it cannot be applied, the import fails
+patch_tvm_ffi.guard = True
 
 
 def install():
@@ -402,12 +420,23 @@ def install():
         callbacks["deep_gemm.jit.compiler"] = patch_legacy_compiler
     if os.environ.get(ENV_STRICT) == "1":
         callbacks["tvm_ffi.cpp.extension"] = patch_tvm_ffi
-    if not callbacks:
-        return
-    for name in [n for n in callbacks if n in sys.modules]:  # already imported (not at startup, but be safe)
-        callbacks.pop(name)(sys.modules[name])
     if callbacks:
-        sys.meta_path.insert(0, PostImportFinder(callbacks))
+        for name in [n for n in callbacks if n in sys.modules]:  # already imported (not at startup, but be safe)
+            callbacks.pop(name)(sys.modules[name])
+        if callbacks:
+            sys.meta_path.insert(0, PostImportFinder(callbacks))
+    if os.environ.get(ENV_GUARD_DIR):
+        record_guard()
+        if hasattr(os, "register_at_fork"):  # a forked child (dataloader worker) holds the same guard
+            os.register_at_fork(after_in_child=record_guard)
+
+
+def record_guard():
+    """This process's "guard installed" record for the launcher (strict mode)."""
+    path = os.path.join(os.environ[ENV_GUARD_DIR], str(os.getpid()))
+    with open(path, "w") as f:
+        json.dump({"pid": os.getpid(), "strict": os.environ.get(ENV_STRICT) == "1",
+                   "generation": os.environ.get(ENV_GENERATION), "argv": sys.argv[:4]}, f)
 
 
 # ---- the refusing half of bin/nvcc ------------------------------------------------------------------------
