@@ -68,19 +68,24 @@ class ServerPath:
     chunked_prefill: int = 8192  # --chunked-prefill-size (-1: off)
     cuda_graph: bool = True  # not --disable-cuda-graph
     custom_all_reduce: bool = True  # not --disable-custom-all-reduce
+    kv_cache_dtype: str = "auto"  # --kv-cache-dtype (auto: the model's dtype)
+    nnodes: int = 1
     gemm_paths: frozenset[str] = frozenset()  # DeepGEMM paths the plan has keys on: dense, masked, contig
     model: tuple[tuple[str, Any], ...] = ()  # model facts read from config.json (head_dim, rope_dim, rope_neox...)
     env: tuple[tuple[str, str], ...] = ()  # SGLANG_* switches the user set that the data names
+    extra: tuple[tuple[str, Any], ...] = ()  # other server options the data names (enable_fused_qk_norm_rope...)
 
     def facts(self) -> dict[str, Any]:
         out: dict[str, Any] = {"model_type": self.model_type, "dtype": self.dtype, "quant": self.quant,
                                "tp": self.tp, "ep": self.ep, "multi_gpu": self.tp > 1, "moe_runner": self.moe_runner,
                                "attention_backend": self.attention_backend,
                                "chunked_prefill": self.chunked_prefill > 0, "cuda_graph": self.cuda_graph,
-                               "custom_all_reduce": self.custom_all_reduce}
+                               "custom_all_reduce": self.custom_all_reduce, "nnodes": self.nnodes,
+                               "kv_cache_dtype": self.kv_cache_dtype}
         out.update({f"gemm_{p}": True for p in self.gemm_paths})
         out.update(dict(self.model))
         out.update({f"env_{k}": v for k, v in self.env})
+        out.update(dict(self.extra))
         return out
 
 
@@ -138,6 +143,11 @@ class JitFamily:
     def naming(self, version: str):
         """The runtime's names for the sglang installed here (EnvironmentProblem when it is not ``version``)."""
         return _load(self.naming_class).build(self, version)
+
+    def name_stem(self, version: str, module) -> str:
+        """The part of the module's runtime name computable without sglang installed (the refusal message
+        tells planned from unplanned modules by it)."""
+        return _load(self.naming_class).name_stem(self, version, module)
 
     def key_fields(self) -> tuple[str, ...]:
         return tuple(f"{self.fingerprint_section}.{f}" for f in self.fingerprint_fields)
