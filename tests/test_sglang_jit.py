@@ -98,7 +98,11 @@ def test_live_m_values_cover_bucket_edges_or_everything():
 def test_live_units_pair_the_masked_keys_into_one_moe_layer():
     units, notes = live_units(_plan(), LiveOptions(m_mode="edges", sample=8), topk=8)
     kinds = [u["kind"] for u in units]
-    assert kinds == ["dense", "dense", "masked"] and notes == []
+    plan = _plan()
+    assert kinds == ["dense", "dense", "masked"] + ["jit"] * len(plan.jit_modules) and notes == []
+    assert [u["module"]["id"] for u in units[3:]] == list(plan.jit_modules)
+    only, _ = live_units(plan, LiveOptions(units="jit"), topk=8)
+    assert [u["kind"] for u in only] == ["jit"] * len(plan.jit_modules)
     moe = units[2]
     assert (moe["experts"], moe["hidden"], moe["width"], moe["topk"]) == (20, 6144, 2560, 8)
     assert [k[1:] for k in moe["keys"]] == [[5120, 6144, 20], [6144, 2560, 20]]
@@ -136,11 +140,13 @@ def _sgl_path():
 
 @pytest.fixture(scope="module")
 def jit_only(tmp_path_factory):
-    """The 480B deep_gemm plan with its DeepGEMM buckets dropped: only SGLang's two JIT modules to build."""
+    """The 480B deep_gemm plan with its DeepGEMM buckets dropped: only SGLang's two quantiser modules to build."""
     data = _plan().to_dict()
     for shape in data["shapes"]:
         shape["buckets"], shape["aux_kernels"] = [], []
     data["kernels"] = []
+    # the two quantisers on the DeepGEMM paths only: the other modules' builds are in test_sglang_jit_inventory.py
+    data["sglang_jit_modules"] = [m for m in data["sglang_jit_modules"] if m["id"] in (V2, ACT)]
     path = tmp_path_factory.mktemp("plan") / "jit.yaml"
     write_manifest(plan_from_dict(data), path)
     return path
