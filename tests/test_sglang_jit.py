@@ -280,3 +280,34 @@ def test_live_names_a_refused_deepgemm_compile_by_the_plans_kernel_id(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.splitlines()[-1]) == [None, H200_DELETED]
+
+
+NONSTRICT_CHILD = """
+import torch
+from sglang.jit_kernel.utils import override_jit_cuda_arch
+import sglang.jit_kernel.clamp_position as cp
+with override_jit_cuda_arch(9, 0):
+    try:
+        cp._jit_clamp_position_module(torch.int64)
+    except Exception as exc:  # loading the built module needs a GPU driver; the build happened
+        print("LOAD", type(exc).__name__)
+print("DONE")
+"""
+
+
+@needs_warmed_cache
+def test_launch_no_strict_lists_the_module_built_at_run_time_without_deepgemm_advice(warmed, jit_only, tmp_path):
+    cache, _ = warmed
+    other = tmp_path / "cache"
+    shutil.copytree(cache, other)
+    child = tmp_path / "child.py"
+    child.write_text(NONSTRICT_CHILD)
+    env = {"PATH": os.path.dirname(NVCC) + os.pathsep + os.path.dirname(sys.executable) + os.pathsep
+           + os.environ["PATH"], "CUDA_HOME": os.path.dirname(os.path.dirname(NVCC)), "MAX_JOBS": "2"}
+    r = _run("launch", "--manifest", jit_only, "--cache-dir", other, "--no-strict", "--json", "--", sys.executable,
+             child, pythonpath=_sgl_path(), env_extra=env)
+    assert r.returncode == 0 and "DONE" in r.stdout, r.stdout + r.stderr
+    result = json.loads(r.stdout[r.stdout.index("{"):])
+    made = [d for d in os.listdir(other / "tvm-ffi") if d.startswith("sgl_kernel_jit_clamp_position_int64_t_")]
+    assert result["new_jit_modules"] == [f"tvm-ffi/{made[0]}"] and result["new_entries"] == []
+    assert "did the job import deep_gemm" not in r.stderr and "every recorded call is in the plan" not in r.stderr
