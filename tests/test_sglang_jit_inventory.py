@@ -188,7 +188,8 @@ def test_no_stage_compares_a_family_or_release_name():
 
     names = [re.escape(f.id) for f in FAMILIES.values()] + [re.escape(v) for f in FAMILIES.values()
                                                              for v in f.modelled_versions()]
-    pattern = re.compile(r"""(==|!=|\bin\b)\s*\(?\s*["'](%s)["']""" % "|".join(names))
+    alternatives = "|".join(names)
+    pattern = re.compile(r"""(==|!=|\bin\b)\s*\(?\s*["'](""" + alternatives + r""")["']""")
     offenders = []
     for path in sorted((REPO / "dgprecompile").rglob("*.py")):
         if path.name == "jit_families.py" or path.parent.name == "hook":
