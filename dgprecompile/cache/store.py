@@ -34,7 +34,15 @@ from dgprecompile.fsutil import atomic_write_text, exchange_paths, fsync_dir, no
 INDEX_SCHEMA = 1
 OURS = "dgprecompile"
 ENTRIES = "cache"  # DeepGEMM's own layout: <root>/cache/<entry>
-AREAS = (ENTRIES, "tvm-ffi")  # the directories of a cache root that hold runtime entries
+
+
+def _areas() -> tuple[str, ...]:
+    from dgprecompile.jit_families import FAMILIES
+
+    return (ENTRIES, *dict.fromkeys(f.area for f in FAMILIES.values()))
+
+
+AREAS = _areas()  # the directories of a cache root that hold runtime entries: DeepGEMM's, each JIT family's
 
 
 def sha256_file(path: Path) -> str:

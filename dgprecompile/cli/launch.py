@@ -109,7 +109,9 @@ def command(plan_request, manifest, config, cache_dir, shared_cache, strict, all
 def render_prepared(out: Output, prepared: PreparedLaunch) -> None:
     plan, check = prepared.opts.plan, prepared.preflight
     if check.complete:
-        out.info(f"preflight: {len(plan.kernels)} planned kernels in {prepared.cache_dir} ({check.verdict()})")
+        out.info(f"preflight: {len(plan.kernels)} planned kernels"
+                 + (f" + {len(plan.jit_modules)} SGLang JIT modules" if plan.jit_modules else "")
+                 + f" in {prepared.cache_dir} ({check.verdict()})")
     else:
         out.warn(f"{len(check.missing)} of {len(plan.kernels)} kernels missing, {len(check.changed)} changed "
                  f"in {prepared.cache_dir} ({check.verdict()}) - starting anyway (--allow-missing)")
@@ -145,10 +147,14 @@ def render_result(out: Output, result: LaunchResult) -> None:
         return
     if result.trace_warning:
         out.warn(result.trace_warning)
+    if result.new_jit_modules:
+        out.table(f"{len(result.new_jit_modules)} SGLang JIT modules built at run time (now in the cache: a "
+                  "later strict launch loads them; plan them with the server command to warm them)", ["module"],
+                  [[e] for e in result.new_jit_modules], to_stderr=True)
     if result.new_entries:
-        out.table(f"{len(result.new_entries)} cache entries compiled at run time", ["entry"],
+        out.table(f"{len(result.new_entries)} DeepGEMM cache entries compiled at run time", ["entry"],
                   [[e] for e in result.new_entries], to_stderr=True)
-    else:
+    elif not result.new_jit_modules:
         out.info("no cache entry was compiled at run time")
     if result.misses:
         out.table(f"{len(result.misses)} recorded calls outside the plan",
@@ -159,19 +165,25 @@ def render_result(out: Output, result: LaunchResult) -> None:
         out.info(f"misses written to {result.misses_path}; warm them with: "
                  f"dgprecompile warm --from-misses {shlex.quote(result.misses_path)} --cache-dir "
                  f"{shlex.quote(result.cache_dir)}")
+    if not result.calls_recorded:  # the job made no DeepGEMM call: DeepGEMM's own advice does not apply
+        if result.new_entries:
+            out.warn("DeepGEMM entries were compiled but no DeepGEMM call was recorded (did the job import "
+                     "deep_gemm in a Python process it started?)")
+        else:
+            out.info("no DeepGEMM call was recorded")
+        return
     if result.new_entries and not result.misses:
         out.warn("entries were compiled but every recorded call is in the plan: they may be kernels the plan "
                  "does not model (or deep_gemm was called outside the traced entry points)")
-    if not result.calls_recorded:
-        out.warn("no DeepGEMM call was recorded (did the job import deep_gemm in a Python process it started?)")
 
 
 def _render_strict(out: Output, result: LaunchResult) -> None:
     """A strict run that compiled anything, or ran a Python process without its guard, failed: one error each."""
-    if result.new_entries:
-        more = f" and {len(result.new_entries) - 10} more" if len(result.new_entries) > 10 else ""
-        out.error(f"strict run, but {len(result.new_entries)} cache entries were compiled during it: "
-                  + ", ".join(result.new_entries[:10]) + more,
+    appeared = result.new_entries + result.new_jit_modules
+    if appeared:
+        more = f" and {len(appeared) - 10} more" if len(appeared) > 10 else ""
+        out.error(f"strict run, but {len(appeared)} cache entries were compiled during it: "
+                  + ", ".join(appeared[:10]) + more,
                   hint=f"warm them before the run ({result.warm_hint}), and make sure no other process compiles "
                        f"into {result.cache_dir} while a strict job runs")
     if result.guard_failures:
