@@ -7,8 +7,9 @@ from pathlib import Path
 import click
 
 from dgprecompile.cli.options import cache_dir_option, output_options, plan_options, resolve_plan
-from dgprecompile.compile.warm import WarmOptions, WarmResult, prepare_warm, run_warm
+from dgprecompile.compile.warm import WarmOptions, WarmResult, WarmSetup, prepare_warm, run_warm
 from dgprecompile.errors import InputError
+from dgprecompile.generations import BACKENDS, DEEPGEMM_BACKENDS
 from dgprecompile.output import Output
 
 
@@ -24,12 +25,10 @@ def _parse_gpus(text: str | None) -> list[int] | None:
 @click.command("warm")
 @plan_options
 @cache_dir_option
-@click.option("--backend", type=click.Choice(["auto", "legacy", "cxx", "nvcc", "sweep"]), default="auto",
-              help="legacy: the Python JIT's own build (no GPU); cxx: launch each kernel once on a GPU so the C++ "
-                   "JIT compiles it; nvcc: build sgl-deep-gemm 0.1.0-0.2.5 entries with nvcc directly (no GPU); "
-                   "sweep: call the C++-JIT DeepGEMM on a GPU for every sampled m of each key and keep what it "
-                   "builds (docs/sweep.md). Default: legacy, nvcc or cxx by the installed DeepGEMM; sweep for "
-                   "keys-only plans.")
+@click.option("--backend", type=click.Choice(["auto", *DEEPGEMM_BACKENDS]), default="auto",
+              help="; ".join(f"{name}: {BACKENDS[name].help}" for name in DEEPGEMM_BACKENDS)
+                   + ". Default: the installed DeepGEMM generation's first usable one; the sweep for keys-only "
+                     "plans.")
 @click.option("--jobs", "-j", type=int, default=None,
               help="Worker processes (default: CPU cores, capped by the number of kernels).")
 @click.option("--gpus", default=None, metavar="0,1,..", help="C++ JIT: GPUs to spread workers over (default all).")
@@ -63,28 +62,7 @@ def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc
         plan = resolve_plan(plan_request, manifest)
     setup = prepare_warm(plan, WarmOptions(cache_dir=cache_dir, backend=backend, jobs=jobs, gpus=_parse_gpus(gpus),
                                            nvcc=nvcc, sglang_jit=sglang_jit))
-    unit = "sweep chunks" if setup.backend == "sweep" else "kernels"
-    out.info(f"plan: {plan.model} tp={plan.tp} ep={plan.ep} sglang {plan.profile.id}: {len(setup.items)} {unit}"
-             + (f" + {len(setup.jit_items)} SGLang JIT modules" if setup.jit_items else "")
-             + (f" (rank {setup.rank} of {setup.world})" if setup.world > 1 else ""))
-    if setup.jit_items:
-        out.info(f"SGLang JIT modules: built with the installed sglang {plan.sglang_version} into "
-                 f"{setup.store.root / 'tvm-ffi'} (one ninja job per worker: MAX_JOBS=1); the runtime reads them "
-                 f"with TVM_FFI_CACHE_DIR={setup.store.root / 'tvm-ffi'} (launch sets it)")
-    for module, why in setup.jit_skipped.items():
-        out.warn(f"not built: {module}: {why}")
-    out.info(f"cache: {setup.store.root}   backend: {setup.backend}   nvcc: {setup.fingerprint['nvcc']['path']} "
-             f"({setup.fingerprint['nvcc']['release']})")
-    out.info(f"task budget: {setup.workers} worker processes x (1 thread + 1 compiler tree of <= 4 tasks) "
-             f"= at most {setup.task_budget} tasks; no thread pools")
-    for note in setup.notes:
-        out.warn(note)
-    for label in setup.swept:
-        out.info(f"cached: {label}")
-    for field, was, now in setup.stale:
-        out.warn(f"cache index was built for {field}={was!r}, now {now!r}: its entries will not be found; "
-                 "re-indexing for this environment")
-
+    _announce(out, plan, setup)
     progress = out.progress(len(setup.items) + len(setup.jit_items), "warming",
                             seconds_per_item=plan.profile.seconds_per_kernel, workers=setup.workers)
 
@@ -108,14 +86,60 @@ def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc
     return out.report(result, render)
 
 
+def _announce(out: Output, plan, setup: WarmSetup) -> None:
+    """What is about to be built, where, with which budget; what the user should know first."""
+    unit = "sweep chunks" if BACKENDS[setup.backend].sweeps else "kernels"
+    out.info(f"plan: {plan.model} tp={plan.tp} ep={plan.ep} sglang {plan.profile.id}: {len(setup.items)} {unit}"
+             + (f" + {len(setup.jit_items)} SGLang JIT modules" if setup.jit_items else "")
+             + (f" (rank {setup.rank} of {setup.world})" if setup.world > 1 else ""))
+    if setup.jit_items:
+        out.info(f"SGLang JIT modules: built with the installed sglang {plan.sglang_version} into "
+                 f"{setup.store.root / 'tvm-ffi'} (one ninja job per worker: MAX_JOBS=1); the runtime reads them "
+                 f"with TVM_FFI_CACHE_DIR={setup.store.root / 'tvm-ffi'} (launch sets it)")
+    for module, why in setup.jit_skipped.items():
+        out.warn(f"not built: {module}: {why}")
+    out.info(f"cache: {setup.store.root}   backend: {setup.backend}   nvcc: {setup.fingerprint['nvcc']['path']} "
+             f"({setup.fingerprint['nvcc']['release']})")
+    out.info(f"task budget: {setup.workers} worker processes x (1 thread + 1 compiler tree of <= 4 tasks) "
+             f"= at most {setup.task_budget} tasks; no thread pools")
+    for note in setup.notes:
+        out.warn(note)
+    for label in setup.swept:
+        out.info(f"cached: {label}")
+    for field, was, now in setup.stale:
+        out.warn(f"cache index was built for {field}={was!r}, now {now!r}: its entries will not be found; "
+                 "re-indexing for this environment")
+
+
+
 def render(out: Output, result: WarmResult) -> None:
     out.table("warm summary", ["compiled", "already cached", "failed", "wall time", "compile time (sum)",
                                "workers", "cache size"],
               [[len(result.compiled), len(result.cached), len(result.failed), f"{result.wall_seconds:.1f} s",
                 f"{sum(result.compiled.values()):.1f} s", result.workers, f"{result.cache_bytes / 1e6:.1f} MB"]])
+    times = compile_times(result)
+    if times:
+        out.table("compile time per item (the slowest of each kind)", ["kind", "compiled", "sum", "longest", "item"],
+                  times)
     if result.no_space:
         out.error(f"{result.no_space}; {len(result.failed)} kernels not built, nothing partial was installed",
                   result.no_space_hint)
     elif result.failed:
         out.error(f"{len(result.failed)} of {result.kernels} kernels failed to compile: "
                   + ", ".join(sorted(result.failed)[:5]), "the compiler's output for each is printed above")
+
+
+def compile_times(result: WarmResult, shown: int = 3) -> list[list[str]]:
+    """Per kind of item (DeepGEMM kernels, SGLang JIT modules): how many compiled, their seconds summed, and
+    the ``shown`` slowest with their seconds (every item's seconds are in --json's item_seconds)."""
+    jit = set(result.jit_ids)
+    rows = []
+    for kind, ids in (("DeepGEMM kernels", [k for k in result.compiled if k not in jit]),
+                      ("SGLang JIT modules", [k for k in result.compiled if k in jit])):
+        if not ids:
+            continue
+        slowest = sorted(ids, key=lambda k: -result.compiled[k])[:shown]
+        rows.append([kind, str(len(ids)), f"{sum(result.compiled[k] for k in ids):.1f} s",
+                     f"{result.compiled[slowest[0]]:.1f} s",
+                     ", ".join(f"{k} {result.compiled[k]:.1f} s" for k in slowest)])
+    return rows

@@ -30,6 +30,7 @@ class JitVersionSpec:
     arch_override: str
     arch: tuple[int, int]
     modules: tuple[dict[str, Any], ...]
+    build_seconds: float  # one module's build (MAX_JOBS=1), measured: warm hands the costliest work out first
 
     @property
     def arch_name(self) -> str:
@@ -41,7 +42,7 @@ def _load() -> tuple[JitVersionSpec, ...]:
     data = yaml.safe_load(resources.files("dgprecompile.data").joinpath("sglang_jit.yaml").read_text())
     return tuple(JitVersionSpec(SpecifierSet(v["sglang"]), v["source_root"], v["include_dir"], v["name_prefix"],
                                 v["build_dir"], v["cache_dir_env"], v["cache_dir_default"], v["arch_override"],
-                                tuple(v["arch"]), tuple(v["modules"])) for v in data["versions"])
+                                tuple(v["arch"]), tuple(v["modules"]), float(v["build_seconds"])) for v in data["versions"])
 
 
 def spec_for(sglang_version: str | None) -> JitVersionSpec | None:

@@ -24,6 +24,11 @@ from dgprecompile.errors import CompileFailed, EnvironmentProblem
 from dgprecompile.kernels import ceil_div
 
 
+def preload(job: dict[str, Any]) -> None:
+    """The zygote's import of torch (this backend and the sweep's), before it forks; no CUDA."""
+    import torch  # noqa: F401
+
+
 class SglangCalls:
     """The installed C++-JIT DeepGEMM on this worker's GPU, called the way SGLang's Hopper path calls it.
 

@@ -11,6 +11,7 @@ finished build directory is checked against the name dgprecompile computes (keys
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import shutil
@@ -57,18 +58,33 @@ def _import(name: str):
         raise CompileFailed(f"cannot import {name} from the installed sglang: {type(exc).__name__}: {exc}") from None
 
 
+@contextlib.contextmanager
+def _environ(values: dict[str, str]):
+    """``values`` in os.environ for the duration, then what was there before."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 class SglangJitWorker(StagingWorker):
     area = JIT_AREA
     skip_files = NOT_RECORDED
 
     def __init__(self, job: dict[str, Any]):
         super().__init__(job)
-        os.environ["TVM_FFI_CACHE_DIR"] = str(self.staging)
-        os.environ["MAX_JOBS"] = "1"
+        # set only around a build: the same worker builds DeepGEMM's kernels, whose JIT reads CUDA_HOME and PATH
+        self.env = {"TVM_FFI_CACHE_DIR": str(self.staging), "MAX_JOBS": "1"}
         if job.get("cuda_home"):
-            os.environ["CUDA_HOME"] = job["cuda_home"]
+            self.env["CUDA_HOME"] = job["cuda_home"]
         if job.get("ninja_dir"):
-            os.environ["PATH"] = job["ninja_dir"] + os.pathsep + os.environ.get("PATH", "")
+            self.env["PATH"] = job["ninja_dir"] + os.pathsep + os.environ.get("PATH", "")
         module, _, name = job["arch_override"].partition(":")
         self.override = getattr(_import(module), name)
         self.arch = tuple(job["arch"])
@@ -77,6 +93,10 @@ class SglangJitWorker(StagingWorker):
         return (self.store.entry_path(entry, self.area) / library).is_file()
 
     def compile(self, item: WorkItem) -> tuple[str, list[str], float]:
+        with _environ(self.env):
+            return self._compile(item)
+
+    def _compile(self, item: WorkItem) -> tuple[str, list[str], float]:
         p = item.params
         entry, library = p["entry"], p["library"]
         if self._present(entry, library):
