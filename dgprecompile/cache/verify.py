@@ -83,6 +83,10 @@ def current_environment(generation: str, recorded: dict[str, Any] | None, *, nvc
     return Environment(install, found, make_fingerprint(install, found, num_sms, gpu), warnings)
 
 
+# a VerifyReport's coverage (in its JSON too): the keys' m ranges were covered by sweep records
+COVERED_BY_SWEEP = "sweep"
+
+
 @dataclass
 class VerifyReport:
     plan: Plan
@@ -128,7 +132,7 @@ class VerifyReport:
         if self.complete:
             return None
         where = f"--cache-dir {self.cache_dir}"
-        if self.coverage == "sweep" and not self.stale:
+        if self.coverage == COVERED_BY_SWEEP and not self.stale:
             return (f"run `dgprecompile warm --backend sweep` on a GPU machine with the same plan and {where}: it "
                     "sweeps only the m ranges not covered")
         if self.stale:
@@ -139,9 +143,9 @@ class VerifyReport:
     def verdict(self) -> str:
         n = len(self.kernels)
         ok = n - len(self.problems)
-        how = {"proved": "coverage proved from the runtime's keys", "sweep": "every key's m range covered by "
+        how = {"proved": "coverage proved from the runtime's keys", COVERED_BY_SWEEP: "every key's m range covered by "
                "sweep records"}.get(self.coverage, "checked against the index")
-        unit = "keys / m ranges" if self.coverage == "sweep" else "kernels"
+        unit = "keys / m ranges" if self.coverage == COVERED_BY_SWEEP else "kernels"
         fp = ("fingerprint matches" if self.fingerprint_checked else "fingerprint not checked")
         if self.complete:
             return f"complete: {ok}/{n} {unit} present and intact, {fp} ({how})"
@@ -247,7 +251,7 @@ def verify_cache(plan: Plan, store: CacheStore, *, nvcc: str | None = None,
     checks += _check_jit(plan, store, index, jit_names)
     coverage = "proved" if names is not None and (not plan.jit_modules or jit_names is not None) else "index"
     if by_sweep:
-        coverage = "sweep"
+        coverage = COVERED_BY_SWEEP
     return VerifyReport(plan, str(store.root), generation, checks, index.fingerprint, env.fingerprint, stale,
                         coverage, warnings)
 
