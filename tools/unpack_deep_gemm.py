@@ -7,7 +7,11 @@ only the files copied, with the wheel's own hashes), so `importlib.metadata` rep
 version as a full install: the cache fingerprint (and every key derived from it) is the one a job with the
 whole sgl-kernel computes, and `pip uninstall sgl-kernel` removes exactly these files.
 
-    python tools/unpack_deep_gemm.py WHEEL SITE_PACKAGES
+The device scripts (tests/gpu/fetch_generation_wheels.sh) take the same package out of a wheel as a tarball
+of `deep_gemm/` alone (--tgz; --no-so leaves out the compiled extensions, rebuilt from source on the device):
+this is the one place that knows which members of a wheel are the package.
+
+    python tools/unpack_deep_gemm.py [--tgz [--no-so]] WHEEL SITE_PACKAGES|OUT.tgz
 """
 
 from __future__ import annotations
@@ -16,11 +20,33 @@ import csv
 import io
 import shutil
 import sys
+import tarfile
 import zipfile
 from email.parser import Parser
 from pathlib import Path
 
 PACKAGE = "deep_gemm/"
+
+
+def package_members(zf: zipfile.ZipFile, wheel: Path, with_so: bool = True) -> list[str]:
+    """The files of the wheel's deep_gemm/ package (without its .so files unless ``with_so``)."""
+    members = [n for n in zf.namelist() if n.startswith(PACKAGE) and not n.endswith("/")
+               and (with_so or not n.endswith(".so"))]
+    if not members:
+        raise SystemExit(f"{wheel} holds no {PACKAGE} package")
+    return members
+
+
+def to_tarball(wheel: Path, out: Path, with_so: bool = True) -> int:
+    """deep_gemm/ alone as a gzip tarball (what the device scripts untar into a site-packages)."""
+    with zipfile.ZipFile(wheel) as zf, tarfile.open(out, "w:gz") as tar:
+        members = package_members(zf, wheel, with_so)
+        for name in members:
+            data = zf.read(name)
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o755 if name.endswith(".so") else 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return len(members)
 
 
 def unpack(wheel: Path, site: Path) -> tuple[str, str, int]:
@@ -30,9 +56,7 @@ def unpack(wheel: Path, site: Path) -> tuple[str, str, int]:
         meta = Parser().parsestr(zf.read(f"{info_dir}/METADATA").decode())
         dist, version = meta["Name"], meta["Version"]
         record = {row[0]: row for row in csv.reader(io.StringIO(zf.read(f"{info_dir}/RECORD").decode())) if row}
-        members = [n for n in names if n.startswith(PACKAGE) and not n.endswith("/")]
-        if not members:
-            raise SystemExit(f"{wheel} holds no {PACKAGE} package")
+        members = package_members(zf, wheel)
         if (site / PACKAGE).exists():
             shutil.rmtree(site / PACKAGE)
         for name in members:
@@ -57,10 +81,16 @@ def unpack(wheel: Path, site: Path) -> tuple[str, str, int]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
+    flags = {a for a in argv if a.startswith("--")}
+    args = [a for a in argv if not a.startswith("--")]
+    if len(args) != 2 or flags - {"--tgz", "--no-so"} or ("--no-so" in flags and "--tgz" not in flags):
         print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
         return 2
-    wheel, site = Path(argv[0]), Path(argv[1])
+    if "--tgz" in flags:
+        count = to_tarball(Path(args[0]), Path(args[1]), with_so="--no-so" not in flags)
+        print(f"wrote {PACKAGE} only ({count} files) of {Path(args[0]).name} to {args[1]}")
+        return 0
+    wheel, site = Path(args[0]), Path(args[1])
     dist, version, count = unpack(wheel, site)
     print(f"installed {PACKAGE} only ({count} files) from {dist} {version} into {site}")
     return 0

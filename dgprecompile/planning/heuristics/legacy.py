@@ -22,9 +22,8 @@ import math
 from functools import lru_cache
 
 from dgprecompile.kernels import KernelSpec, KernelType, ceil_div
-from dgprecompile.planning.heuristics import grid_breakpoints
+from dgprecompile.planning.heuristics import SMEM_CAPACITY, grid_breakpoints
 
-SMEM_CAPACITY = 232448
 BLOCK_K = 128
 
 # build name and GemmType the runtime uses for each SGLang kernel type

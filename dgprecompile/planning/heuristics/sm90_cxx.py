@@ -26,9 +26,8 @@ from __future__ import annotations
 import struct
 
 from dgprecompile.kernels import KernelSpec, KernelType, ceil_div
-from dgprecompile.planning.heuristics import grid_breakpoints
+from dgprecompile.planning.heuristics import SMEM_CAPACITY, grid_breakpoints
 
-SMEM_CAPACITY = 232448
 MAX_STAGES = 16
 INT64_MAX = 2**63 - 1
 
