@@ -1,9 +1,11 @@
 """Warm: turn a plan into cache entries, with worker processes and no thread pools.
 
 The parent (no torch import) checks the toolchain and writes the fingerprint, then starts one zygote process
-(``dgprecompile.compile.worker``) that imports the backend's libraries once and forks the workers. The parent
-hands the kernels out one at a time, costliest first, to whichever worker is free; each worker compiles in its
-main thread and reports events on a pipe, which the parent reads.
+(``dgprecompile.compile.worker``) that imports every backend's libraries once (the plan's DeepGEMM backend and,
+where the plan has them, SGLang's JIT modules) and forks ``--jobs`` workers, each serving both. The parent hands
+the items out one at a time, costliest first, to whichever worker is free; each worker compiles in its main
+thread and reports events on a pipe, which the parent reads. Who gets what, who is blamed for a failure and
+when to stop is compile/schedule.py's pure state machine; this module only moves the bytes.
 """
 
 from __future__ import annotations
@@ -117,6 +119,7 @@ class WarmResult:
                 "compile_seconds_sum": round(sum(self.compiled.values()), 2), "cache_bytes": self.cache_bytes,
                 "workers": self.workers, "no_space": self.no_space,
                 "item_seconds": {k: round(v, 2) for k, v in sorted(self.compiled.items())},
+                "sglang_jit_module_ids": list(self.jit_ids),
                 "timeline": {"workers_ready_first_s": round(min(self.ready_seconds), 2) if self.ready_seconds else None,
                              "workers_ready_last_s": round(max(self.ready_seconds), 2) if self.ready_seconds else None,
                              "last_kernel_done_s": round(self.last_result_seconds, 2)}}
