@@ -93,6 +93,17 @@ def test_a_full_disk_stops_everything_not_yet_handed_out():
     assert s.stopped == NO_SPACE and s.drained() == []
 
 
+def test_after_a_full_disk_an_item_put_back_is_not_handed_out_again():
+    s = Scheduler.start([Job("a", DG, 2.0), Job("b", DG, 1.0)], 2)
+    s.ready(0, [DG])
+    s.ready(1, [DG])
+    s.finished(0, "a", no_space=True)
+    assert closed(s.send_failed(1)) == [1]  # its "b" goes back to the queue, but the warm has stopped
+    s.stream_closed(1)
+    s.exited(1, 0)
+    assert [(a.job.id, a.why) for a in s.drained()] == [("b", NO_SPACE)]
+
+
 def test_a_broken_pipe_puts_the_item_back_at_the_head_for_another_worker():
     s = Scheduler.start([Job("a", DG, 2.0), Job("b", DG, 1.0)], 2)
     s.ready(0, [DG])

@@ -125,8 +125,8 @@ class Scheduler:
         return self._settle(w)
 
     def drained(self) -> list[Action]:
-        """Every worker is gone: what is still queued had no worker to build it."""
-        left = [NotStarted(job, NO_WORKER) for job in self.queue]
+        """Every worker is gone: what is still queued had no worker to build it (or was stopped)."""
+        left = [NotStarted(job, self.stopped or NO_WORKER) for job in self.queue]
         self.queue.clear()
         return left
 
@@ -142,6 +142,8 @@ class Scheduler:
         worker = self.workers[w]
         if not worker.open or worker.held is not None:
             return []
+        if self.stopped:  # nothing more is handed out (an item put back by a broken pipe stays queued)
+            return self._close(w)
         for pos, job in enumerate(self.queue):
             if job.kind in worker.kinds:
                 del self.queue[pos]
