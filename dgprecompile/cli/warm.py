@@ -117,10 +117,10 @@ def render(out: Output, result: WarmResult) -> None:
                                "workers", "cache size"],
               [[len(result.compiled), len(result.cached), len(result.failed), f"{result.wall_seconds:.1f} s",
                 f"{sum(result.compiled.values()):.1f} s", result.workers, f"{result.cache_bytes / 1e6:.1f} MB"]])
-    times = compile_times(result)
-    if times:
-        out.table("compile time per item (the slowest of each kind)", ["kind", "compiled", "sum", "longest", "item"],
-                  times)
+    kinds, slowest = compile_times(result)
+    if kinds:
+        out.table("compile time per kind", ["kind", "compiled", "sum", "longest"], kinds)
+        out.table("slowest compiles", ["item", "seconds"], slowest, no_wrap=("item",))
     if result.no_space:
         out.error(f"{result.no_space}; {len(result.failed)} kernels not built, nothing partial was installed",
                   result.no_space_hint)
@@ -129,17 +129,18 @@ def render(out: Output, result: WarmResult) -> None:
                   + ", ".join(sorted(result.failed)[:5]), "the compiler's output for each is printed above")
 
 
-def compile_times(result: WarmResult, shown: int = 3) -> list[list[str]]:
-    """Per kind of item (DeepGEMM kernels, SGLang JIT modules): how many compiled, their seconds summed, and
-    the ``shown`` slowest with their seconds (every item's seconds are in --json's item_seconds)."""
+def compile_times(result: WarmResult, shown: int = 3) -> tuple[list[list[str]], list[list[str]]]:
+    """Per kind of item (DeepGEMM kernels, SGLang JIT modules): how many compiled, their seconds summed, the
+    longest; and the ``shown`` slowest items of each kind with their seconds (--json: every item's
+    item_seconds)."""
     jit = set(result.jit_ids)
-    rows = []
+    kinds, slowest = [], []
     for kind, ids in (("DeepGEMM kernels", [k for k in result.compiled if k not in jit]),
                       ("SGLang JIT modules", [k for k in result.compiled if k in jit])):
         if not ids:
             continue
-        slowest = sorted(ids, key=lambda k: -result.compiled[k])[:shown]
-        rows.append([kind, str(len(ids)), f"{sum(result.compiled[k] for k in ids):.1f} s",
-                     f"{result.compiled[slowest[0]]:.1f} s",
-                     ", ".join(f"{k} {result.compiled[k]:.1f} s" for k in slowest)])
-    return rows
+        top = sorted(ids, key=lambda k: -result.compiled[k])[:shown]
+        kinds.append([kind, str(len(ids)), f"{sum(result.compiled[k] for k in ids):.1f} s",
+                      f"{result.compiled[top[0]]:.1f} s"])
+        slowest += [[k, f"{result.compiled[k]:.1f} s"] for k in top]
+    return kinds, slowest
