@@ -30,6 +30,7 @@ from dgprecompile.compile.schedule import NO_SPACE, Action, Close, Job, Lost, Sc
 from dgprecompile.errors import EXIT_COMPILE_FAILED, EXIT_ENVIRONMENT, EXIT_OK, EnvironmentProblem, InputError
 from dgprecompile.fsutil import free_bytes, human_bytes, mount_point
 from dgprecompile.generations import SGLANG_JIT_BACKEND, get_backend
+from dgprecompile.kernels import TRANSPOSE_FAMILY
 from dgprecompile.keys.fingerprint import differences, make_fingerprint, short_id
 from dgprecompile.planning.plan import Plan
 from dgprecompile.toolchain import find_deepgemm, find_nvcc
@@ -141,7 +142,7 @@ def _estimated_cost(item: WorkItem) -> float:
     (measured on an H200 host under a 16-way load: grouped kernels and large tiles take 5-10 s, layout kernels
     about 1 s), scaled so a grouped 128x128 kernel costs its 4 s alone (bench/results/README.md), the unit
     SGLang's JIT modules are estimated in too."""
-    if item.family == "transpose_fp32":
+    if item.family == TRANSPOSE_FAMILY:
         return 0.1 * SECONDS_PER_COST_UNIT
     p = item.params
     tile = (p.get("BM", 64) * p.get("BN", 64)) / (128 * 128)
