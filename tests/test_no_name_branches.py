@@ -13,12 +13,14 @@ from pathlib import Path
 
 from dgprecompile.compile.sweep import SWEEP_FAMILY
 from dgprecompile.generations import BACKENDS, GENERATIONS
+from dgprecompile.kernels import TRANSPOSE_FAMILY
+from dgprecompile.planning.heuristics.sm90_cxx import FAMILY as CXX_FAMILY
 from dgprecompile.planning.profiles import all_profiles
 
 PACKAGE = Path(__file__).resolve().parent.parent / "dgprecompile"
 
 # the modules that hold the objects: they may name what they define
-OBJECT_MODULES = {"generations.py", "planning/profiles.py"}
+OBJECT_MODULES = {"generations.py", "planning/profiles.py", "kernels.py"}
 
 # Other engineers edit these this round (issue 24's own list names them); the lead removes their name branches
 # after merging, and then this allowlist:
@@ -30,8 +32,9 @@ ALLOWED_DIRS = ("launch/hook/",)
 
 
 def names() -> set[str]:
-    jit_families = {"sglang_jit", SWEEP_FAMILY}  # the WorkItem families that are not one DeepGEMM kernel
-    return set(GENERATIONS) | set(BACKENDS) | {p.id for p in all_profiles()} | jit_families
+    families = {"sglang_jit", SWEEP_FAMILY, TRANSPOSE_FAMILY}  # work-item families: JIT modules, sweep chunks,
+    families |= {name for name, _ in CXX_FAMILY.values()}  # and the C++ JITs' kernel families
+    return set(GENERATIONS) | set(BACKENDS) | {p.id for p in all_profiles()} | families
 
 
 def _strings(node: ast.AST) -> list[str]:
