@@ -61,7 +61,6 @@ def main() -> int:
     warm = _dgp(warm_args, path)
     b = time.perf_counter() - t0
     load_after = _load()
-    (out / "warm_stderr.txt").write_text(warm.stderr)
     if warm.returncode:
         print(warm.stderr[-3000:], file=sys.stderr)
         return 1
