@@ -4,8 +4,10 @@ Stages never branch on a generation's name; they ask its :class:`Generation`:
 
 * planning: ``heuristic()``, the pure-Python kernel choice (None where it is not modelled);
 * keys: ``key_context(install, nvcc)``, the exact entry names the runtime looks up, for the releases
-  ``computes_keys(version)`` says it reproduces;
-* compile: ``backends`` (the first usable one is the default) and ``choose_backend``;
+  ``computes_keys(version)`` says it reproduces (``refuse_nvrtc``: the one refusal of its NVRTC switch);
+* compile: ``backends`` (the first usable one is the default), ``choose_backend`` and ``sweep_backend``; each
+  backend is a :class:`Backend` in ``BACKENDS`` (its worker class, zygote preload, whether it needs a GPU);
+* traces and doctor: ``trace_api`` (what the launch hook records), ``load_tasks`` (tasks a warm load adds);
 * fingerprint: ``fingerprint_fields``, the fields whose difference makes the runtime look under other keys;
 * cache layout: ``entry_files``, what makes an entry whole for this runtime;
 * launch: ``strict_by`` (how a runtime compile is refused: the startup hook or the nvcc stand-in).
