@@ -4,8 +4,10 @@ Stages never branch on a generation's name; they ask its :class:`Generation`:
 
 * planning: ``heuristic()``, the pure-Python kernel choice (None where it is not modelled);
 * keys: ``key_context(install, nvcc)``, the exact entry names the runtime looks up, for the releases
-  ``computes_keys(version)`` says it reproduces;
-* compile: ``backends`` (the first usable one is the default) and ``choose_backend``;
+  ``computes_keys(version)`` says it reproduces (``refuse_nvrtc``: the one refusal of its NVRTC switch);
+* compile: ``backends`` (the first usable one is the default), ``choose_backend`` and ``sweep_backend``; each
+  backend is a :class:`Backend` in ``BACKENDS`` (its worker class, zygote preload, whether it needs a GPU);
+* traces and doctor: ``trace_api`` (what the launch hook records), ``load_tasks`` (tasks a warm load adds);
 * fingerprint: ``fingerprint_fields``, the fields whose difference makes the runtime look under other keys;
 * cache layout: ``entry_files``, what makes an entry whole for this runtime;
 * launch: ``strict_by`` (how a runtime compile is refused: the startup hook or the nvcc stand-in).
@@ -17,14 +19,54 @@ loaded on first use, so ``plan``/``verify``/``doctor`` stay light.
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 from dgprecompile.errors import EnvironmentProblem, InputError
 
-# compile backends: what each needs and does (the worker side lives in dgprecompile.compile.backends)
-BACKEND_NEEDS_GPU = {"legacy": False, "nvcc": False, "cxx": True, "sweep": True}
+
+@dataclass(frozen=True)
+class Backend:
+    """A compile backend: what it needs, and where its worker side lives (dgprecompile.compile.backends)."""
+
+    name: str
+    needs_gpu: bool
+    worker: str  # "module:Class" built in each worker from its job
+    preload: str | None  # "module:function(job)" run in the zygote before it forks (no CUDA); None: nothing
+    help: str  # what `warm --backend NAME` does
+    sweeps: bool = False  # builds whatever the library chooses for every m of a key (keys-only plans)
+    deepgemm: bool = True  # a DeepGEMM backend, a --backend choice (False: SGLang's own JIT modules)
+
+
+_BK = "dgprecompile.compile.backends."
+BACKENDS: dict[str, Backend] = {b.name: b for b in (
+    Backend("legacy", False, _BK + "legacy:LegacyWorker", _BK + "legacy:preload",
+            "the Python JIT's own build (no GPU)"),
+    Backend("cxx", True, _BK + "cxx:CxxWorker", _BK + "cxx:preload",
+            "launch each kernel once on a GPU so the C++ JIT compiles it"),
+    Backend("nvcc", False, _BK + "nvcc01:NvccCxxWorker", None,
+            "build the C++-JIT entries whose names dgprecompile computes with nvcc directly (no GPU)"),
+    Backend("sweep", True, _BK + "sweep:SweepWorker", _BK + "cxx:preload",
+            "call the C++-JIT DeepGEMM on a GPU for every sampled m of each key and keep what it builds "
+            "(docs/sweep.md)", sweeps=True),
+    Backend("sglang-jit", False, _BK + "sglang_jit:SglangJitWorker", _BK + "sglang_jit:preload",
+            "SGLang's own JIT modules, built with the installed sglang's builders (no GPU)", deepgemm=False),
+)}
+DEEPGEMM_BACKENDS = tuple(name for name, b in BACKENDS.items() if b.deepgemm)  # `warm --backend` choices
+SGLANG_JIT_BACKEND = next(name for name, b in BACKENDS.items() if not b.deepgemm)
+
+
+def get_backend(name: str) -> Backend:
+    try:
+        return BACKENDS[name]
+    except KeyError:
+        raise unknown_backend(name) from None
+
+
+def unknown_backend(name: str | None) -> InputError:
+    return InputError(f"unknown backend {name!r}", hint=f"choose from {', '.join(DEEPGEMM_BACKENDS)} or auto")
 
 
 def _load(target: str) -> Any:
@@ -51,6 +93,13 @@ class Generation:
     # the runtime reads its cache-dir variable as a list of roots joined by this separator: the first written, the
     # others read-only lookups in order (the first root holding a committed entry wins); None: one directory only
     root_separator: str | None = None
+    # the DeepGEMM API the launch hook records in a trace header ("api") for this generation's runtime
+    trace_api: str = "cxx"
+    # tasks its runtime adds per rank while loading a warmed kernel with the JIT off (the legacy one runs
+    # cuobjdump once per kernel it loads); doctor's warm-cache burst
+    load_tasks: int = 0
+    # the switch that makes its runtime compile with NVRTC, under keys dgprecompile does not compute; None: none
+    nvrtc_switch: str | None = "DG_JIT_USE_NVRTC"
 
     # -- planning --
     @property
@@ -83,6 +132,7 @@ class Generation:
         if not self.computes_keys(install.version):
             raise InputError(f"dgprecompile cannot compute the cache keys of {install.distribution} "
                              f"{install.version}", hint=f"use --backend {' or '.join(self.usable_backends(install.version))}")
+        self.refuse_nvrtc(os.environ if environ is None else environ)
         return _load(self.key_class).build(install, nvcc, environ)
 
     # -- cache layout --
@@ -103,11 +153,24 @@ class Generation:
                              "reads as a separator between cache roots",
                              hint="use a directory whose path has no such character")
         return self.root_separator.join(roots)
+    def refuse_nvrtc(self, environ) -> None:
+        """The one refusal of a runtime set to compile with NVRTC (exit 2: the user's setting)."""
+        if self.nvrtc_switch and int(environ.get(self.nvrtc_switch, "0") or 0):
+            gpu = [b for b in self.backends if BACKENDS[b].needs_gpu]
+            raise InputError(f"{self.nvrtc_switch} is set: that runtime compiles with NVRTC under other keys, "
+                             "which dgprecompile does not compute",
+                             hint=f"unset {self.nvrtc_switch} (sglang's SGL_DG_USE_NVRTC sets it too)"
+                                  + (f", or use --backend {gpu[0]}" if gpu else ""))
 
     # -- compile --
+    @property
+    def sweep_backend(self) -> str | None:
+        """The backend that builds keys-only plans (the library chooses for every m), or None."""
+        return next((b for b in self.backends if BACKENDS[b].sweeps), None)
+
     def usable_backends(self, version: str | None) -> list[str]:
         """Backends that can compile for this release: the GPU-free ones need computable keys."""
-        return [b for b in self.backends if BACKEND_NEEDS_GPU[b] or self.computes_keys(version)]
+        return [b for b in self.backends if BACKENDS[b].needs_gpu or self.computes_keys(version)]
 
     def choose_backend(self, requested: str | None, install) -> str:
         usable = self.usable_backends(install.version)
@@ -116,8 +179,8 @@ class Generation:
                 raise EnvironmentProblem(f"no backend can compile for {install.distribution} {install.version}",
                                          hint="install a DeepGEMM release the profile table lists (README)")
             return usable[0]
-        if requested not in BACKEND_NEEDS_GPU:
-            raise InputError(f"unknown backend {requested!r}", hint=f"choose from {', '.join(BACKEND_NEEDS_GPU)} or auto")
+        if requested not in DEEPGEMM_BACKENDS:
+            raise unknown_backend(requested)
         if requested not in usable:
             raise InputError(f"backend {requested} cannot compile for the installed {self.id} DeepGEMM "
                              f"({install.distribution} {install.version})",
@@ -173,7 +236,7 @@ GENERATIONS: dict[str, Generation] = {g.id: g for g in (
         # the nvcc path string and the absolute include path are part of this JIT's key
         fingerprint_fields=("deepgemm.generation", "deepgemm.headers_sha256", "deepgemm.package_dir", "nvcc.path",
                             "nvcc.release", "env", "num_sms"),
-        entry_files=("kernel.cubin",), strict_by="hook",
+        entry_files=("kernel.cubin",), strict_by="hook", trace_api="legacy", load_tasks=1,
         gpu_validated="every m against the library's get_best_configs; CPU-built entries served an H200 run",
     ),
     Generation(
@@ -263,6 +326,7 @@ GENERATIONS: dict[str, Generation] = {g.id: g for g in (
         # DeepJIT's DiskCache::from_env (deep_jit/cache/disk.hpp): DG_JIT_CACHE_DIR (else DJ_JIT_CACHE_DIR) is
         # PATH_1:PATH_2:...; entries are looked up in every root in order, built and committed only in the first
         root_separator=":",
+        nvrtc_switch=None,  # DeepJIT has no NVRTC path (its wheels do not hold the switch's name)
     ),
 )}
 

@@ -43,6 +43,11 @@ class GemmKey:
         return (self.kernel_type.value, self.n, self.k, self.num_groups)
 
 
+# DeepGEMM's C++ JITs' scale-layout kernel, transpose_fp32<TH, BMN, SFK>: launched beside the masked GEMMs, no
+# GEMM of its own (heuristics plan it, keys render it, backends launch it, warm costs it at about a second)
+TRANSPOSE_FAMILY = "transpose_fp32"
+
+
 @dataclass(frozen=True)
 class KernelSpec:
     """One compiled kernel: the cache-entry family name plus the values that make it distinct."""

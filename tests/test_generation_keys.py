@@ -109,3 +109,38 @@ def test_deepjit_key_inputs():
     assert DeepJitKeyContext.from_env(inc, NVCC_TEXT, "0.2.0", {"DG_JIT_DUMP_SASS": "1"}).entry_name(DENSE) == name
     with pytest.raises(Exception, match="not a boolean"):
         DeepJitKeyContext.from_env(inc, NVCC_TEXT, "0.2.0", {"DG_JIT_DEBUG": "maybe"})
+
+
+# a release of each generation whose key dgprecompile computes, as it lies beside the venv (the folder and the
+# binary or source file that would hold the switch's name)
+NVRTC_PROBES = {"legacy": (None, "deep_gemm/jit/compiler.py"),  # the installed sgl-kernel 0.3.5 deep_gemm
+                "sgl-deep-gemm-0.1": ("sgl-deep-gemm-0.1.3", "deep_gemm/_C.so"),
+                "sgl-deep-gemm-0.2": ("sgl-deep-gemm-0.2.2", "deep_gemm/_C.so"),
+                "sgl-kernel-waves": ("sgl-kernel-0.3.16.post3", "deep_gemm/deep_gemm_cpp.abi3.so"),
+                "sgl-kernel-waves-0.3.7": ("sgl-kernel-0.3.9.post2", "deep_gemm/deep_gemm_cpp.abi3.so"),
+                "sgl-kernel-waves-0.3.20": ("sgl-kernel-0.3.21", "deep_gemm/deep_gemm_cpp.abi3.so")}
+
+
+@pytest.mark.parametrize("generation", sorted(NVRTC_PROBES))
+def test_the_nvrtc_refusal_is_where_the_release_has_the_switch(generation):
+    """One refusal (exit 2, InputError) for every generation whose runtime reads DG_JIT_USE_NVRTC, read from its
+    own binary; none where the release has no such switch (0.2.x DeepJIT)."""
+    from helpers import beside_venv, legacy_deepgemm_dir
+
+    from dgprecompile.errors import InputError
+
+    folder, binary = NVRTC_PROBES[generation]
+    root = legacy_deepgemm_dir() if folder is None else beside_venv(folder, binary)
+    root = root and (os.path.dirname(root) if folder is None else root)
+    if root is None:
+        pytest.skip(f"{folder} is not beside the venv")
+    has_switch = b"DG_JIT_USE_NVRTC" in open(os.path.join(root, binary), "rb").read()
+    gen = get_generation(generation)
+    assert (gen.nvrtc_switch == "DG_JIT_USE_NVRTC") == has_switch
+    if has_switch:
+        with pytest.raises(InputError, match="DG_JIT_USE_NVRTC is set") as info:
+            gen.refuse_nvrtc({"DG_JIT_USE_NVRTC": "1"})
+        assert info.value.hint
+    else:
+        gen.refuse_nvrtc({"DG_JIT_USE_NVRTC": "1"})
+    gen.refuse_nvrtc({"DG_JIT_USE_NVRTC": "0"})

@@ -72,7 +72,8 @@ def test_key_inputs_change_the_name(env, changed):
 
 
 def test_nvrtc_is_refused():
-    from dgprecompile.errors import EnvironmentProblem
+    from dgprecompile.errors import InputError
+    from dgprecompile.generations import get_generation
 
-    with pytest.raises(EnvironmentProblem, match="DG_JIT_USE_NVRTC"):
-        LegacyKeyContext.build(find_deepgemm(), find_nvcc(NVCC), {"DG_JIT_USE_NVRTC": "1"})
+    with pytest.raises(InputError, match="DG_JIT_USE_NVRTC"):  # the one refusal, generations.py refuse_nvrtc
+        get_generation("legacy").key_context(find_deepgemm(), find_nvcc(NVCC), {"DG_JIT_USE_NVRTC": "1"})

@@ -334,3 +334,21 @@ def test_launch_environment_table_keeps_the_pythonpath_value_whole_piped(tmp_pat
     words = _words(proc.stderr)
     assert any(w.startswith(str(HOOK_DIR)) for w in words), proc.stderr
     assert str(tmp_path) in words and "SGL_JIT_DEEPGEMM_PRECOMPILE" in words, proc.stderr
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_warm_summary_gives_each_kinds_times_and_never_splits_an_item(monkeypatch, columns):
+    from dgprecompile.cli.warm import render
+    from dgprecompile.compile.warm import WarmResult
+
+    monkeypatch.setenv("COLUMNS", str(columns))
+    kernel = "sm90_fp8_gemm_1d2d:SFBK.N0.K0.G1.BM128.BN160.SWD64.ST5.MATH256.MC1.Af.SMS132.TNormal"
+    module = "sglang_jit:per_token_group_quant_8bit_v2<bf16_t,fp8_e4m3_t,true>"
+    result = WarmResult(compiled={kernel: 12.25, "transpose_fp32:TH512.BMN64.SFK48": 1.0, module: 47.5},
+                        jit_ids=[module], workers=2, kernels=2, jit_modules=1)
+    out = io.StringIO()
+    render(Output(stdout=out), result)
+    text = out.getvalue()
+    assert kernel in text and module in text  # whole, on one line
+    assert "13.2 s" in text and "47.5 s" in text and "12.2 s" in text  # the DeepGEMM sum, the module, longest
+    assert all(len(line) <= columns or kernel in line for line in text.splitlines())

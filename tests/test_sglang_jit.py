@@ -187,6 +187,23 @@ def test_warm_builds_the_modules_with_sglangs_own_builders_where_its_runtime_loo
 
 
 @needs_warmed_cache
+def test_kernels_and_modules_share_one_worker_budget(tmp_path):
+    """DeepGEMM's kernels and SGLang's modules in one warm of --jobs 2: two workers in all, each able to build
+    both kinds, every item built once, and the summary's compile times per kind."""
+    manifest = tmp_path / "mixed.yaml"
+    write_manifest(_plan(max_tokens=32), manifest)
+    r = _run("warm", "--manifest", manifest, "--cache-dir", tmp_path / "c", "--nvcc", NVCC, "--sglang-jit", "on",
+             "--backend", "nvcc", "--jobs", "2", "--json", pythonpath=_sgl_path())
+    assert r.returncode == 0, r.stdout + r.stderr
+    summary = json.loads(r.stdout)
+    assert summary["workers"] == 2 and summary["failed"] == 0
+    assert summary["compiled"] == summary["kernels"] + summary["sglang_jit_modules"] and summary["kernels"] > 0
+    assert sorted(summary["sglang_jit_module_ids"]) == sorted([V2, ACT])
+    assert set(summary["item_seconds"]) >= {V2, ACT} and len(summary["item_seconds"]) == summary["compiled"]
+    assert "worker failed to start" not in r.stderr
+
+
+@needs_warmed_cache
 def test_verify_pack_unpack_and_a_second_warm_cover_the_modules(warmed, jit_only, tmp_path):
     cache, _ = warmed
     ok = _run("verify", "--manifest", jit_only, "--cache-dir", cache, "--json", pythonpath=_sgl_path())

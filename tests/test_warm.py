@@ -290,13 +290,12 @@ def test_sigterm_and_sighup_stop_warm_like_ctrl_c(tmp_path, smallest_key_manifes
 def test_a_worker_whose_warm_is_gone_exits_without_a_traceback(tmp_path, smallest_key_manifest):
     """The event pipe to the parent closes under a worker (its warm was killed): the worker's log must not
     fill with a BrokenPipeError traceback, and it stops (exit 141: the SIGPIPE it stands for)."""
-    from dgprecompile.compile.warm import WarmOptions, prepare_warm
+    from dgprecompile.compile.warm import WarmOptions, prepare_warm, worker_job
 
     job = tmp_path / "job.json"
     plan = read_manifest(smallest_key_manifest)
     setup = prepare_warm(plan, WarmOptions(cache_dir=str(tmp_path / "dg"), nvcc=NVCC))
-    job.write_text(json.dumps({"backend": setup.backend, "cache_dir": str(setup.store.root), "arch": "sm_90a",
-                               **setup.job_common}))
+    job.write_text(json.dumps(worker_job(setup)))
     events_r, events_w = os.pipe()
     log = tmp_path / "worker.log"
     item = {"kernel": "x", "family": "gemm_fp8_fp8_bf16_nt", "params": {}, "kernel_type": "GEMM_NT_F8F8BF16",
@@ -308,7 +307,7 @@ def test_a_worker_whose_warm_is_gone_exits_without_a_traceback(tmp_path, smalles
     with os.fdopen(events_r) as events:
         assert json.loads(events.readline())["event"] == "ready"
     assert plan.kernels  # the reader is gone now; the worker's next event hits a closed pipe
-    proc.stdin.write(json.dumps(item) + "\n")
+    proc.stdin.write(json.dumps({"backend": setup.backend, "item": item}) + "\n")
     proc.stdin.close()
     assert proc.wait(timeout=120) == 141
     assert "Traceback" not in log.read_text(), log.read_text()

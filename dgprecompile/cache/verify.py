@@ -84,6 +84,10 @@ def current_environment(generation: str, recorded: dict[str, Any] | None, *, nvc
     return Environment(install, found, make_fingerprint(install, found, num_sms, gpu), warnings)
 
 
+# a VerifyReport's coverage (in its JSON too): the keys' m ranges were covered by sweep records
+COVERED_BY_SWEEP = "sweep"
+
+
 @dataclass
 class VerifyReport:
     plan: Plan
@@ -136,7 +140,7 @@ class VerifyReport:
             # warm cannot build them here either (it exits 3 saying the same): the fix is the install
             return (f"{self.jit_install}, then run `dgprecompile warm` with the same plan and {where}: SGLang's "
                     "JIT modules are built with the installed sglang")
-        if self.coverage == "sweep" and not self.stale:
+        if self.coverage == COVERED_BY_SWEEP and not self.stale:
             return (f"run `dgprecompile warm --backend sweep` on a GPU machine with the same plan and {where}: it "
                     "sweeps only the m ranges not covered")
         if self.stale:
@@ -148,9 +152,9 @@ class VerifyReport:
     def verdict(self) -> str:
         n = len(self.kernels)
         ok = n - len(self.problems)
-        how = {"proved": "coverage proved from the runtime's keys", "sweep": "every key's m range covered by "
+        how = {"proved": "coverage proved from the runtime's keys", COVERED_BY_SWEEP: "every key's m range covered by "
                "sweep records"}.get(self.coverage, "checked against the index")
-        unit = "keys / m ranges" if self.coverage == "sweep" else "kernels"
+        unit = "keys / m ranges" if self.coverage == COVERED_BY_SWEEP else "kernels"
         fp = ("fingerprint matches" if self.fingerprint_checked else "fingerprint not checked")
         if self.complete:
             return f"complete: {ok}/{n} {unit} present and intact, {fp} ({how})"
@@ -261,7 +265,7 @@ def verify_cache(plan: Plan, store: CacheStore, *, nvcc: str | None = None,
     checks += _check_jit(plan, store, index, jit_names)
     coverage = "proved" if names is not None and (not plan.jit_modules or jit_names is not None) else "index"
     if by_sweep:
-        coverage = "sweep"
+        coverage = COVERED_BY_SWEEP
     return VerifyReport(plan, str(store.root), generation, checks, index.fingerprint, env.fingerprint, stale,
                         coverage, warnings, jit_install[0] if jit_install else None)
 

@@ -12,7 +12,7 @@ import yaml
 from dgprecompile.errors import InputError
 from dgprecompile.output import Output
 from dgprecompile.planning.manifest import read_manifest
-from dgprecompile.planning.plan import Plan, PlanRequest
+from dgprecompile.planning.plan import Plan, PlanRequest, gpu_sms
 from dgprecompile.planning.request import plan_from_request
 from dgprecompile.planning.shapes import MOE_BACKENDS
 
@@ -73,8 +73,7 @@ def plan_options(func):
                        "lets the installed DeepGEMM choose for every m, on a GPU (--backend sweep).")
     @click.option("--chunked-prefill-size", type=int, default=None,
                   help="Serving: SGLang's --chunked-prefill-size (sets the largest m as SGLang's precompile does).")
-    @click.option("--gpu", default=None, type=click.Choice(["h100", "h200", "h800", "h20", "h100-pcie"],
-                                                           case_sensitive=False),
+    @click.option("--gpu", default=None, type=click.Choice(list(gpu_sms()), case_sensitive=False),
                   help="GPU model (sets the SM count).")
     @click.option("--num-sms", type=click.IntRange(min=2), default=None, help="SM count the kernels are chosen for (default 132).")
     @functools.wraps(func)

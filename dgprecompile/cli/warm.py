@@ -7,9 +7,9 @@ from pathlib import Path
 import click
 
 from dgprecompile.cli.options import cache_dir_option, output_options, plan_options, resolve_plan
-from dgprecompile.compile.warm import WarmOptions, WarmResult, prepare_warm, run_warm
+from dgprecompile.compile.warm import WarmOptions, WarmResult, WarmSetup, prepare_warm, run_warm
 from dgprecompile.errors import InputError
-from dgprecompile.generations import BACKEND_NEEDS_GPU, GENERATIONS
+from dgprecompile.generations import BACKENDS, DEEPGEMM_BACKENDS, GENERATIONS
 from dgprecompile.output import Output
 
 
@@ -23,19 +23,21 @@ def _parse_gpus(text: str | None) -> list[int] | None:
 
 
 def _backend_help() -> str:
-    """--backend's help, from the generation objects: which DeepGEMMs nvcc builds is theirs to say."""
-    nvcc = "; ".join(g.label for g in GENERATIONS.values() if "nvcc" in g.backends)
-    return ("legacy: the Python JIT's own build (no GPU); cxx: launch each kernel once on a GPU so the C++ JIT "
-            f"compiles it; nvcc: build the entries with nvcc directly, no GPU, for the releases whose entry names "
-            f"are computed ({nvcc}); sweep: call the C++-JIT DeepGEMM on a GPU for every sampled m of each key and "
-            "keep what it builds (docs/sweep.md). Default: legacy, nvcc or cxx by the installed DeepGEMM; sweep "
-            "for keys-only plans.")
+    """--backend's help, from the backend registry and the generation objects (which DeepGEMMs each GPU-free
+    backend builds is the generations' to say)."""
+    parts = []
+    for name in DEEPGEMM_BACKENDS:
+        backend = BACKENDS[name]
+        gens = [g.label for g in GENERATIONS.values() if name in g.backends]
+        parts.append(f"{name}: {backend.help}" + (f" ({'; '.join(gens)})" if not backend.needs_gpu and gens else ""))
+    return "; ".join(parts) + ". Default: the installed DeepGEMM generation's first usable one; the sweep for " \
+        "keys-only plans."
 
 
 @click.command("warm")
 @plan_options
 @cache_dir_option
-@click.option("--backend", type=click.Choice(["auto", *BACKEND_NEEDS_GPU]), default="auto", help=_backend_help())
+@click.option("--backend", type=click.Choice(["auto", *DEEPGEMM_BACKENDS]), default="auto", help=_backend_help())
 @click.option("--jobs", "-j", type=int, default=None,
               help="Worker processes (default: CPU cores, capped by the number of kernels).")
 @click.option("--gpus", default=None, metavar="0,1,..", help="C++ JIT: GPUs to spread workers over (default all).")
@@ -70,7 +72,34 @@ def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc
         plan = resolve_plan(plan_request, manifest)
     setup = prepare_warm(plan, WarmOptions(cache_dir=cache_dir, backend=backend, jobs=jobs, gpus=_parse_gpus(gpus),
                                            nvcc=nvcc, sglang_jit=sglang_jit))
-    unit = "sweep chunks" if setup.backend == "sweep" else "kernels"
+    _announce(out, plan, setup)
+    progress = out.progress(len(setup.items) + len(setup.jit_items), "warming",
+                            seconds_per_item=plan.profile.seconds_per_kernel, workers=setup.workers)
+
+    def on_event(event):
+        kind = event.get("event")
+        if kind == "fatal":
+            out.failure("worker failed to start", event.get("error", ""))
+        elif kind == "start":
+            progress.started(event["kernel"])
+        elif kind == "tick":
+            progress.tick()
+        elif kind in ("done", "failed"):
+            progress.finished(compiled=kind == "done" and event.get("status") == "compiled")
+            if event.get("replaced"):
+                why = event.get("why") or "not loadable, or not what the index recorded"
+                out.warn(f"{event['kernel']}: the entry in the cache was bad ({why}); rebuilt and replaced it")
+            if kind == "failed" and not event.get("error", "").startswith("not started"):
+                out.failure("failed", f"{event['kernel']}\n{event.get('error', '')}")
+
+    with progress:
+        result = run_warm(setup, on_event)
+    return out.report(result, render)
+
+
+def _announce(out: Output, plan, setup: WarmSetup) -> None:
+    """What is about to be built, where, with which budget; what the user should know first."""
+    unit = "sweep chunks" if BACKENDS[setup.backend].sweeps else "kernels"
     out.info(f"plan: {plan.model} tp={plan.tp} ep={plan.ep} sglang {plan.profile.id}: {len(setup.items)} {unit}"
              + (f" + {len(setup.jit_items)} SGLang JIT modules" if setup.jit_items else "")
              + (f" (rank {setup.rank} of {setup.world})" if setup.world > 1 else ""))
@@ -96,28 +125,6 @@ def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc
         out.warn(f"cache index was built for {field}={was!r}, now {now!r}: its entries will not be found; "
                  "re-indexing for this environment")
 
-    progress = out.progress(len(setup.items) + len(setup.jit_items), "warming",
-                            seconds_per_item=plan.profile.seconds_per_kernel, workers=setup.workers)
-
-    def on_event(event):
-        kind = event.get("event")
-        if kind == "fatal":
-            out.failure("worker failed to start", event.get("error", ""))
-        elif kind == "start":
-            progress.started(event["kernel"])
-        elif kind == "tick":
-            progress.tick()
-        elif kind in ("done", "failed"):
-            progress.finished(compiled=kind == "done" and event.get("status") == "compiled")
-            if event.get("replaced"):
-                why = event.get("why") or "not loadable, or not what the index recorded"
-                out.warn(f"{event['kernel']}: the entry in the cache was bad ({why}); rebuilt and replaced it")
-            if kind == "failed" and not event.get("error", "").startswith("not started"):
-                out.failure("failed", f"{event['kernel']}\n{event.get('error', '')}")
-
-    with progress:
-        result = run_warm(setup, on_event)
-    return out.report(result, render)
 
 
 def render(out: Output, result: WarmResult) -> None:
@@ -125,6 +132,10 @@ def render(out: Output, result: WarmResult) -> None:
                                "workers", "cache size"],
               [[len(result.compiled), len(result.cached), len(result.failed), f"{result.wall_seconds:.1f} s",
                 f"{sum(result.compiled.values()):.1f} s", result.workers, f"{result.cache_bytes / 1e6:.1f} MB"]])
+    kinds, slowest = compile_times(result)
+    if kinds:
+        out.table("compile time per kind", ["kind", "compiled", "sum", "longest"], kinds)
+        out.table("slowest compiles", ["item", "seconds"], slowest, no_wrap=("item",))
     if result.no_space:
         out.error(f"{result.no_space}; {len(result.failed)} kernels not built, nothing partial was installed",
                   result.no_space_hint)
@@ -136,3 +147,20 @@ def render(out: Output, result: WarmResult) -> None:
         out.error(f"{len(result.skipped)} of the plan's SGLang JIT modules not built: {why}",
                   f"{result.missing}, then warm again (`verify` fails until they are built; --sglang-jit off warms "
                   "DeepGEMM's kernels only)")
+
+
+def compile_times(result: WarmResult, shown: int = 3) -> tuple[list[list[str]], list[list[str]]]:
+    """Per kind of item (DeepGEMM kernels, SGLang JIT modules): how many compiled, their seconds summed, the
+    longest; and the ``shown`` slowest items of each kind with their seconds (--json: every item's
+    item_seconds)."""
+    jit = set(result.jit_ids)
+    kinds, slowest = [], []
+    for kind, ids in (("DeepGEMM kernels", [k for k in result.compiled if k not in jit]),
+                      ("SGLang JIT modules", [k for k in result.compiled if k in jit])):
+        if not ids:
+            continue
+        top = sorted(ids, key=lambda k: -result.compiled[k])[:shown]
+        kinds.append([kind, str(len(ids)), f"{sum(result.compiled[k] for k in ids):.1f} s",
+                      f"{result.compiled[top[0]]:.1f} s"])
+        slowest += [[k, f"{result.compiled[k]:.1f} s"] for k in top]
+    return kinds, slowest

@@ -1,9 +1,11 @@
 """Warm: turn a plan into cache entries, with worker processes and no thread pools.
 
 The parent (no torch import) checks the toolchain and writes the fingerprint, then starts one zygote process
-(``dgprecompile.compile.worker``) that imports the backend's libraries once and forks the workers. The parent
-hands the kernels out one at a time, costliest first, to whichever worker is free; each worker compiles in its
-main thread and reports events on a pipe, which the parent reads.
+(``dgprecompile.compile.worker``) that imports every backend's libraries once (the plan's DeepGEMM backend and,
+where the plan has them, SGLang's JIT modules) and forks ``--jobs`` workers, each serving both. The parent hands
+the items out one at a time, costliest first, to whichever worker is free; each worker compiles in its main
+thread and reports events on a pipe, which the parent reads. Who gets what, who is blamed for a failure and
+when to stop is compile/schedule.py's pure state machine; this module only moves the bytes.
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ from typing import Any
 
 from dgprecompile.cache.store import CacheStore, resolve_cache_dir
 from dgprecompile.compile.backends import WorkItem, backend_for
+from dgprecompile.compile.schedule import NO_SPACE, Action, Close, Job, Lost, Scheduler, Send
 from dgprecompile.errors import EXIT_COMPILE_FAILED, EXIT_ENVIRONMENT, EXIT_OK, EnvironmentProblem, InputError
 from dgprecompile.fsutil import free_bytes, human_bytes, mount_point
-from dgprecompile.generations import BACKEND_NEEDS_GPU
+from dgprecompile.generations import SGLANG_JIT_BACKEND, get_backend
+from dgprecompile.kernels import TRANSPOSE_FAMILY
 from dgprecompile.keys.fingerprint import differences, make_fingerprint, short_id
 from dgprecompile.planning.plan import Plan
 from dgprecompile.toolchain import find_deepgemm, find_nvcc
@@ -35,6 +39,7 @@ from dgprecompile.toolchain import find_deepgemm, find_nvcc
 # tree. nvcc runs its stages (cudafe++, cicc, ptxas, the host compiler) one at a time under one driver; one
 # nvcc 13.0 compile of a DeepGEMM kernel peaked at 4 tasks (docs/root-cause.md, "measured"). Workers pin
 # OpenBLAS/OpenMP to one thread each.
+SECONDS_PER_COST_UNIT = 2.0  # _estimated_cost's relative units as seconds of one compile alone
 TICK_SECONDS = 1.0  # how often the parent wakes without events (progress lines on a non-terminal)
 WORKER_BASE_TASKS = 1
 COMPILER_TREE_TASKS = 4
@@ -72,6 +77,7 @@ class WarmSetup:
     # this machine lacks what builds them (sglang, tvm-ffi, ninja): what to install; None when they were turned off
     jit_missing: str | None = None
     swept: list[str] = field(default_factory=list)  # sweep backend: key ranges already covered (cached)
+    jit_seconds: float = 0.0  # the estimated build time of one SGLang JIT module (the queue's order)
 
     @property
     def task_budget(self) -> int:
@@ -97,6 +103,7 @@ class WarmResult:
     backend: str = ""
     kernels: int = 0  # kernels this warm (or this rank's share) had to have in the cache
     jit_modules: int = 0  # SGLang JIT modules this warm had to have in the cache
+    jit_ids: list[str] = field(default_factory=list)  # which of the items are SGLang JIT modules
 
     @property
     def ok(self) -> bool:
@@ -118,6 +125,8 @@ class WarmResult:
                 "failures": self.failed, "skipped": self.skipped, "install": self.missing, "wall_seconds": round(self.wall_seconds, 2),
                 "compile_seconds_sum": round(sum(self.compiled.values()), 2), "cache_bytes": self.cache_bytes,
                 "workers": self.workers, "no_space": self.no_space,
+                "item_seconds": {k: round(v, 2) for k, v in sorted(self.compiled.items())},
+                "sglang_jit_module_ids": list(self.jit_ids),
                 "timeline": {"workers_ready_first_s": round(min(self.ready_seconds), 2) if self.ready_seconds else None,
                              "workers_ready_last_s": round(max(self.ready_seconds), 2) if self.ready_seconds else None,
                              "last_kernel_done_s": round(self.last_result_seconds, 2)}}
@@ -135,29 +144,20 @@ def _visible_gpus() -> list[int]:
 
 
 def _estimated_cost(item: WorkItem) -> float:
-    """A rough relative compile cost, to start the longest kernels first (measured on an H200 host: grouped
-    kernels and large tiles take 5-10 s, layout kernels about 1 s)."""
-    if item.family == "transpose_fp32":
-        return 0.1
+    """A rough compile time in seconds, to start the longest kernels first: relative to the tile and kind
+    (measured on an H200 host under a 16-way load: grouped kernels and large tiles take 5-10 s, layout kernels
+    about 1 s), scaled so a grouped 128x128 kernel costs its 4 s alone (bench/results/README.md), the unit
+    SGLang's JIT modules are estimated in too."""
+    if item.family == TRANSPOSE_FAMILY:
+        return 0.1 * SECONDS_PER_COST_UNIT
     p = item.params
     tile = (p.get("BM", 64) * p.get("BN", 64)) / (128 * 128)
     grouped = item.kernel_type != "GEMM_NT_F8F8BF16"
-    return tile + (1.0 if grouped else 0.0) + (0.5 if p.get("BN", 0) % 32 else 0.0)
+    return SECONDS_PER_COST_UNIT * (tile + (1.0 if grouped else 0.0) + (0.5 if p.get("BN", 0) % 32 else 0.0))
 
 
 def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
-    requested = opts.backend
-    if not plan.heuristic:  # keys only: the library itself has to choose, for every m (the sweep backend)
-        if "sweep" not in plan.profile.deepgemm.backends:
-            raise InputError(f"the plan for sglang {plan.profile.id} lists keys only and its DeepGEMM "
-                             f"({plan.profile.generation}) has no sweep backend",
-                             hint="plan with an --sglang version whose DeepGEMM is modelled")
-        if requested not in (None, "auto", "sweep"):
-            raise InputError(f"the plan for sglang {plan.profile.id} lists keys only, so --backend {requested} "
-                             "has no kernels to build",
-                             hint="use --backend sweep (or auto) on a GPU machine: DeepGEMM itself chooses for "
-                                  "every m of each key (or plan without --keys-only)")
-        requested = "sweep"
+    requested = _requested_backend(plan, opts.backend)
     install = find_deepgemm()
     backend = backend_for(requested, install, plan.profile.generation)
     assert install is not None
@@ -174,24 +174,12 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
 
     generation = plan.profile.deepgemm
     notes: list[str] = []
-    if not BACKEND_NEEDS_GPU[backend] and not generation.keys_proven(install.version):
+    needs_gpu, sweeps = get_backend(backend).needs_gpu, get_backend(backend).sweeps
+    if not needs_gpu and not generation.keys_proven(install.version):
         notes.append(f"the entry names of {install.distribution} {install.version} are computed from its own sources "
                      "but were not yet compared with entries its runtime made on a GPU; `launch --strict` shows any "
                      "miss at once (or use --backend cxx on a GPU)")
-    job_common: dict[str, Any] = {"nvcc": nvcc.path, "num_sms": plan.num_sms,
-                                  "entry_files": list(generation.entry_files)}
-    gpus: list[int | None] = [None]
-    if not BACKEND_NEEDS_GPU[backend]:  # computes the runtime's entry names and builds them itself
-        job_common["key_context"] = generation.key_context(install, nvcc).__dict__
-        job_common["key_class"] = generation.key_class
-    else:
-        visible = _visible_gpus()
-        if world > 1:
-            visible = [int(os.environ.get("LOCAL_RANK", 0))]
-        gpus = list(opts.gpus) if opts.gpus else list(visible)
-        if not gpus:
-            raise EnvironmentProblem("the C++-JIT DeepGEMM compiles inside GEMM launches, so warm needs a GPU; "
-                                     "none is visible", hint="run warm on a Hopper GPU machine (or pass --gpus)")
+    job_common, gpus = _backend_job(plan, opts, install, nvcc, needs_gpu, world)
     jobs = opts.jobs or os.cpu_count() or 1
     if jobs < 1:
         raise InputError("--jobs must be at least 1", hint="omit --jobs for one worker per CPU core")
@@ -202,20 +190,57 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
         fingerprint.update(jit_fp)  # {the family's fingerprint section: its fields}
         stale = differences(recorded, fingerprint) if recorded else []
     swept: list[str] = []
-    if backend == "sweep":  # chunks come largest first already; their entries are not known in advance
+    if sweeps:  # chunks come largest first already; their entries are not known in advance
         items, swept = _sweep_items(plan, store, fingerprint, jobs, rank, world)
         job_common["fingerprint_id"] = short_id(fingerprint)
         notes.append(f"sweep: DeepGEMM chooses its own kernels; {len(items)} chunks of the keys' m ranges still to "
                      "call (every m up to 16,384, then 64q+1, 64q+32, 64q+64; masked: every expected_m)")
     else:
         items = sorted(_kernel_items(plan, rank, world), key=_estimated_cost, reverse=True)
-    jobs = max(1, min(jobs, max(len(items), len(jit_items)))) if (items or jit_items) else 1
+    jobs = max(1, min(jobs, len(items) + len(jit_items)))  # one budget: every worker serves both kinds
     store.require_writable("write to")
-    if backend != "sweep":
+    if not sweeps:
         _check_space(store, plan, items, [] if stale else None)
     return WarmSetup(plan, backend, store, fingerprint, stale, items, jobs,
                      [gpus[i % len(gpus)] for i in range(jobs)], job_common, rank, world, notes,
-                     jit_items, jit_job, jit_skipped, jit_missing, swept)
+                     jit_items, jit_job, jit_skipped, jit_missing, swept, float(jit_job.get("build_seconds", 0.0)))
+
+
+def _requested_backend(plan: Plan, requested: str | None) -> str | None:
+    """The backend asked for: keys-only plans take the generation's sweep backend (the library itself has to
+    choose, for every m), and refuse any other."""
+    if plan.heuristic:
+        return requested
+    sweep = plan.profile.deepgemm.sweep_backend
+    if sweep is None:
+        raise InputError(f"the plan for sglang {plan.profile.id} lists keys only and its DeepGEMM "
+                         f"({plan.profile.generation}) has no sweep backend",
+                         hint="plan with an --sglang version whose DeepGEMM is modelled")
+    if requested not in (None, "auto", sweep):
+        raise InputError(f"the plan for sglang {plan.profile.id} lists keys only, so --backend {requested} "
+                         "has no kernels to build",
+                         hint=f"use --backend {sweep} (or auto) on a GPU machine: DeepGEMM itself chooses for "
+                              "every m of each key (or plan without --keys-only)")
+    return sweep
+
+
+def _backend_job(plan: Plan, opts: WarmOptions, install, nvcc, needs_gpu: bool,
+                 world: int) -> tuple[dict[str, Any], list[int | None]]:
+    """The DeepGEMM backend's part of the workers' job, and the GPUs its workers go on ([None]: no GPU)."""
+    generation = plan.profile.deepgemm
+    job: dict[str, Any] = {"nvcc": nvcc.path, "num_sms": plan.num_sms, "entry_files": list(generation.entry_files)}
+    if not needs_gpu:  # computes the runtime's entry names and builds them itself
+        job["key_context"] = generation.key_context(install, nvcc).__dict__
+        job["key_class"] = generation.key_class
+        return job, [None]
+    visible = _visible_gpus()
+    if world > 1:
+        visible = [int(os.environ.get("LOCAL_RANK", 0))]
+    gpus: list[int | None] = list(opts.gpus) if opts.gpus else list(visible)
+    if not gpus:
+        raise EnvironmentProblem("the C++-JIT DeepGEMM compiles inside GEMM launches, so warm needs a GPU; "
+                                 "none is visible", hint="run warm on a Hopper GPU machine (or pass --gpus)")
+    return job, gpus
 
 
 def _kernel_items(plan: Plan, rank: int, world: int) -> list[WorkItem]:
@@ -311,7 +336,8 @@ def _prepare_jit(plan: Plan, opts: WarmOptions, nvcc, cache_root: Path) -> tuple
     job = {**family.worker_job(naming, modules), "cuda_home": _cuda_home(nvcc.path),
            "ninja_dir": os.path.dirname(ninja), "jit_backend": family.backend, "area": family.area,
            "not_recorded": list(family.not_recorded),
-           "launch_env": [list(e) for e in family.launch_env(str(cache_root))]}
+           "launch_env": [list(e) for e in family.launch_env(str(cache_root))],
+           "build_seconds": naming.spec.build_seconds}
     return items, job, {}, {family.fingerprint_section: naming.fingerprint()}, None
 
 
@@ -332,26 +358,21 @@ def _record_plan(setup: WarmSetup) -> None:
 
 
 def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lambda e: None) -> WarmResult:
-    """Compile ``setup``'s kernels. An interrupt (Ctrl-C; SIGTERM and SIGHUP, which the CLI turns into one)
-    stops the workers and their compilers and removes the scratch directory and staging roots.
-    DeepGEMM's kernels first (their backend's workers), then SGLang's own JIT modules (sglang-jit workers)."""
+    """Compile ``setup``'s kernels and SGLang JIT modules in one budget of ``setup.workers`` worker processes,
+    the costliest first (see :func:`work`). An interrupt (Ctrl-C; SIGTERM and SIGHUP, which the CLI turns into
+    one) stops the workers and their compilers and removes the scratch directory and staging roots."""
     store = setup.store
     store.ensure()
     store.clean_stale_staging()
     _record_plan(setup)
     result = WarmResult(workers=setup.workers, cache_dir=str(store.root), backend=setup.backend,
                         kernels=len(setup.items), jit_modules=len(setup.jit_items),
-                        skipped=dict(setup.jit_skipped), missing=setup.jit_missing, cached=list(setup.swept))
+                        jit_ids=[it.kernel for it in setup.jit_items], skipped=dict(setup.jit_skipped),
+                        missing=setup.jit_missing, cached=list(setup.swept))
     start = time.perf_counter()
-    common = {"arch": setup.plan.profile.sm_arch, "bytes_per_entry": setup.plan.profile.bytes_per_entry}
     try:
-        if setup.items:
-            _pool(store, setup.items, setup.backend, {**common, **setup.job_common}, setup.gpus, on_event, result,
-                  start)
-        if setup.jit_items:
-            jobs = max(1, min(setup.workers, len(setup.jit_items)))
-            _pool(store, setup.jit_items, setup.jit_job["jit_backend"], {**common, **setup.jit_job}, [None] * jobs,
-                  on_event, result, start)
+        if setup.items or setup.jit_items:
+            _pool(store, work(setup), worker_job(setup), setup.gpus, on_event, result, start)
     finally:
         store.clean_stale_staging()
     result.wall_seconds = time.perf_counter() - start
@@ -363,151 +384,210 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
     return result
 
 
-def _pool(store: CacheStore, items: list[WorkItem], backend: str, job_common: dict[str, Any],
-          gpus: list[int | None], on_event: Callable[[dict[str, Any]], None], result: WarmResult,
-          start: float) -> None:
-    """One zygote and len(gpus) workers compiling ``items``, handed out one at a time."""
+def work(setup: WarmSetup) -> list[tuple[Job, WorkItem]]:
+    """Every item with the worker backend that builds it and its estimated seconds: DeepGEMM's kernels from
+    their tiles (:func:`_estimated_cost`), sweep chunks in the order they come (largest first), SGLang's JIT
+    modules from the measured build time of one (the JIT family's ``build_seconds``)."""
+    out = []
+    for pos, item in enumerate(setup.items):
+        cost = float(len(setup.items) - pos) if get_backend(setup.backend).sweeps else _estimated_cost(item)
+        out.append((Job(item.kernel, setup.backend, cost), item))
+    jit_backend = setup.jit_job.get("jit_backend", SGLANG_JIT_BACKEND)  # the modules' JitFamily's backend
+    out += [(Job(item.kernel, jit_backend, setup.jit_seconds), item) for item in setup.jit_items]
+    return out
+
+
+def worker_job(setup: WarmSetup) -> dict[str, Any]:
+    """What every worker is told (job.json): the cache, and each backend's own settings."""
+    common = {"cache_dir": str(setup.store.root), "arch": setup.plan.profile.sm_arch,
+              "bytes_per_entry": setup.plan.profile.bytes_per_entry}
+    backends = {}
+    if setup.items:
+        backends[setup.backend] = {**common, "backend": setup.backend, **setup.job_common}
+    if setup.jit_items:
+        jit_backend = setup.jit_job.get("jit_backend", SGLANG_JIT_BACKEND)
+        backends[jit_backend] = {**common, "backend": jit_backend, **setup.jit_job}
+    return {"cache_dir": str(setup.store.root), "backends": backends}
+
+
+def _pool(store: CacheStore, work: list[tuple[Job, WorkItem]], job: dict[str, Any], gpus: list[int | None],
+          on_event: Callable[[dict[str, Any]], None], result: WarmResult, start: float) -> None:
+    """One zygote and len(gpus) workers, each serving every backend of ``job``, driven by the scheduler."""
     tmp = Path(tempfile.mkdtemp(prefix="dgprecompile-warm-"))
-    queue = list(items)
-    n = len(gpus)
-    current: dict[int, str | None] = {i: None for i in range(n)}
-    to_worker: dict[int, object] = {}
-    worker_pids: dict[int, int] = {}
-    stream_closed: dict[int, bool] = {i: False for i in range(n)}
-    exit_codes: dict[int, int] = {}
-    logs = {i: tmp / f"worker-{i}.log" for i in range(n)}
-    sel = selectors.DefaultSelector()
-    zygote: subprocess.Popen | None = None
-
-    def hand_out(i: int) -> None:
-        """Give worker i the next kernel, or close its stdin when none are left."""
-        pipe = to_worker.get(i)
-        if pipe is None:
-            return
-        if queue:
-            item = queue.pop(0)
-            try:
-                pipe.write(json.dumps(item.to_dict()) + "\n")
-                pipe.flush()
-                current[i] = item.kernel
-                return
-            except BrokenPipeError:
-                queue.insert(0, item)  # that worker is gone; its exit is handled when it is reported
-        current[i] = None
-        to_worker.pop(i, None)
-        try:
-            pipe.close()
-        except BrokenPipeError:
-            pass
-
-    def settle(i: int) -> None:
-        """A worker whose stream ended and whose exit was reported: fail the kernel it held, if any."""
-        if stream_closed[i] and i in exit_codes and current[i] is not None:
-            why = _worker_death(exit_codes[i], logs[i])
-            result.failed[current[i]] = why
-            on_event({"event": "failed", "kernel": current[i], "error": why})
-            current[i] = None
-            pipe = to_worker.pop(i, None)
-            if pipe is not None:
-                try:
-                    pipe.close()
-                except BrokenPipeError:
-                    pass
-
+    procs = _Processes(tmp, len(gpus))
+    sched = Scheduler.start([j for j, _ in work], len(gpus))
+    run = _Run(sched, procs, {j.id: item for j, item in work}, result, on_event, start)
     try:
-        job = {"backend": backend, "cache_dir": str(store.root), **job_common}
-        job_path = tmp / "job.json"
+        procs.start(job, gpus)
+        run.drive()
+        procs.zygote_done()
+        run.apply(sched.drained())
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP (cli.main raises it): stop everything, then clean up
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN)
+        procs.stop()
+        raise
+    finally:
+        procs.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+class _Processes:
+    """The I/O side of a pool: the zygote, a pipe pair per worker, one selector over their event streams."""
+
+    def __init__(self, tmp: Path, n: int):
+        self.tmp = tmp
+        self.logs = {i: tmp / f"worker-{i}.log" for i in range(n)}
+        self.to_worker: dict[int, Any] = {}
+        self.pids: dict[int, int] = {}
+        self.sel = selectors.DefaultSelector()
+        self.zygote: subprocess.Popen | None = None
+        self.buffers: dict[object, str] = {}
+        self.open_streams = 0
+
+    def start(self, job: dict[str, Any], gpus: list[int | None]) -> None:
+        job_path = self.tmp / "job.json"
         job_path.write_text(json.dumps(job))
         spec, child_fds = [], []
         for i, gpu in enumerate(gpus):
             in_r, in_w = os.pipe()
             out_r, out_w = os.pipe()
             child_fds += [in_r, out_w]
-            spec.append({"in_fd": in_r, "out_fd": out_w, "log": str(logs[i]),
+            spec.append({"in_fd": in_r, "out_fd": out_w, "log": str(self.logs[i]),
                          "gpu": None if gpu is None else _physical_gpu(gpu)})
-            to_worker[i] = os.fdopen(in_w, "w")
-            reader = os.fdopen(out_r, "rb", buffering=0)
-            sel.register(reader, selectors.EVENT_READ, i)
+            self.to_worker[i] = os.fdopen(in_w, "w")
+            self.sel.register(os.fdopen(out_r, "rb", buffering=0), selectors.EVENT_READ, i)
         env = {**os.environ, **WORKER_ENV, "DGPRECOMPILE_WORKERS": json.dumps(spec)}
-        zygote = subprocess.Popen([sys.executable, "-m", "dgprecompile.compile.worker", str(job_path), "--zygote"],
-                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                  stderr=open(tmp / "zygote.log", "wb"), env=env, pass_fds=child_fds)
+        self.zygote = subprocess.Popen(
+            [sys.executable, "-m", "dgprecompile.compile.worker", str(job_path), "--zygote"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=open(self.tmp / "zygote.log", "wb"), env=env,
+            pass_fds=child_fds)
         for fd in child_fds:
             os.close(fd)
-        assert zygote.stdout is not None
-        sel.register(zygote.stdout, selectors.EVENT_READ, "zygote")
-        buffers: dict[object, str] = {}
-        open_streams = n + 1
-        while open_streams:
-            ready = sel.select(timeout=TICK_SECONDS)
-            if not ready:
-                on_event({"event": "tick"})  # lets a plain (non-TTY) progress report print on time, no thread
-            for sk, _ in ready:
-                who = sk.data
-                chunk = os.read(sk.fileobj.fileno(), 65536).decode(errors="replace")
-                if not chunk:
-                    sel.unregister(sk.fileobj)
-                    sk.fileobj.close()
-                    open_streams -= 1
-                    if who != "zygote":
-                        stream_closed[who] = True
-                        settle(who)
-                    continue
-                buffers[who] = buffers.get(who, "") + chunk
-                *lines, buffers[who] = buffers[who].split("\n")
-                for line in lines:
-                    if not line.strip():
-                        continue
-                    event = json.loads(line)
-                    kind = event.get("event")
-                    if who == "zygote":
-                        i = event["worker"]
-                        if kind == "spawned":
-                            worker_pids[i] = event["pid"]
-                        elif kind == "exit":
-                            exit_codes[i] = event["code"]
-                            settle(i)
-                        continue
-                    _handle(event, result, on_event)
-                    if event.get("no_space") and queue:  # the filesystem is full: the rest would fail the same way
-                        for item in queue:
-                            result.failed[item.kernel] = "not started: " + event["error"]
-                            on_event({"event": "failed", "kernel": item.kernel, "error": "not started (no space)"})
-                        queue.clear()
-                    if kind == "ready":
-                        result.ready_seconds.append(time.perf_counter() - start)
-                    if kind in ("done", "failed"):
-                        current[who] = None
-                        result.last_result_seconds = time.perf_counter() - start
-                    if kind in ("ready", "done", "failed"):
-                        hand_out(who)
-                    elif kind == "fatal":  # that worker could not set up its backend; the others go on
-                        current[who] = None
-                        pipe = to_worker.pop(who, None)
-                        if pipe is not None:
-                            pipe.close()
-        zygote.wait()
-        if zygote.returncode and not worker_pids:
+        assert self.zygote.stdout is not None
+        self.sel.register(self.zygote.stdout, selectors.EVENT_READ, "zygote")
+        self.open_streams = len(gpus) + 1
+
+    def events(self, timeout: float):
+        """(who, event) for every whole line that arrived within ``timeout``; (who, None) when a stream ended;
+        nothing when no stream spoke. ``who`` is a worker's index or "zygote"."""
+        for sk, _ in self.sel.select(timeout=timeout):
+            who = sk.data
+            chunk = os.read(sk.fileobj.fileno(), 65536).decode(errors="replace")
+            if not chunk:
+                self.sel.unregister(sk.fileobj)
+                sk.fileobj.close()
+                self.open_streams -= 1
+                yield who, None
+                continue
+            self.buffers[who] = self.buffers.get(who, "") + chunk
+            *lines, self.buffers[who] = self.buffers[who].split("\n")
+            for line in lines:
+                if line.strip():
+                    yield who, json.loads(line)
+
+    def send(self, i: int, message: dict[str, Any]) -> bool:
+        """Write one line to worker i; False when its pipe is broken (it is gone)."""
+        try:
+            self.to_worker[i].write(json.dumps(message) + "\n")
+            self.to_worker[i].flush()
+            return True
+        except BrokenPipeError:
+            return False
+
+    def close_input(self, i: int) -> None:
+        pipe = self.to_worker.pop(i, None)
+        if pipe is not None:
+            try:
+                pipe.close()
+            except BrokenPipeError:
+                pass
+
+    def zygote_done(self) -> None:
+        assert self.zygote is not None
+        self.zygote.wait()
+        if self.zygote.returncode and not self.pids:
             raise EnvironmentProblem("warm workers could not start: "
-                                     + (tmp / "zygote.log").read_text(errors="replace").strip()[-2000:])
-        for kernel in [item.kernel for item in queue]:  # every worker died before these were handed out
-            why = "no worker left to compile it (see the errors above)"
-            result.failed[kernel] = why
-            on_event({"event": "failed", "kernel": kernel, "error": why})
-    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP (cli.main raises it): stop everything, then clean up
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(signum, signal.SIG_IGN)
-        _stop(zygote, worker_pids)
-        raise
-    finally:
-        sel.close()
-        for pipe in to_worker.values():
+                                     + (self.tmp / "zygote.log").read_text(errors="replace").strip()[-2000:])
+
+    def stop(self) -> None:
+        _stop(self.zygote, self.pids)
+
+    def close(self) -> None:
+        self.sel.close()
+        for pipe in self.to_worker.values():
             try:
                 pipe.close()
             except OSError:
                 pass
-        _stop(zygote, worker_pids)
-        shutil.rmtree(tmp, ignore_errors=True)
+        _stop(self.zygote, self.pids)
+
+
+@dataclass
+class _Run:
+    """The loop between the scheduler and the processes: events in, actions out, the result kept."""
+
+    sched: Scheduler
+    procs: _Processes
+    items: dict[str, WorkItem]
+    result: WarmResult
+    on_event: Callable[[dict[str, Any]], None]
+    start: float
+
+    def drive(self) -> None:
+        while self.procs.open_streams:
+            spoke = False
+            for who, event in self.procs.events(TICK_SECONDS):
+                spoke = True
+                self.apply(self._zygote(event) if who == "zygote" else self._worker(who, event))
+            if not spoke:
+                self.on_event({"event": "tick"})  # lets a plain (non-TTY) progress report print on time, no thread
+
+    def _zygote(self, event: dict[str, Any] | None) -> list[Action]:
+        if event is None:
+            return []
+        i = event["worker"]
+        if event.get("event") == "spawned":
+            self.procs.pids[i] = event["pid"]
+        elif event.get("event") == "exit":
+            return self.sched.exited(i, event["code"])
+        return []
+
+    def _worker(self, w: int, event: dict[str, Any] | None) -> list[Action]:
+        if event is None:
+            return self.sched.stream_closed(w)
+        _handle(event, self.result, self.on_event)
+        kind = event.get("event")
+        now = time.perf_counter() - self.start
+        if kind == "ready":
+            self.result.ready_seconds.append(now)
+            return self.sched.ready(w, event["kinds"])
+        if kind in ("done", "failed"):
+            self.result.last_result_seconds = now
+            return self.sched.finished(w, event["kernel"], bool(event.get("no_space")))
+        if kind == "fatal":  # a backend could not be set up in that worker; the other workers go on
+            return self.sched.fatal(w, event.get("kind"))
+        return []
+
+    def apply(self, actions: list[Action]) -> None:
+        for action in actions:
+            if isinstance(action, Send):
+                message = {"backend": action.job.kind, "item": self.items[action.job.id].to_dict()}
+                if not self.procs.send(action.worker, message):  # that worker is gone; its exit is reported
+                    self.apply(self.sched.send_failed(action.worker))
+            elif isinstance(action, Close):
+                self.procs.close_input(action.worker)
+            elif isinstance(action, Lost):
+                self._fail(action.job.id, _worker_death(action.code, self.procs.logs[action.worker]))
+            elif action.why == NO_SPACE:
+                self._fail(action.job.id, "not started: " + (self.result.no_space or "no space left"),
+                           "not started (no space)")
+            else:
+                self._fail(action.job.id, "no worker left to compile it (see the errors above)")
+
+    def _fail(self, kernel: str, why: str, shown: str | None = None) -> None:
+        self.result.failed[kernel] = why
+        self.on_event({"event": "failed", "kernel": kernel, "error": shown or why})
 
 
 def _physical_gpu(index: int) -> str:

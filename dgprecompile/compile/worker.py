@@ -1,9 +1,10 @@
 """Warm worker processes: each compiles kernels one after another in its main thread.
 
 warm starts ``python -m dgprecompile.compile.worker JOB.json --zygote``: one process that imports the heavy libraries
-(torch, and for the legacy JIT DeepGEMM itself) once, without touching CUDA, and then forks the workers, so N
-workers do not each pay that import. Each worker reads the kernels to compile from its stdin, one JSON line each,
-as the parent hands them out, and reports JSON lines on its stdout; anything the libraries print goes to its log.
+of every backend of the job (torch, the legacy JIT DeepGEMM itself, SGLang's JIT builders) once, without touching
+CUDA, and then forks the workers, so N workers do not each pay that import. Every worker serves every backend of
+the job; it reads the items to compile from its stdin, one JSON line each naming its backend, as the parent hands
+them out, and reports JSON lines on its stdout; anything the libraries print goes to its log.
 The zygote reports each worker's pid and exit status on its own stdout.
 No thread pools, no queues with feeder threads: the only concurrency is between worker processes.
 """
@@ -92,7 +93,11 @@ def _no_space(exc: BaseException, text: str, job: dict) -> str | None:
 
 
 def serve(job: dict) -> int:
-    """One worker: set up the backend, then compile what arrives on stdin until it closes."""
+    """One worker: set up each backend of the job, then compile what arrives on stdin until it closes.
+
+    Each line names the backend that builds it ({"backend": NAME, "item": WorkItem}); a backend that cannot be
+    set up is reported as ``fatal`` (with its name) and the worker serves the others; ``ready`` lists those it
+    serves. Exit 3 when it serves none, 1 when an item failed."""
     event_fd = os.dup(1)
     os.dup2(2, 1)  # library prints must not mix with our events
     events = os.fdopen(event_fd, "w", buffering=1)
@@ -104,66 +109,89 @@ def serve(job: dict) -> int:
             raise _Stop(signal.SIGPIPE) from None
 
     from dgprecompile.cache.store import CacheStore
-    from dgprecompile.compile.backends import WorkItem, load_worker_backend
-    from dgprecompile.errors import DGError
+    from dgprecompile.compile.backends import WorkItem
 
-    try:
-        backend = load_worker_backend(job["backend"], job)
-    except DGError as exc:
-        emit(event="fatal", error=exc.message)
+    backends = _set_up(job, emit)
+    if not backends:
         return 3
-    close = getattr(backend, "close", None)
     store = CacheStore(job["cache_dir"])
     failures = 0
-    emit(event="ready")
+    emit(event="ready", kinds=sorted(backends))
     try:
-        # the parent hands out one kernel at a time on stdin (so shares stay disjoint and balanced)
+        # the parent hands out one item at a time on stdin (so shares stay disjoint and balanced)
         for line in sys.stdin:
             if not line.strip():
                 continue
-            item = WorkItem(**json.loads(line))
+            message = json.loads(line)
+            kind, item = message["backend"], WorkItem(**message["item"])
             emit(event="start", kernel=item.kernel, t=time.time())
-            try:
-                status, entries, seconds = backend.compile(item)
-                # a bad or changed entry (empty cubin, other bytes than recorded, a link) was rebuilt and swapped
-                replaced = status == "replaced"
-                why = getattr(backend, "replaced_why", None) if replaced else None
-                status = "compiled" if replaced else status
-                area, skip = getattr(backend, "area", "cache"), getattr(backend, "skip_files", ())
-                records = [store.record_entry(e, seconds if status == "compiled" else None,
-                                              "warm" if status == "compiled" else "adopted", area, skip)
-                           for e in entries]
-                if status == "adopted":
-                    status = "cached"
-
-                def mutate(index, kernel=item.kernel, records=records, status=status):
-                    def keep(old, new):  # an entry found as recorded keeps its record (who built it, how long)
-                        same = old is not None and (old.entry, old.files, old.area) == (new.entry, new.files, new.area)
-                        return old if same and status == "cached" else new
-
-                    index.kernels[kernel] = keep(index.kernels.get(kernel), records[0])
-                    for extra in records[1:]:
-                        index.extra[extra.entry] = keep(index.extra.get(extra.entry), extra)
-
-                own = getattr(backend, "index_mutation", None)  # the sweep backend records m ranges instead
-                store.update_index(own(item, records) if own else mutate)
-            except (DGError, Exception) as exc:  # report it with the kernel's name, go on with the rest
-                failures += 1
-                text = exc.message if isinstance(exc, DGError) else f"{type(exc).__name__}: {exc}"
-                full = _no_space(exc, text, job)
-                if full:
-                    emit(event="failed", kernel=item.kernel, error=full, no_space=True)
-                elif isinstance(exc, DGError):
-                    emit(event="failed", kernel=item.kernel, error=text)
-                else:
-                    emit(event="failed", kernel=item.kernel, error=f"{text}\n{traceback.format_exc(limit=3)}")
-                continue
-            emit(event="done", kernel=item.kernel, status=status, entries=entries, seconds=seconds,
-                 replaced=replaced, why=why)
+            failures += not _compile_one(backends[kind], store, item, job["backends"][kind], emit)
     finally:
-        if close:
-            close()
+        for backend in backends.values():
+            close = getattr(backend, "close", None)
+            if close:
+                close()
     return 1 if failures else 0
+
+
+def _set_up(job: dict, emit) -> dict:
+    """Every backend of ``job`` that can be set up here, by name; ``fatal`` for each one that cannot (the zygote
+    put its preload failure in ``job["unavailable"]``)."""
+    from dgprecompile.compile.backends import load_worker_backend
+    from dgprecompile.errors import DGError
+
+    for kind, why in job.get("unavailable", {}).items():
+        emit(event="fatal", kind=kind, error=why)
+    backends = {}
+    for kind, own in job["backends"].items():
+        try:
+            backends[kind] = load_worker_backend(kind, own)
+        except DGError as exc:
+            emit(event="fatal", kind=kind, error=exc.message)
+    return backends
+
+
+def _compile_one(backend, store, item, job: dict, emit) -> bool:
+    """Build ``item`` with ``backend``, record it in the index, report done or failed; False when it failed."""
+    from dgprecompile.errors import DGError
+
+    try:
+        status, entries, seconds = backend.compile(item)
+        # a bad or changed entry (empty cubin, other bytes than recorded, a link) was rebuilt and swapped
+        replaced = status == "replaced"
+        why = getattr(backend, "replaced_why", None) if replaced else None
+        status = "compiled" if replaced else status
+        area, skip = getattr(backend, "area", "cache"), getattr(backend, "skip_files", ())
+        records = [store.record_entry(e, seconds if status == "compiled" else None,
+                                      "warm" if status == "compiled" else "adopted", area, skip)
+                   for e in entries]
+        if status == "adopted":
+            status = "cached"
+
+        def mutate(index, kernel=item.kernel, records=records, status=status):
+            def keep(old, new):  # an entry found as recorded keeps its record (who built it, how long)
+                same = old is not None and (old.entry, old.files, old.area) == (new.entry, new.files, new.area)
+                return old if same and status == "cached" else new
+
+            index.kernels[kernel] = keep(index.kernels.get(kernel), records[0])
+            for extra in records[1:]:
+                index.extra[extra.entry] = keep(index.extra.get(extra.entry), extra)
+
+        own = getattr(backend, "index_mutation", None)  # the sweep backend records m ranges instead
+        store.update_index(own(item, records) if own else mutate)
+    except (DGError, Exception) as exc:  # report it with the kernel's name, go on with the rest
+        text = exc.message if isinstance(exc, DGError) else f"{type(exc).__name__}: {exc}"
+        full = _no_space(exc, text, job)
+        if full:
+            emit(event="failed", kernel=item.kernel, error=full, no_space=True)
+        elif isinstance(exc, DGError):
+            emit(event="failed", kernel=item.kernel, error=text)
+        else:
+            emit(event="failed", kernel=item.kernel, error=f"{text}\n{traceback.format_exc(limit=3)}")
+        return False
+    emit(event="done", kernel=item.kernel, status=status, entries=entries, seconds=seconds, replaced=replaced,
+         why=why)
+    return True
 
 
 def _die_with_parent() -> None:
@@ -187,44 +215,14 @@ def _set_subreaper() -> None:
 
 def zygote(job: dict, workers: list[dict]) -> int:
     """Import once, fork one worker per entry of ``workers`` ({in_fd, out_fd, log, gpu}), report their exits."""
-    from dgprecompile.compile.backends import preload
-
-    preload(job["backend"], job)  # no CUDA here: children initialise their own device after the fork
+    _preload(job)  # no CUDA here: children initialise their own device after the fork
     own_fds = {fd for w in workers for fd in (w["in_fd"], w["out_fd"])}
     children: dict[int, int] = {}
     out = os.fdopen(os.dup(1), "w", buffering=1)
     for i, w in enumerate(workers):
         pid = os.fork()
         if pid == 0:
-            _die_with_parent()
-            # its own process group, and the subreaper of everything it starts: stopping it stops its nvcc tree
-            os.setpgid(0, 0)
-            _set_subreaper()
-            signal.signal(signal.SIGTERM, _on_signal)
-            signal.signal(signal.SIGHUP, _on_signal)
-            signal.signal(signal.SIGINT, _on_signal)
-            os.dup2(w["in_fd"], 0)
-            os.dup2(w["out_fd"], 1)
-            log = os.open(w["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            os.dup2(log, 2)
-            os.close(log)
-            for fd in own_fds:
-                os.close(fd)
-            if w.get("gpu") is not None:
-                os.environ["CUDA_VISIBLE_DEVICES"] = str(w["gpu"])
-            sys.stdin = os.fdopen(0, "r")
-            sys.stdout = os.fdopen(1, "w", buffering=1)
-            sys.stderr = os.fdopen(2, "w", buffering=1)
-            code = 1
-            try:
-                code = serve(job)
-            except _Stop as stop:
-                code = 128 + stop.signum
-            finally:
-                _reap_tree()
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
+            _child(job, w, own_fds)
         children[pid] = i
         _tell(out, {"event": "spawned", "worker": i, "pid": pid})
     for fd in own_fds:
@@ -237,9 +235,8 @@ def zygote(job: dict, workers: list[dict]) -> int:
             except ProcessLookupError:
                 pass
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGHUP, stop)
-    signal.signal(signal.SIGINT, stop)
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, stop)
     worst = 0
     while children:
         try:
@@ -253,6 +250,57 @@ def zygote(job: dict, workers: list[dict]) -> int:
         worst = max(worst, 1 if code else 0)
         _tell(out, {"event": "exit", "worker": i, "code": code})
     return worst
+
+
+def _preload(job: dict) -> None:
+    """Each backend's imports, once. One that fails is left out of ``job["backends"]`` and its reason put in
+    ``job["unavailable"]`` for the workers to report; when every one fails the zygote fails (warm says so)."""
+    from dgprecompile.compile.backends import preload
+    from dgprecompile.errors import DGError
+
+    failed: dict[str, DGError] = {}
+    for kind, own in list(job["backends"].items()):
+        try:
+            preload(kind, own)
+        except DGError as exc:
+            failed[kind] = exc
+    if failed and len(failed) == len(job["backends"]):
+        raise next(iter(failed.values()))
+    for kind, exc in failed.items():
+        del job["backends"][kind]
+        job.setdefault("unavailable", {})[kind] = exc.message
+
+
+def _child(job: dict, w: dict, own_fds: set[int]) -> None:
+    """The forked worker: its own process group and pipes, then :func:`serve`; never returns."""
+    _die_with_parent()
+    # its own process group, and the subreaper of everything it starts: stopping it stops its nvcc tree
+    os.setpgid(0, 0)
+    _set_subreaper()
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, _on_signal)
+    os.dup2(w["in_fd"], 0)
+    os.dup2(w["out_fd"], 1)
+    log = os.open(w["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(log, 2)
+    os.close(log)
+    for fd in own_fds:
+        os.close(fd)
+    if w.get("gpu") is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(w["gpu"])
+    sys.stdin = os.fdopen(0, "r")
+    sys.stdout = os.fdopen(1, "w", buffering=1)
+    sys.stderr = os.fdopen(2, "w", buffering=1)
+    code = 1
+    try:
+        code = serve(job)
+    except _Stop as stop:
+        code = 128 + stop.signum
+    finally:
+        _reap_tree()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def _tell(out, event: dict) -> None:

@@ -19,6 +19,7 @@ from dgprecompile.cache.store import CacheStore
 from dgprecompile.diagnostics.limits import Limits, read_limits
 from dgprecompile.errors import EXIT_CHECK_FAILED, EXIT_OK, DGError
 from dgprecompile.fsutil import tree_size
+from dgprecompile.generations import GENERATIONS
 from dgprecompile.planning.plan import Plan
 from dgprecompile.planning.profiles import Profile
 from dgprecompile.toolchain import find_deepgemm, locate_nvcc, probe_nvcc
@@ -51,24 +52,14 @@ def dist_version(name: str) -> str | None:
         return None
 
 
-GENERATION_TEXT = {
-    "legacy": "legacy (Python JIT bundled in sgl-kernel <= 0.3.6)",
-    "sgl-kernel-cxx": "sgl-kernel C++ JIT (headers not read)",
-    "sgl-kernel-waves-0.3.20": "sgl-kernel 0.3.20-0.3.21 C++ JIT",
-    "sgl-kernel-waves-0.3.7": "sgl-kernel 0.3.7-0.3.9.post2 C++ JIT",
-    "sgl-kernel-waves": "sgl-kernel 0.3.14.post1-0.3.19 / sglang-kernel 0.4.x C++ JIT",
-    "sgl-deep-gemm-0.1": "sgl-deep-gemm-0.1 (C++ JIT, tvm-ffi)",
-    "sgl-deep-gemm-0.2": "sgl-deep-gemm-0.2 (C++ DeepJIT)",
-}
-
-
 def deepgemm_generation() -> dict[str, Any]:
     """Which DeepGEMM is importable, found without importing it."""
     install = find_deepgemm()
     if install is None:
         return {"distribution": None, "version": None, "generation": "not installed"}
     return {"distribution": install.distribution, "version": install.version,
-            "generation": GENERATION_TEXT.get(install.generation, install.generation),
+            "generation": GENERATIONS[install.generation].label if install.generation in GENERATIONS
+                          else install.generation,
             "package_dir": install.package_dir}
 
 
@@ -209,7 +200,7 @@ def estimate_bursts(profile: Profile, plan: Plan | None, model: BurstModel) -> t
     total = ranks_compiling * per_rank + (model.ranks - ranks_compiling) * base
     cold = Burst("runtime precompile, cold cache", per_rank, total, f"{detail}; x {model.ranks} ranks")
     # Warm cache, JIT off: no pool, no compile. The legacy runtime still runs cuobjdump once per kernel it loads.
-    extra = 1 if profile.generation == "legacy" else 0
+    extra = profile.deepgemm.load_tasks
     warm = Burst("warmed cache, JIT off", base + extra, model.ranks * (base + extra),
                  f"{base} base" + (" + 1 cuobjdump while loading a kernel" if extra else "") + f"; x {model.ranks} ranks")
     return cold, warm, worst

@@ -38,7 +38,6 @@ from typing import Any
 from dgprecompile.diagnostics.limits import cgroup_mounts, count_user_tasks, parse_cgroup_file, read_text
 from dgprecompile.errors import EXIT_CHECK_FAILED, EXIT_OK, EnvironmentProblem, InputError
 
-BACKENDS = ("nvcc", "legacy", "cxx")
 # the key of the reported failure (sglang 0.5.1, layer.py L301: masked w2 of Qwen3-Coder-480B at TP8/EP8)
 LEGACY_KEY = ("GROUPED_GEMM_NT_F8F8BF16_MASKED", 6144, 2560, 20)
 CXX_KEYS = ((1792, 6144), (6144, 1536))  # the two dense keys of Qwen3-Coder-480B at TP8
@@ -233,6 +232,9 @@ def _threads() -> int:
 class NvccBackend:
     """Small generated kernels compiled with nvcc: the same process pattern as the legacy JIT, no DeepGEMM."""
 
+    resolves_nvcc = True  # its keys name the nvcc it runs: the real path, not a symlink
+    jit_off_by_refusing_nvcc = False  # with the JIT off, a lookup only reads the cache
+
     def __init__(self, spec: dict[str, Any]):
         self.nvcc = spec["nvcc"]
         self.cache = Path(spec["cache_dir"]) / "cache"
@@ -277,6 +279,9 @@ class NvccBackend:
 
 class LegacyBackend:
     """Real kernels of the masked key that failed in the report, built by the Python-JIT DeepGEMM (sgl-kernel 0.3.5)."""
+
+    resolves_nvcc = False
+    jit_off_by_refusing_nvcc = False
 
     def __init__(self, spec: dict[str, Any]):
         import deep_gemm  # noqa: F401  (imports torch, as a rank has)
@@ -332,6 +337,9 @@ def legacy_kernels(count: int):
 class CxxBackend:
     """sgl-deep-gemm (C++ JIT): each pool thread launches fp8_gemm_nt for one m, compiling on a miss. GPU only."""
 
+    resolves_nvcc = False
+    jit_off_by_refusing_nvcc = True  # the library itself compiles on a miss: DG_JIT_NVCC_COMPILER refuses
+
     def __init__(self, spec: dict[str, Any]):
         import deep_gemm
         import torch
@@ -362,8 +370,13 @@ class CxxBackend:
     lookup = compile  # with JIT off the parent points DG_JIT_NVCC_COMPILER at a wrapper that refuses to compile
 
 
+# repro's own backends (the process patterns it reproduces), by the name --backend takes
+REPRO_BACKENDS: dict[str, type] = {"nvcc": NvccBackend, "legacy": LegacyBackend, "cxx": CxxBackend}
+BACKENDS = tuple(REPRO_BACKENDS)
+
+
 def _backend(spec: dict[str, Any]):
-    return {"nvcc": NvccBackend, "legacy": LegacyBackend, "cxx": CxxBackend}[spec["backend"]](spec)
+    return REPRO_BACKENDS[spec["backend"]](spec)
 
 
 def rank_main(spec: dict[str, Any]) -> int:
@@ -525,7 +538,7 @@ class Repro:
         root = str(Path(__file__).resolve().parents[2])
         paths = [p for p in (self.config.deepgemm_path, root, env.get("PYTHONPATH")) if p]
         env["PYTHONPATH"] = os.pathsep.join(paths)
-        if jit_off and self.config.backend == "cxx":
+        if jit_off and REPRO_BACKENDS[self.config.backend].jit_off_by_refusing_nvcc:
             env["DG_JIT_NVCC_COMPILER"] = str(self._refusing_nvcc())
         return env
 
@@ -610,7 +623,7 @@ class Repro:
         nvcc = self.config.nvcc or default_nvcc_path()
         if not nvcc or not os.access(nvcc, os.X_OK):
             raise EnvironmentProblem("repro needs nvcc", hint="install the CUDA toolkit or pass --nvcc PATH")
-        return os.path.realpath(nvcc) if self.config.backend == "nvcc" else nvcc
+        return os.path.realpath(nvcc) if REPRO_BACKENDS[self.config.backend].resolves_nvcc else nvcc
 
     # -- the run --
     def run(self) -> ReproReport:

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dgprecompile.errors import InputError
-from dgprecompile.kernels import KernelSpec
+from dgprecompile.kernels import TRANSPOSE_FAMILY, KernelSpec
 
 _HEAD = """
 #include <deep_gemm/impls/sm90_fp8_gemm_1d2d.cuh>
@@ -188,7 +188,7 @@ def _fill(template: str, values: list[object]) -> str:
 def instantiation(spec: KernelSpec, template: Template) -> str:
     """The generated code (before any include-hash line) for one planned kernel."""
     p = dict(spec.params)
-    if spec.family == "transpose_fp32":
+    if spec.family == TRANSPOSE_FAMILY:
         return _fill(template.transpose, [p["TH"], p["BMN"], p["SFK"], *template.transpose_tail])
     head = [f"cute::UMMA::Major::{p['SFB']}"] if template.ab_slots else []
     swizzles = [128, 128, p["SWD"]] if template.ab_slots else [p["SWD"]]  # A and B: block_k bytes of FP8

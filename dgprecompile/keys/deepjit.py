@@ -28,8 +28,8 @@ from functools import lru_cache
 from dgprecompile.errors import InputError
 from dgprecompile.kernels import KernelSpec
 from dgprecompile.keys import cxx_templates
+from dgprecompile.keys.hashing import FNV_PRIME_64, MASK64, splitmix64
 
-_MASK = (1 << 64) - 1
 _SPACE = b" \t\f\v"
 INCLUDE_PREFIX = b"deep_gemm/"
 DG_EXTRA_FLAGS = ("--diag-suppress=39,161,174,177,186,940", "--compiler-options=-Wno-deprecated-declarations,-Wno-abi")
@@ -44,8 +44,8 @@ class Fnv1a:
         raw = data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data
         s0, s1 = self.s0, self.s1
         for byte in len(raw).to_bytes(8, "little") + raw:
-            s0 = ((s0 ^ byte) * 0x100000001B3) & _MASK
-            s1 = ((s1 ^ byte) * 0x9E3779B97F4A7C15) & _MASK
+            s0 = ((s0 ^ byte) * FNV_PRIME_64) & MASK64
+            s1 = ((s1 ^ byte) * 0x9E3779B97F4A7C15) & MASK64
         self.s0, self.s1 = s0, s1
         return self
 
@@ -55,12 +55,7 @@ class Fnv1a:
         return other
 
     def hexdigest(self) -> str:
-        def mix(z: int) -> int:
-            z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
-            z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
-            return z ^ (z >> 31)
-
-        return f"{mix(self.s0):016x}{mix(self.s1):016x}"
+        return f"{splitmix64(self.s0):016x}{splitmix64(self.s1):016x}"
 
 
 def hex_digest(data: bytes | str) -> str:

@@ -95,9 +95,6 @@ class LegacyKeyContext:
     @classmethod
     def build(cls, install: DeepGemmInstall, nvcc: Nvcc, environ: dict[str, str] | None = None) -> LegacyKeyContext:
         env = os.environ if environ is None else environ
-        if int(env.get("DG_JIT_USE_NVRTC", "0") or 0):
-            raise EnvironmentProblem("DG_JIT_USE_NVRTC=1 is set: dgprecompile warms the NVCC path SGLang uses "
-                                     "by default", hint="unset DG_JIT_USE_NVRTC and SGL_DG_USE_NVRTC")
         return cls(package_dir=install.package_dir, nvcc_path=nvcc.path, nvcc_release=nvcc.release,
                    cpp_standard=int(env.get("DG_JIT_OVERRIDE_CPP_STANDARD", 20)),
                    ptxas_verbose="DG_JIT_PTXAS_VERBOSE" in env,

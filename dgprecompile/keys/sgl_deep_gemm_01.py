@@ -21,28 +21,14 @@ from functools import lru_cache
 
 from dgprecompile.kernels import KernelSpec
 from dgprecompile.keys import cxx_templates
-
-_MASK = (1 << 64) - 1
+from dgprecompile.keys.hashing import fnv1a64, splitmix64
 
 _INCLUDE = re.compile(r'#\s*include\s*[<"][^>"]+[>"]')
 
 
-def _fnv1a(data: bytes, seed: int) -> int:
-    h = seed
-    for byte in data:
-        h = ((h ^ byte) * 0x100000001B3) & _MASK
-    return h
-
-
-def _splitmix(z: int) -> int:
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
-    return z ^ (z >> 31)
-
-
 def digest(text: str | bytes) -> str:
     data = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text
-    return f"{_splitmix(_fnv1a(data, 0xC6A4A7935BD1E995)):016x}{_splitmix(_fnv1a(data, 0x9E3779B97F4A7C15)):016x}"
+    return f"{splitmix64(fnv1a64(data, 0xC6A4A7935BD1E995)):016x}{splitmix64(fnv1a64(data, 0x9E3779B97F4A7C15)):016x}"
 
 
 def _deep_gemm_includes(code: str) -> list[str]:

@@ -66,9 +66,6 @@ class SkKeyContext(CxxKeyContext):
     def from_env(cls, include_dir: str, nvcc_release: tuple[int, int], environ: dict[str, str] | None = None,
                  template: str = TEMPLATE, header_root: str | None = None) -> SkKeyContext:
         env = os.environ if environ is None else environ
-        if int(env.get("DG_JIT_USE_NVRTC", "0") or 0):
-            raise InputError("DG_JIT_USE_NVRTC is set: that runtime compiles with NVRTC under other keys, which "
-                             "dgprecompile does not compute", hint="unset DG_JIT_USE_NVRTC, or use --backend cxx")
         base = super().from_env(include_dir, nvcc_release, env, template=template)  # cls's VERBOSE_ENV
         return replace(base, header_root=header_root, library_version=library_version(header_root or include_dir))
 

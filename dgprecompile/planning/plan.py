@@ -329,7 +329,7 @@ def _build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: in
     proof = [f"{label}: {profile.raw[field]}" for field, label in (("proven", "proven"),
                                                                    ("not_proven", "not proven"))
              if profile.raw.get(field)]
-    if keys_only and "sweep" not in profile.deepgemm.backends:
+    if keys_only and profile.deepgemm.sweep_backend is None:
         raise InputError(f"--keys-only: the {profile.deepgemm.label} of sglang {profile.id} has no sweep warm "
                          "(its Python JIT is warmed from the modelled kernels)", hint="plan without --keys-only")
     if keys_only or not profile.deepgemm.models_kernels:

@@ -31,6 +31,7 @@ class Profile:
     seconds_per_kernel: float
     bytes_per_entry: int
     sm_arch: str = "sm_90a"  # the architecture its JIT builds cubins for; entries are checked against it
+    spec_capture_options: bool = False  # server commands may carry SpecForge's --enable-spec-capture options
     raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
 
     @property
@@ -81,7 +82,8 @@ def _load() -> tuple[list[Profile], dict[str, Any]]:
             generation=p["deepgemm"]["generation"], deepgemm_distribution=p["deepgemm"]["distribution"],
             deepgemm_version=str(p["deepgemm"]["version"]), env=p["env"], cache_dir_default=p["cache_dir_default"],
             precompile=p["precompile"], moe=p["moe"], seconds_per_kernel=float(p["seconds_per_kernel"]),
-            bytes_per_entry=int(p["bytes_per_entry"]), sm_arch=p["sm_arch"], raw=p,
+            bytes_per_entry=int(p["bytes_per_entry"]), sm_arch=p["sm_arch"],
+            spec_capture_options=bool(p.get("spec_capture_options", False)), raw=p,
         ))
     return out, data
 

@@ -130,7 +130,7 @@ def choose_table(profile: Profile, requested: str | None) -> tuple[OptionTable, 
     why = f"sglang {pick}'s options (bundled table, read from its wheel)"
     if requested and pick != requested and requested != profile.id:
         why += f"; nearest bundled release to {requested}"
-    if profile.id == "0.5.12-0.5.16":
+    if profile.spec_capture_options:
         extra = spec_capture_overlay()
         table.options = table.options + extra.options
         table.extra_origin = extra.origin

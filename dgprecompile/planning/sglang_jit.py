@@ -40,6 +40,7 @@ class JitVersionSpec:
     source_hash: bool = True  # the module name ends in the sources' hash (0.5.14 on; 0.5.9 has none)
     raw: tuple[tuple[str, Any], ...] = ()
     build_requires: tuple[str, ...] = ()  # what its JIT builds with beside sglang (the wheel's own pins)
+    build_seconds: float = 45.0  # one module's build (MAX_JOBS=1), measured: warm hands the costliest work out first
 
     @property
     def arch_name(self) -> str:
@@ -62,7 +63,7 @@ def _load(data_file: str = "sglang_jit.yaml") -> tuple[JitVersionSpec, ...]:
     return tuple(JitVersionSpec(SpecifierSet(v["sglang"]), *(v[f] for f in _FIELDS), tuple(v["arch"]),
                                 tuple(v["modules"]), bool(v.get("source_hash", True)),
                                 tuple((k, x) for k, x in v.items() if k != "modules"),
-                                tuple(v.get("build_requires", ())))
+                                tuple(v.get("build_requires", ())), float(v.get("build_seconds", 45.0)))
                  for v in data["versions"])
 
 

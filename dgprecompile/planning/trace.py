@@ -120,10 +120,10 @@ def read_trace_dir(trace_dir: Path) -> tuple[list[dict[str, Any]], list[Call]]:
 def _profile_for(request: PlanRequest, headers: list[dict[str, Any]]):
     if request.sglang is None and installed_sglang_version() is None:
         apis = {h.get("api") for h in headers if "api" in h}
-        if apis == {"legacy"}:
-            legacy = next(p for p in all_profiles() if p.generation == "legacy")
-            return ProfileChoice(legacy, None,
-                                 "the trace was recorded with the legacy DeepGEMM API (pass --sglang to choose)")
+        speaking = [p for p in all_profiles() if p.deepgemm.trace_api in apis]
+        if len(apis) == 1 and len({p.generation for p in speaking}) == 1:  # an API only one generation has
+            return ProfileChoice(speaking[0], None, f"the trace was recorded with the {apis.pop()} DeepGEMM API "
+                                                    "(pass --sglang to choose)")
     return resolve_profile(request.sglang)
 
 

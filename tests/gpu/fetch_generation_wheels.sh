@@ -20,8 +20,7 @@ ls "$dest"/apache_tvm_ffi-0.1.11-*.whl >/dev/null 2>&1 ||
 if [ ! -f "$dest/sglang_kernel-0.4.2-deep_gemm.tgz" ]; then
   tmp=$(mktemp -d)
   python3 -m pip download -q --no-deps "${plat[@]}" -d "$tmp" sglang-kernel==0.4.2
-  (cd "$tmp" && unzip -q sglang_kernel-*.whl 'deep_gemm/*' && tar czf deep_gemm.tgz deep_gemm)
-  mv "$tmp/deep_gemm.tgz" "$dest/sglang_kernel-0.4.2-deep_gemm.tgz"
+  python3 tools/unpack_deep_gemm.py --tgz "$tmp"/sglang_kernel-*.whl "$dest/sglang_kernel-0.4.2-deep_gemm.tgz"
   rm -rf "$tmp"
 fi
 # sgl-kernel 0.3.21 / 0.3.16.post3 / 0.3.9.post2 (sglang 0.5.9 / 0.5.4 / 0.5.2): each one's deep_gemm/ without its
@@ -32,9 +31,7 @@ for pair in 0.3.21:54f99a8 0.3.16.post3:f4adba8 0.3.9.post2:b981e3e; do
   if [ ! -f "$dest/sgl_kernel-$sk-deep_gemm.tgz" ]; then
     tmp=$(mktemp -d)
     python3 -m pip download -q --no-deps "${plat[@]}" -d "$tmp" "sgl-kernel==$sk"
-    python3 -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); z.extractall(sys.argv[2], [n for n in
-      z.namelist() if n.startswith("deep_gemm/") and not n.endswith(".so")])' "$tmp"/sgl_kernel-"$sk"-*.whl "$tmp/x"
-    tar czf "$dest/sgl_kernel-$sk-deep_gemm.tgz" -C "$tmp/x" deep_gemm
+    python3 tools/unpack_deep_gemm.py --tgz --no-so "$tmp"/sgl_kernel-"$sk"-*.whl "$dest/sgl_kernel-$sk-deep_gemm.tgz"
     rm -rf "$tmp"
   fi
   if [ ! -f "$dest/sgf-$sgf-csrc.tgz" ] && [ -n "${DGSRC:-}" ]; then

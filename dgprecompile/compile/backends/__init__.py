@@ -1,4 +1,5 @@
-"""Compile backends: one interface, chosen by the installed DeepGEMM generation.
+"""Compile backends: one interface, chosen by the installed DeepGEMM generation; each backend's worker class and
+zygote preload are named by its :class:`dgprecompile.generations.Backend`.
 
 A backend has a parent side (checks, key context, fingerprint; no torch import) and a worker side that
 runs in a worker process and compiles one kernel at a time in its main thread.
@@ -6,11 +7,12 @@ runs in a worker process and compiles one kernel at a time in its main thread.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from dgprecompile.errors import EnvironmentProblem, InputError
-from dgprecompile.generations import get_generation
+from dgprecompile.errors import EnvironmentProblem
+from dgprecompile.generations import get_backend, get_generation
 from dgprecompile.toolchain import DeepGemmInstall
 
 
@@ -49,42 +51,17 @@ def backend_for(name: str | None, install: DeepGemmInstall | None, plan_generati
     return get_generation(install.generation).choose_backend(name, install)
 
 
-def preload(name: str, job: dict[str, Any] | None = None) -> None:
+def preload(name: str, job: dict[str, Any]) -> None:
     """Import what every worker of this backend needs, before the zygote forks them. Must not initialise CUDA."""
-    if name == "nvcc":
-        return  # runs nvcc only: nothing to import
-    if name == "sglang-jit":
-        from dgprecompile.compile.backends.sglang_jit import preload as preload_sglang
-
-        preload_sglang(job or {})
-        return
-    import torch  # noqa: F401  (the costly import both other backends share)
-
-    if name == "legacy":
-        from dgprecompile.compile.backends.legacy import import_legacy
-
-        import_legacy(None)
+    target = get_backend(name).preload
+    if target is not None:
+        _load(target)(job)
 
 
 def load_worker_backend(name: str, job: dict[str, Any]) -> WorkerBackend:
-    if name == "legacy":
-        from dgprecompile.compile.backends.legacy import LegacyWorker
+    return _load(get_backend(name).worker)(job)
 
-        return LegacyWorker(job)
-    if name == "cxx":
-        from dgprecompile.compile.backends.cxx import CxxWorker
 
-        return CxxWorker(job)
-    if name == "sweep":
-        from dgprecompile.compile.backends.sweep import SweepWorker
-
-        return SweepWorker(job)
-    if name == "nvcc":
-        from dgprecompile.compile.backends.nvcc01 import NvccCxxWorker
-
-        return NvccCxxWorker(job)
-    if name == "sglang-jit":
-        from dgprecompile.compile.backends.sglang_jit import SglangJitWorker
-
-        return SglangJitWorker(job)
-    raise InputError(f"unknown backend {name!r}")
+def _load(target: str):
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)

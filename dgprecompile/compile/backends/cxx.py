@@ -21,7 +21,12 @@ from typing import Any
 from dgprecompile.compile.backends import WorkItem
 from dgprecompile.compile.backends.base import StagingWorker
 from dgprecompile.errors import CompileFailed, EnvironmentProblem
-from dgprecompile.kernels import ceil_div
+from dgprecompile.kernels import TRANSPOSE_FAMILY, ceil_div
+
+
+def preload(job: dict[str, Any]) -> None:
+    """The zygote's import of torch (this backend and the sweep's), before it forks; no CUDA."""
+    import torch  # noqa: F401
 
 
 class SglangCalls:
@@ -116,7 +121,7 @@ class CxxWorker(StagingWorker):
         self.calls = SglangCalls.open(job, self.staging)
 
     def _launch(self, item: WorkItem) -> None:
-        if item.family == "transpose_fp32":
+        if item.family == TRANSPOSE_FAMILY:
             self.calls.transpose_scales(item.num_groups, 4, item.k)
         else:
             self.calls.caller(item.kernel_type, item.n, item.k, item.num_groups, item.m)(item.m)

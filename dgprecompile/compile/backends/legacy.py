@@ -22,6 +22,11 @@ from dgprecompile.kernels import KernelSpec
 from dgprecompile.keys.legacy import LegacyKeyContext
 
 
+def preload(job: dict[str, Any]) -> None:
+    """The zygote's imports: torch and the legacy JIT, once for every worker it forks."""
+    import_legacy(None)
+
+
 def import_legacy(nvcc_path: str | None):
     """Import the legacy JIT (build, FP8GemmRuntime, GemmType) without touching CUDA."""
     import torch.utils.cpp_extension as cpp_extension

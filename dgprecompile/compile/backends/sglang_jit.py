@@ -11,6 +11,7 @@ finished build directory is checked against the name dgprecompile computes (keys
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import shutil
@@ -59,6 +60,21 @@ def _import(name: str):
         raise CompileFailed(f"cannot import {name} from the installed sglang: {type(exc).__name__}: {exc}") from None
 
 
+@contextlib.contextmanager
+def _environ(values: dict[str, str]):
+    """``values`` in os.environ for the duration, then what was there before."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 class SglangJitWorker(StagingWorker):
     area = JIT_AREA
     skip_files = NOT_RECORDED
@@ -67,12 +83,12 @@ class SglangJitWorker(StagingWorker):
         super().__init__(job)
         self.area = job.get("area") or JIT_AREA
         self.skip_files = tuple(job.get("not_recorded") or NOT_RECORDED)
-        os.environ["TVM_FFI_CACHE_DIR"] = str(self.staging)
-        os.environ["MAX_JOBS"] = "1"
+        # set only around a build: the same worker builds DeepGEMM's kernels, whose JIT reads CUDA_HOME and PATH
+        self.env = {"TVM_FFI_CACHE_DIR": str(self.staging), "MAX_JOBS": "1"}
         if job.get("cuda_home"):
-            os.environ["CUDA_HOME"] = job["cuda_home"]
+            self.env["CUDA_HOME"] = job["cuda_home"]
         if job.get("ninja_dir"):
-            os.environ["PATH"] = job["ninja_dir"] + os.pathsep + os.environ.get("PATH", "")
+            self.env["PATH"] = job["ninja_dir"] + os.pathsep + os.environ.get("PATH", "")
         module, _, name = job["arch_override"].partition(":")
         self.override = getattr(_import(module), name)
         self.arch = tuple(job["arch"])
@@ -118,6 +134,10 @@ class SglangJitWorker(StagingWorker):
         return self.store.recorded_problem(kernel, entry, area=self.area)
 
     def compile(self, item: WorkItem) -> tuple[str, list[str], float]:
+        with _environ(self.env):
+            return self._compile(item)
+
+    def _compile(self, item: WorkItem) -> tuple[str, list[str], float]:
         p = item.params
         entry, library = p["entry"], p["library"]
         if self._problem(item.kernel, entry, library) is None:

@@ -11,6 +11,10 @@ from typing import Protocol
 
 from dgprecompile.kernels import KernelSpec, KernelType
 
+# the shared memory one SM90 (Hopper) thread block may use, 227 KiB: every generation's stage choice fits its
+# kernels under it (the legacy jit_kernels/gemm.py sm90_capacity; CUTLASS sm90_smem_capacity_bytes in the C++ JITs)
+SMEM_CAPACITY = 232448
+
 
 class Heuristic(Protocol):
     generation: str

@@ -22,9 +22,8 @@ import math
 from functools import lru_cache
 
 from dgprecompile.kernels import KernelSpec, KernelType, ceil_div
-from dgprecompile.planning.heuristics import grid_breakpoints
+from dgprecompile.planning.heuristics import SMEM_CAPACITY, grid_breakpoints
 
-SMEM_CAPACITY = 232448
 BLOCK_K = 128
 
 # build name and GemmType the runtime uses for each SGLang kernel type
@@ -61,7 +60,10 @@ def _smem(stages: int, k: int, bm: int, bn: int) -> tuple[int, int, int]:
 @lru_cache(maxsize=65536)
 def best_config(m: int, n: int, k: int, num_groups: int, num_sms: int, contiguous: bool = False,
                 masked: bool = False) -> tuple[int, int, int, int, int, bool, int, int]:
-    """(block_m, block_n, stages, multicast, multicast_on_a, smem, swizzle, padding) for one call."""
+    """(block_m, block_n, stages, multicast, multicast_on_a, smem, swizzle, padding) for one call.
+
+    One function of about 60 lines on purpose: it follows the legacy library's get_best_configs
+    (deep_gemm/jit_kernels/gemm.py) step for step, so the two can be read side by side."""
     block_ms = (128,) if contiguous else (64, 128, 256)
     block_ns = (*range(16, 129, 8), 144, 160)
 

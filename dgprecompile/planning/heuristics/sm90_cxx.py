@@ -25,10 +25,9 @@ from __future__ import annotations
 
 import struct
 
-from dgprecompile.kernels import KernelSpec, KernelType, ceil_div
-from dgprecompile.planning.heuristics import grid_breakpoints
+from dgprecompile.kernels import TRANSPOSE_FAMILY, KernelSpec, KernelType, ceil_div
+from dgprecompile.planning.heuristics import SMEM_CAPACITY, grid_breakpoints
 
-SMEM_CAPACITY = 232448
 MAX_STAGES = 16
 INT64_MAX = 2**63 - 1
 
@@ -117,7 +116,7 @@ def best_config(kind: KernelType, m: int, n: int, k: int, num_groups: int, num_s
 
 
 def transpose_kernel(k: int) -> KernelSpec:
-    return KernelSpec("transpose_fp32", (("TH", 512), ("BMN", 64), ("SFK", ceil_div(k, 128))))
+    return KernelSpec(TRANSPOSE_FAMILY, (("TH", 512), ("BMN", 64), ("SFK", ceil_div(k, 128))))
 
 
 class Sm90CxxHeuristic:

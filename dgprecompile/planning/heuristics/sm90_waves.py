@@ -31,10 +31,9 @@ from dataclasses import dataclass
 from math import gcd
 
 from dgprecompile.kernels import KernelSpec, KernelType, ceil_div
-from dgprecompile.planning.heuristics import grid_breakpoints
+from dgprecompile.planning.heuristics import SMEM_CAPACITY, grid_breakpoints
 from dgprecompile.planning.heuristics.sm90_cxx import FAMILY, Sm90CxxHeuristic, _align, _swizzle
 
-SMEM_CAPACITY = 232448
 BLOCK_K = 128
 BLOCK_NS = tuple(range(16, 257, 16))
 MULTICAST_MIN_M = 512

@@ -1,0 +1,168 @@
+"""warm's scheduler (compile/schedule.py) driven directly with fake workers: pure events, no processes.
+
+The end-to-end behaviour (real nvcc, real workers, signals) is tests/test_warm.py and tests/test_warm_nvcc.py;
+these pin the rules: costliest first across kinds, a worker takes only what it serves, a dead worker's item is
+blamed on it, a full disk stops the rest, what no worker can build is named at the end.
+"""
+
+from __future__ import annotations
+
+import random
+
+from dgprecompile.compile.schedule import NO_SPACE, NO_WORKER, Close, Job, Lost, NotStarted, Scheduler, Send
+
+DG, JIT = "nvcc", "sglang-jit"
+
+
+def sent(actions):
+    return [(a.worker, a.job.id) for a in actions if isinstance(a, Send)]
+
+
+def closed(actions):
+    return [a.worker for a in actions if isinstance(a, Close)]
+
+
+def test_one_queue_hands_out_the_costliest_first_across_kinds():
+    jobs = [Job("k1", DG, 4.0), Job("k2", DG, 6.0), Job("jit", JIT, 45.0), Job("k3", DG, 2.0)]
+    s = Scheduler.start(jobs, 2)
+    assert sent(s.ready(0, [DG, JIT])) == [(0, "jit")]
+    assert sent(s.ready(1, [DG, JIT])) == [(1, "k2")]
+    assert sent(s.finished(1, "k2")) == [(1, "k1")]
+    assert sent(s.finished(1, "k1")) == [(1, "k3")]
+    assert closed(s.finished(1, "k3")) == [1]  # nothing left: its stdin closes, it exits
+    assert closed(s.finished(0, "jit")) == [0]
+    assert s.drained() == []
+
+
+def test_equal_costs_keep_the_plans_order():
+    s = Scheduler.start([Job(f"k{i}", DG, 1.0) for i in range(5)], 1)
+    order = [sent(s.ready(0, [DG]))[0][1]]
+    while True:
+        actions = s.finished(0, order[-1])
+        if not sent(actions):
+            break
+        order.append(sent(actions)[0][1])
+    assert order == ["k0", "k1", "k2", "k3", "k4"]
+
+
+def test_a_worker_takes_only_the_kinds_it_serves():
+    s = Scheduler.start([Job("jit", JIT, 45.0), Job("k", DG, 4.0)], 2)
+    assert sent(s.ready(0, [DG])) == [(0, "k")]  # the costlier JIT module waits for a worker that builds it
+    assert closed(s.finished(0, "k")) == [0]
+    assert sent(s.ready(1, [JIT])) == [(1, "jit")]
+
+
+def test_a_kind_that_could_not_be_set_up_is_left_to_the_workers_that_have_it():
+    s = Scheduler.start([Job("jit", JIT, 45.0), Job("k", DG, 4.0)], 2)
+    assert s.fatal(0, JIT) == []  # worker 0 goes on with DeepGEMM's kernels
+    assert sent(s.ready(0, [DG])) == [(0, "k")]
+    assert s.fatal(1, JIT) == [] and s.fatal(1, DG) == []
+    assert s.stream_closed(1) == [] and closed(s.exited(1, 3)) == [1]  # it served nothing and exited
+    assert closed(s.finished(0, "k")) == [0]
+    assert s.drained() == [NotStarted(Job("jit", JIT, 45.0), NO_WORKER)]
+
+
+def test_a_worker_that_dies_is_blamed_for_the_item_it_held_once_both_stream_and_exit_are_seen():
+    s = Scheduler.start([Job("a", DG, 2.0), Job("b", DG, 1.0)], 2)
+    s.ready(0, [DG])
+    s.ready(1, [DG])
+    assert s.exited(0, -9) == []  # the exit alone: its last events may still be in the pipe
+    lost = s.stream_closed(0)
+    assert lost[0] == Lost(0, Job("a", DG, 2.0), -9) and closed(lost) == [0]
+    assert s.holding(0) is None
+    assert closed(s.finished(1, "b")) == [1]
+    assert s.drained() == []
+
+
+def test_a_worker_that_reported_its_item_before_dying_is_not_blamed():
+    s = Scheduler.start([Job("a", DG, 2.0)], 1)
+    s.ready(0, [DG])
+    s.finished(0, "a")
+    assert [a for a in s.stream_closed(0) + s.exited(0, 1) if isinstance(a, Lost)] == []
+
+
+def test_a_full_disk_stops_everything_not_yet_handed_out():
+    s = Scheduler.start([Job(f"k{i}", DG, 10.0 - i) for i in range(5)], 2)
+    s.ready(0, [DG])
+    s.ready(1, [DG])
+    actions = s.finished(0, "k0", no_space=True)
+    assert [(a.job.id, a.why) for a in actions if isinstance(a, NotStarted)] == [("k2", NO_SPACE), ("k3", NO_SPACE),
+                                                                                ("k4", NO_SPACE)]
+    assert closed(actions) == [0] and sent(actions) == []
+    assert closed(s.finished(1, "k1")) == [1]  # the one in flight finishes; nothing more is handed out
+    assert s.stopped == NO_SPACE and s.drained() == []
+
+
+def test_after_a_full_disk_an_item_put_back_is_not_handed_out_again():
+    s = Scheduler.start([Job("a", DG, 2.0), Job("b", DG, 1.0)], 2)
+    s.ready(0, [DG])
+    s.ready(1, [DG])
+    s.finished(0, "a", no_space=True)
+    assert closed(s.send_failed(1)) == [1]  # its "b" goes back to the queue, but the warm has stopped
+    s.stream_closed(1)
+    s.exited(1, 0)
+    assert [(a.job.id, a.why) for a in s.drained()] == [("b", NO_SPACE)]
+
+
+def test_a_broken_pipe_puts_the_item_back_at_the_head_for_another_worker():
+    s = Scheduler.start([Job("a", DG, 2.0), Job("b", DG, 1.0)], 2)
+    s.ready(0, [DG])
+    assert closed(s.send_failed(0)) == [0]
+    assert sent(s.ready(1, [DG])) == [(1, "a")]
+    assert sent(s.finished(1, "a")) == [(1, "b")]
+
+
+def test_every_worker_gone_leaves_the_queue_to_drained():
+    s = Scheduler.start([Job("a", DG, 2.0), Job("b", DG, 1.0)], 1)
+    s.fatal(0, None)
+    s.stream_closed(0)
+    s.exited(0, 3)
+    assert [(a.job.id, a.why) for a in s.drained()] == [("a", NO_WORKER), ("b", NO_WORKER)]
+
+
+def _random_run(seed: int) -> None:
+    rng = random.Random(seed)
+    kinds = [DG, JIT]
+    jobs = [Job(f"i{n}", rng.choice(kinds), rng.random() * 50) for n in range(rng.randint(0, 12))]
+    n = rng.randint(1, 4)
+    s = Scheduler.start(jobs, n)
+    ended: list[str] = []
+    holding: dict[int, str] = {}
+    open_ = set(range(n))
+
+    def take(actions):
+        for a in actions:
+            if isinstance(a, Send):
+                assert a.worker in open_ and a.worker not in holding
+                holding[a.worker] = a.job.id
+            elif isinstance(a, Close):
+                open_.discard(a.worker)
+            elif isinstance(a, Lost):
+                assert holding.pop(a.worker) == a.job.id
+                ended.append(a.job.id)
+            else:
+                ended.append(a.job.id)
+
+    alive = list(range(n))
+    for w in alive:
+        take(s.ready(w, rng.sample(kinds, rng.randint(1, 2))))
+    while alive:
+        w = rng.choice(alive)
+        roll = rng.random()
+        if w in holding and roll < 0.85:  # it reports its item (done or failed; now and then a full disk)
+            job = holding.pop(w)
+            ended.append(job)
+            take(s.finished(w, job, no_space=roll < 0.05))
+        elif w in holding or w not in open_ or roll < 0.95:  # it dies, or exits once its stdin is closed
+            alive.remove(w)
+            take(s.stream_closed(w) + s.exited(w, -9 if w in holding else 0))
+    take(s.drained())
+    assert sorted(ended) == sorted(j.id for j in jobs), seed
+    assert not holding
+
+
+def test_random_event_orders_build_or_blame_every_item_exactly_once():
+    """Any interleaving of workers finishing, dying and failing: each item ends exactly once (done, lost or
+    not started), no worker holds two, and nothing is sent to a closed worker."""
+    for seed in range(300):
+        _random_run(seed)
