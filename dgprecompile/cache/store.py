@@ -4,6 +4,7 @@ Layout (the runtime's own part is untouched; ours lives beside it under ``dgprec
 
     <root>/cache/<entry>/...              entries written by DeepGEMM (legacy and C++ JITs alike)
     <root>/tvm-ffi/<entry>/...            SGLang's own tvm-ffi JIT modules (launch sets TVM_FFI_CACHE_DIR here)
+    <root>/triton/<hash>/...              Triton's kernels (launch sets TRITON_CACHE_DIR here; dgprecompile.families)
     <root>/dgprecompile/index.json        fingerprint + one record per warmed kernel (entry, sha256 of each file)
     <root>/dgprecompile/index.lock        filelock guarding index updates
     <root>/dgprecompile/locks/<k>.lock    one filelock per kernel while it compiles
@@ -29,12 +30,15 @@ from typing import Any
 
 from dgprecompile.cache.entrycheck import entry_problem
 from dgprecompile.errors import CheckFailed, CompileFailed, InputError, os_error
+from dgprecompile.families import FILED_AREAS, family_for_area
 from dgprecompile.fsutil import atomic_write_text, exchange_paths, fsync_dir, normalize_modes, tree_size
 
 INDEX_SCHEMA = 1
 OURS = "dgprecompile"
 ENTRIES = "cache"  # DeepGEMM's own layout: <root>/cache/<entry>
-AREAS = (ENTRIES, "tvm-ffi")  # the directories of a cache root that hold runtime entries
+# the directories of a cache root that hold runtime entries: DeepGEMM's, SGLang's JIT modules', and those of the
+# JIT families whose entries are filed in the index (dgprecompile.families)
+AREAS = (ENTRIES, "tvm-ffi", *FILED_AREAS)
 
 
 def sha256_file(path: Path) -> str:
@@ -223,7 +227,8 @@ class CacheStore:
                 return f"{name} missing"
             if sha256_file(f) != digest:
                 return f"{name} changed (sha256 mismatch)"
-        problem = entry_problem(path, arch)
+        family = family_for_area(record.area)
+        problem = entry_problem(path, arch) or (family.entry_problem(path) if family else None)
         return None if problem is None else f"invalid: {problem}"
 
     def entry_problem(self, entry: str, arch: str | None, required: tuple[str, ...] = ()) -> str | None:

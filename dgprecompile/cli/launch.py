@@ -28,10 +28,13 @@ if TYPE_CHECKING:
 @click.option("--pull", "pull_from", default=None, metavar="URL-PREFIX",
               help="First `dgprecompile pull --from URL-PREFIX`: fetch this machine's artifact unless the cache is "
                    "complete; launch only when it is.")
+@click.option("--capture", is_flag=True,
+              help="Non-strict: point Triton's, FlashInfer's, inductor's and CuTe-DSL's caches into the cache and "
+                   "file the whole Triton entries the job built in its index (pack/push/pull carry them).")
 @output_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def command(plan_request, manifest, config, cache_dir, strict, allow_missing, trace_dir, misses_path,
-            pull_from, out, command) -> LaunchResult:
+            pull_from, capture, out, command) -> LaunchResult:
     """Run COMMAND (e.g. torchrun ...) with SGLang's runtime DeepGEMM precompile off and the warmed cache.
 
     Checks the cache against the plan first and refuses to start when kernels are missing. The command's
@@ -42,6 +45,7 @@ def command(plan_request, manifest, config, cache_dir, strict, allow_missing, tr
       dgprecompile launch --manifest plan.yaml -- torchrun --nproc_per_node 8 train.py ...
       dgprecompile launch --config train.yaml
       dgprecompile launch --manifest plan.yaml --no-strict -- python train.py   # records misses
+      dgprecompile launch --capture -- python -m sglang.launch_server ...   # once: files Triton's kernels
       dgprecompile launch --manifest plan.yaml --trace traces/ -- python train.py
       dgprecompile launch -- python -m sglang.launch_server --model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 --tp 8
       dgprecompile launch --specforge-config run.yaml -- specforge train -c run.yaml
@@ -78,9 +82,12 @@ def command(plan_request, manifest, config, cache_dir, strict, allow_missing, tr
                 return pulled
             out.warn(f"{pulled.reason()}; starting anyway (--allow-missing)")
         cache_dir = str(store.root)
+    if capture:
+        strict = False  # a capture run lets every family compile, and records what it built
     prepared = prepare_launch(LaunchOptions(plan=plan, command=argv, cache_dir=cache_dir, strict=strict,
                                             allow_missing=allow_missing, trace_dir=trace_dir,
-                                            misses_path=misses_path, manifest=manifest, model_arg=plan_request.model))
+                                            misses_path=misses_path, manifest=manifest, model_arg=plan_request.model,
+                                            capture=capture))
     render_prepared(out, prepared)
     return out.report(run_launch(prepared), render_result)
 
@@ -102,10 +109,25 @@ def render_prepared(out: Output, prepared: PreparedLaunch) -> None:
     out.info("starting: " + shlex.join(prepared.opts.command))
 
 
+def render_families(out: Output, result: LaunchResult) -> None:
+    rows = [[f.label, str(len(f.new)), str(len(f.filed)) if result.capture else "-", str(len(f.not_whole)),
+             ", ".join(sorted(set(f.kernels))[:8]) + (" ..." if len(set(f.kernels)) > 8 else "")]
+            for f in result.families if f.new]
+    if rows:
+        out.table("compiled at run time, per JIT family" + (" (captured)" if result.capture else ""),
+                  ["family", "new", "filed", "not whole", "kernels"], rows, to_stderr=True, no_wrap=("family",))
+    for f in result.families:
+        for name, why in sorted(f.not_whole.items()):
+            out.warn(f"{f.label} entry {name} not filed: {why}")
+        if f.new and f.note:
+            out.info(f"[dim]note:[/] {f.label}: {f.note}")
+
+
 def render_result(out: Output, result: LaunchResult) -> None:
-    if result.new_triton:
+    render_families(out, result)
+    if result.new_triton and not result.capture:
         out.warn(f"{len(result.new_triton)} Triton kernel(s) compiled at run time into {result.triton_cache_dir} "
-                 "(dgprecompile does not warm Triton; a later run with the same cache finds them)")
+                 "(file them in the cache with one `dgprecompile launch --capture` run)")
     if result.refusals:
         seen = sorted({str(e.get("kernel") or e.get("entry")) for e in result.refusals})
         out.error(f"strict mode refused {len(result.refusals)} runtime compile(s): " + ", ".join(seen[:10]),
