@@ -166,3 +166,12 @@ def versions(families: tuple[CacheFamily, ...] = FAMILIES) -> dict[str, str | No
             except metadata.PackageNotFoundError:
                 out[dist] = None
     return out
+
+
+def coverage() -> dict:
+    """The per-family coverage table `plan` prints (data/families.yaml)."""
+    from importlib import resources
+
+    import yaml
+
+    return yaml.safe_load(resources.files("dgprecompile.data").joinpath("families.yaml").read_text())

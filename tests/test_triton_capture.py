@@ -204,3 +204,13 @@ def test_a_moved_triton_entry_is_reported_not_trusted(job, tmp_path):
 def test_families_have_one_area_and_one_variable_each():
     assert len({f.area for f in FAMILIES}) == len({f.env for f in FAMILIES}) == len(FAMILIES)
     assert family_for_area("triton").filed and not family_for_area("inductor").filed
+
+
+def test_plan_shows_every_family_and_how_it_is_covered():
+    r = CliRunner().invoke(cli, ["plan", "--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8", "--sglang",
+                                 "0.5.14"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert "other JIT families at the first forward" in r.output
+    for fam in FAMILIES:
+        assert f"family={fam.id}" in r.output or f"│ {fam.id}" in r.output, fam.id
+    assert "dgprecompile.compile.triton_moe" in r.output

@@ -12,7 +12,7 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 root=$PWD; DEV=${DEV:-$root/.dev-triton}; OUT=${OUT:-$root/out}; mkdir -p "$OUT"
-MS=${MS:-1-1024,1025-8192:7,8192}
+MS=${MS:-1-512,513-8192:31,8192}
 t0=$(date +%s); stamp() { echo "=== $1 $(date -u +%FT%TZ) (+$(( $(date +%s) - t0 )) s)" | tee -a "$OUT/logs.txt"; }
 echo "tests/gpu/triton_moe_proof.sh on $(hostname) $(date -u +%FT%TZ); DEV $(cat "$DEV/DGP_COMMIT" 2>/dev/null)" > "$OUT/COMMAND.txt"
 site=$(mktemp -d); W=$(mktemp -d)
@@ -30,8 +30,9 @@ PY
 count() { find "$1" -mindepth 1 -maxdepth 1 -type d 2>/dev/null | wc -l; }
 names() { for d in "$1"/*/; do ls "$d" | sed -n 's/^__grp__\(.*\)\.json$/\1/p'; done 2>/dev/null | sort | uniq -c | tr '\n' ';'; }
 stamp warm
-CUDA_VISIBLE_DEVICES= python3 -m dgprecompile.compile.triton_moe --experts 20 --global-experts 160 --hidden 6144 \
-  --intermediate 2560 --topk 8 --m 1-8192 --cache-dir "$W/warm" > "$OUT/warm.json" 2>> "$W/warm.err"
+# run from DEV: `python -m` puts the working directory first on sys.path, and the device's checkout is another one
+(cd "$DEV" && CUDA_VISIBLE_DEVICES= python3 -m dgprecompile.compile.triton_moe --experts 20 --global-experts 160 --hidden 6144 \
+  --intermediate 2560 --topk 8 --m 1-8192 --cache-dir "$W/warm" > "$OUT/warm.json" 2>> "$W/warm.err")
 echo "warm rc=$? dirs=$(count "$W/warm") kernels: $(names "$W/warm")" | tee -a "$OUT/logs.txt"; tail -3 "$W/warm.err" >> "$OUT/logs.txt"
 stamp forward
 b=$(count "$W/warm"); ls "$W/warm" > "$W/before.txt"
@@ -45,7 +46,7 @@ if [ -d "$DEV/cpu-warm/triton" ]; then
   TRITON_CACHE_DIR=$W/cpu python3 "$DEV/tests/gpu/triton_moe_forward.py" 1-64 > "$OUT/carried.json" 2>> "$W/car.err"
   echo "carried rc=$? before=$b after=$(count "$W/cpu")" | tee -a "$OUT/logs.txt"; cp "$DEV/cpu-warm/versions.json" "$OUT/cpu_versions.json" 2>/dev/null
 fi
-dg() { python3 -m dgprecompile "$@"; }
+dg() { (cd "$DEV" && python3 -m dgprecompile "$@"); }
 L=(launch --model Qwen3-Coder-480B --tp 8 --ep 8 --sglang 0.5.14 --allow-missing --cache-dir "$W/cap")
 stamp capture
 unset TVM_FFI_CACHE_DIR TORCHINDUCTOR_CACHE_DIR
