@@ -2,9 +2,9 @@
 
 Stages never branch on a family's name; they ask its :class:`CacheFamily`:
 
-* launch: ``env`` (the variable the library reads for its cache root) and ``env_value(root)``, where
-  `launch --capture` points it inside the dgprecompile cache; ``refused_by`` (how strict mode refuses a runtime
-  compile of this family: ``"hook"``, the startup hook; ``None``, not refused);
+* launch: ``cache_env`` (the variable(s) the library reads for its cache root) and ``launch_env(root)``, where
+  `launch --capture` points them inside the dgprecompile cache; ``hook_target`` (the module whose compile entry the
+  startup hook wraps so that strict mode refuses a runtime compile; None: not refused) and ``strict_by``;
 * cache: ``area`` (its directory under the cache root), ``entries(area_dir)`` (what the library built, each with
   the reason it is not whole, or None), ``entry_files(entry_dir)`` (the files filed in the index);
 * artifact: ``filed`` (True: whole entries are filed in the index and travel with pack/push/pull; the artifact's
@@ -27,7 +27,12 @@ Whole, per family, is defined from the library's own writer (cited on each):
 * CuTe-DSL (``cutlass/base_dsl/cache_helpers.py``: ``CUTE_DSL_CACHE_DIR``, else ``$TMPDIR/<user>/
   cutlass_python_cache``): counted per file. Not filed.
 
-Importing this module imports nothing but the standard library.
+The field names follow dgprecompile/jit_families.py's JitFamily (SGLang's own JIT loaders, branch sglang-jit):
+``area``, ``cache_env``, ``launch_env``, ``hook_target``, ``strict_switch``, ``strict_by``. These families are
+smaller objects, not JitFamily instances: their entries are not planned module by module or named ahead of time
+(Triton's names are hashes of the compile), except Triton's fused MoE kernel, which compile/triton_moe.py warms.
+
+Importing this module imports nothing but the standard library (``coverage`` reads a YAML data file).
 """
 
 from __future__ import annotations
@@ -45,22 +50,25 @@ class CacheFamily:
     id: str
     label: str
     area: str  # directory under the cache root
-    env: str  # the variable the library reads for its cache root
+    cache_env: tuple[str, ...]  # the variable(s) the library reads for its cache root
     packages: tuple[str, ...]  # distributions whose versions a capture records
     layout: str  # "triton-groups" | "flashinfer-ops" | "files"
     filed: bool  # whole entries go into the index (artifact members <area>/<entry>/<file>)
-    refused_by: str | None  # "hook": the startup hook refuses a runtime compile in strict mode; None: not refused
-    env_subdir: str = ""  # the library adds this below the variable's value
+    hook_target: str | None  # module whose compile entry the startup hook wraps in strict mode; None: not refused
+    strict_switch: tuple[tuple[str, str], ...] = ()  # the library's own "refuse to compile" variable (none usable)
 
     def area_dir(self, root: str | Path) -> Path:
         return Path(root) / self.area
 
-    def env_value(self, root: str | Path) -> str:
-        """What launch sets ``env`` to so the library writes into this family's area of the cache root."""
-        return str(self.area_dir(root))
+    def launch_env(self, root: str | Path) -> list[tuple[str, str]]:
+        """(variable, value): where launch points the library so it writes into this family's area of the root."""
+        return [(name, str(self.area_dir(root))) for name in self.cache_env]
 
-    def entries_root(self, area_dir: Path) -> Path:
-        return area_dir / self.env_subdir if self.env_subdir else area_dir
+    @property
+    def strict_by(self) -> str | None:
+        """'switch' (the library's own variable refuses compiles), 'hook' (the startup hook wraps its compile
+        entry) or None (a runtime compile is counted and named, not refused)."""
+        return "switch" if self.strict_switch else "hook" if self.hook_target else None
 
     # -- what the library built --
     def entries(self, area_dir: str | Path) -> dict[str, str | None]:
@@ -138,14 +146,17 @@ def triton_entry_problem(entry_dir: Path, here: bool = False) -> str | None:
 
 
 FAMILIES: tuple[CacheFamily, ...] = (
-    CacheFamily("triton", "Triton", "triton", "TRITON_CACHE_DIR", ("triton",), "triton-groups", filed=True,
-                refused_by="hook"),
-    CacheFamily("flashinfer", "FlashInfer JIT", "flashinfer", "FLASHINFER_WORKSPACE_BASE", ("flashinfer-python",),
-                "flashinfer-ops", filed=False, refused_by=None),
-    CacheFamily("inductor", "torch.compile (inductor)", "inductor", "TORCHINDUCTOR_CACHE_DIR", ("torch",), "files",
-                filed=False, refused_by=None),
-    CacheFamily("cute-dsl", "CuTe-DSL", "cute-dsl", "CUTE_DSL_CACHE_DIR", ("nvidia-cutlass-dsl",), "files",
-                filed=False, refused_by=None),
+    # compile() looks the key up and calls backend.add_stages only on a miss (triton/compiler/compiler.py)
+    CacheFamily("triton", "Triton", "triton", ("TRITON_CACHE_DIR",), ("triton",), "triton-groups", filed=True,
+                hook_target="triton.compiler.compiler"),
+    # FLASHINFER_DISABLE_JIT is no strict switch: JitSpec.build raises on it even when <name>.so is built, and
+    # build_and_load calls build for every non-AOT module (flashinfer/jit/core.py, 0.6.12)
+    CacheFamily("flashinfer", "FlashInfer JIT", "flashinfer", ("FLASHINFER_WORKSPACE_BASE",), ("flashinfer-python",),
+                "flashinfer-ops", filed=False, hook_target=None),
+    CacheFamily("inductor", "torch.compile (inductor)", "inductor", ("TORCHINDUCTOR_CACHE_DIR",), ("torch",),
+                "files", filed=False, hook_target=None),
+    CacheFamily("cute-dsl", "CuTe-DSL", "cute-dsl", ("CUTE_DSL_CACHE_DIR",), ("nvidia-cutlass-dsl",), "files",
+                filed=False, hook_target=None),
 )
 FILED_AREAS: tuple[str, ...] = tuple(f.area for f in FAMILIES if f.filed)
 

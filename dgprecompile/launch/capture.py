@@ -37,9 +37,9 @@ def family_env(root: str | Path, index: Index, *, capture: bool, strict: bool) -
         if capture or area.is_dir():
             why = (f"{fam.label}: capture what the job builds into {fam.area}/" if capture
                    else f"{fam.label}: what an earlier capture or warm left in {fam.area}/")
-            out.append((fam.env, fam.env_value(root), why))
+            out += [(name, value, why) for name, value in fam.launch_env(root)]
     if strict and not capture:
-        refused = [f.id for f in FAMILIES if f.refused_by == "hook" and indexed(index, f)]
+        refused = [f.id for f in FAMILIES if f.strict_by == "hook" and indexed(index, f)]
         if refused:
             out.append((STRICT_FAMILIES_ENV, ",".join(refused),
                         "strict: the startup hook refuses runtime compiles of " + ", ".join(refused)))
