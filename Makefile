@@ -31,7 +31,8 @@ SGL014_PKGS := sglang==0.5.14 apache-tvm-ffi==0.1.11 transformers==5.8.1 'huggin
 	loguru==0.7.3 gguf==0.19.0 ipython==9.18.1 traitlets==5.16.1
 TORCH ?= 2.13.0
 # Triton 3.6.0 (what the H200's torch 2.11 pairs with) in a folder of its own, NOT on the venv's path (the sglang
-# tests stand in for it): tests/test_triton_capture.py compiles real kernels for sm_90 with it on this GPU-less machine.
+# tests stand in for it): tests/test_triton_capture.py compiles real kernels for sm_90 with it on this GPU-less machine,
+# SGLang 0.5.14's fused_moe_kernel among them (its MoE runner package imports einops, hence einops beside it).
 TRITON_DIR := $(VENV)/triton-3.6.0
 
 MODEL ?= Qwen3-Coder-480B
@@ -60,7 +61,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install -q --no-deps --target $(DG013) sgl-deep-gemm==0.1.3
 	for v in $(DG_RELEASES); do $(BIN)/pip install -q --no-deps --target $(VENV)/sgl-deep-gemm-$$v sgl-deep-gemm==$$v || exit 1; done
 	$(BIN)/pip install -q --no-deps --target $(SGL014) $(SGL014_PKGS)
-	$(BIN)/pip install -q --no-deps --target $(TRITON_DIR) triton==3.6.0
+	$(BIN)/pip install -q --no-deps --target $(TRITON_DIR) triton==3.6.0 einops==0.8.1
 	for w in $(SK_DG); do $(BIN)/pip download -q --no-deps --only-binary :all: -d $(WHEELS) $$w || exit 1; done  # one each: two sgl-kernel versions in one call conflict
 	$(BIN)/python tools/unpack_deep_gemm.py $(WHEELS)/sglang_kernel-0.4.2-*.whl $(VENV)/sglang-kernel-0.4.2
 	$(BIN)/python tools/unpack_deep_gemm.py $(WHEELS)/sgl_kernel-0.3.16.post3-*.whl $(VENV)/sgl-kernel-0.3.16.post3

@@ -214,3 +214,34 @@ def test_plan_shows_every_family_and_how_it_is_covered():
     for fam in FAMILIES:
         assert f"family={fam.id}" in r.output or f"│ {fam.id}" in r.output, fam.id
     assert "dgprecompile.compile.triton_moe" in r.output
+
+
+SGL014 = REPO / ".venv" / "sglang-0.5.14"
+
+
+@needs_triton
+@pytest.mark.skipif(not (SGL014 / "sglang").is_dir(), reason="no sglang 0.5.14 beside the venv (make setup)")
+def test_gpu_free_warm_compiles_sglangs_fused_moe_kernel_for_sm90(tmp_path):
+    """SGLang 0.5.14's own fused MoE path, Triton 3.6.0's own JIT and compiler, no GPU: the kernels land in the
+    cache as Triton writes them, for sm_90, under SGLang's default config for the 480B ep8 rank (no tuned JSON)."""
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SGL014), str(REPO / "tests" / "standins"), str(TRITON),
+                                                        str(REPO)]),
+           "DGP_STANDINS": "sgl_kernel,torchvision", "DGP_TRANSFORMERS_EXIST_OK": "1"}
+    cache = tmp_path / "triton"
+    res = subprocess.run([sys.executable, "-m", "dgprecompile.compile.triton_moe", "--experts", "20",
+                          "--global-experts", "160", "--hidden", "6144", "--intermediate", "2560", "--topk", "8",
+                          "--m", "1-2", "--cache-dir", str(cache)], env=env, capture_output=True, text=True,
+                         timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    report = json.loads(res.stdout)
+    assert report["configs"] == [{"config": {"BLOCK_SIZE_K": 128, "BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128,
+                                             "GROUP_SIZE_M": 32, "num_stages": 3, "num_warps": 4},
+                                  "m": [1, 2], "count": 2}]  # sglang 0.5.14's block-FP8 default
+    assert len(report["warmed"]) == 4  # gate-up and down at m=1 and m=2 (Triton specialises on ints == 1)
+    for entry in report["warmed"]:
+        assert triton_entry_problem(cache / entry, here=True) is None
+        meta = json.loads((cache / entry / "fused_moe_kernel.json").read_text())
+        assert meta["target"]["arch"] == 90 and meta["triton_version"] == "3.6.0"
+        assert (cache / entry / "fused_moe_kernel.cubin").read_bytes()[:4] == b"\x7fELF"
