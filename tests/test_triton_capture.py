@@ -229,10 +229,11 @@ def test_gpu_free_warm_compiles_sglangs_fused_moe_kernel_for_sm90(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SGL014), str(REPO / "tests" / "standins"), str(TRITON),
                                                         str(REPO)]),
            "DGP_STANDINS": "sgl_kernel,torchvision", "DGP_TRANSFORMERS_EXIST_OK": "1"}
-    cache = tmp_path / "triton"
+    root = tmp_path / "cache"
+    cache = root / "triton"
     res = subprocess.run([sys.executable, "-m", "dgprecompile.compile.triton_moe", "--experts", "20",
                           "--global-experts", "160", "--hidden", "6144", "--intermediate", "2560", "--topk", "8",
-                          "--m", "1-2", "--cache-dir", str(cache)], env=env, capture_output=True, text=True,
+                          "--m", "1-2", "--cache-dir", str(root)], env=env, capture_output=True, text=True,
                          timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     report = json.loads(res.stdout)
@@ -245,3 +246,7 @@ def test_gpu_free_warm_compiles_sglangs_fused_moe_kernel_for_sm90(tmp_path):
         meta = json.loads((cache / entry / "fused_moe_kernel.json").read_text())
         assert meta["target"]["arch"] == 90 and meta["triton_version"] == "3.6.0"
         assert (cache / entry / "fused_moe_kernel.cubin").read_bytes()[:4] == b"\x7fELF"
+    store = CacheStore(root)
+    filed = {r.entry: r for r in store.read_index().extra.values() if r.area == "triton"}
+    assert sorted(filed) == sorted(report["warmed"]) and report["not_whole"] == []
+    assert all(r.by == "warm" and store.check_entry(r) is None for r in filed.values())

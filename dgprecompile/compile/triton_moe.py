@@ -19,7 +19,9 @@ GPU runs, so only the entries whose kernel is ``fused_moe_kernel`` are reported 
 GPU run (tests/gpu/triton_moe_proof.py), never by this module's own output.
 
 Run: ``python -m dgprecompile.compile.triton_moe --experts 20 --global-experts 160 --hidden 6144
---intermediate 2560 --topk 8 --m 1-8192 --cache-dir DIR`` (prints one JSON report on stdout).
+--intermediate 2560 --topk 8 --m 1-8192 --cache-dir ROOT`` (prints one JSON report on stdout). Triton writes into
+``ROOT/triton`` (the area `launch` points TRITON_CACHE_DIR at) and every whole ``fused_moe_kernel`` entry there is
+filed in the cache index, so verify/pack/push/pull carry it and a strict launch refuses any other Triton compile.
 """
 
 from __future__ import annotations
@@ -176,11 +178,33 @@ def triton_entries(cache_dir: str) -> dict[str, list[str]]:
     return out
 
 
+def file_warmed(root: str, entries: list[str]) -> list[str]:
+    """File the whole warmed entries in the cache index (``extra``, by warm, area triton), so verify/pack/push/pull
+    carry them and a strict launch turns Triton's refusal on; returns the entries that were not whole."""
+    from dgprecompile.cache.store import CacheStore
+    from dgprecompile.families import family_for_area
+
+    store = CacheStore(root)
+    fam = family_for_area("triton")
+    whole = [e for e in entries if fam.entry_problem(fam.area_dir(root) / e) is None]
+    records = [store.record_entry(e, by="warm", area=fam.area) for e in whole]
+    if records:
+        def mutate(index):
+            for rec in records:
+                index.extra[rec.member_dir] = rec
+
+        store.update_index(mutate)
+    return sorted(set(entries) - set(whole))
+
+
 def warm(args: argparse.Namespace) -> dict[str, Any]:
-    os.environ["TRITON_CACHE_DIR"] = args.cache_dir
+    from dgprecompile.families import family_for_area
+
+    triton_dir = str(family_for_area("triton").area_dir(args.cache_dir))
+    os.environ["TRITON_CACHE_DIR"] = triton_dir
     fused, config = load_sglang(args.device_name)  # imported first: some SGLang modules probe the driver at import
     compile_only(args.capability)
-    before = triton_entries(args.cache_dir)
+    before = triton_entries(triton_dir)
     t0 = time.time()
     configs = {}
     w1, w2, s1, s2 = make_weights(experts=args.experts, hidden=args.hidden, intermediate=args.intermediate,
@@ -194,14 +218,16 @@ def warm(args: argparse.Namespace) -> dict[str, Any]:
             (args.experts, 2 * args.intermediate, args.hidden), (args.experts, args.hidden, args.intermediate),
             args.topk, "fp8_w8a8", m, block_shape=[128, 128], return_down_config=True)
         configs.setdefault(json.dumps(cfg, sort_keys=True), []).append(m)
-    after = triton_entries(args.cache_dir)
+    after = triton_entries(triton_dir)
     new = {k: v for k, v in after.items() if k not in before}
+    warmed = sorted(k for k, names in new.items() if KERNEL in names)
+    not_whole = file_warmed(args.cache_dir, sorted(k for k, names in after.items() if KERNEL in names))
     import triton
 
     return {"triton": triton.__version__, "capability": args.capability, "device_name": args.device_name,
             "seconds": round(time.time() - t0, 1), "ms": len(parse_ms(args.m)),
             "configs": [{"config": json.loads(c), "m": [ms[0], ms[-1]], "count": len(ms)} for c, ms in configs.items()],
-            "warmed": sorted(k for k, names in new.items() if KERNEL in names),
+            "warmed": warmed, "not_whole": not_whole, "cache_dir": args.cache_dir,
             "other_new": {k: names for k, names in new.items() if KERNEL not in names},
             "already": sorted(k for k, names in before.items() if KERNEL in names)}
 
@@ -216,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--m", default="1-8192", help="token counts, e.g. 1-64,128,8192")
     p.add_argument("--capability", type=int, default=90)
     p.add_argument("--device-name", default="NVIDIA H200")
-    p.add_argument("--cache-dir", required=True)
+    p.add_argument("--cache-dir", required=True, help="the dgprecompile cache root (Triton writes into <root>/triton)")
     args = p.parse_args(argv)
     os.makedirs(args.cache_dir, exist_ok=True)
     json.dump(warm(args), sys.stdout)

@@ -32,13 +32,13 @@ names() { for d in "$1"/*/; do ls "$d" | sed -n 's/^__grp__\(.*\)\.json$/\1/p'; 
 stamp warm
 # run from DEV: `python -m` puts the working directory first on sys.path, and the device's checkout is another one
 (cd "$DEV" && CUDA_VISIBLE_DEVICES= python3 -m dgprecompile.compile.triton_moe --experts 20 --global-experts 160 --hidden 6144 \
-  --intermediate 2560 --topk 8 --m 1-8192 --cache-dir "$W/warm" > "$OUT/warm.json" 2>> "$W/warm.err")
-echo "warm rc=$? dirs=$(count "$W/warm") kernels: $(names "$W/warm")" | tee -a "$OUT/logs.txt"; tail -3 "$W/warm.err" >> "$OUT/logs.txt"
+  --intermediate 2560 --topk 8 --m 1-8192 --cache-dir "$W/wroot" > "$OUT/warm.json" 2>> "$W/warm.err")
+echo "warm rc=$? dirs=$(count "$W/wroot/triton") kernels: $(names "$W/wroot/triton")" | tee -a "$OUT/logs.txt"; tail -3 "$W/warm.err" >> "$OUT/logs.txt"
 stamp forward
-b=$(count "$W/warm"); ls "$W/warm" > "$W/before.txt"
-TRITON_CACHE_DIR=$W/warm python3 "$DEV/tests/gpu/triton_moe_forward.py" "$MS" > "$OUT/forward.json" 2>> "$W/fwd.err"
-rc=$?; ls "$W/warm" > "$W/after.txt"
-echo "forward rc=$rc before=$b after=$(count "$W/warm") new: $(comm -13 "$W/before.txt" "$W/after.txt" | while read d; do ls "$W/warm/$d" | sed -n 's/^__grp__\(.*\)\.json$/\1/p'; done | sort | uniq -c | tr '\n' ';')" | tee -a "$OUT/logs.txt"
+b=$(count "$W/wroot/triton"); ls "$W/wroot/triton" > "$W/before.txt"
+TRITON_CACHE_DIR=$W/wroot/triton python3 "$DEV/tests/gpu/triton_moe_forward.py" "$MS" > "$OUT/forward.json" 2>> "$W/fwd.err"
+rc=$?; ls "$W/wroot/triton" > "$W/after.txt"
+echo "forward rc=$rc before=$b after=$(count "$W/wroot/triton") new: $(comm -13 "$W/before.txt" "$W/after.txt" | while read d; do ls "$W/wroot/triton/$d" | sed -n 's/^__grp__\(.*\)\.json$/\1/p'; done | sort | uniq -c | tr '\n' ';')" | tee -a "$OUT/logs.txt"
 tail -5 "$W/fwd.err" >> "$OUT/logs.txt"; echo "inductor files: $(find "$W/inductor" -type f 2>/dev/null | wc -l)" | tee -a "$OUT/logs.txt"
 stamp carried
 if [ -d "$DEV/cpu-warm/triton" ]; then
