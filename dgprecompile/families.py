@@ -101,6 +101,22 @@ class CacheFamily:
             return triton_entry_problem(entry_dir, here=True)
         return None if entry_dir.exists() else "missing"
 
+    def relocate(self, entry_dir: Path) -> bool:
+        """Point a whole entry's own references at where it lies now (Triton: rewrite each group file's absolute
+        child paths into ``entry_dir``, in Triton's own format, atomically); True when something was rewritten."""
+        if self.layout != "triton-groups" or triton_entry_problem(entry_dir) is not None:
+            return False
+        from dgprecompile.fsutil import atomic_write_text
+
+        changed = False
+        for grp in sorted(entry_dir.glob("__grp__*.json")):
+            children = json.loads(grp.read_text())["child_paths"]
+            here = {name: str(entry_dir / os.path.basename(str(path))) for name, path in children.items()}
+            if here != children:
+                atomic_write_text(grp, json.dumps({"child_paths": here}))  # FileCacheManager.put_group's format
+                changed = True
+        return changed
+
     def kernel_names(self, entry_dir: Path) -> list[str]:
         """The kernels an entry holds, as the library names them (Triton: its group files' kernel names)."""
         if self.layout == "triton-groups":

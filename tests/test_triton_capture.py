@@ -188,6 +188,23 @@ def test_pack_unpack_on_a_clean_cache_carries_the_captured_kernels(job, tmp_path
 
 
 @needs_triton
+def test_a_strict_launch_on_a_cache_moved_elsewhere_finds_its_triton_kernels(job, tmp_path, capfd):
+    """Triton's group files name absolute paths: a cache filled at one root and used at another would miss every
+    kernel. launch points the filed entries at where they lie (in Triton's own format) and re-records them."""
+    assert launch("--capture", ["add_kernel"]).exit_code == 0
+    shutil.move(job / "cache", job / "moved")
+    capfd.readouterr()
+    r = CliRunner().invoke(cli, ["launch", "--manifest", "plan.yaml", "--cache-dir", "moved", "--allow-missing",
+                                 "--", sys.executable, "child.py", "add_kernel"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output + capfd.readouterr().err
+    assert "1 filed Triton entries pointed at" in r.output
+    store = CacheStore(job / "moved")
+    (rec,) = [r for r in store.read_index().extra.values() if r.area == "triton"]
+    assert store.check_entry(rec) is None
+    assert len(list((job / "moved" / "triton").iterdir())) == 1  # a hit: nothing compiled
+
+
+@needs_triton
 def test_a_moved_triton_entry_is_reported_not_trusted(job, tmp_path):
     """Triton's group file holds absolute paths (runtime/cache.py get_group keeps only children that exist):
     an entry moved to another root is a miss to Triton; check_entry says so instead of calling it good."""

@@ -46,6 +46,25 @@ def family_env(root: str | Path, index: Index, *, capture: bool, strict: bool) -
     return out
 
 
+def relocate(store: CacheStore) -> list[str]:
+    """Filed entries unpacked or copied to another root (Triton's group files name absolute paths, so Triton
+    would miss them): point them at where they lie, and re-record their files' sha256. Returns what changed."""
+    index = store.read_index()
+    moved = []
+    for fam in FAMILIES:
+        for name, rec in sorted(index.extra.items()):
+            if rec.area == fam.area and fam.filed and fam.relocate(fam.area_dir(store.root) / rec.entry):
+                moved.append(name)
+    if moved:
+        def mutate(ix: Index) -> None:
+            for name in moved:
+                old = ix.extra[name]
+                ix.extra[name] = store.record_entry(old.entry, old.seconds, old.by, old.area)
+
+        store.update_index(mutate)
+    return moved
+
+
 def snapshot(root: str | Path) -> dict[str, dict[str, str | None]]:
     return {fam.id: fam.entries(fam.area_dir(root)) for fam in FAMILIES}
 

@@ -454,12 +454,18 @@ def prepare_launch(opts: LaunchOptions) -> PreparedLaunch:
             shutil.copy(NVCC_STANDIN, standin)
             os.chmod(standin, 0o755)
             shutil.copy(os.path.join(HOOK_DIR, "_dgprecompile_hook.py"), run_dir / "_dgprecompile_hook.py")
-        from dgprecompile.launch.capture import family_env
+        from dgprecompile.launch.capture import family_env, relocate
 
+        try:  # entries filed at another root: Triton's group files name absolute paths, it would miss them here
+            moved = relocate(store)
+        except OSError:  # a read-only cache: left as it is (Triton misses them; strict refuses by name)
+            moved = []
         families = family_env(store.root, store.read_index(), capture=opts.capture, strict=opts.strict)
         composed = compose_env(plan, str(store.root), report.recorded_fingerprint, os.environ, strict=opts.strict,
                                trace_dir=trace_dir, run_dir=str(run_dir), warm_hint=hint, standin=standin,
                                families=families)
+        if moved:
+            composed.notes.append(f"{len(moved)} filed Triton entries pointed at {store.root} (filled elsewhere)")
         if composed.conflicts:
             raise InputError("the environment conflicts with the warmed cache:\n" +
                              "\n".join(f"  {c}" for c in composed.conflicts),
