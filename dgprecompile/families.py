@@ -87,8 +87,8 @@ class CacheFamily:
                     out[str(d.relative_to(area_dir))] = (None if so.is_file() and so.stat().st_size > 0
                                                          else f"{so.name} not built")
         else:
-            for f in sorted(p for p in area_dir.rglob("*") if p.is_file()):
-                out[str(f.relative_to(area_dir))] = None if f.stat().st_size > 0 else "empty file"
+            for f in sorted(p for p in area_dir.rglob("*") if p.is_file()):  # written atomically (locks: empty)
+                out[str(f.relative_to(area_dir))] = None
         return out
 
     def entry_files(self, entry_dir: Path) -> list[str]:

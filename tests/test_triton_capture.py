@@ -267,3 +267,32 @@ def test_gpu_free_warm_compiles_sglangs_fused_moe_kernel_for_sm90(tmp_path):
     filed = {r.entry: r for r in store.read_index().extra.values() if r.area == "triton"}
     assert sorted(filed) == sorted(report["warmed"]) and report["not_whole"] == []
     assert all(r.by == "warm" and store.check_entry(r) is None for r in filed.values())
+
+
+INDUCTOR_CHILD = textwrap.dedent("""
+    import torch
+
+    @torch.compile
+    def f(x):
+        return (x * 2).sin().sum(1)
+
+    print(f(torch.randn(8, 4)))
+""")
+
+
+def test_capture_counts_a_real_inductor_cache_and_does_not_file_it(job, capfd):
+    """torch.compile on the CPU writes a real inductor cache into TORCHINDUCTOR_CACHE_DIR = cache/inductor; launch
+    counts it per family and says why it is not filed; a second run finds inductor's own cache (nothing new)."""
+    (job / "child.py").write_text(INDUCTOR_CHILD)
+    r = launch("--capture", [])
+    assert r.exit_code == 0, r.output + capfd.readouterr().err
+    files = sorted(p for p in (job / "cache" / "inductor").rglob("*") if p.is_file())
+    assert files and any(p.suffix == ".so" for p in files)  # inductor's C++ kernels, built by its own compiler
+    assert "torch.compile (inductor)" in r.output and "not filed" in r.output
+    index = json.loads((job / "cache" / "dgprecompile" / "index.json").read_text()) if (
+        job / "cache" / "dgprecompile" / "index.json").exists() else {"extra": {}}
+    assert not [v for v in index["extra"].values() if v.get("area") == "inductor"]
+    r = launch("--no-strict", [])
+    assert r.exit_code == 0, r.output
+    assert sorted(p for p in (job / "cache" / "inductor").rglob("*") if p.is_file()) == files
+    assert "torch.compile (inductor)" not in r.output  # nothing new for that family this time

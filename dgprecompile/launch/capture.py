@@ -92,8 +92,8 @@ def compiled_during(root: str | Path, before: Mapping[str, Mapping[str, str | No
         old = before.get(fam.id, {})
         rep = FamilyReport(fam.id, fam.label)
         for name, problem in sorted(after[fam.id].items()):
-            if name in old and old[name] is None:
-                continue
+            if name in old and (old[name] is None or problem is not None):
+                continue  # there before: whole, or still not whole (a left-over of an earlier run)
             rep.new.append(name)
             rep.kernels += fam.kernel_names(fam.area_dir(root) / name)
             if problem is not None:
