@@ -67,14 +67,15 @@ def ceil_div(a: int, b: int) -> int:
 
 @dataclass(frozen=True)
 class JitModule:
-    """One of SGLang's own tvm-ffi JIT modules (sglang/jit_kernel) a DeepGEMM path builds at first use.
+    """One of SGLang's own JIT modules a server's path builds at first use (dgprecompile/jit_families.py).
 
-    ``marker + template`` are the strings sglang joins into the module's name; ``python:builder(*args)`` is the
-    installed sglang's own function that builds it; ``keys`` are the planned GEMM keys whose layers use it.
+    ``marker + template`` are the strings sglang joins into the module's name; ``python:builder(*args, **kwargs)``
+    is the installed sglang's own function that builds it; ``family`` the JitFamily id of its loader; ``keys``
+    the planned GEMM keys whose layers use it (none for modules off the DeepGEMM paths).
     """
 
     name: str  # e.g. per_token_group_quant_8bit_v2 (data/sglang_jit.yaml id)
-    path: str  # dense | masked
+    path: str  # where on the server's path: dense | masked | model | attention | all_reduce | decode ...
     python: str
     builder: str
     args: tuple[object, ...]
@@ -83,6 +84,8 @@ class JitModule:
     cuda_files: tuple[str, ...]
     why: str = ""
     keys: tuple[tuple[str, int, int, int], ...] = field(default=(), compare=False)
+    family: str = "tvm-ffi"  # manifests written before families existed held only this loader's modules
+    kwargs: tuple[tuple[str, object], ...] = field(default=(), hash=False)  # builder keyword arguments
 
     @property
     def id(self) -> str:
@@ -92,10 +95,12 @@ class JitModule:
         return {"id": self.id, "name": self.name, "path": self.path, "python": self.python,
                 "builder": self.builder, "args": list(self.args), "marker": list(self.marker),
                 "template": list(self.template), "cuda_files": list(self.cuda_files), "why": self.why,
-                "keys": [list(k) for k in self.keys]}
+                "keys": [list(k) for k in self.keys], "family": self.family,
+                **({"kwargs": dict(self.kwargs)} if self.kwargs else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> JitModule:
         return cls(str(d["name"]), str(d["path"]), str(d["python"]), str(d["builder"]), tuple(d["args"]),
                    tuple(map(str, d["marker"])), tuple(map(str, d["template"])), tuple(map(str, d["cuda_files"])),
-                   str(d.get("why", "")), tuple(tuple(k) for k in d.get("keys", ())))
+                   str(d.get("why", "")), tuple(tuple(k) for k in d.get("keys", ())), str(d.get("family") or "tvm-ffi"),
+                   tuple((d.get("kwargs") or {}).items()))

@@ -11,7 +11,7 @@ jsonschema is imported only here, and only when a document is checked.
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from typing import Any
 
@@ -20,7 +20,7 @@ from dgprecompile.errors import InputError
 _SHOWN = 60  # characters of an offending value quoted in a message
 
 
-@lru_cache(maxsize=None)
+@cache
 def schema(name: str) -> dict[str, Any]:
     """The schema of one file format, by name (the file's stem under data/schemas/)."""
     text = resources.files("dgprecompile.data").joinpath("schemas", f"{name}.json").read_text()

@@ -36,9 +36,17 @@ from dgprecompile.fsutil import atomic_write_text, exchange_paths, fsync_dir, no
 INDEX_SCHEMA = 1
 OURS = "dgprecompile"
 ENTRIES = "cache"  # DeepGEMM's own layout: <root>/cache/<entry>
-# the directories of a cache root that hold runtime entries: DeepGEMM's, SGLang's JIT modules', and those of the
-# JIT families whose entries are filed in the index (dgprecompile.families)
-AREAS = (ENTRIES, "tvm-ffi", *FILED_AREAS)
+
+
+def _areas() -> tuple[str, ...]:
+    from dgprecompile.jit_families import FAMILIES
+
+    return (ENTRIES, *dict.fromkeys(f.area for f in FAMILIES.values()), *FILED_AREAS)
+
+
+# the directories of a cache root that hold runtime entries: DeepGEMM's, each SGLang JIT family's, and those of the
+# other JIT families whose entries are filed in the index (dgprecompile.families: Triton)
+AREAS = _areas()
 
 
 def sha256_file(path: Path) -> str:

@@ -24,7 +24,7 @@ from dgprecompile.errors import EnvironmentProblem
 from dgprecompile.kernels import JitModule
 from dgprecompile.planning.sglang_jit import (
     JitVersionSpec,
-    spec_for,
+    release_spec,
 )
 
 JIT_AREA = "tvm-ffi"  # the sub-directory of a dgprecompile cache that launch points TVM_FFI_CACHE_DIR at
@@ -98,8 +98,18 @@ class JitNaming:
 
     @classmethod
     def here(cls, sglang_version: str) -> JitNaming:
-        """For the sglang and tvm-ffi installed here; EnvironmentProblem when they do not match the plan."""
-        spec = spec_for(sglang_version)
+        from dgprecompile.jit_families import family_for
+
+        family = family_for(sglang_version)
+        if family is None:
+            raise EnvironmentProblem(f"SGLang {sglang_version}'s JIT modules are not modelled")
+        return cls.build(family, sglang_version)
+
+    @classmethod
+    def build(cls, family, sglang_version: str) -> JitNaming:
+        """For the sglang and tvm-ffi installed here; EnvironmentProblem when they do not match the plan
+        (the JitFamily naming_class protocol)."""
+        spec = release_spec(family, sglang_version)
         if spec is None:
             raise EnvironmentProblem(f"SGLang {sglang_version}'s JIT modules are not modelled")
         install = find_sglang()
@@ -123,6 +133,8 @@ class JitNaming:
 
     def module_name(self, module: JitModule) -> str:
         base = self.spec.name_prefix + "_".join([*module.marker, *module.template])
+        if not self.spec.source_hash:
+            return base
         return base + "_" + source_hash(self.root, self.root / self.spec.include_dir, list(module.cuda_files))
 
     def entry_name(self, module: JitModule) -> str:
@@ -135,6 +147,20 @@ class JitNaming:
 
     def fingerprint(self) -> dict[str, Any]:
         return {"sglang": self.sglang.version, "tvm_ffi": self.tvm_ffi, "arch": self.spec.arch_name}
+
+    def worker_job(self, pythons: list[str]) -> dict[str, Any]:
+        """What the sglang-jit workers need: sglang's arch override, the arch, the builder modules to preload."""
+        return {"arch_override": self.spec.arch_override, "arch": list(self.spec.arch), "modules": list(pythons)}
+
+    @staticmethod
+    def name_stem(family, sglang_version: str, module: JitModule) -> str:
+        spec = release_spec(family, sglang_version)
+        prefix = spec.name_prefix if spec else "sgl_kernel_jit_"
+        return prefix + "_".join([*module.marker, *module.template])
+
+    @staticmethod
+    def current_fingerprint(family, arch: str) -> dict[str, Any]:
+        return current_jit_fingerprint(arch)
 
 
 def current_jit_fingerprint(arch: str) -> dict[str, Any]:
