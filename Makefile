@@ -39,6 +39,10 @@ SGL014_PKGS := sglang==0.5.14 apache-tvm-ffi==0.1.11 transformers==5.8.1 'huggin
 # into .cache/sglang-wheels/, where scripts/update_sglang_args.py keeps them: no test downloads them
 SGL_WHEELS := 0.5.1 0.5.3 0.5.4 0.5.9 0.5.14
 TORCH ?= 2.13.0
+# Triton 3.6.0 (what the H200's torch 2.11 pairs with) in a folder of its own, NOT on the venv's path (the sglang
+# tests stand in for it): tests/test_triton_capture.py compiles real kernels for sm_90 with it on this GPU-less machine,
+# SGLang 0.5.14's fused_moe_kernel among them (its MoE runner package imports einops, hence einops beside it).
+TRITON_DIR := $(VENV)/triton-3.6.0
 
 MODEL ?= Qwen3-Coder-480B
 TP ?= 8
@@ -69,6 +73,7 @@ $(TEST_STAMP): $(RUN_STAMP)
 	$(BIN)/pip install -q --no-deps --target $(DG013) sgl-deep-gemm==0.1.3
 	for v in $(DG_RELEASES); do $(BIN)/pip install -q --no-deps --target $(VENV)/sgl-deep-gemm-$$v sgl-deep-gemm==$$v || exit 1; done
 	$(BIN)/pip install -q --no-deps --target $(SGL014) $(SGL014_PKGS)
+	$(BIN)/pip install -q --no-deps --target $(TRITON_DIR) triton==3.6.0 einops==0.8.1
 	for w in $(SK_DG); do $(UNPACK) $$w $(VENV)/$$(echo $$w | sed 's/==/-/') || exit 1; done  # one each: two sgl-kernel versions in one call conflict
 	$(BIN)/python scripts/update_sglang_args.py --fetch $(SGL_WHEELS)
 	touch $@

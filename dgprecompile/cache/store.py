@@ -4,6 +4,7 @@ Layout (the runtime's own part is untouched; ours lives beside it under ``dgprec
 
     <root>/cache/<entry>/...              entries written by DeepGEMM (legacy and C++ JITs alike)
     <root>/tvm-ffi/<entry>/...            SGLang's own tvm-ffi JIT modules (launch sets TVM_FFI_CACHE_DIR here)
+    <root>/triton/<hash>/...              Triton's kernels (launch sets TRITON_CACHE_DIR here; dgprecompile.families)
     <root>/dgprecompile/index.json        fingerprint + one record per warmed kernel (entry, sha256 of each file)
     <root>/dgprecompile/index.lock        filelock guarding index updates
     <root>/dgprecompile/locks/<k>.lock    one filelock per kernel while it compiles
@@ -29,6 +30,7 @@ from typing import Any
 
 from dgprecompile.cache.entrycheck import entry_problem, link_problem
 from dgprecompile.errors import CheckFailed, CompileFailed, InputError, os_error
+from dgprecompile.families import FILED_AREAS, family_for_area
 from dgprecompile.fsutil import atomic_write_text, exchange_paths, fsync_dir, normalize_modes, tree_size
 
 INDEX_SCHEMA = 1
@@ -39,10 +41,12 @@ ENTRIES = "cache"  # DeepGEMM's own layout: <root>/cache/<entry>
 def _areas() -> tuple[str, ...]:
     from dgprecompile.jit_families import FAMILIES
 
-    return (ENTRIES, *dict.fromkeys(f.area for f in FAMILIES.values()))
+    return (ENTRIES, *dict.fromkeys(f.area for f in FAMILIES.values()), *FILED_AREAS)
 
 
-AREAS = _areas()  # the directories of a cache root that hold runtime entries: DeepGEMM's, each JIT family's
+# the directories of a cache root that hold runtime entries: DeepGEMM's, each SGLang JIT family's, and those of the
+# other JIT families whose entries are filed in the index (dgprecompile.families: Triton)
+AREAS = _areas()
 
 
 def sha256_file(path: Path) -> str:
@@ -235,7 +239,8 @@ class CacheStore:
                 return f"{name} missing"
             if sha256_file(f) != digest:
                 return f"{name} changed (sha256 mismatch)"
-        problem = entry_problem(path, arch, naming=naming)
+        family = family_for_area(record.area)
+        problem = entry_problem(path, arch, naming=naming) or (family.entry_problem(path) if family else None)
         return None if problem is None else f"invalid: {problem}"
 
     def recorded_problem(self, kernel: str, entry: str, arch: str | None = None, area: str = ENTRIES,

@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 @click.option("--replace-changed", is_flag=True,
               help="With --pull: replace cache entries whose bytes differ from the artifact's.")
 @trust_options
+@click.option("--capture", is_flag=True,
+              help="Non-strict: point Triton's, FlashInfer's, inductor's and CuTe-DSL's caches into the cache and "
+                   "file the whole Triton entries the job built in its index (pack/push/pull carry them).")
 @click.option("--kill-grace", type=click.FloatRange(min=0, max=3600), default=10.0, show_default=True,
               metavar="SECONDS",
               help="After a SIGINT/SIGTERM/SIGHUP is forwarded to the job, SIGKILL what is left of it this many "
@@ -46,7 +49,8 @@ if TYPE_CHECKING:
 @output_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def command(plan_request, manifest, config, cache_dir, shared_cache, strict, allow_missing, trace_dir, misses_path,
-            pull_from, replace_changed, trust, kill_grace, out, command) -> LaunchResult:
+            pull_from, replace_changed, trust, capture, kill_grace, out,
+            command) -> LaunchResult:
     """Run COMMAND (e.g. torchrun ...) with SGLang's runtime DeepGEMM precompile off and the warmed cache.
 
     Checks the cache against the plan first and refuses to start when kernels are missing. The command's
@@ -60,6 +64,7 @@ def command(plan_request, manifest, config, cache_dir, shared_cache, strict, all
       dgprecompile launch --manifest plan.yaml -- torchrun --nproc_per_node 8 train.py ...
       dgprecompile launch --config train.yaml
       dgprecompile launch --manifest plan.yaml --no-strict -- python train.py   # records misses
+      dgprecompile launch --capture -- python -m sglang.launch_server ...   # once: files Triton's kernels
       dgprecompile launch --manifest plan.yaml --trace traces/ -- python train.py
       dgprecompile launch -- python -m sglang.launch_server --model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 --tp 8
       dgprecompile launch --specforge-config run.yaml -- specforge train -c run.yaml
@@ -98,10 +103,12 @@ def command(plan_request, manifest, config, cache_dir, shared_cache, strict, all
                 return pulled
             out.warn(f"{pulled.reason()}; starting anyway (--allow-missing)")
         cache_dir = str(store.root)
+    if capture:
+        strict = False  # a capture run lets every family compile, and records what it built
     prepared = prepare_launch(LaunchOptions(plan=plan, command=argv, cache_dir=cache_dir, strict=strict,
                                             shared_cache=list(shared_cache), allow_missing=allow_missing,
                                             trace_dir=trace_dir, misses_path=misses_path, manifest=manifest,
-                                            model_arg=plan_request.model, kill_grace=kill_grace))
+                                            model_arg=plan_request.model, kill_grace=kill_grace, capture=capture))
     render_prepared(out, prepared)
     return out.report(run_launch(prepared), render_result)
 
@@ -125,10 +132,25 @@ def render_prepared(out: Output, prepared: PreparedLaunch) -> None:
     out.info("starting: " + shlex.join(prepared.opts.command))
 
 
+def render_families(out: Output, result: LaunchResult) -> None:
+    rows = [[f.label, str(len(f.new)), str(len(f.filed)) if result.capture else "-", str(len(f.not_whole)),
+             ", ".join(sorted(set(f.kernels))[:8]) + (" ..." if len(set(f.kernels)) > 8 else "")]
+            for f in result.families if f.new]
+    if rows:
+        out.table("compiled at run time, per JIT family" + (" (captured)" if result.capture else ""),
+                  ["family", "new", "filed", "not whole", "kernels"], rows, to_stderr=True, no_wrap=("family",))
+    for f in result.families:
+        for name, why in sorted(f.not_whole.items()):
+            out.warn(f"{f.label} entry {name} not filed: {why}")
+        if f.new and f.note:
+            out.info(f"[dim]note:[/] {f.label}: {f.note}")
+
+
 def render_result(out: Output, result: LaunchResult) -> None:
-    if result.new_triton:
+    render_families(out, result)
+    if result.new_triton and not result.capture:
         out.warn(f"{len(result.new_triton)} Triton kernel(s) compiled at run time into {result.triton_cache_dir} "
-                 "(dgprecompile does not warm Triton; a later run with the same cache finds them)")
+                 "(file them in the cache with one `dgprecompile launch --capture` run)")
     if result.refusals:
         seen = sorted({str(e.get("kernel") or e.get("entry")) for e in result.refusals})
         out.error(f"strict mode refused {len(result.refusals)} runtime compile(s): " + ", ".join(seen[:10]),

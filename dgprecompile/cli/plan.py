@@ -53,6 +53,13 @@ def render_plan(out: Output, plan: Plan, show_buckets: bool) -> None:
                   ["module", "template args", "used by", "builder"],
                   [[m.name, ", ".join(m.template) or "-", m.path + (f" ({len(m.keys)} keys)" if m.keys else ""),
                     f"{m.python}:{m.builder}"] for m in plan.jit_modules.values()])
+    from dgprecompile.families import coverage
+
+    table = coverage()
+    out.table(f"other JIT families at the first forward ({table['read_from']})",
+              ["family", "kernels", "covered by", "strict"],
+              [[r["family"], r["what"], f"{r['cover']}: {r['how']}", r["strict"]] for r in table["rows"]],
+              no_wrap=("family",))
     for note in plan.notes:
         out.note(note)
 

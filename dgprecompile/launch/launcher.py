@@ -101,7 +101,8 @@ def _same_roots(separator: str | None):
 def compose_env(plan: Plan, cache_dir: str, fingerprint: Mapping[str, Any], base_env: Mapping[str, str], *,
                 strict: bool = True, trace_dir: str | None = None, run_dir: str | None = None,
                 warm_hint: str = "", python: str | None = None, standin: str = NVCC_STANDIN,
-                hook_dir: str = HOOK_DIR, shared: list[str] | tuple[str, ...] = ()) -> LaunchEnv:
+                hook_dir: str = HOOK_DIR, shared: list[str] | tuple[str, ...] = (),
+                families: list[tuple[str, str, str]] = ()) -> LaunchEnv:
     """The child's environment. Pure: reads only its arguments (and, for the C++ JIT, whether a path exists)."""
     profile = plan.profile
     deepgemm = profile.deepgemm
@@ -158,6 +159,9 @@ def compose_env(plan: Plan, cache_dir: str, fingerprint: Mapping[str, Any], base
             for name, value in family.strict_env().items():
                 put(name, value, "strict: the release's own switch refuses runtime JIT builds")
 
+    for name, value, why in [f for f in families if not f[0].startswith("DGPRECOMPILE_")]:  # launch/capture.py
+        put(name, value, why, same=_same_path if name.endswith(("_DIR", "_BASE")) else (lambda a, b: a == b))
+
     recorded_env = dict(fingerprint.get("env") or {})
     for name in KEY_ENV_VARS:
         if name in recorded_env:
@@ -208,6 +212,10 @@ def compose_env(plan: Plan, cache_dir: str, fingerprint: Mapping[str, Any], base
     if trace_dir:
         hook_vars["DGPRECOMPILE_TRACE_DIR"] = str(trace_dir)
         settings.append(EnvSetting("DGPRECOMPILE_TRACE_DIR", str(trace_dir), "trace every DeepGEMM call"))
+    for name, value, why in families:
+        if name.startswith("DGPRECOMPILE_"):  # ours (the hook's per-family strict switch): never the user's
+            hook_vars[name] = value
+            settings.append(EnvSetting(name, value, why))
     for name in [n for n in env if n.startswith("DGPRECOMPILE_") and n not in hook_vars and n != "DGPRECOMPILE_REAL_NVCC"]:
         del env[name]  # ours; a stale value from an outer launch must not leak in
     env.update(hook_vars)
@@ -225,10 +233,13 @@ def compose_env(plan: Plan, cache_dir: str, fingerprint: Mapping[str, Any], base
 
 
 def all_entries(store: CacheStore) -> list[str]:
-    """Every runtime entry of the cache: DeepGEMM's by name, SGLang's JIT modules as tvm-ffi/<name>."""
+    """Every runtime entry of the cache: DeepGEMM's by name, SGLang's JIT modules as tvm-ffi/<name> (the other
+    families' entries are reported per family: launch/capture.py)."""
     from dgprecompile.cache.store import AREAS, ENTRIES
+    from dgprecompile.families import FILED_AREAS
 
-    return [e if area == ENTRIES else f"{area}/{e}" for area in AREAS for e in store.list_entries(area)]
+    return [e if area == ENTRIES else f"{area}/{e}" for area in AREAS if area not in FILED_AREAS
+            for e in store.list_entries(area)]
 
 
 def triton_cache_dir(env: Mapping[str, str]) -> str:
@@ -511,6 +522,7 @@ class LaunchOptions:
     manifest: str | None = None
     model_arg: str | None = None
     kill_grace: float = DEFAULT_KILL_GRACE  # seconds from a forwarded signal to the SIGKILL of what is left
+    capture: bool = False  # point every JIT family's cache into the cache root and file what the job built
 
 
 @dataclass
@@ -564,6 +576,8 @@ class LaunchResult:
     def strict_failed(self) -> bool:
         """A strict run that compiled anything into the cache, or ran a Python process without its guard."""
         return self.strict and bool(self.new_entries or self.new_jit_modules or self.unguarded or self.guard_failures)
+    families: list[Any] = field(default_factory=list)  # launch.capture.FamilyReport per JIT family
+    capture: bool = False
 
     @property
     def return_code(self) -> int:
@@ -580,7 +594,8 @@ class LaunchResult:
                 "misses_path": self.misses_path, "calls_recorded": self.calls_recorded,
                 "new_triton": self.new_triton, "triton_cache_dir": self.triton_cache_dir,
                 "unguarded": {str(k): v for k, v in sorted(self.unguarded.items())},
-                "guard_failures": self.guard_failures, "signals": self.signals, "killed": self.killed}
+                "guard_failures": self.guard_failures, "signals": self.signals, "killed": self.killed,
+                "capture": self.capture, "families": [f.to_dict() for f in self.families]}
 
 
 def _read_events(path: Path) -> list[dict[str, Any]]:
@@ -631,9 +646,18 @@ def prepare_launch(opts: LaunchOptions) -> PreparedLaunch:
             shutil.copy(NVCC_STANDIN, standin)
             os.chmod(standin, 0o755)
             shutil.copy(os.path.join(HOOK_DIR, "_dgprecompile_hook.py"), run_dir / "_dgprecompile_hook.py")
+        from dgprecompile.launch.capture import family_env, relocate
+
+        try:  # entries filed at another root: Triton's group files name absolute paths, it would miss them here
+            moved = relocate(store)
+        except OSError:  # a read-only cache: left as it is (Triton misses them; strict refuses by name)
+            moved = []
+        families = family_env(store.root, store.read_index(), capture=opts.capture, strict=opts.strict)
         composed = compose_env(plan, str(store.root), report.recorded_fingerprint, os.environ, strict=opts.strict,
                                trace_dir=trace_dir, run_dir=str(run_dir), warm_hint=hint, standin=standin,
-                               shared=[str(CacheStore(d).root) for d in opts.shared_cache])
+                               shared=[str(CacheStore(d).root) for d in opts.shared_cache], families=families)
+        if moved:
+            composed.notes.append(f"{len(moved)} filed Triton entries pointed at {store.root} (filled elsewhere)")
         if composed.conflicts:
             raise InputError("the environment conflicts with the warmed cache:\n" +
                              "\n".join(f"  {c}" for c in composed.conflicts),
@@ -654,12 +678,18 @@ def run_launch(prepared: PreparedLaunch) -> LaunchResult:
         before = set(all_entries(store))
         triton_dir = triton_cache_dir(prepared.env.env)
         triton_before = _listdir(triton_dir)
+        from dgprecompile.launch import capture
+
+        families_before = capture.snapshot(store.root)
         watch = JobWatch(scan=opts.strict)
         code = run_child(opts.command, prepared.env.env, kill_grace=opts.kill_grace, watch=watch)
         result = LaunchResult(code, opts.strict, cache_dir=prepared.cache_dir, warm_hint=prepared.warm_hint,
-                              signals=list(watch.signals), killed=watch.killed)
+                              signals=list(watch.signals), killed=watch.killed, capture=opts.capture)
         if opts.strict:
             _check_guards(prepared.run_dir / GUARD_DIR, watch, result)
+        result.families = capture.compiled_during(store.root, families_before)
+        if opts.capture:
+            capture.file_captured(store, result.families, prepared.env.env)
         result.refusals = [e for e in _read_events(prepared.run_dir / "events.jsonl") if e.get("event") == "refused"]
         result.refusals_outside_plan = bool(result.refusals) and all(
             e.get("kernel") and e.get("generation") == "legacy" and e["kernel"] not in plan.kernels

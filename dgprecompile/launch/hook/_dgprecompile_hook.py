@@ -10,6 +10,7 @@ Configured by `dgprecompile launch` through the environment:
   DGPRECOMPILE_CACHE_DIR    the warmed cache, for messages
   DGPRECOMPILE_GUARD_DIR    strict: where each process (forked ones too) writes its "guard installed" record, a file
                             named by its pid; the launcher fails a strict job in which a Python process had none
+  DGPRECOMPILE_STRICT_FAMILIES  with STRICT=1, e.g. "triton": a Triton cache miss raises, naming the kernel
 
 Both hooks act when the module they concern is imported (a ``sys.meta_path`` post-import hook), before the
 importer (e.g. sglang's ``from deep_gemm import fp8_gemm_nt``) sees the module.
@@ -36,6 +37,7 @@ ENV_EVENTS = "DGPRECOMPILE_EVENTS"
 ENV_CACHE_DIR = "DGPRECOMPILE_CACHE_DIR"
 ENV_WARM_HINT = "DGPRECOMPILE_WARM_HINT"
 ENV_GUARD_DIR = "DGPRECOMPILE_GUARD_DIR"
+ENV_STRICT_FAMILIES = "DGPRECOMPILE_STRICT_FAMILIES"  # JIT families beside DeepGEMM whose compiles strict refuses
 ENV_JIT_HOOKS = "DGPRECOMPILE_JIT_HOOKS"  # modules whose builds strict mode refuses (jit_families.hook_targets)
 REFUSED_EXIT = 97
 
@@ -397,6 +399,70 @@ def patch_tvm_ffi(module):
         raise RuntimeError(f"{module.__name__} has neither build_inline nor build")
 
 
+def triton_refusal_message(kernel):
+    """For a refused Triton compile of ``kernel`` (a cache miss under strict mode)."""
+    info = _plan_info()
+    warm = info.get("warm") or os.environ.get(ENV_WARM_HINT) or "dgprecompile warm --manifest PLAN --cache-dir DIR"
+    where = os.environ.get("TRITON_CACHE_DIR") or "~/.triton/cache"
+    return "\n".join([
+        f"dgprecompile strict mode: Triton tried to compile kernel {kernel} at run time, but runtime JIT is off "
+        f"under `dgprecompile launch` and {where} does not hold it.",
+        f"  Warm it with: {warm}",
+        "  (or let the job build it once with `dgprecompile launch --capture ...`: it is filed in the cache and "
+        "later strict launches find it)"])
+
+
+def patch_triton_compiler(module):
+    """Make a Triton cache miss raise, naming the kernel, instead of compiling.
+
+    triton.compiler.compiler.compile computes the cache key, returns the cached kernel when its group file is
+    there, and only on a miss asks the backend for its stages (``backend.add_stages``). We wrap the module's
+    ``make_backend`` (looked up by compile() as a module global) so the backend it returns refuses in
+    ``add_stages``, ``compile`` itself to know the kernel's name, and ``get_cache_manager`` to remove the empty
+    entry directory Triton made before its lookup. Cache hits are untouched.
+    """
+    real_compile, real_make_backend = module.compile, module.make_backend
+    real_cache_manager = module.get_cache_manager
+    current, entry_dirs = [], []
+
+    def get_cache_manager(key):
+        manager = real_cache_manager(key)
+        entry_dirs.append(getattr(manager, "cache_dir", None))
+        return manager
+
+    def make_backend(target):
+        backend = real_make_backend(target)
+        if current:
+            def refuse(*args, **kwargs):
+                kernel = current[-1]
+                try:  # Triton made the entry directory before looking in it: leave the cache as it was
+                    os.rmdir(entry_dirs[-1])
+                except (OSError, TypeError, IndexError):
+                    pass
+                message = triton_refusal_message(kernel)
+                log_event({"event": "refused", "generation": "triton", "kernel": kernel, "entry": None,
+                           "pid": os.getpid(), "rank": os.environ.get("RANK"), "time": time.time()})
+                sys.stderr.write(message + "\n")
+                sys.stderr.flush()
+                raise RuntimeError(message)
+
+            backend.add_stages = refuse
+        return backend
+
+    @functools.wraps(real_compile)
+    def compile(src, *args, **kwargs):
+        current.append(str(getattr(src, "name", None) or src))
+        try:
+            return real_compile(src, *args, **kwargs)
+        finally:
+            current.pop()
+
+    compile.__dgprecompile_refuses__ = "triton"
+    module.make_backend = make_backend
+    module.get_cache_manager = get_cache_manager
+    module.compile = compile
+
+
 # ---- install ---------------------------------------------------------------------------------------------
 
 _state = {}
@@ -423,6 +489,8 @@ def install():
         for target in (os.environ.get(ENV_JIT_HOOKS, "tvm_ffi.cpp.extension") or "").split(","):
             if target.strip() == "tvm_ffi.cpp.extension":
                 callbacks[target.strip()] = patch_tvm_ffi
+    if os.environ.get(ENV_STRICT) == "1" and "triton" in os.environ.get(ENV_STRICT_FAMILIES, "").split(","):
+        callbacks["triton.compiler.compiler"] = patch_triton_compiler
     if callbacks:
         for name in [n for n in callbacks if n in sys.modules]:  # already imported (not at startup, but be safe)
             callbacks.pop(name)(sys.modules[name])

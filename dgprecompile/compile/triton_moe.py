@@ -1,0 +1,254 @@
+"""GPU-free Triton warm of SGLang's own fused-MoE path: its ``fused_moe_kernel`` instances, compiled by Triton's
+own compiler for an sm_90 target on a machine without a GPU, under the cache keys Triton's own JIT computes.
+
+How (one worker process; no threads): SGLang's ``fused_experts_impl`` (what its Triton MoE runner calls) runs for
+every planned m on ``meta`` tensors (shapes, dtypes and strides of the real call, no storage, no compute), with
+
+* Triton's active driver set to :class:`CompileOnlyDriver` (device 0, the planned GPUTarget) and every launch
+  ``kernel[grid](...)`` turned into Triton's own ``run(..., warmup=True)``: Triton binds the arguments, computes
+  its specialisation and cache key, looks in ``TRITON_CACHE_DIR`` and compiles on a miss, exactly as at run time,
+  and launches nothing;
+* SGLang's config choice (``try_get_optimal_moe_config``: its ``configs/triton_<ver>/`` JSON for the device name,
+  else its built-in default) asked with the planned device name;
+* named STAND-INS for what is not JIT and cannot run here: sgl-kernel's AOT ``moe_align_block_size`` (it only fills
+  SGLang's buffers, whose sizes SGLang computes from shapes) and the server-wide flags object (all off).
+
+On a CPU-only machine SGLang takes its non-CUDA branches around the kernel (activation quantisation through its
+Triton ``per_token_group_quant_fp8``, Triton ``moe_sum_reduce``); those kernels are compiled too but are not what a
+GPU runs, so only the entries whose kernel is ``fused_moe_kernel`` are reported as warmed. The keys are proved by a
+GPU run (tests/gpu/triton_moe_proof.py), never by this module's own output.
+
+Run: ``python -m dgprecompile.compile.triton_moe --experts 20 --global-experts 160 --hidden 6144
+--intermediate 2560 --topk 8 --m 1-8192 --cache-dir ROOT`` (prints one JSON report on stdout). Triton writes into
+``ROOT/triton`` (the area `launch` points TRITON_CACHE_DIR at) and every whole ``fused_moe_kernel`` entry there is
+filed in the cache index, so verify/pack/push/pull carry it and a strict launch refuses any other Triton compile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import time
+from typing import Any
+
+MOE = "sglang.srt.layers.moe.moe_runner.triton_utils"
+KERNEL = "fused_moe_kernel"
+
+
+class CompileOnlyDriver:
+    """A Triton driver for a machine with no GPU: it names the target and device 0, and nothing else."""
+
+    def __init__(self, capability: int = 90, warp_size: int = 32):  # 32: what Triton's CUDA driver reports
+        from triton.backends.compiler import GPUTarget
+
+        self.target = GPUTarget("cuda", capability, warp_size)
+
+    def is_active(self) -> bool:
+        return True
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def get_current_stream(self, device: int | None = None) -> int:
+        return 0
+
+    def get_current_target(self):
+        return self.target
+
+    def get_active_torch_device(self):
+        import torch
+
+        return torch.device("meta")
+
+
+def compile_only(capability: int = 90) -> None:
+    """Make every Triton launch in this process a compile (Triton's own warmup path) for ``capability``."""
+    from triton.runtime import driver, jit
+
+    driver.set_active(CompileOnlyDriver(capability))
+
+    def getitem(self, grid):
+        return lambda *args, **kwargs: self.run(*args, grid=grid, warmup=True, **kwargs)
+
+    jit.KernelInterface.__getitem__ = getitem
+
+
+class FlagsOff:
+    """STAND-IN for SGLang's global ServerArgs: every flag off (the defaults of the planned server command for the
+    flags this path reads: enable_deterministic_inference, enable_fused_moe_sum_all_reduce)."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return None
+
+
+def moe_align_standin(topk_ids, num_experts, block_size, sorted_ids, expert_ids, num_tokens_post_pad, *rest):
+    """STAND-IN for sgl-kernel's AOT ``moe_align_block_size`` (not JIT): fills SGLang's buffers in torch.
+
+    On meta tensors (the GPU-free warm) there is nothing to fill; on a GPU (the proof) it computes the op's
+    outputs: token indices grouped by expert, each group padded to ``block_size`` with the index ``numel``."""
+    import torch
+
+    if topk_ids.device.type == "meta":
+        return
+    flat = topk_ids.flatten().to(torch.int64)
+    numel, experts = flat.numel(), num_experts - 1
+    valid = flat >= 0
+    keyed = torch.where(valid, flat, torch.full_like(flat, experts))  # filtered (-1) tokens go last, unused
+    counts = torch.bincount(keyed, minlength=experts + 1)[:experts]
+    padded = (counts + block_size - 1) // block_size * block_size
+    starts = torch.cumsum(padded, 0) - padded
+    order = torch.argsort(keyed, stable=True)
+    ordered = keyed[order]
+    keep = ordered < experts
+    order, ordered = order[keep], ordered[keep]
+    first = torch.cumsum(counts, 0) - counts
+    pos = starts[ordered] + (torch.arange(order.numel(), device=flat.device) - first[ordered])
+    sorted_ids.fill_(numel)
+    sorted_ids[pos] = order.to(sorted_ids.dtype)
+    blocks = padded // block_size
+    expert_ids.fill_(-1)
+    expert_ids[: int(blocks.sum())] = torch.repeat_interleave(
+        torch.arange(experts, device=flat.device, dtype=expert_ids.dtype), blocks)
+    num_tokens_post_pad.fill_(int(padded.sum()))
+
+
+def load_sglang(device_name: str | None):
+    """SGLang's MoE modules with the stand-ins above in place; returns (fused_moe module, config module)."""
+    from sglang.srt import server_args
+
+    server_args.set_global_server_args_for_scheduler(FlagsOff())
+    align = importlib.import_module(f"{MOE}.moe_align_block_size")  # the package's name is the function
+    align.sgl_moe_align_block_size = moe_align_standin
+    config = importlib.import_module(f"{MOE}.fused_moe_triton_config")
+    if device_name is not None:  # SGLang's own get_device_name needs a GPU; the plan names the one it runs on
+        config.get_device_name = lambda device_id=0: device_name
+    return importlib.import_module(f"{MOE}.fused_moe"), config
+
+
+def make_weights(*, experts: int, hidden: int, intermediate: int, device: str, block: tuple[int, int] = (128, 128)):
+    """The layer's FP8 expert weights (w13, w2) and their per-block scales, as SGLang's Fp8MoEMethod holds them."""
+    import torch
+
+    fp8 = torch.float8_e4m3fn
+    w1 = torch.empty(experts, 2 * intermediate, hidden, dtype=fp8, device=device)
+    w2 = torch.empty(experts, hidden, intermediate, dtype=fp8, device=device)
+    if device != "meta":
+        for w in (w1, w2):
+            for e in range(experts):
+                w[e].copy_((torch.randn(w.shape[1:], device=device) * 0.1).to(fp8))
+    s1 = torch.ones(experts, -(-2 * intermediate // block[0]), -(-hidden // block[1]), device=device) * 0.01
+    s2 = torch.ones(experts, -(-hidden // block[0]), -(-intermediate // block[1]), device=device) * 0.01
+    return w1, w2, s1, s2
+
+
+def moe_inputs(m: int, *, experts: int, hidden: int, topk: int, device: str):
+    """``m`` tokens' activations and their top-k routing (weights, expert ids) for one MoE layer."""
+    import torch
+
+    x = (torch.empty if device == "meta" else torch.randn)(m, hidden, dtype=torch.bfloat16, device=device)
+    if device == "meta":
+        ids = torch.empty(m, topk, dtype=torch.int32, device=device)
+    else:
+        ids = torch.rand(m, experts, device=device).argsort(dim=1)[:, :topk].to(torch.int32).contiguous()
+    weights = torch.ones(m, topk, dtype=torch.float32, device=device) / topk
+    return x, weights, ids
+
+
+def parse_ms(text: str) -> list[int]:
+    """``1-64,100-8192:7,8192``: single values and inclusive ranges, with an optional step."""
+    out: set[int] = set()
+    for part in text.split(","):
+        span, _, step = part.partition(":")
+        lo, _, hi = span.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1, int(step or 1)))
+    return sorted(out)
+
+
+def triton_entries(cache_dir: str) -> dict[str, list[str]]:
+    from pathlib import Path
+
+    out = {}
+    for d in sorted(p for p in Path(cache_dir).iterdir() if p.is_dir()) if os.path.isdir(cache_dir) else []:
+        out[d.name] = sorted(p.name[len("__grp__"):-len(".json")] for p in d.glob("__grp__*.json"))
+    return out
+
+
+def file_warmed(root: str, entries: list[str]) -> list[str]:
+    """File the whole warmed entries in the cache index (``extra``, by warm, area triton), so verify/pack/push/pull
+    carry them and a strict launch turns Triton's refusal on; returns the entries that were not whole."""
+    from dgprecompile.cache.store import CacheStore
+    from dgprecompile.families import family_for_area
+
+    store = CacheStore(root)
+    fam = family_for_area("triton")
+    whole = [e for e in entries if fam.entry_problem(fam.area_dir(root) / e) is None]
+    records = [store.record_entry(e, by="warm", area=fam.area) for e in whole]
+    if records:
+        def mutate(index):
+            for rec in records:
+                index.extra[rec.member_dir] = rec
+
+        store.update_index(mutate)
+    return sorted(set(entries) - set(whole))
+
+
+def warm(args: argparse.Namespace) -> dict[str, Any]:
+    from dgprecompile.families import family_for_area
+
+    triton_dir = str(family_for_area("triton").area_dir(args.cache_dir))
+    os.environ["TRITON_CACHE_DIR"] = triton_dir
+    fused, config = load_sglang(args.device_name)  # imported first: some SGLang modules probe the driver at import
+    compile_only(args.capability)
+    before = triton_entries(triton_dir)
+    t0 = time.time()
+    configs = {}
+    w1, w2, s1, s2 = make_weights(experts=args.experts, hidden=args.hidden, intermediate=args.intermediate,
+                                  device="meta")
+    for m in parse_ms(args.m):
+        x, weights, ids = moe_inputs(m, experts=args.experts, hidden=args.hidden, topk=args.topk, device="meta")
+        # what SGLang's fused_experts calls (its torch custom-op wrapper has no meta kernel)
+        fused.fused_experts_impl(x, w1, w2, weights, ids, use_fp8_w8a8=True, w1_scale=s1, w2_scale=s2,
+                                 block_shape=[128, 128], filter_expert=args.global_experts != args.experts)
+        cfg, (down, _) = config.try_get_optimal_moe_config(
+            (args.experts, 2 * args.intermediate, args.hidden), (args.experts, args.hidden, args.intermediate),
+            args.topk, "fp8_w8a8", m, block_shape=[128, 128], return_down_config=True)
+        configs.setdefault(json.dumps(cfg, sort_keys=True), []).append(m)
+    after = triton_entries(triton_dir)
+    new = {k: v for k, v in after.items() if k not in before}
+    warmed = sorted(k for k, names in new.items() if KERNEL in names)
+    not_whole = file_warmed(args.cache_dir, sorted(k for k, names in after.items() if KERNEL in names))
+    import triton
+
+    return {"triton": triton.__version__, "capability": args.capability, "device_name": args.device_name,
+            "seconds": round(time.time() - t0, 1), "ms": len(parse_ms(args.m)),
+            "configs": [{"config": json.loads(c), "m": [ms[0], ms[-1]], "count": len(ms)} for c, ms in configs.items()],
+            "warmed": warmed, "not_whole": not_whole, "cache_dir": args.cache_dir,
+            "other_new": {k: names for k, names in new.items() if KERNEL not in names},
+            "already": sorted(k for k, names in before.items() if KERNEL in names)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m dgprecompile.compile.triton_moe", description=__doc__.split("\n")[0])
+    p.add_argument("--experts", type=int, required=True, help="local experts per rank (E)")
+    p.add_argument("--global-experts", type=int, required=True)
+    p.add_argument("--hidden", type=int, required=True)
+    p.add_argument("--intermediate", type=int, required=True, help="per-expert intermediate size on a rank")
+    p.add_argument("--topk", type=int, required=True)
+    p.add_argument("--m", default="1-8192", help="token counts, e.g. 1-64,128,8192")
+    p.add_argument("--capability", type=int, default=90)
+    p.add_argument("--device-name", default="NVIDIA H200")
+    p.add_argument("--cache-dir", required=True, help="the dgprecompile cache root (Triton writes into <root>/triton)")
+    args = p.parse_args(argv)
+    os.makedirs(args.cache_dir, exist_ok=True)
+    json.dump(warm(args), sys.stdout)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

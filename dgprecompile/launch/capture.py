@@ -1,0 +1,168 @@
+"""`launch --capture`: point every JIT family's cache into the dgprecompile cache, and file what the job built.
+
+The family facts (variables, areas, what makes an entry whole) live in :mod:`dgprecompile.families`; this module
+only walks them. At exit a whole new entry of a filed family goes into the index's ``extra`` records (``by:
+capture``) with its files' sha256, so verify/pack/push/pull carry it; an entry that is not whole is reported and
+never filed (pack takes only indexed entries). The installed versions of the families' packages and the GPU go
+into the fingerprint under ``families`` (only where the cache has a fingerprint: a warm made it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dgprecompile.cache.store import CacheStore, Index
+from dgprecompile.families import FAMILIES, CacheFamily, versions
+
+STRICT_FAMILIES_ENV = "DGPRECOMPILE_STRICT_FAMILIES"
+
+
+def indexed(index: Index, family: CacheFamily) -> list[str]:
+    return sorted(r.entry for r in index.extra.values() if r.area == family.area)
+
+
+def family_env(root: str | Path, index: Index, *, capture: bool, strict: bool) -> list[tuple[str, str, str]]:
+    """(variable, value, why) for the child: with ``capture`` every family's cache variable points into its
+    area; without, those of families whose area exists. Strict: the families whose compiles the hook refuses
+    (those the cache covers: entries filed in the index)."""
+    out = []
+    for fam in FAMILIES:
+        area = fam.area_dir(root)
+        if capture or area.is_dir():
+            why = (f"{fam.label}: capture what the job builds into {fam.area}/" if capture
+                   else f"{fam.label}: what an earlier capture or warm left in {fam.area}/")
+            out += [(name, value, why) for name, value in fam.launch_env(root)]
+    if strict and not capture:
+        refused = [f.id for f in FAMILIES if f.strict_by == "hook" and indexed(index, f)]
+        if refused:
+            out.append((STRICT_FAMILIES_ENV, ",".join(refused),
+                        "strict: the startup hook refuses runtime compiles of " + ", ".join(refused)))
+    return out
+
+
+def relocate(store: CacheStore) -> list[str]:
+    """Filed entries unpacked or copied to another root (Triton's group files name absolute paths, so Triton
+    would miss them): point them at where they lie, and re-record their files' sha256. Returns what changed."""
+    index = store.read_index()
+    moved = []
+    for fam in FAMILIES:
+        for name, rec in sorted(index.extra.items()):
+            if rec.area == fam.area and fam.filed and fam.relocate(fam.area_dir(store.root) / rec.entry):
+                moved.append(name)
+    if moved:
+        def mutate(ix: Index) -> None:
+            for name in moved:
+                old = ix.extra[name]
+                ix.extra[name] = store.record_entry(old.entry, old.seconds, old.by, old.area)
+
+        store.update_index(mutate)
+    return moved
+
+
+def snapshot(root: str | Path) -> dict[str, dict[str, str | None]]:
+    return {fam.id: fam.entries(fam.area_dir(root)) for fam in FAMILIES}
+
+
+@dataclass
+class FamilyReport:
+    family: str
+    label: str
+    new: list[str] = field(default_factory=list)  # entries that appeared during the run
+    kernels: list[str] = field(default_factory=list)  # the kernels in them, as the library names them
+    filed: list[str] = field(default_factory=list)
+    not_whole: dict[str, str] = field(default_factory=dict)  # entry -> why it was not filed
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"family": self.family, "new": self.new, "kernels": self.kernels, "filed": self.filed,
+                "not_whole": self.not_whole, "note": self.note}
+
+
+def compiled_during(root: str | Path, before: Mapping[str, Mapping[str, str | None]]) -> list[FamilyReport]:
+    """Per family, what appeared in its area during the run (non-strict: everything compiled at run time)."""
+    after = snapshot(root)
+    out = []
+    for fam in FAMILIES:
+        old = before.get(fam.id, {})
+        rep = FamilyReport(fam.id, fam.label)
+        for name, problem in sorted(after[fam.id].items()):
+            if name in old and (old[name] is None or problem is not None):
+                continue  # there before: whole, or still not whole (a left-over of an earlier run)
+            rep.new.append(name)
+            rep.kernels += fam.kernel_names(fam.area_dir(root) / name)
+            if problem is not None:
+                rep.not_whole[name] = problem
+        if not fam.filed and rep.new:
+            rep.note = f"not filed: {fam.label} entries nest deeper than the artifact's <area>/<entry>/<file>"
+        out.append(rep)
+    return out
+
+
+def gpu_name() -> str | None:
+    nvidia_smi = shutil.which("nvidia-smi")
+    if not nvidia_smi:
+        return None
+    try:
+        res = subprocess.run([nvidia_smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    names = sorted({line.strip() for line in res.stdout.splitlines() if line.strip()})
+    return ", ".join(names) or None
+
+
+def job_versions(env: Mapping[str, str]) -> dict[str, str | None]:
+    """The families' package versions as the job's environment sees them (this Python, the job's PYTHONPATH and
+    variables); the launcher's own ones where that cannot run."""
+    import json
+    import sys
+
+    import dgprecompile.families as fam_module
+
+    code = "import json, sys; sys.path.insert(0, sys.argv[1]); from dgprecompile.families import versions; " \
+           "print(json.dumps(versions()))"
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(fam_module.__file__)))
+    try:
+        res = subprocess.run([sys.executable, "-c", code, package_parent], env=dict(env), capture_output=True,
+                             text=True, timeout=60, check=False)
+        return json.loads(res.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        return versions()
+
+
+def file_captured(store: CacheStore, reports: list[FamilyReport], env: Mapping[str, str] | None = None) -> None:
+    """Put every whole new entry of a filed family into the index (``extra``, by capture), under its lock."""
+    todo = [(fam, rep) for fam, rep in zip(FAMILIES, reports, strict=True) if fam.filed]
+    records = []
+    for fam, rep in todo:
+        for name in rep.new:
+            if name in rep.not_whole:
+                continue
+            entry_dir = fam.area_dir(store.root) / name
+            if fam.entry_problem(entry_dir) is not None:  # changed since the snapshot
+                rep.not_whole[name] = fam.entry_problem(entry_dir) or ""
+                continue
+            rec = store.record_entry(name, by="capture", area=fam.area)
+            if set(rec.files) != set(fam.entry_files(entry_dir)):
+                rep.not_whole[name] = "its files changed while being recorded"
+                continue
+            records.append(rec)
+            rep.filed.append(name)
+    if not records:
+        return
+    found = job_versions(env) if env is not None else versions()
+    gpu = gpu_name()
+
+    def mutate(index: Index) -> None:
+        for rec in records:
+            index.extra[rec.member_dir] = rec
+        if index.fingerprint:
+            index.fingerprint["families"] = {**found, "gpu": gpu}
+
+    store.update_index(mutate)
