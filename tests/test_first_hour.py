@@ -11,7 +11,7 @@ import sys
 import pytest
 from helpers import needs_dg013, needs_nvcc, needs_sgl014, sgl_deep_gemm_013_dir, sglang_014_dir
 
-from dgprecompile.planning.manifest import plan_from_dict, write_manifest
+from dgprecompile.planning.manifest import plan_from_dict, read_manifest, write_manifest
 from dgprecompile.planning.plan import PlanRequest
 from dgprecompile.planning.request import plan_from_request
 
@@ -65,7 +65,7 @@ def test_an_ep_that_does_not_divide_an_explicit_tp_is_still_refused():
 
 @pytest.fixture(scope="module")
 def jit_plan(tmp_path_factory):
-    """The 0.5.14 deep_gemm-runner plan with its DeepGEMM buckets dropped: only SGLang's two JIT modules."""
+    """The 0.5.14 deep_gemm-runner plan with its DeepGEMM buckets dropped: only SGLang's JIT modules."""
     data = plan_from_request(PlanRequest(model="Qwen3-Coder-480B", tp=8, ep=8, sglang="0.5.14",
                                          moe_runner_backend="deep_gemm")).to_dict()
     for shape in data["shapes"]:
@@ -98,7 +98,9 @@ def test_warm_that_cannot_build_the_plans_jit_modules_fails_naming_the_install(j
     warm = _without_sglang("warm", "--manifest", str(jit_plan), "--cache-dir", str(tmp_path))
     assert warm.returncode == 3, warm.stderr
     error, hint = _one_error(warm)
-    assert "2 of the plan's SGLang JIT modules not built" in error and "sglang is not importable" in error
+    modules = len(read_manifest(jit_plan).jit_modules)
+    assert modules >= 2, modules
+    assert f"{modules} of the plan's SGLang JIT modules not built" in error and "sglang is not importable" in error
     assert INSTALL in hint, hint
     verify = _without_sglang("verify", "--manifest", str(jit_plan), "--cache-dir", str(tmp_path))
     assert verify.returncode == 1, verify.stderr
