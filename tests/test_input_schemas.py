@@ -158,3 +158,27 @@ def test_bad_model_configs_name_the_field(tmp_path, change, words):
 def test_a_missing_config_path_says_the_file_does_not_exist(spec):
     err = refused(cli("plan", "--model", spec), "does not exist")
     assert "unknown model" not in err
+
+
+# ---- SpecForge run configs ---------------------------------------------------------------------------------
+
+RUN_YAML = REPO / "examples" / "specforge-0.2" / "run.yaml"
+
+
+@pytest.mark.parametrize("old, new, words", [
+    ("  sglang_ep_size: 4 ", '  sglang_ep_size: "four" ', ["model.sglang_ep_size: 'four' is not an integer"]),
+    ("          tp_size: 4", "          tp_size: [4]",
+     ["deployment.disaggregated.managed_local.capture_servers[0].tp_size: [4] is not an integer"]),
+    ("  max_length: 2048 ", "  max_length: 0 ", ["data.max_length: 0 is below"]),
+    ("        - port: 30000", "        - port: 99999999", ["capture_servers[0].port: 99999999 is above"]),
+])
+def test_bad_specforge_configs_name_the_field(tmp_path, old, new, words):
+    text = RUN_YAML.read_text()
+    assert old in text
+    path = tmp_path / "run.yaml"
+    path.write_text(text.replace(old, new))
+    refused(cli("plan", "--specforge-config", str(path)), str(path), *words)
+
+
+def test_an_endless_specforge_config_is_refused():
+    refused(cli("plan", "--specforge-config", "/dev/zero"), "/dev/zero", "larger than")
