@@ -15,13 +15,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dgprecompile import scratch
 from dgprecompile.cache.store import CacheStore, resolve_cache_dir
 from dgprecompile.compile.backends import WorkItem, backend_for
 from dgprecompile.errors import EXIT_COMPILE_FAILED, EXIT_ENVIRONMENT, EXIT_OK, EnvironmentProblem, InputError
@@ -356,7 +356,7 @@ def _pool(store: CacheStore, items: list[WorkItem], backend: str, job_common: di
           gpus: list[int | None], on_event: Callable[[dict[str, Any]], None], result: WarmResult,
           start: float) -> None:
     """One zygote and len(gpus) workers compiling ``items``, handed out one at a time."""
-    tmp = Path(tempfile.mkdtemp(prefix="dgprecompile-warm-"))
+    tmp = scratch.run_dir("dgprecompile-warm-")  # locked for this run; its compilers' TMPDIR is inside it
     queue = list(items)
     n = len(gpus)
     current: dict[int, str | None] = {i: None for i in range(n)}
@@ -417,7 +417,7 @@ def _pool(store: CacheStore, items: list[WorkItem], backend: str, job_common: di
             to_worker[i] = os.fdopen(in_w, "w")
             reader = os.fdopen(out_r, "rb", buffering=0)
             sel.register(reader, selectors.EVENT_READ, i)
-        env = {**os.environ, **WORKER_ENV, "DGPRECOMPILE_WORKERS": json.dumps(spec)}
+        env = {**os.environ, **WORKER_ENV, **scratch.compiler_env(tmp), "DGPRECOMPILE_WORKERS": json.dumps(spec)}
         zygote = subprocess.Popen([sys.executable, "-m", "dgprecompile.compile.worker", str(job_path), "--zygote"],
                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                   stderr=open(tmp / "zygote.log", "wb"), env=env, pass_fds=child_fds)
@@ -496,7 +496,7 @@ def _pool(store: CacheStore, items: list[WorkItem], backend: str, job_common: di
             except OSError:
                 pass
         _stop(zygote, worker_pids)
-        shutil.rmtree(tmp, ignore_errors=True)
+        scratch.release(tmp)
 
 
 def _physical_gpu(index: int) -> str:
