@@ -155,9 +155,9 @@ def free_bytes(path: Path | str) -> int:
 
 
 def space_message(path: Path | str, errno_: int = errno.ENOSPC, *, need: int | None = None,
-                  doing: str = "") -> tuple[str, str]:
+                  doing: str = "", tmpdir: bool = False) -> tuple[str, str]:
     """(message, hint) for a full filesystem or quota at ``path``: which mount, how much is free, how much
-    is needed."""
+    is needed. ``tmpdir``: ``path`` is the scratch space (TMPDIR), so the fix is TMPDIR, not the cache."""
     mount = mount_point(path)
     try:
         free = human_bytes(free_bytes(path))
@@ -166,7 +166,10 @@ def space_message(path: Path | str, errno_: int = errno.ENOSPC, *, need: int | N
     what = "disk quota exceeded" if errno_ == errno.EDQUOT else "no space left"
     message = f"{what} on {mount} ({free} free){' while ' + doing if doing else ''}"
     needs = f" (about {human_bytes(need)} needed)" if need else ""
-    if errno_ == errno.EDQUOT:
+    if tmpdir:
+        hint = (f"free space on {mount}{needs}, or set TMPDIR to a directory on a larger filesystem (compilers "
+                "write their intermediates there)")
+    elif errno_ == errno.EDQUOT:
         hint = f"raise your quota on {mount} or free some of it{needs}, or pass --cache-dir on another filesystem"
     else:
         hint = f"free space on {mount}{needs}, or pass --cache-dir on a larger filesystem"

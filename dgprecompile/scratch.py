@@ -29,7 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from dgprecompile.fsutil import file_mode
+from dgprecompile.errors import EnvironmentProblem
+from dgprecompile.fsutil import NO_SPACE_ERRNOS, file_mode, space_message
 
 LOCK_NAME = ".owner.lock"
 FOREIGN_STALE_SECONDS = 24 * 3600
@@ -162,7 +163,13 @@ def run_dir(prefix: str) -> Path:
     left there (a SIGKILL leaves its scratch behind; the next run of a command that uses it cleans it)."""
     base = Path(tempfile.gettempdir())
     clean_stale(base, prefix)
-    return make(base, prefix)
+    try:
+        return make(base, prefix)
+    except OSError as exc:
+        if exc.errno not in NO_SPACE_ERRNOS:
+            raise
+        message, hint = space_message(base, exc.errno, doing=f"making scratch space in {base}", tmpdir=True)
+        raise EnvironmentProblem(message, hint) from None
 
 
 def compiler_env(scratch: Path | str) -> dict[str, str]:

@@ -8,6 +8,7 @@ main thread and reports events on a pipe, which the parent reads.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import selectors
@@ -24,7 +25,15 @@ from typing import Any
 from dgprecompile import scratch
 from dgprecompile.cache.store import CacheStore, resolve_cache_dir
 from dgprecompile.compile.backends import WorkItem, backend_for
-from dgprecompile.errors import EXIT_COMPILE_FAILED, EXIT_ENVIRONMENT, EXIT_OK, EnvironmentProblem, InputError
+from dgprecompile.errors import (
+    EXIT_COMPILE_FAILED,
+    EXIT_ENVIRONMENT,
+    EXIT_OK,
+    DGError,
+    EnvironmentProblem,
+    InputError,
+    os_error,
+)
 from dgprecompile.fsutil import free_bytes, human_bytes, mount_point
 from dgprecompile.generations import BACKEND_NEEDS_GPU
 from dgprecompile.keys.fingerprint import differences, make_fingerprint, short_id
@@ -70,6 +79,7 @@ class WarmSetup:
     jit_job: dict[str, Any] = field(default_factory=dict)
     jit_skipped: dict[str, str] = field(default_factory=dict)  # module id -> why it is not built here
     swept: list[str] = field(default_factory=list)  # sweep backend: key ranges already covered (cached)
+    in_place: list[str] = field(default_factory=list)  # a read-only cache holding every kernel: nothing to do
 
     @property
     def task_budget(self) -> int:
@@ -85,6 +95,7 @@ class WarmResult:
     fatal: list[str] = field(default_factory=list)  # workers that could not start
     no_space: str | None = None  # the first "no space left on <mount>" a worker met; the rest was not started
     no_space_hint: str | None = None  # what to free, and roughly how much the unbuilt kernels need
+    no_space_tmpdir: bool = False  # the full filesystem is TMPDIR's (the compilers' scratch), not the cache's
     ready_seconds: list[float] = field(default_factory=list)  # when each worker was set up, from the start
     last_result_seconds: float = 0.0  # when the last kernel finished, from the start
     wall_seconds: float = 0.0
@@ -204,12 +215,43 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
     else:
         items = sorted(_kernel_items(plan, rank, world), key=_estimated_cost, reverse=True)
     jobs = max(1, min(jobs, max(len(items), len(jit_items)))) if (items or jit_items) else 1
-    store.require_writable("write to")
+    _require_readable(store, items + jit_items)
+    try:
+        store.require_writable("write to")
+    except DGError:
+        if backend == "sweep" or stale or not _all_in_place(store, plan, items + jit_items):
+            raise
+        notes.append(f"{store.root} is not writable here, and every kernel of the plan is already in it: "
+                     "nothing to do")
+        return WarmSetup(plan, backend, store, fingerprint, stale, [], 1, [None], job_common, rank, world, notes,
+                         [], {}, jit_skipped, swept, in_place=[it.kernel for it in items + jit_items])
     if backend != "sweep":
         _check_space(store, plan, items, [] if stale else None)
     return WarmSetup(plan, backend, store, fingerprint, stale, items, jobs,
                      [gpus[i % len(gpus)] for i in range(jobs)], job_common, rank, world, notes,
                      jit_items, jit_job, jit_skipped, swept)
+
+
+def _require_readable(store: CacheStore, items: list[WorkItem]) -> None:
+    """Refuse up front, naming the file and its owner, when an entry the index records for these items is there
+    but this user may not read it (a shared cache with one entry left 0600): no worker could check or use it."""
+    index = store.read_index()
+    for it in items:
+        record = index.kernels.get(it.kernel)
+        if record is None:
+            continue
+        path = store.entry_path(record.entry, record.area)
+        for name in (".", *record.files):
+            if (path / name).exists() and not os.access(path / name, os.R_OK | (os.X_OK if name == "." else 0)):
+                raise os_error(PermissionError(errno.EACCES, "Permission denied", str(path / name)), "read")
+
+
+def _all_in_place(store: CacheStore, plan: Plan, items: list[WorkItem]) -> bool:
+    """Whether the index records every item and each recorded entry is there with its recorded, loadable bytes:
+    a warm with nothing to build, which needs no write access."""
+    index = store.read_index()
+    return all(it.kernel in index.kernels and store.check_entry(index.kernels[it.kernel], plan.profile.sm_arch)
+               is None for it in items)
 
 
 def _kernel_items(plan: Plan, rank: int, world: int) -> list[WorkItem]:
@@ -325,6 +367,10 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
     stops the workers and their compilers and removes the scratch directory and staging roots.
     DeepGEMM's kernels first (their backend's workers), then SGLang's own JIT modules (sglang-jit workers)."""
     store = setup.store
+    if setup.in_place:  # nothing to build in a cache we may not write: touch nothing
+        return WarmResult(workers=0, cache_dir=str(store.root), backend=setup.backend, kernels=len(setup.in_place),
+                          skipped=dict(setup.jit_skipped), cached=list(setup.in_place),
+                          cache_bytes=store.size_bytes())
     store.ensure()
     store.clean_stale_staging()
     _record_plan(setup)
@@ -346,8 +392,10 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
     result.wall_seconds = time.perf_counter() - start
     if result.no_space:
         need = len(result.failed) * setup.plan.profile.bytes_per_entry
+        elsewhere = ("set TMPDIR to a directory on a larger filesystem (nvcc writes its intermediates there)"
+                     if result.no_space_tmpdir else "pass --cache-dir on a larger filesystem")
         result.no_space_hint = (f"free space there (about {human_bytes(need)} more for the {len(result.failed)} "
-                                "kernels not built), or pass --cache-dir on a larger filesystem; then warm again")
+                                f"kernels not built), or {elsewhere}; then warm again")
     result.cache_bytes = store.size_bytes()
     return result
 
@@ -520,6 +568,7 @@ def _handle(event: dict[str, Any], result: WarmResult, on_event: Callable[[dict[
         result.failed[kernel] = event.get("error", "failed")
         if event.get("no_space") and result.no_space is None:
             result.no_space = event.get("error")
+            result.no_space_tmpdir = bool(event.get("no_space_tmpdir"))
     elif kind == "fatal":
         result.fatal.append(event.get("error", "worker failed to start"))
     on_event(event)

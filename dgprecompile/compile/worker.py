@@ -61,9 +61,10 @@ def _on_signal(signum, _frame) -> None:
     raise _Stop(signum)
 
 
-def _no_space(exc: BaseException, text: str, job: dict) -> str | None:
+def _no_space(exc: BaseException, text: str, job: dict) -> tuple[str, bool] | None:
     """A message naming the full filesystem if ``exc`` (or the compiler's output in ``text``) says it ran out of
-    space or quota, else None."""
+    space or quota, and whether that filesystem is TMPDIR's (the compilers' scratch) rather than the cache's; else
+    None."""
     import errno
 
     from dgprecompile.fsutil import NO_SPACE_ERRNOS, free_bytes, space_message
@@ -76,7 +77,8 @@ def _no_space(exc: BaseException, text: str, job: dict) -> str | None:
             code = errno.EDQUOT
         else:
             try:  # the compiler may say only "write error" or leave a cut-short cubin: look at the filesystem
-                if free_bytes(job["cache_dir"]) >= int(job.get("bytes_per_entry") or 0):
+                need = int(job.get("bytes_per_entry") or 0)
+                if min(free_bytes(job["cache_dir"]), free_bytes(os.environ.get("TMPDIR") or "/tmp")) >= need:
                     return None
             except OSError:
                 return None
@@ -88,7 +90,7 @@ def _no_space(exc: BaseException, text: str, job: dict) -> str | None:
             where = tmp
     except OSError:
         pass
-    return space_message(where, code, doing="compiling")[0]
+    return space_message(where, code, doing="compiling")[0], where == tmp
 
 
 def serve(job: dict) -> int:
@@ -105,7 +107,7 @@ def serve(job: dict) -> int:
 
     from dgprecompile.cache.store import CacheStore
     from dgprecompile.compile.backends import WorkItem, load_worker_backend
-    from dgprecompile.errors import DGError
+    from dgprecompile.errors import DGError, os_error
 
     try:
         backend = load_worker_backend(job["backend"], job)
@@ -143,10 +145,12 @@ def serve(job: dict) -> int:
                 store.update_index(own(item, records) if own else mutate)
             except (DGError, Exception) as exc:  # report it with the kernel's name, go on with the rest
                 failures += 1
+                if isinstance(exc, PermissionError):  # a file of the cache this user may not read or write
+                    exc = os_error(exc, "use")
                 text = exc.message if isinstance(exc, DGError) else f"{type(exc).__name__}: {exc}"
                 full = _no_space(exc, text, job)
                 if full:
-                    emit(event="failed", kernel=item.kernel, error=full, no_space=True)
+                    emit(event="failed", kernel=item.kernel, error=full[0], no_space=True, no_space_tmpdir=full[1])
                 elif isinstance(exc, DGError):
                     emit(event="failed", kernel=item.kernel, error=text)
                 else:
