@@ -184,3 +184,30 @@ def test_a_sigkilled_warms_scratch_is_removed_by_the_next_warm(tmp_path, small_m
     assert rerun.returncode == 0 and json.loads(rerun.stdout)["failed"] == 0, rerun.stderr
     assert [p.name for p in tmpdir.iterdir()] == []
     assert not list((cache / "dgprecompile" / "staging").iterdir())
+
+
+@needs_legacy
+@needs_nvcc
+@pytest.mark.nvcc
+def test_a_full_tmpdir_is_named_as_tmpdir_not_the_cache(tmp_path, small_manifest):
+    """nvcc's intermediates fill a small TMPDIR (a real 64 KiB tmpfs) while the cache has room: the error names
+    that mount and the hint says TMPDIR, not --cache-dir (issue 19 item 10)."""
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(tmpdir)], check=True,
+                       capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root): {exc}")
+    try:
+        res = subprocess.run(_warm_argv(small_manifest, tmp_path / "dg", "--jobs", "1"), capture_output=True,
+                             text=True, env={**ENV, "TMPDIR": str(tmpdir)}, timeout=600)
+        assert res.returncode == 3, res.stderr
+        assert "Traceback" not in res.stderr
+        errors = [x for x in res.stderr.splitlines() if x.startswith("error:")]
+        hints = [x for x in res.stderr.splitlines() if x.startswith("hint:")]
+        assert len(errors) == 1 and f"no space left on {tmpdir}" in errors[0], res.stderr
+        assert hints and "TMPDIR" in hints[-1] and "--cache-dir" not in hints[-1], res.stderr
+        assert [p.name for p in tmpdir.iterdir()] == []  # its scratch went with it
+    finally:
+        subprocess.run(["umount", "-l", str(tmpdir)], check=False, capture_output=True, timeout=30)
