@@ -91,8 +91,8 @@ def checked_files(names) -> list[str]:
 
 def entry_problem(path: Path, arch: str | None, required: tuple[str, ...] = ()) -> str | None:
     """None when the entry directory ``path`` holds every ``required`` file and each checked file is whole."""
-    if not path.is_dir():
-        return "missing"
+    if not path.is_dir():  # a regular file or a dangling link in an entry's place is a bad entry, not a missing one
+        return "not a directory" if path.is_symlink() or path.exists() else "missing"
     for name in required:
         if not (path / name).is_file():
             return f"{name} missing"

@@ -276,7 +276,10 @@ class CacheStore:
             os.rename(staged, target)
             staged = aside
         fsync_dir(self.entries_dir)
-        shutil.rmtree(staged, ignore_errors=True)
+        if staged.is_dir() and not staged.is_symlink():
+            shutil.rmtree(staged, ignore_errors=True)
+        else:  # the bad entry was a regular file or a link where a directory belongs
+            staged.unlink(missing_ok=True)
 
     def new_staging(self) -> Path:
         """A private staging root, locked by this process for its life (dgprecompile/scratch.py)."""

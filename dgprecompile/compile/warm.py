@@ -241,6 +241,8 @@ def _require_readable(store: CacheStore, items: list[WorkItem]) -> None:
         if record is None:
             continue
         path = store.entry_path(record.entry, record.area)
+        if not path.is_dir():  # missing, or a file in its place: the worker builds (and repairs) it
+            continue
         for name in (".", *record.files):
             if (path / name).exists() and not os.access(path / name, os.R_OK | (os.X_OK if name == "." else 0)):
                 raise os_error(PermissionError(errno.EACCES, "Permission denied", str(path / name)), "read")
