@@ -25,6 +25,7 @@ from typing import Any
 from dgprecompile import scratch
 from dgprecompile.cache.store import CacheStore, resolve_cache_dir
 from dgprecompile.compile.backends import WorkItem, backend_for
+from dgprecompile.compile.worker import startup_failure
 from dgprecompile.errors import (
     EXIT_COMPILE_FAILED,
     EXIT_ENVIRONMENT,
@@ -96,6 +97,7 @@ class WarmResult:
     no_space: str | None = None  # the first "no space left on <mount>" a worker met; the rest was not started
     no_space_hint: str | None = None  # what to free, and roughly how much the unbuilt kernels need
     no_space_tmpdir: bool = False  # the full filesystem is TMPDIR's (the compilers' scratch), not the cache's
+    unindexed: list[str] = field(default_factory=list)  # installed, not yet in the index (the next warm adds them)
     ready_seconds: list[float] = field(default_factory=list)  # when each worker was set up, from the start
     last_result_seconds: float = 0.0  # when the last kernel finished, from the start
     wall_seconds: float = 0.0
@@ -112,7 +114,7 @@ class WarmResult:
 
     @property
     def return_code(self) -> int:
-        if self.no_space:
+        if self.no_space or (self.fatal and self.failed):  # the machine lacks (a working) part of a backend
             return EXIT_ENVIRONMENT
         return EXIT_OK if self.ok else EXIT_COMPILE_FAILED
 
@@ -122,7 +124,8 @@ class WarmResult:
                 "already_cached": len(self.cached), "failed": len(self.failed),
                 "failures": self.failed, "skipped": self.skipped, "wall_seconds": round(self.wall_seconds, 2),
                 "compile_seconds_sum": round(sum(self.compiled.values()), 2), "cache_bytes": self.cache_bytes,
-                "workers": self.workers, "no_space": self.no_space,
+                "workers": self.workers, "no_space": self.no_space, "workers_not_started": self.fatal,
+                "installed_not_indexed": self.unindexed,
                 "timeline": {"workers_ready_first_s": round(min(self.ready_seconds), 2) if self.ready_seconds else None,
                              "workers_ready_last_s": round(max(self.ready_seconds), 2) if self.ready_seconds else None,
                              "last_kernel_done_s": round(self.last_result_seconds, 2)}}
@@ -526,11 +529,11 @@ def _pool(store: CacheStore, items: list[WorkItem], backend: str, job_common: di
                         if pipe is not None:
                             pipe.close()
         zygote.wait()
-        if zygote.returncode and not worker_pids:
-            raise EnvironmentProblem("warm workers could not start: "
-                                     + (tmp / "zygote.log").read_text(errors="replace").strip()[-2000:])
+        if zygote.returncode and not worker_pids:  # one line of what failed; the rest of the warm goes on
+            result.fatal.append(startup_failure(tmp / "zygote.log"))
         for kernel in [item.kernel for item in queue]:  # every worker died before these were handed out
-            why = "no worker left to compile it (see the errors above)"
+            why = ("not started: " + result.fatal[-1]) if result.fatal else \
+                "no worker left to compile it (see the errors above)"
             result.failed[kernel] = why
             on_event({"event": "failed", "kernel": kernel, "error": why})
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP (cli.main raises it): stop everything, then clean up
@@ -566,6 +569,11 @@ def _handle(event: dict[str, Any], result: WarmResult, on_event: Callable[[dict[
             result.compiled[kernel] = float(event.get("seconds") or 0.0)
         else:
             result.cached.append(kernel)
+        if event.get("unindexed"):  # installed whole, but the disk filled before the index recorded it
+            result.unindexed.append(kernel)
+            if result.no_space is None:
+                result.no_space = event.get("error")
+                result.no_space_tmpdir = bool(event.get("no_space_tmpdir"))
     elif kind == "failed":
         result.failed[kernel] = event.get("error", "failed")
         if event.get("no_space") and result.no_space is None:

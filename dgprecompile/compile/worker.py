@@ -93,6 +93,33 @@ def _no_space(exc: BaseException, text: str, job: dict) -> tuple[str, bool] | No
     return space_message(where, code, doing="compiling")[0], where == tmp
 
 
+STARTUP_MARK = "dgprecompile-startup-failure: "
+
+
+def startup_summary(backend: str, exc: BaseException) -> str:
+    """One line saying what failed when a worker (or the zygote) set up its backend: the exception's own first
+    line, cut short; the whole traceback stays in the log."""
+    from dgprecompile.errors import DGError
+
+    what = exc.message if isinstance(exc, DGError) else f"{type(exc).__name__}: {exc}"
+    what = (what.strip().splitlines() or [type(exc).__name__])[0]
+    what = what if len(what) <= 240 else what[:237] + "..."
+    return f"the {backend} workers could not set up their libraries ({what})"
+
+
+def startup_failure(log_path) -> str:
+    """The one-line summary a zygote that could not start wrote to its log (else the log's last line)."""
+    try:
+        lines = open(log_path, errors="replace").read().strip().splitlines()
+    except OSError:
+        lines = []
+    marked = [line[len(STARTUP_MARK):] for line in lines if line.startswith(STARTUP_MARK)]
+    if marked:
+        return marked[-1]
+    last = lines[-1] if lines else "no output"
+    return f"the warm workers could not start ({last[:240]})"
+
+
 def serve(job: dict) -> int:
     """One worker: set up the backend, then compile what arrives on stdin until it closes."""
     event_fd = os.dup(1)
@@ -111,8 +138,10 @@ def serve(job: dict) -> int:
 
     try:
         backend = load_worker_backend(job["backend"], job)
-    except DGError as exc:
-        emit(event="fatal", error=exc.message)
+    except Exception as exc:  # a broken install (importable, failing on use): one line, the traceback in the log
+        if not isinstance(exc, DGError):
+            traceback.print_exc()
+        emit(event="fatal", error=startup_summary(job["backend"], exc))
         return 3
     close = getattr(backend, "close", None)
     store = CacheStore(job["cache_dir"])
@@ -125,8 +154,11 @@ def serve(job: dict) -> int:
                 continue
             item = WorkItem(**json.loads(line))
             emit(event="start", kernel=item.kernel, t=time.time())
+            built: tuple | None = None  # (entries, seconds) once the compiled entries are installed
             try:
                 status, entries, seconds = backend.compile(item)
+                if status in ("compiled", "replaced"):
+                    built = (entries, seconds)
                 replaced = status == "replaced"  # a bad entry (empty or cut-short cubin) was rebuilt and swapped
                 status = "compiled" if replaced else status
                 area, skip = getattr(backend, "area", "cache"), getattr(backend, "skip_files", ())
@@ -149,7 +181,11 @@ def serve(job: dict) -> int:
                     exc = os_error(exc, "use")
                 text = exc.message if isinstance(exc, DGError) else f"{type(exc).__name__}: {exc}"
                 full = _no_space(exc, text, job)
-                if full:
+                if full and built:  # installed whole, then no room to record it: it counts as compiled
+                    failures -= 1
+                    emit(event="done", kernel=item.kernel, status="compiled", entries=built[0], seconds=built[1],
+                         replaced=False, unindexed=True, error=full[0], no_space=True, no_space_tmpdir=full[1])
+                elif full:
                     emit(event="failed", kernel=item.kernel, error=full[0], no_space=True, no_space_tmpdir=full[1])
                 elif isinstance(exc, DGError):
                     emit(event="failed", kernel=item.kernel, error=text)
@@ -187,7 +223,12 @@ def zygote(job: dict, workers: list[dict]) -> int:
     """Import once, fork one worker per entry of ``workers`` ({in_fd, out_fd, log, gpu}), report their exits."""
     from dgprecompile.compile.backends import preload
 
-    preload(job["backend"], job)  # no CUDA here: children initialise their own device after the fork
+    try:
+        preload(job["backend"], job)  # no CUDA here: children initialise their own device after the fork
+    except Exception as exc:  # e.g. sglang importable but broken: the traceback to the log, one line for warm
+        traceback.print_exc()
+        print(STARTUP_MARK + startup_summary(job["backend"], exc), file=sys.stderr, flush=True)
+        return 3
     own_fds = {fd for w in workers for fd in (w["in_fd"], w["out_fd"])}
     children: dict[int, int] = {}
     out = os.fdopen(os.dup(1), "w", buffering=1)
