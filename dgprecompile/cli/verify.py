@@ -8,7 +8,7 @@ from dgprecompile.cache.store import CacheStore, resolve_cache_dir
 from dgprecompile.cache.sweeps import key_label
 from dgprecompile.cache.verify import VerifyReport, verify_cache
 from dgprecompile.cli.options import cache_dir_option, output_options, plan_options, resolve_plan
-from dgprecompile.errors import EnvironmentProblem
+from dgprecompile.errors import EnvironmentProblem, InputError
 from dgprecompile.output import Output
 
 
@@ -55,6 +55,9 @@ def command(plan_request, manifest, config, cache_dir, nvcc, trace, live, live_m
     Exit 1 on any compile or failed call, 3 without a usable GPU/sglang.
     """
     plan = resolve_plan(plan_request, manifest, trace=trace)
+    if not plan.keys and not plan.jit_modules:  # "complete: 0/0" would pass a cache that holds nothing
+        raise InputError(f"the plan for {plan.model} holds no kernel, so there is nothing to verify a cache against",
+                         hint="verify the plan the job runs (`dgprecompile plan` shows what it holds)")
     store = CacheStore(resolve_cache_dir(plan, cache_dir))
     if live:
         from dgprecompile.launch.live import LiveOptions, run_live
