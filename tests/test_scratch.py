@@ -211,3 +211,33 @@ def test_a_full_tmpdir_is_named_as_tmpdir_not_the_cache(tmp_path, small_manifest
         assert [p.name for p in tmpdir.iterdir()] == []  # its scratch went with it
     finally:
         subprocess.run(["umount", "-l", str(tmpdir)], check=False, capture_output=True, timeout=30)
+
+
+def test_a_sigkilled_launchs_scratch_is_removed_by_the_next_launch(tmp_path):
+    """launch's run scratch (TMPDIR/dgprecompile-launch-*) is lock-held: SIGKILL leaves it, the next launch
+    removes it."""
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    env = {**ENV, "TMPDIR": str(tmpdir)}
+    argv = [sys.executable, "-m", "dgprecompile", "launch", "--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8",
+            "--sglang", "0.5.1", "--max-tokens", "32", "--cache-dir", str(tmp_path / "dg"), "--allow-missing", "--"]
+    marker = tmp_path / "started"
+    proc = subprocess.Popen([*argv, "sh", "-c", f"touch {marker}; exec sleep 300"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 120
+    while not marker.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    assert marker.exists(), "the job did not start"
+    job = [st.pid for st in _descendants(proc.pid)]
+    proc.send_signal(signal.SIGKILL)
+    for pid in job:  # the job outlives a SIGKILLed launcher today (issue 19 item 9, not this test's subject)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.communicate(timeout=60)
+    left = [p.name for p in tmpdir.iterdir()]
+    assert any(n.startswith("dgprecompile-launch-") for n in left), left
+    again = subprocess.run([*argv, "true"], capture_output=True, text=True, env=env, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert [p.name for p in tmpdir.iterdir()] == []
