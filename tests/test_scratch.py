@@ -241,3 +241,37 @@ def test_a_sigkilled_launchs_scratch_is_removed_by_the_next_launch(tmp_path):
     again = subprocess.run([*argv, "true"], capture_output=True, text=True, env=env, timeout=120)
     assert again.returncode == 0, again.stderr
     assert [p.name for p in tmpdir.iterdir()] == []
+
+
+def _dead_scratch(base: Path) -> Path:
+    proc, path = _hold(base, namespace=False)
+    proc.kill()
+    proc.wait()
+    return path
+
+
+def _age_by(path: Path, seconds: float) -> None:
+    old = time.time() - seconds
+    for p in (path, *path.iterdir()):
+        os.utime(p, (old, old))
+
+
+def test_another_hosts_scratch_is_kept_until_it_is_clearly_abandoned(tmp_path):
+    """On a network filesystem another host's lock may not reach here: a free lock written by another boot id
+    is stale only once the directory is also a day untouched."""
+    path = _dead_scratch(tmp_path)
+    lock = path / scratch.LOCK_NAME
+    lock.write_text(json.dumps({**json.loads(lock.read_text()), "host": "another-host-boot-id"}))
+    assert scratch.clean_stale(tmp_path) == 0 and path.is_dir()
+    _age_by(path, scratch.FOREIGN_STALE_SECONDS + 60)
+    assert scratch.clean_stale(tmp_path) == 1 and not path.exists()
+
+
+def test_a_directory_without_a_lock_is_removed_only_when_old(tmp_path):
+    """An older dgprecompile's staging root (no lock): kept while it changes, removed after an hour untouched."""
+    legacy = tmp_path / "12345-1700000000000000000"
+    legacy.mkdir()
+    (legacy / "kernel.cu").write_text("x")
+    assert scratch.clean_stale(tmp_path) == 0 and legacy.is_dir()
+    _age_by(legacy, scratch.UNLOCKED_STALE_SECONDS + 60)
+    assert scratch.clean_stale(tmp_path) == 1 and not legacy.exists()
