@@ -188,3 +188,16 @@ def test_bad_specforge_configs_name_the_field(tmp_path, old, new, words):
 
 def test_an_endless_specforge_config_is_refused():
     refused(cli("plan", "--specforge-config", "/dev/zero"), "/dev/zero", "larger than")
+
+
+def test_an_endless_misses_file_is_refused():
+    refused(cli("warm", "--from-misses", "/dev/zero", "--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8"),
+            "/dev/zero", "larger than")
+
+
+def test_a_trace_call_beyond_32_bit_m_is_refused(tmp_path):
+    misses = tmp_path / "misses.jsonl"
+    misses.write_text(json.dumps({"dgprecompile_misses": 1}) + "\n" + json.dumps(
+        {"kernel_type": "GEMM_NT_F8F8BF16", "m": 10 ** 12, "n": 1792, "k": 6144, "num_groups": 1}) + "\n")
+    refused(cli("warm", "--from-misses", str(misses), "--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8"),
+            "impossible call")
