@@ -173,9 +173,9 @@ def free_bytes(path: Path | str) -> int:
 
 
 def space_message(path: Path | str, errno_: int = errno.ENOSPC, *, need: int | None = None,
-                  doing: str = "") -> tuple[str, str]:
+                  doing: str = "", tmpdir: bool = False) -> tuple[str, str]:
     """(message, hint) for a full filesystem or quota at ``path``: which mount, how much is free, how much
-    is needed."""
+    is needed. ``tmpdir``: ``path`` is the scratch space (TMPDIR), so the fix is TMPDIR, not the cache."""
     mount = mount_point(path)
     try:
         free = human_bytes(free_bytes(path))
@@ -184,8 +184,40 @@ def space_message(path: Path | str, errno_: int = errno.ENOSPC, *, need: int | N
     what = "disk quota exceeded" if errno_ == errno.EDQUOT else "no space left"
     message = f"{what} on {mount} ({free} free){' while ' + doing if doing else ''}"
     needs = f" (about {human_bytes(need)} needed)" if need else ""
-    if errno_ == errno.EDQUOT:
+    if tmpdir:
+        hint = (f"free space on {mount}{needs}, or set TMPDIR to a directory on a larger filesystem (compilers "
+                "write their intermediates there)")
+    elif errno_ == errno.EDQUOT:
         hint = f"raise your quota on {mount} or free some of it{needs}, or pass --cache-dir on another filesystem"
     else:
         hint = f"free space on {mount}{needs}, or pass --cache-dir on a larger filesystem"
     return message, hint
+
+
+# The most bytes read from one file a user passes (config.json, train.yaml, manifest, SpecForge config, trace,
+# misses file): the largest real one is far below (a manifest of every bundled plan is under 64 KiB, a model's
+# config.json under 16 KiB), and a cap keeps memory bounded whatever the path points at (/dev/zero, a log).
+MAX_INPUT_BYTES = 16 << 20
+
+
+def read_input(path: Path | str, what: str, hint: str, limit: int = MAX_INPUT_BYTES) -> str:
+    """The text of an input file, read at most ``limit`` bytes; one InputError (naming ``what`` and the path)
+    when it is missing, unreadable, a directory, larger than ``limit`` or not text."""
+    from dgprecompile.errors import InputError
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except FileNotFoundError:
+        raise InputError(f"{what} not found: {path} (no such file)", hint=hint) from None
+    except IsADirectoryError:
+        raise InputError(f"{what} {path} is a directory, not a file", hint=hint) from None
+    except OSError as exc:
+        raise InputError(f"cannot read {what} {path}: {exc.strerror or exc}", hint=hint) from None
+    if len(data) > limit:
+        raise InputError(f"{what} {path} is larger than {human_bytes(limit)}, more than any real one holds",
+                         hint=hint)
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        raise InputError(f"{what} {path} is not UTF-8 text", hint=hint) from None

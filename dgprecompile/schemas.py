@@ -35,21 +35,28 @@ def field_path(parts) -> str:
     return out or "(the document)"
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
+    """A value as a message quotes it: cut to a few characters."""
     text = json.dumps(value, default=str) if not isinstance(value, str) else repr(value)
     return text if len(text) <= _SHOWN else text[:_SHOWN - 3] + "..."
+
+
+def _shown_expected(value: Any) -> str:
+    return json.dumps(value) if not isinstance(value, str) else repr(value)
 
 
 def _describe(error) -> str:
     """One short sentence for a jsonschema ValidationError, without the whole instance in it."""
     kind, expected = error.validator, error.validator_value
-    value = _shown(error.instance)
+    value = shown(error.instance)
     if kind == "required":
         missing = [k for k in expected if isinstance(error.instance, dict) and k not in error.instance]
         return f"missing {', '.join(map(str, missing)) or 'a required field'}"
     if kind == "type":
         wanted = expected if isinstance(expected, str) else " or ".join(expected)
         return f"{value} is not {'an' if wanted[0] in 'aeiou' else 'a'} {wanted}"
+    if kind == "const":
+        return f"{value} is not {_shown_expected(expected)}"
     if kind == "enum":
         return f"{value} is not one of {', '.join(map(str, expected))}"
     if kind in ("minimum", "exclusiveMinimum"):
@@ -68,21 +75,33 @@ def _describe(error) -> str:
     return f"{value} is not valid ({kind})"
 
 
+@cache
+def _validator_class():
+    """Draft 2020-12, except that an integer is an int (JSON Schema also counts 8.0 as one; the code after a
+    check must be able to use the value as the int it is)."""
+    from jsonschema import Draft202012Validator, validators
+
+    checker = Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool))
+    return validators.extend(Draft202012Validator, type_checker=checker)
+
+
+def validator(name: str):
+    return _validator_class()(schema(name))
+
+
 def problems(doc: Any, name: str) -> list[str]:
     """Every violation of the schema ``name`` in ``doc``, as 'field: what' lines (for reports that list them all)."""
-    from jsonschema import Draft202012Validator
-
-    validator = Draft202012Validator(schema(name))
-    errors = sorted(validator.iter_errors(doc), key=lambda e: (list(map(str, e.absolute_path)), e.validator))
+    validator_ = validator(name)
+    errors = sorted(validator_.iter_errors(doc), key=lambda e: (list(map(str, e.absolute_path)), e.validator))
     return [f"{field_path(e.absolute_path)}: {_describe(e)}" for e in errors]
 
 
 def check(doc: Any, name: str, where: str, hint: str) -> Any:
     """Return ``doc`` when it is valid under the schema ``name``; else raise one InputError naming the field."""
-    from jsonschema import Draft202012Validator
     from jsonschema.exceptions import best_match
 
-    error = best_match(Draft202012Validator(schema(name)).iter_errors(doc))
+    error = best_match(validator(name).iter_errors(doc))
     if error is None:
         return doc
     raise InputError(f"{where}: {field_path(error.absolute_path)}: {_describe(error)}", hint=hint)

@@ -131,10 +131,34 @@ def test_a_cache_warmed_by_root_is_usable_by_another_user(other, shared):
 
 
 def test_warm_into_a_cache_the_user_may_not_write(other, shared):
+    drop_entries(shared / "deep_gemm", 1)  # something to build, which this user may not do
     before = tree_hash(shared / "deep_gemm")
     res = as_other(other, "warm", *PLAN, "--cache-dir", shared / "deep_gemm", "--nvcc", NVCC)
     refused(res, "permission denied", "owned by root")
     assert tree_hash(shared / "deep_gemm") == before
+
+
+def test_warm_of_a_read_only_cache_that_holds_everything_is_a_success(other, shared):
+    """Nothing to do is success (issue 19 item 10): exit 0, every kernel reported cached, nothing written."""
+    cache = shared / "deep_gemm"
+    before = tree_hash(cache)
+    res = as_other(other, "warm", *PLAN, "--cache-dir", cache, "--nvcc", NVCC, "--json")
+    assert res.returncode == 0, res.stderr
+    report = __import__("json").loads(res.stdout)
+    assert report["compiled"] == 0 and report["failed"] == 0 and report["already_cached"] == report["kernels"] > 0
+    assert tree_hash(cache) == before
+
+
+def test_warm_with_an_entry_this_user_may_not_read(other, shared):
+    """Without CAP_DAC_OVERRIDE: one error naming the file and who owns it, no traceback, nothing changed."""
+    cache = shared / "deep_gemm"
+    subprocess.run(["chmod", "-R", "o+rwX", str(cache)], check=True)  # a cache shared for writing
+    entry = sorted((cache / "cache").iterdir())[0]
+    (entry / "kernel.cubin").chmod(0o600)
+    before = tree_hash(cache)
+    res = as_other(other, "warm", *PLAN, "--cache-dir", cache, "--nvcc", NVCC)
+    refused(res, "permission denied", "kernel.cubin", "owned by root")
+    assert tree_hash(cache) == before
 
 
 def test_unpack_into_a_populated_read_only_cache(other, shared, packed):  # noqa: F811

@@ -216,7 +216,7 @@ def entry_problem(path: Path, arch: str | None, required: tuple[str, ...] = (), 
     if linked:
         return linked
     if not path.is_dir():
-        return "missing" if not path.exists() else "is not a directory"
+        return "missing" if not path.exists() else "not a directory"
     for name in required:
         if not (path / name).is_file():
             return f"{name} missing"

@@ -8,7 +8,8 @@ Layout (the runtime's own part is untouched; ours lives beside it under ``dgprec
     <root>/dgprecompile/index.json        fingerprint + one record per warmed kernel (entry, sha256 of each file)
     <root>/dgprecompile/index.lock        filelock guarding index updates
     <root>/dgprecompile/locks/<k>.lock    one filelock per kernel while it compiles
-    <root>/dgprecompile/staging/<pid>-*/  private JIT roots of running workers; entries move into cache/ whole
+    <root>/dgprecompile/staging/<pid>-*/  private JIT roots of running workers, each locked by its process
+                                          (scratch.py); entries move into cache/ whole
 
 An entry only ever appears in ``cache/`` by one rename of a complete directory, so an interrupted compile
 leaves nothing the runtime could mistake for a good entry.
@@ -21,13 +22,13 @@ import hashlib
 import json
 import os
 import shutil
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dgprecompile import scratch
 from dgprecompile.cache.entrycheck import entry_problem, link_problem
 from dgprecompile.errors import CheckFailed, CompileFailed, InputError, os_error
 from dgprecompile.families import FILED_AREAS, family_for_area
@@ -346,24 +347,17 @@ class CacheStore:
         return all(sha256_file(staged / n) == sha256_file(target / n) for n in mine if (staged / n).is_file())
 
     def new_staging(self) -> Path:
+        """A private staging root, locked by this process for its life (dgprecompile/scratch.py)."""
         self.ensure()
-        path = self.ours / "staging" / f"{os.getpid()}-{time.time_ns()}"
-        path.mkdir(parents=True)
-        return path
+        return scratch.make(self.ours / "staging", "")
+
+    def release_staging(self, path: Path) -> None:
+        scratch.release(path)
 
     def clean_stale_staging(self) -> int:
-        """Remove staging roots whose process is gone (left by a kill); returns how many."""
-        removed = 0
-        base = self.ours / "staging"
-        if not base.is_dir():
-            return 0
-        for d in base.iterdir():
-            pid = d.name.split("-", 1)[0]
-            if pid.isdigit() and _pid_alive(int(pid)):
-                continue
-            shutil.rmtree(d, ignore_errors=True)
-            removed += 1
-        return removed
+        """Remove staging roots no live process holds (left by a kill), judged by their lock, never by a PID:
+        a warm in another PID namespace or container on this cache keeps its own; returns how many."""
+        return scratch.clean_stale(self.ours / "staging")
 
     def size_bytes(self) -> int:
         return sum(tree_size(self.area_dir(a)) for a in AREAS if self.area_dir(a).is_dir())
@@ -376,12 +370,4 @@ def _remove(path: Path) -> None:
     else:
         shutil.rmtree(path, ignore_errors=True)
 
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
     return True

@@ -9,35 +9,55 @@ from typing import Any
 import click
 import yaml
 
+from dgprecompile import schemas
 from dgprecompile.errors import InputError
+from dgprecompile.fsutil import read_input
 from dgprecompile.output import Output
 from dgprecompile.planning.manifest import read_manifest
-from dgprecompile.planning.plan import Plan, PlanRequest, gpu_sms
+from dgprecompile.planning.plan import MAX_M, Plan, PlanRequest, gpu_sms
 from dgprecompile.planning.request import plan_from_request
 from dgprecompile.planning.shapes import MOE_BACKENDS
 
-CONFIG_KEYS = {"model", "tp", "ep", "sglang", "moe_runner_backend", "max_tokens", "specforge_cmd",
-               "chunked_prefill_size", "gpu", "num_sms", "cache_dir", "manifest", "command", "sglang_cmd",
-               "specforge_config", "sglang_precompile", "keys_only"}
+CONFIG_HINT = "fix it in the config file: its keys are the long options' names, with the values they take (see train.yaml)"
 
 
 def load_config_file(path: str | None) -> dict[str, Any]:
-    """A train.yaml: the same names as the long options (dashes or underscores), plus `command`."""
+    """A train.yaml: the same names as the long options (dashes or underscores), plus `command`; its form checked
+    against the ``train-config`` schema (data/schemas/)."""
     if path is None:
         return {}
+    text = read_input(path, "config file", hint="pass --config with an existing file (see train.yaml)")
     try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-    except FileNotFoundError:
-        raise InputError(f"config file not found: {path}", hint="pass --config with an existing file (see train.yaml)") from None
-    except (OSError, yaml.YAMLError) as exc:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
         raise InputError(f"cannot read {path}: {str(exc).splitlines()[0]}", hint="fix the YAML (see train.yaml)") from None
+    if data is None:
+        return {}
     if not isinstance(data, dict):
         raise InputError(f"{path} must hold a mapping of option names to values", hint="see train.yaml")
     out = {str(k).replace("-", "_"): v for k, v in data.items()}
-    unknown = sorted(set(out) - CONFIG_KEYS)
+    known = sorted(schemas.schema("train-config")["properties"])
+    unknown = sorted(set(out) - set(known))
     if unknown:
-        raise InputError(f"{path}: unknown keys {', '.join(unknown)}",
-                         hint=f"the keys are the long options' names: {', '.join(sorted(CONFIG_KEYS))}")
+        raise InputError(f"{path}: unknown keys {', '.join(map(schemas.shown, unknown))}",
+                         hint=f"the keys are the long options' names: {', '.join(known)}")
+    return schemas.check(out, "train-config", path, hint=CONFIG_HINT)
+
+
+def _through_option_types(config: dict[str, Any], path: str | None) -> dict[str, Any]:
+    """Each config value converted by the command's own option of that name (click's type: ranges, choices,
+    paths), so a file value is held to what the command line accepts; one error naming the key."""
+    ctx = click.get_current_context()
+    params = {p.name: p for p in ctx.command.params if isinstance(p, click.Option)}
+    out = dict(config)
+    for name, value in config.items():
+        param = params.get(name)
+        if param is None or value is None:
+            continue
+        try:
+            out[name] = param.type.convert(value, param, ctx)
+        except click.BadParameter as exc:
+            raise InputError(f"{path}: {name}: {exc.message}", hint=CONFIG_HINT) from None
     return out
 
 
@@ -56,7 +76,7 @@ def plan_options(func):
                   help="SGLang version or profile id (default: the installed sglang, else the newest profile).")
     @click.option("--moe-runner-backend", type=click.Choice(MOE_BACKENDS), default=None,
                   help="SGLang's --moe-runner-backend (default auto).")
-    @click.option("--max-tokens", type=click.IntRange(min=1), default=None, help="Largest tokens in one forward on a rank.")
+    @click.option("--max-tokens", type=click.IntRange(min=1, max=MAX_M), default=None, help="Largest tokens in one forward on a rank.")
     @click.option("--specforge-cmd", default=None, metavar="CMD",
                   help="The trainer's command line; tp, ep and the largest tokens per forward are read from it.")
     @click.option("--sglang-cmd", default=None, metavar="CMD",
@@ -71,7 +91,7 @@ def plan_options(func):
     @click.option("--keys-only", "keys_only", is_flag=True, default=None,
                   help="Plan each key and the m range SGLang calls it with, without the kernel model: `warm` then "
                        "lets the installed DeepGEMM choose for every m, on a GPU (--backend sweep).")
-    @click.option("--chunked-prefill-size", type=int, default=None,
+    @click.option("--chunked-prefill-size", type=click.IntRange(max=MAX_M), default=None,
                   help="Serving: SGLang's --chunked-prefill-size (sets the largest m as SGLang's precompile does).")
     @click.option("--gpu", default=None, type=click.Choice(list(gpu_sms()), case_sensitive=False),
                   help="GPU model (sets the SM count).")
@@ -80,7 +100,7 @@ def plan_options(func):
     def wrapper(*args, manifest, config_file, model, tp, ep, sglang, moe_runner_backend, max_tokens,
                 specforge_cmd, sglang_cmd, specforge_config, sglang_precompile, keys_only, chunked_prefill_size, gpu,
                 num_sms, **kwargs):
-        config = load_config_file(config_file)
+        config = _through_option_types(load_config_file(config_file), config_file)
 
         def pick(value, name, default=None):
             return value if value is not None else config.get(name, default)

@@ -14,7 +14,7 @@ from dgprecompile.cli.options import (
     resolve_plan,
     shared_cache_option,
 )
-from dgprecompile.errors import EnvironmentProblem
+from dgprecompile.errors import EnvironmentProblem, InputError
 from dgprecompile.output import Output
 
 
@@ -66,6 +66,9 @@ def command(plan_request, manifest, config, cache_dir, shared_cache, nvcc, trace
     Exit 1 on any compile or failed call, 3 without a usable GPU/sglang.
     """
     plan = resolve_plan(plan_request, manifest, trace=trace)
+    if not plan.keys and not plan.jit_modules:  # "complete: 0/0" would pass a cache that holds nothing
+        raise InputError(f"the plan for {plan.model} holds no kernel, so there is nothing to verify a cache against",
+                         hint="verify the plan the job runs (`dgprecompile plan` shows what it holds)")
     store = CacheStore(resolve_cache_dir(plan, cache_dir))
     if live:
         from dgprecompile.launch.live import LiveOptions, run_live

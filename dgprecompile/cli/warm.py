@@ -137,8 +137,16 @@ def render(out: Output, result: WarmResult) -> None:
         out.table("compile time per kind", ["kind", "compiled", "sum", "longest"], kinds)
         out.table("slowest compiles", ["item", "seconds"], slowest, no_wrap=("item",))
     if result.no_space:
-        out.error(f"{result.no_space}; {len(result.failed)} kernels not built, nothing partial was installed",
+        kept = (f"; {len(result.compiled)} compiled and installed whole" if result.compiled else "") + (
+            f" ({len(result.unindexed)} not yet in the index: the next warm records them)" if result.unindexed else "")
+        out.error(f"{result.no_space}; {len(result.failed)} kernels not built, nothing partial was installed{kept}",
                   result.no_space_hint)
+    elif result.fatal and result.failed:
+        names = sorted(result.failed)
+        out.error(f"{result.fatal[0]}: {len(names)} not built: {', '.join(names[:3])}"
+                  + (f" and {len(names) - 3} more" if len(names) > 3 else ""),
+                  "fix or reinstall the library it names (importing it by hand shows the whole error), then warm "
+                  "again: what was built stays in the cache")
     elif result.failed:
         out.error(f"{len(result.failed)} of {result.kernels} kernels failed to compile: "
                   + ", ".join(sorted(result.failed)[:5]), "the compiler's output for each is printed above")

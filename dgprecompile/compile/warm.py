@@ -10,6 +10,7 @@ when to stop is compile/schedule.py's pure state machine; this module only moves
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import selectors
@@ -17,17 +18,26 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dgprecompile import scratch
 from dgprecompile.cache.store import CacheStore, resolve_cache_dir
 from dgprecompile.compile.backends import WorkItem, backend_for
 from dgprecompile.compile.schedule import NO_SPACE, Action, Close, Job, Lost, Scheduler, Send
-from dgprecompile.errors import EXIT_COMPILE_FAILED, EXIT_ENVIRONMENT, EXIT_OK, EnvironmentProblem, InputError
+from dgprecompile.compile.worker import startup_failure
+from dgprecompile.errors import (
+    EXIT_COMPILE_FAILED,
+    EXIT_ENVIRONMENT,
+    EXIT_OK,
+    DGError,
+    EnvironmentProblem,
+    InputError,
+    os_error,
+)
 from dgprecompile.fsutil import free_bytes, human_bytes, mount_point
 from dgprecompile.generations import SGLANG_JIT_BACKEND, get_backend
 from dgprecompile.kernels import TRANSPOSE_FAMILY
@@ -78,6 +88,7 @@ class WarmSetup:
     jit_missing: str | None = None
     swept: list[str] = field(default_factory=list)  # sweep backend: key ranges already covered (cached)
     jit_seconds: float = 0.0  # the estimated build time of one SGLang JIT module (the queue's order)
+    in_place: list[str] = field(default_factory=list)  # a read-only cache holding every kernel: nothing to do
 
     @property
     def task_budget(self) -> int:
@@ -94,6 +105,8 @@ class WarmResult:
     fatal: list[str] = field(default_factory=list)  # workers that could not start
     no_space: str | None = None  # the first "no space left on <mount>" a worker met; the rest was not started
     no_space_hint: str | None = None  # what to free, and roughly how much the unbuilt kernels need
+    no_space_tmpdir: bool = False  # the full filesystem is TMPDIR's (the compilers' scratch), not the cache's
+    unindexed: list[str] = field(default_factory=list)  # installed, not yet in the index (the next warm adds them)
     ready_seconds: list[float] = field(default_factory=list)  # when each worker was set up, from the start
     last_result_seconds: float = 0.0  # when the last kernel finished, from the start
     wall_seconds: float = 0.0
@@ -111,7 +124,7 @@ class WarmResult:
 
     @property
     def return_code(self) -> int:
-        if self.no_space:
+        if self.no_space or (self.fatal and self.failed):  # the machine lacks (a working) part of a backend
             return EXIT_ENVIRONMENT
         if not self.ok:
             return EXIT_COMPILE_FAILED
@@ -124,7 +137,8 @@ class WarmResult:
                 "already_cached": len(self.cached), "failed": len(self.failed),
                 "failures": self.failed, "skipped": self.skipped, "install": self.missing, "wall_seconds": round(self.wall_seconds, 2),
                 "compile_seconds_sum": round(sum(self.compiled.values()), 2), "cache_bytes": self.cache_bytes,
-                "workers": self.workers, "no_space": self.no_space,
+                "workers": self.workers, "no_space": self.no_space, "workers_not_started": self.fatal,
+                "installed_not_indexed": self.unindexed,
                 "item_seconds": {k: round(v, 2) for k, v in sorted(self.compiled.items())},
                 "sglang_jit_module_ids": list(self.jit_ids),
                 "timeline": {"workers_ready_first_s": round(min(self.ready_seconds), 2) if self.ready_seconds else None,
@@ -198,7 +212,16 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
     else:
         items = sorted(_kernel_items(plan, rank, world), key=_estimated_cost, reverse=True)
     jobs = max(1, min(jobs, len(items) + len(jit_items)))  # one budget: every worker serves both kinds
-    store.require_writable("write to")
+    _require_readable(store, items + jit_items)
+    try:
+        store.require_writable("write to")
+    except DGError:
+        if sweeps or stale or not _all_in_place(store, plan, items + jit_items):
+            raise
+        notes.append(f"{store.root} is not writable here, and every kernel of the plan is already in it: "
+                     "nothing to do")
+        return WarmSetup(plan, backend, store, fingerprint, stale, [], 1, [None], job_common, rank, world, notes,
+                         [], {}, jit_skipped, jit_missing, swept, in_place=[it.kernel for it in items + jit_items])
     if not sweeps:
         _check_space(store, plan, items, [] if stale else None)
     return WarmSetup(plan, backend, store, fingerprint, stale, items, jobs,
@@ -241,6 +264,30 @@ def _backend_job(plan: Plan, opts: WarmOptions, install, nvcc, needs_gpu: bool,
         raise EnvironmentProblem("the C++-JIT DeepGEMM compiles inside GEMM launches, so warm needs a GPU; "
                                  "none is visible", hint="run warm on a Hopper GPU machine (or pass --gpus)")
     return job, gpus
+
+
+def _require_readable(store: CacheStore, items: list[WorkItem]) -> None:
+    """Refuse up front, naming the file and its owner, when an entry the index records for these items is there
+    but this user may not read it (a shared cache with one entry left 0600): no worker could check or use it."""
+    index = store.read_index()
+    for it in items:
+        record = index.kernels.get(it.kernel)
+        if record is None:
+            continue
+        path = store.entry_path(record.entry, record.area)
+        if not path.is_dir():  # missing, or a file in its place: the worker builds (and repairs) it
+            continue
+        for name in (".", *record.files):
+            if (path / name).exists() and not os.access(path / name, os.R_OK | (os.X_OK if name == "." else 0)):
+                raise os_error(PermissionError(errno.EACCES, "Permission denied", str(path / name)), "read")
+
+
+def _all_in_place(store: CacheStore, plan: Plan, items: list[WorkItem]) -> bool:
+    """Whether the index records every item and each recorded entry is there with its recorded, loadable bytes:
+    a warm with nothing to build, which needs no write access."""
+    index = store.read_index()
+    return all(it.kernel in index.kernels and store.check_entry(index.kernels[it.kernel], plan.profile.sm_arch)
+               is None for it in items)
 
 
 def _kernel_items(plan: Plan, rank: int, world: int) -> list[WorkItem]:
@@ -362,6 +409,10 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
     the costliest first (see :func:`work`). An interrupt (Ctrl-C; SIGTERM and SIGHUP, which the CLI turns into
     one) stops the workers and their compilers and removes the scratch directory and staging roots."""
     store = setup.store
+    if setup.in_place:  # nothing to build in a cache we may not write: touch nothing
+        return WarmResult(workers=0, cache_dir=str(store.root), backend=setup.backend, kernels=len(setup.in_place),
+                          skipped=dict(setup.jit_skipped), cached=list(setup.in_place),
+                          cache_bytes=store.size_bytes())
     store.ensure()
     store.clean_stale_staging()
     _record_plan(setup)
@@ -378,8 +429,10 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
     result.wall_seconds = time.perf_counter() - start
     if result.no_space:
         need = len(result.failed) * setup.plan.profile.bytes_per_entry
+        elsewhere = ("set TMPDIR to a directory on a larger filesystem (nvcc writes its intermediates there)"
+                     if result.no_space_tmpdir else "pass --cache-dir on a larger filesystem")
         result.no_space_hint = (f"free space there (about {human_bytes(need)} more for the {len(result.failed)} "
-                                "kernels not built), or pass --cache-dir on a larger filesystem; then warm again")
+                                f"kernels not built), or {elsewhere}; then warm again")
     result.cache_bytes = store.size_bytes()
     return result
 
@@ -413,14 +466,16 @@ def worker_job(setup: WarmSetup) -> dict[str, Any]:
 def _pool(store: CacheStore, work: list[tuple[Job, WorkItem]], job: dict[str, Any], gpus: list[int | None],
           on_event: Callable[[dict[str, Any]], None], result: WarmResult, start: float) -> None:
     """One zygote and len(gpus) workers, each serving every backend of ``job``, driven by the scheduler."""
-    tmp = Path(tempfile.mkdtemp(prefix="dgprecompile-warm-"))
+    tmp = scratch.run_dir("dgprecompile-warm-")  # locked for this run; its compilers' TMPDIR is inside it
     procs = _Processes(tmp, len(gpus))
     sched = Scheduler.start([j for j, _ in work], len(gpus))
     run = _Run(sched, procs, {j.id: item for j, item in work}, result, on_event, start)
     try:
         procs.start(job, gpus)
         run.drive()
-        procs.zygote_done()
+        failure = procs.zygote_done()
+        if failure:
+            result.fatal.append(failure)
         run.apply(sched.drained())
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP (cli.main raises it): stop everything, then clean up
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -429,7 +484,7 @@ def _pool(store: CacheStore, work: list[tuple[Job, WorkItem]], job: dict[str, An
         raise
     finally:
         procs.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+        scratch.release(tmp)
 
 
 class _Processes:
@@ -457,7 +512,8 @@ class _Processes:
                          "gpu": None if gpu is None else _physical_gpu(gpu)})
             self.to_worker[i] = os.fdopen(in_w, "w")
             self.sel.register(os.fdopen(out_r, "rb", buffering=0), selectors.EVENT_READ, i)
-        env = {**os.environ, **WORKER_ENV, "DGPRECOMPILE_WORKERS": json.dumps(spec)}
+        env = {**os.environ, **WORKER_ENV, **scratch.compiler_env(self.tmp),
+               "DGPRECOMPILE_WORKERS": json.dumps(spec)}
         self.zygote = subprocess.Popen(
             [sys.executable, "-m", "dgprecompile.compile.worker", str(job_path), "--zygote"],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=open(self.tmp / "zygote.log", "wb"), env=env,
@@ -503,12 +559,14 @@ class _Processes:
             except BrokenPipeError:
                 pass
 
-    def zygote_done(self) -> None:
+    def zygote_done(self) -> str | None:
+        """Wait for the zygote; one line of what failed when it could start no worker (the warm goes on and
+        names what was not built), else None."""
         assert self.zygote is not None
         self.zygote.wait()
         if self.zygote.returncode and not self.pids:
-            raise EnvironmentProblem("warm workers could not start: "
-                                     + (self.tmp / "zygote.log").read_text(errors="replace").strip()[-2000:])
+            return startup_failure(self.tmp / "zygote.log")
+        return None
 
     def stop(self) -> None:
         _stop(self.zygote, self.pids)
@@ -583,7 +641,8 @@ class _Run:
                 self._fail(action.job.id, "not started: " + (self.result.no_space or "no space left"),
                            "not started (no space)")
             else:
-                self._fail(action.job.id, "no worker left to compile it (see the errors above)")
+                self._fail(action.job.id, ("not started: " + self.result.fatal[-1]) if self.result.fatal
+                           else "no worker left to compile it (see the errors above)")
 
     def _fail(self, kernel: str, why: str, shown: str | None = None) -> None:
         self.result.failed[kernel] = why
@@ -607,10 +666,16 @@ def _handle(event: dict[str, Any], result: WarmResult, on_event: Callable[[dict[
             result.compiled[kernel] = float(event.get("seconds") or 0.0)
         else:
             result.cached.append(kernel)
+        if event.get("unindexed"):  # installed whole, but the disk filled before the index recorded it
+            result.unindexed.append(kernel)
+            if result.no_space is None:
+                result.no_space = event.get("error")
+                result.no_space_tmpdir = bool(event.get("no_space_tmpdir"))
     elif kind == "failed":
         result.failed[kernel] = event.get("error", "failed")
         if event.get("no_space") and result.no_space is None:
             result.no_space = event.get("error")
+            result.no_space_tmpdir = bool(event.get("no_space_tmpdir"))
     elif kind == "fatal":
         result.fatal.append(event.get("error", "worker failed to start"))
     on_event(event)

@@ -62,9 +62,10 @@ def _on_signal(signum, _frame) -> None:
     raise _Stop(signum)
 
 
-def _no_space(exc: BaseException, text: str, job: dict) -> str | None:
+def _no_space(exc: BaseException, text: str, job: dict) -> tuple[str, bool] | None:
     """A message naming the full filesystem if ``exc`` (or the compiler's output in ``text``) says it ran out of
-    space or quota, else None."""
+    space or quota, and whether that filesystem is TMPDIR's (the compilers' scratch) rather than the cache's; else
+    None."""
     import errno
 
     from dgprecompile.fsutil import NO_SPACE_ERRNOS, free_bytes, space_message
@@ -77,7 +78,8 @@ def _no_space(exc: BaseException, text: str, job: dict) -> str | None:
             code = errno.EDQUOT
         else:
             try:  # the compiler may say only "write error" or leave a cut-short cubin: look at the filesystem
-                if free_bytes(job["cache_dir"]) >= int(job.get("bytes_per_entry") or 0):
+                need = int(job.get("bytes_per_entry") or 0)
+                if min(free_bytes(job["cache_dir"]), free_bytes(os.environ.get("TMPDIR") or "/tmp")) >= need:
                     return None
             except OSError:
                 return None
@@ -89,7 +91,34 @@ def _no_space(exc: BaseException, text: str, job: dict) -> str | None:
             where = tmp
     except OSError:
         pass
-    return space_message(where, code, doing="compiling")[0]
+    return space_message(where, code, doing="compiling")[0], where == tmp
+
+
+STARTUP_MARK = "dgprecompile-startup-failure: "
+
+
+def startup_summary(backend: str, exc: BaseException) -> str:
+    """One line saying what failed when a worker (or the zygote) set up its backend: the exception's own first
+    line, cut short; the whole traceback stays in the log."""
+    from dgprecompile.errors import DGError
+
+    what = exc.message if isinstance(exc, DGError) else f"{type(exc).__name__}: {exc}"
+    what = (what.strip().splitlines() or [type(exc).__name__])[0]
+    what = what if len(what) <= 240 else what[:237] + "..."
+    return f"the {backend} workers could not set up their libraries ({what})"
+
+
+def startup_failure(log_path) -> str:
+    """The one-line summary a zygote that could not start wrote to its log (else the log's last line)."""
+    try:
+        lines = open(log_path, errors="replace").read().strip().splitlines()
+    except OSError:
+        lines = []
+    marked = [line[len(STARTUP_MARK):] for line in lines if line.startswith(STARTUP_MARK)]
+    if marked:
+        return marked[-1]
+    last = lines[-1] if lines else "no output"
+    return f"the warm workers could not start ({last[:240]})"
 
 
 def serve(job: dict) -> int:
@@ -146,17 +175,22 @@ def _set_up(job: dict, emit) -> dict:
     for kind, own in job["backends"].items():
         try:
             backends[kind] = load_worker_backend(kind, own)
-        except DGError as exc:
-            emit(event="fatal", kind=kind, error=exc.message)
+        except Exception as exc:  # a broken install (importable, failing on use): one line, the traceback in the log
+            if not isinstance(exc, DGError):
+                traceback.print_exc()
+            emit(event="fatal", kind=kind, error=startup_summary(kind, exc))
     return backends
 
 
 def _compile_one(backend, store, item, job: dict, emit) -> bool:
     """Build ``item`` with ``backend``, record it in the index, report done or failed; False when it failed."""
-    from dgprecompile.errors import DGError
+    from dgprecompile.errors import DGError, os_error
 
+    built: tuple | None = None  # (entries, seconds) once the compiled entries are installed
     try:
         status, entries, seconds = backend.compile(item)
+        if status in ("compiled", "replaced"):
+            built = (entries, seconds)
         # a bad or changed entry (empty cubin, other bytes than recorded, a link) was rebuilt and swapped
         replaced = status == "replaced"
         why = getattr(backend, "replaced_why", None) if replaced else None
@@ -180,10 +214,16 @@ def _compile_one(backend, store, item, job: dict, emit) -> bool:
         own = getattr(backend, "index_mutation", None)  # the sweep backend records m ranges instead
         store.update_index(own(item, records) if own else mutate)
     except (DGError, Exception) as exc:  # report it with the kernel's name, go on with the rest
+        if isinstance(exc, PermissionError):  # a file of the cache this user may not read or write
+            exc = os_error(exc, "use")
         text = exc.message if isinstance(exc, DGError) else f"{type(exc).__name__}: {exc}"
         full = _no_space(exc, text, job)
+        if full and built:  # installed whole, then no room to record it: it counts as compiled
+            emit(event="done", kernel=item.kernel, status="compiled", entries=built[0], seconds=built[1],
+                 replaced=False, unindexed=True, error=full[0], no_space=True, no_space_tmpdir=full[1])
+            return True
         if full:
-            emit(event="failed", kernel=item.kernel, error=full, no_space=True)
+            emit(event="failed", kernel=item.kernel, error=full[0], no_space=True, no_space_tmpdir=full[1])
         elif isinstance(exc, DGError):
             emit(event="failed", kernel=item.kernel, error=text)
         else:
@@ -253,22 +293,25 @@ def zygote(job: dict, workers: list[dict]) -> int:
 
 
 def _preload(job: dict) -> None:
-    """Each backend's imports, once. One that fails is left out of ``job["backends"]`` and its reason put in
-    ``job["unavailable"]`` for the workers to report; when every one fails the zygote fails (warm says so)."""
+    """Each backend's imports, once. One that fails (a DGError, or a broken install that raises anything: the
+    traceback goes to the zygote's log) is left out of ``job["backends"]`` and its one-line reason put in
+    ``job["unavailable"]`` for the workers to report; when every one fails the zygote fails, its reason marked in
+    the log for warm (:func:`startup_failure`)."""
     from dgprecompile.compile.backends import preload
-    from dgprecompile.errors import DGError
 
-    failed: dict[str, DGError] = {}
+    failed: dict[str, str] = {}
     for kind, own in list(job["backends"].items()):
         try:
             preload(kind, own)
-        except DGError as exc:
-            failed[kind] = exc
+        except Exception as exc:  # e.g. sglang importable but broken
+            traceback.print_exc()
+            failed[kind] = startup_summary(kind, exc)
     if failed and len(failed) == len(job["backends"]):
-        raise next(iter(failed.values()))
-    for kind, exc in failed.items():
+        print(STARTUP_MARK + next(iter(failed.values())), file=sys.stderr, flush=True)
+        raise SystemExit(3)
+    for kind, why in failed.items():
         del job["backends"][kind]
-        job.setdefault("unavailable", {})[kind] = exc.message
+        job.setdefault("unavailable", {})[kind] = why
 
 
 def _child(job: dict, w: dict, own_fds: set[int]) -> None:

@@ -28,13 +28,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dgprecompile import scratch
 from dgprecompile.diagnostics.limits import cgroup_mounts, count_user_tasks, parse_cgroup_file, read_text
 from dgprecompile.errors import EXIT_CHECK_FAILED, EXIT_OK, EnvironmentProblem, InputError
 
@@ -628,7 +628,7 @@ class Repro:
     # -- the run --
     def run(self) -> ReproReport:
         self.nvcc = self._find_nvcc()
-        self.workdir = Path(tempfile.mkdtemp(prefix="dgprecompile-repro-"))
+        self.workdir = scratch.run_dir("dgprecompile-repro-")  # lock-held: removed by a later run if killed
         self.workdir.chmod(0o777)  # the ranks may run as an unprivileged user
         (self.workdir / "dg").mkdir(mode=0o777)
         (self.workdir / "dg").chmod(0o777)

@@ -27,13 +27,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dgprecompile import scratch
 from dgprecompile.cache.store import CacheStore, resolve_cache_dir
 from dgprecompile.cache.verify import VerifyReport, verify_roots
 from dgprecompile.errors import EXIT_CHECK_FAILED, CheckFailed, EnvironmentProblem, InputError
@@ -631,7 +631,7 @@ def prepare_launch(opts: LaunchOptions) -> PreparedLaunch:
     if not report.complete and not opts.allow_missing:
         raise CheckFailed(_preflight_failure(plan, report),
                           hint=f"warm it first: {hint}  (or pass --allow-missing to start anyway)")
-    run_dir = Path(tempfile.mkdtemp(prefix="dgprecompile-launch-"))
+    run_dir = scratch.run_dir("dgprecompile-launch-")  # locked: a later run removes it if this one is killed
     try:
         trace_dir = opts.trace_dir
         if trace_dir is None and not opts.strict:

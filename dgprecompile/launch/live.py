@@ -22,12 +22,12 @@ import random
 import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from importlib import util
 from pathlib import Path
 from typing import Any
 
+from dgprecompile import scratch
 from dgprecompile.cache.store import CacheStore
 from dgprecompile.errors import EXIT_CHECK_FAILED, EXIT_ENVIRONMENT, EnvironmentProblem, InputError
 from dgprecompile.kernels import KernelType
@@ -203,7 +203,7 @@ def run_live(plan: Plan, store: CacheStore, opts: LiveOptions, out=None) -> Live
             out.warn(note)
     cache_dir = str(store.root)
     fingerprint = store.read_index().fingerprint
-    run_dir = Path(tempfile.mkdtemp(prefix="dgprecompile-live-"))
+    run_dir = scratch.run_dir("dgprecompile-live-")  # lock-held: a later run removes it if this one is killed
     try:
         hint = warm_command(plan, cache_dir)
         composed = compose_env(plan, cache_dir, fingerprint, os.environ, strict=True, run_dir=str(run_dir),

@@ -12,7 +12,9 @@ from typing import Any
 
 import yaml
 
+from dgprecompile import schemas
 from dgprecompile.errors import InputError
+from dgprecompile.fsutil import read_input
 
 
 @dataclass(frozen=True)
@@ -31,19 +33,22 @@ def bundled_names() -> list[str]:
     return [entry["name"] for entry in _bundled_index()]
 
 
+MODEL_HINT = "pass the model's config.json as downloaded (--model PATH)"
+CONFIG_MAX_BYTES = 4 << 20  # a config.json is a few KiB (the bundled ones under 16 KiB)
+
+
 def _read_json(path: Path, source: str, name: str) -> ModelConfig:
+    text = read_input(path, "config file", hint="pass an existing config.json or model directory",
+                      limit=CONFIG_MAX_BYTES)
     try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"config file not found: {path}", hint="pass an existing config.json or model directory") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read {path}: {exc}", hint="check the file's permissions") from None
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError(f"{path} is not valid JSON (line {exc.lineno}: {exc.msg})",
-                         hint="pass the model's config.json as downloaded") from None
+        raise InputError(f"{path} is not valid JSON (line {exc.lineno}: {exc.msg})", hint=MODEL_HINT) from None
+    except RecursionError:
+        raise InputError(f"{path} is nested too deeply to be a config.json", hint=MODEL_HINT) from None
     if not isinstance(data, dict):
-        raise InputError(f"{path} does not hold a JSON object, so it is not a config.json",
-                         hint="pass the model's config.json as downloaded")
+        raise InputError(f"{path} does not hold a JSON object, so it is not a config.json", hint=MODEL_HINT)
+    schemas.check(data, "model-config", str(path), hint=MODEL_HINT)
     return ModelConfig(name=name, source=source, config=data)
 
 
@@ -85,7 +90,7 @@ def load_model(spec: str) -> ModelConfig:
             path = resources.files("dgprecompile.data.models").joinpath(entry["file"])
             return _read_json(Path(str(path)), f"bundled:{entry['file']}", entry["name"])
     path = Path(spec).expanduser()
-    if path.is_file():
+    if path.exists() and not path.is_dir():  # a file (or a device, a pipe: read with the same cap)
         return _read_json(path, str(path), path.parent.name if path.name == "config.json" else path.stem)
     if path.is_dir():
         if (path / "config.json").is_file():
@@ -94,8 +99,9 @@ def load_model(spec: str) -> ModelConfig:
                          hint="pass the checkpoint directory that holds config.json, or the file itself")
     if spec.endswith((".json", "/")) or spec.startswith((".", "/", "~")) or spec.count("/") > 1:
         # a path, not a name: say that it is not there rather than that no model has this name
-        raise InputError(f"{path} does not exist (--model was given a path)",
-                         hint="check the path: pass an existing config.json or the model directory that holds it")
+        raise InputError(f"model path {spec} does not exist (no such file or directory)",
+                         hint="pass an existing config.json or model directory, or a bundled name: "
+                              + ", ".join(bundled_names()))
     if spec.count("/") == 1:
         found = _from_hf_cache(spec)
         if found is not None:

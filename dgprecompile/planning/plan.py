@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from dgprecompile import __version__
+from dgprecompile import __version__, schemas
 from dgprecompile.errors import InputError
 from dgprecompile.kernels import GemmKey, JitModule, KernelSpec
 from dgprecompile.planning.models import ModelConfig
@@ -22,6 +22,14 @@ from dgprecompile.planning.shapes import Parallel, model_shapes
 
 MANIFEST_SCHEMA = 1
 DEFAULT_NUM_SMS = 132
+# The largest m (tokens of one forward, an expected_m, a padded contiguous m): SGLang indexes a forward's tokens
+# in 32-bit ints (req_to_token is torch.int32, 0.5.14 mem_cache/memory_pool.py:253) and DeepGEMM takes m as an
+# int; the manifest schema holds the number (its $defs.m), the command line and the planner refuse above it.
+MAX_M: int = schemas.schema("manifest")["$defs"]["m"]["maximum"]
+# The largest m the kernel model is evaluated for: a plan evaluates it once per 64 m (where the choice can change),
+# so this bounds plan's time (about 20 s for the slowest generation at this m, one core) and stays above what a
+# server command gives (context 1M with chunked prefill off: 1,048,570) and 4x the largest m checked on a GPU.
+MODELLED_M_MAX = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -242,6 +250,15 @@ def plan_key(key: GemmKey, profile: Profile, num_sms: int, kernels: dict[str, Ke
 
 
 def _buckets(key: GemmKey, profile: Profile, num_sms: int, kernels: dict[str, KernelSpec]) -> list[Bucket]:
+    if key.m_max > MAX_M:
+        raise InputError(f"{key.kernel_type.short} GEMM n={key.n} k={key.k}: its largest m would be {key.m_max:,}, "
+                         f"beyond the {MAX_M:,} tokens SGLang can index in one forward (32-bit token indices)",
+                         hint=f"pass a largest forward (--max-tokens, --chunked-prefill-size) of at most {MAX_M:,}")
+    if key.m_max > MODELLED_M_MAX:
+        raise InputError(f"{key.kernel_type.short} GEMM n={key.n} k={key.k}: m up to {key.m_max:,} is beyond the "
+                         f"{MODELLED_M_MAX:,} the kernel model is evaluated for (one DeepGEMM choice per 64 m)",
+                         hint=f"plan a largest forward of at most {MODELLED_M_MAX:,} tokens, or plan with --keys-only "
+                              "(warm --backend sweep then lets DeepGEMM choose on a GPU)")
     heuristic = profile.deepgemm.heuristic()
     out: list[Bucket] = []
     start = key.m_min

@@ -19,7 +19,9 @@ from typing import Any
 
 import yaml
 
+from dgprecompile import schemas
 from dgprecompile.errors import InputError
+from dgprecompile.fsutil import read_input
 
 
 def facts() -> dict[str, Any]:
@@ -53,40 +55,19 @@ class SpecForgeRun:
                                      "command": shlex.join(s.argv)} for s in self.servers]}
 
 
+SPECFORGE_HINT = "fix the run config (SpecForge 0.2.0's form: examples/specforge-0.2/run.yaml)"
+
+
 def _load(path: str) -> dict[str, Any]:
-    p = Path(path)
+    """The run config, read with a cap and checked against the ``specforge-config`` schema (data/schemas/)."""
+    text = read_input(path, "SpecForge config", hint="pass the run config `specforge train -c` reads")
     try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise InputError(f"SpecForge config not found: {path}") from None
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc}") from None
-    try:
-        data = yaml.safe_load(text) if p.suffix in (".yaml", ".yml") else json.loads(text)
+        data = yaml.safe_load(text) if Path(path).suffix in (".yaml", ".yml") else json.loads(text)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise InputError(f"cannot read {path}: {str(exc).splitlines()[0]}") from None
+        raise InputError(f"cannot read {path}: {str(exc).splitlines()[0]}", hint=SPECFORGE_HINT) from None
     if not isinstance(data, dict):
-        raise InputError(f"{path} is not a SpecForge run config (no mapping at the top)")
-    return data
-
-
-def _section(data: dict[str, Any], name: str, path: str) -> dict[str, Any]:
-    value = data.get(name) or {}
-    if not isinstance(value, dict):
-        raise InputError(f"{path}: `{name}` must be a mapping")
-    return value
-
-
-def _int(value: Any, where: str) -> int:
-    if isinstance(value, bool):
-        raise InputError(f"{where} must be a positive integer, got {value!r}")
-    try:
-        out = int(value)
-    except (TypeError, ValueError):
-        raise InputError(f"{where} must be a positive integer, got {value!r}") from None
-    if out < 1:
-        raise InputError(f"{where} must be a positive integer, got {value!r}")
-    return out
+        raise InputError(f"{path} is not a SpecForge run config (no mapping at the top)", hint=SPECFORGE_HINT)
+    return schemas.check(data, "specforge-config", path, hint=SPECFORGE_HINT)
 
 
 def suggested_server_command(target: str, ep: int, context: int) -> str:
@@ -97,15 +78,11 @@ def suggested_server_command(target: str, ep: int, context: int) -> str:
 def read_specforge_config(path: str) -> SpecForgeRun:
     data = _load(path)
     f = facts()
-    model = _section(data, "model", path)
-    dataset = _section(data, "data", path)
-    training = _section(data, "training", path)
-    deployment = _section(data, "deployment", path)
+    model, dataset, training, deployment = (data.get(name) or {} for name in ("model", "data", "training", "deployment"))
     target = model.get("target_model_path")
     if not target:
         raise InputError(f"{path}: model.target_model_path is missing", hint="SpecForge needs it too (schema.py:38)")
-    max_length = _int(dataset.get("max_length", 2048), f"{path}: data.max_length")
-    ep = _int(model.get("sglang_ep_size", 1), f"{path}: model.sglang_ep_size")
+    max_length, ep = dataset.get("max_length", 2048), model.get("sglang_ep_size", 1)
     context = model.get("sglang_context_length") or max_length + int(f["context_headroom"])
     # legacy keys (training.server_urls) move to deployment.disaggregated, as SpecForge does (schema.py:624-672)
     disagg = dict(deployment.get("disaggregated") or {})
@@ -134,10 +111,8 @@ def read_specforge_config(path: str) -> SpecForgeRun:
                          hint="SpecForge needs one of them; managed_local lets `specforge train` start the server")
     servers = []
     for i, srv in enumerate(managed["capture_servers"]):
-        if not isinstance(srv, dict):
-            raise InputError(f"{path}: managed_local.capture_servers[{i}] must be a mapping")
         devices = [str(d) for d in srv.get("cuda_visible_devices") or []]
-        tp = _int(srv.get("tp_size", 1), f"{path}: managed_local.capture_servers[{i}].tp_size")
+        tp = srv.get("tp_size", 1)
         if devices and len(devices) != tp:
             raise InputError(f"{path}: capture server {i} has tp_size {tp} but {len(devices)} cuda_visible_devices "
                              "(SpecForge requires them equal, schema.py:330-333)")
@@ -145,7 +120,7 @@ def read_specforge_config(path: str) -> SpecForgeRun:
             raise InputError(f"{path}: model.sglang_ep_size {ep} must be no larger than and evenly divide the capture "
                              f"server tp_size {tp} (SpecForge refuses it, schema.py:872-884)",
                              hint="pick an sglang_ep_size that divides tp_size")
-        port = _int(srv.get("port", 30000 + i), f"{path}: managed_local.capture_servers[{i}].port")
+        port = srv.get("port", 30000 + i)
         servers.append(CaptureServer(port, tp, devices, capture_argv(model, training, srv, tp, port, context, f)))
     tps = sorted({s.tp_size for s in servers})
     if len(tps) > 1:

@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from dgprecompile.errors import InputError
+from dgprecompile.fsutil import read_input
 from dgprecompile.kernels import GemmKey, KernelSpec, KernelType
-from dgprecompile.planning.plan import Plan, PlanRequest, plan_key, resolve_num_sms
+from dgprecompile.planning.plan import MAX_M, Plan, PlanRequest, plan_key, resolve_num_sms
 from dgprecompile.planning.profiles import (
     ProfileChoice,
     all_profiles,
@@ -33,6 +34,8 @@ from dgprecompile.planning.profiles import (
 )
 
 TRACE_GLOB = "trace-*.jsonl"
+TRACE_HINT = "pass the directory `launch --trace` wrote, or a misses file from `launch --no-strict`"
+TRACE_MAX_BYTES = 64 << 20  # one distinct call per line: far more lines than any job's distinct calls
 
 
 @dataclass(frozen=True)
@@ -65,19 +68,14 @@ def parse_call(data: Any, where: str = "trace") -> Call:
                          hint="pass the directory `launch --trace` wrote, or a misses file from `launch --no-strict`") from None
     except (TypeError, ValueError) as exc:
         raise InputError(f"{where}: bad call {data!r} ({exc})", hint="pass the directory `launch --trace` wrote, or a misses file from `launch --no-strict`") from None
-    if min(values[1:]) < 1 or values[0] < 0 or count < 0:
+    if min(values[1:]) < 1 or values[0] < 0 or count < 0 or max(values) > MAX_M:
         raise InputError(f"{where}: impossible call {data!r}", hint="pass the directory `launch --trace` wrote, or a misses file from `launch --no-strict`")
     return Call(kind, *values, count=count)
 
 
 def _read_lines(path: Path) -> tuple[list[dict[str, Any]], list[Call]]:
     headers, calls = [], []
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        raise InputError(f"file not found: {path}", hint="pass the directory `launch --trace` wrote, or a misses file from `launch --no-strict`") from None
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc}", hint="check the file's permissions") from None
+    text = read_input(path, "trace/misses file", TRACE_HINT, limit=TRACE_MAX_BYTES)
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -221,7 +219,7 @@ def read_misses(path: Path) -> tuple[dict[str, Any], list[Call]]:
 def _recorded_kernels(path: Path) -> set[str]:
     """The kernel ids `launch --no-strict` recorded beside each missed call."""
     ids: set[str] = set()
-    for line in Path(path).read_text().splitlines():
+    for line in read_input(path, "misses file", TRACE_HINT, limit=TRACE_MAX_BYTES).splitlines():
         try:
             data = json.loads(line)
         except json.JSONDecodeError:

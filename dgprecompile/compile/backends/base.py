@@ -3,7 +3,6 @@ dgprecompile computes) the check-lock-build-install sequence around one kernel."
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ class StagingWorker:
         self.staging = self.store.new_staging()
 
     def close(self) -> None:
-        shutil.rmtree(self.staging, ignore_errors=True)
+        self.store.release_staging(self.staging)
 
     def install_staged(self, paths: list[Path], required: tuple[str, ...] = (), kernel: str = "") -> list[bool]:
         """Move entries a JIT wrote into its staging root into the real cache, each whole and checked (the

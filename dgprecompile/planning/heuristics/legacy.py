@@ -19,6 +19,7 @@ gemm type). ``tests/test_heuristics.py`` checks every m against the real library
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from functools import lru_cache
 
 from dgprecompile.kernels import KernelSpec, KernelType, ceil_div
@@ -127,7 +128,7 @@ def best_config(m: int, n: int, k: int, num_groups: int, num_sms: int, contiguou
 class LegacyHeuristic:
     generation = "legacy"
 
-    def breakpoints(self, kernel_type: KernelType, m_max: int) -> list[int]:
+    def breakpoints(self, kernel_type: KernelType, m_max: int) -> Iterable[int]:
         # ceil(m/64) fixes ceil(m/128) and ceil(m/256); multicast switches on at m = 512
         return grid_breakpoints(64, m_max, extra=(511,))
 

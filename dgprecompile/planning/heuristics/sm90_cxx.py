@@ -24,6 +24,7 @@ transpose_fp32<512, 64, ceil(k/128)> kernel per k.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 
 from dgprecompile.kernels import TRANSPOSE_FAMILY, KernelSpec, KernelType, ceil_div
 from dgprecompile.planning.heuristics import SMEM_CAPACITY, grid_breakpoints
@@ -122,7 +123,7 @@ def transpose_kernel(k: int) -> KernelSpec:
 class Sm90CxxHeuristic:
     generation = "sgl-deep-gemm-0.1"
 
-    def breakpoints(self, kernel_type: KernelType, m_max: int) -> list[int]:
+    def breakpoints(self, kernel_type: KernelType, m_max: int) -> Iterable[int]:
         if kernel_type is KernelType.GEMM_NT_F8F8BF16:
             return grid_breakpoints(64, m_max, extra=(16, 32))
         return grid_breakpoints(128 if kernel_type is KernelType.GROUPED_GEMM_NT_F8F8BF16_CONTIG else 64, m_max)

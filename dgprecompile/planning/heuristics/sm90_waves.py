@@ -27,11 +27,12 @@ differences (docs/heuristics.md, "sgl-kernel 0.3.20-0.3.21").
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from math import gcd
 
 from dgprecompile.kernels import KernelSpec, KernelType, ceil_div
-from dgprecompile.planning.heuristics import SMEM_CAPACITY, grid_breakpoints
+from dgprecompile.planning.heuristics import SMEM_CAPACITY, grid_breakpoints, with_points
 from dgprecompile.planning.heuristics.sm90_cxx import FAMILY, Sm90CxxHeuristic, _align, _swizzle
 
 BLOCK_K = 128
@@ -153,7 +154,7 @@ class Sm90WaveHeuristic:
     rule = RULE_WAVES
     params_head: tuple[tuple[str, object], ...] = ()  # template arguments before n (none before 0.3.20)
 
-    def breakpoints(self, kernel_type: KernelType, m_max: int) -> list[int]:
+    def breakpoints(self, kernel_type: KernelType, m_max: int) -> Iterable[int]:
         """ceil(m / block_m) changes at multiples of 64 (128 for contiguous); the tie-break's block_m <= m at
         m = 128 and 256; multicast starts at m = 512."""
         if kernel_type is KernelType.GROUPED_GEMM_NT_F8F8BF16_CONTIG:
@@ -198,8 +199,8 @@ class Sm90WaveHeuristic0320(Sm90WaveHeuristic):
     rule = RULE_0_3_20
     params_head = (("SFB", "K"),)
 
-    def breakpoints(self, kernel_type: KernelType, m_max: int) -> list[int]:
+    def breakpoints(self, kernel_type: KernelType, m_max: int) -> Iterable[int]:
         points = super().breakpoints(kernel_type, m_max)
         if kernel_type is KernelType.GEMM_NT_F8F8BF16:
-            points = sorted(set(points) | {m for m in (15, 16, 31, 32) if m <= m_max})
+            points = with_points(points, (15, 16, 31, 32), m_max)
         return points

@@ -1,0 +1,180 @@
+"""Scratch directories that say whether their owner is alive: a lock the owner holds, never a PID.
+
+Every scratch directory (warm's and launch's run scratch in TMPDIR, a worker's staging root in the cache) holds a
+lock file, ``<dir>/.owner.lock``, that the process which made it holds (``flock``) for as long as it lives, with
+the host identity (this kernel's boot id) and its pid written in it, for people. The kernel drops the lock when
+the process ends, however it ends (SIGKILL included), so:
+
+* a directory whose lock can be taken belongs to no live process: it is stale, and the next command that uses
+  that base removes it (:func:`clean_stale`);
+* a directory whose lock is held is someone's, whatever PID namespace, container or user that someone is in: a
+  PID seen from here says nothing about a process in another namespace, which is why PIDs are not consulted.
+
+The lock file appears already locked (it is locked under a temporary name, then renamed into place), so no
+cleaner can take it in between. A lock written by another host (a cache on a network filesystem whose locks may
+not reach across hosts) is judged stale only when the directory also has not changed for
+:data:`FOREIGN_STALE_SECONDS`. A directory without a lock (made by an older dgprecompile, or killed before it
+had one) is stale after :data:`UNLOCKED_STALE_SECONDS` without change. The directory is removed with its lock
+in it, so a caller may simply ``rmtree`` it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+from dgprecompile.errors import EnvironmentProblem
+from dgprecompile.fsutil import NO_SPACE_ERRNOS, file_mode, space_message
+
+LOCK_NAME = ".owner.lock"
+FOREIGN_STALE_SECONDS = 24 * 3600
+UNLOCKED_STALE_SECONDS = 3600
+_HELD: dict[str, int] = {}  # scratch directory -> the fd of its held lock, for this process's life
+
+
+def host_id() -> str:
+    """This kernel's identity: its boot id (the same in every container and PID namespace on this host)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return socket.gethostname()
+
+
+def make(base: Path | str, prefix: str) -> Path:
+    """A new directory ``<base>/<prefix>...`` whose lock this process holds until :func:`release` or its end."""
+    base = Path(base)
+    base.mkdir(parents=True, exist_ok=True)
+    while True:
+        path = base / f"{prefix}{os.getpid()}-{time.time_ns()}"
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            continue
+        break
+    tmp = path / f".owner.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, file_mode())
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(fd, json.dumps({"host": host_id(), "hostname": socket.gethostname(), "pid": os.getpid(),
+                                 "started": time.time()}).encode())
+        os.rename(tmp, path / LOCK_NAME)
+    except BaseException:
+        os.close(fd)
+        shutil.rmtree(path, ignore_errors=True)
+        raise
+    _HELD[str(path)] = fd
+    return path
+
+
+def release(path: Path | str) -> None:
+    """Remove a scratch directory this process made, its lock with it."""
+    shutil.rmtree(path, ignore_errors=True)
+    fd = _HELD.pop(str(path), None)
+    if fd is not None:
+        os.close(fd)
+
+
+def held(path: Path | str) -> bool:
+    """Whether a live process (in any PID namespace on this host) holds the directory's lock."""
+    lock = Path(path) / LOCK_NAME
+    try:
+        fd = os.open(lock, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def _owner(lock: Path) -> dict:
+    try:
+        return json.loads(lock.read_text() or "{}")
+    except (OSError, ValueError):
+        return {}
+
+
+def _age(path: Path) -> float:
+    try:
+        return time.time() - max(p.stat().st_mtime for p in (path, *path.iterdir()))
+    except OSError:
+        return 0.0
+
+
+def clean_stale(base: Path | str, prefix: str = "") -> int:
+    """Remove the directories ``<base>/<prefix>*`` of processes that are gone (see the module's rules); returns
+    how many. Never touches one whose lock a live process holds, nor our own."""
+    base = Path(base)
+    removed = 0
+    try:
+        names = sorted(os.listdir(base))
+    except OSError:
+        return 0
+    for name in names:
+        path = base / name
+        if not name.startswith(prefix) or str(path) in _HELD:
+            continue
+        try:
+            if path.is_symlink() or not path.is_dir():
+                continue
+        except OSError:
+            continue
+        if _stale(path):
+            shutil.rmtree(path, ignore_errors=True)
+            removed += not path.exists()
+    return removed
+
+
+def _stale(path: Path) -> bool:
+    lock = path / LOCK_NAME
+    try:
+        fd = os.open(lock, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return _age(path) > UNLOCKED_STALE_SECONDS
+    except OSError:  # not ours to read: leave it
+        return False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # held: its owner is alive, in whatever namespace
+        except OSError:
+            return False
+        owner = _owner(lock)
+        if owner.get("host", host_id()) != host_id():
+            return _age(path) > FOREIGN_STALE_SECONDS  # another host's: its lock may not reach us
+        return True
+    finally:
+        os.close(fd)
+
+
+def run_dir(prefix: str) -> Path:
+    """A locked scratch directory for one run in TMPDIR, after removing the stale ones of ``prefix`` dead runs
+    left there (a SIGKILL leaves its scratch behind; the next run of a command that uses it cleans it)."""
+    base = Path(tempfile.gettempdir())
+    clean_stale(base, prefix)
+    try:
+        return make(base, prefix)
+    except OSError as exc:
+        if exc.errno not in NO_SPACE_ERRNOS:
+            raise
+        message, hint = space_message(base, exc.errno, doing=f"making scratch space in {base}", tmpdir=True)
+        raise EnvironmentProblem(message, hint) from None
+
+
+def compiler_env(scratch: Path | str) -> dict[str, str]:
+    """Environment for compilers run inside a run's scratch: their own TMPDIR (nvcc's tmpxft_* files) there, so
+    removing the scratch removes them too, whichever way the run ends."""
+    tmp = Path(scratch) / "tmp"
+    tmp.mkdir(exist_ok=True)
+    return {"TMPDIR": str(tmp), "TMP": str(tmp), "TEMP": str(tmp)}
