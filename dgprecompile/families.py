@@ -18,6 +18,10 @@ Whole, per family, is defined from the library's own writer (cited on each):
   ``get_group`` counts a child only where its absolute path exists): an entry ``<hash>/`` is whole when it holds
   a ``__grp__<kernel>.json`` whose ``child_paths`` all exist in that directory, and no ``tmp.pid_*`` write is in
   flight. The group file names absolute paths, so the cache must sit at the same path where it is used.
+  Triton's host modules (``triton/runtime/build.py`` compile_module_from_src: the driver's ``cuda_utils`` once per
+  machine, a ``__triton_launcher`` per kernel signature at its first launch; one ``put`` of
+  ``<name><EXT_SUFFIX>`` under ``sha256(source + platform_key())``, no group file) are whole when the entry holds
+  only such non-empty ``.so`` files: each was written in one atomic ``put``.
 * FlashInfer 0.6 (``flashinfer/jit/core.py`` JitSpec: ``jit_library_path`` =
   ``FLASHINFER_JIT_DIR/<name>/<name>.so``, ``is_compiled`` = that file exists; ``jit/env.py``:
   ``FLASHINFER_JIT_DIR = $FLASHINFER_WORKSPACE_BASE/.cache/flashinfer/<version>/<archs>/cached_ops``): a module
@@ -142,6 +146,9 @@ def triton_entry_problem(entry_dir: Path, here: bool = False) -> str | None:
         return "a write is in flight (tmp.pid_* directory)"
     groups = sorted(entry_dir.glob("__grp__*.json"))
     if not groups:
+        files = [p for p in entry_dir.iterdir()]
+        if files and all(p.is_file() and p.name.endswith(".so") and p.stat().st_size > 0 for p in files):
+            return None  # a host module compile_module_from_src put in one atomic write (module docstring)
         return "no __grp__*.json (Triton writes the group file last: the compile did not finish)"
     for grp in groups:
         try:

@@ -218,6 +218,46 @@ def test_a_moved_triton_entry_is_reported_not_trusted(job, tmp_path):
     assert triton_entry_problem(moved / "triton" / rec.entry) is None  # whole, just not usable there
 
 
+
+# Triton's host modules (runtime/build.py compile_module_from_src): the driver's cuda_utils and one
+# __triton_launcher per kernel signature, built with the C compiler at first use. The same function here, with a
+# minimal extension module as the source (the H200 run built cuda_utils this way at its first Triton import).
+MODULE_CHILD = textwrap.dedent("""
+    import sys
+    from triton.runtime.build import compile_module_from_src
+    SRC = '#include <Python.h>\\nstatic struct PyModuleDef m = {PyModuleDef_HEAD_INIT, "%s", NULL, -1, NULL};\\n' \\
+          'PyMODINIT_FUNC PyInit_%s(void) { return PyModule_Create(&m); }\\n'
+    for name in sys.argv[1:]:
+        print("loaded", compile_module_from_src(SRC % (name, name), name).__name__)
+""")
+
+
+@needs_triton
+def test_tritons_host_modules_are_captured_whole_and_a_strict_miss_is_refused(job, capfd):
+    (job / "child.py").write_text(MODULE_CHILD)
+    r = launch("--capture", ["dgp_probe"])
+    assert r.exit_code == 0, r.output + capfd.readouterr().err
+    cache = job / "cache"
+    (entry,) = [p for p in (cache / "triton").iterdir()]
+    (built,) = [p.name for p in entry.iterdir()]
+    assert built.startswith("dgp_probe.") and built.endswith(".so")  # one put by Triton's own writer, no group file
+    filed = triton_extra(cache)
+    assert [v["entry"] for v in filed.values()] == [entry.name] and list(filed.values())[0]["files"].keys() == {built}
+
+    capfd.readouterr()
+    r = launch(["dgp_probe"])  # strict, the same module: Triton's own lookup finds it, nothing is built
+    assert r.exit_code == 0, r.output + capfd.readouterr().err
+    assert "loaded dgp_probe" in capfd.readouterr().out
+    assert [p.name for p in (cache / "triton").iterdir()] == [entry.name]
+
+    r = launch(["dgp_other"])  # strict, a module nobody captured: refused before the C compiler runs
+    assert r.exit_code == 1, r.output
+    child = capfd.readouterr().err
+    assert "Triton tried to compile kernel dgp_other (Triton's host module" in child, child
+    assert "strict mode refused 1 runtime compile(s): dgp_other" in r.output
+    assert [p.name for p in (cache / "triton").iterdir()] == [entry.name]  # nothing written
+
+
 def test_families_have_one_area_and_one_variable_each():
     assert len({f.area for f in FAMILIES}) == len({e for f in FAMILIES for e in f.cache_env}) == len(FAMILIES)
     assert family_for_area("triton").filed and not family_for_area("inductor").filed

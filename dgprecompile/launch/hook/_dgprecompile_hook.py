@@ -468,6 +468,44 @@ def patch_triton_compiler(module):
 _state = {}
 
 
+def patch_triton_build(module):
+    """Make a miss of one of Triton's host modules raise, naming it, instead of building it with the C compiler.
+
+    triton.runtime.build.compile_module_from_src (Triton 3.x) files ``<name><EXT_SUFFIX>`` under the cache key
+    ``sha256(source + platform_key())`` and builds only when ``get_file`` finds nothing: the driver's ``cuda_utils``
+    and one ``__triton_launcher`` per kernel signature. The wrapper asks the same cache manager first and refuses a
+    miss; a hit goes to Triton unchanged. Triton's driver imports the function by name after this module loads,
+    so it gets the wrapper. A Triton without ``platform_key`` is left alone (the launcher's check of what appeared
+    in the cache during a strict run still fails it)."""
+    real = getattr(module, "compile_module_from_src", None)
+    platform_key = getattr(module, "platform_key", None)
+    if real is None or platform_key is None:
+        return
+
+    @functools.wraps(real)
+    def compile_module_from_src(src, name, *args, **kwargs):
+        import hashlib
+        import sysconfig
+
+        key = hashlib.sha256((src + platform_key()).encode("utf-8")).hexdigest()
+        manager = module.get_cache_manager(key)
+        if manager.get_file(f"{name}{sysconfig.get_config_var('EXT_SUFFIX')}") is None:
+            try:  # the manager made its entry directory before the lookup: leave the cache as it was
+                os.rmdir(getattr(manager, "cache_dir", None))
+            except (OSError, TypeError):
+                pass
+            message = triton_refusal_message(f"{name} (Triton's host module, {key[:16]})")
+            log_event({"event": "refused", "generation": "triton", "kernel": name, "entry": key,
+                       "pid": os.getpid(), "rank": os.environ.get("RANK"), "time": time.time()})
+            sys.stderr.write(message + "\n")
+            sys.stderr.flush()
+            raise RuntimeError(message)
+        return real(src, name, *args, **kwargs)
+
+    compile_module_from_src.__dgprecompile_refuses__ = "triton"
+    module.compile_module_from_src = compile_module_from_src
+
+
 patch_legacy_compiler.guard = True  # a strict-mode guard: if it cannot be applied, the import fails
 patch_tvm_ffi.guard = True
 
@@ -491,6 +529,7 @@ def install():
                 callbacks[target.strip()] = patch_tvm_ffi
     if os.environ.get(ENV_STRICT) == "1" and "triton" in os.environ.get(ENV_STRICT_FAMILIES, "").split(","):
         callbacks["triton.compiler.compiler"] = patch_triton_compiler
+        callbacks["triton.runtime.build"] = patch_triton_build
     if callbacks:
         for name in [n for n in callbacks if n in sys.modules]:  # already imported (not at startup, but be safe)
             callbacks.pop(name)(sys.modules[name])
