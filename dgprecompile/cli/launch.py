@@ -143,7 +143,7 @@ def render_families(out: Output, result: LaunchResult) -> None:
         for name, why in sorted(f.not_whole.items()):
             out.warn(f"{f.label} entry {name} not filed: {why}")
         if f.new and f.note:
-            out.info(f"[dim]note:[/] {f.label}: {f.note}")
+            out.note(f"{f.label}: {f.note}")
 
 
 def render_result(out: Output, result: LaunchResult) -> None:
