@@ -16,7 +16,7 @@ every planned m on ``meta`` tensors (shapes, dtypes and strides of the real call
 On a CPU-only machine SGLang takes its non-CUDA branches around the kernel (activation quantisation through its
 Triton ``per_token_group_quant_fp8``, Triton ``moe_sum_reduce``); those kernels are compiled too but are not what a
 GPU runs, so only the entries whose kernel is ``fused_moe_kernel`` are reported as warmed. The keys are proved by a
-GPU run (tests/gpu/triton_moe_proof.py), never by this module's own output.
+GPU run (tests/gpu/triton_moe_proof.sh), never by this module's own output.
 
 Run: ``python -m dgprecompile.compile.triton_moe --experts 20 --global-experts 160 --hidden 6144
 --intermediate 2560 --topk 8 --m 1-8192 --cache-dir ROOT`` (prints one JSON report on stdout). Triton writes into
