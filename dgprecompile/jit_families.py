@@ -176,6 +176,36 @@ class JitFamily:
         return dict(self.strict_switch)
 
 
+@dataclass(frozen=True)
+class NinjaJitFamily(JitFamily):
+    """SGLang's own ninja loader (sglang/kernels/jit, 0.5.20 on): a module's build key covers the compilers'
+    paths, so besides the cache variable launch keeps the CUDA_HOME the warm built with (keys/sglang_jit_ninja.py);
+    a work item calls the release's own ``load_jit`` with the data file's arguments."""
+
+    def build_params(self, naming, module) -> dict[str, Any]:
+        from dgprecompile.keys.sglang_jit_ninja import load_jit_call
+
+        call = load_jit_call(module)
+        return {"python": module.python, "builder": module.builder, "args": list(call.args),
+                "kwargs": {"cuda_files": list(call.cuda_files), "cuda_wrappers": [list(w) for w in call.cuda_wrappers],
+                           "extra_cuda_cflags": list(call.extra_cuda_cflags),
+                           "extra_ldflags": list(call.extra_ldflags)},
+                "entry": naming.entry_name(module), "library": naming.library(module), "module": module.to_dict()}
+
+    def launch_env(self, cache_dir: str, recorded: dict[str, Any] | None = None,
+                   environ: dict[str, str] | None = None) -> list[tuple[str, str]]:
+        """The cache variable, and CUDA_HOME as the warm saw it when the job's environment names no toolkit
+        (its spelling is in every build key: toolchain.py:300-314, cache.py:307-314)."""
+        import os
+
+        env = os.environ if environ is None else environ
+        out = super().launch_env(cache_dir)
+        home = (recorded or {}).get("cuda_home")
+        if home and not (env.get("CUDA_HOME") or env.get("CUDA_PATH")):
+            out.append(("CUDA_HOME", str(home)))
+        return out
+
+
 FAMILIES: dict[str, JitFamily] = {f.id: f for f in (
     JitFamily(
         id="tvm-ffi", label="SGLang's tvm-ffi load_inline JIT (sglang/jit_kernel, 0.5.9-0.5.16)",
@@ -188,6 +218,21 @@ FAMILIES: dict[str, JitFamily] = {f.id: f for f in (
         fingerprint_fields=("sglang", "tvm_ffi", "arch"),
         hook_target="tvm_ffi.cpp.extension",  # load_inline/load call build_inline/build there, only on a miss
         not_recorded=("lock", ".ninja_log", ".ninja_deps"),
+    ),
+    NinjaJitFamily(
+        id="sglang-ninja", label="SGLang's own ninja JIT loader (sglang/kernels/jit, 0.5.20-0.5.23)",
+        # 0.5.17 is still tvm-ffi load_inline under kernels/jit; 0.5.18-0.5.19 have this loader but no strict
+        # switch (SGLANG_CRASH_ON_JIT_COMPILE arrives in 0.5.20): neither is this family (docs/sglang-jit-ninja.md)
+        releases=">=0.5.20,<0.5.24", data_file="sglang_jit_ninja.yaml",
+        naming_class="dgprecompile.keys.sglang_jit_ninja:NinjaNaming", backend="sglang-ninja", area="sglang-jit",
+        cache_env=("SGLANG_JIT_CACHE_DIR",), cache_default="~/.cache/sglang/jit", fingerprint_section="sglang_ninja",
+        fingerprint_fields=("sglang", "target", "cuda_home", "nvcc", "nvcc_version", "cxx", "cxx_version",
+                            "pkg_apache_tvm_ffi", "pkg_flashinfer_python", "pkg_deep_gemm", "pkg_nvidia_mathdx",
+                            "pkg_torch", "log_resource_usage"),
+        # loader.py:253-259 (0.5.23; 0.5.20 loader.py:131): a miss raises RuntimeError before the build lock
+        strict_switch=(("SGLANG_CRASH_ON_JIT_COMPILE", "1"),),
+        # a leaf keeps only what the runtime reads (cache.py:369-418): the build's objects, sources and logs go
+        not_recorded=("build.ninja", "cuda.cu", "cuda_0.o", "cuda_0.o.d", ".ninja_log", ".ninja_deps"),
     ),
 )}
 
