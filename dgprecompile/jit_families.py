@@ -160,6 +160,14 @@ class JitFamily:
     def entry_files(self, naming, module) -> tuple[str, ...]:
         return (naming.library(module),)
 
+    def installed_entry(self, naming, module, area_dir) -> str | None:
+        """The entry (relative to the family's area ``area_dir``) the runtime would load ``module`` from, or None.
+        Here: the computed entry, when every file of entry_files is in it."""
+        from pathlib import Path
+
+        entry = naming.entry_name(module)
+        return entry if all((Path(area_dir) / entry / f).is_file() for f in self.entry_files(naming, module)) else None
+
     # -- launch --
     @property
     def strict_by(self) -> str:
@@ -192,14 +200,31 @@ class NinjaJitFamily(JitFamily):
                            "extra_ldflags": list(call.extra_ldflags)},
                 "entry": naming.entry_name(module), "library": naming.library(module), "module": module.to_dict()}
 
+    def installed_entry(self, naming, module, area_dir) -> str | None:
+        """A warmed entry is one deps-<key> leaf inside the computed build-key directory (its deps key is known
+        only after the build): the leaf the runtime's own hit test picks (keys/sglang_jit_ninja.py), or None."""
+        from pathlib import Path
+
+        scope = naming.entry_name(module)
+        leaf = naming.hit(Path(area_dir) / scope, module)
+        return f"{scope}/{leaf.name}" if leaf is not None else None
+
     def launch_env(self, cache_dir: str, recorded: dict[str, Any] | None = None,
                    environ: dict[str, str] | None = None) -> list[tuple[str, str]]:
         """The cache variable, and CUDA_HOME as the warm saw it when the job's environment names no toolkit
-        (its spelling is in every build key: toolchain.py:300-314, cache.py:307-314)."""
+        (its spelling is in every build key: toolchain.py:300-314, cache.py:307-314). ``recorded``: the cache's
+        fingerprint section (default: read from the cache's index)."""
+        import json
         import os
 
         env = os.environ if environ is None else environ
         out = super().launch_env(cache_dir)
+        if recorded is None:
+            try:
+                with open(os.path.join(cache_dir, "dgprecompile", "index.json")) as f:
+                    recorded = (json.load(f).get("fingerprint") or {}).get(self.fingerprint_section)
+            except (OSError, ValueError, AttributeError):
+                recorded = None
         home = (recorded or {}).get("cuda_home")
         if home and not (env.get("CUDA_HOME") or env.get("CUDA_PATH")):
             out.append(("CUDA_HOME", str(home)))

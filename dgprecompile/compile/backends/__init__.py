@@ -58,6 +58,11 @@ def preload(name: str, job: dict[str, Any] | None = None) -> None:
 
         preload_sglang(job or {})
         return
+    if name == "sglang-ninja":
+        from dgprecompile.compile.backends.sglang_jit_ninja import preload as preload_ninja
+
+        preload_ninja(job or {})
+        return
     import torch  # noqa: F401  (the costly import both other backends share)
 
     if name == "legacy":
@@ -87,4 +92,8 @@ def load_worker_backend(name: str, job: dict[str, Any]) -> WorkerBackend:
         from dgprecompile.compile.backends.sglang_jit import SglangJitWorker
 
         return SglangJitWorker(job)
+    if name == "sglang-ninja":
+        from dgprecompile.compile.backends.sglang_jit_ninja import SglangNinjaWorker
+
+        return SglangNinjaWorker(job)
     raise InputError(f"unknown backend {name!r}")
