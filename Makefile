@@ -29,6 +29,12 @@ SGL014_PKGS := sglang==0.5.14 apache-tvm-ffi==0.1.11 transformers==5.8.1 'huggin
 	annotated-types==0.8.0 typing-inspection==0.4.5 orjson==3.13.0 pybase64==1.5.1 pyzmq==27.3.0 starlette==1.10.0 \
 	sniffio==1.3.1 openai==2.6.1 distro==1.9.0 partial-json-parser==0.2.1.1.post7 dill==0.4.1 compressed-tensors==0.20.1 \
 	loguru==0.7.3 gguf==0.19.0 ipython==9.18.1 traitlets==5.16.1
+# sglang 0.5.23 (its own ninja JIT loader, sglang/kernels/jit) the same way, for tests/test_sglang_jit_ninja.py: only
+# what that loader's import chain needs (about 340 MB); triton is tests/standins' stand-in.
+SGL023 := $(VENV)/sglang-0.5.23
+SGL023_PKGS := sglang==0.5.23 apache-tvm-ffi==0.1.11 msgspec==0.23.0 numpy==2.4.6 orjson==3.13.0 psutil==7.2.2 \
+	pybase64==1.5.1 pillow==13.0.0 starlette==1.10.0 anyio==4.16.0 pyzmq==27.3.0 tqdm==4.70.1 ipython==9.18.1 \
+	traitlets==5.16.1
 TORCH ?= 2.13.0
 
 MODEL ?= Qwen3-Coder-480B
@@ -57,6 +63,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install -q --no-deps --target $(DG013) sgl-deep-gemm==0.1.3
 	for v in $(DG_RELEASES); do $(BIN)/pip install -q --no-deps --target $(VENV)/sgl-deep-gemm-$$v sgl-deep-gemm==$$v || exit 1; done
 	$(BIN)/pip install -q --no-deps --target $(SGL014) $(SGL014_PKGS)
+	$(BIN)/pip install -q --no-deps --target $(SGL023) $(SGL023_PKGS)
 	for w in $(SK_DG); do $(BIN)/pip download -q --no-deps --only-binary :all: -d $(WHEELS) $$w || exit 1; done  # one each: two sgl-kernel versions in one call conflict
 	$(BIN)/python tools/unpack_deep_gemm.py $(WHEELS)/sglang_kernel-0.4.2-*.whl $(VENV)/sglang-kernel-0.4.2
 	$(BIN)/python tools/unpack_deep_gemm.py $(WHEELS)/sgl_kernel-0.3.16.post3-*.whl $(VENV)/sgl-kernel-0.3.16.post3
