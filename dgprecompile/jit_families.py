@@ -68,19 +68,24 @@ class ServerPath:
     chunked_prefill: int = 8192  # --chunked-prefill-size (-1: off)
     cuda_graph: bool = True  # not --disable-cuda-graph
     custom_all_reduce: bool = True  # not --disable-custom-all-reduce
+    kv_cache_dtype: str = "auto"  # --kv-cache-dtype (auto: the model's dtype)
+    nnodes: int = 1
     gemm_paths: frozenset[str] = frozenset()  # DeepGEMM paths the plan has keys on: dense, masked, contig
     model: tuple[tuple[str, Any], ...] = ()  # model facts read from config.json (head_dim, rope_dim, rope_neox...)
     env: tuple[tuple[str, str], ...] = ()  # SGLANG_* switches the user set that the data names
+    extra: tuple[tuple[str, Any], ...] = ()  # other server options the data names (enable_fused_qk_norm_rope...)
 
     def facts(self) -> dict[str, Any]:
         out: dict[str, Any] = {"model_type": self.model_type, "dtype": self.dtype, "quant": self.quant,
                                "tp": self.tp, "ep": self.ep, "multi_gpu": self.tp > 1, "moe_runner": self.moe_runner,
                                "attention_backend": self.attention_backend,
                                "chunked_prefill": self.chunked_prefill > 0, "cuda_graph": self.cuda_graph,
-                               "custom_all_reduce": self.custom_all_reduce}
+                               "custom_all_reduce": self.custom_all_reduce, "nnodes": self.nnodes,
+                               "kv_cache_dtype": self.kv_cache_dtype}
         out.update({f"gemm_{p}": True for p in self.gemm_paths})
         out.update(dict(self.model))
         out.update({f"env_{k}": v for k, v in self.env})
+        out.update(dict(self.extra))
         return out
 
 
@@ -100,6 +105,7 @@ class JitFamily:
     strict_switch: tuple[tuple[str, str], ...] = ()  # the release's own "refuse to compile" variable(s) and value
     hook_target: str | None = None  # module whose build functions the startup hook wraps (no switch)
     not_recorded: tuple[str, ...] = ()  # files a build leaves that are no part of the module
+    entry_depth: int = 1  # path components of one entry's name under the area (the store nests that deep)
     planner: str = "dgprecompile.planning.sglang_jit:plan_modules"  # (family, version, path) -> (modules, notes)
 
     # -- planning --
@@ -139,6 +145,11 @@ class JitFamily:
         """The runtime's names for the sglang installed here (EnvironmentProblem when it is not ``version``)."""
         return _load(self.naming_class).build(self, version)
 
+    def name_stem(self, version: str, module) -> str:
+        """The part of the module's runtime name computable without sglang installed (the refusal message
+        tells planned from unplanned modules by it)."""
+        return _load(self.naming_class).name_stem(self, version, module)
+
     def key_fields(self) -> tuple[str, ...]:
         return tuple(f"{self.fingerprint_section}.{f}" for f in self.fingerprint_fields)
 
@@ -167,6 +178,10 @@ class JitFamily:
 
         entry = naming.entry_name(module)
         return entry if all((Path(area_dir) / entry / f).is_file() for f in self.entry_files(naming, module)) else None
+
+    def missing_detail(self, naming, module, area_dir) -> str | None:
+        """Why installed_entry found nothing, when the family can say more than "missing" (else None)."""
+        return None
 
     # -- launch --
     @property
@@ -208,6 +223,19 @@ class NinjaJitFamily(JitFamily):
         scope = naming.entry_name(module)
         leaf = naming.hit(Path(area_dir) / scope, module)
         return f"{scope}/{leaf.name}" if leaf is not None else None
+
+    def missing_detail(self, naming, module, area_dir) -> str | None:
+        """The runtime's reason to pass over each leaf there is (a recorded header that changed, ...)."""
+        from pathlib import Path
+
+        scope = naming.entry_name(module)
+        leaves = sorted(p for p in (Path(area_dir) / scope).glob("deps-*") if p.is_dir())
+        if not leaves:
+            others = sorted(p.name for p in (Path(area_dir) / scope).parent.glob("build-*"))
+            return (f"no build under {self.area}/{scope}" + (f"; the cache has {', '.join(others)} for this module, "
+                    "built where the compilers, packages or paths differ (verify's fingerprint names them)"
+                    if others else ""))
+        return f"{self.area}/{scope}/{leaves[0].name}: {naming.leaf_problem(leaves[0], module)}"
 
     def launch_env(self, cache_dir: str, recorded: dict[str, Any] | None = None,
                    environ: dict[str, str] | None = None) -> list[tuple[str, str]]:
@@ -251,13 +279,14 @@ FAMILIES: dict[str, JitFamily] = {f.id: f for f in (
         releases=">=0.5.20,<0.5.24", data_file="sglang_jit_ninja.yaml",
         naming_class="dgprecompile.keys.sglang_jit_ninja:NinjaNaming", backend="sglang-ninja", area="sglang-jit",
         cache_env=("SGLANG_JIT_CACHE_DIR",), cache_default="~/.cache/sglang/jit", fingerprint_section="sglang_ninja",
-        fingerprint_fields=("sglang", "target", "cuda_home", "nvcc", "nvcc_version", "cxx", "cxx_version",
+        fingerprint_fields=("sglang", "arch", "cuda_home", "nvcc", "nvcc_version", "cxx", "cxx_version",
                             "pkg_apache_tvm_ffi", "pkg_flashinfer_python", "pkg_deep_gemm", "pkg_nvidia_mathdx",
                             "pkg_torch", "log_resource_usage"),
         # loader.py:253-259 (0.5.23; 0.5.20 loader.py:131): a miss raises RuntimeError before the build lock
         strict_switch=(("SGLANG_CRASH_ON_JIT_COMPILE", "1"),),
         # a leaf keeps only what the runtime reads (cache.py:369-418): the build's objects, sources and logs go
         not_recorded=("build.ninja", "cuda.cu", "cuda_0.o", "cuda_0.o.d", ".ninja_log", ".ninja_deps"),
+        entry_depth=4,  # <target>/<module>/build-<key>/deps-<key>
     ),
 )}
 

@@ -159,7 +159,7 @@ def test_paths_and_options_choose_the_modules(naming):
 def test_the_fingerprint_holds_every_field_of_the_releases_environment_key(naming, monkeypatch):
     fp = naming.fingerprint()
     assert set(fp) == set(naming.family.fingerprint_fields)
-    assert fp["target"] == "cuda:9.0a" and fp["sglang"] == VERSION and fp["cuda_home"] == CUDA_HOME
+    assert fp["arch"] == "9.0a" and fp["sglang"] == VERSION and fp["cuda_home"] == CUDA_HOME
     assert fp["pkg_apache_tvm_ffi"] == "0.1.11" and fp["pkg_flashinfer_python"] == "absent"
     assert "release 13.0" in fp["nvcc_version"]
     # each input the key reads moves the key: a different CUDA_HOME spelling (cache.py:307-314 anchors only the

@@ -36,10 +36,24 @@ from dgprecompile.fsutil import atomic_write_text, exchange_paths, fsync_dir, no
 INDEX_SCHEMA = 1
 OURS = "dgprecompile"
 ENTRIES = "cache"  # DeepGEMM's own layout: <root>/cache/<entry>
-AREAS = (ENTRIES, "tvm-ffi", "sglang-jit")  # the directories of a cache root that hold runtime entries
-# path components of one entry's name, per area (default 1): SGLang's ninja JIT nests its leaves 4 deep
-# (kernels/jit/utils/compile/cache.py:15-21 in sglang 0.5.23)
-AREA_DEPTH = {"sglang-jit": 4}
+def _areas() -> tuple[str, ...]:
+    from dgprecompile.jit_families import FAMILIES
+
+    return (ENTRIES, *dict.fromkeys(f.area for f in FAMILIES.values()))
+
+
+AREAS = _areas()  # the directories of a cache root that hold runtime entries: DeepGEMM's, each JIT family's
+
+
+def _depths() -> dict[str, int]:
+    from dgprecompile.jit_families import FAMILIES
+
+    return {f.area: f.entry_depth for f in FAMILIES.values() if f.entry_depth != 1}
+
+
+# path components of one entry's name, per area (default 1; a JitFamily's entry_depth): SGLang's ninja JIT
+# nests its leaves 4 deep (<target>/<module>/build-<key>/deps-<key>, kernels/jit/utils/compile/cache.py:15-21)
+AREA_DEPTH = _depths()
 
 
 def area_depth(area: str) -> int:

@@ -214,7 +214,8 @@ def verify_cache(plan: Plan, store: CacheStore, *, nvcc: str | None = None,
     stale = differences(index.fingerprint, env.fingerprint) if (env.fingerprint and index.fingerprint) else []
 
     jit_names = _jit_names(plan, warnings)
-    if with_jit_fingerprint(index.fingerprint, env.fingerprint, jit_names[0].spec.arch_name if jit_names else None):
+    if with_jit_fingerprint(index.fingerprint, env.fingerprint, jit_names[0].fingerprint().get("arch") if jit_names else None,
+                            jit_names[2] if jit_names else None):
         stale = differences(index.fingerprint, env.fingerprint)
 
     names = _runtime_names(plan, env, warnings)
@@ -252,27 +253,43 @@ def verify_cache(plan: Plan, store: CacheStore, *, nvcc: str | None = None,
                         coverage, warnings)
 
 
-def with_jit_fingerprint(recorded: dict[str, Any], current: dict[str, Any] | None, arch: str | None = None) -> bool:
-    """Add this machine's sglang/tvm-ffi to ``current`` when the cache recorded SGLang JIT modules or the plan has
-    them (``arch`` given), so the current fingerprint id is what a warm here records."""
-    jit = (recorded or {}).get("sglang_jit")
-    if current is None or not (jit or arch):
-        return False
-    from dgprecompile.keys.sglang_jit import current_jit_fingerprint
+def with_jit_fingerprint(recorded: dict[str, Any], current: dict[str, Any] | None, arch: str | None = None,
+                         family=None) -> bool:
+    """Add this machine's values of each JIT family's fingerprint section to ``current`` when the cache recorded
+    that section or the plan has the family's modules (``family`` and ``arch`` given), so the current
+    fingerprint id is what a warm here records."""
+    from dgprecompile.jit_families import FAMILIES
 
-    current["sglang_jit"] = current_jit_fingerprint(str(arch or jit.get("arch")))
-    return True
+    if current is None:
+        return False
+    added = False
+    for fam in FAMILIES.values():
+        jit = (recorded or {}).get(fam.fingerprint_section)
+        planned = family is not None and fam.id == family.id and arch
+        if not (jit or planned):
+            continue
+        current[fam.fingerprint_section] = fam.current_fingerprint(str((arch if planned else None)
+                                                                       or (jit or {}).get("arch")))
+        added = True
+    return added
+
+
+def _plan_family(plan: Plan):
+    from dgprecompile.jit_families import get_family
+
+    ids = sorted({m.family for m in plan.jit_modules.values()})
+    return get_family(ids[0]) if ids else None
 
 
 def _jit_names(plan: Plan, warnings: list[str]):
-    """(naming, {module id: entry}) for the plan's SGLang JIT modules from the sglang installed here, or None."""
-    if not plan.jit_modules:
+    """(naming, {module id: entry}, family) for the plan's SGLang JIT modules from the sglang installed here,
+    or None."""
+    family = _plan_family(plan)
+    if family is None:
         return None
-    from dgprecompile.keys.sglang_jit import JitNaming
-
     try:
-        naming = JitNaming.here(plan.sglang_version or "")
-        return naming, {mid: naming.entry_name(m) for mid, m in plan.jit_modules.items()}
+        naming = family.naming(plan.sglang_version or "")
+        return naming, {mid: naming.entry_name(m) for mid, m in plan.jit_modules.items()}, family
     except (DGError, OSError) as exc:
         warnings.append(f"cannot name SGLang's JIT modules here ({getattr(exc, 'message', exc)}): checking them "
                         "against the index only")
@@ -280,22 +297,24 @@ def _jit_names(plan: Plan, warnings: list[str]):
 
 
 def _check_jit(plan: Plan, store: CacheStore, index: Index, jit_names) -> list[KernelCheck]:
-    """Each planned SGLang JIT module: its <name>.so under the directory the runtime looks in (when sglang is
-    installed here), with the bytes the index recorded."""
-    from dgprecompile.keys.sglang_jit import JIT_AREA
-
+    """Each planned SGLang JIT module: the files its family needs under the directory the runtime looks in (when
+    sglang is installed here), with the bytes the index recorded."""
+    family = _plan_family(plan)
     out = []
     for mid, module in sorted(plan.jit_modules.items()):
         record = index.kernels.get(mid)
         expected = jit_names[1][mid] if jit_names else None
-        library = jit_names[0].library(module) if jit_names else None
         if expected is not None:
-            if not (store.entry_path(expected, JIT_AREA) / library).is_file():
+            files = family.entry_files(jit_names[0], module)
+            found = family.installed_entry(jit_names[0], module, store.area_dir(family.area))
+            if found is None:
+                why = family.missing_detail(jit_names[0], module, store.area_dir(family.area))
                 detail = (f"the index records {record.entry}, but sglang here looks for {expected}"
-                          if record is not None and record.entry != expected else f"no {library} under the "
-                          f"runtime's directory {JIT_AREA}/{expected}")
+                          + (f" ({why})" if why else "") if record is not None and not record.entry.startswith(expected)
+                          else why or f"no {' + '.join(files)} under the runtime's directory {family.area}/{expected}")
                 out.append(KernelCheck(mid, MISSING, expected, detail))
                 continue
+            expected = found
             if record is None or record.entry != expected:
                 out.append(KernelCheck(mid, OK, expected, "present, not in the index (no checksum)"))
                 continue

@@ -88,7 +88,9 @@ def command(plan_request, manifest, config, cache_dir, strict, allow_missing, tr
 def render_prepared(out: Output, prepared: PreparedLaunch) -> None:
     plan, check = prepared.opts.plan, prepared.preflight
     if check.complete:
-        out.info(f"preflight: {len(plan.kernels)} planned kernels in {prepared.cache_dir} ({check.verdict()})")
+        out.info(f"preflight: {len(plan.kernels)} planned kernels"
+                 + (f" + {len(plan.jit_modules)} SGLang JIT modules" if plan.jit_modules else "")
+                 + f" in {prepared.cache_dir} ({check.verdict()})")
     else:
         out.warn(f"{len(check.missing)} of {len(plan.kernels)} kernels missing, {len(check.changed)} changed "
                  f"in {prepared.cache_dir} ({check.verdict()}) - starting anyway (--allow-missing)")
@@ -113,16 +115,21 @@ def render_result(out: Output, result: LaunchResult) -> None:
                         "file) or --trace, then warm them" if result.refusals_outside_plan
                         else f"warm the cache: {result.warm_hint}"))
     if result.strict:
-        if result.new_entries:
-            out.warn(f"{len(result.new_entries)} cache entries appeared during a strict run (another process "
-                     "compiled into this cache?): " + ", ".join(result.new_entries[:10]))
+        appeared = result.new_entries + result.new_jit_modules
+        if appeared:
+            out.warn(f"{len(appeared)} cache entries appeared during a strict run (another process "
+                     "compiled into this cache?): " + ", ".join(appeared[:10]))
         return
     if result.trace_warning:
         out.warn(result.trace_warning)
+    if result.new_jit_modules:
+        out.table(f"{len(result.new_jit_modules)} SGLang JIT modules built at run time (now in the cache: a "
+                  "later strict launch loads them; plan them with the server command to warm them)", ["module"],
+                  [[e] for e in result.new_jit_modules], to_stderr=True)
     if result.new_entries:
-        out.table(f"{len(result.new_entries)} cache entries compiled at run time", ["entry"],
+        out.table(f"{len(result.new_entries)} DeepGEMM cache entries compiled at run time", ["entry"],
                   [[e] for e in result.new_entries], to_stderr=True)
-    else:
+    elif not result.new_jit_modules:
         out.info("no cache entry was compiled at run time")
     if result.misses:
         out.table(f"{len(result.misses)} recorded calls outside the plan",
@@ -133,8 +140,13 @@ def render_result(out: Output, result: LaunchResult) -> None:
         out.info(f"misses written to {result.misses_path}; warm them with: "
                  f"dgprecompile warm --from-misses {shlex.quote(result.misses_path)} --cache-dir "
                  f"{shlex.quote(result.cache_dir)}")
+    if not result.calls_recorded:  # the job made no DeepGEMM call: DeepGEMM's own advice does not apply
+        if result.new_entries:
+            out.warn("DeepGEMM entries were compiled but no DeepGEMM call was recorded (did the job import "
+                     "deep_gemm in a Python process it started?)")
+        else:
+            out.info("no DeepGEMM call was recorded")
+        return
     if result.new_entries and not result.misses:
         out.warn("entries were compiled but every recorded call is in the plan: they may be kernels the plan "
                  "does not model (or deep_gemm was called outside the traced entry points)")
-    if not result.calls_recorded:
-        out.warn("no DeepGEMM call was recorded (did the job import deep_gemm in a Python process it started?)")

@@ -28,10 +28,13 @@ from dgprecompile.output import Output
 @click.option("--live-sample", type=click.IntRange(min=0), default=256, show_default=True,
               help="--live --live-m edges: random m values per key on top of the bucket edges.")
 @click.option("--live-seed", type=int, default=0, show_default=True, help="--live: seed of the m sample and weights.")
+@click.option("--live-units", type=click.Choice(["all", "jit"]), default="all", show_default=True,
+              help="--live: DeepGEMM's layers and every SGLang JIT module, or the JIT modules only.")
 @click.option("--live-log", type=click.Path(dir_okay=False), default=None,
               help="--live: keep the child's output (SGLang, DeepGEMM and refusal messages) in this file.")
 @output_options
-def command(plan_request, manifest, config, cache_dir, nvcc, trace, live, live_m, live_sample, live_seed, live_log,
+def command(plan_request, manifest, config, cache_dir, nvcc, trace, live, live_m, live_sample, live_seed, live_units,
+            live_log,
             out):
     """Check that every planned kernel is in the cache, intact, and filed under this environment's keys.
 
@@ -60,7 +63,7 @@ def command(plan_request, manifest, config, cache_dir, nvcc, trace, live, live_m
         from dgprecompile.launch.live import LiveOptions, run_live
 
         live_report = run_live(plan, store, LiveOptions(m_mode=live_m, sample=live_sample, seed=live_seed,
-                                                        log=live_log), out)
+                                                        log=live_log, units=live_units), out)
         if live_report.environment_error:
             raise EnvironmentProblem(live_report.error or "the live check could not run here",
                                      hint="run it on a Hopper GPU node, in the job's own environment (its sglang, "
@@ -92,7 +95,8 @@ def render(out: Output, report: VerifyReport) -> None:
 def render_live(out: Output, report) -> None:
     rows = []
     for u in report.units:
-        keys = " + ".join(key_label(k) for k in u["keys"])
+        keys = (f"{u['module']} ({u.get('through', '?')})" if u.get("kind") == "jit" and u.get("module")
+                else " + ".join(key_label(k) for k in u["keys"]))
         found = [f"{len(u.get(f, []))} {label}" for f, label in (
             ("refused", "refused"), ("new_deepgemm", "DeepGEMM"), ("new_jit", "SGLang JIT"),
             ("new_triton", "Triton")) if u.get(f)]

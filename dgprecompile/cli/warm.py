@@ -68,9 +68,10 @@ def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc
              + (f" + {len(setup.jit_items)} SGLang JIT modules" if setup.jit_items else "")
              + (f" (rank {setup.rank} of {setup.world})" if setup.world > 1 else ""))
     if setup.jit_items:
-        out.info(f"SGLang JIT modules: built with the installed sglang {plan.sglang_version} into "
-                 f"{setup.store.root / 'tvm-ffi'} (one ninja job per worker: MAX_JOBS=1); the runtime reads them "
-                 f"with TVM_FFI_CACHE_DIR={setup.store.root / 'tvm-ffi'} (launch sets it)")
+        area = setup.store.root / setup.jit_job["area"]
+        names = " and ".join(f"{name}={value}" for name, value in setup.jit_job.get("launch_env", []))
+        out.info(f"SGLang JIT modules: built with the installed sglang {plan.sglang_version}'s own builders into "
+                 f"{area} (one ninja job per worker: MAX_JOBS=1); the runtime reads them with {names} (launch sets it)")
     for module, why in setup.jit_skipped.items():
         out.warn(f"not built: {module}: {why}")
     out.info(f"cache: {setup.store.root}   backend: {setup.backend}   nvcc: {setup.fingerprint['nvcc']['path']} "

@@ -189,11 +189,11 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
     jobs = opts.jobs or os.cpu_count() or 1
     if jobs < 1:
         raise InputError("--jobs must be at least 1", hint="omit --jobs for one worker per CPU core")
-    jit_items, jit_job, jit_skipped, jit_fp = _prepare_jit(plan, opts, nvcc)
+    jit_items, jit_job, jit_skipped, jit_fp = _prepare_jit(plan, opts, nvcc, store.root)
     if world > 1:
         jit_items = jit_items[rank::world]
     if jit_fp is not None:
-        fingerprint["sglang_jit"] = jit_fp
+        fingerprint.update(jit_fp)  # {the family's fingerprint section: its fields}
         stale = differences(recorded, fingerprint) if recorded else []
     swept: list[str] = []
     if backend == "sweep":  # chunks come largest first already; their entries are not known in advance
@@ -273,35 +273,40 @@ def _cuda_home(nvcc_path: str) -> str | None:
     return None
 
 
-def _prepare_jit(plan: Plan, opts: WarmOptions, nvcc) -> tuple[list[WorkItem], dict[str, Any], dict[str, str],
+def _prepare_jit(plan: Plan, opts: WarmOptions, nvcc, cache_root: Path) -> tuple[list[WorkItem], dict[str, Any], dict[str, str],
                                                                 dict[str, Any] | None]:
-    """Work items for the plan's SGLang JIT modules, the sglang-jit workers' job, what is skipped and why, and
-    the fingerprint section naming the sglang/tvm-ffi they are built for."""
-    from dgprecompile.keys.sglang_jit import JitNaming
+    """Work items for the plan's SGLang JIT modules, their family's workers' job, what is skipped and why, and
+    the fingerprint section naming what their runtime names hold (all asked of the modules' JitFamily)."""
+    from dgprecompile.jit_families import get_family
 
     modules = list(plan.jit_modules.values())
     if not modules:
         return [], {}, {}, None
     if opts.sglang_jit == "off":
         return [], {}, {m.id: "--no-sglang-jit" for m in modules}, None
+    families = sorted({m.family for m in modules})
+    if len(families) != 1:
+        raise InputError(f"the plan mixes SGLang JIT families {', '.join(families)}",
+                         hint="regenerate the manifest with `dgprecompile plan -o`")
+    family = get_family(families[0])
     try:
-        naming = JitNaming.here(plan.sglang_version or "")
+        naming = family.naming(plan.sglang_version or "")
         ninja = shutil.which("ninja", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
         if ninja is None:
-            raise EnvironmentProblem("ninja is not installed: SGLang's JIT (tvm-ffi) builds its modules with it",
+            raise EnvironmentProblem(f"ninja is not installed: {family.label} builds its modules with it",
                                      hint="pip install ninja")
     except EnvironmentProblem as exc:
         if opts.sglang_jit == "on":
             raise
         why = exc.message + (f" ({exc.hint})" if exc.hint else "")
         return [], {}, {m.id: why for m in modules}, None
-    items = [WorkItem(m.id, "sglang_jit", {"python": m.python, "builder": m.builder, "args": list(m.args),
-                                           "entry": naming.entry_name(m), "library": naming.library(m)},
-                      "SGLANG_JIT", 0, 0, 0, 0) for m in modules]
-    job = {"arch_override": naming.spec.arch_override, "arch": list(naming.spec.arch),
-           "modules": sorted({m.python for m in modules}), "cuda_home": _cuda_home(nvcc.path),
-           "ninja_dir": os.path.dirname(ninja)}
-    return items, job, {}, naming.fingerprint()
+    items = [WorkItem(m.id, family.backend, family.build_params(naming, m), "SGLANG_JIT", 0, 0, 0, 0)
+             for m in modules]
+    job = {**family.worker_job(naming, modules), "cuda_home": _cuda_home(nvcc.path),
+           "ninja_dir": os.path.dirname(ninja), "jit_backend": family.backend, "area": family.area,
+           "not_recorded": list(family.not_recorded),
+           "launch_env": [list(e) for e in family.launch_env(str(cache_root))]}
+    return items, job, {}, {family.fingerprint_section: naming.fingerprint()}
 
 
 def _record_plan(setup: WarmSetup) -> None:
@@ -339,8 +344,8 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
                   start)
         if setup.jit_items:
             jobs = max(1, min(setup.workers, len(setup.jit_items)))
-            _pool(store, setup.jit_items, "sglang-jit", {**common, **setup.jit_job}, [None] * jobs, on_event, result,
-                  start)
+            _pool(store, setup.jit_items, setup.jit_job["jit_backend"], {**common, **setup.jit_job}, [None] * jobs,
+                  on_event, result, start)
     finally:
         store.clean_stale_staging()
     result.wall_seconds = time.perf_counter() - start

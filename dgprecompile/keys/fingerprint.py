@@ -13,9 +13,21 @@ from typing import Any
 from dgprecompile.generations import get_generation
 from dgprecompile.toolchain import DeepGemmInstall, Nvcc, headers_hash, key_env
 
-# SGLang's own JIT modules (fingerprint section "sglang_jit", present when a warm built them): their runtime
-# directory names hold the sglang sources' hash, the tvm-ffi version and the target arch
-JIT_FIELDS = ("sglang_jit.sglang", "sglang_jit.tvm_ffi", "sglang_jit.arch")
+# SGLang's own JIT modules: each loader family's section (present when a warm built its modules) holds what
+# the release's own key holds (dgprecompile/jit_families.py fingerprint_fields)
+JIT_FIELDS = ("sglang_jit.sglang", "sglang_jit.tvm_ffi", "sglang_jit.arch")  # the tvm-ffi family's
+
+
+def _jit_fields(recorded: dict[str, Any], current: dict[str, Any] | None = None) -> tuple[str, ...]:
+    """The JIT families' key fields, for each family section present in ``recorded`` (and ``current``)."""
+    from dgprecompile.jit_families import FAMILIES
+
+    out: tuple[str, ...] = ()
+    for family in FAMILIES.values():
+        section = family.fingerprint_section
+        if recorded.get(section) and (current is None or current.get(section)):
+            out += family.key_fields()
+    return out
 
 
 def _dist_version(name: str) -> str | None:
@@ -63,8 +75,7 @@ def _get(fp: dict[str, Any], dotted: str) -> Any:
 def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     """(field, recorded, current) for every key-relevant field that differs."""
     fields = key_fields(_get(recorded, "deepgemm.generation") or _get(current, "deepgemm.generation"))
-    if recorded.get("sglang_jit") and current.get("sglang_jit"):  # compared only where both caches know them
-        fields = tuple(fields) + JIT_FIELDS
+    fields = tuple(fields) + _jit_fields(recorded, current)  # compared only where both caches know them
     out = []
     for f in fields:
         a, b = _get(recorded, f), _get(current, f)
@@ -76,7 +87,6 @@ def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[tuple
 def short_id(fp: dict[str, Any]) -> str:
     """A stable short hash of the key-relevant fields, for artifact names and CI cache keys."""
     fields = key_fields(_get(fp, "deepgemm.generation"))
-    if fp.get("sglang_jit"):
-        fields = tuple(fields) + JIT_FIELDS
+    fields = tuple(fields) + _jit_fields(fp)
     text = "|".join(f"{f}={_get(fp, f)!r}" for f in fields)
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -153,6 +153,12 @@ class JitNaming:
         return {"arch_override": self.spec.arch_override, "arch": list(self.spec.arch), "modules": list(pythons)}
 
     @staticmethod
+    def name_stem(family, sglang_version: str, module: JitModule) -> str:
+        spec = release_spec(family, sglang_version)
+        prefix = spec.name_prefix if spec else "sgl_kernel_jit_"
+        return prefix + "_".join([*module.marker, *module.template])
+
+    @staticmethod
     def current_fingerprint(family, arch: str) -> dict[str, Any]:
         return current_jit_fingerprint(arch)
 

@@ -88,6 +88,28 @@ def cuda_home(environ: dict[str, str] | None = None) -> str:
     return os.path.dirname(os.path.dirname(nvcc)) if nvcc else "/usr/local/cuda"
 
 
+def _is_toolkit(home: str) -> bool:
+    return os.path.isfile(os.path.join(home, "bin", "nvcc")) and os.path.exists(os.path.join(home, "lib64",
+                                                                                              "libcudart.so"))
+
+
+def toolkit_home(environ: dict[str, str] | None = None) -> str:
+    """The CUDA_HOME this family builds with and launch keeps: the user's, else the runtime's own choice
+    (cuda_home) where that is a toolkit it can link against, else the first toolkit of the resolved nvcc's
+    grandparent and /usr/local/cuda. A bare /usr/local/bin/nvcc makes the runtime's choice /usr/local, whose
+    missing lib64/libcudart.so fails every link (ninja.py's -L$CUDA_HOME/lib64 -lcudart); its spelling is part of
+    every build key, so warm, verify and launch must agree on it."""
+    env = os.environ if environ is None else environ
+    chosen = cuda_home(env)
+    if env.get("CUDA_HOME") or env.get("CUDA_PATH") or _is_toolkit(chosen):
+        return chosen
+    nvcc = shutil.which("nvcc", path=env.get("PATH"))
+    for candidate in ([os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))] if nvcc else []) + ["/usr/local/cuda"]:
+        if _is_toolkit(candidate):
+            return candidate
+    return chosen
+
+
 @cache
 def _version_text(path: str) -> str:
     """cache.py:257-263: the compiler's `--version` output, or "unknown"."""
@@ -234,7 +256,7 @@ class NinjaNaming:
         return f"{major}.{minor}{self.raw.get('arch_suffix', 'a')}"
 
     def cuda_home(self) -> str:
-        return cuda_home(self.env)
+        return toolkit_home(self.env)
 
     def nvcc(self) -> str:
         return os.path.join(self.cuda_home(), "bin", "nvcc")  # toolchain.py:335-346
@@ -348,11 +370,16 @@ class NinjaNaming:
         return self.module_name(module) + ".so"
 
     def fingerprint(self) -> dict[str, Any]:
-        return current_fingerprint(self.family, self.target_name, self)
+        return current_fingerprint(self.family, self.target_name, self)  # arch 9.0a: the key's cuda:9.0a
 
     def worker_job(self, pythons: list[str]) -> dict[str, Any]:
         return {"arch_override": self.spec.arch_override, "arch": list(self.spec.arch), "modules": list(pythons),
-                "loader": self.raw["loader"]}
+                "loader": self.raw["loader"], "ninja_cuda_home": self.cuda_home()}
+
+    @staticmethod
+    def name_stem(family, sglang_version: str, module: JitModule) -> str:
+        """The whole runtime name: it holds no source hash (spec.py:55-57)."""
+        return NinjaNaming.module_name_of(load_jit_call(module))
 
     @staticmethod
     def current_fingerprint(family, arch: str) -> dict[str, Any]:
@@ -403,14 +430,14 @@ def current_fingerprint(family, arch: str, naming: NinjaNaming | None) -> dict[s
     its ninja file holds): the sglang release (its sources and loader), the target, both compilers (path as the
     ninja file names it, and their `--version`), the five versioned packages, the resource-usage switch."""
     env = naming.env if naming is not None else dict(os.environ)
-    home = cuda_home(env)
+    home = toolkit_home(env)
     nvcc = os.path.join(home, "bin", "nvcc")
     cxx = env.get("CXX", "c++")
     install = find_sglang()
     packages = (naming.raw.get("versioned_packages") if naming is not None else None) or (
         "apache-tvm-ffi", "flashinfer-python", "deep_gemm", "nvidia-mathdx", "torch")
     nvcc_text, cxx_text = _version_text(nvcc), _version_text(cxx)
-    return {"sglang": install.version if install else None, "target": f"cuda:{arch}", "cuda_home": home,
+    return {"sglang": install.version if install else None, "arch": arch, "cuda_home": home,
             "nvcc": nvcc, "nvcc_version": f"{_first_line(nvcc_text, 'release')} "
                                           f"(sha256 {hashlib.sha256(nvcc_text.encode()).hexdigest()[:12]})",
             "cxx": cxx, "cxx_version": f"{_first_line(cxx_text)} "
@@ -419,6 +446,6 @@ def current_fingerprint(family, arch: str, naming: NinjaNaming | None) -> dict[s
             "log_resource_usage": env.get("SGLANG_JIT_LOG_RESOURCE_USAGE", "").lower() in TRUE}
 
 
-FINGERPRINT_FIELDS = ("sglang", "target", "cuda_home", "nvcc", "nvcc_version", "cxx", "cxx_version",
+FINGERPRINT_FIELDS = ("sglang", "arch", "cuda_home", "nvcc", "nvcc_version", "cxx", "cxx_version",
                       "pkg_apache_tvm_ffi", "pkg_flashinfer_python", "pkg_deep_gemm", "pkg_nvidia_mathdx",
                       "pkg_torch", "log_resource_usage")

@@ -134,11 +134,14 @@ def compose_env(plan: Plan, cache_dir: str, fingerprint: Mapping[str, Any], base
             conflicts.append(f"{alias}={base_env[alias]!r} is set: this sglang copies it onto {name}, away from "
                              f"the warmed cache {cache_dir}; unset it")
 
-    if plan.jit_modules:
-        from dgprecompile.keys.sglang_jit import JIT_AREA
-
-        put("TVM_FFI_CACHE_DIR", os.path.join(cache_dir, JIT_AREA),
-            "SGLang's own JIT modules, warmed (sglang/jit_kernel loads <name>.so from here)", same=_same_path)
+    family = plan_jit_family(plan)
+    if family is not None:  # the release's loader: its cache variable(s) at the family's area of the cache
+        for name, value in family.launch_env(cache_dir):
+            put(name, value, f"SGLang's own JIT modules ({family.label}): loaded from here, warmed"
+                if plan.jit_modules else f"SGLang's own JIT modules ({family.label}): built here once", same=_same_path)
+        if strict:
+            for name, value in family.strict_env().items():
+                put(name, value, "strict: the release's own switch refuses runtime JIT builds")
 
     recorded_env = dict(fingerprint.get("env") or {})
     for name in KEY_ENV_VARS:
@@ -176,7 +179,10 @@ def compose_env(plan: Plan, cache_dir: str, fingerprint: Mapping[str, Any], base
         env["DGPRECOMPILE_REAL_NVCC"] = real
         settings.append(EnvSetting("DGPRECOMPILE_REAL_NVCC", real, f"stand-in runs it for --version ({why_real})"))
 
+    from dgprecompile.jit_families import hook_targets
+
     hook_vars = {"DGPRECOMPILE_STRICT": "1" if strict else "0", "DGPRECOMPILE_GENERATION": generation,
+                 "DGPRECOMPILE_JIT_HOOKS": ",".join(hook_targets()),
                  "DGPRECOMPILE_CACHE_DIR": cache_dir, "DGPRECOMPILE_PYTHON": python or sys.executable,
                  "DGPRECOMPILE_WARM_HINT": warm_hint}
     if run_dir:
@@ -191,7 +197,8 @@ def compose_env(plan: Plan, cache_dir: str, fingerprint: Mapping[str, Any], base
     old = base_env.get("PYTHONPATH")
     env["PYTHONPATH"] = hook_dir + (os.pathsep + old if old else "")
     active = (([f"{generation} strict"] if strict and deepgemm.strict_by == "hook" else [])
-              + (["tvm-ffi builds refused"] if strict else []) + (["trace"] if trace_dir else []))
+              + ([f"{', '.join(hook_targets())} builds refused"] if strict and hook_targets() else [])
+              + (["trace"] if trace_dir else []))
     settings.append(EnvSetting("PYTHONPATH", hook_dir + (os.pathsep + "..." if old else ""),
                                "startup hook: " + (", ".join(active) if active else "inactive")))
     return LaunchEnv(env, settings, conflicts, notes)
@@ -219,14 +226,27 @@ def _listdir(path: str) -> set[str]:
         return set()
 
 
-def jit_name_prefixes(plan: Plan) -> list[str]:
-    """The runtime names of the plan's SGLang JIT modules, less their source hash."""
-    from dgprecompile.planning.sglang_jit import spec_for
+def plan_jit_family(plan: Plan):
+    """The JitFamily of the plan's modules, else of its exact sglang release (None: no JIT of its own)."""
+    from dgprecompile.jit_families import family_for, get_family
 
-    spec = spec_for(plan.sglang_version)
-    if spec is None:
+    ids = sorted({m.family for m in plan.jit_modules.values()})
+    return get_family(ids[0]) if ids else family_for(plan.sglang_version)
+
+
+def jit_name_prefixes(plan: Plan) -> list[str]:
+    """The runtime names of the plan's SGLang JIT modules, as far as they are known without sglang installed
+    (the family's name_stem: the tvm-ffi family's less the source hash)."""
+    family = plan_jit_family(plan)
+    if family is None or not plan.jit_modules:
         return []
-    return [spec.name_prefix + "_".join([*m.marker, *m.template]) for m in plan.jit_modules.values()]
+    return [family.name_stem(plan.sglang_version or "", m) for m in plan.jit_modules.values()]
+
+
+def jit_areas() -> list[str]:
+    from dgprecompile.jit_families import FAMILIES
+
+    return sorted({f.area for f in FAMILIES.values()})
 
 
 def warm_command(plan: Plan, cache_dir: str, manifest: str | None = None, model_arg: str | None = None) -> str:
@@ -377,6 +397,7 @@ class LaunchResult:
     trace_warning: str | None = None
     cache_dir: str = ""
     warm_hint: str = ""
+    new_jit_modules: list[str] = field(default_factory=list)  # SGLang JIT modules built during the run (<area>/<dir>)
     new_triton: list[str] = field(default_factory=list)  # Triton kernels compiled during the run (not warmed)
     triton_cache_dir: str = ""
 
@@ -386,7 +407,7 @@ class LaunchResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {"exit_code": self.exit_code, "strict": self.strict, "cache_dir": self.cache_dir,
-                "new_entries": self.new_entries, "refusals": self.refusals,
+                "new_entries": self.new_entries, "new_jit_modules": self.new_jit_modules, "refusals": self.refusals,
                 "misses": [{**m.call.to_dict(), "kernels": m.kernels} for m in self.misses],
                 "misses_path": self.misses_path, "calls_recorded": self.calls_recorded,
                 "new_triton": self.new_triton, "triton_cache_dir": self.triton_cache_dir}
@@ -467,7 +488,10 @@ def run_launch(prepared: PreparedLaunch) -> LaunchResult:
         result.refusals_outside_plan = bool(result.refusals) and all(
             e.get("kernel") and e.get("generation") == "legacy" and e["kernel"] not in plan.kernels
             for e in result.refusals)
-        result.new_entries = sorted(set(all_entries(store)) - before)
+        new = sorted(set(all_entries(store)) - before)
+        areas = jit_areas()
+        result.new_jit_modules = [e for e in new if e.split("/", 1)[0] in areas]
+        result.new_entries = [e for e in new if e not in result.new_jit_modules]
         result.triton_cache_dir = triton_dir
         result.new_triton = sorted(_listdir(triton_dir) - triton_before)
         if not opts.strict:

@@ -46,6 +46,8 @@ class LiveOptions:
     python: str | None = None  # the interpreter of the user's environment (default: this one)
     log: str | None = None  # where to keep the child's output (stderr of SGLang, DeepGEMM and the hook)
     timeout: float | None = None
+    units: str = "all"  # all: DeepGEMM's layers and every SGLang JIT module; jit: the JIT modules only
+    jit_ms: tuple[int, ...] = (1, 7, 1024)  # token counts each JIT module's entry point is called with
 
 
 @dataclass
@@ -143,6 +145,8 @@ def live_units(plan: Plan, opts: LiveOptions, topk: int) -> tuple[list[dict[str,
         else:
             notes.append(f"{kt.short} key n={pk.key.n} k={pk.key.k}: not exercised (the live check builds "
                          "SGLang's dense FP8 linear and its masked DeepGEMM MoE runner only)")
+    if opts.units == "jit":
+        units, masked = [], {}
     for groups, pks in sorted(masked.items()):
         w13 = next((a for a in pks for b in pks if a.key.n == 2 * b.key.k and b.key.n == a.key.k), None)
         w2 = next((b for b in pks if w13 is not None and b is not w13 and b.key.n == w13.key.k
@@ -154,6 +158,9 @@ def live_units(plan: Plan, opts: LiveOptions, topk: int) -> tuple[list[dict[str,
                       "hidden": w13.key.k, "width": w2.key.k, "topk": topk,
                       "layers": list(w13.key.layers) + list(w2.key.layers),
                       "ms": m_values([w13, w2], opts.m_mode, opts.sample, rng)})
+    for module in plan.jit_modules.values():  # each SGLang JIT module through its own entry point (or builder)
+        units.append({"kind": "jit", "keys": [list(k) for k in module.keys], "module": module.to_dict(),
+                      "layers": [module.path], "ms": list(opts.jit_ms)})
     return units, notes
 
 
@@ -190,7 +197,7 @@ def run_live(plan: Plan, store: CacheStore, opts: LiveOptions, out=None) -> Live
     _check_environment(plan, python)
     units, notes = live_units(plan, opts, _topk(plan))
     if not units:
-        raise InputError("the plan has no dense or masked MoE key the live check can exercise")
+        raise InputError("the plan has no dense or masked MoE key nor SGLang JIT module the live check can exercise")
     for note in notes:
         if out is not None:
             out.warn(note)
@@ -213,11 +220,14 @@ def run_live(plan: Plan, store: CacheStore, opts: LiveOptions, out=None) -> Live
         from dgprecompile.launch.launcher import triton_cache_dir
 
         triton = triton_cache_dir(env)
+        from dgprecompile.launch.launcher import plan_jit_family
+
+        family = plan_jit_family(plan)
+        jit_dirs = ([env.get(name) or os.path.expanduser(family.cache_default) for name in family.cache_env]
+                    if family else [])
         job = {"units": units, "seed": opts.seed, "events": str(run_dir / "events.jsonl"),
                "result": str(run_dir / "result.json"), "dirs": {
-                   "deepgemm": [str(store.area_dir("cache"))],
-                   "jit": [env.get("TVM_FFI_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tvm-ffi")],
-                   "triton": [triton]}}
+                   "deepgemm": [str(store.area_dir("cache"))], "jit": jit_dirs, "triton": [triton]}}
         (run_dir / "job.json").write_text(json.dumps(job))
         log_path = Path(opts.log) if opts.log else run_dir / "child.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)

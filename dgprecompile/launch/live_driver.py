@@ -147,6 +147,107 @@ class Masked:
         return None
 
 
+def _dtype(torch, name):
+    return getattr(torch, str(name).split(".", 1)[1]) if str(name).startswith("torch.") else name
+
+
+class Jit:
+    """One of SGLang's own JIT modules, reached through SGLang's own entry point with small tensors shaped by the
+    module's planned arguments (so the runtime derives the template arguments itself: dtype, head_dim, rope_dim,
+    row bytes, pdl). Where the entry point needs several GPUs (custom all-reduce push/pull) or has no small
+    standalone form, SGLang's own builder for that module is called instead: it loads the module from the cache
+    or builds it, so a refusal counts exactly the same."""
+
+    def __init__(self, torch, unit, seed):
+        self.torch = torch
+        self.module = unit["module"]
+        self.args = [_dtype(torch, a) for a in self.module.get("args", [])]
+        self.gen = torch.Generator(device="cuda").manual_seed(seed)
+        self.how = "entry point" if hasattr(self, "_" + self.module["name"]) else "builder"
+
+    def _randn(self, *shape, dtype=None):
+        return torch_randn(self.torch, shape, dtype or self.torch.bfloat16, self.gen)
+
+    def call(self, m):
+        entry = getattr(self, "_" + self.module["name"], None)
+        if entry is not None:
+            return entry(m)
+        import importlib
+
+        builder = getattr(importlib.import_module(self.module["python"]), self.module["builder"])
+        kwargs = {k: ([tuple(x) if isinstance(x, list) else x for x in v] if isinstance(v, list) else v)
+                  for k, v in (self.module.get("kwargs") or {}).items()}
+        return builder(*self.args, **kwargs)
+
+    def check(self, m):
+        return None
+
+    # SGLang 0.5.14's entry points (sglang/jit_kernel/*.py), one per module
+    def _clamp_position(self, m):
+        from sglang.jit_kernel.clamp_position import clamp_position_cuda
+
+        seq_lens = self.torch.randint(1, 4096, (m,), device="cuda", dtype=self.args[0], generator=self.gen)
+        out = clamp_position_cuda(seq_lens)
+        assert bool((out == (seq_lens - 1).clamp(min=0)).all()), "clamp_position: wrong result"
+
+    def _activation(self, m):
+        from sglang.jit_kernel.activation import silu_and_mul
+
+        x = self._randn(m, 2 * 512, dtype=self.args[0])
+        silu_and_mul(x)
+        experts = self.torch.zeros((m,), device="cuda", dtype=self.torch.int32)
+        silu_and_mul(x, expert_ids=experts, expert_step=1)  # the Triton MoE runner's filtered form
+
+    def _qknorm(self, m):
+        from sglang.jit_kernel.norm import fused_inplace_qknorm
+
+        head_dim, dtype = self.args[0], self.args[1]
+        q, k = self._randn(m, 4, head_dim, dtype=dtype), self._randn(m, 1, head_dim, dtype=dtype)
+        w = self.torch.ones((head_dim,), device="cuda", dtype=dtype)
+        fused_inplace_qknorm(q, k, w, w, 1e-6, head_dim=head_dim)
+
+    def _fused_rope(self, m):
+        from sglang.jit_kernel.rope import apply_rope_with_cos_sin_cache_inplace
+
+        is_neox, rope_dim, dtype = self.args
+        q, k = self._randn(m, 4, rope_dim, dtype=dtype), self._randn(m, 1, rope_dim, dtype=dtype)
+        cache = self._randn(4096, rope_dim, dtype=self.torch.float32)
+        positions = self.torch.arange(m, device="cuda", dtype=self.torch.int64)
+        apply_rope_with_cos_sin_cache_inplace(q, k, cache, positions, is_neox=is_neox)
+
+    def _kvcache(self, m):
+        from sglang.jit_kernel.kvcache import store_cache
+
+        row_bytes = self.args[0]
+        row = row_bytes // 2
+        k, v = self._randn(m, row), self._randn(m, row)
+        kc, vc = self._randn(m + 8, row), self._randn(m + 8, row)
+        store_cache(k, v, kc, vc, self.torch.arange(m, device="cuda", dtype=self.torch.int64), row_bytes=row_bytes)
+
+    def _set_mla_kv_buffer(self, m):
+        from sglang.jit_kernel.set_mla_kv_buffer import set_mla_kv_buffer
+
+        nope, rope = self.args[0] // 2, self.args[1] // 2
+        kv = self._randn(m + 8, 1, nope + rope)
+        loc = self.torch.arange(m, device="cuda", dtype=self.torch.int64)
+        set_mla_kv_buffer(kv, loc, self._randn(m, 1, nope), self._randn(m, 1, rope))
+
+    def _concat_mla_k(self, m):
+        from sglang.jit_kernel.concat_mla import concat_mla_k
+
+        k = self.torch.empty((m, 128, 192), device="cuda", dtype=self.torch.bfloat16)
+        concat_mla_k(k, self._randn(m, 128, 128), self._randn(m, 1, 64))
+
+    def _custom_all_reduce_base(self, m):
+        from sglang.jit_kernel.all_reduce import get_custom_all_reduce_cls
+
+        get_custom_all_reduce_cls()  # builds/loads the base module, registers it, reads the GPU's properties
+
+
+def torch_randn(torch, shape, dtype, gen):
+    return torch.randn(shape, device="cuda", generator=gen, dtype=torch.float32).to(dtype)
+
+
 def run_unit(torch, unit, watch, seed):
     result = {"kind": unit["kind"], "keys": unit["keys"], "layers": unit.get("layers", []), "calls": 0,
               "m_min": min(unit["ms"]), "m_max": max(unit["ms"]), "m_values": len(unit["ms"]), "errors": 0,
@@ -154,7 +255,11 @@ def run_unit(torch, unit, watch, seed):
     before = watch.snap()
     start = time.perf_counter()
     try:
-        layer = (Dense if unit["kind"] == "dense" else Masked)(torch, unit, seed)
+        if unit["kind"] == "jit":
+            result["module"] = unit["module"]["id"]
+        layer = {"dense": Dense, "masked": Masked, "jit": Jit}[unit["kind"]](torch, unit, seed)
+        if unit["kind"] == "jit":
+            result["through"] = layer.how
     except Exception as exc:
         result["errors"] += 1
         result["error_samples"].append(f"building the layer: {type(exc).__name__}: {exc}\n"

@@ -258,36 +258,40 @@ def _buckets(key: GemmKey, profile: Profile, num_sms: int, kernels: dict[str, Ke
 
 
 def plan_jit_modules(model: ModelConfig, keys: list[GemmKey], sglang_version: str | None,
-                     profile: Profile) -> tuple[dict[str, JitModule], list[str]]:
-    """SGLang's own JIT modules the planned DeepGEMM layers build at first use (data/sglang_jit.yaml)."""
-    from dgprecompile.planning.sglang_jit import modeled_versions, module_requirements, modules_for
+                     profile: Profile, par: Parallel | None = None,
+                     options: dict[str, Any] | None = None) -> tuple[dict[str, JitModule], list[str]]:
+    """SGLang's own JIT modules the server builds from process start to its first decode step: asked of the
+    release's loader family (dgprecompile/jit_families.py) for this path; modules on the DeepGEMM paths carry
+    the keys whose layers use them."""
+    from dgprecompile.jit_families import FAMILIES, family_for
+    from dgprecompile.planning.sglang_jit import server_path
 
     notes: list[str] = []
     if sglang_version is None:
-        covered = [v for v in modeled_versions() if profile.contains(v)]
+        covered = [v for f in FAMILIES.values() for v in f.modelled_versions() if profile.contains(v)]
         if covered:
             notes.append(f"SGLang's own JIT modules depend on the exact release: plan with --sglang {covered[0]} "
                          "(not a profile id) to plan and warm them too")
         return {}, notes
-    modules = modules_for(sglang_version)
-    if not modules:
+    family = family_for(sglang_version)
+    if family is None:
         return {}, notes
-    requires = module_requirements(sglang_version)
-    dtype = str(model.config.get("torch_dtype") or "bfloat16")
-    out: dict[str, JitModule] = {}
+    if not family.modelled(sglang_version):
+        notes.append(f"sglang {sglang_version} builds its own JIT modules ({family.label}), but dgprecompile does not "
+                     "model that release's inventory: none planned, and a strict launch refuses them")
+        return {}, notes
     by_path: dict[str, list[GemmKey]] = {}
     for k in keys:
         by_path.setdefault(k.kernel_type.short, []).append(k)
+    path = server_path(model, by_path, par or Parallel(), options or {})
+    modules, more = family.plan_modules(sglang_version, path)
+    notes += more
+    requires = family.release(sglang_version).requirements()
+    out: dict[str, JitModule] = {}
     for mod in modules:
         users = by_path.get(mod.path, [])
-        if not users:
-            continue
-        if mod.path == "dense" and dtype != "bfloat16":
-            notes.append(f"{mod.name}: not planned, the model's dtype is {dtype} (SGLang runs DeepGEMM dense "
-                         "layers only for bf16 activations)")
-            continue
         need = requires.get(mod.name) or {}
-        if mod.path == "masked" and need:
+        if users and need:
             widths = {k.n // 2 for k in users} & {k.k for k in users}  # w13: n = 2*width; w2: k = width
             bad = [w for w in widths for g in {k.num_groups for k in users}
                    if (w // 128) % need.get("group_multiple_of", 1) or w // need.get("width_per_expert_min", 1) < g]
@@ -298,16 +302,19 @@ def plan_jit_modules(model: ModelConfig, keys: list[GemmKey], sglang_version: st
         planned = JitModule(**{**mod.__dict__, "keys": tuple(k.ident for k in users)})
         out[planned.id] = planned
     if out:
-        notes.append(f"sglang {sglang_version}: {len(out)} of SGLang's own JIT modules (tvm-ffi, built at first use) "
-                     "planned beside DeepGEMM's kernels")
+        notes.append(f"sglang {sglang_version}: {len(out)} of SGLang's own JIT modules ({family.label}, built at "
+                     "first use) planned beside DeepGEMM's kernels")
     return out, notes
 
 
 def build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: int = DEFAULT_NUM_SMS,
                gpu: str | None = None, profile_reason: str = "", sglang_version: str | None = None,
-               keys_only: bool = False) -> Plan:
+               keys_only: bool = False, server_options: dict[str, Any] | None = None) -> Plan:
+    """``server_options``: the server command's options that change SGLang's JIT path (attention backend,
+    CUDA graphs, custom all-reduce, dtype, ...; planning.sglang_jit.server_path reads them)."""
     plan = _build_plan(model, profile, par, num_sms, gpu, profile_reason, sglang_version, keys_only)
-    plan.jit_modules, notes = plan_jit_modules(model, [pk.key for pk in plan.keys], sglang_version, profile)
+    plan.jit_modules, notes = plan_jit_modules(model, [pk.key for pk in plan.keys], sglang_version, profile, par,
+                                               server_options)
     plan.notes += notes
     return plan
 

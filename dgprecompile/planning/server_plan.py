@@ -21,6 +21,15 @@ _DECIDED_BY_SERVER = {"model": "--model", "tp": "--tp", "ep": "--ep", "specforge
                       "chunked_prefill_size": "--chunked-prefill-size"}
 
 
+def jit_path_options(settings) -> dict:
+    """The server options that change which of SGLang's own JIT modules it builds (planning.sglang_jit)."""
+    from dgprecompile.planning.sglang_jit import PATH_OPTIONS
+
+    names = ("dtype", "kv_cache_dtype", "attention_backend", "disable_cuda_graph", "disable_custom_all_reduce",
+             "chunked_prefill_size", "nnodes", *PATH_OPTIONS)
+    return {n: settings.get(n) for n in names if settings.get(n) is not None}
+
+
 def plan_from_server(req: PlanRequest) -> Plan:
     if req.sglang_cmd is not None and req.specforge_config is not None:
         raise InputError("pass --sglang-cmd or --specforge-config, not both")
@@ -70,7 +79,7 @@ def plan_from_server(req: PlanRequest) -> Plan:
     try:
         plan = build_plan(model, profile, par, resolve_num_sms(req.gpu, req.num_sms), req.gpu, reason,
                           choice.sglang_version or (table.sglang if table.origin.startswith("installed:") else None),
-                          keys_only=req.keys_only)
+                          keys_only=req.keys_only, server_options=jit_path_options(settings))
     except ExpertLayoutError as exc:
         raise InputError(f"{what}: {exc.message}", hint=exc.hint_for(ep_option)) from None
     notes = [f"{what} read with {table_reason}"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,8 @@ class SglangJitWorker(StagingWorker):
 
     def __init__(self, job: dict[str, Any]):
         super().__init__(job)
+        self.area = job.get("area") or JIT_AREA
+        self.skip_files = tuple(job.get("not_recorded") or NOT_RECORDED)
         os.environ["TVM_FFI_CACHE_DIR"] = str(self.staging)
         os.environ["MAX_JOBS"] = "1"
         if job.get("cuda_home"):
@@ -72,6 +75,35 @@ class SglangJitWorker(StagingWorker):
         module, _, name = job["arch_override"].partition(":")
         self.override = getattr(_import(module), name)
         self.arch = tuple(job["arch"])
+        self._stub_dir: str | None = None
+
+    def _link_stub(self) -> None:
+        """A module that links -lcuda (custom all-reduce) needs libcuda.so at link time; a GPU-free machine has
+        no driver. Put an empty libcuda.so (soname libcuda.so.1, what the driver's own file carries) on this
+        worker's LIBRARY_PATH: the module then records NEEDED libcuda.so.1 exactly as when linked on a GPU node,
+        where the real driver satisfies it at load. Only when no libcuda.so is on the link path already."""
+        if self._stub_dir is not None:
+            return
+        paths = [p for p in os.environ.get("LIBRARY_PATH", "").split(os.pathsep) if p]
+        home = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
+        for d in paths + [os.path.join(home, "lib64"), os.path.join(home, "lib64", "stubs"), "/usr/lib64",
+                          "/usr/lib/x86_64-linux-gnu", "/usr/lib"]:
+            if os.path.exists(os.path.join(d, "libcuda.so")):
+                self._stub_dir = ""
+                return
+        stub = Path(self.staging).parent / (Path(self.staging).name + "-libcuda-stub")
+        stub.mkdir(exist_ok=True)
+        (stub / "empty.c").write_text("/* link-time stand-in for the CUDA driver (dgprecompile warm) */\n")
+        cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("c++") or "c++"
+        subprocess.run([cc, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(stub / "libcuda.so"),
+                        "-x", "c", str(stub / "empty.c")], check=True, capture_output=True, timeout=120)
+        os.environ["LIBRARY_PATH"] = os.pathsep.join([str(stub), *paths])
+        self._stub_dir = str(stub)
+
+    def close(self) -> None:
+        if self._stub_dir:
+            shutil.rmtree(self._stub_dir, ignore_errors=True)
+        super().close()
 
     def _present(self, entry: str, library: str) -> bool:
         return (self.store.entry_path(entry, self.area) / library).is_file()
@@ -86,11 +118,13 @@ class SglangJitWorker(StagingWorker):
                 return "cached", [entry], 0.0
             builder = getattr(_import(p["python"]), p["builder"])
             args = resolve_args(p["args"])
+            kwargs = {k: resolve_args(v) if isinstance(v, list) else v for k, v in (p.get("kwargs") or {}).items()}
+            self._link_stub()  # modules that link -lcuda (custom all-reduce) need it on a driverless machine
             start = time.perf_counter()
             error = None
             try:
                 with self.override(*self.arch):
-                    builder(*args)
+                    builder(*args, **kwargs)
             except Exception as exc:  # loading the built .so may fail without a GPU driver; the build counts
                 error = f"{type(exc).__name__}: {str(exc).strip()[-3000:]}"
             seconds = time.perf_counter() - start
@@ -102,7 +136,7 @@ class SglangJitWorker(StagingWorker):
                                     f"{entry}/{library} ({why}); it made: {made or 'nothing'}"
                                     + ("; dgprecompile's naming of this sglang's modules is out of date" if made
                                        else ""))
-            for name in NOT_RECORDED:
+            for name in self.skip_files:
                 if (staged / name).is_file():
                     (staged / name).unlink()
             installed = self.store.install_entry(staged, area=self.area)

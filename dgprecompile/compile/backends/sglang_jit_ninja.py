@@ -23,7 +23,7 @@ from dgprecompile.compile.backends import WorkItem
 from dgprecompile.compile.backends.base import StagingWorker
 from dgprecompile.errors import CompileFailed
 from dgprecompile.kernels import JitModule
-from dgprecompile.keys.sglang_jit_ninja import AREA, LEAF_PREFIX, cuda_home
+from dgprecompile.keys.sglang_jit_ninja import AREA, LEAF_PREFIX, toolkit_home
 
 # files a build leaves in its leaf that the runtime never reads (it reads sgl_deps.json and <name>.so)
 NOT_RECORDED = ("build.ninja", "cuda.cu", "cuda_0.o", "cuda_0.o.d", ".ninja_log", ".ninja_deps")
@@ -56,8 +56,10 @@ class SglangNinjaWorker(StagingWorker):
         os.environ["MAX_JOBS"] = "1"
         for name in ("SGLANG_CRASH_ON_JIT_COMPILE", "SGLANG_JIT_FORCE_RECOMPILE", "SGLANG_JIT_CACHE_KEEP"):
             os.environ.pop(name, None)  # a warm builds, and keeps every leaf it made
-        if job.get("cuda_home"):
-            os.environ["CUDA_HOME"] = job["cuda_home"]
+        # the toolkit the parent computed the build keys with (keys/sglang_jit_ninja.py toolkit_home)
+        home = job.get("ninja_cuda_home") or job.get("cuda_home")
+        if home:
+            os.environ["CUDA_HOME"] = home
         if job.get("ninja_dir"):
             os.environ["PATH"] = job["ninja_dir"] + os.pathsep + os.environ.get("PATH", "")
         self.override = _target(job["arch_override"])
@@ -88,7 +90,7 @@ class SglangNinjaWorker(StagingWorker):
             found = self._hit(scope, module)
             if found:
                 return "cached", [found], 0.0
-            stubs = os.path.join(cuda_home(), "lib64", "stubs")  # toolchain.py:317-326
+            stubs = os.path.join(toolkit_home(), "lib64", "stubs")  # toolchain.py:317-326
             kwargs = dict(p["kwargs"])
             kwargs["cuda_wrappers"] = [tuple(w) for w in kwargs.get("cuda_wrappers", [])]
             kwargs["extra_ldflags"] = [f.replace("{cuda_stubs}", stubs) for f in kwargs.get("extra_ldflags", [])]

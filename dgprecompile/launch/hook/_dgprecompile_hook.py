@@ -33,6 +33,7 @@ ENV_PLAN_INFO = "DGPRECOMPILE_PLAN_INFO"
 ENV_EVENTS = "DGPRECOMPILE_EVENTS"
 ENV_CACHE_DIR = "DGPRECOMPILE_CACHE_DIR"
 ENV_WARM_HINT = "DGPRECOMPILE_WARM_HINT"
+ENV_JIT_HOOKS = "DGPRECOMPILE_JIT_HOOKS"  # modules whose builds strict mode refuses (jit_families.hook_targets)
 REFUSED_EXIT = 97
 
 # SGLang's kernel-type names for each DeepGEMM entry point (legacy API, then the C++ API and its fp8_fp4 aliases)
@@ -347,9 +348,9 @@ def jit_refusal_message(name, build_dir):
              + (f"{entry}/{name}.so." if entry else "it.")]
     planned = info.get("jit_modules")
     if planned is not None and not any(name.startswith(p) for p in planned):
-        lines.append("  This module is not in the plan (dgprecompile plans the DeepGEMM paths' modules only). Let "
-                     "sglang build it once with `dgprecompile launch --no-strict ...` (it lands in that directory "
-                     "and later strict launches find it).")
+        lines.append("  This module is not in the plan (the job's path differs from the one planned, or its "
+                     "release's inventory is not modelled). Let sglang build it once with `dgprecompile launch "
+                     "--no-strict ...` (it lands in that directory and later strict launches find it).")
     else:
         lines.append(f"  Warm it with: {warm}")
     return "\n".join(lines)
@@ -400,8 +401,10 @@ def install():
         callbacks["deep_gemm"] = on_deep_gemm
     if os.environ.get(ENV_STRICT) == "1" and os.environ.get(ENV_GENERATION) == "legacy":
         callbacks["deep_gemm.jit.compiler"] = patch_legacy_compiler
-    if os.environ.get(ENV_STRICT) == "1":
-        callbacks["tvm_ffi.cpp.extension"] = patch_tvm_ffi
+    if os.environ.get(ENV_STRICT) == "1":  # the JIT families without a strict switch of their own
+        for target in (os.environ.get(ENV_JIT_HOOKS, "tvm_ffi.cpp.extension") or "").split(","):
+            if target.strip() == "tvm_ffi.cpp.extension":
+                callbacks[target.strip()] = patch_tvm_ffi
     if not callbacks:
         return
     for name in [n for n in callbacks if n in sys.modules]:  # already imported (not at startup, but be safe)
