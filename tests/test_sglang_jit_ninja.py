@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import STANDINS, beside_venv, tree_hash
+from tests.helpers import STANDINS, beside_venv, sgl_deep_gemm_dir, tree_hash
 
 REPO = str(Path(__file__).resolve().parents[1])
 VERSION = "0.5.23"
@@ -269,3 +270,102 @@ def test_a_warmed_module_is_a_hit_for_the_releases_strict_loader_and_a_deleted_o
     assert refused.stdout.startswith("REFUSED"), refused.stdout + refused.stderr[-2000:]
     assert naming.module_name(module) in refused.stdout and "SGLANG_CRASH_ON_JIT_COMPILE" in refused.stdout
     assert family.installed_entry(naming, module, store.area_dir(family.area)) is None
+
+
+# ---- the stages, through the CLI ------------------------------------------------------------------------
+
+CLAMP = "sglang_jit:clamp_position<int64_t>"
+
+
+def _cli(*args, env_extra=None, timeout=900) -> subprocess.CompletedProcess:
+    """dgprecompile's CLI beside sglang 0.5.23 and the DeepGEMM generation it uses (warm asks for it)."""
+    env = _env(Path("/nonexistent"), **(env_extra or {}))
+    env["PYTHONPATH"] += os.pathsep + (sgl_deep_gemm_dir("0.2.2") or "")
+    env.pop("SGLANG_JIT_CACHE_DIR")
+    env.pop("CUDA_HOME")  # warm, verify and launch choose the toolkit themselves (toolkit_home)
+    return subprocess.run([sys.executable, "-m", "dgprecompile", *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=timeout)
+
+
+def _files(root: Path) -> dict[str, str]:
+    import hashlib
+
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def clamp_only(tmp_path_factory):
+    """The 480B tp8/ep8 plan for sglang 0.5.23 with DeepGEMM's kernels dropped and one JIT module kept."""
+    from dgprecompile.planning.manifest import plan_from_dict, write_manifest
+    from dgprecompile.planning.plan import PlanRequest
+    from dgprecompile.planning.request import plan_from_request
+
+    data = plan_from_request(PlanRequest(model="Qwen3-Coder-480B", tp=8, ep=8, sglang=VERSION)).to_dict()
+    for shape in data["shapes"]:
+        shape["buckets"], shape["aux_kernels"] = [], []
+    data["kernels"] = []
+    data["sglang_jit_modules"] = [m for m in data["sglang_jit_modules"] if m["id"] == CLAMP]
+    assert len(data["sglang_jit_modules"]) == 1 and data["sglang_jit_modules"][0]["family"] == "sglang-ninja"
+    path = tmp_path_factory.mktemp("plan") / "clamp.yaml"
+    write_manifest(plan_from_dict(data), path)
+    return path
+
+
+LAUNCHED = """
+import os, torch
+from sglang.kernels.jit.utils import override_jit_cuda_arch
+from sglang.kernels.ops.attention.clamp_position import _jit_clamp_position_module
+print("ENV", os.environ.get("SGLANG_JIT_CACHE_DIR"), os.environ.get("SGLANG_CRASH_ON_JIT_COMPILE"),
+      os.environ.get("CUDA_HOME"))
+with override_jit_cuda_arch(9, 0):  # the GPU's arch, as the H200 detects it (this machine has none)
+    try:
+        _jit_clamp_position_module(torch.int64)
+        print("LOADED")
+    except RuntimeError as exc:
+        print("REFUSED", str(exc).splitlines()[0])
+"""
+
+
+@needs_sgl023
+@needs_nvcc
+@pytest.mark.skipif(sgl_deep_gemm_dir("0.2.2") is None, reason="sgl-deep-gemm 0.2.2 not beside the venv (make setup)")
+@pytest.mark.slow
+def test_warm_verify_pack_unpack_and_strict_launch_of_a_0_5_23_module(clamp_only, tmp_path):
+    cache = tmp_path / "cache"
+    w = _cli("warm", "--manifest", clamp_only, "--cache-dir", cache, "--sglang-jit", "on", "--json")
+    assert w.returncode == 0, w.stdout + w.stderr
+    assert json.loads(w.stdout)["compiled"] == 1
+    v = _cli("verify", "--manifest", clamp_only, "--cache-dir", cache, "--json")
+    assert v.returncode == 0 and json.loads(v.stdout)["coverage"] == "proved", v.stdout + v.stderr
+    index = json.loads((cache / "dgprecompile" / "index.json").read_text())
+    assert index["kernels"][CLAMP]["area"] == "sglang-jit"
+    assert index["fingerprint"]["sglang_ninja"]["cuda_home"] == CUDA_HOME  # toolkit_home: /usr/local/bin is no toolkit
+
+    art = tmp_path / "a.tar.gz"
+    assert _cli("pack", "--manifest", clamp_only, "--cache-dir", cache, "-o", art).returncode == 0
+    other = tmp_path / "unpacked"
+    u = _cli("unpack", art, "--cache-dir", other)
+    assert u.returncode == 0, u.stderr
+    assert _files(other / "sglang-jit") == _files(cache / "sglang-jit")  # same leaf, same bytes (modes: pack's)
+    assert _cli("verify", "--manifest", clamp_only, "--cache-dir", other).returncode == 0
+
+    child = tmp_path / "child.py"
+    child.write_text(LAUNCHED)
+    before = tree_hash(other / "sglang-jit")
+    hit = _cli("launch", "--manifest", clamp_only, "--cache-dir", other, "--", sys.executable, child)
+    assert hit.returncode == 0 and "LOADED" in hit.stdout, hit.stdout + hit.stderr
+    assert f"ENV {other / 'sglang-jit'} 1 {CUDA_HOME}" in hit.stdout
+    assert tree_hash(other / "sglang-jit") == before
+
+    # a deleted module: verify names its runtime directory; strict launch's own switch refuses it by name
+    leaf = next((other / "sglang-jit").glob("sm90a/*/build-*/deps-*"))
+    shutil.rmtree(leaf)
+    bad = _cli("verify", "--manifest", clamp_only, "--cache-dir", other, "--json")
+    report = json.loads(bad.stdout)
+    assert bad.returncode == 1 and report["missing"] == [CLAMP], bad.stdout
+    assert "no build under sglang-jit/sm90a/sgl_kernel_jit_clamp_position_int64_t/build-" in bad.stdout
+    miss = _cli("launch", "--manifest", clamp_only, "--cache-dir", other, "--allow-missing", "--", sys.executable,
+                child)
+    assert "REFUSED JIT module 'sgl_kernel_jit_clamp_position_int64_t' has no usable cached build" in miss.stdout, \
+        miss.stdout + miss.stderr
+    assert not list(leaf.parent.glob("deps-*"))  # refused before building anything

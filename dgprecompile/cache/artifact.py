@@ -42,6 +42,7 @@ from dgprecompile.cache.store import (
     Index,
     area_depth,
     resolve_cache_dir,
+    valid_entry_name,
 )
 from dgprecompile.errors import CheckFailed, DGError, EnvironmentProblem, InputError
 from dgprecompile.fsutil import atomic_writer, space_message
@@ -344,7 +345,7 @@ def read_artifact(path: str | Path) -> Artifact:
     # every entry the index records is in the archive file for file, and nothing else is
     expected: dict[str, str] = {}
     for record in art.entry_records().values():
-        if not _valid_entry_name(record.entry):
+        if not valid_entry_name(record.entry, record.area):
             raise InputError(f"{path}: the index names a bad entry {record.entry!r}", hint=NOT_OURS_HINT)
         for fname, digest in record.files.items():
             expected[f"{record.member_dir}/{fname}"] = digest
