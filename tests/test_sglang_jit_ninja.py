@@ -369,3 +369,55 @@ def test_warm_verify_pack_unpack_and_strict_launch_of_a_0_5_23_module(clamp_only
     assert "REFUSED JIT module 'sgl_kernel_jit_clamp_position_int64_t' has no usable cached build" in miss.stdout, \
         miss.stdout + miss.stderr
     assert not list(leaf.parent.glob("deps-*"))  # refused before building anything
+
+
+PREBUILT_CHILD = """
+import json, pathlib, sys
+from sglang.kernels.jit.utils.compile import cache
+out = {}
+for scope, name in json.loads(sys.argv[1]):
+    found = cache.find_prebuilt(scope=pathlib.Path(scope), module_name=name)
+    out[scope] = found.parent.name if found else None
+print(json.dumps(out))
+"""
+
+
+@needs_sgl023
+def test_the_leaf_check_agrees_with_the_releases_own_lookup_and_names_what_differs(naming, tmp_path):
+    from dgprecompile.keys.sglang_jit_ninja import hash_parts
+
+    module = _planned(naming)["sglang_jit:clamp_position<int64_t>"]
+    header = naming.kernel_path / "csrc" / "elementwise" / "clamp_position.cuh"
+    import hashlib
+
+    real = hashlib.sha256(header.read_bytes()).hexdigest()
+    cases = {"good": [["kernels", "csrc/elementwise/clamp_position.cuh", real]],
+             "changed": [["kernels", "csrc/elementwise/clamp_position.cuh", "0" * 64]],
+             "gone": [["kernels", "csrc/elementwise/no_such_file.cuh", real]]}
+    scopes = []
+    for case, deps in cases.items():
+        scope = tmp_path / case / "sm90a" / naming.module_name(module) / "build-0123456789abcdef"
+        leaf = scope / ("deps-" + hash_parts([tuple(d) for d in deps]))
+        leaf.mkdir(parents=True)
+        (leaf / "sgl_deps.json").write_text(json.dumps(deps))
+        (leaf / naming.library(module)).write_bytes(b"\x7fELF")
+        scopes.append([str(scope), naming.module_name(module)])
+    r = _child(PREBUILT_CHILD, _env(tmp_path), json.dumps(scopes))
+    assert r.returncode == 0, r.stderr[-3000:]
+    theirs = json.loads(r.stdout.strip().splitlines()[-1])
+    for scope, _ in scopes:
+        mine = naming.hit(Path(scope), module)
+        assert (mine.name if mine else None) == theirs[scope], scope
+    assert theirs[scopes[0][0]] is not None and theirs[scopes[1][0]] is None and theirs[scopes[2][0]] is None
+    changed = next(Path(scopes[1][0]).iterdir())
+    assert naming.leaf_problem(changed, module) == "recorded dependency kernels:csrc/elementwise/clamp_position.cuh changed"
+    gone = next(Path(scopes[2][0]).iterdir())
+    assert "kernels:csrc/elementwise/no_such_file.cuh is missing here" in naming.leaf_problem(gone, module)
+
+
+def test_a_fingerprint_difference_in_the_releases_key_is_named():
+    from dgprecompile.keys.fingerprint import differences
+
+    recorded = {"sglang_ninja": {"sglang": VERSION, "pkg_torch": "2.13.0+cpu", "cxx_version": "c++ 12.2.0"}}
+    current = {"sglang_ninja": {"sglang": VERSION, "pkg_torch": "2.11.0+cu130", "cxx_version": "c++ 12.2.0"}}
+    assert [d[0] for d in differences(recorded, current)] == ["sglang_ninja.pkg_torch"]
