@@ -60,6 +60,11 @@ class SglangNinjaWorker(StagingWorker):
         home = job.get("ninja_cuda_home") or job.get("cuda_home")
         if home:
             os.environ["CUDA_HOME"] = home
+        # 0.5.20-0.5.21 link cuda_ipc with a bare -lcuda: on a machine without a driver the linker finds the
+        # toolkit's own stub there (LIBRARY_PATH is no part of the build key; 0.5.22+ name the stub dir themselves)
+        stubs = os.path.join(os.environ.get("CUDA_HOME") or toolkit_home(), "lib64", "stubs")
+        os.environ["LIBRARY_PATH"] = stubs + (os.pathsep + os.environ["LIBRARY_PATH"]
+                                             if os.environ.get("LIBRARY_PATH") else "")
         if job.get("ninja_dir"):
             os.environ["PATH"] = job["ninja_dir"] + os.pathsep + os.environ.get("PATH", "")
         self.override = _target(job["arch_override"])
