@@ -49,7 +49,11 @@ print(json.dumps(out))
 
 RUNTIME = """
 import json, os, time, torch
-out = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0), "cap": list(torch.cuda.get_device_capability(0))}
+out = {"torch": torch.__version__}
+try:
+    out.update(gpu=torch.cuda.get_device_name(0), cap=list(torch.cuda.get_device_capability(0)))
+except Exception as exc:
+    out["gpu"] = f"none: {type(exc).__name__}: {exc}"
 from sglang.kernels.ops.attention.clamp_position import clamp_position_cuda
 from sglang.kernels.ops.quantization.per_token_group_quant import per_token_group_quant
 from sglang.kernels.ops.activation.activation import silu_and_mul
