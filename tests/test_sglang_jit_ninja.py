@@ -370,6 +370,16 @@ def test_warm_verify_pack_unpack_and_strict_launch_of_a_0_5_23_module(clamp_only
         miss.stdout + miss.stderr
     assert not list(leaf.parent.glob("deps-*"))  # refused before building anything
 
+    # non-strict: the runtime builds it into the cache, and launch names it as built at run time
+    built = _cli("launch", "--manifest", clamp_only, "--cache-dir", other, "--no-strict", "--allow-missing", "--",
+                 sys.executable, child)
+    assert built.returncode == 0 and "LOADED" in built.stdout, built.stdout + built.stderr
+    assert "1 SGLang JIT modules built at run time" in built.stderr, built.stderr
+    assert "sglang-jit/sm90a/sgl_kernel_jit_clamp_position_int64_t/build-" in built.stderr
+    # the runtime's own leaf is where verify looks; its bytes are another build than the index recorded
+    after = json.loads(_cli("verify", "--manifest", clamp_only, "--cache-dir", other, "--json").stdout)
+    assert CLAMP not in after["missing"], after
+
 
 PREBUILT_CHILD = """
 import json, pathlib, sys
