@@ -98,7 +98,11 @@ def test_live_m_values_cover_bucket_edges_or_everything():
 def test_live_units_pair_the_masked_keys_into_one_moe_layer():
     units, notes = live_units(_plan(), LiveOptions(m_mode="edges", sample=8), topk=8)
     kinds = [u["kind"] for u in units]
-    assert kinds == ["dense", "dense", "masked"] and notes == []
+    plan = _plan()
+    assert kinds == ["dense", "dense", "masked"] + ["jit"] * len(plan.jit_modules) and notes == []
+    assert [u["module"]["id"] for u in units[3:]] == list(plan.jit_modules)
+    only, _ = live_units(plan, LiveOptions(units="jit"), topk=8)
+    assert [u["kind"] for u in only] == ["jit"] * len(plan.jit_modules)
     moe = units[2]
     assert (moe["experts"], moe["hidden"], moe["width"], moe["topk"]) == (20, 6144, 2560, 8)
     assert [k[1:] for k in moe["keys"]] == [[5120, 6144, 20], [6144, 2560, 20]]
@@ -136,11 +140,13 @@ def _sgl_path():
 
 @pytest.fixture(scope="module")
 def jit_only(tmp_path_factory):
-    """The 480B deep_gemm plan with its DeepGEMM buckets dropped: only SGLang's two JIT modules to build."""
+    """The 480B deep_gemm plan with its DeepGEMM buckets dropped: only SGLang's two quantiser modules to build."""
     data = _plan().to_dict()
     for shape in data["shapes"]:
         shape["buckets"], shape["aux_kernels"] = [], []
     data["kernels"] = []
+    # the two quantisers on the DeepGEMM paths only: the other modules' builds are in test_sglang_jit_inventory.py
+    data["sglang_jit_modules"] = [m for m in data["sglang_jit_modules"] if m["id"] in (V2, ACT)]
     path = tmp_path_factory.mktemp("plan") / "jit.yaml"
     write_manifest(plan_from_dict(data), path)
     return path
@@ -274,3 +280,34 @@ def test_live_names_a_refused_deepgemm_compile_by_the_plans_kernel_id(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.splitlines()[-1]) == [None, H200_DELETED]
+
+
+NONSTRICT_CHILD = """
+import torch
+from sglang.jit_kernel.utils import override_jit_cuda_arch
+import sglang.jit_kernel.clamp_position as cp
+with override_jit_cuda_arch(9, 0):
+    try:
+        cp._jit_clamp_position_module(torch.int64)
+    except Exception as exc:  # loading the built module needs a GPU driver; the build happened
+        print("LOAD", type(exc).__name__)
+print("DONE")
+"""
+
+
+@needs_warmed_cache
+def test_launch_no_strict_lists_the_module_built_at_run_time_without_deepgemm_advice(warmed, jit_only, tmp_path):
+    cache, _ = warmed
+    other = tmp_path / "cache"
+    shutil.copytree(cache, other)
+    child = tmp_path / "child.py"
+    child.write_text(NONSTRICT_CHILD)
+    env = {"PATH": os.path.dirname(NVCC) + os.pathsep + os.path.dirname(sys.executable) + os.pathsep
+           + os.environ["PATH"], "CUDA_HOME": os.path.dirname(os.path.dirname(NVCC)), "MAX_JOBS": "2"}
+    r = _run("launch", "--manifest", jit_only, "--cache-dir", other, "--no-strict", "--json", "--", sys.executable,
+             child, pythonpath=_sgl_path(), env_extra=env)
+    assert r.returncode == 0 and "DONE" in r.stdout, r.stdout + r.stderr
+    result = json.loads(r.stdout[r.stdout.index("{"):])
+    made = [d for d in os.listdir(other / "tvm-ffi") if d.startswith("sgl_kernel_jit_clamp_position_int64_t_")]
+    assert result["new_jit_modules"] == [f"tvm-ffi/{made[0]}"] and result["new_entries"] == []
+    assert "did the job import deep_gemm" not in r.stderr and "every recorded call is in the plan" not in r.stderr

@@ -180,3 +180,21 @@ def test_each_module_kind_builds_gpu_free_where_the_runtime_looks(name, tmp_path
     module = next(m for m in _plans()["qwen3 tp8 ep8"].jit_modules.values() if m.name == name)
     r = _child([module], tmp_path / "tvm-ffi", build=True)[module.id]
     assert r["made"] == [r["computed"][1]], r
+
+
+def test_no_stage_compares_a_family_or_release_name():
+    """Stages ask the JitFamily; a comparison with a family id or a modelled release would be a second copy."""
+    import re
+
+    names = [re.escape(f.id) for f in FAMILIES.values()] + [re.escape(v) for f in FAMILIES.values()
+                                                             for v in f.modelled_versions()]
+    alternatives = "|".join(names)
+    pattern = re.compile(r"""(==|!=|\bin\b)\s*\(?\s*["'](""" + alternatives + r""")["']""")
+    offenders = []
+    for path in sorted((REPO / "dgprecompile").rglob("*.py")):
+        if path.name == "jit_families.py" or path.parent.name == "hook":
+            continue
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if pattern.search(line.split("#")[0]):
+                offenders.append(f"{path.relative_to(REPO)}:{i}: {line.strip()}")
+    assert offenders == []

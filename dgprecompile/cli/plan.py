@@ -45,11 +45,14 @@ def render_plan(out: Output, plan: Plan, show_buckets: bool) -> None:
     else:
         out.data_text(f"{len(plan.keys)} keys, keys only: DeepGEMM chooses the kernels at warm (sweep, on a GPU)")
     if plan.jit_modules:
-        out.table(f"SGLang's own JIT modules (sglang {plan.sglang_version}, tvm-ffi; the runtime looks in "
-                  "$TVM_FFI_CACHE_DIR/<name>__arch_9.0__tvmffi_<version>/<name>.so)",
+        from dgprecompile.jit_families import get_family
+
+        family = get_family(next(iter(plan.jit_modules.values())).family)
+        out.table(f"SGLang's own JIT modules (sglang {plan.sglang_version}, {family.label}; built at first use, "
+                  f"looked up under ${' / $'.join(family.cache_env)})",
                   ["module", "template args", "used by", "builder"],
-                  [[m.name, ", ".join(m.template), m.path + f" ({len(m.keys)} keys)", f"{m.python}:{m.builder}"]
-                   for m in plan.jit_modules.values()])
+                  [[m.name, ", ".join(m.template) or "-", m.path + (f" ({len(m.keys)} keys)" if m.keys else ""),
+                    f"{m.python}:{m.builder}"] for m in plan.jit_modules.values()])
     for note in plan.notes:
         out.info(f"[dim]note:[/] {note}")
 

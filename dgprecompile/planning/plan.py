@@ -302,8 +302,8 @@ def plan_jit_modules(model: ModelConfig, keys: list[GemmKey], sglang_version: st
         planned = JitModule(**{**mod.__dict__, "keys": tuple(k.ident for k in users)})
         out[planned.id] = planned
     if out:
-        notes.append(f"sglang {sglang_version}: {len(out)} of SGLang's own JIT modules ({family.label}, built at "
-                     "first use) planned beside DeepGEMM's kernels")
+        notes.append(f"sglang {sglang_version}: {len(out)} of SGLang's own JIT modules planned beside DeepGEMM's "
+                     f"kernels (loader family {family.id}; each is built at its first use without a warm)")
     return out, notes
 
 
