@@ -277,7 +277,7 @@ FAMILIES: dict[str, JitFamily] = {f.id: f for f in (
         # 0.5.17 is still tvm-ffi load_inline under kernels/jit; 0.5.18-0.5.19 have this loader but no strict
         # switch (SGLANG_CRASH_ON_JIT_COMPILE arrives in 0.5.20): neither is this family (docs/sglang-jit-ninja.md)
         releases=">=0.5.20,<0.5.24", data_file="sglang_jit_ninja.yaml",
-        naming_class="dgprecompile.keys.sglang_jit_ninja:NinjaNaming", backend="sglang-ninja", area="sglang-jit",
+        naming_class="dgprecompile.keys.sglang_jit_ninja:NinjaNaming", backend="kernels-jit", area="sglang-jit",
         cache_env=("SGLANG_JIT_CACHE_DIR",), cache_default="~/.cache/sglang/jit", fingerprint_section="sglang_ninja",
         fingerprint_fields=("sglang", "arch", "cuda_home", "nvcc", "nvcc_version", "cxx", "cxx_version",
                             "pkg_apache_tvm_ffi", "pkg_flashinfer_python", "pkg_deep_gemm", "pkg_nvidia_mathdx",

@@ -199,8 +199,8 @@ WORKER_CHILD = """
 import json, sys
 from dgprecompile.compile.backends import WorkItem, load_worker_backend, preload
 job, item = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-preload("sglang-ninja", job)
-worker = load_worker_backend("sglang-ninja", job)
+preload("kernels-jit", job)
+worker = load_worker_backend("kernels-jit", job)
 try:
     print(json.dumps(worker.compile(WorkItem(**item))))
 finally:

@@ -374,7 +374,7 @@ class NinjaNaming:
 
     def worker_job(self, pythons: list[str]) -> dict[str, Any]:
         return {"arch_override": self.spec.arch_override, "arch": list(self.spec.arch), "modules": list(pythons),
-                "loader": self.raw["loader"], "ninja_cuda_home": self.cuda_home()}
+                "loader": self.raw["loader"], "ninja_cuda_home": self.cuda_home(), "family": self.family.id}
 
     @staticmethod
     def name_stem(family, sglang_version: str, module: JitModule) -> str:

@@ -58,7 +58,7 @@ def preload(name: str, job: dict[str, Any] | None = None) -> None:
 
         preload_sglang(job or {})
         return
-    if name == "sglang-ninja":
+    if name == "kernels-jit":
         from dgprecompile.compile.backends.sglang_jit_ninja import preload as preload_ninja
 
         preload_ninja(job or {})
@@ -92,7 +92,7 @@ def load_worker_backend(name: str, job: dict[str, Any]) -> WorkerBackend:
         from dgprecompile.compile.backends.sglang_jit import SglangJitWorker
 
         return SglangJitWorker(job)
-    if name == "sglang-ninja":
+    if name == "kernels-jit":
         from dgprecompile.compile.backends.sglang_jit_ninja import SglangNinjaWorker
 
         return SglangNinjaWorker(job)

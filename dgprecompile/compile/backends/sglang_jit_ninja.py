@@ -70,13 +70,14 @@ class SglangNinjaWorker(StagingWorker):
         self.override = _target(job["arch_override"])
         self.loader = _target(job["loader"])
         self.arch = tuple(job["arch"])
+        self.family_id = job["family"]
         self.naming = None
 
     def _naming(self, version: str | None):
         if self.naming is None:
             from dgprecompile.jit_families import get_family
 
-            self.naming = get_family("sglang-ninja").naming(version or _installed_version())
+            self.naming = get_family(self.family_id).naming(version or _installed_version())
         return self.naming
 
     def _hit(self, scope: str, module: JitModule) -> str | None:
