@@ -20,6 +20,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -112,7 +113,7 @@ def run(code: str, env: dict[str, str], *args: str) -> dict:
 
 def main() -> None:
     out_dir, carried, version = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
-    cache = out_dir / "cache"
+    cache = Path(tempfile.mkdtemp(prefix="dgp-ninja-")) / "cache"  # not under $OUT: few files come back
     base = {k: v for k, v in os.environ.items() if not k.startswith(("SGLANG_", "DGPRECOMPILE_"))}
     base.setdefault("CUDA_HOME", "/usr/local/cuda")
     record: dict = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "sglang": version,
@@ -134,6 +135,7 @@ def main() -> None:
     before = tree(area) if area.is_dir() else None
     record["B_runtime_strict"] = run(RUNTIME, {**base, **launch})
     record["B_cache_unchanged"] = before is not None and tree(area) == before
+    record["B_cache_files"] = sorted(str(p.relative_to(area)) for p in area.rglob("*") if p.is_file()) if area.is_dir() else []
     if carried.is_dir():
         cbefore = tree(carried / "sglang-jit")
         record["C_carried_cpu_cache"] = run(RUNTIME, {**base, "SGLANG_JIT_CACHE_DIR": str(carried / "sglang-jit"),
