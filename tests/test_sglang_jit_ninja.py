@@ -52,6 +52,8 @@ ORACLE = [
      "torch.bfloat16"),
     ("sglang_jit:fused_rope<true,128,true,bf16_t,bf16_t>", "sglang.kernels.ops.attention.rope",
      "_jit_fused_rope_module", "True, 128, torch.bfloat16, torch.bfloat16"),
+    ("sglang_jit:fused_rope<false,64,true,bf16_t,bf16_t>", "sglang.kernels.ops.attention.rope",
+     "_jit_fused_rope_module", "False, 64, torch.bfloat16, torch.bfloat16"),
     ("sglang_jit:qknorm<128,true,bf16_t,true>", "sglang.kernels.ops.layernorm.norm", "_jit_qknorm_module",
      "128, torch.bfloat16"),
     ("sglang_jit:communicator<>", "sglang.kernels.ops.communication.all_reduce", "_init_communicator", ""),
@@ -110,13 +112,26 @@ def naming(monkeypatch):
     return family_for(VERSION).naming(VERSION)
 
 
+# config.json facts the planner reads (planning/sglang_jit.py server_path): Qwen3-MoE's 128-wide heads, DeepSeek-V3's
+# 64-wide rope head of its MLA latent
+CONFIG_FACTS = {"qwen3_moe": {"rope_neox": True, "rope_dim": 128, "cpp_dtype": "bf16_t"},
+                "deepseek_v3": {"rope_neox": False, "rope_dim": 64, "cpp_dtype": "bf16_t"}}
+
+
+def _path(model_type, **kw):
+    from dgprecompile.jit_families import ServerPath
+
+    kw.setdefault("quant", "fp8")
+    return ServerPath(model_type, model=tuple(CONFIG_FACTS[model_type].items()), **kw)
+
+
 def _planned(naming):
-    from dgprecompile.jit_families import ServerPath, family_for
+    from dgprecompile.jit_families import family_for
 
     family = family_for(VERSION)
     mods = {}
     for model in ("qwen3_moe", "deepseek_v3"):
-        found, notes = family.plan_modules(VERSION, ServerPath(model, quant="fp8", tp=8, ep=8))
+        found, notes = family.plan_modules(VERSION, _path(model, tp=8, ep=8))
         assert not notes
         mods.update({m.id: m for m in found})
     return mods
@@ -138,18 +153,19 @@ def test_every_module_of_both_server_paths_is_named_and_keyed_as_the_release_com
 
 @needs_sgl023
 def test_paths_and_options_choose_the_modules(naming):
-    from dgprecompile.jit_families import ServerPath, family_for
+    from dgprecompile.jit_families import family_for
 
     family = family_for(VERSION)
 
     def ids(**kw):
-        return [m.name for m in family.plan_modules(VERSION, ServerPath(**kw))[0]]
+        return [m.name for m in family.plan_modules(VERSION, _path(**kw))[0]]
 
     assert "custom_all_reduce" not in ids(model_type="qwen3_moe", quant="fp8", tp=1)
     assert "custom_all_reduce" not in ids(model_type="qwen3_moe", quant="fp8", tp=8, custom_all_reduce=False)
     assert ids(model_type="qwen3_moe", quant=None, tp=1).count("per_token_group_quant") == 0
+    assert ids(model_type="qwen3_moe", tp=1).count("per_token_group_quant") == 2
     assert "activation" not in ids(model_type="qwen3_moe", quant="fp8", moe_runner="deep_gemm")
-    tp4 = [m for m in family.plan_modules(VERSION, ServerPath("qwen3_moe", quant="fp8", tp=4))[0]
+    tp4 = [m for m in family.plan_modules(VERSION, _path("qwen3_moe", tp=4))[0]
            if m.name == "custom_all_reduce"]
     assert [m.template for m in tp4] == [("bf16_t", "4", "true")]
     assert naming.entry_name(tp4[0]).startswith("sm90a/sgl_kernel_jit_custom_all_reduce_bf16_t_4_true/build-")
