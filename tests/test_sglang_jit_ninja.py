@@ -20,6 +20,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -300,7 +301,7 @@ def _cli(*args, env_extra=None, timeout=900) -> subprocess.CompletedProcess:
     env.pop("SGLANG_JIT_CACHE_DIR")
     env.pop("CUDA_HOME")  # warm, verify and launch choose the toolkit themselves (toolkit_home)
     return subprocess.run([sys.executable, "-m", "dgprecompile", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=timeout)
+                          env=env, timeout=timeout, cwd=tempfile.gettempdir())  # launch writes its misses file here
 
 
 def _files(root: Path) -> dict[str, str]:
