@@ -103,7 +103,9 @@ def tree(root: Path) -> str:
 
 
 def run(code: str, env: dict[str, str], *args: str) -> dict:
-    r = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=240)
+    # cwd: not the project root the device copies (its own dgprecompile/ would shadow the carried one: sys.path[0])
+    r = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=240,
+                       cwd=tempfile.gettempdir())
     last = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
     try:
         return {"rc": r.returncode, **json.loads(last)}

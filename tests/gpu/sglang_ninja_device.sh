@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The sglang 0.5.23 ninja-JIT device check (tests/gpu/sglang_ninja_device.py), one call on the H200.
 # Prepare on the CPU machine (from this worktree):  tests/gpu/sglang_ninja_device.sh prepare /work/main/.dev-ninja
-#   -> .dev-ninja/{whl (cp312 wheels: sglang 0.5.23 and its kernels/jit import chain, tvm-ffi, ninja, pyyaml...),
+#   -> .dev-ninja/{whl (cp312 wheels, fetched by hand: sglang 0.5.23 and its kernels/jit import chain -- tvm-ffi,
+#      msgspec, orjson, pybase64, pyzmq, starlette, anyio, ipython, traitlets, psutil, tqdm, ninja, pydantic(+core,
+#      annotated-types, typing-inspection), aiohttp and its deps, requests and its deps, pygments; pyyaml, packaging,
+#      filelock for dgprecompile -- 52 MB),
 #      src (this worktree's dgprecompile + tests/gpu + tests/standins), carried (a cache warmed here)}
 # Run there, carrying .dev-ninja:          bash .dev-ninja/src/tests/gpu/sglang_ninja_device.sh run .dev-ninja
 set -euo pipefail
