@@ -304,7 +304,8 @@ def test_launch_no_strict_lists_the_module_built_at_run_time_without_deepgemm_ad
     child.write_text(NONSTRICT_CHILD)
     env = {"PATH": os.path.dirname(NVCC) + os.pathsep + os.path.dirname(sys.executable) + os.pathsep
            + os.environ["PATH"], "CUDA_HOME": os.path.dirname(os.path.dirname(NVCC)), "MAX_JOBS": "2"}
-    r = _run("launch", "--manifest", jit_only, "--cache-dir", other, "--no-strict", "--json", "--", sys.executable,
+    r = _run("launch", "--manifest", jit_only, "--cache-dir", other, "--no-strict", "--misses", tmp_path / "m.jsonl",
+             "--json", "--", sys.executable,
              child, pythonpath=_sgl_path(), env_extra=env)
     assert r.returncode == 0 and "DONE" in r.stdout, r.stdout + r.stderr
     result = json.loads(r.stdout[r.stdout.index("{"):])

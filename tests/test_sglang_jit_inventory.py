@@ -79,6 +79,8 @@ def _plans():
     return {
         "qwen3 tp8 ep8": plan_from_request(PlanRequest(tp=8, ep=8, **qwen)),
         "qwen3 deep_gemm runner": plan_from_request(PlanRequest(tp=8, ep=8, moe_runner_backend="deep_gemm", **qwen)),
+        "SpecForge 0.2.0 capture server": plan_from_request(PlanRequest(
+            specforge_config=str(REPO / "examples" / "specforge-0.2" / "run.yaml"))),
         "qwen3 fp8 kv, fused qk-norm rope": plan_from_request(PlanRequest(
             sglang="0.5.14", sglang_cmd="python -m sglang.launch_server --model-path Qwen/Qwen3-30B-A3B-FP8 --tp 2 "
                                         "--kv-cache-dtype fp8_e4m3 --enable-fused-qk-norm-rope")),
@@ -137,6 +139,10 @@ def test_a_path_fact_turns_a_module_on_or_off():
 
 def test_server_options_reach_the_plan():
     plans = _plans()
+    capture = plans["SpecForge 0.2.0 capture server"]
+    assert capture.sglang_version == "0.5.14"  # SpecForge 0.2.0's pin; its capture server's tp reaches all-reduce
+    push = next(m for m in capture.jit_modules.values() if m.name == "custom_all_reduce_push")
+    assert push.template[1] == str(capture.tp) and capture.tp > 1
     fused = {m.name for m in plans["qwen3 fp8 kv, fused qk-norm rope"].jit_modules.values()}
     assert {"fused_qknorm_rope", "kvcache"} <= fused and not {"qknorm", "fused_rope"} & fused
     kv = next(m for m in plans["qwen3 fp8 kv, fused qk-norm rope"].jit_modules.values() if m.name == "kvcache")
