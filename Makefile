@@ -38,6 +38,12 @@ SGL014_PKGS := sglang==0.5.14 apache-tvm-ffi==0.1.11 transformers==5.8.1 'huggin
 # the sglang wheels whose real server_args.py the tests read (tests/test_server.py: SMALL_WHEELS, 2-12 MB each),
 # into .cache/sglang-wheels/, where scripts/update_sglang_args.py keeps them: no test downloads them
 SGL_WHEELS := 0.5.1 0.5.3 0.5.4 0.5.9 0.5.14
+# sglang 0.5.23 (its own ninja JIT loader, sglang/kernels/jit) the same way, for tests/test_sglang_jit_ninja.py: only
+# what that loader's import chain needs (about 340 MB); triton is tests/standins' stand-in.
+SGL023 := $(VENV)/sglang-0.5.23
+SGL023_PKGS := sglang==0.5.23 apache-tvm-ffi==0.1.11 msgspec==0.23.0 numpy==2.4.6 orjson==3.13.0 psutil==7.2.2 \
+	pybase64==1.5.1 pillow==13.0.0 starlette==1.10.0 anyio==4.16.0 pyzmq==27.3.0 tqdm==4.70.1 ipython==9.18.1 \
+	traitlets==5.16.1
 TORCH ?= 2.13.0
 # Triton 3.6.0 (what the H200's torch 2.11 pairs with) in a folder of its own, NOT on the venv's path (the sglang
 # tests stand in for it): tests/test_triton_capture.py compiles real kernels for sm_90 with it on this GPU-less machine,
@@ -76,6 +82,7 @@ $(TEST_STAMP): $(RUN_STAMP)
 	$(BIN)/pip install -q --no-deps --target $(TRITON_DIR) triton==3.6.0 einops==0.8.1
 	for w in $(SK_DG); do $(UNPACK) $$w $(VENV)/$$(echo $$w | sed 's/==/-/') || exit 1; done  # one each: two sgl-kernel versions in one call conflict
 	$(BIN)/python scripts/update_sglang_args.py --fetch $(SGL_WHEELS)
+	$(BIN)/pip install -q --no-deps --target $(SGL023) $(SGL023_PKGS)
 	touch $@
 
 setup: $(TEST_STAMP)

@@ -53,6 +53,9 @@ BACKENDS: dict[str, Backend] = {b.name: b for b in (
             "(docs/sweep.md)", sweeps=True),
     Backend("sglang-jit", False, _BK + "sglang_jit:SglangJitWorker", _BK + "sglang_jit:preload",
             "SGLang's own JIT modules, built with the installed sglang's builders (no GPU)", deepgemm=False),
+    Backend("kernels-jit", False, _BK + "sglang_jit_ninja:SglangNinjaWorker", _BK + "sglang_jit_ninja:preload",
+            "SGLang's own ninja-loader JIT modules (0.5.20+), built with the installed sglang's load_jit (no GPU)",
+            deepgemm=False),
 )}
 DEEPGEMM_BACKENDS = tuple(name for name, b in BACKENDS.items() if b.deepgemm)  # `warm --backend` choices
 SGLANG_JIT_BACKEND = next(name for name, b in BACKENDS.items() if not b.deepgemm)

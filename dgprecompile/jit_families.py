@@ -105,6 +105,7 @@ class JitFamily:
     strict_switch: tuple[tuple[str, str], ...] = ()  # the release's own "refuse to compile" variable(s) and value
     hook_target: str | None = None  # module whose build functions the startup hook wraps (no switch)
     not_recorded: tuple[str, ...] = ()  # files a build leaves that are no part of the module
+    entry_depth: int = 1  # path components of one entry's name under the area (the store nests that deep)
     planner: str = "dgprecompile.planning.sglang_jit:plan_modules"  # (family, version, path) -> (modules, notes)
 
     # -- planning --
@@ -170,6 +171,18 @@ class JitFamily:
     def entry_files(self, naming, module) -> tuple[str, ...]:
         return (naming.library(module),)
 
+    def installed_entry(self, naming, module, area_dir) -> str | None:
+        """The entry (relative to the family's area ``area_dir``) the runtime would load ``module`` from, or None.
+        Here: the computed entry, when every file of entry_files is in it."""
+        from pathlib import Path
+
+        entry = naming.entry_name(module)
+        return entry if all((Path(area_dir) / entry / f).is_file() for f in self.entry_files(naming, module)) else None
+
+    def missing_detail(self, naming, module, area_dir) -> str | None:
+        """Why installed_entry found nothing, when the family can say more than "missing" (else None)."""
+        return None
+
     # -- launch --
     @property
     def strict_by(self) -> str:
@@ -186,6 +199,66 @@ class JitFamily:
         return dict(self.strict_switch)
 
 
+@dataclass(frozen=True)
+class NinjaJitFamily(JitFamily):
+    """SGLang's own ninja loader (sglang/kernels/jit, 0.5.20 on): a module's build key covers the compilers'
+    paths, so besides the cache variable launch keeps the CUDA_HOME the warm built with (keys/sglang_jit_ninja.py);
+    a work item calls the release's own ``load_jit`` with the data file's arguments."""
+
+    def build_params(self, naming, module) -> dict[str, Any]:
+        from dgprecompile.keys.sglang_jit_ninja import load_jit_call
+
+        call = load_jit_call(module)
+        return {"python": module.python, "builder": module.builder, "args": list(call.args),
+                "kwargs": {"cuda_files": list(call.cuda_files), "cuda_wrappers": [list(w) for w in call.cuda_wrappers],
+                           "extra_cuda_cflags": list(call.extra_cuda_cflags),
+                           "extra_ldflags": list(call.extra_ldflags)},
+                "entry": naming.entry_name(module), "library": naming.library(module), "module": module.to_dict()}
+
+    def installed_entry(self, naming, module, area_dir) -> str | None:
+        """A warmed entry is one deps-<key> leaf inside the computed build-key directory (its deps key is known
+        only after the build): the leaf the runtime's own hit test picks (keys/sglang_jit_ninja.py), or None."""
+        from pathlib import Path
+
+        scope = naming.entry_name(module)
+        leaf = naming.hit(Path(area_dir) / scope, module)
+        return f"{scope}/{leaf.name}" if leaf is not None else None
+
+    def missing_detail(self, naming, module, area_dir) -> str | None:
+        """The runtime's reason to pass over each leaf there is (a recorded header that changed, ...)."""
+        from pathlib import Path
+
+        scope = naming.entry_name(module)
+        leaves = sorted(p for p in (Path(area_dir) / scope).glob("deps-*") if p.is_dir())
+        if not leaves:
+            others = sorted(p.name for p in (Path(area_dir) / scope).parent.glob("build-*"))
+            return (f"no build under {self.area}/{scope}" + (f"; the cache has {', '.join(others)} for this module, "
+                    "built where the compilers, packages or paths differ (verify's fingerprint names them)"
+                    if others else ""))
+        return f"{self.area}/{scope}/{leaves[0].name}: {naming.leaf_problem(leaves[0], module)}"
+
+    def launch_env(self, cache_dir: str, recorded: dict[str, Any] | None = None,
+                   environ: dict[str, str] | None = None) -> list[tuple[str, str]]:
+        """The cache variable, and CUDA_HOME as the warm saw it when the job's environment names no toolkit
+        (its spelling is in every build key: toolchain.py:300-314, cache.py:307-314). ``recorded``: the cache's
+        fingerprint section (default: read from the cache's index)."""
+        import json
+        import os
+
+        env = os.environ if environ is None else environ
+        out = super().launch_env(cache_dir)
+        if recorded is None:
+            try:
+                with open(os.path.join(cache_dir, "dgprecompile", "index.json")) as f:
+                    recorded = (json.load(f).get("fingerprint") or {}).get(self.fingerprint_section)
+            except (OSError, ValueError, AttributeError):
+                recorded = None
+        home = (recorded or {}).get("cuda_home")
+        if home and not (env.get("CUDA_HOME") or env.get("CUDA_PATH")):
+            out.append(("CUDA_HOME", str(home)))
+        return out
+
+
 FAMILIES: dict[str, JitFamily] = {f.id: f for f in (
     JitFamily(
         id="tvm-ffi", label="SGLang's tvm-ffi load_inline JIT (sglang/jit_kernel, 0.5.9-0.5.16)",
@@ -198,6 +271,22 @@ FAMILIES: dict[str, JitFamily] = {f.id: f for f in (
         fingerprint_fields=("sglang", "tvm_ffi", "arch"),
         hook_target="tvm_ffi.cpp.extension",  # load_inline/load call build_inline/build there, only on a miss
         not_recorded=("lock", ".ninja_log", ".ninja_deps"),
+    ),
+    NinjaJitFamily(
+        id="sglang-ninja", label="SGLang's own ninja JIT loader (sglang/kernels/jit, 0.5.20-0.5.23)",
+        # 0.5.17 is still tvm-ffi load_inline under kernels/jit; 0.5.18-0.5.19 have this loader but no strict
+        # switch (SGLANG_CRASH_ON_JIT_COMPILE arrives in 0.5.20): neither is this family (docs/sglang-jit-ninja.md)
+        releases=">=0.5.20,<0.5.24", data_file="sglang_jit_ninja.yaml",
+        naming_class="dgprecompile.keys.sglang_jit_ninja:NinjaNaming", backend="kernels-jit", area="sglang-jit",
+        cache_env=("SGLANG_JIT_CACHE_DIR",), cache_default="~/.cache/sglang/jit", fingerprint_section="sglang_ninja",
+        fingerprint_fields=("sglang", "arch", "cuda_home", "nvcc", "nvcc_version", "cxx", "cxx_version",
+                            "pkg_apache_tvm_ffi", "pkg_flashinfer_python", "pkg_deep_gemm", "pkg_nvidia_mathdx",
+                            "pkg_torch", "log_resource_usage"),
+        # loader.py:253-259 (0.5.23; 0.5.20 loader.py:131): a miss raises RuntimeError before the build lock
+        strict_switch=(("SGLANG_CRASH_ON_JIT_COMPILE", "1"),),
+        # a leaf keeps only what the runtime reads (cache.py:369-418): the build's objects, sources and logs go
+        not_recorded=("build.ninja", "cuda.cu", "cuda_0.o", "cuda_0.o.d", ".ninja_log", ".ninja_deps"),
+        entry_depth=4,  # <target>/<module>/build-<key>/deps-<key>
     ),
 )}
 

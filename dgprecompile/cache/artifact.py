@@ -35,7 +35,16 @@ from typing import IO, Any
 from dgprecompile import __version__
 from dgprecompile.cache.entrycheck import checked_files, entry_problem, file_problem
 from dgprecompile.cache.signing import SigningKey, Trust, signature_path
-from dgprecompile.cache.store import AREAS, ENTRIES, CacheStore, EntryRecord, Index, resolve_cache_dir
+from dgprecompile.cache.store import (
+    AREAS,
+    ENTRIES,
+    CacheStore,
+    EntryRecord,
+    Index,
+    area_depth,
+    resolve_cache_dir,
+    valid_entry_name,
+)
 from dgprecompile.errors import CheckFailed, DGError, EnvironmentProblem, InputError
 from dgprecompile.fsutil import (
     atomic_write_bytes,
@@ -251,13 +260,14 @@ def check_member(path: Path, info: tarfile.TarInfo) -> None:
         raise _refuse(path, name, "not a regular file or directory")
     if any(p in ("", ".") for p in parts):
         raise _refuse(path, name, "an empty or '.' path component")
+    depth = area_depth(parts[0]) if parts[0] in AREAS else 1  # an area's entry names may nest (store.AREA_DEPTH)
     if info.isdir():
-        ok = parts == ["dgprecompile"] or (len(parts) == 1 and parts[0] in AREAS) or (
-            len(parts) == 2 and parts[0] in AREAS and _valid_entry_name(parts[1]))
+        ok = parts == ["dgprecompile"] or (parts[0] in AREAS and 1 <= len(parts) <= 1 + depth
+                                           and all(_valid_entry_name(p) for p in parts[1:]))
     else:
         ok = name in (MANIFEST_MEMBER, INDEX_MEMBER) or (
-            len(parts) == 3 and parts[0] in AREAS and _valid_entry_name(parts[1])
-            and _valid_entry_file(parts[2]))
+            parts[0] in AREAS and len(parts) == 2 + depth and all(_valid_entry_name(p) for p in parts[1:-1])
+            and _valid_entry_file(parts[-1]))
     if not ok:
         raise _refuse(path, name, f"outside {MANIFEST_MEMBER}, {INDEX_MEMBER} and "
                       f"{{{','.join(AREAS)}}}/<entry>/<file>")
@@ -431,7 +441,7 @@ def read_artifact(path: str | Path, on_manifest=None) -> Artifact:
     # every entry the index records is in the archive file for file, and nothing else is
     expected: dict[str, str] = {}
     for record in art.entry_records().values():
-        if not _valid_entry_name(record.entry):
+        if not valid_entry_name(record.entry, record.area):
             raise InputError(f"{path}: the index names a bad entry {record.entry!r}", hint=NOT_OURS_HINT)
         for fname, digest in record.files.items():
             expected[f"{record.member_dir}/{fname}"] = digest
@@ -646,7 +656,7 @@ def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool =
                                  hint="pack it again from a cache that `dgprecompile verify` passes")
         for name in sorted(to_add):
             record = to_add[name]
-            if store.install_entry(staging / record.member_dir, arch, area=record.area):
+            if store.install_entry(staging / record.member_dir, arch, area=record.area, entry=record.entry):
                 installed.append(store.entry_path(record.entry, record.area))
                 result.added.append(name)
             elif _same_entry(store, to_add[name]):  # another process installed the same entry meanwhile
@@ -713,14 +723,14 @@ def _extract(art: Artifact, to_add: dict[str, EntryRecord], staging: Path) -> No
             for info in tar:
                 check_member(art.path, info)
                 parts = info.name.split("/")
-                key = parts[1] if parts[0] == ENTRY_DIR else "/".join(parts[:2])
-                if not info.isreg() or parts[0] not in AREAS or key not in to_add:
+                if not info.isreg() or parts[0] not in AREAS:
                     continue
                 if info.size != (listing.get(info.name) or {}).get("bytes"):
                     raise InputError(f"{art.path} changed while it was being unpacked ({info.name}); the cache is "
                                      "unchanged", hint="unpack it again once nothing is writing the file")
-                (staging / parts[0] / parts[1]).mkdir(parents=True, exist_ok=True)
-                digest = _copy_stream(tar.extractfile(info), staging / parts[0] / parts[1] / parts[2])
+                entry_dir = "/".join(parts[:1 + area_depth(parts[0])])
+                (staging / entry_dir).mkdir(parents=True, exist_ok=True)
+                digest = _copy_stream(tar.extractfile(info), staging / info.name)
                 if digest != art.members.get(info.name):
                     raise InputError(f"{art.path} changed while it was being unpacked ({info.name}); the cache is "
                                      "unchanged", hint="unpack it again once nothing is writing the file")

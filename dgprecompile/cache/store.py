@@ -5,6 +5,8 @@ Layout (the runtime's own part is untouched; ours lives beside it under ``dgprec
     <root>/cache/<entry>/...              entries written by DeepGEMM (legacy and C++ JITs alike)
     <root>/tvm-ffi/<entry>/...            SGLang's own tvm-ffi JIT modules (launch sets TVM_FFI_CACHE_DIR here)
     <root>/triton/<hash>/...              Triton's kernels (launch sets TRITON_CACHE_DIR here; dgprecompile.families)
+    <root>/sglang-jit/<t>/<m>/<b>/<d>/... SGLang's own ninja JIT modules, 0.5.20 on (launch sets SGLANG_JIT_CACHE_DIR
+                                          here): an entry is one leaf <target>/<module>/build-<key>/deps-<key>
     <root>/dgprecompile/index.json        fingerprint + one record per warmed kernel (entry, sha256 of each file)
     <root>/dgprecompile/index.lock        filelock guarding index updates
     <root>/dgprecompile/locks/<k>.lock    one filelock per kernel while it compiles
@@ -37,8 +39,6 @@ from dgprecompile.fsutil import atomic_write_text, exchange_paths, fsync_dir, no
 INDEX_SCHEMA = 1
 OURS = "dgprecompile"
 ENTRIES = "cache"  # DeepGEMM's own layout: <root>/cache/<entry>
-
-
 def _areas() -> tuple[str, ...]:
     from dgprecompile.jit_families import FAMILIES
 
@@ -48,6 +48,28 @@ def _areas() -> tuple[str, ...]:
 # the directories of a cache root that hold runtime entries: DeepGEMM's, each SGLang JIT family's, and those of the
 # other JIT families whose entries are filed in the index (dgprecompile.families: Triton)
 AREAS = _areas()
+
+
+def _depths() -> dict[str, int]:
+    from dgprecompile.jit_families import FAMILIES
+
+    return {f.area: f.entry_depth for f in FAMILIES.values() if f.entry_depth != 1}
+
+
+# path components of one entry's name, per area (default 1; a JitFamily's entry_depth): SGLang's ninja JIT
+# nests its leaves 4 deep (<target>/<module>/build-<key>/deps-<key>, kernels/jit/utils/compile/cache.py:15-21)
+AREA_DEPTH = _depths()
+
+
+def area_depth(area: str) -> int:
+    return AREA_DEPTH.get(area, 1)
+
+
+def valid_entry_name(entry: str, area: str = ENTRIES) -> bool:
+    """An entry name of this area: as many path components as the area nests, none empty, '.', '..' or hidden."""
+    parts = entry.split("/")
+    return len(parts) == area_depth(area) and all(p and p not in (".", "..") and not p.startswith(".")
+                                                  for p in parts)
 
 
 def sha256_file(path: Path) -> str:
@@ -206,15 +228,25 @@ class CacheStore:
 
     # -- entries --
     def entry_path(self, entry: str, area: str = ENTRIES) -> Path:
-        if "/" in entry or entry in ("", ".", ".."):
+        if not valid_entry_name(entry, area):
             raise InputError(f"bad cache entry name {entry!r}")
         return self.area_dir(area) / entry
 
     def list_entries(self, area: str = ENTRIES) -> list[str]:
-        try:
-            return sorted(p.name for p in self.area_dir(area).iterdir() if p.is_dir())
-        except FileNotFoundError:
-            return []
+        """The entry names of an area; in an area that nests, only complete names (a runtime's hidden
+        .staging-* build directories are no entries)."""
+        base = self.area_dir(area)
+        level = [base]
+        for _ in range(area_depth(area)):
+            found = []
+            for d in level:
+                try:
+                    found += [p for p in d.iterdir() if p.is_dir()]
+                except (FileNotFoundError, NotADirectoryError):
+                    pass
+            level = found
+        names = (str(p.relative_to(base)) for p in level)
+        return sorted(n for n in names if area_depth(area) == 1 or valid_entry_name(n, area))
 
     def record_entry(self, entry: str, seconds: float | None = None, by: str = "warm",
                      area: str = ENTRIES, skip: tuple[str, ...] = ()) -> EntryRecord:
@@ -276,14 +308,15 @@ class CacheStore:
         fsync_dir(staged)
 
     def install_entry(self, staged: Path, arch: str | None = None, required: tuple[str, ...] = (),
-                      area: str = ENTRIES) -> bool:
-        """Move a complete, checked entry directory into its area (cache/, tvm-ffi/) with one rename. False if one
-        is already there. Raises CompileFailed (and installs nothing) when a file the runtime reads is empty, cut
-        short or built for another architecture."""
+                      area: str = ENTRIES, entry: str | None = None) -> bool:
+        """Move a complete, checked entry directory into its area (cache/, tvm-ffi/, sglang-jit/) with one rename,
+        as ``entry`` (default: the staged directory's name; an area that nests gets its parents made). False if
+        one is already there. Raises CompileFailed (and installs nothing) when a file the runtime reads is empty,
+        cut short or built for another architecture."""
         base = self.area_dir(area)
-        base.mkdir(parents=True, exist_ok=True)
+        target = self.entry_path(entry or staged.name, area)
+        target.parent.mkdir(parents=True, exist_ok=True)
         self._seal(staged, arch, required)
-        target = base / staged.name
         if target.exists():
             shutil.rmtree(staged, ignore_errors=True)
             return False
@@ -294,7 +327,9 @@ class CacheStore:
                 shutil.rmtree(staged, ignore_errors=True)
                 return False
             raise
-        fsync_dir(base)
+        fsync_dir(target.parent)
+        if target.parent != base:
+            fsync_dir(base)
         return True
 
     def replace_entry(self, staged: Path, arch: str | None = None, required: tuple[str, ...] = (),

@@ -364,13 +364,15 @@ def _check_jit(plan: Plan, store: CacheStore, index: Index, jit_names) -> list[K
             continue
         if expected is not None:
             files = family.entry_files(jit_names[0], module)
-            entry = store.entry_path(expected, family.area)
-            if not all((entry / f).is_file() for f in files):
+            found = family.installed_entry(jit_names[0], module, store.area_dir(family.area))
+            if found is None:
+                why = family.missing_detail(jit_names[0], module, store.area_dir(family.area))
                 detail = (f"the index records {record.entry}, but sglang here looks for {expected}"
-                          if record is not None and record.entry != expected else f"no {' + '.join(files)} under the "
-                          f"runtime's directory {family.area}/{expected}")
+                          + (f" ({why})" if why else "") if record is not None and not record.entry.startswith(expected)
+                          else why or f"no {' + '.join(files)} under the runtime's directory {family.area}/{expected}")
                 out.append(KernelCheck(mid, MISSING, expected, detail))
                 continue
+            expected = found
             if record is None or record.entry != expected:
                 out.append(KernelCheck(mid, OK, expected, "present, not in the index (no checksum)"))
                 continue

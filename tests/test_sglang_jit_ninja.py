@@ -1,0 +1,450 @@
+"""SGLang's own ninja JIT loader (sglang/kernels/jit, 0.5.20-0.5.23), checked against sglang 0.5.23's own code.
+
+The oracle is the release itself: its call sites' builders (activation_module, _jit_fused_rope_module, ...) with
+the arguments a Hopper server passes, run under its own arch override with its own strict switch
+SGLANG_CRASH_ON_JIT_COMPILE=1 on an empty cache: the loader computes the module's name and build key and raises,
+naming the directory it looked in (loader.py:253-259), without building. dgprecompile's computed directories must
+be exactly those. One real build (slow) goes through dgprecompile's worker and is then loaded by the release's
+loader under the strict switch: a hit, nothing built, and a deleted leaf is refused by name.
+
+STAND-INS (this CPU machine cannot run them): tests/standins' triton package (sglang imports it at module
+level), and ``sglang.kernels.jit.utils.arch.is_cuda`` returning True in the oracle child: this machine's torch
+is a CPU build, and on it get_activation_cuda_cflags() drops --use_fast_math (arch.py:367-370), which a CUDA
+torch on a GPU machine does not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import STANDINS, beside_venv, sgl_deep_gemm_dir, tree_hash
+
+REPO = str(Path(__file__).resolve().parents[1])
+VERSION = "0.5.23"
+CUDA_HOME = "/usr/local/cuda"
+
+
+def sglang_023_dir() -> str | None:
+    """sglang 0.5.23 and its kernels/jit import chain (Makefile SGL023), or $DGP_SGLANG_023."""
+    return beside_venv("sglang-0.5.23", "sglang/kernels/jit/utils/compile/loader.py", "DGP_SGLANG_023")
+
+
+needs_sgl023 = pytest.mark.skipif(sglang_023_dir() is None,
+                                  reason="sglang 0.5.23 not installed beside the venv (make setup: SGL023)")
+needs_nvcc = pytest.mark.skipif(not os.path.isfile(os.path.join(CUDA_HOME, "bin", "nvcc")), reason="no nvcc")
+
+# (module id in the plan, the release's own call-site builder and the arguments a Hopper server passes it)
+ORACLE = [
+    ("sglang_jit:per_token_group_quant<bf16_t,fp8_e4m3_t,128,false,false,true,false,true,flat>",
+     "sglang.kernels.ops.quantization.per_token_group_quant", "_jit_module",
+     "torch.bfloat16, torch.float8_e4m3fn, 128, False, False, True, False, False, True"),
+    ("sglang_jit:per_token_group_quant<bf16_t,fp8_e4m3_t,128,false,true,true,false,true,flat>",
+     "sglang.kernels.ops.quantization.per_token_group_quant", "_jit_module",
+     "torch.bfloat16, torch.float8_e4m3fn, 128, False, True, True, False, False, True"),
+    ("sglang_jit:activation<bf16_t,true>", "sglang.kernels.ops.activation.activation", "activation_module",
+     "torch.bfloat16"),
+    ("sglang_jit:fused_rope<true,128,true,bf16_t,bf16_t>", "sglang.kernels.ops.attention.rope",
+     "_jit_fused_rope_module", "True, 128, torch.bfloat16, torch.bfloat16"),
+    ("sglang_jit:fused_rope<false,64,true,bf16_t,bf16_t>", "sglang.kernels.ops.attention.rope",
+     "_jit_fused_rope_module", "False, 64, torch.bfloat16, torch.bfloat16"),
+    ("sglang_jit:qknorm<128,true,bf16_t,true>", "sglang.kernels.ops.layernorm.norm", "_jit_qknorm_module",
+     "128, torch.bfloat16"),
+    ("sglang_jit:communicator<>", "sglang.kernels.ops.communication.all_reduce", "_init_communicator", ""),
+    ("sglang_jit:cuda_ipc<>", "sglang.kernels.ops.communication.all_reduce", "_init_ipc_manager", ""),
+    ("sglang_jit:custom_all_reduce<bf16_t,8,true>", "sglang.kernels.ops.communication.all_reduce",
+     "get_all_reduce_module", "torch.bfloat16, 8"),
+    ("sglang_jit:clamp_position<int64_t>", "sglang.kernels.ops.attention.clamp_position",
+     "_jit_clamp_position_module", "torch.int64"),
+    ("sglang_jit:set_mla_kv_buffer<1024,128,true>", "sglang.kernels.ops.kvcache.set_mla_kv_buffer",
+     "set_mla_kv_buffer_module", "1024, 128, True"),
+    ("sglang_jit:tiny_n_gemm<256,7168,16,2,fp32_t,true,bf16_t>", "sglang.kernels.ops.gemm.tiny_gemm",
+     "_jit_tiny_gemm_module", "256, 7168, 16, 2, torch.float32, torch.bfloat16"),
+]
+
+ORACLE_CHILD = """
+import importlib, json, os, re, sys, torch
+import sglang.kernels.jit.utils.arch as arch
+arch.is_cuda = lambda: True  # STAND-IN: a CUDA torch (see the test module's docstring)
+from sglang.kernels.jit.utils import override_jit_cuda_arch
+root = os.environ["SGLANG_JIT_CACHE_DIR"]
+out = {}
+for mid, module, fn, args in json.loads(sys.argv[1]):
+    with override_jit_cuda_arch(9, 0):
+        try:
+            eval(f"importlib.import_module(module).{fn}({args})")
+            out[mid] = "LOADED"
+        except RuntimeError as exc:
+            m = re.search(r"has no usable cached build under (\\S+), and SGLANG_CRASH_ON_JIT_COMPILE", str(exc))
+            out[mid] = os.path.relpath(m.group(1), root) if m else "OTHER " + str(exc)[:300]
+print(json.dumps({"dirs": out, "left": sorted(os.listdir(root))}))
+"""
+
+
+def _env(cache: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SGLANG_", "TVM_FFI_", "DGPRECOMPILE_"))}
+    env.update({"PYTHONPATH": os.pathsep.join([REPO, sglang_023_dir() or "", STANDINS]), "CUDA_HOME": CUDA_HOME,
+                "SGLANG_JIT_CACHE_DIR": str(cache), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"})
+    env.update(extra)
+    return env
+
+
+def _child(code: str, env: dict[str, str], *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture
+def naming(monkeypatch):
+    """dgprecompile's naming of the installed sglang 0.5.23, in this process (sglang itself is not imported)."""
+    monkeypatch.syspath_prepend(sglang_023_dir())
+    monkeypatch.setenv("CUDA_HOME", CUDA_HOME)
+    for name in [k for k in os.environ if k.startswith("SGLANG_")]:
+        monkeypatch.delenv(name)
+    from dgprecompile.jit_families import family_for
+
+    return family_for(VERSION).naming(VERSION)
+
+
+# config.json facts the planner reads (planning/sglang_jit.py server_path): Qwen3-MoE's 128-wide heads, DeepSeek-V3's
+# 64-wide rope head of its MLA latent
+CONFIG_FACTS = {"qwen3_moe": {"rope_neox": True, "rope_dim": 128, "cpp_dtype": "bf16_t"},
+                "deepseek_v3": {"rope_neox": False, "rope_dim": 64, "cpp_dtype": "bf16_t"}}
+
+
+def _path(model_type, **kw):
+    from dgprecompile.jit_families import ServerPath
+
+    kw.setdefault("quant", "fp8")
+    return ServerPath(model_type, model=tuple(CONFIG_FACTS[model_type].items()), **kw)
+
+
+def _planned(naming):
+    from dgprecompile.jit_families import family_for
+
+    family = family_for(VERSION)
+    mods = {}
+    for model in ("qwen3_moe", "deepseek_v3"):
+        found, notes = family.plan_modules(VERSION, _path(model, tp=8, ep=8))
+        assert not notes
+        mods.update({m.id: m for m in found})
+    return mods
+
+
+@needs_sgl023
+def test_every_module_of_both_server_paths_is_named_and_keyed_as_the_release_computes(naming, tmp_path):
+    cache = tmp_path / "jit"
+    cache.mkdir()
+    r = _child(ORACLE_CHILD, _env(cache, SGLANG_CRASH_ON_JIT_COMPILE="1"), json.dumps(ORACLE))
+    assert r.returncode == 0, r.stderr[-3000:]
+    seen = json.loads(r.stdout.strip().splitlines()[-1])
+    assert seen["left"] == []  # the strict switch refuses before making anything (loader.py:251-259)
+    planned = _planned(naming)
+    assert sorted(planned) == sorted(mid for mid, *_ in ORACLE)  # the inventory is exactly the oracle's list
+    for mid, module in planned.items():
+        assert seen["dirs"][mid] == naming.entry_name(module), mid
+
+
+@needs_sgl023
+def test_paths_and_options_choose_the_modules(naming):
+    from dgprecompile.jit_families import family_for
+
+    family = family_for(VERSION)
+
+    def ids(**kw):
+        return [m.name for m in family.plan_modules(VERSION, _path(**kw))[0]]
+
+    assert "custom_all_reduce" not in ids(model_type="qwen3_moe", quant="fp8", tp=1)
+    assert "custom_all_reduce" not in ids(model_type="qwen3_moe", quant="fp8", tp=8, custom_all_reduce=False)
+    assert ids(model_type="qwen3_moe", quant=None, tp=1).count("per_token_group_quant") == 0
+    assert ids(model_type="qwen3_moe", tp=1).count("per_token_group_quant") == 2
+    assert "activation" not in ids(model_type="qwen3_moe", quant="fp8", moe_runner="deep_gemm")
+    tp4 = [m for m in family.plan_modules(VERSION, _path("qwen3_moe", tp=4))[0]
+           if m.name == "custom_all_reduce"]
+    assert [m.template for m in tp4] == [("bf16_t", "4", "true")]
+    assert naming.entry_name(tp4[0]).startswith("sm90a/sgl_kernel_jit_custom_all_reduce_bf16_t_4_true/build-")
+    assert set(family.modelled_versions()) == {"0.5.20", "0.5.21", "0.5.22", "0.5.23"}
+
+
+@needs_sgl023
+def test_the_fingerprint_holds_every_field_of_the_releases_environment_key(naming, monkeypatch):
+    fp = naming.fingerprint()
+    assert set(fp) == set(naming.family.fingerprint_fields)
+    assert fp["arch"] == "9.0a" and fp["sglang"] == VERSION and fp["cuda_home"] == CUDA_HOME
+    assert fp["pkg_apache_tvm_ffi"] == "0.1.11" and fp["pkg_flashinfer_python"] == "absent"
+    assert "release 13.0" in fp["nvcc_version"]
+    # each input the key reads moves the key: a different CUDA_HOME spelling (cache.py:307-314 anchors only the
+    # resolved toolkit), the resource-usage switch (loader.py:193-199)
+    module = _planned(naming)["sglang_jit:clamp_position<int64_t>"]
+    base = naming.entry_name(module)
+    from dgprecompile.jit_families import family_for
+
+    family = family_for(VERSION)
+    monkeypatch.setenv("CUDA_HOME", os.path.realpath(CUDA_HOME))
+    assert family.naming(VERSION).entry_name(module) != base
+    monkeypatch.setenv("CUDA_HOME", CUDA_HOME)
+    monkeypatch.setenv("SGLANG_JIT_LOG_RESOURCE_USAGE", "1")
+    assert family.naming(VERSION).entry_name(module) != base
+    assert family.naming(VERSION).fingerprint()["log_resource_usage"] is True
+
+
+def test_launch_points_the_runtime_at_the_cache_and_turns_on_its_own_switch(tmp_path):
+    from dgprecompile.jit_families import family_for
+
+    family = family_for(VERSION)
+    assert family.strict_by == "switch" and family.strict_env() == {"SGLANG_CRASH_ON_JIT_COMPILE": "1"}
+    (tmp_path / "dgprecompile").mkdir()
+    (tmp_path / "dgprecompile" / "index.json").write_text(json.dumps(
+        {"fingerprint": {"sglang_ninja": {"cuda_home": "/opt/cuda-13.0"}}}))
+    assert family.launch_env(str(tmp_path), environ={}) == [
+        ("SGLANG_JIT_CACHE_DIR", str(tmp_path / "sglang-jit")), ("CUDA_HOME", "/opt/cuda-13.0")]
+    # the job's own toolkit choice is left alone (verify names a difference in cuda_home instead)
+    assert family.launch_env(str(tmp_path), environ={"CUDA_HOME": "/usr/local/cuda"}) == [
+        ("SGLANG_JIT_CACHE_DIR", str(tmp_path / "sglang-jit"))]
+    assert family_for("0.5.17") is None or family_for("0.5.17").id != family.id
+    assert family_for("0.5.19") is None or family_for("0.5.19").id != family.id
+
+
+WORKER_CHILD = """
+import json, sys
+from dgprecompile.compile.backends import WorkItem, load_worker_backend, preload
+job, item = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+preload("kernels-jit", job)
+worker = load_worker_backend("kernels-jit", job)
+try:
+    print(json.dumps(worker.compile(WorkItem(**item))))
+finally:
+    worker.close()
+"""
+
+LOAD_CHILD = """
+import os, torch
+from sglang.kernels.jit.utils import override_jit_cuda_arch
+from sglang.kernels.ops.attention.clamp_position import _jit_clamp_position_module
+with override_jit_cuda_arch(9, 0):
+    try:
+        module = _jit_clamp_position_module(torch.int64)
+        print("LOADED", type(module).__name__)
+    except RuntimeError as exc:
+        print("REFUSED", str(exc).splitlines()[0])
+"""
+
+
+@needs_sgl023
+@needs_nvcc
+@pytest.mark.slow
+def test_a_warmed_module_is_a_hit_for_the_releases_strict_loader_and_a_deleted_one_is_refused(naming, tmp_path):
+    from dgprecompile.cache.store import CacheStore
+    from dgprecompile.jit_families import family_for
+
+    family = family_for(VERSION)
+    module = _planned(naming)["sglang_jit:clamp_position<int64_t>"]
+    cache = tmp_path / "cache"
+    job = {"cache_dir": str(cache), "arch": "sm_90a", "cuda_home": CUDA_HOME,
+           "ninja_dir": os.path.dirname(sys.executable), **family.worker_job(naming, [module])}
+    item = {"kernel": module.id, "family": family.backend, "params": family.build_params(naming, module),
+            "kernel_type": "SGLANG_JIT", "n": 0, "k": 0, "num_groups": 0, "m": 0}
+    r = _child(WORKER_CHILD, _env(tmp_path / "unused"), json.dumps(job), json.dumps(item))
+    assert r.returncode == 0, r.stderr[-3000:]
+    status, entries, seconds = json.loads(r.stdout.strip().splitlines()[-1])
+    assert status == "compiled" and seconds > 0
+    store = CacheStore(cache)
+    scope = naming.entry_name(module)
+    assert entries == [family.installed_entry(naming, module, store.area_dir(family.area))]
+    assert entries[0].startswith(scope + "/deps-") and store.list_entries(family.area) == entries
+    leaf = store.entry_path(entries[0], family.area)
+    assert sorted(os.listdir(leaf)) == sorted(["sgl_deps.json", naming.library(module)])
+    assert not list((cache / "dgprecompile" / "staging").iterdir())
+
+    # a second warm finds it by the runtime's own hit test
+    r2 = _child(WORKER_CHILD, _env(tmp_path / "unused"), json.dumps(job), json.dumps(item))
+    assert json.loads(r2.stdout.strip().splitlines()[-1])[0] == "cached", r2.stderr[-2000:]
+
+    # the release's loader under launch's variables: loads it, builds nothing
+    launch = dict(family.launch_env(str(cache), environ={"CUDA_HOME": CUDA_HOME})) | family.strict_env()
+    before = tree_hash(cache)
+    hit = _child(LOAD_CHILD, _env(tmp_path / "unused", **launch))
+    assert hit.stdout.startswith("LOADED"), hit.stdout + hit.stderr[-2000:]
+    assert tree_hash(cache) == before
+
+    # record, pack and unpack the nested entry: the copy is a hit too
+    record = store.record_entry(entries[0], seconds, area=family.area)
+    assert set(record.files) == {"sgl_deps.json", naming.library(module)}
+    assert record.member_dir == f"sglang-jit/{entries[0]}"
+
+    # a deleted leaf: the release's own switch refuses, naming the module
+    for f in leaf.iterdir():
+        f.unlink()
+    leaf.rmdir()
+    refused = _child(LOAD_CHILD, _env(tmp_path / "unused", **launch))
+    assert refused.stdout.startswith("REFUSED"), refused.stdout + refused.stderr[-2000:]
+    assert naming.module_name(module) in refused.stdout and "SGLANG_CRASH_ON_JIT_COMPILE" in refused.stdout
+    assert family.installed_entry(naming, module, store.area_dir(family.area)) is None
+
+
+# ---- the stages, through the CLI ------------------------------------------------------------------------
+
+CLAMP = "sglang_jit:clamp_position<int64_t>"
+
+
+def _cli(*args, env_extra=None, timeout=900) -> subprocess.CompletedProcess:
+    """dgprecompile's CLI beside sglang 0.5.23 and the DeepGEMM generation it uses (warm asks for it)."""
+    env = _env(Path("/nonexistent"), **(env_extra or {}))
+    env["PYTHONPATH"] += os.pathsep + (sgl_deep_gemm_dir("0.2.2") or "")
+    env.pop("SGLANG_JIT_CACHE_DIR")
+    env.pop("CUDA_HOME")  # warm, verify and launch choose the toolkit themselves (toolkit_home)
+    return subprocess.run([sys.executable, "-m", "dgprecompile", *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=timeout, cwd=tempfile.gettempdir())  # launch writes its misses file here
+
+
+def _files(root: Path) -> dict[str, str]:
+    import hashlib
+
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def clamp_only(tmp_path_factory):
+    """The 480B tp8/ep8 plan for sglang 0.5.23 with DeepGEMM's kernels dropped and one JIT module kept."""
+    from dgprecompile.planning.manifest import plan_from_dict, write_manifest
+    from dgprecompile.planning.plan import PlanRequest
+    from dgprecompile.planning.request import plan_from_request
+
+    data = plan_from_request(PlanRequest(model="Qwen3-Coder-480B", tp=8, ep=8, sglang=VERSION)).to_dict()
+    for shape in data["shapes"]:
+        shape["buckets"], shape["aux_kernels"] = [], []
+    data["kernels"] = []
+    data["sglang_jit_modules"] = [m for m in data["sglang_jit_modules"] if m["id"] == CLAMP]
+    assert len(data["sglang_jit_modules"]) == 1 and data["sglang_jit_modules"][0]["family"] == "sglang-ninja"
+    path = tmp_path_factory.mktemp("plan") / "clamp.yaml"
+    write_manifest(plan_from_dict(data), path)
+    return path
+
+
+LAUNCHED = """
+import os, torch
+from sglang.kernels.jit.utils import override_jit_cuda_arch
+from sglang.kernels.ops.attention.clamp_position import _jit_clamp_position_module
+print("ENV", os.environ.get("SGLANG_JIT_CACHE_DIR"), os.environ.get("SGLANG_CRASH_ON_JIT_COMPILE"),
+      os.environ.get("CUDA_HOME"))
+with override_jit_cuda_arch(9, 0):  # the GPU's arch, as the H200 detects it (this machine has none)
+    try:
+        _jit_clamp_position_module(torch.int64)
+        print("LOADED")
+    except RuntimeError as exc:
+        print("REFUSED", str(exc).splitlines()[0])
+"""
+
+
+@needs_sgl023
+@needs_nvcc
+@pytest.mark.skipif(sgl_deep_gemm_dir("0.2.2") is None, reason="sgl-deep-gemm 0.2.2 not beside the venv (make setup)")
+@pytest.mark.slow
+def test_warm_verify_pack_unpack_and_strict_launch_of_a_0_5_23_module(clamp_only, tmp_path):
+    cache = tmp_path / "cache"
+    w = _cli("warm", "--manifest", clamp_only, "--cache-dir", cache, "--sglang-jit", "on", "--json")
+    assert w.returncode == 0, w.stdout + w.stderr
+    assert json.loads(w.stdout)["compiled"] == 1
+    v = _cli("verify", "--manifest", clamp_only, "--cache-dir", cache, "--json")
+    assert v.returncode == 0 and json.loads(v.stdout)["coverage"] == "proved", v.stdout + v.stderr
+    index = json.loads((cache / "dgprecompile" / "index.json").read_text())
+    assert index["kernels"][CLAMP]["area"] == "sglang-jit"
+    assert index["fingerprint"]["sglang_ninja"]["cuda_home"] == CUDA_HOME  # toolkit_home: /usr/local/bin is no toolkit
+
+    art = tmp_path / "a.tar.gz"
+    assert _cli("pack", "--manifest", clamp_only, "--cache-dir", cache, "-o", art).returncode == 0
+    other = tmp_path / "unpacked"
+    u = _cli("unpack", art, "--cache-dir", other)
+    assert u.returncode == 0, u.stderr
+    assert _files(other / "sglang-jit") == _files(cache / "sglang-jit")  # same leaf, same bytes (modes: pack's)
+    assert _cli("verify", "--manifest", clamp_only, "--cache-dir", other).returncode == 0
+
+    child = tmp_path / "child.py"
+    child.write_text(LAUNCHED)
+    before = tree_hash(other / "sglang-jit")
+    hit = _cli("launch", "--manifest", clamp_only, "--cache-dir", other, "--", sys.executable, child)
+    assert hit.returncode == 0 and "LOADED" in hit.stdout, hit.stdout + hit.stderr
+    assert f"ENV {other / 'sglang-jit'} 1 {CUDA_HOME}" in hit.stdout
+    assert tree_hash(other / "sglang-jit") == before
+
+    # a deleted module: verify names its runtime directory; strict launch's own switch refuses it by name
+    leaf = next((other / "sglang-jit").glob("sm90a/*/build-*/deps-*"))
+    shutil.rmtree(leaf)
+    bad = _cli("verify", "--manifest", clamp_only, "--cache-dir", other, "--json")
+    report = json.loads(bad.stdout)
+    assert bad.returncode == 1 and report["missing"] == [CLAMP], bad.stdout
+    assert "no build under sglang-jit/sm90a/sgl_kernel_jit_clamp_position_int64_t/build-" in bad.stdout
+    miss = _cli("launch", "--manifest", clamp_only, "--cache-dir", other, "--allow-missing", "--", sys.executable,
+                child)
+    assert "REFUSED JIT module 'sgl_kernel_jit_clamp_position_int64_t' has no usable cached build" in miss.stdout, \
+        miss.stdout + miss.stderr
+    assert not list(leaf.parent.glob("deps-*"))  # refused before building anything
+
+    # non-strict: the runtime builds it into the cache, and launch names it as built at run time
+    built = _cli("launch", "--manifest", clamp_only, "--cache-dir", other, "--no-strict", "--allow-missing", "--",
+                 sys.executable, child)
+    assert built.returncode == 0 and "LOADED" in built.stdout, built.stdout + built.stderr
+    assert "1 SGLang JIT modules built at run time" in built.stderr, built.stderr
+    assert "sglang-jit/sm90a/sgl_kernel_jit_clamp_position_int64_t/build-" in built.stderr
+    # the runtime's own leaf is where verify looks; its bytes are another build than the index recorded
+    after = json.loads(_cli("verify", "--manifest", clamp_only, "--cache-dir", other, "--json").stdout)
+    assert CLAMP not in after["missing"], after
+
+
+PREBUILT_CHILD = """
+import json, pathlib, sys
+from sglang.kernels.jit.utils.compile import cache
+out = {}
+for scope, name in json.loads(sys.argv[1]):
+    found = cache.find_prebuilt(scope=pathlib.Path(scope), module_name=name)
+    out[scope] = found.parent.name if found else None
+print(json.dumps(out))
+"""
+
+
+@needs_sgl023
+def test_the_leaf_check_agrees_with_the_releases_own_lookup_and_names_what_differs(naming, tmp_path):
+    from dgprecompile.keys.sglang_jit_ninja import hash_parts
+
+    module = _planned(naming)["sglang_jit:clamp_position<int64_t>"]
+    header = naming.kernel_path / "csrc" / "elementwise" / "clamp_position.cuh"
+    import hashlib
+
+    real = hashlib.sha256(header.read_bytes()).hexdigest()
+    cases = {"good": [["kernels", "csrc/elementwise/clamp_position.cuh", real]],
+             "changed": [["kernels", "csrc/elementwise/clamp_position.cuh", "0" * 64]],
+             "gone": [["kernels", "csrc/elementwise/no_such_file.cuh", real]]}
+    scopes = []
+    for case, deps in cases.items():
+        scope = tmp_path / case / "sm90a" / naming.module_name(module) / "build-0123456789abcdef"
+        leaf = scope / ("deps-" + hash_parts([tuple(d) for d in deps]))
+        leaf.mkdir(parents=True)
+        (leaf / "sgl_deps.json").write_text(json.dumps(deps))
+        (leaf / naming.library(module)).write_bytes(b"\x7fELF")
+        scopes.append([str(scope), naming.module_name(module)])
+    r = _child(PREBUILT_CHILD, _env(tmp_path), json.dumps(scopes))
+    assert r.returncode == 0, r.stderr[-3000:]
+    theirs = json.loads(r.stdout.strip().splitlines()[-1])
+    for scope, _ in scopes:
+        mine = naming.hit(Path(scope), module)
+        assert (mine.name if mine else None) == theirs[scope], scope
+    assert theirs[scopes[0][0]] is not None and theirs[scopes[1][0]] is None and theirs[scopes[2][0]] is None
+    changed = next(Path(scopes[1][0]).iterdir())
+    assert naming.leaf_problem(changed, module) == "recorded dependency kernels:csrc/elementwise/clamp_position.cuh changed"
+    gone = next(Path(scopes[2][0]).iterdir())
+    assert "kernels:csrc/elementwise/no_such_file.cuh is missing here" in naming.leaf_problem(gone, module)
+
+
+def test_a_fingerprint_difference_in_the_releases_key_is_named():
+    from dgprecompile.keys.fingerprint import differences
+
+    recorded = {"sglang_ninja": {"sglang": VERSION, "pkg_torch": "2.13.0+cpu", "cxx_version": "c++ 12.2.0"}}
+    current = {"sglang_ninja": {"sglang": VERSION, "pkg_torch": "2.11.0+cu130", "cxx_version": "c++ 12.2.0"}}
+    assert [d[0] for d in differences(recorded, current)] == ["sglang_ninja.pkg_torch"]
