@@ -208,6 +208,9 @@ def run_live(plan: Plan, store: CacheStore, opts: LiveOptions, out=None) -> Live
         hint = warm_command(plan, cache_dir)
         composed = compose_env(plan, cache_dir, fingerprint, os.environ, strict=True, run_dir=str(run_dir),
                                warm_hint=hint, python=python)
+        from dgprecompile.launch.launcher import GUARD_DIR
+
+        (run_dir / GUARD_DIR).mkdir(exist_ok=True)  # strict: each process of the driver records its guard here
         if composed.conflicts:
             raise InputError("the environment conflicts with the warmed cache:\n"
                              + "\n".join(f"  {c}" for c in composed.conflicts),
