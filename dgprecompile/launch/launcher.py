@@ -35,7 +35,7 @@ from typing import Any
 
 from dgprecompile import scratch
 from dgprecompile.cache.store import CacheStore, resolve_cache_dir
-from dgprecompile.cache.verify import VerifyReport, verify_roots
+from dgprecompile.cache.verify import COVERED_BY_SWEEP, VerifyReport, verify_roots
 from dgprecompile.errors import EXIT_CHECK_FAILED, CheckFailed, EnvironmentProblem, InputError
 from dgprecompile.launch.hook import HOOK_DIR, NVCC_STANDIN
 from dgprecompile.planning.plan import Plan, PlanRequest
@@ -611,7 +611,7 @@ def _preflight_failure(plan: Plan, report: VerifyReport) -> str:
     if more > 0:
         lines.append(f"  ... and {more} more")
     lines += [f"  fingerprint: {f} was {was!r} when warmed, is {now!r} here" for f, was, now in report.stale]
-    what = (f"{len(plan.keys)} keys' m ranges" if report.coverage == "sweep"
+    what = (f"{len(plan.keys)} keys' m ranges" if report.coverage == COVERED_BY_SWEEP
             else f"{len(plan.kernels) + len(plan.jit_modules)} kernels")
     summary = (f"the cache {report.cache_dir} does not cover the plan ({len(report.missing)} of "
                f"{what} missing, {len(report.changed)} changed"
@@ -692,7 +692,7 @@ def run_launch(prepared: PreparedLaunch) -> LaunchResult:
             capture.file_captured(store, result.families, prepared.env.env)
         result.refusals = [e for e in _read_events(prepared.run_dir / "events.jsonl") if e.get("event") == "refused"]
         result.refusals_outside_plan = bool(result.refusals) and all(
-            e.get("kernel") and e.get("generation") == "legacy" and e["kernel"] not in plan.kernels
+            e.get("kernel") and _names_planned_kernels(e) and e["kernel"] not in plan.kernels
             for e in result.refusals)
         new = sorted(set(all_entries(store)) - before)
         areas = jit_areas()
@@ -705,6 +705,15 @@ def run_launch(prepared: PreparedLaunch) -> LaunchResult:
         return result
     finally:
         prepared.cleanup()
+
+
+def _names_planned_kernels(event: Mapping[str, Any]) -> bool:
+    """Whether a refusal names the kernel by its plan id: the runtimes the startup hook refuses (strict_by "hook")
+    report the kernel they were asked for; the nvcc stand-in and the other families name what they would build."""
+    from dgprecompile.generations import GENERATIONS
+
+    generation = GENERATIONS.get(str(event.get("generation")))
+    return generation is not None and generation.strict_by == "hook"
 
 
 def _check_guards(guard: Path, watch: JobWatch, result: LaunchResult) -> None:
