@@ -60,6 +60,7 @@ def shared(tmp_path_factory):
     keep = {b["kernel"] for b in shape["buckets"]} | set(shape["aux_kernels"])
     data["shapes"], data["kernels"] = [shape], [k for k in data["kernels"] if k["id"] in keep]
     data["total_kernels"] = len(data["kernels"])
+    data["sglang_jit_modules"] = []  # DeepGEMM's roots only: SGLang's own modules live in --cache-dir alone
     manifest = tmp / "plan.yaml"
     write_manifest(plan_from_dict(data), manifest)
     cache = tmp / "shared"
