@@ -4,6 +4,7 @@ against, including everything the default tests would otherwise fetch at test ti
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -17,7 +18,11 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is no
 
 def _dry(target: str) -> list[str]:
     """The commands `make TARGET` would run from scratch (-B: as if no stamp existed)."""
-    proc = subprocess.run(["make", "-n", "-B", target], cwd=REPO, capture_output=True, text=True, timeout=60)
+    # as a user types it: not as a sub-make of `make test` (CI runs the suite that way), whose MAKEFLAGS and
+    # MAKELEVEL would add "Entering directory" lines and the outer make's flags
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES")}
+    proc = subprocess.run(["make", "--no-print-directory", "-n", "-B", target], cwd=REPO, capture_output=True,
+                          text=True, timeout=60, env=env)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.splitlines()
 
