@@ -82,6 +82,7 @@ $(TEST_STAMP): $(RUN_STAMP)
 	$(BIN)/pip install -q --no-deps --target $(TRITON_DIR) triton==3.6.0 einops==0.8.1
 	for w in $(SK_DG); do $(UNPACK) $$w $(VENV)/$$(echo $$w | sed 's/==/-/') || exit 1; done  # one each: two sgl-kernel versions in one call conflict
 	$(BIN)/python scripts/update_sglang_args.py --fetch $(SGL_WHEELS)
+	$(BIN)/pip download -q --no-deps --only-binary :all: -d .cache/wheels sgl-deep-gemm==0.1.3  # tests/test_unpack_tool.py: a real wheel (4.6 MB), outside the venv
 	$(BIN)/pip install -q --no-deps --target $(SGL023) $(SGL023_PKGS)
 	touch $@
 

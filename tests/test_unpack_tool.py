@@ -11,13 +11,14 @@ import tarfile
 import zipfile
 
 import pytest
-from helpers import VENV
 
 TOOL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools", "unpack_deep_gemm.py")
-WHEEL = next(iter(sorted(glob.glob(os.path.join(VENV, "wheels", "sgl_kernel-0.3.21-*.whl")))), None)
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# a real wheel holding a deep_gemm/ package with its compiled extension (make setup downloads it beside the repo)
+WHEEL = next(iter(sorted(glob.glob(os.path.join(REPO, ".cache", "wheels", "sgl_deep_gemm-0.1.3-*.whl")))), None)
 
 
-@pytest.mark.skipif(WHEEL is None, reason="the sgl-kernel 0.3.21 wheel is not in .venv/wheels (make setup)")
+@pytest.mark.skipif(WHEEL is None, reason="the sgl-deep-gemm 0.1.3 wheel is not in .cache/wheels (make setup)")
 @pytest.mark.parametrize("no_so", [False, True])
 def test_the_tarball_holds_exactly_the_wheels_deep_gemm_files(tmp_path, no_so):
     out = tmp_path / "dg.tgz"
