@@ -299,6 +299,10 @@ def _cli(*args, env_extra=None, timeout=900) -> subprocess.CompletedProcess:
     env["PYTHONPATH"] += os.pathsep + (sgl_deep_gemm_dir("0.2.2") or "")
     env.pop("SGLANG_JIT_CACHE_DIR")
     env.pop("CUDA_HOME")  # warm, verify and launch choose the toolkit themselves (toolkit_home)
+    # one known search order, whatever PATH the caller has (CI puts /usr/local/cuda-13.0/bin first): a bare nvcc
+    # wrapper in /usr/local/bin (no toolkit there, skipped), then CUDA_HOME's nvcc
+    rest = [d for d in env.get("PATH", "").split(os.pathsep) if d and "cuda" not in d and d != "/usr/local/bin"]
+    env["PATH"] = os.pathsep.join(["/usr/local/bin", os.path.join(CUDA_HOME, "bin"), *rest])
     return subprocess.run([sys.executable, "-m", "dgprecompile", *map(str, args)], capture_output=True, text=True,
                           env=env, timeout=timeout, cwd=tempfile.gettempdir())  # launch writes its misses file here
 
