@@ -404,5 +404,3 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
     else:
         shutil.rmtree(path, ignore_errors=True)
-
-    return True
