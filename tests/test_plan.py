@@ -10,6 +10,7 @@ from helpers import run_in_fresh_python
 
 from dgprecompile.cache.store import resolve_cache_dir
 from dgprecompile.cli.main import cli
+from dgprecompile.errors import InputError
 from dgprecompile.planning.manifest import read_manifest
 from dgprecompile.planning.plan import PlanRequest, parse_specforge_cmd, sglang_precompile_m_max
 from dgprecompile.planning.profiles import resolve_profile
@@ -323,3 +324,25 @@ def test_whole_yaml_output_is_the_checked_in_manifest(runner):
     lines[source] = "model_source: bundled:Qwen3-Coder-480B-A35B-Instruct-FP8.json"
     expected = (REPO / "shapes" / "Qwen3-Coder-480B-A35B-Instruct-FP8.tp8.ep8.sglang-0.5.0-0.5.1.auto.yaml").read_text()
     assert "\n".join(lines) + "\n" == expected
+
+
+def test_specforge_command_read_as_argparse_reads_it():
+    # the trainer's own parser (argparse): `--opt=value`, `--opt value`, the last of repeated options, flags and
+    # options it does not know left alone; torchrun's options before the script are torchrun's
+    cmd = ("torchrun --nnodes 1 --nproc_per_node=8 scripts/train_eagle3_online.py --resume --tp-size 4 "
+           "--cache-dir /tmp/c --max-length=4096 --tp-size=8 --chat-template qwen")
+    shape = parse_specforge_cmd(cmd)
+    assert (shape.tp, shape.ep, shape.batch_size, shape.max_length) == (8, None, 1, 4096)
+    assert parse_specforge_cmd("python scripts/train_eagle3_online.py --target-tp-size 2 --sglang-ep-size 2").ep == 2
+
+
+@pytest.mark.parametrize("cmd, message", [
+    ("train.py --tp-size", "expected one argument"),
+    ("train.py --tp-size eight", "must be an integer, got 'eight'"),
+    ("train.py --max-length 0", "must be positive"),
+    ("train.py --batch-size '1", "cannot parse --specforge-cmd"),
+])
+def test_specforge_command_refusals_name_the_option(cmd, message):
+    with pytest.raises(InputError) as exc:
+        parse_specforge_cmd(cmd)
+    assert message in exc.value.message and exc.value.hint

@@ -6,6 +6,7 @@ A plan is computed from config.json alone (no torch, no DeepGEMM) and saved as a
 
 from __future__ import annotations
 
+import argparse
 import shlex
 from dataclasses import dataclass, field
 from importlib import resources
@@ -195,45 +196,40 @@ class TrainerShape:
         return self.tp * self.batch_size * self.max_length
 
 
+class _TrainerArgs(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse would print usage and exit 2
+        raise InputError(f"--specforge-cmd: {message}", hint="pass the trainer's command line exactly as it runs")
+
+
+def _trainer_options() -> dict[str, Any]:
+    text = resources.files("dgprecompile.data").joinpath("specforge_trainer.yaml").read_text()
+    return yaml.safe_load(text)["options"]
+
+
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be positive, got {number}")
+    return number
+
+
 def parse_specforge_cmd(cmd: str) -> TrainerShape:
-    """Read --tp-size/--batch-size/--max-length (and --ep-size) from a SpecForge training command line."""
+    """Read the target's tp/ep, batch size and max length from a SpecForge training command line, with an
+    argparse parser built from data/specforge_trainer.yaml (the trainer's own option names); everything else on
+    the line (torchrun's options, the script, the trainer's other options) is left to them."""
     try:
         argv = shlex.split(cmd)
     except ValueError as exc:
         raise InputError(f"cannot parse --specforge-cmd: {exc}", hint="quote the whole command once") from None
-    values: dict[str, str] = {}
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg.startswith("--"):
-            if "=" in arg:
-                name, value = arg[2:].split("=", 1)
-                values[name] = value
-            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-                values[arg[2:]] = argv[i + 1]
-                i += 1
-        i += 1
-
-    def get_int(names: tuple[str, ...], default: int | None) -> int | None:
-        for name in names:
-            if name in values:
-                try:
-                    value = int(values[name])
-                except ValueError:
-                    raise InputError(f"--specforge-cmd: --{name} must be an integer, got {values[name]!r}",
-                                     hint="pass the trainer's command line exactly as it runs") from None
-                if value < 1:
-                    raise InputError(f"--specforge-cmd: --{name} must be positive",
-                                     hint="pass the trainer's command line exactly as it runs")
-                return value
-        return default
-
-    return TrainerShape(
-        tp=get_int(("tp-size", "target-tp-size", "tp"), 1) or 1,
-        ep=get_int(("ep-size", "sglang-ep-size", "ep"), None),
-        batch_size=get_int(("batch-size", "target-batch-size"), 1) or 1,
-        max_length=get_int(("max-length", "max-seq-length"), 2048) or 2048,
-    )
+    options = _trainer_options()
+    parser = _TrainerArgs(prog="trainer", add_help=False, allow_abbrev=False)
+    for dest, option in options.items():
+        parser.add_argument(*option["names"], dest=dest, type=_positive_int, default=option["default"])
+    args, _rest = parser.parse_known_args(argv)
+    return TrainerShape(tp=args.tp, ep=args.ep, batch_size=args.batch_size, max_length=args.max_length)
 
 
 def plan_key(key: GemmKey, profile: Profile, num_sms: int, kernels: dict[str, KernelSpec],
