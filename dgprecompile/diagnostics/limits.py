@@ -266,9 +266,16 @@ def read_limits(proc_root: str | Path = "/proc", sys_root: str | Path = "/sys",
         uid = int(uids.split()[0]) if uids else os.getuid()
     threads = status_field(status, "Threads")
     lims = Limits(uid=uid, tasks_self=int(threads) if threads and threads.isdigit() else None)
+    lims.task_limits.append(_nproc_limit(proc_root, uid, rlimits.get("nproc", (None, None))[0]))
+    _read_cgroups(lims, proc_root, sys_root)
+    lims.task_limits.extend(_system_limits(proc_root))
+    _read_memory(lims, proc_root)
+    lims.stack_bytes = rlimits.get("stack", (None, None))[0]
+    return lims
 
-    # RLIMIT_NPROC
-    soft, _hard = rlimits.get("nproc", (None, None))
+
+def _nproc_limit(proc_root: Path, uid: int, soft: int | None) -> Limit:
+    """RLIMIT_NPROC: the tasks of the user, unless the kernel exempts it."""
     user_tasks = count_user_tasks(proc_root, uid)
     exempt, why = nproc_exempt(proc_root, uid)
     lim = Limit("RLIMIT_NPROC (ulimit -u)", "getrlimit", soft, user_tasks,
@@ -281,9 +288,11 @@ def read_limits(proc_root: str | Path = "/proc", sys_root: str | Path = "/sys",
         lim.status = "unknown"
     if exempt is None:
         lim.note = f"{why}; {lim.note}"
-    lims.task_limits.append(lim)
+    return lim
 
-    # cgroups
+
+def _read_cgroups(lims: Limits, proc_root: Path, sys_root: Path) -> None:
+    """The pids limits of this process's cgroup (v2, v1 or both) and every ancestor."""
     v2_path, v1_path = parse_cgroup_file(read_text(proc_root / "self" / "cgroup"))
     v2_mount, v1_mount = cgroup_mounts(sys_root)
     versions = []
@@ -299,8 +308,11 @@ def read_limits(proc_root: str | Path = "/proc", sys_root: str | Path = "/sys",
     if not versions:
         lims.notes.append("no cgroup pids controller found (or /proc/self/cgroup unreadable)")
 
-    # system-wide
+
+def _system_limits(proc_root: Path) -> list[Limit]:
+    """kernel.threads-max and kernel.pid_max against the tasks of the whole host."""
     tasks_now = total_tasks(proc_root)
+    out = []
     for name, rel in (("kernel.threads-max", "sys/kernel/threads-max"), ("kernel.pid_max", "sys/kernel/pid_max")):
         value = read_int(proc_root / rel)
         lim = Limit(name, str(proc_root / rel), value, tasks_now,
@@ -310,8 +322,12 @@ def read_limits(proc_root: str | Path = "/proc", sys_root: str | Path = "/sys",
         elif tasks_now is None:
             lim.status = "unknown"
             lim.note = "tasks in use unknown (/proc/loadavg unreadable)"
-        lims.task_limits.append(lim)
+        out.append(lim)
+    return out
 
+
+def _read_memory(lims: Limits, proc_root: Path) -> None:
+    """Memory maps and overcommit: what a thread's stack reservation runs into once tasks are allowed."""
     lims.max_map_count = read_int(proc_root / "sys" / "vm" / "max_map_count")
     maps = read_text(proc_root / "self" / "maps")
     lims.maps_self = None if maps is None else len(maps.splitlines())
@@ -325,5 +341,3 @@ def read_limits(proc_root: str | Path = "/proc", sys_root: str | Path = "/sys",
                 setattr(lims, attr, int(value.split()[0]))
             except ValueError:
                 pass
-    lims.stack_bytes = rlimits.get("stack", (None, None))[0]
-    return lims

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from dgprecompile.errors import InputError
 from dgprecompile.planning.models import load_model
 from dgprecompile.planning.plan import Plan, PlanRequest, build_plan, resolve_num_sms
@@ -30,7 +33,19 @@ def jit_path_options(settings) -> dict:
     return {n: settings.get(n) for n in names if settings.get(n) is not None}
 
 
-def plan_from_server(req: PlanRequest) -> Plan:
+@dataclass
+class _ServerSource:
+    """Where the server command comes from: --sglang-cmd as given, or the capture server a SpecForge config starts."""
+
+    argv: Any
+    version: str | None
+    what: str  # how messages name it
+    ep_option: str  # the option a user changes to fix the expert layout
+    run: Any = None  # the SpecForge run, for --specforge-config
+
+
+def _check_request(req: PlanRequest) -> str:
+    """Refuse options that say again what the server command decides; returns the source's option name."""
     if req.sglang_cmd is not None and req.specforge_config is not None:
         raise InputError("pass --sglang-cmd or --specforge-config, not both")
     source = "--sglang-cmd" if req.sglang_cmd is not None else "--specforge-config"
@@ -41,30 +56,38 @@ def plan_from_server(req: PlanRequest) -> Plan:
     if req.moe_runner_backend not in (None, "auto"):
         raise InputError(f"--moe-runner-backend and {source} both say how the server runs",
                          hint="put --moe-runner-backend into the server command")
-    run = None
-    if req.specforge_config is not None:
-        from dgprecompile.planning.specforge_config import facts, read_specforge_config
+    return source
 
-        run = read_specforge_config(req.specforge_config)
-        argv = run.servers[0].argv
-        version = req.sglang
-        if version is None:
-            from dgprecompile.planning.profiles import installed_sglang_version
 
-            version = installed_sglang_version() or str(facts()["sglang"])
-        what = f"the capture server of {req.specforge_config}"
-        ep_option = "model.sglang_ep_size"
-    else:
-        argv = req.sglang_cmd
-        version = req.sglang
-        what = "the server command"
-        ep_option = "--ep-size"
-    command = parse_command(argv, source)
-    choice = resolve_profile(version)
+def _server_source(req: PlanRequest) -> _ServerSource:
+    if req.specforge_config is None:
+        return _ServerSource(req.sglang_cmd, req.sglang, "the server command", "--ep-size")
+    from dgprecompile.planning.specforge_config import facts, read_specforge_config
+
+    run = read_specforge_config(req.specforge_config)
+    version = req.sglang
+    if version is None:
+        from dgprecompile.planning.profiles import installed_sglang_version
+
+        version = installed_sglang_version() or str(facts()["sglang"])
+    return _ServerSource(run.servers[0].argv, version, f"the capture server of {req.specforge_config}",
+                         "model.sglang_ep_size", run)
+
+
+def plan_from_server(req: PlanRequest) -> Plan:
+    """The plan of a server command (--sglang-cmd) or of a SpecForge run's capture server, read as the profile's
+    SGLang release reads its options."""
+    source = _check_request(req)
+    src = _server_source(req)
+    command = parse_command(src.argv, source)
+    choice = resolve_profile(src.version)
     profile, reason = choice.profile, choice.reason
-    if req.specforge_config is not None and req.sglang is None and version == str(facts()["sglang"]):
-        reason = f"SpecForge 0.2.0 pins sglang {version}"
-    table, table_reason = choose_table(profile, choice.sglang_version or version)
+    if src.run is not None and req.sglang is None:
+        from dgprecompile.planning.specforge_config import facts
+
+        if src.version == str(facts()["sglang"]):
+            reason = f"SpecForge 0.2.0 pins sglang {src.version}"
+    table, table_reason = choose_table(profile, choice.sglang_version or src.version)
     settings = parse_server_args(command, table, table_reason)
     model = load_model(settings.model)
     quant = (model.config.get("quantization_config") or {}).get("quant_method")
@@ -73,16 +96,24 @@ def plan_from_server(req: PlanRequest) -> Plan:
         raise InputError(f"--moe-runner-backend {settings.moe_runner_backend} is not modelled")
     bound = token_bound(settings, model.config)
     precompile = True if req.sglang_precompile is None else req.sglang_precompile
-    max_tokens = req.max_tokens or bound.max_tokens
     par = Parallel(tp=settings.tp, ep=settings.ep, moe_runner_backend=settings.moe_runner_backend,
-                   max_tokens=max_tokens, sweep_m_max=bound.sweep_m_max if precompile else 0)
+                   max_tokens=req.max_tokens or bound.max_tokens, sweep_m_max=bound.sweep_m_max if precompile else 0)
     try:
         plan = build_plan(model, profile, par, resolve_num_sms(req.gpu, req.num_sms), req.gpu, reason,
                           choice.sglang_version or (table.sglang if table.origin.startswith("installed:") else None),
                           keys_only=req.keys_only, server_options=jit_path_options(settings))
     except ExpertLayoutError as exc:
-        raise InputError(f"{what}: {exc.message}", hint=exc.hint_for(ep_option)) from None
-    notes = [f"{what} read with {table_reason}"]
+        raise InputError(f"{src.what}: {exc.message}", hint=exc.hint_for(src.ep_option)) from None
+    plan.notes = _server_notes(req, src, table_reason, bound, settings, precompile) + plan.notes
+    plan.server = settings.to_dict()
+    if src.run is not None:
+        plan.server["specforge"] = src.run.to_dict()
+    return plan
+
+
+def _server_notes(req: PlanRequest, src: _ServerSource, table_reason: str, bound, settings, precompile: bool
+                  ) -> list[str]:
+    notes = [f"{src.what} read with {table_reason}"]
     notes += [f"largest forward on a rank: {line}" for line in bound.lines]
     if req.max_tokens:
         notes.append(f"--max-tokens {req.max_tokens} replaces the server's bound {bound.max_tokens}")
@@ -93,8 +124,4 @@ def plan_from_server(req: PlanRequest) -> Plan:
     if settings.nnodes > 1:
         notes.append(f"tp {settings.tp} over {settings.nnodes} nodes ({settings.tp // settings.nnodes} GPUs each): "
                      "every node compiles the same kernels; warm once and unpack the artifact on each node")
-    plan.notes = notes + plan.notes
-    plan.server = settings.to_dict()
-    if run is not None:
-        plan.server["specforge"] = run.to_dict()
-    return plan
+    return notes
