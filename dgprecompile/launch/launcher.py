@@ -542,61 +542,91 @@ def run_child(argv: list[str], env: Mapping[str, str], *, cwd: str | None = None
         else:
             pending.append(signum)
 
+    previous = _install_handlers(handler)
+    dog = None
+    try:
+        proc.append(_start_job(argv, env, cwd))
+        child = proc[0]
+        dog = _watchdog(child.pid, kill_grace)
+        for signum in pending:
+            forward_signal(child.pid, signum)
+        code, deadline = _wait_job(child, watch, kill_grace)
+        _end_what_is_left(child.pid, watch, deadline, kill_grace)
+    finally:
+        _release_watchdog(dog)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+    if watch.signals:
+        return 128 + watch.signals[0]
+    return 128 - code if code < 0 else code
+
+
+def _install_handlers(handler: Callable[[int, Any], None]) -> dict[int, Any]:
+    """``handler`` for every forwarded signal; the handlers it replaced (none off the main thread)."""
     previous = {}
     for sig in FORWARDED_SIGNALS:
         try:
             previous[sig] = signal.signal(sig, handler)
         except ValueError:  # not the main thread
             pass
-    dog = None
+    return previous
+
+
+def _start_job(argv: list[str], env: Mapping[str, str], cwd: str | None) -> subprocess.Popen:
+    """Start the job in its own session; a command that cannot be run is the user's input error."""
     try:
+        # executable= finds it; argv[0] stays the name the user gave (what the job sees as its own name)
+        return subprocess.Popen(list(argv), executable=find_command(argv[0], env), env=dict(env), cwd=cwd,
+                                start_new_session=True)
+    except FileNotFoundError:
+        raise InputError(f"command not found: {argv[0]}",
+                         hint="put the job's command after `--`, as you would run it") from None
+    except PermissionError:
+        raise InputError(f"command not executable: {argv[0]}",
+                         hint=f"chmod +x {argv[0]}, or run it through its interpreter") from None
+
+
+def _wait_job(child: subprocess.Popen, watch: JobWatch, kill_grace: float) -> tuple[int, float | None]:
+    """Wait for the job, looking at its processes meanwhile; ``kill_grace`` after the first forwarded signal,
+    SIGKILL every process of it. Returns its exit status and that deadline (None: no signal came)."""
+    deadline = None
+    while True:
+        watch.look(child.pid)
         try:
-            # executable= finds it; argv[0] stays the name the user gave (what the job sees as its own name)
-            proc.append(subprocess.Popen(list(argv), executable=find_command(argv[0], env), env=dict(env), cwd=cwd,
-                                         start_new_session=True))
-        except FileNotFoundError:
-            raise InputError(f"command not found: {argv[0]}", hint="put the job's command after `--`, as you would run it") from None
-        except PermissionError:
-            raise InputError(f"command not executable: {argv[0]}", hint=f"chmod +x {argv[0]}, or run it through its interpreter") from None
-        child = proc[0]
-        dog = _watchdog(child.pid, kill_grace)
-        for signum in pending:
-            forward_signal(child.pid, signum)
-        deadline = None
-        while True:
-            watch.look(child.pid)
-            try:
-                code = child.wait(timeout=POLL_SECONDS)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            if watch.signals and deadline is None:
-                deadline = time.monotonic() + kill_grace
-            if deadline is not None and time.monotonic() >= deadline and not watch.killed:
-                watch.killed = True
-                _kill_job(child.pid, signal.SIGKILL)
-        if watch.signals:  # what ignored the signal outlives its parent: the rest of the grace, then SIGKILL
-            deadline = deadline or time.monotonic() + kill_grace
-            while _kill_job(child.pid, 0) and time.monotonic() < deadline:
-                time.sleep(POLL_SECONDS)
-            if _kill_job(child.pid, signal.SIGKILL):
-                watch.killed = True
-    finally:
-        if dog is not None:
-            try:
-                os.write(dog[1], b"done")
-            except OSError:
-                pass
-            os.close(dog[1])
-            try:
-                os.waitpid(dog[0], 0)
-            except ChildProcessError:
-                pass
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-    if watch.signals:
-        return 128 + watch.signals[0]
-    return 128 - code if code < 0 else code
+            return child.wait(timeout=POLL_SECONDS), deadline
+        except subprocess.TimeoutExpired:
+            pass
+        if watch.signals and deadline is None:
+            deadline = time.monotonic() + kill_grace
+        if deadline is not None and time.monotonic() >= deadline and not watch.killed:
+            watch.killed = True
+            _kill_job(child.pid, signal.SIGKILL)
+
+
+def _end_what_is_left(root: int, watch: JobWatch, deadline: float | None, kill_grace: float) -> None:
+    """After a forwarded signal, what ignored it outlives its parent: the rest of the grace, then SIGKILL."""
+    if not watch.signals:
+        return
+    deadline = deadline or time.monotonic() + kill_grace
+    while _kill_job(root, 0) and time.monotonic() < deadline:
+        time.sleep(POLL_SECONDS)
+    if _kill_job(root, signal.SIGKILL):
+        watch.killed = True
+
+
+def _release_watchdog(dog: tuple[int, int] | None) -> None:
+    """Tell the watchdog the launcher ended the job itself ("done"), and reap it."""
+    if dog is None:
+        return
+    try:
+        os.write(dog[1], b"done")
+    except OSError:
+        pass
+    os.close(dog[1])
+    try:
+        os.waitpid(dog[0], 0)
+    except ChildProcessError:
+        pass
 
 
 # ---- the whole launch ------------------------------------------------------------------------------------
