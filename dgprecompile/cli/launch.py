@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import shlex
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -18,7 +19,10 @@ from dgprecompile.cli.options import (
 from dgprecompile.output import Output
 
 if TYPE_CHECKING:
+    from dgprecompile.cache.fleet import PullReport
+    from dgprecompile.cache.signing import Trust
     from dgprecompile.launch.launcher import LaunchResult, PreparedLaunch
+    from dgprecompile.planning.plan import Plan, PlanRequest
 
 
 @click.command("launch", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -71,38 +75,14 @@ def command(plan_request, manifest, config, cache_dir, shared_cache, strict, all
       dgprecompile launch --pull s3://my-bucket/dg/train-480b --trusted-key ci.pub --manifest plan.yaml -- torchrun ...
       dgprecompile launch --manifest plan.yaml --shared-cache /opt/dg -- python -m sglang.launch_server ...
     """
-    from dgprecompile.launch.launcher import (
-        LaunchOptions,
-        job_command,
-        prepare_launch,
-        request_for_job,
-        run_launch,
-    )
+    from dgprecompile.launch.launcher import LaunchOptions, prepare_launch, run_launch
 
-    argv, note = job_command(list(command), config, plan_request)
-    if note:
-        out.info(note)
-    plan_request = request_for_job(plan_request, argv, manifest)
-    plan = resolve_plan(plan_request, manifest)
-    out.info(f"plan: {plan.model} tp={plan.tp} ep={plan.ep} sglang {plan.profile.id} "
-             f"({plan.profile_reason}): {len(plan.kernels)} kernels")
+    argv, plan_request, plan = _job_and_plan(out, list(command), config, plan_request, manifest)
     if pull_from is not None:
-        from dgprecompile.cache.fleet import pull
-        from dgprecompile.cache.store import CacheStore, resolve_cache_dir
-        from dgprecompile.cli.pull import render_problem
-
-        store = CacheStore(resolve_cache_dir(plan, cache_dir))
-        pulled = pull(plan, store, pull_from, num_sms=plan_request.num_sms, trust=trust,
-                      replace_changed=replace_changed)
-        for warning in pulled.warnings:
-            out.warn(warning)
-        out.info(pulled.stats_line())  # stderr: stdout is the job's
-        if pulled.return_code:
-            if not allow_missing:
-                render_problem(out, pulled)
-                return pulled
-            out.warn(f"{pulled.reason()}; starting anyway (--allow-missing)")
-        cache_dir = str(store.root)
+        cache_dir, refused = _pull_first(out, plan, cache_dir, pull_from, num_sms=plan_request.num_sms, trust=trust,
+                                         replace_changed=replace_changed, allow_missing=allow_missing)
+        if refused is not None:
+            return refused
     if capture:
         strict = False  # a capture run lets every family compile, and records what it built
     prepared = prepare_launch(LaunchOptions(plan=plan, command=argv, cache_dir=cache_dir, strict=strict,
@@ -111,6 +91,43 @@ def command(plan_request, manifest, config, cache_dir, shared_cache, strict, all
                                             model_arg=plan_request.model, kill_grace=kill_grace, capture=capture))
     render_prepared(out, prepared)
     return out.report(run_launch(prepared), render_result)
+
+
+def _job_and_plan(out: Output, given: list[str], config: Mapping[str, Any], plan_request: PlanRequest,
+                  manifest: str | None) -> tuple[list[str], PlanRequest, Plan]:
+    """The job's command line, the plan request completed from it, and the plan (one info line on stderr)."""
+    from dgprecompile.launch.launcher import job_command, request_for_job
+
+    argv, note = job_command(given, config, plan_request)
+    if note:
+        out.info(note)
+    plan_request = request_for_job(plan_request, argv, manifest)
+    plan = resolve_plan(plan_request, manifest)
+    out.info(f"plan: {plan.model} tp={plan.tp} ep={plan.ep} sglang {plan.profile.id} "
+             f"({plan.profile_reason}): {len(plan.kernels)} kernels")
+    return argv, plan_request, plan
+
+
+def _pull_first(out: Output, plan: Plan, cache_dir: str | None, pull_from: str, *, num_sms: int | None,
+                trust: Trust | None, replace_changed: bool,
+                allow_missing: bool) -> tuple[str | None, PullReport | None]:
+    """--pull: fetch this machine's artifact into the cache first. Returns the cache to launch with, and the pull's
+    report where the launch must not start (the cache is still incomplete and --allow-missing was not given)."""
+    from dgprecompile.cache.fleet import pull
+    from dgprecompile.cache.store import CacheStore, resolve_cache_dir
+    from dgprecompile.cli.pull import render_problem
+
+    store = CacheStore(resolve_cache_dir(plan, cache_dir))
+    pulled = pull(plan, store, pull_from, num_sms=num_sms, trust=trust, replace_changed=replace_changed)
+    for warning in pulled.warnings:
+        out.warn(warning)
+    out.info(pulled.stats_line())  # stderr: stdout is the job's
+    if pulled.return_code:
+        if not allow_missing:
+            render_problem(out, pulled)
+            return cache_dir, pulled
+        out.warn(f"{pulled.reason()}; starting anyway (--allow-missing)")
+    return str(store.root), None
 
 
 def render_prepared(out: Output, prepared: PreparedLaunch) -> None:

@@ -98,109 +98,198 @@ def _same_roots(separator: str | None):
     return same
 
 
+def _equal(a: str, b: str) -> bool:
+    return a == b
+
+
+@dataclass
+class _EnvComposer:
+    """The child's environment while compose_env builds it: each concern's helper sets its variables through
+    put/off, which never override a value the user set (a differing one is a conflict, reported, not fixed)."""
+
+    base_env: Mapping[str, str]
+    env: dict[str, str]
+    settings: list[EnvSetting] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def put(self, name: str, value: str, why: str, same: Callable[[str, str], bool] = _equal) -> None:
+        have = self.base_env.get(name)
+        if have is not None and not same(have, value):
+            self.conflicts.append(f"{name}={have!r} is set, but {why} needs {name}={value!r}")
+            return
+        self.env[name] = value if have is None else have
+        self.settings.append(EnvSetting(name, self.env[name], why, kept=have is not None))
+
+    def off(self, name: str, why: str) -> None:
+        have = self.base_env.get(name)
+        if have is not None and have.strip().lower() in FALSY:
+            self.settings.append(EnvSetting(name, have, why, kept=True))
+        elif have is not None:
+            self.conflicts.append(f"{name}={have!r} is set: it turns SGLang's runtime DeepGEMM precompile on, which "
+                                  "starts compile threads in every rank (the failure launch exists to prevent); "
+                                  f"unset it or set {name}=0")
+        else:
+            self.env[name] = "0"
+            self.settings.append(EnvSetting(name, "0", why))
+
+    def result(self) -> LaunchEnv:
+        return LaunchEnv(self.env, self.settings, self.conflicts, self.notes)
+
+
 def compose_env(plan: Plan, cache_dir: str, fingerprint: Mapping[str, Any], base_env: Mapping[str, str], *,
                 strict: bool = True, trace_dir: str | None = None, run_dir: str | None = None,
                 warm_hint: str = "", python: str | None = None, standin: str = NVCC_STANDIN,
                 hook_dir: str = HOOK_DIR, shared: list[str] | tuple[str, ...] = (),
                 families: list[tuple[str, str, str]] = ()) -> LaunchEnv:
-    """The child's environment. Pure: reads only its arguments (and, for the C++ JIT, whether a path exists)."""
+    """The child's environment. Pure: reads only its arguments (and, for the C++ JIT, whether a path exists).
+
+    One helper per concern, in this order (a later one sees what an earlier one set, and the settings table lists
+    them in this order): SGLang's precompile off, the DeepGEMM cache dirs, SGLang's own JIT loader, the other
+    families' caches (launch/capture.py), the fingerprint's key variables, the nvcc (recorded or stand-in), and
+    last the startup hook's variables and PYTHONPATH."""
+    c = _EnvComposer(base_env, dict(base_env))
+    _precompile_env(c, plan)
+    _deepgemm_cache_env(c, plan, cache_dir, shared)
+    _jit_loader_env(c, plan, cache_dir, strict)
+    _family_cache_env(c, families)
+    _recorded_key_env(c, fingerprint)
+    _nvcc_env(c, plan, fingerprint, strict, standin)
+    _hook_env(c, plan, cache_dir, strict=strict, trace_dir=trace_dir, run_dir=run_dir, warm_hint=warm_hint,
+              python=python, hook_dir=hook_dir, families=families)
+    return c.result()
+
+
+def _precompile_env(c: _EnvComposer, plan: Plan) -> None:
+    """The profile's precompile switch(es) off, and no SGL_ spelling that SGLang would copy back on."""
     profile = plan.profile
-    deepgemm = profile.deepgemm
-    generation = deepgemm.id
-    env = dict(base_env)
-    settings: list[EnvSetting] = []
-    conflicts: list[str] = []
-    notes: list[str] = []
-
-    def put(name: str, value: str, why: str, same=lambda a, b: a == b) -> None:
-        have = base_env.get(name)
-        if have is not None and not same(have, value):
-            conflicts.append(f"{name}={have!r} is set, but {why} needs {name}={value!r}")
-            return
-        env[name] = value if have is None else have
-        settings.append(EnvSetting(name, env[name], why, kept=have is not None))
-
-    def off(name: str, why: str) -> None:
-        have = base_env.get(name)
-        if have is not None and have.strip().lower() in FALSY:
-            settings.append(EnvSetting(name, have, why, kept=True))
-        elif have is not None:
-            conflicts.append(f"{name}={have!r} is set: it turns SGLang's runtime DeepGEMM precompile on, which "
-                             "starts compile threads in every rank (the failure launch exists to prevent); "
-                             f"unset it or set {name}=0")
-        else:
-            env[name] = "0"
-            settings.append(EnvSetting(name, "0", why))
-
+    base_env = c.base_env
     precompile = profile.env_names("precompile")
     for name in precompile:
-        off(name, f"sglang {profile.id}: runtime precompile off")
+        c.off(name, f"sglang {profile.id}: runtime precompile off")
         alias = _alias(name)
         if alias and alias not in precompile and alias in base_env and base_env[alias].strip().lower() not in FALSY:
-            conflicts.append(f"{alias}={base_env[alias]!r} is set: this sglang copies it onto {name} at import, "
-                             "turning the runtime precompile back on; unset it")
+            c.conflicts.append(f"{alias}={base_env[alias]!r} is set: this sglang copies it onto {name} at import, "
+                               "turning the runtime precompile back on; unset it")
 
+
+def _deepgemm_cache_env(c: _EnvComposer, plan: Plan, cache_dir: str, shared: list[str] | tuple[str, ...]) -> None:
+    """The profile's cache-dir variable(s) and DG_JIT_CACHE_DIR at the warmed cache (then the shared roots)."""
+    profile = plan.profile
+    deepgemm = profile.deepgemm
+    base_env = c.base_env
     cache_names = profile.env_names("cache_dir") + ["DG_JIT_CACHE_DIR"]
     roots = deepgemm.cache_dir_value(cache_dir, shared)  # the warmed cache, then any read-only shared roots
     same_roots = _same_roots(deepgemm.root_separator)
     for name in cache_names:
-        put(name, roots, "the warmed cache" + (" and the shared caches after it" if shared else ""), same=same_roots)
+        c.put(name, roots, "the warmed cache" + (" and the shared caches after it" if shared else ""),
+              same=same_roots)
         alias = _alias(name)
         if alias and alias not in cache_names and alias in base_env and not same_roots(base_env[alias], roots):
-            conflicts.append(f"{alias}={base_env[alias]!r} is set: this sglang copies it onto {name}, away from "
-                             f"the warmed cache {cache_dir}; unset it")
+            c.conflicts.append(f"{alias}={base_env[alias]!r} is set: this sglang copies it onto {name}, away from "
+                               f"the warmed cache {cache_dir}; unset it")
 
+
+def _jit_loader_env(c: _EnvComposer, plan: Plan, cache_dir: str, strict: bool) -> None:
+    """SGLang's own JIT loader: its cache variable(s) at the family's area of the cache, and (strict) the
+    release's own switch that refuses runtime builds."""
     family = plan_jit_family(plan)
-    if family is not None:  # the release's loader: its cache variable(s) at the family's area of the cache
-        for name, value in family.launch_env(cache_dir):
-            put(name, value, f"SGLang's own JIT modules ({family.label}): loaded from here, warmed"
-                if plan.jit_modules else f"SGLang's own JIT modules ({family.label}): built here once", same=_same_path)
-        if strict:
-            for name, value in family.strict_env().items():
-                put(name, value, "strict: the release's own switch refuses runtime JIT builds")
+    if family is None:
+        return
+    for name, value in family.launch_env(cache_dir):
+        c.put(name, value, f"SGLang's own JIT modules ({family.label}): loaded from here, warmed"
+              if plan.jit_modules else f"SGLang's own JIT modules ({family.label}): built here once", same=_same_path)
+    if strict:
+        for name, value in family.strict_env().items():
+            c.put(name, value, "strict: the release's own switch refuses runtime JIT builds")
 
-    for name, value, why in [f for f in families if not f[0].startswith("DGPRECOMPILE_")]:  # launch/capture.py
-        put(name, value, why, same=_same_path if name.endswith(("_DIR", "_BASE")) else (lambda a, b: a == b))
 
+def _family_cache_env(c: _EnvComposer, families: list[tuple[str, str, str]] | tuple[()]) -> None:
+    """The other JIT families' cache variables (launch/capture.py); their DGPRECOMPILE_ switches go to the hook."""
+    for name, value, why in [f for f in families if not f[0].startswith("DGPRECOMPILE_")]:
+        c.put(name, value, why, same=_same_path if name.endswith(("_DIR", "_BASE")) else _equal)
+
+
+def _recorded_key_env(c: _EnvComposer, fingerprint: Mapping[str, Any]) -> None:
+    """The DG_JIT_* values the cache was warmed with (part of DeepGEMM's cache keys); one it lacks must be unset."""
+    base_env = c.base_env
     recorded_env = dict(fingerprint.get("env") or {})
     for name in KEY_ENV_VARS:
         if name in recorded_env:
-            put(name, str(recorded_env[name]), "recorded in the cache fingerprint (part of the cache key)")
+            c.put(name, str(recorded_env[name]), "recorded in the cache fingerprint (part of the cache key)")
         elif name in base_env and fingerprint:
-            conflicts.append(f"{name}={base_env[name]!r} is set, but the cache was warmed without it: it changes "
-                             "DeepGEMM's cache keys, so every warmed entry would miss; unset it (or warm with it set)")
+            c.conflicts.append(f"{name}={base_env[name]!r} is set, but the cache was warmed without it: it changes "
+                               "DeepGEMM's cache keys, so every warmed entry would miss; unset it (or warm with it "
+                               "set)")
+
+
+def _nvcc_env(c: _EnvComposer, plan: Plan, fingerprint: Mapping[str, Any], strict: bool, standin: str) -> None:
+    """A Python JIT (strict_by "hook"): the nvcc it was warmed with; a C++ JIT in strict mode: the stand-in."""
+    deepgemm = plan.profile.deepgemm
     recorded_nvcc = (fingerprint.get("nvcc") or {}).get("path")
-
     if deepgemm.strict_by == "hook":  # a Python JIT: the startup hook refuses its compiles
-        if int(fingerprint.get("env", {}).get("DG_JIT_USE_NVRTC", 0) or 0) == 0:
-            for name in ("SGL_DG_USE_NVRTC",):
-                if base_env.get(name, "0").strip().lower() not in FALSY:
-                    conflicts.append(f"{name}={base_env[name]!r} is set: the cache holds NVCC builds, and NVRTC "
-                                     "builds have other keys; unset it")
-        if recorded_nvcc and "nvcc.path" in deepgemm.fingerprint_fields:
-            put("DG_JIT_NVCC_COMPILER", recorded_nvcc, f"{generation} JIT: the nvcc path is part of its cache key")
-        else:
-            notes.append("the cache has no fingerprint: DG_JIT_NVCC_COMPILER left as found")
+        _python_jit_nvcc_env(c, plan, fingerprint, recorded_nvcc)
     elif strict:
-        real = base_env.get("DG_JIT_NVCC_COMPILER")
-        why_real = "your DG_JIT_NVCC_COMPILER"
-        if not real:
-            if recorded_nvcc and os.path.isfile(recorded_nvcc):
-                real, why_real = recorded_nvcc, "the nvcc recorded in the cache fingerprint"
-            else:
-                real, why_real = default_nvcc_path(dict(base_env)), "the nvcc the runtime would find"
-        if not real:
-            raise EnvironmentProblem("strict mode needs the real nvcc for the JIT's `nvcc --version` (part of its "
-                                     "cache key), and none was found",
-                                     hint="set DG_JIT_NVCC_COMPILER or CUDA_HOME, or use --no-strict")
-        env["DG_JIT_NVCC_COMPILER"] = standin
-        settings.append(EnvSetting("DG_JIT_NVCC_COMPILER", standin, "strict: nvcc stand-in refuses runtime compiles"))
-        env["DGPRECOMPILE_REAL_NVCC"] = real
-        settings.append(EnvSetting("DGPRECOMPILE_REAL_NVCC", real, f"stand-in runs it for --version ({why_real})"))
+        _standin_env(c, recorded_nvcc, standin)
 
+
+def _python_jit_nvcc_env(c: _EnvComposer, plan: Plan, fingerprint: Mapping[str, Any], recorded_nvcc: str | None
+                         ) -> None:
+    """No NVRTC switch over an NVCC cache, and the recorded nvcc path where it is part of the JIT's keys."""
+    deepgemm = plan.profile.deepgemm
+    base_env = c.base_env
+    if int(fingerprint.get("env", {}).get("DG_JIT_USE_NVRTC", 0) or 0) == 0:
+        for name in ("SGL_DG_USE_NVRTC",):
+            if base_env.get(name, "0").strip().lower() not in FALSY:
+                c.conflicts.append(f"{name}={base_env[name]!r} is set: the cache holds NVCC builds, and NVRTC "
+                                   "builds have other keys; unset it")
+    if recorded_nvcc and "nvcc.path" in deepgemm.fingerprint_fields:
+        c.put("DG_JIT_NVCC_COMPILER", recorded_nvcc, f"{deepgemm.id} JIT: the nvcc path is part of its cache key")
+    else:
+        c.notes.append("the cache has no fingerprint: DG_JIT_NVCC_COMPILER left as found")
+
+
+def _standin_env(c: _EnvComposer, recorded_nvcc: str | None, standin: str) -> None:
+    """Strict, C++ JIT: DG_JIT_NVCC_COMPILER is our stand-in, which runs the real nvcc for `--version` only."""
+    base_env = c.base_env
+    real = base_env.get("DG_JIT_NVCC_COMPILER")
+    why_real = "your DG_JIT_NVCC_COMPILER"
+    if not real:
+        if recorded_nvcc and os.path.isfile(recorded_nvcc):
+            real, why_real = recorded_nvcc, "the nvcc recorded in the cache fingerprint"
+        else:
+            real, why_real = default_nvcc_path(dict(base_env)), "the nvcc the runtime would find"
+    if not real:
+        raise EnvironmentProblem("strict mode needs the real nvcc for the JIT's `nvcc --version` (part of its "
+                                 "cache key), and none was found",
+                                 hint="set DG_JIT_NVCC_COMPILER or CUDA_HOME, or use --no-strict")
+    c.env["DG_JIT_NVCC_COMPILER"] = standin
+    c.settings.append(EnvSetting("DG_JIT_NVCC_COMPILER", standin, "strict: nvcc stand-in refuses runtime compiles"))
+    c.env["DGPRECOMPILE_REAL_NVCC"] = real
+    c.settings.append(EnvSetting("DGPRECOMPILE_REAL_NVCC", real, f"stand-in runs it for --version ({why_real})"))
+
+
+def _hook_env(c: _EnvComposer, plan: Plan, cache_dir: str, *, strict: bool, trace_dir: str | None,
+              run_dir: str | None, warm_hint: str, python: str | None, hook_dir: str,
+              families: list[tuple[str, str, str]] | tuple[()]) -> None:
+    """The startup hook's DGPRECOMPILE_* variables (any other, from an outer launch, dropped) and PYTHONPATH."""
+    hook_vars = _hook_vars(c, plan, cache_dir, strict=strict, trace_dir=trace_dir, run_dir=run_dir,
+                           warm_hint=warm_hint, python=python, families=families)
+    env = c.env
+    stale = [n for n in env if n.startswith("DGPRECOMPILE_") and n not in hook_vars and n != "DGPRECOMPILE_REAL_NVCC"]
+    for name in stale:
+        del env[name]  # ours; a stale value from an outer launch must not leak in
+    env.update(hook_vars)
+    _hook_pythonpath(c, plan, strict=strict, trace_dir=trace_dir, hook_dir=hook_dir)
+
+
+def _hook_vars(c: _EnvComposer, plan: Plan, cache_dir: str, *, strict: bool, trace_dir: str | None,
+               run_dir: str | None, warm_hint: str, python: str | None,
+               families: list[tuple[str, str, str]] | tuple[()]) -> dict[str, str]:
+    """What the startup hook reads: strict mode, the plan's kernels and where to record events, guards and calls."""
     from dgprecompile.jit_families import hook_targets
 
-    hook_vars = {"DGPRECOMPILE_STRICT": "1" if strict else "0", "DGPRECOMPILE_GENERATION": generation,
+    hook_vars = {"DGPRECOMPILE_STRICT": "1" if strict else "0", "DGPRECOMPILE_GENERATION": plan.profile.deepgemm.id,
                  "DGPRECOMPILE_JIT_HOOKS": ",".join(hook_targets()),
                  "DGPRECOMPILE_CACHE_DIR": cache_dir, "DGPRECOMPILE_PYTHON": python or sys.executable,
                  "DGPRECOMPILE_WARM_HINT": warm_hint}
@@ -211,22 +300,26 @@ def compose_env(plan: Plan, cache_dir: str, fingerprint: Mapping[str, Any], base
             hook_vars["DGPRECOMPILE_GUARD_DIR"] = os.path.join(run_dir, GUARD_DIR)
     if trace_dir:
         hook_vars["DGPRECOMPILE_TRACE_DIR"] = str(trace_dir)
-        settings.append(EnvSetting("DGPRECOMPILE_TRACE_DIR", str(trace_dir), "trace every DeepGEMM call"))
+        c.settings.append(EnvSetting("DGPRECOMPILE_TRACE_DIR", str(trace_dir), "trace every DeepGEMM call"))
     for name, value, why in families:
         if name.startswith("DGPRECOMPILE_"):  # ours (the hook's per-family strict switch): never the user's
             hook_vars[name] = value
-            settings.append(EnvSetting(name, value, why))
-    for name in [n for n in env if n.startswith("DGPRECOMPILE_") and n not in hook_vars and n != "DGPRECOMPILE_REAL_NVCC"]:
-        del env[name]  # ours; a stale value from an outer launch must not leak in
-    env.update(hook_vars)
-    old = base_env.get("PYTHONPATH")
-    env["PYTHONPATH"] = hook_dir + (os.pathsep + old if old else "")
-    active = (([f"{generation} strict"] if strict and deepgemm.strict_by == "hook" else [])
+            c.settings.append(EnvSetting(name, value, why))
+    return hook_vars
+
+
+def _hook_pythonpath(c: _EnvComposer, plan: Plan, *, strict: bool, trace_dir: str | None, hook_dir: str) -> None:
+    """PYTHONPATH starts with the startup hook; its settings row says what the hook does in this launch."""
+    from dgprecompile.jit_families import hook_targets
+
+    generation = plan.profile.deepgemm.id
+    old = c.base_env.get("PYTHONPATH")
+    c.env["PYTHONPATH"] = hook_dir + (os.pathsep + old if old else "")
+    active = (([f"{generation} strict"] if strict and plan.profile.deepgemm.strict_by == "hook" else [])
               + ([f"{', '.join(hook_targets())} builds refused"] if strict and hook_targets() else [])
               + (["trace"] if trace_dir else []))
-    settings.append(EnvSetting("PYTHONPATH", hook_dir + (os.pathsep + "..." if old else ""),
-                               "startup hook: " + (", ".join(active) if active else "inactive")))
-    return LaunchEnv(env, settings, conflicts, notes)
+    c.settings.append(EnvSetting("PYTHONPATH", hook_dir + (os.pathsep + "..." if old else ""),
+                                 "startup hook: " + (", ".join(active) if active else "inactive")))
 
 
 # ---- preflight ---------------------------------------------------------------------------------------
@@ -449,61 +542,91 @@ def run_child(argv: list[str], env: Mapping[str, str], *, cwd: str | None = None
         else:
             pending.append(signum)
 
+    previous = _install_handlers(handler)
+    dog = None
+    try:
+        proc.append(_start_job(argv, env, cwd))
+        child = proc[0]
+        dog = _watchdog(child.pid, kill_grace)
+        for signum in pending:
+            forward_signal(child.pid, signum)
+        code, deadline = _wait_job(child, watch, kill_grace)
+        _end_what_is_left(child.pid, watch, deadline, kill_grace)
+    finally:
+        _release_watchdog(dog)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+    if watch.signals:
+        return 128 + watch.signals[0]
+    return 128 - code if code < 0 else code
+
+
+def _install_handlers(handler: Callable[[int, Any], None]) -> dict[int, Any]:
+    """``handler`` for every forwarded signal; the handlers it replaced (none off the main thread)."""
     previous = {}
     for sig in FORWARDED_SIGNALS:
         try:
             previous[sig] = signal.signal(sig, handler)
         except ValueError:  # not the main thread
             pass
-    dog = None
+    return previous
+
+
+def _start_job(argv: list[str], env: Mapping[str, str], cwd: str | None) -> subprocess.Popen:
+    """Start the job in its own session; a command that cannot be run is the user's input error."""
     try:
+        # executable= finds it; argv[0] stays the name the user gave (what the job sees as its own name)
+        return subprocess.Popen(list(argv), executable=find_command(argv[0], env), env=dict(env), cwd=cwd,
+                                start_new_session=True)
+    except FileNotFoundError:
+        raise InputError(f"command not found: {argv[0]}",
+                         hint="put the job's command after `--`, as you would run it") from None
+    except PermissionError:
+        raise InputError(f"command not executable: {argv[0]}",
+                         hint=f"chmod +x {argv[0]}, or run it through its interpreter") from None
+
+
+def _wait_job(child: subprocess.Popen, watch: JobWatch, kill_grace: float) -> tuple[int, float | None]:
+    """Wait for the job, looking at its processes meanwhile; ``kill_grace`` after the first forwarded signal,
+    SIGKILL every process of it. Returns its exit status and that deadline (None: no signal came)."""
+    deadline = None
+    while True:
+        watch.look(child.pid)
         try:
-            # executable= finds it; argv[0] stays the name the user gave (what the job sees as its own name)
-            proc.append(subprocess.Popen(list(argv), executable=find_command(argv[0], env), env=dict(env), cwd=cwd,
-                                         start_new_session=True))
-        except FileNotFoundError:
-            raise InputError(f"command not found: {argv[0]}", hint="put the job's command after `--`, as you would run it") from None
-        except PermissionError:
-            raise InputError(f"command not executable: {argv[0]}", hint=f"chmod +x {argv[0]}, or run it through its interpreter") from None
-        child = proc[0]
-        dog = _watchdog(child.pid, kill_grace)
-        for signum in pending:
-            forward_signal(child.pid, signum)
-        deadline = None
-        while True:
-            watch.look(child.pid)
-            try:
-                code = child.wait(timeout=POLL_SECONDS)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            if watch.signals and deadline is None:
-                deadline = time.monotonic() + kill_grace
-            if deadline is not None and time.monotonic() >= deadline and not watch.killed:
-                watch.killed = True
-                _kill_job(child.pid, signal.SIGKILL)
-        if watch.signals:  # what ignored the signal outlives its parent: the rest of the grace, then SIGKILL
-            deadline = deadline or time.monotonic() + kill_grace
-            while _kill_job(child.pid, 0) and time.monotonic() < deadline:
-                time.sleep(POLL_SECONDS)
-            if _kill_job(child.pid, signal.SIGKILL):
-                watch.killed = True
-    finally:
-        if dog is not None:
-            try:
-                os.write(dog[1], b"done")
-            except OSError:
-                pass
-            os.close(dog[1])
-            try:
-                os.waitpid(dog[0], 0)
-            except ChildProcessError:
-                pass
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-    if watch.signals:
-        return 128 + watch.signals[0]
-    return 128 - code if code < 0 else code
+            return child.wait(timeout=POLL_SECONDS), deadline
+        except subprocess.TimeoutExpired:
+            pass
+        if watch.signals and deadline is None:
+            deadline = time.monotonic() + kill_grace
+        if deadline is not None and time.monotonic() >= deadline and not watch.killed:
+            watch.killed = True
+            _kill_job(child.pid, signal.SIGKILL)
+
+
+def _end_what_is_left(root: int, watch: JobWatch, deadline: float | None, kill_grace: float) -> None:
+    """After a forwarded signal, what ignored it outlives its parent: the rest of the grace, then SIGKILL."""
+    if not watch.signals:
+        return
+    deadline = deadline or time.monotonic() + kill_grace
+    while _kill_job(root, 0) and time.monotonic() < deadline:
+        time.sleep(POLL_SECONDS)
+    if _kill_job(root, signal.SIGKILL):
+        watch.killed = True
+
+
+def _release_watchdog(dog: tuple[int, int] | None) -> None:
+    """Tell the watchdog the launcher ended the job itself ("done"), and reap it."""
+    if dog is None:
+        return
+    try:
+        os.write(dog[1], b"done")
+    except OSError:
+        pass
+    os.close(dog[1])
+    try:
+        os.waitpid(dog[0], 0)
+    except ChildProcessError:
+        pass
 
 
 # ---- the whole launch ------------------------------------------------------------------------------------

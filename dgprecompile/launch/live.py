@@ -191,7 +191,8 @@ def _check_environment(plan: Plan, python: str) -> None:
 
 
 def run_live(plan: Plan, store: CacheStore, opts: LiveOptions, out=None) -> LiveReport:
-    from dgprecompile.launch.launcher import compose_env, warm_command
+    """Call the plan's layers in the live driver, a child with `launch --strict`'s environment; what it reported."""
+    from dgprecompile.launch.launcher import warm_command
 
     python = opts.python or sys.executable
     _check_environment(plan, python)
@@ -206,62 +207,83 @@ def run_live(plan: Plan, store: CacheStore, opts: LiveOptions, out=None) -> Live
     run_dir = scratch.run_dir("dgprecompile-live-")  # lock-held: a later run removes it if this one is killed
     try:
         hint = warm_command(plan, cache_dir)
-        composed = compose_env(plan, cache_dir, fingerprint, os.environ, strict=True, run_dir=str(run_dir),
-                               warm_hint=hint, python=python)
-        from dgprecompile.launch.launcher import GUARD_DIR
-
-        (run_dir / GUARD_DIR).mkdir(exist_ok=True)  # strict: each process of the driver records its guard here
-        if composed.conflicts:
-            raise InputError("the environment conflicts with the warmed cache:\n"
-                             + "\n".join(f"  {c}" for c in composed.conflicts),
-                             hint="dgprecompile never overrides a value you set; change or unset those variables")
-        from dgprecompile.launch.launcher import jit_name_prefixes
-
-        (run_dir / "plan-info.json").write_text(json.dumps({"kernels": sorted(plan.kernels), "warm": hint,
-                                                            "jit_modules": jit_name_prefixes(plan)}))
-        env = composed.env
-        from dgprecompile.launch.launcher import triton_cache_dir
-
-        triton = triton_cache_dir(env)
-        from dgprecompile.launch.launcher import plan_jit_family
-
-        family = plan_jit_family(plan)
-        jit_dirs = ([env.get(name) or os.path.expanduser(family.cache_default) for name in family.cache_env]
-                    if family else [])
-        job = {"units": units, "seed": opts.seed, "events": str(run_dir / "events.jsonl"),
-               "result": str(run_dir / "result.json"), "dirs": {
-                   "deepgemm": [str(store.area_dir("cache"))], "jit": jit_dirs, "triton": [triton]}}
-        (run_dir / "job.json").write_text(json.dumps(job))
+        env = _strict_env(plan, cache_dir, fingerprint, run_dir, hint, python)
+        _write_job(plan, store, units, opts, run_dir, env)
         log_path = Path(opts.log) if opts.log else run_dir / "child.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         if out is not None:
             out.info(f"live: {len(units)} layer kinds, {sum(len(u['ms']) for u in units)} calls, in a child "
                      f"process with launch --strict's environment; its output: {log_path}")
-        with open(log_path, "wb") as log:
-            try:
-                proc = subprocess.run([python, str(DRIVER), str(run_dir / "job.json")], env=env, stdout=log,
-                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=opts.timeout)
-                code = proc.returncode
-            except subprocess.TimeoutExpired:
-                code = None
+        code = _run_driver(python, run_dir, env, log_path, opts.timeout)
         report = LiveReport(cache_dir, plan.sglang_version, [], log=str(log_path) if opts.log else None,
                             warm_hint=hint)
-        try:
-            result = json.loads((run_dir / "result.json").read_text())
-        except (OSError, ValueError):
-            tail = log_path.read_text(errors="replace").strip().splitlines()[-12:]
-            report.error = ("the live driver " + ("timed out" if code is None else f"exited with {code}")
-                            + " without a result:\n" + "\n".join(tail))
-            return report
-        report.units = result.get("units", [])
-        report.outside = result.get("outside", {})
-        report.device = result.get("device")
-        report.error = result.get("error")
-        report.environment_error = bool(result.get("environment_error"))
-        _name_refusals(report, plan, store)
-        return report
+        return _read_result(report, plan, store, run_dir, log_path, code)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _strict_env(plan: Plan, cache_dir: str, fingerprint: dict[str, Any], run_dir: Path, hint: str,
+                python: str) -> dict[str, str]:
+    """`launch --strict`'s environment for the driver, with its guard folder and plan-info file in ``run_dir``;
+    raises where the user's environment conflicts with the warmed cache."""
+    from dgprecompile.launch.launcher import GUARD_DIR, compose_env, jit_name_prefixes
+
+    composed = compose_env(plan, cache_dir, fingerprint, os.environ, strict=True, run_dir=str(run_dir),
+                           warm_hint=hint, python=python)
+    (run_dir / GUARD_DIR).mkdir(exist_ok=True)  # strict: each process of the driver records its guard here
+    if composed.conflicts:
+        raise InputError("the environment conflicts with the warmed cache:\n"
+                         + "\n".join(f"  {c}" for c in composed.conflicts),
+                         hint="dgprecompile never overrides a value you set; change or unset those variables")
+    (run_dir / "plan-info.json").write_text(json.dumps({"kernels": sorted(plan.kernels), "warm": hint,
+                                                        "jit_modules": jit_name_prefixes(plan)}))
+    return composed.env
+
+
+def _write_job(plan: Plan, store: CacheStore, units: list[dict[str, Any]], opts: LiveOptions, run_dir: Path,
+               env: dict[str, str]) -> None:
+    """The driver's job.json: the units to call, and the cache folders whose new entries count as compiles."""
+    from dgprecompile.launch.launcher import plan_jit_family, triton_cache_dir
+
+    triton = triton_cache_dir(env)
+    family = plan_jit_family(plan)
+    jit_dirs = ([env.get(name) or os.path.expanduser(family.cache_default) for name in family.cache_env]
+                if family else [])
+    job = {"units": units, "seed": opts.seed, "events": str(run_dir / "events.jsonl"),
+           "result": str(run_dir / "result.json"), "dirs": {
+               "deepgemm": [str(store.area_dir("cache"))], "jit": jit_dirs, "triton": [triton]}}
+    (run_dir / "job.json").write_text(json.dumps(job))
+
+
+def _run_driver(python: str, run_dir: Path, env: dict[str, str], log_path: Path, timeout: float | None
+                ) -> int | None:
+    """Run the driver on the job with its output into ``log_path``; its exit code (None: it timed out)."""
+    with open(log_path, "wb") as log:
+        try:
+            proc = subprocess.run([python, str(DRIVER), str(run_dir / "job.json")], env=env, stdout=log,
+                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=timeout)
+            return proc.returncode
+        except subprocess.TimeoutExpired:
+            return None
+
+
+def _read_result(report: LiveReport, plan: Plan, store: CacheStore, run_dir: Path, log_path: Path,
+                 code: int | None) -> LiveReport:
+    """``report`` filled from the driver's result.json; without one, an error with the tail of its output."""
+    try:
+        result = json.loads((run_dir / "result.json").read_text())
+    except (OSError, ValueError):
+        tail = log_path.read_text(errors="replace").strip().splitlines()[-12:]
+        report.error = ("the live driver " + ("timed out" if code is None else f"exited with {code}")
+                        + " without a result:\n" + "\n".join(tail))
+        return report
+    report.units = result.get("units", [])
+    report.outside = result.get("outside", {})
+    report.device = result.get("device")
+    report.error = result.get("error")
+    report.environment_error = bool(result.get("environment_error"))
+    _name_refusals(report, plan, store)
+    return report
 
 
 def _name_refusals(report: LiveReport, plan: Plan, store: CacheStore) -> None:
