@@ -333,6 +333,95 @@ def _check_manifest(path: Path, data: bytes) -> dict[str, Any]:
     return schemas.check(manifest, "artifact-manifest", f"{path}: {MANIFEST_MEMBER}", hint=NOT_OURS_HINT)
 
 
+class _MemberReader:
+    """One pass over the archive's members, collecting what read_artifact checks once the stream has ended.
+
+    ``seen``: entry file -> sha256; ``meta``: the manifest's and the index's bytes; ``bad``: entry file -> why the
+    runtime could not load it; ``manifest``/``listing``/``arch``: from the first member, the manifest."""
+
+    def __init__(self, path: Path, on_manifest=None):
+        self.path, self.on_manifest = path, on_manifest
+        self.seen: dict[str, str] = {}
+        self.meta: dict[str, bytes] = {}
+        self.bad: dict[str, str] = {}
+        self.manifest: dict[str, Any] | None = None
+        self.listing: dict[str, Any] = {}
+        self.arch: str | None = None
+
+    def read(self) -> None:
+        path = self.path
+        with _open_stream(path) as f:
+            try:
+                gz = gzip.GzipFile(fileobj=f, mode="rb")
+                self.stream_in = _Bounded(gz, META_LIMIT + TAR_OVERHEAD)
+                with tarfile.open(fileobj=self.stream_in, mode="r|") as tar:
+                    for info in tar:
+                        self._member(tar, info)
+            except _TooLarge:
+                raise InputError(f"{path} expands past the sizes its manifest declares ({self.stream_in.limit} "
+                                 "bytes); nothing was unpacked", hint=NOT_OURS_HINT) from None
+            except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
+                raise _corrupt(path, exc) from None
+            except OSError as exc:
+                raise _corrupt(path, exc) from None
+
+    def _member(self, tar: tarfile.TarFile, info: tarfile.TarInfo) -> None:
+        path = self.path
+        check_member(path, info)
+        key = info.name.rstrip("/")
+        if key in self.seen or key in self.meta:
+            raise _refuse(path, info.name, "appears twice")
+        if self.manifest is None and info.name != MANIFEST_MEMBER:
+            raise InputError(f"{path} is not a dgprecompile cache artifact (its first member is "
+                             f"{info.name!r}, not {MANIFEST_MEMBER})", hint=NOT_OURS_HINT)
+        if info.isdir():
+            return
+        stream = tar.extractfile(info)
+        if info.name == MANIFEST_MEMBER:
+            self._manifest(info, stream)
+            return
+        if info.name not in self.listing:
+            raise _refuse(path, info.name, "not listed in the artifact's manifest")
+        if info.size != self.listing[info.name]["bytes"]:
+            raise _refuse(path, info.name, f"{info.size} bytes, but the manifest declares "
+                          f"{self.listing[info.name]['bytes']}")
+        if info.name == INDEX_MEMBER:
+            if info.size > META_LIMIT:
+                raise _refuse(path, info.name, f"{info.size} bytes is too large")
+            self.meta[info.name] = stream.read()
+        elif checked_files([info.name.rsplit("/", 1)[-1]]):
+            self._checked_file(info, stream)
+        else:
+            h = hashlib.sha256()
+            for chunk in iter(lambda s=stream: s.read(CHUNK), b""):
+                h.update(chunk)
+            self.seen[info.name] = h.hexdigest()
+
+    def _manifest(self, info: tarfile.TarInfo, stream: IO[bytes]) -> None:
+        """The first member: checked (and ``on_manifest`` run) before any other is read; bounds the stream."""
+        if info.size > META_LIMIT:
+            raise _refuse(self.path, info.name, f"{info.size} bytes is too large")
+        self.meta[info.name] = stream.read()
+        self.manifest = _check_manifest(self.path, self.meta[info.name])
+        if self.on_manifest is not None:
+            self.on_manifest(self.meta[info.name])
+        self.listing = self.manifest["members"]
+        declared = sum(m["bytes"] for m in self.listing.values())
+        self.stream_in.limit = self.stream_in.done + declared + TAR_OVERHEAD * (len(self.listing) + 2)
+        self.arch = _artifact_arch(self.meta[info.name])
+
+    def _checked_file(self, info: tarfile.TarInfo, stream: IO[bytes]) -> None:
+        """A file the runtime reads: checked on its bytes, as warm and verify check them on disk."""
+        if info.size > CHECK_LIMIT:
+            raise _refuse(self.path, info.name, f"{info.size} bytes is larger than any loadable entry "
+                          f"file (limit {CHECK_LIMIT >> 20} MiB)")
+        data = stream.read()
+        self.seen[info.name] = hashlib.sha256(data).hexdigest()
+        problem = file_problem(info.name.rsplit("/", 1)[-1], data, self.arch)
+        if problem:
+            self.bad[info.name] = problem
+
+
 def read_artifact(path: str | Path, on_manifest=None) -> Artifact:
     """Read the whole archive and check everything about it; writes nothing anywhere.
 
@@ -342,75 +431,26 @@ def read_artifact(path: str | Path, on_manifest=None) -> Artifact:
     cannot make unpack read gigabytes.
     """
     path = Path(path)
-    seen: dict[str, str] = {}
-    meta: dict[str, bytes] = {}
-    bad: dict[str, str] = {}  # entry file -> why the runtime could not load it
-    manifest: dict[str, Any] | None = None
-    listing: dict[str, Any] = {}
-    arch: str | None = None
-    with _open_stream(path) as f:
-        try:
-            gz = gzip.GzipFile(fileobj=f, mode="rb")
-            stream_in = _Bounded(gz, META_LIMIT + TAR_OVERHEAD)
-            with tarfile.open(fileobj=stream_in, mode="r|") as tar:
-                for info in tar:
-                    check_member(path, info)
-                    key = info.name.rstrip("/")
-                    if key in seen or key in meta:
-                        raise _refuse(path, info.name, "appears twice")
-                    if manifest is None and info.name != MANIFEST_MEMBER:
-                        raise InputError(f"{path} is not a dgprecompile cache artifact (its first member is "
-                                         f"{info.name!r}, not {MANIFEST_MEMBER})", hint=NOT_OURS_HINT)
-                    if info.isdir():
-                        continue
-                    stream = tar.extractfile(info)
-                    if info.name == MANIFEST_MEMBER:
-                        if info.size > META_LIMIT:
-                            raise _refuse(path, info.name, f"{info.size} bytes is too large")
-                        meta[info.name] = stream.read()
-                        manifest = _check_manifest(path, meta[info.name])
-                        if on_manifest is not None:
-                            on_manifest(meta[info.name])
-                        listing = manifest["members"]
-                        declared = sum(m["bytes"] for m in listing.values())
-                        stream_in.limit = stream_in.done + declared + TAR_OVERHEAD * (len(listing) + 2)
-                        arch = _artifact_arch(meta[info.name])
-                        continue
-                    if info.name not in listing:
-                        raise _refuse(path, info.name, "not listed in the artifact's manifest")
-                    if info.size != listing[info.name]["bytes"]:
-                        raise _refuse(path, info.name, f"{info.size} bytes, but the manifest declares "
-                                      f"{listing[info.name]['bytes']}")
-                    if info.name == INDEX_MEMBER:
-                        if info.size > META_LIMIT:
-                            raise _refuse(path, info.name, f"{info.size} bytes is too large")
-                        meta[info.name] = stream.read()
-                    elif checked_files([info.name.rsplit("/", 1)[-1]]):
-                        if info.size > CHECK_LIMIT:
-                            raise _refuse(path, info.name, f"{info.size} bytes is larger than any loadable entry "
-                                          f"file (limit {CHECK_LIMIT >> 20} MiB)")
-                        # a file the runtime reads: checked on its bytes, as warm and verify check them on disk
-                        data = stream.read()
-                        seen[info.name] = hashlib.sha256(data).hexdigest()
-                        problem = file_problem(info.name.rsplit("/", 1)[-1], data, arch)
-                        if problem:
-                            bad[info.name] = problem
-                    else:
-                        h = hashlib.sha256()
-                        for chunk in iter(lambda s=stream: s.read(CHUNK), b""):
-                            h.update(chunk)
-                        seen[info.name] = h.hexdigest()
-        except _TooLarge:
-            raise InputError(f"{path} expands past the sizes its manifest declares ({stream_in.limit} bytes); "
-                             "nothing was unpacked", hint=NOT_OURS_HINT) from None
-        except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
-            raise _corrupt(path, exc) from None
-        except OSError as exc:
-            raise _corrupt(path, exc) from None
+    members = _MemberReader(path, on_manifest)
+    members.read()
+    manifest, listing, seen, meta = members.manifest, members.listing, members.seen, members.meta
     if manifest is None:
         raise InputError(f"{path} is not a dgprecompile cache artifact (no {MANIFEST_MEMBER})", hint=NOT_OURS_HINT)
     if INDEX_MEMBER not in listing:
         raise InputError(f"{path}: {MANIFEST_MEMBER} does not list {INDEX_MEMBER}", hint=NOT_OURS_HINT)
+    _check_digests(path, listing, seen, meta)
+    if members.bad:
+        name, problem = sorted(members.bad.items())[0]
+        raise InputError(f"{path}: {len(members.bad)} entry files are not loadable, e.g. {name}: {problem}; nothing "
+                         "was unpacked", hint="pack it again from a cache that `dgprecompile verify` passes")
+    index = _read_index(path, meta[INDEX_MEMBER], manifest)
+    art = Artifact(path, manifest, index, seen, meta[MANIFEST_MEMBER])
+    _check_index_files(art)
+    return art
+
+
+def _check_digests(path: Path, listing: dict[str, Any], seen: dict[str, str], meta: dict[str, bytes]) -> None:
+    """Every member the manifest lists was read, and has the sha256 it lists."""
     actual = dict(seen)
     if INDEX_MEMBER in meta:
         actual[INDEX_MEMBER] = hashlib.sha256(meta[INDEX_MEMBER]).hexdigest()
@@ -423,13 +463,13 @@ def read_artifact(path: str | Path, on_manifest=None) -> Artifact:
             raise InputError(f"{path}: member {name} is corrupt (sha256 {actual[name][:12]}..., the manifest says "
                              f"{str(want)[:12]}...); nothing was unpacked",
                              hint="download or copy the artifact again, or pack it again from the warmed cache")
-    if bad:
-        name, problem = sorted(bad.items())[0]
-        raise InputError(f"{path}: {len(bad)} entry files are not loadable, e.g. {name}: {problem}; nothing was "
-                         "unpacked", hint="pack it again from a cache that `dgprecompile verify` passes")
+
+
+def _read_index(path: Path, data: bytes, manifest: dict[str, Any]) -> Index:
+    """The archived index, checked against its schema and the manifest's fingerprint."""
     from dgprecompile import schemas
 
-    doc = schemas.check(_load_json(path, INDEX_MEMBER, meta[INDEX_MEMBER]), "index", f"{path}: {INDEX_MEMBER}",
+    doc = schemas.check(_load_json(path, INDEX_MEMBER, data), "index", f"{path}: {INDEX_MEMBER}",
                         hint=NOT_OURS_HINT)
     try:
         index = Index.from_dict(doc, f"{path}:{INDEX_MEMBER}")
@@ -437,8 +477,12 @@ def read_artifact(path: str | Path, on_manifest=None) -> Artifact:
         raise InputError(f"{path}: {INDEX_MEMBER} is malformed ({exc})", hint=NOT_OURS_HINT) from None
     if index.fingerprint != manifest["fingerprint"]:
         raise InputError(f"{path}: the index and the manifest disagree on the fingerprint", hint=NOT_OURS_HINT)
-    art = Artifact(path, manifest, index, seen, meta[MANIFEST_MEMBER])
-    # every entry the index records is in the archive file for file, and nothing else is
+    return index
+
+
+def _check_index_files(art: Artifact) -> None:
+    """Every entry the index records is in the archive file for file, and nothing else is."""
+    path, seen = art.path, art.members
     expected: dict[str, str] = {}
     for record in art.entry_records().values():
         if not valid_entry_name(record.entry, record.area):
@@ -448,7 +492,6 @@ def read_artifact(path: str | Path, on_manifest=None) -> Artifact:
     if expected != seen:
         odd = sorted(set(expected) ^ set(seen)) or sorted(k for k in seen if seen[k] != expected.get(k))
         raise InputError(f"{path}: the index does not match the archived files (e.g. {odd[0]})", hint=NOT_OURS_HINT)
-    return art
 
 
 def _artifact_arch(manifest: bytes | None) -> str | None:
