@@ -583,8 +583,6 @@ def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool =
     BESIDE: read ``path``.sig). ``replace_changed``: an existing entry whose bytes differ from the artifact's is
     swapped for the artifact's; without it such an entry refuses the whole unpack (exit 1), naming it.
     """
-    from dgprecompile.cache.verify import current_environment
-
     path = Path(path)
     trust = trust if trust is not None else Trust()
     sig = read_signature_beside(path) if signature is BESIDE else signature
@@ -596,6 +594,32 @@ def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool =
         store = CacheStore(default_cache_dir(art))
     result = UnpackResult(str(store.root), short_id(fp))
     result.signature, result.warnings = origin[0][0], list(origin[0][1])
+    _check_environment(fp, result, force=force, nvcc=nvcc, num_sms=num_sms)
+    existing = _check_cache_fingerprint(store, fp, result, force=force)
+
+    arch = _artifact_arch(art.manifest_bytes)
+    to_add, changed = _classify_entries(store, art, result)
+    if changed and not replace_changed:
+        raise _changed_error(store, changed, arch)
+
+    probe = Index.from_dict(existing.to_dict(), "index")
+    _merge_index(probe, art, store, changed, result.kept)
+    index_changes = probe.to_dict() != existing.to_dict()
+    if not to_add and not changed and not index_changes:
+        return result
+
+    _install(art, store, to_add, changed, arch, result, where=shown or path)
+    for name in result.replaced:
+        result.warnings.append(f"replaced {name}: it differed from the artifact's (--replace-changed)")
+    return result
+
+
+def _check_environment(fp: dict[str, Any], result: UnpackResult, *, force: bool, nvcc: str | None,
+                       num_sms: int | None) -> None:
+    """Refuse an artifact built for another environment than this one (or one that cannot be checked here),
+    unless ``force``; then the differences become warnings (and ``result.stale``)."""
+    from dgprecompile.cache.verify import current_environment
+
     generation = fp["deepgemm"]["generation"]
     env = current_environment(generation, fp, nvcc=nvcc, num_sms=num_sms)
     if env.fingerprint is None:
@@ -604,17 +628,21 @@ def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool =
             raise CheckFailed(f"the artifact's fingerprint could not be checked here ({why})",
                               hint="install the DeepGEMM and nvcc the artifact was built with, or pass --force")
         result.warnings.append(f"fingerprint not checked ({why}); unpacking because of --force")
-    else:
-        from dgprecompile.cache.verify import with_jit_fingerprint
+        return
+    from dgprecompile.cache.verify import with_jit_fingerprint
 
-        with_jit_fingerprint(fp, env.fingerprint)
-        stale = differences(fp, env.fingerprint)
-        if stale and not force:
-            raise CheckFailed(f"the artifact was built for another environment: {_fields(stale)}",
-                              hint="the runtime here would not find its kernels: warm here instead, or pass --force")
-        result.stale = stale
-        if stale:
-            result.warnings.append(f"unpacking despite fingerprint differences (--force): {_fields(stale)}")
+    with_jit_fingerprint(fp, env.fingerprint)
+    stale = differences(fp, env.fingerprint)
+    if stale and not force:
+        raise CheckFailed(f"the artifact was built for another environment: {_fields(stale)}",
+                          hint="the runtime here would not find its kernels: warm here instead, or pass --force")
+    result.stale = stale
+    if stale:
+        result.warnings.append(f"unpacking despite fingerprint differences (--force): {_fields(stale)}")
+
+
+def _check_cache_fingerprint(store: CacheStore, fp: dict[str, Any], result: UnpackResult, *, force: bool) -> Index:
+    """The cache's index, refused when it was built for another environment than the artifact (unless ``force``)."""
     existing = store.read_index()
     if existing.fingerprint:
         theirs = differences(existing.fingerprint, fp)
@@ -624,59 +652,72 @@ def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool =
         if theirs:
             result.warnings.append(f"the cache's index keeps its own fingerprint, which differs from the artifact's "
                                    f"(--force): {_fields(theirs)}")
+    return existing
 
-    arch = _artifact_arch(art.manifest_bytes)
-    records = art.entry_records()
+
+def _classify_entries(store: CacheStore, art: Artifact,
+                      result: UnpackResult) -> tuple[dict[str, EntryRecord], dict[str, EntryRecord]]:
+    """Sort the artifact's entries into new ones (to add), identical ones (``result.present``) and ones whose
+    bytes in the cache differ from the artifact's (changed). Returns (to_add, changed)."""
     to_add: dict[str, EntryRecord] = {}
     changed: dict[str, EntryRecord] = {}
-    for name, record in sorted(records.items()):
+    for name, record in sorted(art.entry_records().items()):
         if not store.entry_path(record.entry, record.area).exists():
             to_add[name] = record
         elif _same_entry(store, record):
             result.present.append(name)
         else:
             changed[name] = record
-    if changed and not replace_changed:
-        first = sorted(changed)[0]
-        why = store.check_entry(changed[first], arch) or "differs"
-        what = "1 entry" if len(changed) == 1 else f"{len(changed)} entries"
-        raise CheckFailed(f"{what} in {store.root} differ{'s' if len(changed) == 1 else ''} from the artifact's: {first} "
-                          f"({why.replace('sha256 mismatch', 'its sha256 differs from the artifact')}); "
-                          "nothing was unpacked",
-                          hint="pass --replace-changed to swap them for the artifact's (checked first; each swap is "
-                               "atomic), or `dgprecompile warm` to rebuild them here")
+    return to_add, changed
 
-    def merge(index: Index) -> int:
-        added = 0
-        if not index.fingerprint:
-            index.fingerprint = fp
-        for kid, record in art.index.kernels.items():
-            if entry_key(record) in result.kept:
-                continue
-            mine = index.kernels.get(kid)
-            if mine is None or (mine != record and (entry_key(record) in changed
-                                                    or store.check_entry(mine) is not None)):
-                index.kernels[kid] = record
-                added += 1
-        for name, record in art.index.extra.items():
-            if name in result.kept:
-                continue
-            if name not in index.extra or name in changed:
-                index.extra[name] = record
-        for plan in art.index.plans:
-            if plan not in index.plans:
-                index.plans.append(plan)
-        for sweep in art.index.sweeps:  # verify checks each record's entries on disk (cache/sweeps.py)
-            if sweep not in index.sweeps:
-                index.sweeps.append(sweep)
-        return added
 
-    probe = Index.from_dict(existing.to_dict(), "index")
-    merge(probe)
-    index_changes = probe.to_dict() != existing.to_dict()
-    if not to_add and not changed and not index_changes:
-        return result
+def _changed_error(store: CacheStore, changed: dict[str, EntryRecord], arch: str | None) -> CheckFailed:
+    """The refusal of an unpack that would replace differing entries without --replace-changed, naming one."""
+    first = sorted(changed)[0]
+    why = store.check_entry(changed[first], arch) or "differs"
+    what = "1 entry" if len(changed) == 1 else f"{len(changed)} entries"
+    return CheckFailed(f"{what} in {store.root} differ{'s' if len(changed) == 1 else ''} from the artifact's: {first} "
+                       f"({why.replace('sha256 mismatch', 'its sha256 differs from the artifact')}); "
+                       "nothing was unpacked",
+                       hint="pass --replace-changed to swap them for the artifact's (checked first; each swap is "
+                            "atomic), or `dgprecompile warm` to rebuild them here")
 
+
+def _merge_index(index: Index, art: Artifact, store: CacheStore, changed: dict[str, EntryRecord],
+                 kept: list[str]) -> int:
+    """Merge the artifact's index into ``index`` (in place); returns the kernel records added or replaced.
+
+    A kernel record the cache holds stays unless the artifact replaced its entry (``changed``) or the cache's own
+    entry is broken; entries in ``kept`` (differing ones another process installed meanwhile) keep their records."""
+    added = 0
+    if not index.fingerprint:
+        index.fingerprint = art.fingerprint
+    for kid, record in art.index.kernels.items():
+        if entry_key(record) in kept:
+            continue
+        mine = index.kernels.get(kid)
+        if mine is None or (mine != record and (entry_key(record) in changed
+                                                or store.check_entry(mine) is not None)):
+            index.kernels[kid] = record
+            added += 1
+    for name, record in art.index.extra.items():
+        if name in kept:
+            continue
+        if name not in index.extra or name in changed:
+            index.extra[name] = record
+    for plan in art.index.plans:
+        if plan not in index.plans:
+            index.plans.append(plan)
+    for sweep in art.index.sweeps:  # verify checks each record's entries on disk (cache/sweeps.py)
+        if sweep not in index.sweeps:
+            index.sweeps.append(sweep)
+    return added
+
+
+def _install(art: Artifact, store: CacheStore, to_add: dict[str, EntryRecord], changed: dict[str, EntryRecord],
+             arch: str | None, result: UnpackResult, *, where: str | Path) -> None:
+    """Stage and check every new and changed entry, install them (one rename each), then merge the index under
+    its lock. Any failure undoes what this unpack installed, so the cache is left as it was."""
     store.require_writable("unpack into")
     created_root = not store.root.exists()
     installed: list[Path] = []
@@ -690,45 +731,60 @@ def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool =
     try:
         store.clean_stale_staging()  # what a killed unpack, pull or warm left (their process is gone)
         staging = store.new_staging()
-        if work:
-            _extract(art, work, staging)
-        for name in sorted(work):  # every entry passes the entry check before any is installed
-            problem = entry_problem(staging / work[name].member_dir, arch)
-            if problem is not None:
-                raise InputError(f"{shown or path}: entry {name} is not loadable ({problem}); nothing was unpacked",
-                                 hint="pack it again from a cache that `dgprecompile verify` passes")
-        for name in sorted(to_add):
-            record = to_add[name]
-            if store.install_entry(staging / record.member_dir, arch, area=record.area, entry=record.entry):
-                installed.append(store.entry_path(record.entry, record.area))
-                result.added.append(name)
-            elif _same_entry(store, to_add[name]):  # another process installed the same entry meanwhile
-                result.present.append(name)
-            else:
-                result.kept.append(name)
+        _stage(art, work, staging, arch, where)
+        _install_new(store, staging, to_add, arch, result, installed)
         for name in sorted(changed):
             record = changed[name]
             swapped.append(_swap_in(store, staging, record, arch))
             result.replaced.append(name)
         counter: list[int] = []
-        store.update_index(lambda index: counter.append(merge(index)))
+        store.update_index(lambda index: counter.append(_merge_index(index, art, store, changed, result.kept)))
         result.indexed = counter[0] if counter else 0
     except BaseException as exc:
-        for entry in reversed(installed):
-            shutil.rmtree(entry, ignore_errors=True)
-        for entry, old in reversed(swapped):  # put the user's entries back as they were
-            _restore(entry, old)
-        if created_root:
-            shutil.rmtree(store.root, ignore_errors=True)
+        _roll_back(store, installed, swapped, created_root)
         if isinstance(exc, OSError):
             raise _write_error(store, exc, art) from None
         raise
     finally:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
-    for name in result.replaced:
-        result.warnings.append(f"replaced {name}: it differed from the artifact's (--replace-changed)")
-    return result
+
+
+def _stage(art: Artifact, work: dict[str, EntryRecord], staging: Path, arch: str | None, where: str | Path) -> None:
+    """Extract ``work``'s entries into ``staging``; every one passes the entry check before any is installed."""
+    if work:
+        _extract(art, work, staging)
+    for name in sorted(work):
+        problem = entry_problem(staging / work[name].member_dir, arch)
+        if problem is not None:
+            raise InputError(f"{where}: entry {name} is not loadable ({problem}); nothing was unpacked",
+                             hint="pack it again from a cache that `dgprecompile verify` passes")
+
+
+def _install_new(store: CacheStore, staging: Path, to_add: dict[str, EntryRecord], arch: str | None,
+                 result: UnpackResult, installed: list[Path]) -> None:
+    """Move each new staged entry into the cache, never over an existing one; ``installed`` collects what was
+    moved as it goes (the rollback removes exactly those)."""
+    for name in sorted(to_add):
+        record = to_add[name]
+        if store.install_entry(staging / record.member_dir, arch, area=record.area, entry=record.entry):
+            installed.append(store.entry_path(record.entry, record.area))
+            result.added.append(name)
+        elif _same_entry(store, record):  # another process installed the same entry meanwhile
+            result.present.append(name)
+        else:
+            result.kept.append(name)
+
+
+def _roll_back(store: CacheStore, installed: list[Path], swapped: list[tuple[Path, Path]],
+               created_root: bool) -> None:
+    """Undo a failed unpack: remove the entries it installed, put back the ones it swapped out."""
+    for entry in reversed(installed):
+        shutil.rmtree(entry, ignore_errors=True)
+    for entry, old in reversed(swapped):  # put the user's entries back as they were
+        _restore(entry, old)
+    if created_root:
+        shutil.rmtree(store.root, ignore_errors=True)
 
 
 def _swap_in(store: CacheStore, staging: Path, record: EntryRecord, arch: str | None) -> tuple[Path, Path]:
