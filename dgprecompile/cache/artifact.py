@@ -333,6 +333,95 @@ def _check_manifest(path: Path, data: bytes) -> dict[str, Any]:
     return schemas.check(manifest, "artifact-manifest", f"{path}: {MANIFEST_MEMBER}", hint=NOT_OURS_HINT)
 
 
+class _MemberReader:
+    """One pass over the archive's members, collecting what read_artifact checks once the stream has ended.
+
+    ``seen``: entry file -> sha256; ``meta``: the manifest's and the index's bytes; ``bad``: entry file -> why the
+    runtime could not load it; ``manifest``/``listing``/``arch``: from the first member, the manifest."""
+
+    def __init__(self, path: Path, on_manifest=None):
+        self.path, self.on_manifest = path, on_manifest
+        self.seen: dict[str, str] = {}
+        self.meta: dict[str, bytes] = {}
+        self.bad: dict[str, str] = {}
+        self.manifest: dict[str, Any] | None = None
+        self.listing: dict[str, Any] = {}
+        self.arch: str | None = None
+
+    def read(self) -> None:
+        path = self.path
+        with _open_stream(path) as f:
+            try:
+                gz = gzip.GzipFile(fileobj=f, mode="rb")
+                self.stream_in = _Bounded(gz, META_LIMIT + TAR_OVERHEAD)
+                with tarfile.open(fileobj=self.stream_in, mode="r|") as tar:
+                    for info in tar:
+                        self._member(tar, info)
+            except _TooLarge:
+                raise InputError(f"{path} expands past the sizes its manifest declares ({self.stream_in.limit} "
+                                 "bytes); nothing was unpacked", hint=NOT_OURS_HINT) from None
+            except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
+                raise _corrupt(path, exc) from None
+            except OSError as exc:
+                raise _corrupt(path, exc) from None
+
+    def _member(self, tar: tarfile.TarFile, info: tarfile.TarInfo) -> None:
+        path = self.path
+        check_member(path, info)
+        key = info.name.rstrip("/")
+        if key in self.seen or key in self.meta:
+            raise _refuse(path, info.name, "appears twice")
+        if self.manifest is None and info.name != MANIFEST_MEMBER:
+            raise InputError(f"{path} is not a dgprecompile cache artifact (its first member is "
+                             f"{info.name!r}, not {MANIFEST_MEMBER})", hint=NOT_OURS_HINT)
+        if info.isdir():
+            return
+        stream = tar.extractfile(info)
+        if info.name == MANIFEST_MEMBER:
+            self._manifest(info, stream)
+            return
+        if info.name not in self.listing:
+            raise _refuse(path, info.name, "not listed in the artifact's manifest")
+        if info.size != self.listing[info.name]["bytes"]:
+            raise _refuse(path, info.name, f"{info.size} bytes, but the manifest declares "
+                          f"{self.listing[info.name]['bytes']}")
+        if info.name == INDEX_MEMBER:
+            if info.size > META_LIMIT:
+                raise _refuse(path, info.name, f"{info.size} bytes is too large")
+            self.meta[info.name] = stream.read()
+        elif checked_files([info.name.rsplit("/", 1)[-1]]):
+            self._checked_file(info, stream)
+        else:
+            h = hashlib.sha256()
+            for chunk in iter(lambda s=stream: s.read(CHUNK), b""):
+                h.update(chunk)
+            self.seen[info.name] = h.hexdigest()
+
+    def _manifest(self, info: tarfile.TarInfo, stream: IO[bytes]) -> None:
+        """The first member: checked (and ``on_manifest`` run) before any other is read; bounds the stream."""
+        if info.size > META_LIMIT:
+            raise _refuse(self.path, info.name, f"{info.size} bytes is too large")
+        self.meta[info.name] = stream.read()
+        self.manifest = _check_manifest(self.path, self.meta[info.name])
+        if self.on_manifest is not None:
+            self.on_manifest(self.meta[info.name])
+        self.listing = self.manifest["members"]
+        declared = sum(m["bytes"] for m in self.listing.values())
+        self.stream_in.limit = self.stream_in.done + declared + TAR_OVERHEAD * (len(self.listing) + 2)
+        self.arch = _artifact_arch(self.meta[info.name])
+
+    def _checked_file(self, info: tarfile.TarInfo, stream: IO[bytes]) -> None:
+        """A file the runtime reads: checked on its bytes, as warm and verify check them on disk."""
+        if info.size > CHECK_LIMIT:
+            raise _refuse(self.path, info.name, f"{info.size} bytes is larger than any loadable entry "
+                          f"file (limit {CHECK_LIMIT >> 20} MiB)")
+        data = stream.read()
+        self.seen[info.name] = hashlib.sha256(data).hexdigest()
+        problem = file_problem(info.name.rsplit("/", 1)[-1], data, self.arch)
+        if problem:
+            self.bad[info.name] = problem
+
+
 def read_artifact(path: str | Path, on_manifest=None) -> Artifact:
     """Read the whole archive and check everything about it; writes nothing anywhere.
 
@@ -342,75 +431,26 @@ def read_artifact(path: str | Path, on_manifest=None) -> Artifact:
     cannot make unpack read gigabytes.
     """
     path = Path(path)
-    seen: dict[str, str] = {}
-    meta: dict[str, bytes] = {}
-    bad: dict[str, str] = {}  # entry file -> why the runtime could not load it
-    manifest: dict[str, Any] | None = None
-    listing: dict[str, Any] = {}
-    arch: str | None = None
-    with _open_stream(path) as f:
-        try:
-            gz = gzip.GzipFile(fileobj=f, mode="rb")
-            stream_in = _Bounded(gz, META_LIMIT + TAR_OVERHEAD)
-            with tarfile.open(fileobj=stream_in, mode="r|") as tar:
-                for info in tar:
-                    check_member(path, info)
-                    key = info.name.rstrip("/")
-                    if key in seen or key in meta:
-                        raise _refuse(path, info.name, "appears twice")
-                    if manifest is None and info.name != MANIFEST_MEMBER:
-                        raise InputError(f"{path} is not a dgprecompile cache artifact (its first member is "
-                                         f"{info.name!r}, not {MANIFEST_MEMBER})", hint=NOT_OURS_HINT)
-                    if info.isdir():
-                        continue
-                    stream = tar.extractfile(info)
-                    if info.name == MANIFEST_MEMBER:
-                        if info.size > META_LIMIT:
-                            raise _refuse(path, info.name, f"{info.size} bytes is too large")
-                        meta[info.name] = stream.read()
-                        manifest = _check_manifest(path, meta[info.name])
-                        if on_manifest is not None:
-                            on_manifest(meta[info.name])
-                        listing = manifest["members"]
-                        declared = sum(m["bytes"] for m in listing.values())
-                        stream_in.limit = stream_in.done + declared + TAR_OVERHEAD * (len(listing) + 2)
-                        arch = _artifact_arch(meta[info.name])
-                        continue
-                    if info.name not in listing:
-                        raise _refuse(path, info.name, "not listed in the artifact's manifest")
-                    if info.size != listing[info.name]["bytes"]:
-                        raise _refuse(path, info.name, f"{info.size} bytes, but the manifest declares "
-                                      f"{listing[info.name]['bytes']}")
-                    if info.name == INDEX_MEMBER:
-                        if info.size > META_LIMIT:
-                            raise _refuse(path, info.name, f"{info.size} bytes is too large")
-                        meta[info.name] = stream.read()
-                    elif checked_files([info.name.rsplit("/", 1)[-1]]):
-                        if info.size > CHECK_LIMIT:
-                            raise _refuse(path, info.name, f"{info.size} bytes is larger than any loadable entry "
-                                          f"file (limit {CHECK_LIMIT >> 20} MiB)")
-                        # a file the runtime reads: checked on its bytes, as warm and verify check them on disk
-                        data = stream.read()
-                        seen[info.name] = hashlib.sha256(data).hexdigest()
-                        problem = file_problem(info.name.rsplit("/", 1)[-1], data, arch)
-                        if problem:
-                            bad[info.name] = problem
-                    else:
-                        h = hashlib.sha256()
-                        for chunk in iter(lambda s=stream: s.read(CHUNK), b""):
-                            h.update(chunk)
-                        seen[info.name] = h.hexdigest()
-        except _TooLarge:
-            raise InputError(f"{path} expands past the sizes its manifest declares ({stream_in.limit} bytes); "
-                             "nothing was unpacked", hint=NOT_OURS_HINT) from None
-        except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
-            raise _corrupt(path, exc) from None
-        except OSError as exc:
-            raise _corrupt(path, exc) from None
+    members = _MemberReader(path, on_manifest)
+    members.read()
+    manifest, listing, seen, meta = members.manifest, members.listing, members.seen, members.meta
     if manifest is None:
         raise InputError(f"{path} is not a dgprecompile cache artifact (no {MANIFEST_MEMBER})", hint=NOT_OURS_HINT)
     if INDEX_MEMBER not in listing:
         raise InputError(f"{path}: {MANIFEST_MEMBER} does not list {INDEX_MEMBER}", hint=NOT_OURS_HINT)
+    _check_digests(path, listing, seen, meta)
+    if members.bad:
+        name, problem = sorted(members.bad.items())[0]
+        raise InputError(f"{path}: {len(members.bad)} entry files are not loadable, e.g. {name}: {problem}; nothing "
+                         "was unpacked", hint="pack it again from a cache that `dgprecompile verify` passes")
+    index = _read_index(path, meta[INDEX_MEMBER], manifest)
+    art = Artifact(path, manifest, index, seen, meta[MANIFEST_MEMBER])
+    _check_index_files(art)
+    return art
+
+
+def _check_digests(path: Path, listing: dict[str, Any], seen: dict[str, str], meta: dict[str, bytes]) -> None:
+    """Every member the manifest lists was read, and has the sha256 it lists."""
     actual = dict(seen)
     if INDEX_MEMBER in meta:
         actual[INDEX_MEMBER] = hashlib.sha256(meta[INDEX_MEMBER]).hexdigest()
@@ -423,13 +463,13 @@ def read_artifact(path: str | Path, on_manifest=None) -> Artifact:
             raise InputError(f"{path}: member {name} is corrupt (sha256 {actual[name][:12]}..., the manifest says "
                              f"{str(want)[:12]}...); nothing was unpacked",
                              hint="download or copy the artifact again, or pack it again from the warmed cache")
-    if bad:
-        name, problem = sorted(bad.items())[0]
-        raise InputError(f"{path}: {len(bad)} entry files are not loadable, e.g. {name}: {problem}; nothing was "
-                         "unpacked", hint="pack it again from a cache that `dgprecompile verify` passes")
+
+
+def _read_index(path: Path, data: bytes, manifest: dict[str, Any]) -> Index:
+    """The archived index, checked against its schema and the manifest's fingerprint."""
     from dgprecompile import schemas
 
-    doc = schemas.check(_load_json(path, INDEX_MEMBER, meta[INDEX_MEMBER]), "index", f"{path}: {INDEX_MEMBER}",
+    doc = schemas.check(_load_json(path, INDEX_MEMBER, data), "index", f"{path}: {INDEX_MEMBER}",
                         hint=NOT_OURS_HINT)
     try:
         index = Index.from_dict(doc, f"{path}:{INDEX_MEMBER}")
@@ -437,8 +477,12 @@ def read_artifact(path: str | Path, on_manifest=None) -> Artifact:
         raise InputError(f"{path}: {INDEX_MEMBER} is malformed ({exc})", hint=NOT_OURS_HINT) from None
     if index.fingerprint != manifest["fingerprint"]:
         raise InputError(f"{path}: the index and the manifest disagree on the fingerprint", hint=NOT_OURS_HINT)
-    art = Artifact(path, manifest, index, seen, meta[MANIFEST_MEMBER])
-    # every entry the index records is in the archive file for file, and nothing else is
+    return index
+
+
+def _check_index_files(art: Artifact) -> None:
+    """Every entry the index records is in the archive file for file, and nothing else is."""
+    path, seen = art.path, art.members
     expected: dict[str, str] = {}
     for record in art.entry_records().values():
         if not valid_entry_name(record.entry, record.area):
@@ -448,7 +492,6 @@ def read_artifact(path: str | Path, on_manifest=None) -> Artifact:
     if expected != seen:
         odd = sorted(set(expected) ^ set(seen)) or sorted(k for k in seen if seen[k] != expected.get(k))
         raise InputError(f"{path}: the index does not match the archived files (e.g. {odd[0]})", hint=NOT_OURS_HINT)
-    return art
 
 
 def _artifact_arch(manifest: bytes | None) -> str | None:
@@ -540,8 +583,6 @@ def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool =
     BESIDE: read ``path``.sig). ``replace_changed``: an existing entry whose bytes differ from the artifact's is
     swapped for the artifact's; without it such an entry refuses the whole unpack (exit 1), naming it.
     """
-    from dgprecompile.cache.verify import current_environment
-
     path = Path(path)
     trust = trust if trust is not None else Trust()
     sig = read_signature_beside(path) if signature is BESIDE else signature
@@ -553,6 +594,32 @@ def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool =
         store = CacheStore(default_cache_dir(art))
     result = UnpackResult(str(store.root), short_id(fp))
     result.signature, result.warnings = origin[0][0], list(origin[0][1])
+    _check_environment(fp, result, force=force, nvcc=nvcc, num_sms=num_sms)
+    existing = _check_cache_fingerprint(store, fp, result, force=force)
+
+    arch = _artifact_arch(art.manifest_bytes)
+    to_add, changed = _classify_entries(store, art, result)
+    if changed and not replace_changed:
+        raise _changed_error(store, changed, arch)
+
+    probe = Index.from_dict(existing.to_dict(), "index")
+    _merge_index(probe, art, store, changed, result.kept)
+    index_changes = probe.to_dict() != existing.to_dict()
+    if not to_add and not changed and not index_changes:
+        return result
+
+    _install(art, store, to_add, changed, arch, result, where=shown or path)
+    for name in result.replaced:
+        result.warnings.append(f"replaced {name}: it differed from the artifact's (--replace-changed)")
+    return result
+
+
+def _check_environment(fp: dict[str, Any], result: UnpackResult, *, force: bool, nvcc: str | None,
+                       num_sms: int | None) -> None:
+    """Refuse an artifact built for another environment than this one (or one that cannot be checked here),
+    unless ``force``; then the differences become warnings (and ``result.stale``)."""
+    from dgprecompile.cache.verify import current_environment
+
     generation = fp["deepgemm"]["generation"]
     env = current_environment(generation, fp, nvcc=nvcc, num_sms=num_sms)
     if env.fingerprint is None:
@@ -561,17 +628,21 @@ def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool =
             raise CheckFailed(f"the artifact's fingerprint could not be checked here ({why})",
                               hint="install the DeepGEMM and nvcc the artifact was built with, or pass --force")
         result.warnings.append(f"fingerprint not checked ({why}); unpacking because of --force")
-    else:
-        from dgprecompile.cache.verify import with_jit_fingerprint
+        return
+    from dgprecompile.cache.verify import with_jit_fingerprint
 
-        with_jit_fingerprint(fp, env.fingerprint)
-        stale = differences(fp, env.fingerprint)
-        if stale and not force:
-            raise CheckFailed(f"the artifact was built for another environment: {_fields(stale)}",
-                              hint="the runtime here would not find its kernels: warm here instead, or pass --force")
-        result.stale = stale
-        if stale:
-            result.warnings.append(f"unpacking despite fingerprint differences (--force): {_fields(stale)}")
+    with_jit_fingerprint(fp, env.fingerprint)
+    stale = differences(fp, env.fingerprint)
+    if stale and not force:
+        raise CheckFailed(f"the artifact was built for another environment: {_fields(stale)}",
+                          hint="the runtime here would not find its kernels: warm here instead, or pass --force")
+    result.stale = stale
+    if stale:
+        result.warnings.append(f"unpacking despite fingerprint differences (--force): {_fields(stale)}")
+
+
+def _check_cache_fingerprint(store: CacheStore, fp: dict[str, Any], result: UnpackResult, *, force: bool) -> Index:
+    """The cache's index, refused when it was built for another environment than the artifact (unless ``force``)."""
     existing = store.read_index()
     if existing.fingerprint:
         theirs = differences(existing.fingerprint, fp)
@@ -581,59 +652,72 @@ def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool =
         if theirs:
             result.warnings.append(f"the cache's index keeps its own fingerprint, which differs from the artifact's "
                                    f"(--force): {_fields(theirs)}")
+    return existing
 
-    arch = _artifact_arch(art.manifest_bytes)
-    records = art.entry_records()
+
+def _classify_entries(store: CacheStore, art: Artifact,
+                      result: UnpackResult) -> tuple[dict[str, EntryRecord], dict[str, EntryRecord]]:
+    """Sort the artifact's entries into new ones (to add), identical ones (``result.present``) and ones whose
+    bytes in the cache differ from the artifact's (changed). Returns (to_add, changed)."""
     to_add: dict[str, EntryRecord] = {}
     changed: dict[str, EntryRecord] = {}
-    for name, record in sorted(records.items()):
+    for name, record in sorted(art.entry_records().items()):
         if not store.entry_path(record.entry, record.area).exists():
             to_add[name] = record
         elif _same_entry(store, record):
             result.present.append(name)
         else:
             changed[name] = record
-    if changed and not replace_changed:
-        first = sorted(changed)[0]
-        why = store.check_entry(changed[first], arch) or "differs"
-        what = "1 entry" if len(changed) == 1 else f"{len(changed)} entries"
-        raise CheckFailed(f"{what} in {store.root} differ{'s' if len(changed) == 1 else ''} from the artifact's: {first} "
-                          f"({why.replace('sha256 mismatch', 'its sha256 differs from the artifact')}); "
-                          "nothing was unpacked",
-                          hint="pass --replace-changed to swap them for the artifact's (checked first; each swap is "
-                               "atomic), or `dgprecompile warm` to rebuild them here")
+    return to_add, changed
 
-    def merge(index: Index) -> int:
-        added = 0
-        if not index.fingerprint:
-            index.fingerprint = fp
-        for kid, record in art.index.kernels.items():
-            if entry_key(record) in result.kept:
-                continue
-            mine = index.kernels.get(kid)
-            if mine is None or (mine != record and (entry_key(record) in changed
-                                                    or store.check_entry(mine) is not None)):
-                index.kernels[kid] = record
-                added += 1
-        for name, record in art.index.extra.items():
-            if name in result.kept:
-                continue
-            if name not in index.extra or name in changed:
-                index.extra[name] = record
-        for plan in art.index.plans:
-            if plan not in index.plans:
-                index.plans.append(plan)
-        for sweep in art.index.sweeps:  # verify checks each record's entries on disk (cache/sweeps.py)
-            if sweep not in index.sweeps:
-                index.sweeps.append(sweep)
-        return added
 
-    probe = Index.from_dict(existing.to_dict(), "index")
-    merge(probe)
-    index_changes = probe.to_dict() != existing.to_dict()
-    if not to_add and not changed and not index_changes:
-        return result
+def _changed_error(store: CacheStore, changed: dict[str, EntryRecord], arch: str | None) -> CheckFailed:
+    """The refusal of an unpack that would replace differing entries without --replace-changed, naming one."""
+    first = sorted(changed)[0]
+    why = store.check_entry(changed[first], arch) or "differs"
+    what = "1 entry" if len(changed) == 1 else f"{len(changed)} entries"
+    return CheckFailed(f"{what} in {store.root} differ{'s' if len(changed) == 1 else ''} from the artifact's: {first} "
+                       f"({why.replace('sha256 mismatch', 'its sha256 differs from the artifact')}); "
+                       "nothing was unpacked",
+                       hint="pass --replace-changed to swap them for the artifact's (checked first; each swap is "
+                            "atomic), or `dgprecompile warm` to rebuild them here")
 
+
+def _merge_index(index: Index, art: Artifact, store: CacheStore, changed: dict[str, EntryRecord],
+                 kept: list[str]) -> int:
+    """Merge the artifact's index into ``index`` (in place); returns the kernel records added or replaced.
+
+    A kernel record the cache holds stays unless the artifact replaced its entry (``changed``) or the cache's own
+    entry is broken; entries in ``kept`` (differing ones another process installed meanwhile) keep their records."""
+    added = 0
+    if not index.fingerprint:
+        index.fingerprint = art.fingerprint
+    for kid, record in art.index.kernels.items():
+        if entry_key(record) in kept:
+            continue
+        mine = index.kernels.get(kid)
+        if mine is None or (mine != record and (entry_key(record) in changed
+                                                or store.check_entry(mine) is not None)):
+            index.kernels[kid] = record
+            added += 1
+    for name, record in art.index.extra.items():
+        if name in kept:
+            continue
+        if name not in index.extra or name in changed:
+            index.extra[name] = record
+    for plan in art.index.plans:
+        if plan not in index.plans:
+            index.plans.append(plan)
+    for sweep in art.index.sweeps:  # verify checks each record's entries on disk (cache/sweeps.py)
+        if sweep not in index.sweeps:
+            index.sweeps.append(sweep)
+    return added
+
+
+def _install(art: Artifact, store: CacheStore, to_add: dict[str, EntryRecord], changed: dict[str, EntryRecord],
+             arch: str | None, result: UnpackResult, *, where: str | Path) -> None:
+    """Stage and check every new and changed entry, install them (one rename each), then merge the index under
+    its lock. Any failure undoes what this unpack installed, so the cache is left as it was."""
     store.require_writable("unpack into")
     created_root = not store.root.exists()
     installed: list[Path] = []
@@ -647,45 +731,60 @@ def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool =
     try:
         store.clean_stale_staging()  # what a killed unpack, pull or warm left (their process is gone)
         staging = store.new_staging()
-        if work:
-            _extract(art, work, staging)
-        for name in sorted(work):  # every entry passes the entry check before any is installed
-            problem = entry_problem(staging / work[name].member_dir, arch)
-            if problem is not None:
-                raise InputError(f"{shown or path}: entry {name} is not loadable ({problem}); nothing was unpacked",
-                                 hint="pack it again from a cache that `dgprecompile verify` passes")
-        for name in sorted(to_add):
-            record = to_add[name]
-            if store.install_entry(staging / record.member_dir, arch, area=record.area, entry=record.entry):
-                installed.append(store.entry_path(record.entry, record.area))
-                result.added.append(name)
-            elif _same_entry(store, to_add[name]):  # another process installed the same entry meanwhile
-                result.present.append(name)
-            else:
-                result.kept.append(name)
+        _stage(art, work, staging, arch, where)
+        _install_new(store, staging, to_add, arch, result, installed)
         for name in sorted(changed):
             record = changed[name]
             swapped.append(_swap_in(store, staging, record, arch))
             result.replaced.append(name)
         counter: list[int] = []
-        store.update_index(lambda index: counter.append(merge(index)))
+        store.update_index(lambda index: counter.append(_merge_index(index, art, store, changed, result.kept)))
         result.indexed = counter[0] if counter else 0
     except BaseException as exc:
-        for entry in reversed(installed):
-            shutil.rmtree(entry, ignore_errors=True)
-        for entry, old in reversed(swapped):  # put the user's entries back as they were
-            _restore(entry, old)
-        if created_root:
-            shutil.rmtree(store.root, ignore_errors=True)
+        _roll_back(store, installed, swapped, created_root)
         if isinstance(exc, OSError):
             raise _write_error(store, exc, art) from None
         raise
     finally:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
-    for name in result.replaced:
-        result.warnings.append(f"replaced {name}: it differed from the artifact's (--replace-changed)")
-    return result
+
+
+def _stage(art: Artifact, work: dict[str, EntryRecord], staging: Path, arch: str | None, where: str | Path) -> None:
+    """Extract ``work``'s entries into ``staging``; every one passes the entry check before any is installed."""
+    if work:
+        _extract(art, work, staging)
+    for name in sorted(work):
+        problem = entry_problem(staging / work[name].member_dir, arch)
+        if problem is not None:
+            raise InputError(f"{where}: entry {name} is not loadable ({problem}); nothing was unpacked",
+                             hint="pack it again from a cache that `dgprecompile verify` passes")
+
+
+def _install_new(store: CacheStore, staging: Path, to_add: dict[str, EntryRecord], arch: str | None,
+                 result: UnpackResult, installed: list[Path]) -> None:
+    """Move each new staged entry into the cache, never over an existing one; ``installed`` collects what was
+    moved as it goes (the rollback removes exactly those)."""
+    for name in sorted(to_add):
+        record = to_add[name]
+        if store.install_entry(staging / record.member_dir, arch, area=record.area, entry=record.entry):
+            installed.append(store.entry_path(record.entry, record.area))
+            result.added.append(name)
+        elif _same_entry(store, record):  # another process installed the same entry meanwhile
+            result.present.append(name)
+        else:
+            result.kept.append(name)
+
+
+def _roll_back(store: CacheStore, installed: list[Path], swapped: list[tuple[Path, Path]],
+               created_root: bool) -> None:
+    """Undo a failed unpack: remove the entries it installed, put back the ones it swapped out."""
+    for entry in reversed(installed):
+        shutil.rmtree(entry, ignore_errors=True)
+    for entry, old in reversed(swapped):  # put the user's entries back as they were
+        _restore(entry, old)
+    if created_root:
+        shutil.rmtree(store.root, ignore_errors=True)
 
 
 def _swap_in(store: CacheStore, staging: Path, record: EntryRecord, arch: str | None) -> tuple[Path, Path]:

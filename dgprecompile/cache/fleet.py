@@ -18,7 +18,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dgprecompile.cache import remote as rmt
 from dgprecompile.cache.artifact import (
@@ -41,6 +41,9 @@ from dgprecompile.errors import (
 )
 from dgprecompile.keys.fingerprint import _get, differences, key_fields, short_id
 from dgprecompile.planning.plan import Plan
+
+if TYPE_CHECKING:
+    from filelock import FileLock
 
 HIT, PRESENT, MISS = "hit", "present", "miss"
 
@@ -141,18 +144,10 @@ def pull(plan: Plan, store: CacheStore, prefix: str, *, nvcc: str | None = None,
     A prefix is a store others may write: the artifact is installed only when signed by one of ``trust``'s keys
     (or with ``trust.allow_unsigned``), checked on the object's manifest before the download and again on the
     downloaded bytes before anything is installed."""
-    from filelock import FileLock
-
     start = time.perf_counter()
     base = rmt.open_remote(prefix)  # a missing backend is reported before anything else happens
-    report, vsec = _timed_verify(plan, store, nvcc, num_sms)
-    result = PullReport(base.shown, None, str(store.root), None, PRESENT, verify=report, verify_seconds=vsec,
-                        key_fields=key_fields(plan.profile.generation))
-    # an empty cache is what a pull is for: verify's "no dgprecompile index" note is not news here
-    result.warnings += [w for w in report.warnings if not w.startswith("no dgprecompile index in")]
-    if report.current_fingerprint is not None:
-        result.fingerprint_id = short_id(report.current_fingerprint)
-        result.current = {f: _get(report.current_fingerprint, f) for f in result.key_fields}
+    result = _first_verify(plan, store, base, nvcc, num_sms)
+    report = result.verify
     if report.complete:
         result.seconds = time.perf_counter() - start
         return result
@@ -164,56 +159,94 @@ def pull(plan: Plan, store: CacheStore, prefix: str, *, nvcc: str | None = None,
     art = rmt.open_remote(rmt.artifact_url(prefix, fid))
     result.url = art.shown
     signature = _fetch_signature(art, trust)  # an untrusted object is refused before the cache is touched
+    lock = _pull_lock(store, fid)
+    try:
+        if _pull_locked(plan, store, base, art, signature, result, start, nvcc=nvcc, num_sms=num_sms, trust=trust,
+                        replace_changed=replace_changed):
+            return result
+    finally:
+        lock.release()
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _first_verify(plan: Plan, store: CacheStore, base: rmt.Remote, nvcc: str | None,
+                  num_sms: int | None) -> PullReport:
+    """Verify before anything is fetched: the report a complete cache ends with, and this machine's fingerprint."""
+    report, vsec = _timed_verify(plan, store, nvcc, num_sms)
+    result = PullReport(base.shown, None, str(store.root), None, PRESENT, verify=report, verify_seconds=vsec,
+                        key_fields=key_fields(plan.profile.generation))
+    # an empty cache is what a pull is for: verify's "no dgprecompile index" note is not news here
+    result.warnings += [w for w in report.warnings if not w.startswith("no dgprecompile index in")]
+    if report.current_fingerprint is not None:
+        result.fingerprint_id = short_id(report.current_fingerprint)
+        result.current = {f: _get(report.current_fingerprint, f) for f in result.key_fields}
+    return result
+
+
+def _pull_lock(store: CacheStore, fid: str) -> FileLock:
+    """The per-fingerprint lock in the cache, held: many nodes pulling into one shared cache download once."""
+    from filelock import FileLock
+
     try:
         store.ensure()
         lock = FileLock(str(store.ours / "locks" / f"pull-{fid}.lock"))
         lock.acquire()
     except OSError as exc:
         raise _cache_write_error(store, exc) from None
+    return lock
+
+
+def _pull_locked(plan: Plan, store: CacheStore, base: rmt.Remote, art: rmt.Remote, signature: bytes | None,
+                 result: PullReport, start: float, *, nvcc: str | None, num_sms: int | None, trust: Trust | None,
+                 replace_changed: bool) -> bool:
+    """The pull under its lock: verify again, download into staging, unpack, verify. Returns True when it ended
+    early (a concurrent pull completed the cache, or a miss), with ``result.seconds`` set."""
+    # under the lock: a pull on another node sharing this cache is not mid-download (staging names hold pids)
+    store.clean_stale_staging()
+    report, vsec = _timed_verify(plan, store, nvcc, num_sms)  # another pull may have finished meanwhile
+    if report.complete:
+        result.verify, result.verify_seconds = report, result.verify_seconds + vsec
+        result.note = " (installed by a concurrent pull)"
+        result.seconds = time.perf_counter() - start
+        return True
     try:
-        # under the lock: a pull on another node sharing this cache is not mid-download (staging names hold pids)
-        store.clean_stale_staging()
-        report, vsec = _timed_verify(plan, store, nvcc, num_sms)  # another pull may have finished meanwhile
-        if report.complete:
-            result.verify, result.verify_seconds = report, result.verify_seconds + vsec
-            result.note = " (installed by a concurrent pull)"
+        staging = store.new_staging()
+    except OSError as exc:
+        raise _cache_write_error(store, exc) from None
+    try:
+        local = staging / art.name
+        try:
+            result.bytes, result.download_seconds = rmt.download(art, local)
+        except rmt.NotFound:
+            _record_miss(result, base, report)
             result.seconds = time.perf_counter() - start
-            return result
+            return True
+        t = time.perf_counter()
         try:
-            staging = store.new_staging()
-        except OSError as exc:
-            raise _cache_write_error(store, exc) from None
-        try:
-            local = staging / art.name
-            try:
-                result.bytes, result.download_seconds = rmt.download(art, local)
-            except rmt.NotFound:
-                result.outcome = MISS
-                listing = rmt.list_artifacts(base)
-                result.available = None if listing is None else [
-                    _describe(name, manifest, report.current_fingerprint) for name, manifest in listing]
-                result.verify = report
-                result.seconds = time.perf_counter() - start
-                return result
-            t = time.perf_counter()
-            try:
-                result.unpack = unpack_artifact(local, store, nvcc=nvcc, num_sms=num_sms, trust=trust,
-                                                signature=signature, shared=True, shown=art.shown,
-                                                replace_changed=replace_changed)
-            except DGError as exc:
-                exc.message = exc.message.replace(str(local), art.shown)
-                raise
-            result.unpack_seconds = time.perf_counter() - t
-            result.outcome = HIT
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-        result.verify, vsec = _timed_verify(plan, store, nvcc, num_sms)
-        result.verify_seconds += vsec
-        result.warnings += [w for w in result.unpack.warnings if w not in result.warnings]
+            result.unpack = unpack_artifact(local, store, nvcc=nvcc, num_sms=num_sms, trust=trust,
+                                            signature=signature, shared=True, shown=art.shown,
+                                            replace_changed=replace_changed)
+        except DGError as exc:
+            exc.message = exc.message.replace(str(local), art.shown)
+            raise
+        result.unpack_seconds = time.perf_counter() - t
+        result.outcome = HIT
     finally:
-        lock.release()
-    result.seconds = time.perf_counter() - start
-    return result
+        shutil.rmtree(staging, ignore_errors=True)
+    result.verify, vsec = _timed_verify(plan, store, nvcc, num_sms)
+    result.verify_seconds += vsec
+    result.warnings += [w for w in result.unpack.warnings if w not in result.warnings]
+    return False
+
+
+def _record_miss(result: PullReport, base: rmt.Remote, report: VerifyReport) -> None:
+    """No artifact for this fingerprint: list what the prefix holds, and how each differs from this machine."""
+    result.outcome = MISS
+    listing = rmt.list_artifacts(base)
+    result.available = None if listing is None else [
+        _describe(name, manifest, report.current_fingerprint) for name, manifest in listing]
+    result.verify = report
 
 
 def _fetch_signature(art: rmt.Remote, trust: Trust | None) -> bytes | None:
