@@ -235,7 +235,7 @@ class TritonMoeFamily:
     backend: str
     warm_module: str
     packages: tuple[str, ...]  # distributions whose versions a record holds
-    imports: tuple[str, ...]  # top-level modules the warm subprocess imports
+    imports: tuple[str, ...]  # the distributions the warm subprocess imports (each its top-level module)
     data_file: str  # under dgprecompile/data
     fingerprint_files: tuple[str, ...]  # files of the triton wheel whose RECORD sha256 the record holds
     fingerprint_env: tuple[str, ...] = ()  # variables Triton's key or compiler reads
@@ -318,10 +318,16 @@ class TritonMoeFamily:
         return {"CUDA_VISIBLE_DEVICES": ""}
 
     def missing(self) -> str | None:
-        """What to install so that the warm can run here (None: every module it imports is found, unimported)."""
-        from importlib.util import find_spec
+        """What to install so that the warm can run here (None: each distribution it imports is installed, read
+        from its metadata, nothing imported: a stand-in module without a distribution counts as absent)."""
+        from importlib import metadata
 
-        absent = [name for name in self.imports if find_spec(name) is None]
+        absent = []
+        for name in self.imports:
+            try:
+                metadata.distribution(name)
+            except metadata.PackageNotFoundError:
+                absent.append(name)
         return None if not absent else f"install {', '.join(absent)} (the job's own releases)"
 
     # -- staleness --
