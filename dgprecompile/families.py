@@ -283,6 +283,8 @@ class TritonMoeFamily:
             return [], [f"{where}: {self.label} not planned: " + (
                 f"dgprecompile read the fused MoE path of sglang {read}, not {sglang_version}" if sglang_version
                 else "its kernels depend on the exact release: plan with --sglang X.Y.Z")]
+        if not rel.get("warm"):
+            return [], [f"{where}: {self.label} not planned for sglang {sglang_version}: {rel['not_warmed']}"]
         chunk = rel.get("chunk_size")
         m_max = max_tokens if chunk is None else min(max_tokens, int(chunk))
         how = ("one call per forward, no chunks" if chunk is None
