@@ -454,6 +454,7 @@ def _record_plan(setup: WarmSetup) -> None:
             index.kernels.clear()  # those records describe entries filed under other keys
             index.extra.clear()
             index.sweeps.clear()
+            index.triton_moe.clear()  # their entries were extra entries
         index.fingerprint = setup.fingerprint
         entry = plan.summary()
         if entry not in index.plans:
