@@ -109,3 +109,45 @@ class JitModule:
                    tuple(map(str, d["marker"])), tuple(map(str, d["template"])), tuple(map(str, d["cuda_files"])),
                    str(d.get("why", "")), tuple(tuple(k) for k in d.get("keys", ())), str(d.get("family") or "tvm-ffi"),
                    tuple((d.get("kwargs") or {}).items()))
+
+
+@dataclass(frozen=True)
+class TritonMoeItem:
+    """One MoE shape on a rank whose experts run on SGLang's Triton fused MoE (``fused_moe_kernel``): what the
+    GPU-free Triton warm (dgprecompile/compile/triton_moe.py) calls SGLang's own fused_experts_impl with, for every
+    m in ``m_min..m_max`` (each m a kernel call can see, decided once in the plan: ``why``). SGLang picks its
+    tuned config by ``device_name`` and Triton compiles for ``capability``; all of them are part of the id."""
+
+    experts: int  # local experts on a rank (E of w13/w2)
+    global_experts: int  # the model's experts (ep > 1: SGLang filters the others' ids)
+    hidden: int
+    intermediate: int  # per-expert intermediate size on a rank (w13 is 2x that)
+    topk: int
+    m_min: int
+    m_max: int
+    device_name: str
+    capability: int
+    layers: tuple[str, ...] = field(default=(), compare=False)
+    why: str = field(default="", compare=False)  # where the m range comes from (data/triton_moe.yaml)
+
+    @property
+    def id(self) -> str:
+        return (f"triton_moe:E{self.experts}.G{self.global_experts}.H{self.hidden}.I{self.intermediate}."
+                f"K{self.topk}.m{self.m_min}-{self.m_max}.{self.device_name.replace(' ', '_')}.sm{self.capability}")
+
+    @property
+    def m_text(self) -> str:
+        """The m range as the warm command takes it (``--m``)."""
+        return f"{self.m_min}-{self.m_max}"
+
+    def to_dict(self) -> dict[str, object]:
+        return {"id": self.id, "experts": self.experts, "global_experts": self.global_experts, "hidden": self.hidden,
+                "intermediate": self.intermediate, "topk": self.topk, "m_min": self.m_min, "m_max": self.m_max,
+                "device_name": self.device_name, "capability": self.capability, "layers": list(self.layers),
+                "why": self.why}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TritonMoeItem:
+        return cls(int(d["experts"]), int(d["global_experts"]), int(d["hidden"]), int(d["intermediate"]),
+                   int(d["topk"]), int(d["m_min"]), int(d["m_max"]), str(d["device_name"]), int(d["capability"]),
+                   tuple(map(str, d.get("layers", ()))), str(d.get("why", "")))

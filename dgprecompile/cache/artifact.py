@@ -105,6 +105,14 @@ def _json_bytes(data: Any) -> bytes:
     return (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
 
 
+def _covers_here(store: CacheStore, index: Index, item: str) -> bool:
+    """Whether the index's record of a Triton fused-MoE item covers it here (this Triton, its entries whole)."""
+    from dgprecompile.cache.triton_moe import COVERED, item_coverage
+    from dgprecompile.families import TRITON_MOE
+
+    return item_coverage(store, index, item, TRITON_MOE.installed()).status == COVERED
+
+
 def output_path(template: str, fingerprint: dict[str, Any]) -> Path:
     """``-o`` with ``{fingerprint}`` replaced by the fingerprint's short id."""
     return Path(template.replace("{fingerprint}", short_id(fingerprint))).expanduser()
@@ -142,7 +150,9 @@ def pack_cache(plan: Plan, store: CacheStore, output: str, *, allow_missing: boo
                           hint="run `dgprecompile warm` with the same plan first, or pass --allow-missing")
     # the index does not say which planned kernel an extra entry belongs to, so every intact one travels
     extra = {name: rec for name, rec in sorted(index.extra.items()) if store.check_entry(rec, arch) is None}
-    packed = Index(index.fingerprint, kernels, extra, [plan.summary()], list(index.sweeps))  # + swept m ranges
+    # + swept m ranges, + the plan's Triton fused-MoE records (their entries are extra entries, packed above)
+    triton_moe = {i: r for i, r in sorted(index.triton_moe.items()) if i in plan.triton_moe}
+    packed = Index(index.fingerprint, kernels, extra, [plan.summary()], list(index.sweeps), triton_moe)
     entries = sorted({r.member_dir: r for r in [*kernels.values(), *extra.values()]}.values(),
                      key=lambda r: r.member_dir)
 
@@ -711,6 +721,10 @@ def _merge_index(index: Index, art: Artifact, store: CacheStore, changed: dict[s
     for sweep in art.index.sweeps:  # verify checks each record's entries on disk (cache/sweeps.py)
         if sweep not in index.sweeps:
             index.sweeps.append(sweep)
+    for item, record in art.index.triton_moe.items():  # verify checks its Triton and entries (cache/triton_moe.py)
+        if index.triton_moe.get(item) != record and (item not in index.triton_moe
+                                                     or not _covers_here(store, index, item)):
+            index.triton_moe[item] = record  # a record that still covers the item here is kept
     return added
 
 

@@ -116,12 +116,15 @@ class Index:
     plans: list[dict[str, Any]] = field(default_factory=list)
     # m ranges `warm --backend sweep` covered per key, and the entries they made (cache/sweeps.py)
     sweeps: list[dict[str, Any]] = field(default_factory=list)
+    # Triton fused-MoE items warm ran: item id -> its record (the Triton it ran with, its entries; cache/triton_moe.py)
+    triton_moe: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": INDEX_SCHEMA, "fingerprint": self.fingerprint,
                 "kernels": {k: v.to_dict() for k, v in sorted(self.kernels.items())},
                 "extra": {k: v.to_dict() for k, v in sorted(self.extra.items())},
-                "plans": self.plans, **({"sweeps": self.sweeps} if self.sweeps else {})}
+                "plans": self.plans, **({"sweeps": self.sweeps} if self.sweeps else {}),
+                **({"triton_moe": dict(sorted(self.triton_moe.items()))} if self.triton_moe else {})}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str) -> Index:
@@ -130,7 +133,7 @@ class Index:
         return cls(dict(d.get("fingerprint", {})),
                    {k: EntryRecord.from_dict(v) for k, v in d.get("kernels", {}).items()},
                    {k: EntryRecord.from_dict(v) for k, v in d.get("extra", {}).items()},
-                   list(d.get("plans", [])), list(d.get("sweeps", [])))
+                   list(d.get("plans", [])), list(d.get("sweeps", [])), dict(d.get("triton_moe", {})))
 
 
 def resolve_cache_dir(source, explicit: str | Path | None = None, environ: dict[str, str] | None = None) -> Path:

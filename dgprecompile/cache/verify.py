@@ -24,6 +24,7 @@ from dgprecompile.planning.plan import Plan
 from dgprecompile.toolchain import DeepGemmInstall, Nvcc, find_deepgemm, find_nvcc
 
 OK, MISSING, CHANGED, INVALID = "ok", "missing", "changed", "invalid"  # invalid: on disk but not loadable
+STALE = "stale"  # warmed for another installed library than this machine's (a Triton MoE item's Triton)
 
 
 @dataclass
@@ -115,12 +116,16 @@ class VerifyReport:
         return [k.kernel for k in self.kernels if k.status == INVALID]
 
     @property
+    def stale_items(self) -> list[str]:
+        return [k.kernel for k in self.kernels if k.status == STALE]
+
+    @property
     def fingerprint_checked(self) -> bool:
         return self.current_fingerprint is not None and bool(self.recorded_fingerprint)
 
     @property
     def complete(self) -> bool:
-        return not self.missing and not self.changed and not self.invalid and not self.stale
+        return not self.missing and not self.changed and not self.invalid and not self.stale and not self.stale_items
 
     @property
     def problems(self) -> list[KernelCheck]:
@@ -140,6 +145,13 @@ class VerifyReport:
             # warm cannot build them here either (it exits 3 saying the same): the fix is the install
             return (f"{self.jit_install}, then run `dgprecompile warm` with the same plan and {where}: SGLang's "
                     "JIT modules are built with the installed sglang")
+        triton_ids = set(self.plan.triton_moe)
+        if self.jit_install and any(k.kernel in triton_ids for k in self.problems):
+            return (f"{self.jit_install}, then run `dgprecompile warm` with the same plan and {where}: the Triton "
+                    "fused-MoE items are compiled with the installed sglang and Triton")
+        if self.stale_items and not self.stale:
+            return (f"warm again here (`dgprecompile warm ... {where}`): the Triton fused-MoE items are compiled by "
+                    "the Triton installed here, under the keys it computes")
         if self.coverage == COVERED_BY_SWEEP and not self.stale:
             return (f"run `dgprecompile warm --backend sweep` on a GPU machine with the same plan and {where}: it "
                     "sweeps only the m ranges not covered")
@@ -166,6 +178,8 @@ class VerifyReport:
         if self.invalid:
             parts.append(f"{len(self.invalid)} not loadable (empty, cut short, another architecture or not the "
                          "kernel its name says)")
+        if self.stale_items:
+            parts.append(f"{len(self.stale_items)} warmed with another Triton")
         if self.stale:
             parts.append("fingerprint differs in " + ", ".join(f for f, _, _ in self.stale))
         return f"incomplete: {ok}/{n} {unit} ok; " + "; ".join(parts) + f" ({how})"
@@ -182,6 +196,7 @@ class VerifyReport:
             "missing": self.missing,
             "changed": self.changed,
             "invalid": self.invalid,
+            "stale_items": self.stale_items,
             "stale": [{"field": f, "recorded": a, "current": b} for f, a, b in self.stale],
             "fingerprint_checked": self.fingerprint_checked,
             "fingerprint_id": short_id(self.recorded_fingerprint) if self.recorded_fingerprint else None,
@@ -263,6 +278,7 @@ def verify_cache(plan: Plan, store: CacheStore, *, nvcc: str | None = None,
             else:
                 checks.append(KernelCheck(kid, _status(problem), record.entry, problem))
     checks += _check_jit(plan, store, index, jit_names)
+    checks += _check_triton_moe(plan, store, index, warnings, jit_install)
     coverage = "proved" if names is not None and (not plan.jit_modules or jit_names is not None) else "index"
     if by_sweep:
         coverage = COVERED_BY_SWEEP
@@ -411,6 +427,28 @@ def _check_sweeps(plan: Plan, store: CacheStore, index: Index, arch: str) -> lis
             else:
                 status = MISSING if bad[1] in ("missing", "not in the index") else _status(bad[1])
                 out.append(KernelCheck(f"{label} m {lo}..{hi}", status, bad[0], f"entry {bad[0]}: {bad[1]}"))
+    return out
+
+
+def _check_triton_moe(plan: Plan, store: CacheStore, index: Index, warnings: list[str],
+                      install: list[str]) -> list[KernelCheck]:
+    """Each Triton fused-MoE item: covered only while its record exists, was made with the Triton installed here
+    (read from its metadata, never imported) and names entries that are all whole (cache/triton_moe.py)."""
+    if not plan.triton_moe:
+        return []
+    from dgprecompile.cache import triton_moe as records
+    from dgprecompile.families import TRITON_MOE
+
+    current = TRITON_MOE.installed()
+    if current is None:
+        warnings.append(f"triton is not installed here: the plan's {TRITON_MOE.label} items cannot be checked "
+                        "against it")
+        install.append("install triton (the job's own release)")
+    status = {records.COVERED: OK, records.MISSING: MISSING, records.STALE: STALE, records.BROKEN: CHANGED}
+    out = []
+    for item_id in sorted(plan.triton_moe):
+        cov = records.item_coverage(store, index, item_id, current)
+        out.append(KernelCheck(item_id, status[cov.status], cov.entry, cov.detail))
     return out
 
 

@@ -53,6 +53,14 @@ def render_plan(out: Output, plan: Plan, show_buckets: bool) -> None:
                   ["module", "template args", "used by", "builder"],
                   [[m.name, ", ".join(m.template) or "-", m.path + (f" ({len(m.keys)} keys)" if m.keys else ""),
                     f"{m.python}:{m.builder}"] for m in plan.jit_modules.values()])
+    if plan.triton_moe:
+        from dgprecompile.families import TRITON_MOE
+
+        out.table(f"{TRITON_MOE.label} (sglang {plan.sglang_version}; warm compiles each GPU-free, "
+                  f"python -m {TRITON_MOE.warm_module})",
+                  ["experts (local/global)", "hidden", "intermediate", "topk", "m", "device", "layers"],
+                  [[f"{t.experts}/{t.global_experts}", t.hidden, t.intermediate, t.topk, t.m_text,
+                    f"{t.device_name} (sm_{t.capability})", "\n".join(t.layers)] for t in plan.triton_moe.values()])
     from dgprecompile.families import coverage
 
     table = coverage()

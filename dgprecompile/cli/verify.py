@@ -66,7 +66,7 @@ def command(plan_request, manifest, config, cache_dir, shared_cache, nvcc, trace
     Exit 1 on any compile or failed call, 3 without a usable GPU/sglang.
     """
     plan = resolve_plan(plan_request, manifest, trace=trace)
-    if not plan.keys and not plan.jit_modules:  # "complete: 0/0" would pass a cache that holds nothing
+    if not plan.keys and not plan.jit_modules and not plan.triton_moe:  # "complete: 0/0" would pass an empty cache
         raise InputError(f"the plan for {plan.model} holds no kernel, so there is nothing to verify a cache against",
                          hint="verify the plan the job runs (`dgprecompile plan` shows what it holds)")
     store = CacheStore(resolve_cache_dir(plan, cache_dir))

@@ -47,7 +47,8 @@ def _backend_help() -> str:
               help="Warm the calls recorded in a misses file from `launch --no-strict` (instead of a plan).")
 @click.option("--sglang-jit", "sglang_jit", type=click.Choice(["auto", "on", "off"]), default="auto",
               help="SGLang's own JIT modules of the plan (sglang 0.5.14): build them with the installed sglang into "
-                   "<cache>/tvm-ffi (auto: when that sglang is installed here, else warm the rest and exit 3 naming what to "
+                   "<cache>/tvm-ffi, and its Triton fused-MoE items with the installed sglang and Triton into "
+                   "<cache>/triton (auto: when that sglang is installed here, else warm the rest and exit 3 naming what to "
                    "install; on: fail at once if it is not; off: leave them out).")
 @output_options
 def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc, from_misses, sglang_jit,
@@ -73,7 +74,7 @@ def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc
     setup = prepare_warm(plan, WarmOptions(cache_dir=cache_dir, backend=backend, jobs=jobs, gpus=_parse_gpus(gpus),
                                            nvcc=nvcc, sglang_jit=sglang_jit))
     _announce(out, plan, setup)
-    progress = out.progress(len(setup.items) + len(setup.jit_items), "warming",
+    progress = out.progress(len(setup.items) + len(setup.jit_items) + len(setup.triton_items), "warming",
                             seconds_per_item=plan.profile.seconds_per_kernel, workers=setup.workers)
 
     def on_event(event):
@@ -102,12 +103,19 @@ def _announce(out: Output, plan, setup: WarmSetup) -> None:
     unit = "sweep chunks" if BACKENDS[setup.backend].sweeps else "kernels"
     out.info(f"plan: {plan.model} tp={plan.tp} ep={plan.ep} sglang {plan.profile.id}: {len(setup.items)} {unit}"
              + (f" + {len(setup.jit_items)} SGLang JIT modules" if setup.jit_items else "")
+             + (f" + {len(setup.triton_items)} Triton fused-MoE items" if setup.triton_items else "")
              + (f" (rank {setup.rank} of {setup.world})" if setup.world > 1 else ""))
     if setup.jit_items:
         area = setup.store.root / setup.jit_job["area"]
         names = " and ".join(f"{name}={value}" for name, value in setup.jit_job.get("launch_env", []))
         out.info(f"SGLang JIT modules: built with the installed sglang {plan.sglang_version}'s own builders into "
                  f"{area} (one ninja job per worker: MAX_JOBS=1); the runtime reads them with {names} (launch sets it)")
+    if setup.triton_items:
+        from dgprecompile.families import TRITON_MOE
+
+        out.info(f"{TRITON_MOE.label}: each item runs `python -m {TRITON_MOE.warm_module}` in a worker's subprocess "
+                 f"(this interpreter, no GPU: CUDA_VISIBLE_DEVICES=\"\"), Triton "
+                 f"{setup.triton_job['installed']['triton']} writing into {setup.store.root / TRITON_MOE.area}")
     for module, why in setup.jit_skipped.items():
         if setup.jit_missing is None:  # --sglang-jit off: asked for
             out.note(f"not built ({why}): {module}")
@@ -152,7 +160,9 @@ def render(out: Output, result: WarmResult) -> None:
                   + ", ".join(sorted(result.failed)[:5]), "the compiler's output for each is printed above")
     elif result.missing:
         why = next(iter(result.skipped.values()), "")
-        out.error(f"{len(result.skipped)} of the plan's SGLang JIT modules not built: {why}",
+        what = "SGLang JIT modules" + (" / Triton fused-MoE items" if set(result.skipped) & set(result.triton_planned)
+                                       else "")
+        out.error(f"{len(result.skipped)} of the plan's {what} not built: {why}",
                   f"{result.missing}, then warm again (`verify` fails until they are built; --sglang-jit off warms "
                   "DeepGEMM's kernels only)")
 
@@ -161,10 +171,11 @@ def compile_times(result: WarmResult, shown: int = 3) -> tuple[list[list[str]], 
     """Per kind of item (DeepGEMM kernels, SGLang JIT modules): how many compiled, their seconds summed, the
     longest; and the ``shown`` slowest items of each kind with their seconds (--json: every item's
     item_seconds)."""
-    jit = set(result.jit_ids)
+    jit, triton = set(result.jit_ids), set(result.triton_ids)
     kinds, slowest = [], []
-    for kind, ids in (("DeepGEMM kernels", [k for k in result.compiled if k not in jit]),
-                      ("SGLang JIT modules", [k for k in result.compiled if k in jit])):
+    for kind, ids in (("DeepGEMM kernels", [k for k in result.compiled if k not in jit | triton]),
+                      ("SGLang JIT modules", [k for k in result.compiled if k in jit]),
+                      ("Triton fused-MoE items", [k for k in result.compiled if k in triton])):
         if not ids:
             continue
         top = sorted(ids, key=lambda k: -result.compiled[k])[:shown]

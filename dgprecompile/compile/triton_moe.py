@@ -76,6 +76,23 @@ def compile_only(capability: int = 90) -> None:
     jit.KernelInterface.__getitem__ = getitem
 
 
+def watch_lookups() -> set[str]:
+    """The cache entries Triton's compile() looks up in this process (each its cache manager's key, the entry's
+    directory name), found or compiled: the entries these calls use. Only observes; Triton's own lookup runs."""
+    from triton.compiler import compiler
+
+    seen: set[str] = set()
+    real = compiler.get_cache_manager
+
+    def get_cache_manager(key):
+        manager = real(key)
+        seen.add(manager.key)
+        return manager
+
+    compiler.get_cache_manager = get_cache_manager
+    return seen
+
+
 class FlagsOff:
     """STAND-IN for SGLang's global ServerArgs: every flag off (the defaults of the planned server command for the
     flags this path reads: enable_deterministic_inference, enable_fused_moe_sum_all_reduce)."""
@@ -204,6 +221,7 @@ def warm(args: argparse.Namespace) -> dict[str, Any]:
     os.environ["TRITON_CACHE_DIR"] = triton_dir
     fused, config = load_sglang(args.device_name)  # imported first: some SGLang modules probe the driver at import
     compile_only(args.capability)
+    used = watch_lookups()
     before = triton_entries(triton_dir)
     t0 = time.time()
     configs = {}
@@ -228,6 +246,7 @@ def warm(args: argparse.Namespace) -> dict[str, Any]:
             "seconds": round(time.time() - t0, 1), "ms": len(parse_ms(args.m)),
             "configs": [{"config": json.loads(c), "m": [ms[0], ms[-1]], "count": len(ms)} for c, ms in configs.items()],
             "warmed": warmed, "not_whole": not_whole, "cache_dir": args.cache_dir,
+            "entries": sorted(k for k in used if KERNEL in after.get(k, [])),  # this item's, found or compiled
             "other_new": {k: names for k, names in new.items() if KERNEL not in names},
             "already": sorted(k for k, names in before.items() if KERNEL in names)}
 

@@ -52,6 +52,7 @@ from dgprecompile.toolchain import find_deepgemm, find_nvcc
 SECONDS_PER_COST_UNIT = 2.0  # _estimated_cost's relative units as seconds of one compile alone
 TICK_SECONDS = 1.0  # how often the parent wakes without events (progress lines on a non-terminal)
 WORKER_BASE_TASKS = 1
+TRITON_MOE_SECONDS_PER_M = 1.0  # a Triton MoE item's estimated seconds per planned m (its place in the queue)
 COMPILER_TREE_TASKS = 4
 WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
               "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
@@ -89,6 +90,8 @@ class WarmSetup:
     swept: list[str] = field(default_factory=list)  # sweep backend: key ranges already covered (cached)
     jit_seconds: float = 0.0  # the estimated build time of one SGLang JIT module (the queue's order)
     in_place: list[str] = field(default_factory=list)  # a read-only cache holding every kernel: nothing to do
+    triton_items: list[WorkItem] = field(default_factory=list)  # SGLang's Triton fused MoE, one per MoE shape
+    triton_job: dict[str, Any] = field(default_factory=dict)
 
     @property
     def task_budget(self) -> int:
@@ -117,6 +120,8 @@ class WarmResult:
     kernels: int = 0  # kernels this warm (or this rank's share) had to have in the cache
     jit_modules: int = 0  # SGLang JIT modules this warm had to have in the cache
     jit_ids: list[str] = field(default_factory=list)  # which of the items are SGLang JIT modules
+    triton_ids: list[str] = field(default_factory=list)  # which of the items are Triton fused-MoE items
+    triton_planned: list[str] = field(default_factory=list)  # the plan's Triton fused-MoE items (built or not)
 
     @property
     def ok(self) -> bool:
@@ -140,7 +145,7 @@ class WarmResult:
                 "workers": self.workers, "no_space": self.no_space, "workers_not_started": self.fatal,
                 "installed_not_indexed": self.unindexed,
                 "item_seconds": {k: round(v, 2) for k, v in sorted(self.compiled.items())},
-                "sglang_jit_module_ids": list(self.jit_ids),
+                "sglang_jit_module_ids": list(self.jit_ids), "triton_moe_item_ids": list(self.triton_ids),
                 "timeline": {"workers_ready_first_s": round(min(self.ready_seconds), 2) if self.ready_seconds else None,
                              "workers_ready_last_s": round(max(self.ready_seconds), 2) if self.ready_seconds else None,
                              "last_kernel_done_s": round(self.last_result_seconds, 2)}}
@@ -198,8 +203,12 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
     if jobs < 1:
         raise InputError("--jobs must be at least 1", hint="omit --jobs for one worker per CPU core")
     jit_items, jit_job, jit_skipped, jit_fp, jit_missing = _prepare_jit(plan, opts, nvcc, store.root)
+    triton_items, triton_job = _prepare_triton(plan, opts, jit_skipped)
+    if triton_items is None:  # what this machine lacks to run the Triton MoE warm (--sglang-jit auto)
+        triton_items, jit_missing = [], jit_missing or triton_job["missing"]
     if world > 1:
         jit_items = jit_items[rank::world]
+        triton_items = triton_items[rank::world]
     if jit_fp is not None:
         fingerprint.update(jit_fp)  # {the family's fingerprint section: its fields}
         stale = differences(recorded, fingerprint) if recorded else []
@@ -211,22 +220,24 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
                      "call (every m up to 16,384, then 64q+1, 64q+32, 64q+64; masked: every expected_m)")
     else:
         items = sorted(_kernel_items(plan, rank, world), key=_estimated_cost, reverse=True)
-    jobs = max(1, min(jobs, len(items) + len(jit_items)))  # one budget: every worker serves both kinds
+    jobs = max(1, min(jobs, len(items) + len(jit_items) + len(triton_items)))  # one budget: every worker serves all
     _require_readable(store, items + jit_items)
     try:
         store.require_writable("write to")
     except DGError:
-        if sweeps or stale or not _all_in_place(store, plan, items + jit_items):
+        if sweeps or stale or not _all_in_place(store, plan, items + jit_items, triton_items, triton_job):
             raise
         notes.append(f"{store.root} is not writable here, and every kernel of the plan is already in it: "
                      "nothing to do")
         return WarmSetup(plan, backend, store, fingerprint, stale, [], 1, [None], job_common, rank, world, notes,
-                         [], {}, jit_skipped, jit_missing, swept, in_place=[it.kernel for it in items + jit_items])
+                         [], {}, jit_skipped, jit_missing, swept,
+                         in_place=[it.kernel for it in items + jit_items + triton_items])
     if not sweeps:
         _check_space(store, plan, items, [] if stale else None)
     return WarmSetup(plan, backend, store, fingerprint, stale, items, jobs,
                      [gpus[i % len(gpus)] for i in range(jobs)], job_common, rank, world, notes,
-                     jit_items, jit_job, jit_skipped, jit_missing, swept, float(jit_job.get("build_seconds", 0.0)))
+                     jit_items, jit_job, jit_skipped, jit_missing, swept, float(jit_job.get("build_seconds", 0.0)),
+                     triton_items=triton_items, triton_job=triton_job)
 
 
 def _requested_backend(plan: Plan, requested: str | None) -> str | None:
@@ -282,12 +293,18 @@ def _require_readable(store: CacheStore, items: list[WorkItem]) -> None:
                 raise os_error(PermissionError(errno.EACCES, "Permission denied", str(path / name)), "read")
 
 
-def _all_in_place(store: CacheStore, plan: Plan, items: list[WorkItem]) -> bool:
-    """Whether the index records every item and each recorded entry is there with its recorded, loadable bytes:
-    a warm with nothing to build, which needs no write access."""
+def _all_in_place(store: CacheStore, plan: Plan, items: list[WorkItem], triton_items: list[WorkItem] = (),
+                  triton_job: dict[str, Any] | None = None) -> bool:
+    """Whether the index records every item and each recorded entry is there with its recorded, loadable bytes
+    (a Triton MoE item: its record covers it, cache/triton_moe.py): a warm with nothing to build, which needs no
+    write access."""
+    from dgprecompile.cache.triton_moe import COVERED, item_coverage
+
     index = store.read_index()
     return all(it.kernel in index.kernels and store.check_entry(index.kernels[it.kernel], plan.profile.sm_arch)
-               is None for it in items)
+               is None for it in items) and all(
+        item_coverage(store, index, it.kernel, (triton_job or {}).get("installed")).status == COVERED
+        for it in triton_items)
 
 
 def _kernel_items(plan: Plan, rank: int, world: int) -> list[WorkItem]:
@@ -388,6 +405,47 @@ def _prepare_jit(plan: Plan, opts: WarmOptions, nvcc, cache_root: Path) -> tuple
     return items, job, {}, {family.fingerprint_section: naming.fingerprint()}, None
 
 
+def _prepare_triton(plan: Plan, opts: WarmOptions, skipped: dict[str, str]) -> tuple[list[WorkItem] | None,
+                                                                                    dict[str, Any]]:
+    """Work items for the plan's Triton fused-MoE shapes and their workers' job (families.TRITON_MOE). Run with
+    the installed sglang and Triton, so they follow --sglang-jit as SGLang's own JIT modules do: off leaves them
+    out, on refuses at once when this machine cannot run them, auto skips them (``skipped``: why) and returns
+    None items with ``{"missing": what to install}``."""
+    from importlib import metadata
+
+    from dgprecompile.families import TRITON_MOE
+
+    moe = list(plan.triton_moe.values())
+    if not moe:
+        return [], {}
+    if opts.sglang_jit == "off":
+        skipped.update({t.id: "--sglang-jit off" for t in moe})
+        return [], {}
+    try:
+        missing = TRITON_MOE.missing()
+        if missing is not None:
+            raise EnvironmentProblem(f"the {TRITON_MOE.label} warm needs {', '.join(TRITON_MOE.imports)} importable "
+                                     "here", hint=missing)
+        try:
+            installed_sglang = metadata.version("sglang")
+        except metadata.PackageNotFoundError:
+            installed_sglang = None
+        if plan.sglang_version and installed_sglang != plan.sglang_version:
+            raise EnvironmentProblem(f"the installed sglang is {installed_sglang}, not the plan's {plan.sglang_version}: "
+                                     f"its {TRITON_MOE.label} configs and kernels may differ",
+                                     hint=f"install sglang {plan.sglang_version} (the job's own), or plan for "
+                                          f"--sglang {installed_sglang}")
+    except EnvironmentProblem as exc:
+        if opts.sglang_jit == "on":
+            raise
+        skipped.update({t.id: exc.message for t in moe})
+        return None, {"missing": exc.hint or exc.message}
+    items = [WorkItem(t.id, "triton_moe", {k: v for k, v in t.to_dict().items() if k != "id"}, "TRITON_MOE", t.hidden,
+                      t.intermediate, t.experts, t.m_max) for t in moe]
+    # the record's Triton: read here from metadata, the interpreter the workers' subprocesses run
+    return items, {"installed": TRITON_MOE.installed(), "python": sys.executable, "backend_name": TRITON_MOE.backend}
+
+
 def _record_plan(setup: WarmSetup) -> None:
     plan = setup.plan
 
@@ -396,6 +454,7 @@ def _record_plan(setup: WarmSetup) -> None:
             index.kernels.clear()  # those records describe entries filed under other keys
             index.extra.clear()
             index.sweeps.clear()
+            index.triton_moe.clear()  # their entries were extra entries
         index.fingerprint = setup.fingerprint
         entry = plan.summary()
         if entry not in index.plans:
@@ -419,10 +478,11 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
     result = WarmResult(workers=setup.workers, cache_dir=str(store.root), backend=setup.backend,
                         kernels=len(setup.items), jit_modules=len(setup.jit_items),
                         jit_ids=[it.kernel for it in setup.jit_items], skipped=dict(setup.jit_skipped),
+                        triton_ids=[it.kernel for it in setup.triton_items], triton_planned=list(setup.plan.triton_moe),
                         missing=setup.jit_missing, cached=list(setup.swept))
     start = time.perf_counter()
     try:
-        if setup.items or setup.jit_items:
+        if setup.items or setup.jit_items or setup.triton_items:
             _pool(store, work(setup), worker_job(setup), setup.gpus, on_event, result, start)
     finally:
         store.clean_stale_staging()
@@ -447,6 +507,9 @@ def work(setup: WarmSetup) -> list[tuple[Job, WorkItem]]:
         out.append((Job(item.kernel, setup.backend, cost), item))
     jit_backend = setup.jit_job.get("jit_backend", SGLANG_JIT_BACKEND)  # the modules' JitFamily's backend
     out += [(Job(item.kernel, jit_backend, setup.jit_seconds), item) for item in setup.jit_items]
+    # a Triton MoE item compiles a few hundred kernels (bench/results/2026-12-01-h200-triton-capture): the costliest
+    out += [(Job(item.kernel, setup.triton_job["backend_name"], TRITON_MOE_SECONDS_PER_M * item.m), item)
+            for item in setup.triton_items]
     return out
 
 
@@ -460,6 +523,9 @@ def worker_job(setup: WarmSetup) -> dict[str, Any]:
     if setup.jit_items:
         jit_backend = setup.jit_job.get("jit_backend", SGLANG_JIT_BACKEND)
         backends[jit_backend] = {**common, "backend": jit_backend, **setup.jit_job}
+    if setup.triton_items:
+        name = setup.triton_job["backend_name"]
+        backends[name] = {**common, "backend": name, **setup.triton_job}
     return {"cache_dir": str(setup.store.root), "backends": backends}
 
 

@@ -10,7 +10,7 @@ import yaml
 from dgprecompile import schemas
 from dgprecompile.errors import InputError
 from dgprecompile.fsutil import atomic_write_text, read_input
-from dgprecompile.kernels import GemmKey, JitModule, KernelSpec, KernelType
+from dgprecompile.kernels import GemmKey, JitModule, KernelSpec, KernelType, TritonMoeItem
 from dgprecompile.planning.plan import MANIFEST_SCHEMA, Bucket, Plan, PlannedKey
 from dgprecompile.planning.profiles import resolve_profile
 
@@ -73,7 +73,8 @@ def plan_from_dict(data: Any, where: str = "manifest") -> Plan:
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"{where}: sglang_jit_modules: malformed module ({schemas.shown(str(exc))})",
                          hint=REGENERATE) from None
-    if not keys and not jit_modules:
+    triton_moe = _triton_moe(data.get("triton_moe", []), where)  # manifests before it have no section
+    if not keys and not jit_modules and not triton_moe:
         raise InputError(f"{where} plans no kernel at all (no shapes, no SGLang JIT modules): there is nothing to "
                          "warm or verify", hint=REGENERATE)
     return Plan(model=data["model"], model_source=data.get("model_source", ""),
@@ -83,7 +84,24 @@ def plan_from_dict(data: Any, where: str = "manifest") -> Plan:
                 gpu=data.get("gpu"), keys=keys, kernels=kernels, notes=list(data.get("notes", [])),
                 heuristic=bool(heuristic), sglang_version=None if sglang_version is None else str(sglang_version),
                 sweep_m_max=data.get("sglang_precompile_m_max", 0), server=data.get("server"),
-                jit_modules=jit_modules)
+                jit_modules=jit_modules, triton_moe=triton_moe)
+
+
+def _triton_moe(items: list[dict[str, Any]], where: str) -> dict[str, TritonMoeItem]:
+    out: dict[str, TritonMoeItem] = {}
+    for i, d in enumerate(items):
+        item = TritonMoeItem.from_dict(d)
+        if item.id != d["id"]:
+            raise InputError(f"{where}: triton_moe[{i}].id {schemas.shown(d['id'])} does not match its fields "
+                             f"({item.id})", hint=REGENERATE)
+        if item.m_min > item.m_max:
+            raise InputError(f"{where}: triton_moe[{i}]: m_min {item.m_min} is above m_max {item.m_max}",
+                             hint=REGENERATE)
+        if item.id in out:
+            raise InputError(f"{where}: triton_moe[{i}]: item {schemas.shown(item.id)} is listed twice",
+                             hint=REGENERATE)
+        out[item.id] = item
+    return out
 
 
 def _profile(data: dict[str, Any], where: str):

@@ -16,7 +16,7 @@ import yaml
 
 from dgprecompile import __version__, schemas
 from dgprecompile.errors import InputError
-from dgprecompile.kernels import GemmKey, JitModule, KernelSpec
+from dgprecompile.kernels import GemmKey, JitModule, KernelSpec, TritonMoeItem
 from dgprecompile.planning.models import ModelConfig
 from dgprecompile.planning.profiles import Profile
 from dgprecompile.planning.shapes import Parallel, model_shapes
@@ -75,6 +75,8 @@ class Plan:
     jit_modules: dict[str, JitModule] = field(default_factory=dict)  # SGLang's own JIT modules on these paths
     # what the request left out and the plan chose (`--ep 8` alone: tp 8): every command shows it (resolve_plan)
     assumed: list[str] = field(default_factory=list)
+    # MoE shapes on SGLang's Triton fused MoE: warmed GPU-free per item (families.TRITON_MOE)
+    triton_moe: dict[str, TritonMoeItem] = field(default_factory=dict)
 
     @property
     def total_kernels(self) -> int | None:
@@ -147,6 +149,8 @@ class Plan:
             **({"server": self.server} if self.server else {}),
             # SGLang's own JIT modules (a second kernel family), only where the release models them
             **({"sglang_jit_modules": [m.to_dict() for m in self.jit_modules.values()]} if self.jit_modules else {}),
+            # SGLang's Triton fused-MoE kernels per MoE shape (a third kind of work), where the plan has them
+            **({"triton_moe": [t.to_dict() for t in self.triton_moe.values()]} if self.triton_moe else {}),
         }
 
 
@@ -336,7 +340,13 @@ def build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: int
 
 def _build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: int, gpu: str | None,
                 profile_reason: str, sglang_version: str | None, keys_only: bool) -> Plan:
+    from dgprecompile.families import TRITON_MOE
+
     shapes = model_shapes(model, profile, par)
+    triton, triton_notes = TRITON_MOE.plan_items(shapes.triton_moe, config=model.config,
+                                                 sglang_version=sglang_version, max_tokens=par.max_tokens, gpu=gpu)
+    shapes.notes += triton_notes
+    triton_moe = {t.id: t for t in triton}
     kernels: dict[str, KernelSpec] = {}
     # what was and was not proven for this profile's DeepGEMM, as profiles.yaml records it
     proof = [f"{label}: {profile.raw[field]}" for field, label in (("proven", "proven"),
@@ -354,7 +364,7 @@ def _build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: in
                     tp=par.tp, ep=par.ep, moe_runner_backend=par.moe_runner_backend, max_tokens=par.max_tokens,
                     profile=profile, profile_reason=profile_reason, num_sms=num_sms, gpu=gpu,
                     keys=[PlannedKey(k, []) for k in shapes.keys], kernels={}, notes=notes, heuristic=False,
-                    sglang_version=sglang_version, sweep_m_max=par.sweep_m_max)
+                    sglang_version=sglang_version, sweep_m_max=par.sweep_m_max, triton_moe=triton_moe)
     if not profile.raw.get("heuristic_validated"):
         shapes.notes.append(f"the {profile.generation} kernel model is read from source but was not checked "
                             "against that DeepGEMM on a GPU")
@@ -368,7 +378,8 @@ def _build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: in
     return Plan(model=model.name, model_source=model.source, model_type=model.config.get("model_type", ""),
                 tp=par.tp, ep=par.ep, moe_runner_backend=par.moe_runner_backend, max_tokens=par.max_tokens,
                 profile=profile, profile_reason=profile_reason, num_sms=num_sms, gpu=gpu, keys=keys,
-                kernels=kernels, notes=shapes.notes, sglang_version=sglang_version, sweep_m_max=par.sweep_m_max)
+                kernels=kernels, notes=shapes.notes, sglang_version=sglang_version, sweep_m_max=par.sweep_m_max,
+                triton_moe=triton_moe)
 
 
 @dataclass

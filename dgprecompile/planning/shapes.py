@@ -34,10 +34,25 @@ class Parallel:
     sweep_m_max: int = 0
 
 
+@dataclass(frozen=True)
+class TritonMoeShape:
+    """MoE layers whose experts run on SGLang's Triton fused MoE: their shape on a rank (families.TRITON_MOE
+    turns it into a warm item)."""
+
+    layer: str
+    count: int
+    experts: int  # local experts on a rank
+    global_experts: int
+    hidden: int
+    intermediate: int  # per rank
+    topk: int
+
+
 @dataclass
 class ShapeSet:
     keys: list[GemmKey]
     notes: list[str] = field(default_factory=list)  # layers that do not reach DeepGEMM, and why
+    triton_moe: list[TritonMoeShape] = field(default_factory=list)  # MoE layers on Triton fused MoE
 
 
 @dataclass
@@ -152,8 +167,12 @@ def _dense_keys(linears: list[_Linear], par: Parallel, notes: list[str]) -> list
 
 
 def _moe_keys(profile: Profile, par: Parallel, hidden: int, experts: int, topk: int, width: int, layers: int,
-              model: ModelConfig, notes: list[str], prefix: str = "mlp.experts") -> list[GemmKey]:
+              model: ModelConfig, notes: list[str], prefix: str = "mlp.experts",
+              triton: list[TritonMoeShape] | None = None) -> list[GemmKey]:
+    """The DeepGEMM keys of the MoE layers; where they run on Triton fused MoE instead, their shape goes into
+    ``triton`` (and a note says no DeepGEMM)."""
     local, per_rank = _moe_split(experts, width, par, model)
+    on_triton = TritonMoeShape(prefix, layers, local, experts, hidden, per_rank, topk)
     if par.moe_runner_backend not in profile.moe:
         raise InputError(f"sglang {profile.id} has no --moe-runner-backend {par.moe_runner_backend} "
                          f"(its EPMoE runs the experts on masked DeepGEMM whenever ep > 1)",
@@ -162,10 +181,14 @@ def _moe_keys(profile: Profile, par: Parallel, hidden: int, experts: int, topk: 
     if profile.moe.get("needs_ep") and par.ep == 1:
         notes.append(f"{prefix} (x{layers}): sglang {profile.id} uses EPMoE (masked DeepGEMM) only when ep > 1; "
                      "with ep 1 the experts run on Triton fused MoE, no DeepGEMM")
+        if triton is not None:
+            triton.append(on_triton)
         return []
     if kinds is None:
         notes.append(f"{prefix} (x{layers}): Triton fused MoE under sglang {profile.id} with "
                      f"--moe-runner-backend {par.moe_runner_backend}, no DeepGEMM")
+        if triton is not None:
+            triton.append(on_triton)
         return []
     out = []
     t = par.max_tokens
@@ -200,8 +223,9 @@ def _qwen3_moe(model: ModelConfig, profile: Profile, par: Parallel) -> ShapeSet:
         _Linear("self_attn.o_proj", hidden, q_per * head_dim, layers),
     ]
     keys = _dense_keys(dense, par, notes)
-    keys += _moe_keys(profile, par, hidden, experts, topk, width, layers, model, notes)
-    return ShapeSet(keys, notes)
+    triton: list[TritonMoeShape] = []
+    keys += _moe_keys(profile, par, hidden, experts, topk, width, layers, model, notes, triton=triton)
+    return ShapeSet(keys, notes, triton)
 
 
 def _deepseek_v3(model: ModelConfig, profile: Profile, par: Parallel) -> ShapeSet:
@@ -250,9 +274,10 @@ def _deepseek_v3(model: ModelConfig, profile: Profile, par: Parallel) -> ShapeSe
         dense.append(_Linear("mlp.shared_experts.gate_up_proj", 2 * s_width // par.tp, hidden, moe_layers))
         dense.append(_Linear("mlp.shared_experts.down_proj", hidden, s_width // par.tp, moe_layers))
     keys = _dense_keys(dense, par, notes)
+    triton: list[TritonMoeShape] = []
     if moe_layers:
-        keys += _moe_keys(profile, par, hidden, experts, topk, width, moe_layers, model, notes)
-    return ShapeSet(keys, notes)
+        keys += _moe_keys(profile, par, hidden, experts, topk, width, moe_layers, model, notes, triton=triton)
+    return ShapeSet(keys, notes, triton)
 
 
 ARCHITECTURES: dict[str, Callable[[ModelConfig, Profile, Parallel], ShapeSet]] = {

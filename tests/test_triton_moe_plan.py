@@ -1,0 +1,254 @@
+"""SGLang's Triton fused MoE as planned work: `plan` lists one item per MoE shape on a rank (read from the model's
+config.json), `warm` runs the real GPU-free Triton warm (sglang 0.5.14's own fused_experts_impl, Triton 3.6.0's own
+JIT and compiler) in a worker's subprocess and records it, `verify` checks the record, its Triton and its entries,
+pack/unpack carry them. sgl-kernel and torchvision are stand-ins here (tests/standins, named as such)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import (
+    NVCC,
+    STANDINS,
+    needs_dg013,
+    needs_nvcc,
+    needs_sgl014,
+    sgl_deep_gemm_013_dir,
+    sglang_014_dir,
+)
+
+from dgprecompile.families import TRITON_MOE, gpu_device
+from dgprecompile.kernels import TritonMoeItem
+from dgprecompile.planning.manifest import plan_from_dict, write_manifest
+from dgprecompile.planning.plan import PlanRequest
+from dgprecompile.planning.request import plan_from_request
+
+REPO = Path(__file__).resolve().parent.parent
+MODEL = json.loads((REPO / "dgprecompile" / "data" / "models" / "Qwen3-Coder-480B-A35B-Instruct-FP8.json").read_text())
+SERVER = "python -m sglang.launch_server --model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 --tp 8 --ep 8"
+TRITON = REPO / ".venv" / "triton-3.6.0"
+needs_triton = pytest.mark.skipif(not (TRITON / "triton" / "__init__.py").is_file(),
+                                  reason=f"no Triton at {TRITON} (make setup installs it)")
+
+
+def _server_plan(cmd: str = SERVER, **kw):
+    return plan_from_request(PlanRequest(sglang_cmd=cmd, sglang="0.5.14", **kw))
+
+
+# ---- plan ---------------------------------------------------------------------------------------------------
+
+
+def test_plan_of_the_0_5_14_server_lists_one_item_with_the_models_shape_on_a_rank():
+    plan = _server_plan()
+    assert len(plan.triton_moe) == 1
+    item = next(iter(plan.triton_moe.values()))
+    tp = ep = 8
+    assert item.experts == MODEL["num_experts"] // ep and item.global_experts == MODEL["num_experts"]
+    assert item.hidden == MODEL["hidden_size"] and item.topk == MODEL["num_experts_per_tok"]
+    assert item.intermediate == MODEL["moe_intermediate_size"] // (tp // ep)
+    # SGLang's default chunked prefill on an H200 (8192) bounds a forward; one call per forward (no chunks)
+    assert (item.m_min, item.m_max) == (1, 8192) and "fused_moe.py" in item.why and "single shot" in item.why
+    assert (item.device_name, item.capability) == ("NVIDIA H200", 90)  # no --gpu: gpus.yaml's default
+    assert item.layers == (f"mlp.experts x{MODEL['num_hidden_layers']}",)
+    again = plan_from_dict(json.loads(json.dumps(plan.to_dict())))  # the manifest carries it
+    assert again.triton_moe == plan.triton_moe and next(iter(again.triton_moe.values())).why == item.why
+
+
+def test_the_gpu_names_the_device_sglang_picks_its_tuned_config_by():
+    plan = _server_plan(gpu="h20")
+    item = next(iter(plan.triton_moe.values()))
+    assert item.device_name == gpu_device("h20")["name"] == "NVIDIA H20" and item.id.endswith(".NVIDIA_H20.sm90")
+
+
+def test_no_item_where_the_experts_run_on_deepgemm_or_the_release_was_not_read():
+    assert not _server_plan(SERVER + " --moe-runner-backend deep_gemm").triton_moe
+    old = plan_from_request(PlanRequest(model="Qwen3-Coder-480B", tp=8, ep=8, sglang="0.5.9"))
+    assert not old.triton_moe
+    assert any("Triton fused MoE not planned" in n and "0.5.9" in n for n in old.notes), old.notes
+    new = plan_from_request(PlanRequest(model="Qwen3-Coder-480B", tp=8, ep=8, sglang="0.5.23"))
+    assert not new.triton_moe  # read (one call per forward too), but the GPU-free warm does not run with it yet
+    assert any("not planned for sglang 0.5.23" in n and "resolve_once" in n for n in new.notes), new.notes
+
+
+def test_other_quantizations_are_a_note_not_an_item():
+    from dgprecompile.planning.shapes import TritonMoeShape
+
+    shape = TritonMoeShape("mlp.experts", 62, 20, 160, 6144, 2560, 8)
+    cfg = {"quantization_config": {"quant_method": "fp8", "weight_block_size": None}}
+    items, notes = TRITON_MOE.plan_items([shape], config=cfg, sglang_version="0.5.14", max_tokens=64, gpu=None)
+    assert items == [] and "not planned" in notes[0] and "weight_block_size=None" in notes[0]
+
+
+def test_a_manifest_without_the_section_still_reads_and_a_wrong_id_is_refused():
+    data = _server_plan().to_dict()
+    old = {k: v for k, v in data.items() if k != "triton_moe"}
+    assert plan_from_dict(json.loads(json.dumps(old))).triton_moe == {}
+    data["triton_moe"][0]["m_max"] = 2  # trimmed without its id
+    with pytest.raises(Exception, match="does not match its fields"):
+        plan_from_dict(data)
+
+
+# ---- warm, verify, pack (real sglang 0.5.14 + Triton 3.6.0) ------------------------------------------------
+
+
+def _env(*paths: str | None) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([p for p in paths if p] + [str(REPO)]),
+            "DGP_STANDINS": "sgl_kernel,torchvision", "DGP_TRANSFORMERS_EXIST_OK": "1"}
+
+
+def _run(*args, env: dict[str, str], timeout: int = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dgprecompile", *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=timeout)
+
+
+def _full_env():
+    return _env(sglang_014_dir(), STANDINS, str(TRITON), sgl_deep_gemm_013_dir())
+
+
+@pytest.fixture(scope="module")
+def triton_only(tmp_path_factory):
+    """The 0.5.14 server plan with its DeepGEMM buckets and SGLang JIT modules dropped and its Triton MoE item
+    trimmed to m 1..2 (a test's trim, as other tests trim manifests): one fast item to warm."""
+    data = _server_plan().to_dict()
+    for shape in data["shapes"]:
+        shape["buckets"], shape["aux_kernels"] = [], []
+    data["kernels"], data["total_kernels"] = [], 0
+    data.pop("sglang_jit_modules", None)
+    item = TritonMoeItem.from_dict(data["triton_moe"][0])
+    data["triton_moe"] = [TritonMoeItem(**{**item.__dict__, "m_max": 2}).to_dict()]
+    path = tmp_path_factory.mktemp("plan") / "triton.yaml"
+    write_manifest(plan_from_dict(data), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def warmed(triton_only, tmp_path_factory):
+    cache = tmp_path_factory.mktemp("warm") / "cache"
+    r = _run("warm", "--manifest", triton_only, "--cache-dir", cache, "--nvcc", NVCC, "--sglang-jit", "on", "--json",
+             env=_full_env())
+    assert r.returncode == 0, r.stdout + r.stderr
+    return cache, json.loads(r.stdout)
+
+
+def needs_all(test):
+    for mark in (needs_triton, needs_sgl014, needs_dg013, needs_nvcc, pytest.mark.slow):
+        test = mark(test)
+    return test
+
+
+def _item_id(manifest: Path) -> str:
+    import yaml
+
+    return yaml.safe_load(manifest.read_text())["triton_moe"][0]["id"]
+
+
+@needs_all
+def test_warm_runs_the_item_and_records_its_triton_and_entries(warmed, triton_only):
+    cache, summary = warmed
+    item = _item_id(triton_only)
+    assert (summary["compiled"], summary["failed"], summary["triton_moe_item_ids"]) == (1, 0, [item])
+    index = json.loads((cache / "dgprecompile" / "index.json").read_text())
+    record = index["triton_moe"][item]
+    assert record["triton"] == "3.6.0" and record["sglang"] == "0.5.14" and record["ms"] == 2
+    assert record["files"]["triton/_C/libtriton.so"]  # the wheel's RECORD hash: Triton's key holds those bytes
+    assert len(record["entries"]) == 4  # gate-up and down at m=1 and m=2 (Triton specialises on ints == 1)
+    for entry in record["entries"]:
+        assert index["extra"][entry]["area"] == "triton"
+        assert (cache / entry / "__grp__fused_moe_kernel.json").is_file()
+        meta = json.loads((cache / entry / "fused_moe_kernel.json").read_text())
+        assert meta["target"]["arch"] == 90
+    v = _run("verify", "--manifest", triton_only, "--cache-dir", cache, "--nvcc", NVCC, "--json", env=_full_env())
+    assert v.returncode == 0 and json.loads(v.stdout)["complete"], v.stdout + v.stderr
+    again = _run("warm", "--manifest", triton_only, "--cache-dir", cache, "--nvcc", NVCC, "--sglang-jit", "on",
+                 "--json", env=_full_env())
+    assert again.returncode == 0 and json.loads(again.stdout)["already_cached"] == 1, again.stdout + again.stderr
+
+
+@needs_all
+def test_verify_names_a_deleted_entry_and_calls_another_triton_stale(warmed, triton_only, tmp_path):
+    cache, _ = warmed
+    item = _item_id(triton_only)
+    broken = tmp_path / "broken"
+    shutil.copytree(cache, broken, symlinks=True)
+    index = json.loads((broken / "dgprecompile" / "index.json").read_text())
+    gone = index["triton_moe"][item]["entries"][0]
+    shutil.rmtree(broken / gone)
+    v = _run("verify", "--manifest", triton_only, "--cache-dir", broken, "--nvcc", NVCC, env=_full_env())
+    assert v.returncode == 1 and gone in v.stdout + v.stderr and item in v.stdout + v.stderr, v.stdout + v.stderr
+    assert len([x for x in v.stderr.splitlines() if x.startswith("error:")]) == 1 and "hint:" in v.stderr
+
+    other = tmp_path / "other"
+    shutil.copytree(cache, other, symlinks=True)
+    path = other / "dgprecompile" / "index.json"
+    index = json.loads(path.read_text())
+    index["triton_moe"][item]["triton"] = "3.5.1"
+    path.write_text(json.dumps(index))
+    v = _run("verify", "--manifest", triton_only, "--cache-dir", other, "--nvcc", NVCC, "--json", env=_full_env())
+    report = json.loads(v.stdout)
+    assert v.returncode == 1 and report["stale_items"] == [item], v.stdout
+    assert "another Triton" in report["verdict"] and "3.5.1" in json.dumps(report["problems"])
+    human = _run("verify", "--manifest", triton_only, "--cache-dir", other, "--nvcc", NVCC, env=_full_env())
+    assert "warm again here" in human.stderr, human.stderr
+
+
+@needs_all
+def test_pack_and_unpack_carry_the_records_and_entries(warmed, triton_only, tmp_path):
+    cache, _ = warmed
+    item = _item_id(triton_only)
+    art = tmp_path / "a.tar.gz"
+    p = _run("pack", "--manifest", triton_only, "--cache-dir", cache, "-o", art, env=_full_env())
+    assert p.returncode == 0, p.stdout + p.stderr
+    other = tmp_path / "c2"
+    u = _run("unpack", art, "--cache-dir", other, env=_full_env())
+    assert u.returncode == 0, u.stdout + u.stderr
+    index = json.loads((other / "dgprecompile" / "index.json").read_text())
+    assert index["triton_moe"][item] == json.loads((cache / "dgprecompile" / "index.json").read_text())[
+        "triton_moe"][item]
+    # Triton's group files hold absolute paths: at another root verify names them, until launch points them here
+    v = _run("verify", "--manifest", triton_only, "--cache-dir", other, "--nvcc", NVCC, "--json", env=_full_env())
+    assert v.returncode == 1 and "not this directory" in v.stdout, v.stdout
+    from dgprecompile.cache.store import CacheStore
+    from dgprecompile.launch.capture import relocate
+
+    assert sorted(relocate(CacheStore(other))) == index["triton_moe"][item]["entries"]  # what `launch` does first
+    v = _run("verify", "--manifest", triton_only, "--cache-dir", other, "--nvcc", NVCC, "--json", env=_full_env())
+    assert v.returncode == 0 and json.loads(v.stdout)["complete"], v.stdout + v.stderr
+
+
+@needs_nvcc
+@needs_dg013
+def test_warm_without_sglang_or_triton_says_what_to_install(triton_only, tmp_path):
+    env = _env(sgl_deep_gemm_013_dir())
+    auto = _run("warm", "--manifest", triton_only, "--cache-dir", tmp_path / "c", "--nvcc", NVCC, env=env)
+    assert auto.returncode == 3, auto.stdout + auto.stderr
+    errors = [x for x in auto.stderr.splitlines() if x.startswith("error:")]
+    assert len(errors) == 1 and "Triton fused-MoE items" in errors[0] and "hint: install" in auto.stderr, auto.stderr
+    on = _run("warm", "--manifest", triton_only, "--cache-dir", tmp_path / "c", "--nvcc", NVCC, "--sglang-jit", "on",
+              env=env)
+    assert on.returncode == 3 and "Traceback" not in on.stderr, on.stderr
+    assert len([x for x in on.stderr.splitlines() if x.startswith("error:")]) == 1 and "hint:" in on.stderr
+    off = _run("warm", "--manifest", triton_only, "--cache-dir", tmp_path / "c", "--nvcc", NVCC, "--sglang-jit", "off",
+               env=env)
+    assert off.returncode == 0 and "--sglang-jit off" in off.stderr, off.stderr
+
+
+def test_plan_and_verify_import_no_torch_triton_or_sglang(tmp_path):
+    manifest = tmp_path / "p.yaml"
+    write_manifest(_server_plan(), manifest)
+    code = ("import json, sys; from dgprecompile.cli.main import main\n"
+            "for argv in (['plan', '--manifest', sys.argv[1]], ['verify', '--manifest', sys.argv[1], '--cache-dir', "
+            "sys.argv[2], '--json']):\n"
+            " try:\n  main(argv)\n except SystemExit: pass\n"
+            "print('HEAVY', json.dumps([m for m in ('torch', 'triton', 'deep_gemm', 'sglang') if m in sys.modules]), "
+            "file=sys.stderr)")
+    proc = subprocess.run([sys.executable, "-c", code, str(manifest), str(tmp_path / "c")], capture_output=True,
+                          text=True, timeout=120, env=_env(str(TRITON)))
+    heavy = next(line[len("HEAVY "):] for line in proc.stderr.splitlines() if line.startswith("HEAVY "))
+    assert json.loads(heavy) == [], proc.stderr
+    assert next(iter(_server_plan().triton_moe)) in proc.stdout  # verify checked the item too
