@@ -175,7 +175,8 @@ def _estimated_cost(item: WorkItem) -> float:
     return SECONDS_PER_COST_UNIT * (tile + (1.0 if grouped else 0.0) + (0.5 if p.get("BN", 0) % 32 else 0.0))
 
 
-def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
+def _toolchain(plan: Plan, opts: WarmOptions):
+    """(backend, DeepGEMM install, nvcc): what this machine compiles the plan with; refuses an nvcc below 12.3."""
     requested = _requested_backend(plan, opts.backend)
     install = find_deepgemm()
     backend = backend_for(requested, install, plan.profile.generation)
@@ -184,13 +185,19 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
     if nvcc.release < (12, 3):
         raise EnvironmentProblem(f"nvcc {nvcc.path} is release {nvcc.release}; DeepGEMM needs >= 12.3",
                                  hint="install CUDA 12.3 or newer, or pass --nvcc PATH")
+    return backend, install, nvcc
+
+
+def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
+    """Everything warm decides before a worker starts: the toolchain, the fingerprint (and whether the cache's
+    differs), this rank's share of the kernels, JIT modules and Triton MoE items, the worker count, space."""
+    backend, install, nvcc = _toolchain(plan, opts)
     store = CacheStore(resolve_cache_dir(plan, opts.cache_dir))
     fingerprint = make_fingerprint(install, nvcc, plan.num_sms, plan.gpu)
     recorded = store.read_index().fingerprint
     stale = differences(recorded, fingerprint) if recorded else []
 
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-
     generation = plan.profile.deepgemm
     notes: list[str] = []
     needs_gpu, sweeps = get_backend(backend).needs_gpu, get_backend(backend).sweeps
