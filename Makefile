@@ -41,9 +41,12 @@ SGL_WHEELS := 0.5.1 0.5.3 0.5.4 0.5.9 0.5.14
 # sglang 0.5.23 (its own ninja JIT loader, sglang/kernels/jit) the same way, for tests/test_sglang_jit_ninja.py: only
 # what that loader's import chain needs (about 340 MB); triton is tests/standins' stand-in.
 SGL023 := $(VENV)/sglang-0.5.23
+# transformers .. sentencepiece: what its fused MoE path imports (tests/test_triton_moe_plan.py, its server-args
+# runtime context projects model config modules); transformers is the release's own pin
 SGL023_PKGS := sglang==0.5.23 apache-tvm-ffi==0.1.11 msgspec==0.23.0 numpy==2.4.6 orjson==3.13.0 psutil==7.2.2 \
 	pybase64==1.5.1 pillow==13.0.0 starlette==1.10.0 anyio==4.16.0 pyzmq==27.3.0 tqdm==4.70.1 ipython==9.18.1 \
-	traitlets==5.16.1
+	traitlets==5.16.1 transformers==5.19.0 huggingface-hub==1.33.0 tokenizers==0.23.3 safetensors==0.8.0 \
+	httpx==0.28.1 httpcore==1.0.9 h11==0.16.0 dill==0.4.1 sentencepiece==0.2.3
 TORCH ?= 2.13.0
 # Triton 3.6.0 (what the H200's torch 2.11 pairs with) in a folder of its own, NOT on the venv's path (the sglang
 # tests stand in for it): tests/test_triton_capture.py compiles real kernels for sm_90 with it on this GPU-less machine,

@@ -291,10 +291,15 @@ class TritonMoeFamily:
                else f"chunks of {chunk} tokens ({rel.get('env') or 'fixed'})")
         why = f"m 1..{m_max}: every forward of 1..{max_tokens} tokens on a rank; {how} ({rel['evidence']})"
         device = gpu_device(gpu)
+        period = int(self.data()["m_set"]["period"])
         items: dict[str, TritonMoeItem] = {}
         for s in shapes:
+            bound, bound_why = self.m_bound(rel, s, device["name"])
+            shown = (f"; warmed: every m up to {bound} ({bound_why}), then one m per residue mod {period} above it "
+                     f"and {m_max} (data/triton_moe.yaml m_set)") if m_max > bound + period else ""
             item = TritonMoeItem(s.experts, s.global_experts, s.hidden, s.intermediate, s.topk, 1, m_max,
-                                 device["name"], int(device["capability"]), (f"{s.layer} x{s.count}",), why)
+                                 device["name"], int(device["capability"]), (f"{s.layer} x{s.count}",),
+                                 why + shown, bound if shown else 0, period if shown else 0)
             prev = items.get(item.id)
             if prev is not None:
                 item = TritonMoeItem(**{**item.__dict__, "layers": prev.layers + item.layers})
@@ -307,12 +312,24 @@ class TritonMoeFamily:
                          "pass the job's --gpu")
         return list(items.values()), notes
 
+    def m_bound(self, rel: dict, shape, device_name: str) -> tuple[int, str]:
+        """(B, why): the m above which no fused_moe_kernel argument but two integers' residues mod the period
+        changes (data/triton_moe.yaml ``m_set``): the shape's largest tuned-config key for the device, the release's
+        m-dependent constexpr's bound, and the m from which moe_align_block_size sizes its buffer linearly."""
+        tuned = _yaml_data("triton_moe_tuned.yaml")["releases"].get(str(rel.get("tuned")), {})
+        key = f"E={shape.experts},N={shape.intermediate},device_name={device_name.replace(' ', '_')}"
+        parts = {"tuned config's largest m": int(tuned.get(key, 0)),
+                 "m-dependent constexpr": int(rel.get("m_constexpr") or 0),
+                 "linear align buffer": -(-(max(shape.experts, shape.global_experts) + 1) // shape.topk)}
+        return max(1, *parts.values()), "the largest of: " + ", ".join(f"{k} {v}" for k, v in parts.items() if v)
+
     # -- compile --
     def warm_argv(self, item, cache_dir: str, python: str) -> list[str]:
         return [python, "-m", self.warm_module, "--experts", str(item.experts), "--global-experts",
                 str(item.global_experts), "--hidden", str(item.hidden), "--intermediate", str(item.intermediate),
                 "--topk", str(item.topk), "--m", item.m_text, "--capability", str(item.capability),
-                "--device-name", item.device_name, "--cache-dir", str(cache_dir)]
+                "--device-name", item.device_name, "--cache-dir", str(cache_dir),
+                *(["--m-bound", str(item.m_bound)] if item.m_bound else [])]
 
     @property
     def warm_env(self) -> dict[str, str]:

@@ -114,9 +114,11 @@ class JitModule:
 @dataclass(frozen=True)
 class TritonMoeItem:
     """One MoE shape on a rank whose experts run on SGLang's Triton fused MoE (``fused_moe_kernel``): what the
-    GPU-free Triton warm (dgprecompile/compile/triton_moe.py) calls SGLang's own fused_experts_impl with, for every
-    m in ``m_min..m_max`` (each m a kernel call can see, decided once in the plan: ``why``). SGLang picks its
-    tuned config by ``device_name`` and Triton compiles for ``capability``; all of them are part of the id."""
+    GPU-free Triton warm (dgprecompile/compile/triton_moe.py) calls SGLang's own fused_experts_impl with, for each
+    m of ``m_text`` (decided once in the plan: ``why``): every m in ``m_min..m_max`` up to ``m_bound``, above it one
+    m per residue class mod ``m_period`` and ``m_max`` (the kernels above the bound differ only by that residue,
+    data/triton_moe.yaml ``m_set``; ``m_bound`` 0: every m). SGLang picks its tuned config by ``device_name`` and
+    Triton compiles for ``capability``; all of them are part of the id."""
 
     experts: int  # local experts on a rank (E of w13/w2)
     global_experts: int  # the model's experts (ep > 1: SGLang filters the others' ids)
@@ -129,25 +131,43 @@ class TritonMoeItem:
     capability: int
     layers: tuple[str, ...] = field(default=(), compare=False)
     why: str = field(default="", compare=False)  # where the m range comes from (data/triton_moe.yaml)
+    m_bound: int = 0  # every m up to it, then one per residue class mod m_period (0: every m up to m_max)
+    m_period: int = 0
 
     @property
     def id(self) -> str:
+        bound = f".B{self.m_bound}p{self.m_period}" if self.m_bound else ""
         return (f"triton_moe:E{self.experts}.G{self.global_experts}.H{self.hidden}.I{self.intermediate}."
-                f"K{self.topk}.m{self.m_min}-{self.m_max}.{self.device_name.replace(' ', '_')}.sm{self.capability}")
+                f"K{self.topk}.m{self.m_min}-{self.m_max}{bound}.{self.device_name.replace(' ', '_')}"
+                f".sm{self.capability}")
+
+    def m_spans(self) -> list[tuple[int, int]]:
+        """The planned m as inclusive spans: m_min..B, B+1..B+period (one m per residue class), m_max."""
+        top = self.m_bound + self.m_period
+        if not self.m_bound or self.m_max <= top:
+            return [(self.m_min, self.m_max)]
+        spans = [(self.m_min, self.m_bound)] if self.m_min <= self.m_bound else []
+        return spans + [(max(self.m_min, self.m_bound + 1), top), (self.m_max, self.m_max)]
+
+    @property
+    def m_count(self) -> int:
+        return sum(hi - lo + 1 for lo, hi in self.m_spans())
 
     @property
     def m_text(self) -> str:
-        """The m range as the warm command takes it (``--m``)."""
-        return f"{self.m_min}-{self.m_max}"
+        """The planned m as the warm command takes it (``--m``: spans, e.g. ``1-4096,4097-4112,8192``)."""
+        return ",".join(f"{lo}-{hi}" if hi > lo else str(lo) for lo, hi in self.m_spans())
 
     def to_dict(self) -> dict[str, object]:
         return {"id": self.id, "experts": self.experts, "global_experts": self.global_experts, "hidden": self.hidden,
                 "intermediate": self.intermediate, "topk": self.topk, "m_min": self.m_min, "m_max": self.m_max,
-                "device_name": self.device_name, "capability": self.capability, "layers": list(self.layers),
-                "why": self.why}
+                "device_name": self.device_name, "capability": self.capability,
+                **({"m_bound": self.m_bound, "m_period": self.m_period} if self.m_bound else {}),
+                "layers": list(self.layers), "why": self.why}
 
     @classmethod
     def from_dict(cls, d: dict) -> TritonMoeItem:
         return cls(int(d["experts"]), int(d["global_experts"]), int(d["hidden"]), int(d["intermediate"]),
                    int(d["topk"]), int(d["m_min"]), int(d["m_max"]), str(d["device_name"]), int(d["capability"]),
-                   tuple(map(str, d.get("layers", ()))), str(d.get("why", "")))
+                   tuple(map(str, d.get("layers", ()))), str(d.get("why", "")), int(d.get("m_bound") or 0),
+                   int(d.get("m_period") or 0))

@@ -16,10 +16,12 @@ import pytest
 from helpers import (
     NVCC,
     STANDINS,
+    beside_venv,
     needs_dg013,
     needs_nvcc,
     needs_sgl014,
     sgl_deep_gemm_013_dir,
+    sgl_deep_gemm_dir,
     sglang_014_dir,
 )
 
@@ -37,8 +39,17 @@ needs_triton = pytest.mark.skipif(not (TRITON / "triton" / "__init__.py").is_fil
                                   reason=f"no Triton at {TRITON} (make setup installs it)")
 
 
-def _server_plan(cmd: str = SERVER, **kw):
-    return plan_from_request(PlanRequest(sglang_cmd=cmd, sglang="0.5.14", **kw))
+def _server_plan(cmd: str = SERVER, sglang: str = "0.5.14", **kw):
+    return plan_from_request(PlanRequest(sglang_cmd=cmd, sglang=sglang, **kw))
+
+
+def sglang_023_dir() -> str | None:
+    """sglang 0.5.23 and the part of its dependencies its fused MoE path imports (Makefile SGL023)."""
+    return beside_venv("sglang-0.5.23", "transformers/__init__.py", "DGP_SGLANG_023")
+
+
+needs_sgl023 = pytest.mark.skipif(sglang_023_dir() is None, reason="sglang 0.5.23 with transformers not installed "
+                                  "beside the venv (make setup: SGL023)")
 
 
 # ---- plan ---------------------------------------------------------------------------------------------------
@@ -71,9 +82,9 @@ def test_no_item_where_the_experts_run_on_deepgemm_or_the_release_was_not_read()
     old = plan_from_request(PlanRequest(model="Qwen3-Coder-480B", tp=8, ep=8, sglang="0.5.9"))
     assert not old.triton_moe
     assert any("Triton fused MoE not planned" in n and "0.5.9" in n for n in old.notes), old.notes
-    new = plan_from_request(PlanRequest(model="Qwen3-Coder-480B", tp=8, ep=8, sglang="0.5.23"))
-    assert not new.triton_moe  # read (one call per forward too), but the GPU-free warm does not run with it yet
-    assert any("not planned for sglang 0.5.23" in n and "resolve_once" in n for n in new.notes), new.notes
+    unread = plan_from_request(PlanRequest(model="Qwen3-Coder-480B", tp=8, ep=8, sglang="0.5.21"))
+    assert not unread.triton_moe  # 0.5.23's path was read, 0.5.20-0.5.22's not
+    assert any("Triton fused MoE not planned" in n and "not 0.5.21" in n for n in unread.notes), unread.notes
 
 
 def test_other_quantizations_are_a_note_not_an_item():
@@ -111,20 +122,23 @@ def _full_env():
     return _env(sglang_014_dir(), STANDINS, str(TRITON), sgl_deep_gemm_013_dir())
 
 
-@pytest.fixture(scope="module")
-def triton_only(tmp_path_factory):
-    """The 0.5.14 server plan with its DeepGEMM buckets and SGLang JIT modules dropped and its Triton MoE item
-    trimmed to m 1..2 (a test's trim, as other tests trim manifests): one fast item to warm."""
-    data = _server_plan().to_dict()
+def _trimmed(path: Path, sglang: str = "0.5.14") -> Path:
+    """The server plan with its DeepGEMM buckets and SGLang JIT modules dropped and its Triton MoE item trimmed to
+    m 1..2 (a test's trim, as other tests trim manifests): one fast item to warm."""
+    data = _server_plan(sglang=sglang).to_dict()
     for shape in data["shapes"]:
         shape["buckets"], shape["aux_kernels"] = [], []
     data["kernels"], data["total_kernels"] = [], 0
     data.pop("sglang_jit_modules", None)
     item = TritonMoeItem.from_dict(data["triton_moe"][0])
     data["triton_moe"] = [TritonMoeItem(**{**item.__dict__, "m_max": 2}).to_dict()]
-    path = tmp_path_factory.mktemp("plan") / "triton.yaml"
     write_manifest(plan_from_dict(data), path)
     return path
+
+
+@pytest.fixture(scope="module")
+def triton_only(tmp_path_factory):
+    return _trimmed(tmp_path_factory.mktemp("plan") / "triton.yaml")
 
 
 @pytest.fixture(scope="module")
@@ -218,6 +232,31 @@ def test_pack_and_unpack_carry_the_records_and_entries(warmed, triton_only, tmp_
 
     assert sorted(relocate(CacheStore(other))) == index["triton_moe"][item]["entries"]  # what `launch` does first
     v = _run("verify", "--manifest", triton_only, "--cache-dir", other, "--nvcc", NVCC, "--json", env=_full_env())
+    assert v.returncode == 0 and json.loads(v.stdout)["complete"], v.stdout + v.stderr
+
+
+@needs_sgl023
+@pytest.mark.skipif(sgl_deep_gemm_dir("0.2.2") is None, reason="sgl-deep-gemm 0.2.2 not beside the venv (make setup)")
+@needs_all
+def test_the_0_5_23_servers_item_is_warmed_with_its_own_fused_moe_recorded_and_verified(tmp_path):
+    """sglang 0.5.23 (its server-args runtime context: compile/triton_moe.py's defaults stand-in) through `warm`
+    and `verify`, as the 0.5.14 item above."""
+    plan = _server_plan(sglang="0.5.23")
+    item = next(iter(plan.triton_moe.values()))
+    assert (item.m_min, item.m_max, item.m_bound) == (1, 8192, 512) and "m-dependent constexpr 512" in item.why
+    manifest = _trimmed(tmp_path / "triton.yaml", "0.5.23")
+    env = _env(sglang_023_dir(), STANDINS, str(TRITON), sgl_deep_gemm_dir("0.2.2"))  # the plan's DeepGEMM line
+    cache = tmp_path / "cache"
+    r = _run("warm", "--manifest", manifest, "--cache-dir", cache, "--nvcc", NVCC, "--sglang-jit", "on", "--json",
+             env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    summary, item_id = json.loads(r.stdout), _item_id(manifest)
+    assert (summary["compiled"], summary["failed"], summary["triton_moe_item_ids"]) == (1, 0, [item_id])
+    record = json.loads((cache / "dgprecompile" / "index.json").read_text())["triton_moe"][item_id]
+    assert record["sglang"] == "0.5.23" and record["ms"] == 2 and len(record["entries"]) == 4
+    for entry in record["entries"]:  # an sm_90 launch's PDL (the arch stated to SGLang, not detected here)
+        assert json.loads((cache / entry / "fused_moe_kernel.json").read_text())["launch_pdl"] is True
+    v = _run("verify", "--manifest", manifest, "--cache-dir", cache, "--nvcc", NVCC, "--json", env=env)
     assert v.returncode == 0 and json.loads(v.stdout)["complete"], v.stdout + v.stderr
 
 

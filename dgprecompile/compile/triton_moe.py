@@ -11,7 +11,9 @@ every planned m on ``meta`` tensors (shapes, dtypes and strides of the real call
 * SGLang's config choice (``try_get_optimal_moe_config``: its ``configs/triton_<ver>/`` JSON for the device name,
   else its built-in default) asked with the planned device name;
 * named STAND-INS for what is not JIT and cannot run here: sgl-kernel's AOT ``moe_align_block_size`` (it only fills
-  SGLang's buffers, whose sizes SGLang computes from shapes) and the server-wide flags object (all off).
+  SGLang's buffers, whose sizes SGLang computes from shapes) and the server-wide flags object (all off; where
+  SGLang publishes it as a runtime context, 0.5.23: its own ServerArgs with its defaults, unresolved, and no TP
+  group); the planned arch is stated to SGLang's JIT utils with its own override (0.5.23's PDL constexprs).
 
 On a CPU-only machine SGLang takes its non-CUDA branches around the kernel (activation quantisation through its
 Triton ``per_token_group_quant_fp8``, Triton ``moe_sum_reduce``); those kernels are compiled too but are not what a
@@ -36,6 +38,7 @@ from typing import Any
 
 MOE = "sglang.srt.layers.moe.moe_runner.triton_utils"
 KERNEL = "fused_moe_kernel"
+_HELD: list = []  # context managers entered for the whole process
 
 
 class CompileOnlyDriver:
@@ -134,11 +137,60 @@ def moe_align_standin(topk_ids, num_experts, block_size, sorted_ids, expert_ids,
     num_tokens_post_pad.fill_(int(padded.sum()))
 
 
-def load_sglang(device_name: str | None):
-    """SGLang's MoE modules with the stand-ins above in place; returns (fused_moe module, config module)."""
+def defaults_standin():
+    """STAND-IN for a resolved ServerArgs where SGLang publishes its config as a runtime context (0.5.23:
+    srt/runtime_context.py publish -> ``server_args.resolve_once()`` at :1552, then its namespaces projected from
+    the object's fields, :1031-1044): SGLang's own ServerArgs class with its field defaults and its resolution
+    skipped (it loads the model's HF config; a warm has no model). The leaves this path reads are plain defaults,
+    all off: exec.moe.enable_fused_moe_sum_all_reduce (fused_moe.py:635), exec.deterministic
+    .enable_deterministic_inference (fused_moe_triton_config.py:72, :190)."""
+    from sglang.srt.server_args import ServerArgs
+
+    class DefaultsUnresolved(ServerArgs):
+        def resolve_once(self) -> None:
+            """STAND-IN: no resolution (see defaults_standin)."""
+
+    return DefaultsUnresolved(model_path="unresolved")
+
+
+def publish_standins() -> None:
+    """The release's server-args stand-in, published: a defaults ServerArgs where publishing resolves it and
+    projects its fields into a runtime context (its ServerArgs has ``resolve_once``), else :class:`FlagsOff`
+    (0.5.14 stores the object and reads its flags).
+
+    With a runtime context, also the STAND-IN tp_group=None (a warm has no ranks, so no process groups): 0.5.23's
+    _fused_moe_kernel_sequence reads it only as use_symmetric_memory's group (fused_moe.py:630), which returns a
+    null context without touching the group while exec.comm.enable_symm_mem is off (its default;
+    pynccl_allocator.py:426-431, :236)."""
     from sglang.srt import server_args
 
-    server_args.set_global_server_args_for_scheduler(FlagsOff())
+    if not hasattr(server_args.ServerArgs, "resolve_once"):
+        server_args.set_global_server_args_for_scheduler(FlagsOff())
+        return
+    from sglang.srt import runtime_context
+
+    server_args.set_global_server_args_for_scheduler(defaults_standin())
+    runtime_context.get_parallel().override_permanently(tp_group=None)
+
+
+def state_arch(capability: int) -> None:
+    """Where SGLang asks its JIT utils for the GPU's arch (0.5.23: is_arch_support_pdl, cached once, picks the
+    kernel's PDL constexprs USE_GDC/GDC_EARLY, kernels/ops/moe/fused_moe_triton_kernels.py:1051-1053), state the
+    planned one with SGLang's own override_jit_cuda_arch (kernels/jit/utils/arch.py:163, "to compile for an arch
+    the local GPU is not"), for the whole process: detection finds no GPU here and would answer arch 0."""
+    try:
+        from sglang.kernels.jit.utils import override_jit_cuda_arch
+    except ImportError:  # 0.5.14: no such utils, and its fused_moe_kernel has no PDL constexprs
+        return
+    stated = override_jit_cuda_arch(capability // 10, capability % 10)
+    stated.__enter__()  # never left: the process is the warm
+    _HELD.append(stated)  # held: a collected generator would run its restore
+
+
+def load_sglang(device_name: str | None, capability: int):
+    """SGLang's MoE modules with the stand-ins above in place; returns (fused_moe module, config module)."""
+    publish_standins()
+    state_arch(capability)
     align = importlib.import_module(f"{MOE}.moe_align_block_size")  # the package's name is the function
     align.sgl_moe_align_block_size = moe_align_standin
     config = importlib.import_module(f"{MOE}.fused_moe_triton_config")
@@ -214,12 +266,28 @@ def file_warmed(root: str, entries: list[str]) -> list[str]:
     return sorted(set(entries) - set(whole))
 
 
+def check_bound(config, args: argparse.Namespace) -> None:
+    """Refuse a plan whose m bound is below the largest m of the tuned configs SGLang finds here for the shape (its
+    own get_moe_configs, up and down: e.g. a config dir of the job's own, SGLANG_MOE_CONFIG_DIR): above the bound
+    the plan warms one m per residue class only, which holds only where the config no longer changes with m."""
+    found = [config.get_moe_configs(args.experts, args.intermediate, "fp8_w8a8", 128, 128, down_moe=down)
+             for down in (False, True)]
+    largest = max((max(c) for c in found if c), default=0)
+    if largest > args.m_bound:
+        raise SystemExit(f"SGLang's tuned config for E={args.experts},N={args.intermediate} on {args.device_name} "
+                         f"names m up to {largest}, above the plan's bound {args.m_bound}: plan again here "
+                         "(dgprecompile read the configs the release ships)")
+
+
 def warm(args: argparse.Namespace) -> dict[str, Any]:
     from dgprecompile.families import family_for_area
 
     triton_dir = str(family_for_area("triton").area_dir(args.cache_dir))
     os.environ["TRITON_CACHE_DIR"] = triton_dir
-    fused, config = load_sglang(args.device_name)  # imported first: some SGLang modules probe the driver at import
+    # imported first: some SGLang modules probe the driver at import
+    fused, config = load_sglang(args.device_name, args.capability)
+    if args.m_bound:
+        check_bound(config, args)
     compile_only(args.capability)
     used = watch_lookups()
     before = triton_entries(triton_dir)
@@ -258,7 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hidden", type=int, required=True)
     p.add_argument("--intermediate", type=int, required=True, help="per-expert intermediate size on a rank")
     p.add_argument("--topk", type=int, required=True)
-    p.add_argument("--m", default="1-8192", help="token counts, e.g. 1-64,128,8192")
+    p.add_argument("--m", default="1-8192", help="token counts, e.g. 1-4096,4097-4112,8192")
+    p.add_argument("--m-bound", type=int, default=0, help="the plan's bound B (checked against SGLang's configs)")
     p.add_argument("--capability", type=int, default=90)
     p.add_argument("--device-name", default="NVIDIA H200")
     p.add_argument("--cache-dir", required=True, help="the dgprecompile cache root (Triton writes into <root>/triton)")

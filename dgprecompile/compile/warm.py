@@ -448,7 +448,7 @@ def _prepare_triton(plan: Plan, opts: WarmOptions, skipped: dict[str, str]) -> t
         skipped.update({t.id: exc.message for t in moe})
         return None, {"missing": exc.hint or exc.message}
     items = [WorkItem(t.id, "triton_moe", {k: v for k, v in t.to_dict().items() if k != "id"}, "TRITON_MOE", t.hidden,
-                      t.intermediate, t.experts, t.m_max) for t in moe]
+                      t.intermediate, t.experts, t.m_count) for t in moe]  # m: the calls it makes (its cost)
     # the record's Triton: read here from metadata, the interpreter the workers' subprocesses run
     return items, {"installed": TRITON_MOE.installed(), "python": sys.executable, "backend_name": TRITON_MOE.backend}
 

@@ -1,0 +1,103 @@
+"""The Triton fused-MoE item's m set (data/triton_moe.yaml m_set): every m up to a bound B, then one m per residue
+class mod 16 above it, plus m_max, is proved against the real components: SGLang's own fused_experts_impl (0.5.14
+and 0.5.23) and Triton 3.6.0's own JIT warmed once over every m 1..N and once over the plan's reduced set, each
+into a cache of its own, use exactly the same fused_moe_kernel entries (Triton's cache keys: the entry directories'
+names, never planner output). sgl-kernel and torchvision are stand-ins here (tests/standins, named as such)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import STANDINS, beside_venv, sglang_014_dir
+
+from dgprecompile.families import TRITON_MOE
+from dgprecompile.kernels import TritonMoeItem
+from dgprecompile.planning.shapes import TritonMoeShape
+
+REPO = Path(__file__).resolve().parent.parent
+TRITON = REPO / ".venv" / "triton-3.6.0"
+# Qwen3-Coder-480B-FP8 at tp 8 / ep 8: 20 of its 160 experts on a rank (no tuned config ships for it: SGLang's
+# block-FP8 default, the same for every m)
+SHAPE = TritonMoeShape("mlp.experts", 62, 20, 160, 6144, 2560, 8)
+CONFIG = {"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}
+
+
+def sglang_023_dir() -> str | None:
+    return beside_venv("sglang-0.5.23", "sglang/srt/layers/moe/moe_runner/triton_utils/fused_moe.py",
+                       "DGP_SGLANG_023")
+
+
+RELEASES = {"0.5.14": sglang_014_dir, "0.5.23": sglang_023_dir}
+
+
+def _planned(version: str, m_max: int) -> TritonMoeItem:
+    items, _ = TRITON_MOE.plan_items([SHAPE], config=CONFIG, sglang_version=version, max_tokens=m_max, gpu=None)
+    return items[0]
+
+
+def _warm(version: str, m: str, cache: Path, *extra: str, shape: TritonMoeShape = SHAPE) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([RELEASES[version](), STANDINS, str(TRITON), str(REPO)]),
+           "DGP_STANDINS": "sgl_kernel,torchvision", "DGP_TRANSFORMERS_EXIST_OK": "1", "CUDA_VISIBLE_DEVICES": ""}
+    argv = [sys.executable, "-m", TRITON_MOE.warm_module, "--experts", str(shape.experts), "--global-experts",
+            str(shape.global_experts), "--hidden", str(shape.hidden), "--intermediate", str(shape.intermediate),
+            "--topk", str(shape.topk), "--m", m, "--cache-dir", str(cache), *extra]
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=900)
+
+
+def _entries(version: str, m: str, cache: Path) -> set[str]:
+    r = _warm(version, m, cache)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return set(json.loads(r.stdout.strip().splitlines()[-1])["entries"])
+
+
+def needs(version: str) -> list:
+    return [pytest.mark.skipif(RELEASES[version]() is None, reason=f"sglang {version} not installed beside the venv"),
+            pytest.mark.skipif(not (TRITON / "triton" / "__init__.py").is_file(), reason="no Triton 3.6.0"),
+            pytest.mark.slow]
+
+
+def test_the_bound_is_the_largest_of_the_tuned_config_the_constexpr_and_the_align_buffer():
+    old, new = _planned("0.5.14", 8192), _planned("0.5.23", 8192)
+    assert (old.m_bound, old.m_period, old.m_text) == (21, 16, "1-21,22-37,8192")  # ceil((160 + 1) / 8)
+    assert (new.m_bound, new.m_text) == (512, "1-512,513-528,8192")  # 0.5.23's GDC_EARLY = m <= 512
+    assert old.m_count == 38 and "align" in old.why and "residue mod 16" in old.why
+    tuned = TritonMoeShape("mlp.experts", 48, 128, 128, 2048, 768, 8)  # E=128,N=768 on an H200: tuned up to 4096
+    items, _ = TRITON_MOE.plan_items([tuned], config=CONFIG, sglang_version="0.5.23", max_tokens=1_048_576, gpu=None)
+    assert items[0].m_bound == 4096 and items[0].m_text == "1-4096,4097-4112,1048576"
+    small = _planned("0.5.14", 30)  # no more m than the bound and a period: every m
+    assert (small.m_bound, small.m_text) == (0, "1-30") and TritonMoeItem.from_dict(small.to_dict()) == small
+
+
+@pytest.mark.parametrize("version, n", [pytest.param("0.5.14", 300, marks=needs("0.5.14")),
+                                        pytest.param("0.5.23", 800, marks=needs("0.5.23"))])
+def test_the_reduced_set_uses_the_same_fused_moe_kernel_entries_as_every_m(version, n, tmp_path):
+    item = _planned(version, n)
+    assert item.m_bound and item.m_count < n
+    every = _entries(version, f"1-{n}", tmp_path / "every")
+    reduced = _entries(version, item.m_text, tmp_path / "reduced")
+    assert reduced == every and len(every) > 4, (sorted(every), sorted(reduced))  # > 4: more than m 1..2 give
+
+
+@pytest.mark.skipif(sglang_023_dir() is None, reason="sglang 0.5.23 not installed beside the venv")
+@pytest.mark.skipif(not (TRITON / "triton" / "__init__.py").is_file(), reason="no Triton 3.6.0")
+@pytest.mark.slow
+def test_the_warm_refuses_a_bound_below_the_tuned_configs_largest_m(tmp_path):
+    r = _warm("0.5.23", "1-2", tmp_path / "c", "--m-bound", "100")  # SHAPE has no tuned file: nothing above 100
+    assert r.returncode == 0, r.stderr[-2000:]
+    tuned = TritonMoeShape("mlp.experts", 48, 128, 128, 2048, 768, 8)  # E=128,N=768 on an H200: tuned up to 4096
+    r = _warm("0.5.23", "1-2", tmp_path / "d", "--m-bound", "100", shape=tuned)
+    assert r.returncode != 0 and "names m up to 4096, above the plan's bound 100" in r.stderr, r.stderr[-2000:]
+    assert not (tmp_path / "d" / "triton").exists() or not any((tmp_path / "d" / "triton").iterdir())
+
+
+@pytest.mark.skipif(None in (sglang_014_dir(), sglang_023_dir()), reason="sglang 0.5.14 and 0.5.23 not beside the venv")
+def test_the_tuned_table_is_what_the_releases_ship():
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "update_triton_moe_tuned.py"),
+                        f"0.5.14={sglang_014_dir()}", f"0.5.23={sglang_023_dir()}", "--check"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "up to date" in r.stdout, r.stdout + r.stderr
