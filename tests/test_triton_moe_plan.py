@@ -291,3 +291,24 @@ def test_plan_and_verify_import_no_torch_triton_or_sglang(tmp_path):
     heavy = next(line[len("HEAVY "):] for line in proc.stderr.splitlines() if line.startswith("HEAVY "))
     assert json.loads(heavy) == [], proc.stderr
     assert next(iter(_server_plan().triton_moe)) in proc.stdout  # verify checked the item too
+
+
+@needs_triton
+@needs_sgl014
+def test_the_gpu_free_warm_takes_sglangs_swap_ab_choice_as_an_sm90_gpu_does():
+    """sglang 0.5.14 swaps the FP8 GEMM's operands only on a CUDA sm_90+ GPU (a tuned config's BLOCK_SIZE_M < 64
+    with BLOCK_SIZE_N >= 64); without CUDA its own should_enable_swap_ab says no, so the warm states the planned GPU's
+    answer (a named stand-in) and leaves the CPU answer to SGLang elsewhere."""
+    probe = ("import sys; from dgprecompile.compile import triton_moe as t; t.load_sglang('NVIDIA H200', 90); "
+             "import importlib; k = importlib.import_module(t.MOE + '.fused_moe_triton_kernels'); "
+             "before = [k.should_enable_swap_ab(*b) for b in ((16, 128), (64, 128), (32, 32))]; "
+             "t.swap_ab_as_on_gpu(int(sys.argv[1])); "
+             "print(before, [k.should_enable_swap_ab(*b) for b in ((16, 128), (64, 128), (32, 32))])")
+    out = {}
+    for cap in (90, 80):
+        res = subprocess.run([sys.executable, "-c", probe, str(cap)], env=_full_env(), capture_output=True, text=True,
+                             timeout=600)
+        assert res.returncode == 0, res.stderr[-2000:]
+        out[cap] = res.stdout.strip().splitlines()[-1]
+    assert out[90] == "[False, False, False] [True, False, False]"  # SGLang's own answer here: no CUDA, no swap
+    assert out[80] == "[False, False, False] [False, False, False]"

@@ -199,6 +199,18 @@ def load_sglang(device_name: str | None, capability: int):
     return importlib.import_module(f"{MOE}.fused_moe"), config
 
 
+def swap_ab_as_on_gpu(capability: int) -> None:
+    """STAND-IN for one decision SGLang takes from the GPU it runs on: 0.5.14's ``should_enable_swap_ab``
+    (moe_runner/triton_utils/fused_moe_triton_kernels.py:61-68) swaps the FP8 GEMM's operands on a CUDA sm_90+ GPU
+    when the config's BLOCK_SIZE_M < 64 and BLOCK_SIZE_N >= 64 (a tuned config's small-m blocks), and never
+    without CUDA, so a GPU-free warm would compile the unswapped kernel the GPU never runs. Here it answers for the
+    planned ``capability`` (batch-invariant mode off, as the planned server runs). Releases without the function
+    (0.5.23) are left as they are."""
+    kernels = importlib.import_module(f"{MOE}.fused_moe_triton_kernels")
+    if hasattr(kernels, "should_enable_swap_ab"):
+        kernels.should_enable_swap_ab = lambda block_m, block_n: capability >= 90 and block_m < 64 and block_n >= 64
+
+
 def make_weights(*, experts: int, hidden: int, intermediate: int, device: str, block: tuple[int, int] = (128, 128)):
     """The layer's FP8 expert weights (w13, w2) and their per-block scales, as SGLang's Fp8MoEMethod holds them."""
     import torch
@@ -286,6 +298,7 @@ def warm(args: argparse.Namespace) -> dict[str, Any]:
     os.environ["TRITON_CACHE_DIR"] = triton_dir
     # imported first: some SGLang modules probe the driver at import
     fused, config = load_sglang(args.device_name, args.capability)
+    swap_ab_as_on_gpu(args.capability)
     if args.m_bound:
         check_bound(config, args)
     compile_only(args.capability)
