@@ -26,7 +26,9 @@ def main() -> int:
 
     from dgprecompile.compile.triton_moe import load_sglang, make_weights, moe_inputs, parse_ms
 
-    fused, _config = load_sglang(None)  # SGLang's own get_device_name on the real GPU
+    major, minor = torch.cuda.get_device_capability()
+    # SGLang's own get_device_name on the real GPU; the arch stated is this GPU's own
+    fused, _config = load_sglang(None, major * 10 + minor)
     fused.moe_sum_reduce = moe_sum_reduce_standin
     from sglang.srt.layers.moe.moe_runner import MoeRunnerConfig
 
