@@ -206,6 +206,10 @@ def swap_ab_as_on_gpu(capability: int) -> None:
     without CUDA, so a GPU-free warm would compile the unswapped kernel the GPU never runs. Here it answers for the
     planned ``capability`` (batch-invariant mode off, as the planned server runs). Releases without the function
     (0.5.23) are left as they are."""
+    import importlib.util
+
+    if importlib.util.find_spec(f"{MOE}.fused_moe_triton_kernels") is None:  # 0.5.23: no such module
+        return
     kernels = importlib.import_module(f"{MOE}.fused_moe_triton_kernels")
     if hasattr(kernels, "should_enable_swap_ab"):
         kernels.should_enable_swap_ab = lambda block_m, block_n: capability >= 90 and block_m < 64 and block_n >= 64
