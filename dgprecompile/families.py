@@ -204,11 +204,9 @@ def versions(families: tuple[CacheFamily, ...] = FAMILIES) -> dict[str, str | No
 
 def coverage() -> dict:
     """The per-family coverage table `plan` prints (data/families.yaml)."""
-    from importlib import resources
+    from dgprecompile.data import load_yaml
 
-    import yaml
-
-    return yaml.safe_load(resources.files("dgprecompile.data").joinpath("families.yaml").read_text())
+    return load_yaml("families.yaml")
 
 
 @dataclass(frozen=True)
@@ -373,11 +371,9 @@ class TritonMoeFamily:
 
 
 def _yaml_data(name: str) -> dict:
-    from importlib import resources
+    from dgprecompile.data import load_yaml
 
-    import yaml
-
-    return yaml.safe_load(resources.files("dgprecompile.data").joinpath(name).read_text())
+    return load_yaml(name)
 
 
 def gpu_device(gpu: str | None) -> dict:

@@ -13,11 +13,10 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import metadata, resources, util
+from importlib import metadata, util
 from pathlib import Path
 
-import yaml
-
+from dgprecompile.data import load_yaml
 from dgprecompile.errors import EnvironmentProblem
 
 # variables that change what DeepGEMM compiles or the key it files the result under
@@ -147,7 +146,7 @@ def find_deepgemm() -> DeepGemmInstall | None:
 
 @lru_cache(maxsize=1)
 def known_headers() -> dict[str, dict]:
-    data = yaml.safe_load(resources.files("dgprecompile.data").joinpath("deepgemm_headers.yaml").read_text())
+    data = load_yaml("deepgemm_headers.yaml")
     return {p["headers_sha256"]: p for p in data["packages"]}
 
 

@@ -9,12 +9,10 @@ from __future__ import annotations
 import argparse
 import shlex
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
-import yaml
-
 from dgprecompile import __version__, schemas
+from dgprecompile.data import load_yaml
 from dgprecompile.errors import InputError
 from dgprecompile.kernels import GemmKey, JitModule, KernelSpec, TritonMoeItem
 from dgprecompile.planning.models import ModelConfig
@@ -155,7 +153,7 @@ class Plan:
 
 
 def gpu_sms() -> dict[str, int]:
-    return yaml.safe_load(resources.files("dgprecompile.data").joinpath("gpus.yaml").read_text())["gpus"]
+    return load_yaml("gpus.yaml")["gpus"]
 
 
 def resolve_num_sms(gpu: str | None, num_sms: int | None) -> int:
@@ -206,8 +204,7 @@ class _TrainerArgs(argparse.ArgumentParser):
 
 
 def _trainer_options() -> dict[str, Any]:
-    text = resources.files("dgprecompile.data").joinpath("specforge_trainer.yaml").read_text()
-    return yaml.safe_load(text)["options"]
+    return load_yaml("specforge_trainer.yaml")["options"]
 
 
 def _positive_int(value: str) -> int:

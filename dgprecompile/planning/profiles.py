@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import metadata, resources
+from importlib import metadata
 from typing import Any
 
-import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from dgprecompile.data import load_yaml
 from dgprecompile.errors import InputError
 from dgprecompile.generations import Generation, get_generation
 
@@ -74,7 +74,7 @@ class Profile:
 
 @lru_cache(maxsize=1)
 def _load() -> tuple[list[Profile], dict[str, Any]]:
-    data = yaml.safe_load(resources.files("dgprecompile.data").joinpath("profiles.yaml").read_text())
+    data = load_yaml("profiles.yaml")
     out = []
     for p in data["profiles"]:
         out.append(Profile(

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
-import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from dgprecompile.data import load_yaml
 from dgprecompile.kernels import JitModule
 
 
@@ -59,7 +58,7 @@ _FIELDS = ("source_root", "include_dir", "name_prefix", "build_dir", "cache_dir_
 
 @lru_cache(maxsize=4)
 def _load(data_file: str = "sglang_jit.yaml") -> tuple[JitVersionSpec, ...]:
-    data = yaml.safe_load(resources.files("dgprecompile.data").joinpath(data_file).read_text())
+    data = load_yaml(data_file)
     return tuple(JitVersionSpec(SpecifierSet(v["sglang"]), *(v[f] for f in _FIELDS), tuple(v["arch"]),
                                 tuple(v["modules"]), bool(v.get("source_hash", True)),
                                 tuple((k, x) for k, x in v.items() if k != "modules"),
@@ -191,7 +190,7 @@ PATH_OPTIONS = {"enable_fused_qk_norm_rope": False, "enable_deterministic_infere
 
 @lru_cache(maxsize=4)
 def _model_facts(data_file: str) -> dict[str, dict[str, Any]]:
-    data = yaml.safe_load(resources.files("dgprecompile.data").joinpath(data_file).read_text())
+    data = load_yaml(data_file)
     return dict(data.get("model_facts") or {})
 
 

@@ -13,19 +13,19 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from dgprecompile import schemas
+from dgprecompile.data import load_yaml
 from dgprecompile.errors import InputError
 from dgprecompile.fsutil import read_input
 
 
 def facts() -> dict[str, Any]:
-    return yaml.safe_load(resources.files("dgprecompile.data").joinpath("specforge.yaml").read_text())
+    return load_yaml("specforge.yaml")
 
 
 @dataclass
