@@ -377,9 +377,9 @@ def _yaml_data(name: str) -> dict:
 
 
 def gpu_device(gpu: str | None) -> dict:
-    """The device name and compute capability of ``--gpu`` (data/gpus.yaml ``devices``; None: its default)."""
-    devices = _yaml_data("gpus.yaml")["devices"]
-    return devices[(gpu or devices["default"]).lower()]
+    """The device name and compute capability of ``--gpu`` (its row of data/gpus.yaml; None: the default GPU)."""
+    table = _yaml_data("gpus.yaml")
+    return table["gpus"][(gpu or table["default"]).lower()]
 
 
 TRITON_MOE = TritonMoeFamily(

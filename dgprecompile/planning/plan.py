@@ -153,7 +153,7 @@ class Plan:
 
 
 def gpu_sms() -> dict[str, int]:
-    return load_yaml("gpus.yaml")["gpus"]
+    return {name: int(row["sms"]) for name, row in load_yaml("gpus.yaml")["gpus"].items()}
 
 
 def resolve_num_sms(gpu: str | None, num_sms: int | None) -> int:
