@@ -52,7 +52,10 @@ from dgprecompile.toolchain import find_deepgemm, find_nvcc
 SECONDS_PER_COST_UNIT = 2.0  # _estimated_cost's relative units as seconds of one compile alone
 TICK_SECONDS = 1.0  # how often the parent wakes without events (progress lines on a non-terminal)
 WORKER_BASE_TASKS = 1
-TRITON_MOE_SECONDS_PER_M = 1.0  # a Triton MoE item's estimated seconds per planned m (its place in the queue)
+# Not a measurement: a queue weight per planned m that puts a Triton MoE item ahead of every kernel, costliest
+# first (measured on the H200: 8.7 s for 529 m, 43 s for 8,192 m, against 2-10 s per DeepGEMM kernel;
+# bench/results/2026-12-02-h200-triton-moe-0523, -triton-plan)
+TRITON_MOE_SECONDS_PER_M = 1.0
 COMPILER_TREE_TASKS = 4
 WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
               "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
