@@ -74,7 +74,7 @@ def load_records(results: Path, families: dict) -> list[dict]:
         try:
             doc = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
-            raise Refused(f"{path}: not JSON: {exc}", "rewrite it (dgprecompile/data/schemas/proof-record.json)")
+            raise Refused(f"{path}: not JSON: {exc}", "rewrite it (dgprecompile/data/schemas/proof-record.json)") from exc
         problems = schemas.problems(doc, "proof-record")
         unknown = sorted(set(doc.get("families", {})) - set(families["families"])) if not problems else []
         if problems or unknown or doc["name"] != path.parent.name:

@@ -49,7 +49,7 @@ def test_the_readmes_block_is_what_the_records_give_at_head():
 def test_families_name_paths_that_exist():
     data = yaml.safe_load((REPO / "bench" / "proof_families.yaml").read_text())
     paths = list(data["common"]) + [p for fam in data["families"].values() for p in fam["paths"]]
-    missing = [p for p in paths if not (REPO / p).exists() and p not in ("tests/gpu/prove.sh",)]
+    missing = [p for p in paths if not (REPO / p).exists()]
     assert not missing, missing
     assert {"deepgemm", "sglang-jit", "triton-moe", "triton-host", "inductor", "flashinfer"} <= set(data["families"])
     assert {row["family"] for row in data["rows"]} <= set(data["families"])
@@ -184,3 +184,65 @@ def test_an_invalid_record_is_refused_with_one_error_and_the_readme_untouched(re
     assert [line for line in lines if line.startswith("error:")] == lines[:1] and message in lines[0], lines
     assert lines[1].startswith("hint: ") and len(lines) == 2, lines
     assert (repo / "README.md").read_bytes() == before
+
+
+PROVE = REPO / "tests" / "gpu" / "prove.sh"
+# each step of prove.sh against the outputs its script left in a committed result folder (real device output)
+STEP_OUTPUTS = [("headline", "2026-12-01-h200-headline", {"deepgemm", "sglang-jit", "triton-host"}),
+                ("triton-plan", "2026-12-02-h200-triton-plan", {"triton-moe"}),
+                ("triton-moe-0523", "2026-12-02-h200-triton-moe-0523", {"triton-moe"}),
+                ("live", "2026-12-01-h200-R11-run2", {"deepgemm", "sglang-jit"}),
+                ("gen-sk-0.3.21-src", "2026-12-01-h200-sk0321-src", {"deepgemm"})]
+
+
+def prove_record(step: str, folder: Path, out: Path, dgp_git: str = "a" * 40) -> dict:
+    expects = subprocess.run(["bash", str(PROVE), "expect", step], capture_output=True, text=True, timeout=60,
+                             check=True).stdout.splitlines()
+    assert expects, step
+    argv = [sys.executable, str(REPO / "tests" / "gpu" / "proof_record.py"), "--name", folder.name, "--dir",
+            str(folder), "--out", str(out), "--command", f"bash tests/gpu/prove.sh {step}", "--sglang", "0.5.14",
+            "--rc", "0"] + [a for e in expects for a in ("--expect", e)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, env={**os.environ, "DGP_GIT": dgp_git})
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("step, folder, families", STEP_OUTPUTS)
+def test_prove_steps_judge_their_scripts_real_output(step, folder, families, tmp_path):
+    from dgprecompile import schemas
+
+    doc = prove_record(step, REPO / "bench" / "results" / folder, tmp_path / "record.json")
+    assert schemas.problems(doc, "proof-record") == []
+    assert doc["commit"] == "a" * 40 and doc["result"] == "pass", doc
+    assert set(doc["families"]) == families and all(v["result"] == "pass" for v in doc["families"].values())
+
+
+def test_a_proof_whose_check_did_not_hold_is_a_failed_record(tmp_path):
+    src = REPO / "bench" / "results" / "2026-12-02-h200-triton-plan"
+    folder = tmp_path / src.name
+    shutil.copytree(src, folder)
+    text = (folder / "summary.txt").read_text()
+    assert "strict-deleted rc=1\n" in text
+    (folder / "summary.txt").write_text(text.replace("strict-deleted rc=1\n", "strict-deleted rc=0\n"))
+    doc = prove_record("triton-plan", folder, tmp_path / "record.json", dgp_git="not-a-sha")
+    assert doc["result"] == "fail" and doc["families"]["triton-moe"]["result"] == "fail"
+    assert "strict-deleted rc=1" in doc["families"]["triton-moe"]["detail"]
+    assert doc["commit"] is None and "not-a-sha" in doc["commit_note"]
+    # a run whose outputs did not come back (the 2026-12-01 jit_live_proof.sh call lost logs.txt to the 8-file limit)
+    doc = prove_record("sglang-jit", REPO / "bench" / "results" / "2026-12-01-h200-sglang-jit", tmp_path / "r2.json")
+    assert doc["families"]["sglang-jit"]["result"] == "fail" and "not in logs.txt" in doc["families"]["sglang-jit"]["detail"]
+
+
+def test_prove_refuses_without_the_commit_and_names_its_steps():
+    env = {k: v for k, v in os.environ.items() if k != "DGP_GIT"}
+    proc = subprocess.run(["bash", str(PROVE), "headline"], capture_output=True, text=True, timeout=60, env=env,
+                          cwd=REPO)
+    assert proc.returncode == 2 and proc.stderr.splitlines()[0].startswith("error: DGP_GIT"), proc.stderr
+    assert proc.stderr.splitlines()[1].startswith("hint: ") and len(proc.stderr.splitlines()) == 2
+    proc = subprocess.run(["bash", str(PROVE), "nosuch"], capture_output=True, text=True, timeout=60, cwd=REPO,
+                          env={**os.environ, "DGP_GIT": "b" * 40})
+    assert proc.returncode == 2 and "no step 'nosuch'" in proc.stderr
+    listed = subprocess.run(["bash", str(PROVE), "list"], capture_output=True, text=True, timeout=60, cwd=REPO,
+                            check=True).stdout
+    for script in ("headline", "sglang-jit", "live", "triton-plan", "triton-moe-0523", "gen-0.1.3", "model-480b"):
+        assert f"\n{script} " in "\n" + listed, listed
