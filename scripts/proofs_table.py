@@ -107,11 +107,12 @@ class History:
 
     def first_change(self, commit: str, paths: list[str]) -> tuple[str, str] | None:
         """The oldest commit after ``commit`` (up to HEAD) that touched ``paths``, and the first such path."""
-        proc = git(self.repo, "log", "--reverse", "--format=%h", "--name-only", f"{commit}..HEAD", "--", *paths)
+        proc = git(self.repo, "log", "--reverse", "--format=%H", "--name-only", f"{commit}..HEAD", "--", *paths)
         if proc.returncode != 0:
             raise Refused(f"git log {commit[:7]}..HEAD failed: {proc.stderr.strip()}", "run it in a git clone")
         lines = [line for line in proc.stdout.splitlines() if line.strip()]
-        return (lines[0], lines[1] if len(lines) > 1 else "?") if lines else None
+        # the sha cut here, not by git's %h, whose length depends on the clone's object count
+        return (lines[0][:7], lines[1] if len(lines) > 1 else "?") if lines else None
 
 
 def cell(record: dict | None, family: str, paths: list[str], history: History) -> Cell:
