@@ -104,8 +104,9 @@ for s in $want; do
   OUT=$dir timeout --kill-after=10 "$(( remaining - 15 ))" "${cmd[@]}" > "$dir/prove_step.log" 2>&1
   rc=$?; ran=$((ran + 1))
   made=$(find "$dir" -mindepth 2 -maxdepth 2 -name record.json | head -1)   # model_proof.sh writes its own
-  if [ -n "$made" ]; then
-    cp "$made" "$OUT/$name/record.json"
+  if [ -n "$made" ]; then  # its folder's name is this step's: the record must say so (bench/results/<name>/)
+    python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); r["name"] = sys.argv[3]
+json.dump(r, open(sys.argv[2], "w"), indent=1)' "$made" "$OUT/$name/record.json" "$name"
   elif [ "${#expect[@]}" -gt 0 ]; then
     args=(); for e in "${expect[@]}"; do args+=(--expect "$e"); done
     python3 tests/gpu/proof_record.py --name "$name" --dir "$dir" --out "$OUT/$name/record.json" \
