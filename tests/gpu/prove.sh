@@ -16,6 +16,7 @@
 # 3 steps (7 files), and prints the command for the rest; run it again with those steps.
 #
 # usage:  DGP_GIT=<sha> bash tests/gpu/prove.sh [all | STEP...]        bash tests/gpu/prove.sh list
+# Exit: 0 every step that ran passed; 1 one failed (or left no record); 2 bad usage; 3 a step's carry was missing.
 # Carry per step (prove.sh checks and says which is missing): .whl = ../shared/device/fetch-wheels.sh +
 # fetch-sglang.sh + jsonschema's wheels; .dev-0523 = tests/gpu/triton_moe_0523_proof.sh prepare; .whl-gen =
 # tests/gpu/fetch_generation_wheels.sh (+ sglang_kernel-0.4.2-deep_gemm.tgz). DSV3_CONFIG: a DeepSeek-V3
@@ -91,13 +92,15 @@ fi
 export DGP_GIT
 want=${*:-all}; [ "$want" = all ] && want=$STEPS
 for s in $want; do step "$s" || { echo "error: no step '$s' (bash tests/gpu/prove.sh list)" >&2; exit 2; }; done
-mkdir -p "$OUT"; scratch=$(mktemp -d); ran=0; left=()
+mkdir -p "$OUT"; scratch=$(mktemp -d); ran=0; left=(); status=0
 day=$(date -u +%F); machine_tag=${PROVE_MACHINE:-h200}
 for s in $want; do
   step "$s"
   elapsed=$(( $(date +%s) - t0 )); remaining=$(( budget - elapsed ))
   if [ "$ran" -ge "$max_steps" ] || [ "$est" -gt "$remaining" ]; then left+=("$s"); continue; fi
-  if [ ! -e "$need" ]; then echo "$s: skipped: $need is missing (carry it; see the header)" | tee -a "$OUT/prove.txt"; continue; fi
+  if [ ! -e "$need" ]; then
+    echo "$s: skipped: $need is missing (carry it; see the header)" | tee -a "$OUT/prove.txt"; status=3; continue
+  fi
   name=$day-$machine_tag-$s; dir=$scratch/$name; mkdir -p "$dir" "$OUT/$name"
   export PROVE_STEP_START; PROVE_STEP_START=$(date -u +%FT%TZ)
   echo "=== $s ($name) start $PROVE_STEP_START, ~$est s of $remaining s left" | tee -a "$OUT/prove.txt"
@@ -113,14 +116,16 @@ json.dump(r, open(sys.argv[2], "w"), indent=1)' "$made" "$OUT/$name/record.json"
       --command "DGP_GIT=$DGP_GIT bash tests/gpu/prove.sh $s  # ${cmd[*]}" --sglang "$sglang" \
       ${server:+--server "$server"} --wheels "$wheels" --rc "$rc" "${args[@]}"
   else
-    echo "$s: the script wrote no record.json (exit $rc)" | tee -a "$OUT/prove.txt"
+    echo "$s: the script wrote no record.json (exit $rc)" | tee -a "$OUT/prove.txt"; status=1
   fi
   tar czf "$OUT/$name/files.tar.gz" -C "$dir" . 2>/dev/null
   verdict=$(python3 -c 'import json, sys; r = json.load(open(sys.argv[1]))
-print(r["result"], " ".join(f"{f}={v[\"result\"]}" for f, v in r["families"].items()))' "$OUT/$name/record.json" 2>&1)
+print(r["result"], *[f + "=" + v["result"] for f, v in r["families"].items()])' "$OUT/$name/record.json" 2>&1)
   echo "$s: exit $rc after $(( $(date +%s) - t0 )) s: $verdict" | tee -a "$OUT/prove.txt"
+  case $verdict in pass*) ;; *) status=1 ;; esac
 done
 if [ "${#left[@]}" -gt 0 ]; then
   echo "left for the next call: DGP_GIT=$DGP_GIT bash tests/gpu/prove.sh ${left[*]}" | tee -a "$OUT/prove.txt"
 fi
 rm -rf "$scratch"
+exit "$status"  # 0: every step that ran passed; 1: one failed or left no record; 3: a step lacked what it needs
