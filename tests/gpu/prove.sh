@@ -31,8 +31,10 @@ t0=$(date +%s)
 SERVER_480B="python -m sglang.launch_server --model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 --tp 8 --ep 8"
 SERVER_DSV3="python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8"
 QWEN480=dgprecompile/data/models/Qwen3-Coder-480B-A35B-Instruct-FP8.json
+QWEN30=dgprecompile/data/models/Qwen3-30B-A3B-FP8.json  # the other bundled model
+SERVER_QWEN30="python -m sglang.launch_server --model-path Qwen/Qwen3-30B-A3B-FP8 --tp 2"
 STEPS="headline sglang-jit live triton-plan triton-moe-0523 gen-0.1.3 gen-sk-0.4.2 gen-0.1.4.post1 gen-0.1.5.post1
-model-480b model-dsv3-tp8 model-dsv3-tp8-ep8"
+model-480b model-qwen30b-tp2 model-dsv3-tp8 model-dsv3-tp8-ep8"
 
 # step NAME: sets est (seconds, from the past runs in bench/results), sglang, need (a path that must exist),
 # server, cmd (the script and its environment), expect (FAMILY=FILE:REGEX, the lines the script prints on success),
@@ -68,6 +70,8 @@ step() {
       expect=("deepgemm=SUMMARY.txt:^$v .*warm rc=0 entries=[0-9]+; sweep after warm [0-9]+ calls, 0 new entries") ;;
     model-480b) est=420; sglang=0.5.14; server=$SERVER_480B; need=tests/gpu/model_proof.sh
       cmd=(env SGLANG=0.5.14 "SERVER=$server" "CONFIG=$QWEN480" bash tests/gpu/model_proof.sh) ;;
+    model-qwen30b-tp2) est=300; sglang=0.5.14; server=$SERVER_QWEN30; need=tests/gpu/model_proof.sh
+      cmd=(env SGLANG=0.5.14 "SERVER=$server" "CONFIG=$QWEN30" bash tests/gpu/model_proof.sh) ;;
     model-dsv3-tp8|model-dsv3-tp8-ep8) est=420; sglang=0.5.14; need=${DSV3_CONFIG:-DSV3_CONFIG}
       server=$SERVER_DSV3; [ "$1" = model-dsv3-tp8-ep8 ] && server="$SERVER_DSV3 --ep 8"
       cmd=(env SGLANG=0.5.14 "SERVER=$server" "CONFIG=${DSV3_CONFIG:-}" bash tests/gpu/model_proof.sh) ;;
