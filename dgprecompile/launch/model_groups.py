@@ -55,9 +55,29 @@ def sizes(sa) -> dict[str, int]:
     return {"_TP": tp, "_ATTN_TP": attn_tp, "_MOE_EP": ep, "_MOE_TP": tp // ep // moe_dp}
 
 
+def sampler_flag(report) -> None:
+    """initialize_model_parallel imports SGLang's sampler for one flag, and the sampler imports FlashInfer at load
+    on CUDA; where FlashInfer is not installed (it is not carried to the GPU machine), STAND-IN: a module holding
+    only that flag, read from the environment as the sampler reads it (sglang 0.5.14 layers/sampler.py:62)."""
+    import importlib.util
+    import os
+    import sys
+    import types
+
+    if importlib.util.find_spec("flashinfer") is not None or "sglang.srt.layers.sampler" in sys.modules:
+        return
+    stub = types.ModuleType("sglang.srt.layers.sampler", "dgprecompile STAND-IN: the sampler's flag only")
+    stub.SYNC_TOKEN_IDS_ACROSS_TP = os.environ.get("SYNC_TOKEN_IDS_ACROSS_TP", "false").lower() in ("1", "true")
+    sys.modules[stub.__name__] = stub
+    report.standins.append("sglang.srt.layers.sampler (imports FlashInfer, not carried): its "
+                           "SYNC_TOKEN_IDS_ACROSS_TP flag only")
+
+
 def install(sa, model_config, report) -> dict[str, int]:
     """SGLang's own 1-rank distributed set-up, then its groups wrapped to the command's sizes."""
     from sglang.srt.distributed import parallel_state as ps
+
+    sampler_flag(report)
 
     ps.init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="nccl",
                                     distributed_init_method=f"tcp://127.0.0.1:{free_port()}")
