@@ -72,7 +72,42 @@ def silu_and_mul(input, out=None, *rest, **kwargs):
     return out
 
 
-OPS = ("rmsnorm", "fused_add_rmsnorm", "topk_softmax", "moe_fused_gate", "moe_sum_reduce", "silu_and_mul")
+def dsv3_router_gemm(hidden_states, router_weights, out_dtype=None, *rest, **kwargs):
+    import torch
+
+    return torch.nn.functional.linear(hidden_states, router_weights).to(out_dtype or hidden_states.dtype)
+
+
+def fused_topk_deepseek(gating_output, correction_bias, num_expert_group, topk_group, topk, scaling_factor,
+                        topk_weights, topk_ids, renormalize=True, *rest, **kwargs):
+    """FlashInfer's DeepSeek routing (a FlashInfer JIT module; FlashInfer is not carried), in place."""
+    w, i = moe_fused_gate(gating_output, correction_bias, num_expert_group, topk_group, topk)
+    topk_weights.copy_(w * scaling_factor)
+    topk_ids.copy_(i)
+
+
+def mm_m1_16_k7168_n256(hidden_states, weight_t, out, *rest, **kwargs):
+    """FlashInfer's DeepSeek router GEMM (sm_100 only in SGLang 0.5.14; a FlashInfer JIT module), into ``out``."""
+    out.copy_((hidden_states.float() @ weight_t.float()).to(out.dtype))
+
+
+OPS = ("rmsnorm", "fused_add_rmsnorm", "topk_softmax", "moe_fused_gate", "moe_sum_reduce", "silu_and_mul", "dsv3_router_gemm")
+
+
+_LIBS: list = []  # the torch library that defines the ops below (held for the process)
+
+
+def define_ops() -> None:
+    """The sgl_kernel torch ops SGLang registers fake (meta) kernels for at import (sglang 0.5.14 moe/topk.py:1888
+    on CUDA: register_fake needs the op defined), defined with the torch code above."""
+    import torch
+
+    lib = torch.library.Library("sgl_kernel", "FRAGMENT")
+    lib.define("moe_fused_gate(Tensor input_tensor, Tensor bias, int num_expert_group, int topk_group, int topk, "
+               "int num_fused_shared_experts=0, float routed_scaling_factor=0, "
+               "bool apply_routed_scaling_factor_on_output=False) -> (Tensor, Tensor)")
+    lib.impl("moe_fused_gate", moe_fused_gate, "CompositeExplicitAutograd")
+    _LIBS.append(lib)
 
 
 def install(report) -> list[str]:
@@ -82,13 +117,35 @@ def install(report) -> list[str]:
     except ImportError:
         return []
     if not getattr(sgl_kernel, "DGPRECOMPILE_STANDIN", False):
-        return []
+        return flashinfer_ops(report)
     from dgprecompile.compile.triton_moe import moe_align_standin
 
     here = sys.modules[__name__]
     for name in OPS:
         setattr(sgl_kernel, name, getattr(here, name))
     sgl_kernel.moe_align_block_size = moe_align_standin
-    names = [*OPS, "moe_align_block_size"]
+    define_ops()
+    names = [*OPS, "moe_align_block_size", "torch.ops.sgl_kernel.moe_fused_gate"]
     report.standins.append("sgl-kernel ahead-of-time ops in torch: " + ", ".join(names))
-    return names
+    return names + flashinfer_ops(report)
+
+
+def flashinfer_ops(report) -> list[str]:
+    """Where flashinfer is a stand-in package too (not carried to the GPU machine): SGLang told so by its own
+    switch (SGLANG_IS_FLASHINFER_AVAILABLE=false, utils/common.py is_flashinfer_available), and the FlashInfer ops
+    its DeepSeek model imports unconditionally on CUDA (models/deepseek_v2.py:192, moe/topk.py:137) in torch."""
+    import importlib
+    import os
+
+    try:
+        import flashinfer
+    except ImportError:
+        return []
+    if not getattr(flashinfer, "DGPRECOMPILE_STANDIN", False):
+        return []
+    os.environ["SGLANG_IS_FLASHINFER_AVAILABLE"] = "false"
+    importlib.import_module("flashinfer.fused_moe").fused_topk_deepseek = fused_topk_deepseek
+    importlib.import_module("flashinfer.gemm").mm_M1_16_K7168_N256 = mm_m1_16_k7168_n256
+    report.standins.append("flashinfer (not carried; SGLANG_IS_FLASHINFER_AVAILABLE=false): fused_topk_deepseek, "
+                           "mm_M1_16_K7168_N256 in torch")
+    return ["flashinfer.fused_moe.fused_topk_deepseek", "flashinfer.gemm.mm_M1_16_K7168_N256"]

@@ -11,7 +11,7 @@
 #        [MS=1-8192] [NAME=model-480b] DGP_GIT=<sha> bash tests/gpu/model_proof.sh
 # writes $OUT/$NAME/{summary.txt,record.json,driver.json,driver_deleted.json,logs.txt}
 # Carry .whl: ../shared/device/fetch-wheels.sh + fetch-sglang.sh + .whl/extra (jsonschema and its 4 wheels, msgspec).
-# sgl-kernel is tests/standins' named stand-in; the driver names its own (dgprecompile/launch/model_driver.py).
+# sgl-kernel and flashinfer (not carried) are tests/standins' named stand-ins; the driver names its own (dgprecompile/launch/model_driver.py).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 root=$PWD; OUT=${OUT:-$root/out}; NAME=${NAME:-model-proof}; d=$OUT/$NAME; mkdir -p "$d"
@@ -22,7 +22,7 @@ site=$(mktemp -d); w=$(mktemp -d); cache=$w/cache; model=$w/model; mkdir -p "$mo
 stamp install
 python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" .whl/sgl_deep_gemm-0.1.3-*.whl \
   .whl/apache_tvm_ffi-*.whl .whl/sglang/*.whl .whl/extra/*.whl >> "$d/logs.txt" 2>&1
-export PYTHONPATH="$site:$root/tests/standins:$root" DGP_STANDINS=sgl_kernel DGP_TRANSFORMERS_EXIST_OK=1
+export PYTHONPATH="$site:$root/tests/standins:$root" DGP_STANDINS=sgl_kernel,flashinfer DGP_TRANSFORMERS_EXIST_OK=1
 # the command as the user gives it, with its model path at the folder that holds config.json
 LOCAL=$(python3 -c "import shlex,sys; w=shlex.split(sys.argv[1]); i=w.index('--model-path'); w[i+1]=sys.argv[2]; print(shlex.join(w))" "$SERVER" "$model")
 { echo "tests/gpu/model_proof.sh $(date -u +%FT%TZ) git ${DGP_GIT:-?} sglang $SGLANG MS=$MS"; echo "server: $SERVER";
