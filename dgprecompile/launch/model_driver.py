@@ -67,7 +67,7 @@ def server_argv(cmd: str, model_dir: str, layers: int | None) -> list[str]:
             words = words[i + 1:]
             break
     out, skip = [], False
-    for i, w in enumerate(words):
+    for w in words:
         if skip:
             skip = False
             continue
@@ -151,10 +151,38 @@ def build(args, report: Report):
     from dgprecompile.launch import model_groups
 
     model_groups.install(sa, model_config, report)
+    runtime_init(sa, model_config, report)
     report.standins.append("weights: SGLang's dummy load format (random values, its own post-load processing)")
     model = get_model(model_config=model_config, load_config=LoadConfig(load_format="dummy"),
                       device_config=DeviceConfig("cuda"))
     return model, sa
+
+
+# What SGLang's scheduler and model runner set up before they load a model (sglang 0.5.14
+# managers/scheduler.py:737-759 init_moe_gemm_config; model_executor/model_runner.py:653-660), by module and name:
+# a release without one of them is noted, not failed.
+RUNTIME_INIT = (("sglang.srt.layers.moe", "initialize_moe_config"),
+                ("sglang.srt.layers.quantization.fp8_utils", "initialize_fp8_gemm_config"),
+                ("sglang.srt.layers.quantization.fp4_utils", "initialize_fp4_gemm_config"))
+
+
+def runtime_init(sa, model_config, report: Report) -> None:
+    import importlib
+
+    for module, name in RUNTIME_INIT:
+        try:
+            getattr(importlib.import_module(module), name)(sa)
+            report.notes.append(f"SGLang's own {name}(server_args)")
+        except (ImportError, AttributeError) as exc:
+            report.notes.append(f"{module}.{name}: not in this release ({exc})")
+    try:
+        from sglang.srt.eplb import expert_location as loc
+    except ImportError:
+        return
+    if loc.get_global_expert_location_metadata() is None:
+        loc.set_global_expert_location_metadata(loc.compute_initial_expert_location_metadata(
+            server_args=sa, model_config=model_config, moe_ep_rank=0))
+        report.notes.append("SGLang's own compute_initial_expert_location_metadata (moe_ep_rank 0)")
 
 
 def drive(model, ms: list[int], report: Report) -> None:
