@@ -237,14 +237,73 @@ def drive_attention(name: str, attn, x, positions, m: int, report: Report) -> No
             report.call(f"{name}.{sub}", m, mod, (torch.randn(m, width, device="cuda") * 0.1).to(torch.bfloat16))
     if hasattr(attn, "apply_qk_norm_rope") and hasattr(attn, "qkv_proj"):
         qkv = report.call(f"{name}.qkv_proj", m, lambda: attn.qkv_proj(x)[0])
+        batch = kv_standin(attn, m, report)
         if qkv is not None:
-            report.call(f"{name}.apply_qk_norm_rope", m, attn.apply_qk_norm_rope, qkv, positions, None)
+            report.call(f"{name}.apply_qk_norm_rope", m, attn.apply_qk_norm_rope, qkv, positions, batch)
     elif hasattr(attn, "rotary_emb") and hasattr(attn, "qk_rope_head_dim"):
         heads = getattr(attn, "num_local_heads", None) or attn.num_heads
         rope = attn.qk_rope_head_dim
         q = (torch.randn(m, heads, rope, device="cuda")).to(torch.bfloat16)
         k = (torch.randn(m, 1, rope, device="cuda")).to(torch.bfloat16)
         report.call(f"{name}.rotary_emb", m, attn.rotary_emb, positions, q, k)
+
+
+class KVPoolStandin:
+    """STAND-IN for SGLang's token-to-KV pool of a server (bf16 KV cache, page size 1): per layer, key and value
+    buffers of the layer's per-rank heads, for as many tokens as the largest m. On a server the rope kernel writes
+    k and v into the pool (SGLang's fused set-KV-buffer path, models/utils.py enable_fused_set_kv_buffer): these
+    buffers let that same kernel run."""
+
+    dtype = None  # set at first use: torch.bfloat16
+    page_size = 1
+
+    def __init__(self) -> None:
+        import torch
+
+        self.dtype = torch.bfloat16
+        self.buffers: dict[int, tuple] = {}
+
+    def ensure(self, layer, tokens: int) -> None:
+        import torch
+
+        have = self.buffers.get(layer.layer_id)
+        if have is None or have[0].shape[0] < tokens:
+            shape_k = (tokens, layer.tp_k_head_num, layer.qk_head_dim)
+            shape_v = (tokens, layer.tp_v_head_num, layer.v_head_dim)
+            self.buffers[layer.layer_id] = (torch.zeros(shape_k, dtype=self.dtype, device="cuda"),
+                                            torch.zeros(shape_v, dtype=self.dtype, device="cuda"))
+
+    def get_key_buffer(self, layer_id: int):
+        return self.buffers[layer_id][0]
+
+    def get_value_buffer(self, layer_id: int):
+        return self.buffers[layer_id][1]
+
+
+_KV: dict[str, Any] = {}
+
+
+def kv_standin(attn, m: int, report: Report):
+    """A forward batch of m new tokens (cache locations 0..m-1) whose attention backend holds the KV pool stand-in,
+    published as SGLang's forward context (model_executor/forward_context.py, where the release has one); None
+    where the release has no such context or the block has no RadixAttention."""
+    import torch
+
+    layer = getattr(attn, "attn", None)
+    try:
+        from sglang.srt.model_executor import forward_context as fc
+    except ImportError:
+        return None
+    if layer is None or not hasattr(layer, "tp_k_head_num"):
+        return None
+    if "pool" not in _KV:
+        _KV["pool"] = KVPoolStandin()
+        fc.set_forward_context(fc.ForwardContext(attn_backend=type("AttnBackendStandin", (), {
+            "token_to_kv_pool": _KV["pool"]})()))
+        report.standins.append("KV cache: bf16 buffers of each layer's per-rank heads in a stand-in attention "
+                               "backend published as SGLang's forward context (the attention kernels are not run)")
+    _KV["pool"].ensure(layer, m)
+    return type("ForwardBatchStandin", (), {"out_cache_loc": torch.arange(m, device="cuda", dtype=torch.int64)})()
 
 
 def cache_files() -> dict[str, int]:
