@@ -1,0 +1,141 @@
+"""The independent live proof's driver (dgprecompile/launch/model_driver.py) on the CPU machine: the parts that need
+no GPU, against SGLang 0.5.14's own code where they touch it (its option parser and its attention-world rule); the
+summariser of tests/gpu/model_proof.sh against the refusal messages the startup hook really prints. The driver's run
+itself needs the H200 (tests/gpu/model_proof.sh)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import STANDINS, needs_sgl014, sglang_014_dir
+
+from dgprecompile.launch.model_driver import Report, layers_to_keep, new_files, server_argv
+
+REPO = Path(__file__).resolve().parent.parent
+MODELS = REPO / "dgprecompile" / "data" / "models"
+DSV3 = REPO / "tests" / "gpu" / "models" / "DeepSeek-V3.json"
+
+
+def test_the_server_command_is_kept_but_its_model_path_and_the_layer_override():
+    argv = server_argv("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8 --ep 8", "/m", 4)
+    assert argv == ["--model-path", "/m", "--tp", "8", "--ep", "8", "--json-model-override-args",
+                    '{"num_hidden_layers": 4}']
+    # the user's own override is kept and merged; --model-path=... and `sglang serve` are read too
+    argv = server_argv('sglang serve --model-path=x --json-model-override-args \'{"rope_theta": 5}\' --tp 2', "/m", 1)
+    assert argv[:4] == ["--model-path", "/m", "--tp", "2"]
+    assert json.loads(argv[-1]) == {"rope_theta": 5, "num_hidden_layers": 1}
+    assert server_argv("python -m sglang.launch_server --model-path q --tp 2", "/m", None) == \
+        ["--model-path", "/m", "--tp", "2"]
+
+
+def test_the_layers_kept_reach_the_first_moe_layer():
+    assert layers_to_keep(json.loads(DSV3.read_text())) == 4  # three dense layers, then the first MoE layer
+    assert layers_to_keep(json.loads((MODELS / "Qwen3-Coder-480B-A35B-Instruct-FP8.json").read_text())) == 1
+    assert layers_to_keep({"num_hidden_layers": 48, "mlp_only_layers": [0, 1], "decoder_sparse_step": 1}) == 3
+    assert layers_to_keep({"num_hidden_layers": 2, "first_k_dense_replace": 5}) == 2  # never past the model
+
+
+def test_a_module_that_fails_is_reported_once_with_its_first_m_and_not_called_again():
+    report, calls = Report(), []
+
+    def flaky(m):
+        calls.append(m)
+        if m >= 3:
+            raise RuntimeError("dgprecompile strict mode: Triton tried to compile kernel fused_moe_kernel\nmore")
+        return m
+
+    for m in range(1, 6):
+        report.call("layers.0.mlp", m, flaky, m)
+    assert calls == [1, 2, 3] and report.calls == {"layers.0.mlp": 2}
+    assert report.failed == {"layers.0.mlp": {"m": 3, "error": "RuntimeError: dgprecompile strict mode: Triton "
+                                                               "tried to compile kernel fused_moe_kernel"}}
+    assert new_files({"A": 3, "B": 1}, {"A": 3, "B": 4, "C": 1}) == {"B": 3, "C": 1}
+
+
+@needs_sgl014
+def test_the_driver_argv_parses_with_sglangs_own_parser_and_the_stated_sizes_follow_its_rules():
+    """SGLang 0.5.14's own parser reads what the driver passes, and the group sizes come from its own
+    compute_dp_attention_world_info (run in a subprocess: the import needs the stand-ins on the path)."""
+    code = """
+import argparse, json, sys
+from sglang.srt.server_args import ServerArgs
+from dgprecompile.launch.model_driver import server_argv
+from dgprecompile.launch.model_groups import sizes
+p = argparse.ArgumentParser(); ServerArgs.add_cli_args(p)
+out = {}
+for cmd in sys.argv[1:]:
+    ns = p.parse_args(server_argv(cmd, "/m", 4))
+    out[cmd] = [sizes(ns), ns.json_model_override_args]
+print(json.dumps(out))
+"""
+    cmds = ["python -m sglang.launch_server --model-path M --tp 8",
+            "python -m sglang.launch_server --model-path M --tp 8 --ep 8",
+            "python -m sglang.launch_server --model-path M --tp 8 --dp 4 --enable-dp-attention"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([sglang_014_dir(), STANDINS, str(REPO)]),
+           "DGP_STANDINS": "sgl_kernel,triton,torchvision", "DGP_TRANSFORMERS_EXIST_OK": "1"}
+    res = subprocess.run([sys.executable, "-c", code, *cmds], capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    assert got[cmds[0]][0] == {"_TP": 8, "_ATTN_TP": 8, "_MOE_EP": 1, "_MOE_TP": 8}
+    assert got[cmds[1]][0] == {"_TP": 8, "_ATTN_TP": 8, "_MOE_EP": 8, "_MOE_TP": 1}
+    assert got[cmds[2]][0]["_ATTN_TP"] == 2  # dp attention: 8 ranks / 4 attention groups
+    assert json.loads(got[cmds[0]][1]) == {"num_hidden_layers": 4}
+
+
+def _summary():
+    sys.path.insert(0, str(REPO / "tests" / "gpu"))
+    import model_proof_summary
+
+    return model_proof_summary
+
+
+def test_the_summary_names_each_family_from_the_hooks_own_refusal_messages(tmp_path):
+    from dgprecompile.launch.hook import _dgprecompile_hook as hook
+
+    s = _summary()
+    lines = [hook.triton_refusal_message("fused_moe_kernel").splitlines()[0],
+             hook.triton_refusal_message("cuda_utils (Triton's host module, bd3a39e80ee847d0)").splitlines()[0],
+             hook.triton_refusal_message("triton_per_fused_copy__mul_sum_0").splitlines()[0],
+             "dgprecompile strict mode: refused a DeepGEMM runtime compile (nvcc -o x); warm the cache with: x"]
+    assert [s.family_of_message(line) for line in lines] == ["triton-moe", "triton-host", "inductor", "deepgemm"]
+    assert s.family_of_path("./cache/kernel.sm90_fp8_gemm_1d2d.00/kernel.cubin") == "deepgemm"
+    assert s.family_of_path("./tvm-ffi/sgl_kernel_jit_x/x.so") == "sglang-jit"
+    assert s.family_of_path("./triton/ABC/__grp__fused_moe_kernel.json") == "triton-moe"
+    assert s.family_of_path("./triton/ABC/cuda_utils.cpython-312-x86_64-linux-gnu.so") == "triton-host"
+    assert s.family_of_path("./dgprecompile/index.json") == ""
+    stderr = tmp_path / "err"
+    stderr.write_text("\n".join(["noise", *lines, "more noise"]) + "\n")
+    driver = tmp_path / "driver.json"
+    driver.write_text(json.dumps({"calls": {"a": 3}, "failed": {}, "ms": 3, "seconds": 1.0, "standins": [],
+                                  "dynamo": {"compiled": 2}}))
+    before, after = tmp_path / "before", tmp_path / "after"
+    before.write_text("./cache/kernel.a/kernel.cubin\n")
+    after.write_text("./cache/kernel.a/kernel.cubin\n./triton/ABC/__grp__fused_moe_kernel.json\n")
+    victims = tmp_path / "victims"
+    victims.write_text("triton-moe triton/ABC\nsglang-jit tvm-ffi/x\n")
+    res = subprocess.run([sys.executable, str(REPO / "tests" / "gpu" / "model_proof_summary.py"), "--driver",
+                          str(driver), "--stderr", str(stderr), "--before", str(before), "--after", str(after),
+                          "--deleted", str(victims)], capture_output=True, text=True, timeout=60)
+    out = res.stdout.splitlines()
+    assert "family triton-moe: refused 1, new 1" in out and "family deepgemm: refused 1, new 0" in out
+    assert "family inductor: refused 1, new 1" in out  # the torch.compile frames count as new inductor work
+    assert "family sglang-jit: refused 0, new 0" in out
+    assert "deleted triton-moe refused by name" in out and "deleted sglang-jit NOT refused" in out
+
+
+@pytest.mark.parametrize("config,args", [(DSV3, "--tp 8"),
+                                         (MODELS / "Qwen3-Coder-480B-A35B-Instruct-FP8.json", "--tp 8 --ep 8")])
+def test_the_proof_configs_are_what_the_planner_reads(config, args, tmp_path):
+    """The device proof's model folders: the planner reads each config (so plan and driver start from one file)."""
+    from dgprecompile.planning.plan import PlanRequest
+    from dgprecompile.planning.request import plan_from_request
+
+    (tmp_path / "config.json").write_text(config.read_text())
+    plan = plan_from_request(PlanRequest(sglang_cmd=f"python -m sglang.launch_server --model-path {tmp_path} {args}",
+                                         sglang="0.5.14"))
+    assert plan.triton_moe
