@@ -237,6 +237,7 @@ class TritonMoeFamily:
     data_file: str  # under dgprecompile/data
     fingerprint_files: tuple[str, ...]  # files of the triton wheel whose RECORD sha256 the record holds
     fingerprint_env: tuple[str, ...] = ()  # variables Triton's key or compiler reads
+    kernel: str = "fused_moe_kernel"  # the kernel its items warm (a capture must never file one: launch/capture.py)
 
     def data(self) -> dict:
         return _yaml_data(self.data_file)
