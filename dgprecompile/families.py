@@ -322,6 +322,19 @@ class TritonMoeFamily:
                  "linear align buffer": -(-(max(shape.experts, shape.global_experts) + 1) // shape.topk)}
         return max(1, *parts.values()), "the largest of: " + ", ".join(f"{k} {v}" for k, v in parts.items() if v)
 
+    def host_modules_note(self, planned: bool) -> str:
+        """What `plan` says of Triton's host modules (compile/triton_host.py): built by warm for the planned
+        kernels, or left to one `launch --capture` run, and why."""
+        if planned:
+            return (f"Triton's host modules (cuda_utils, one __triton_launcher per {self.kernel} signature): `warm` "
+                    "builds them GPU-free with Triton's own build (the C compiler and Python headers here, a libcuda "
+                    "stand-in to link; the driver's libcuda.so.1 at load). Their key holds the platform and their "
+                    "file name the Python (EXT_SUFFIX): warm with the job's Python on its platform. Other Triton "
+                    "kernels' launchers are left to one `launch --capture` run")
+        return ("Triton's host modules (cuda_utils, a __triton_launcher per kernel signature) are left to one "
+                "`launch --capture` run: no Triton kernel is planned here, so no launcher signature is known "
+                "ahead of time")
+
     # -- compile --
     def warm_argv(self, item, cache_dir: str, python: str) -> list[str]:
         return [python, "-m", self.warm_module, "--experts", str(item.experts), "--global-experts",

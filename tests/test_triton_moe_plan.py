@@ -87,6 +87,18 @@ def test_no_item_where_the_experts_run_on_deepgemm_or_the_release_was_not_read()
     assert any("Triton fused MoE not planned" in n and "not 0.5.21" in n for n in unread.notes), unread.notes
 
 
+def test_plan_says_whether_tritons_host_modules_are_built_by_warm_or_left_to_capture():
+    def host_notes(plan):
+        return [n for n in plan.notes if n.startswith("Triton's host modules")]
+
+    (built,) = host_notes(_server_plan())
+    assert "`warm` builds them GPU-free" in built and "EXT_SUFFIX" in built and "launch --capture" in built
+    old = plan_from_request(PlanRequest(model="Qwen3-Coder-480B", tp=8, ep=8, sglang="0.5.9"))  # Triton MoE, not read
+    (left,) = host_notes(old)
+    assert "left to one `launch --capture` run" in left and "no Triton kernel is planned" in left
+    assert host_notes(_server_plan(SERVER + " --moe-runner-backend deep_gemm")) == []  # no Triton MoE at all
+
+
 def test_other_quantizations_are_a_note_not_an_item():
     from dgprecompile.planning.shapes import TritonMoeShape
 
