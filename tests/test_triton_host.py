@@ -174,3 +174,28 @@ def test_the_key_facts_verify_compares_are_tritons_own():
                          env={**os.environ, "PYTHONPATH": str(TRITON)})
     assert res.returncode == 0, res.stderr[-2000:]
     assert json.loads(res.stdout) == host_key_here()
+
+
+@needs_triton
+@pytest.mark.slow
+def test_the_key_holds_no_path_and_a_machine_that_cannot_build_leaves_them_to_capture(tmp_path):
+    """cuda_utils alone (no kernel): built at two cache roots it lands under the same key (no path is in Triton's
+    key); with a C compiler that does not exist the warm records why they are left to `launch --capture`."""
+    code = ("import json, sys; from dgprecompile.compile.triton_host import warm_host_modules; "
+            "print(json.dumps(warm_host_modules(sys.argv[1], [], {})))")
+
+    def build(root: Path, **env: str) -> dict:
+        res = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, text=True, timeout=600,
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TRITON), str(REPO)]), **env})
+        assert res.returncode == 0, res.stderr[-3000:]
+        return json.loads(res.stdout.strip().splitlines()[-1])
+
+    a, b = build(tmp_path / "a" / "cache"), build(tmp_path / "elsewhere" / "b")
+    assert a["cuda_utils"] == b["cuda_utils"] and a["entries"] == b["entries"] == [a["cuda_utils"]]
+    assert len(a["built"]) == len(b["built"]) == 1 and a["launchers"] == {}
+    suffix = a["machine"]["key"]["ext_suffix"]
+    assert (tmp_path / "elsewhere" / "b" / "triton" / a["cuda_utils"] / f"cuda_utils{suffix}").is_file()
+
+    none = build(tmp_path / "c", CC=str(tmp_path / "no-such-cc"))
+    assert set(none) == {"left_to_capture"} and "no-such-cc" in none["left_to_capture"], none
+    assert not list((tmp_path / "c").rglob("*.so"))  # nothing half-built left behind
