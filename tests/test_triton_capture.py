@@ -362,7 +362,8 @@ PLANNED_CHILD = textwrap.dedent("""
                "add_kernel": (add_kernel, {"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}, 3)}
     for name in sys.argv[1:]:
         fn, sig, block = kernels[name]
-        print("compiled", name, triton.compile(ASTSource(fn, sig, {(block,): 128}), target=GPUTarget("cuda", 90, 32)).hash)
+        kernel = triton.compile(ASTSource(fn, sig, {(block,): 128}), target=GPUTarget("cuda", 90, 32))
+        print("compiled", name, kernel.hash)
 """)
 
 

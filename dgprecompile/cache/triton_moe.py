@@ -5,9 +5,10 @@ version, the RECORD sha256 of the files Triton's own cache key holds, the variab
 ``installed()``), the sglang release and the names of the Triton entries its calls used (their checksums are in
 ``index.extra``), and ``host_modules``: Triton's host modules the warm built for them (compile/triton_host.py: the
 entries of ``cuda_utils`` and each kernel's launcher, also in ``index.extra``, and the machine facts their key and
-file name depend on), or why they were left to `launch --capture`. An item counts as covered only while its record exists, the Triton installed here is the
-recorded one, every entry it names is on disk, whole and with the recorded bytes, and its host modules were built
-for this platform and Python (or left to capture). Pattern: cache/sweeps.py.
+file name depend on), or why they were left to `launch --capture`. An item counts as covered only while its
+record exists, the Triton installed here is the recorded one, every entry it names is on disk, whole and with the
+recorded bytes, and its host modules were built for this platform and Python (or left to capture). Pattern:
+cache/sweeps.py.
 No torch, no triton import: verify and warm's parent both use this.
 """
 
