@@ -59,6 +59,7 @@ def _elf(path: Path) -> tuple[list[str], list[str]]:
     assert data[:4] == b"\x7fELF" and int.from_bytes(data[16:18], "little") == 3, path  # ET_DYN: a shared object
     dyn = subprocess.run(["readelf", "-d", str(path)], capture_output=True, text=True, check=True).stdout
     needed = [line.split("[", 1)[1].rstrip("]") for line in dyn.splitlines() if "(NEEDED)" in line]
+    assert "(RPATH)" not in dyn and "(RUNPATH)" not in dyn, dyn  # the loader's own search finds the GPU's driver
     nm = subprocess.run(["nm", "-D", "--undefined-only", str(path)], capture_output=True, text=True, check=True)
     return needed, [line.split()[-1] for line in nm.stdout.splitlines() if line.strip()]
 
