@@ -237,6 +237,7 @@ class TritonMoeFamily:
     data_file: str  # under dgprecompile/data
     fingerprint_files: tuple[str, ...]  # files of the triton wheel whose RECORD sha256 the record holds
     fingerprint_env: tuple[str, ...] = ()  # variables Triton's key or compiler reads
+    kernel: str = "fused_moe_kernel"  # the kernel its items warm (a capture must never file one: launch/capture.py)
 
     def data(self) -> dict:
         return _yaml_data(self.data_file)
@@ -320,6 +321,19 @@ class TritonMoeFamily:
                  "m-dependent constexpr": int(rel.get("m_constexpr") or 0),
                  "linear align buffer": -(-(max(shape.experts, shape.global_experts) + 1) // shape.topk)}
         return max(1, *parts.values()), "the largest of: " + ", ".join(f"{k} {v}" for k, v in parts.items() if v)
+
+    def host_modules_note(self, planned: bool) -> str:
+        """What `plan` says of Triton's host modules (compile/triton_host.py): built by warm for the planned
+        kernels, or left to one `launch --capture` run, and why."""
+        if planned:
+            return (f"Triton's host modules (cuda_utils, one __triton_launcher per {self.kernel} signature): `warm` "
+                    "builds them GPU-free with Triton's own build (the C compiler and Python headers here, a libcuda "
+                    "stand-in to link; the driver's libcuda.so.1 at load). Their key holds the platform and their "
+                    "file name the Python (EXT_SUFFIX): warm with the job's Python on its platform. Other Triton "
+                    "kernels' launchers are left to one `launch --capture` run")
+        return ("Triton's host modules (cuda_utils, a __triton_launcher per kernel signature) are left to one "
+                "`launch --capture` run: no Triton kernel is planned here, so no launcher signature is known "
+                "ahead of time")
 
     # -- compile --
     def warm_argv(self, item, cache_dir: str, python: str) -> list[str]:

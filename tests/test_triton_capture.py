@@ -305,7 +305,8 @@ def test_gpu_free_warm_compiles_sglangs_fused_moe_kernel_for_sm90(tmp_path):
         assert (cache / entry / "fused_moe_kernel.cubin").read_bytes()[:4] == b"\x7fELF"
     store = CacheStore(root)
     filed = {r.entry: r for r in store.read_index().extra.values() if r.area == "triton"}
-    assert sorted(filed) == sorted(report["warmed"]) and report["not_whole"] == []
+    # + Triton's host modules the warm built for them (compile/triton_host.py, tests/test_triton_host.py)
+    assert sorted(filed) == sorted(report["warmed"] + report["host_modules"]["entries"]) and report["not_whole"] == []
     assert all(r.by == "warm" and store.check_entry(r) is None for r in filed.values())
 
 
@@ -336,3 +337,71 @@ def test_capture_counts_a_real_inductor_cache_and_does_not_file_it(job, capfd):
     assert r.exit_code == 0, r.output
     assert sorted(p for p in (job / "cache" / "inductor").rglob("*") if p.is_file()) == files
     assert "compiled at run time, per JIT family" not in r.output  # nothing new for any family this time
+
+
+# A kernel of a planned family: the plan's Triton fused-MoE items warm SGLang's `fused_moe_kernel`; a job that
+# compiles one at run time found a warm's miss. Here a kernel of that name beside an unplanned one (add_kernel),
+# compiled by Triton's own JIT for sm_90 as CHILD does.
+PLANNED_CHILD = textwrap.dedent("""
+    import sys
+    import triton, triton.language as tl
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    @triton.jit
+    def fused_moe_kernel(x_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+    @triton.jit
+    def add_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+    kernels = {"fused_moe_kernel": (fused_moe_kernel, {"x_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}, 2),
+               "add_kernel": (add_kernel, {"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}, 3)}
+    for name in sys.argv[1:]:
+        fn, sig, block = kernels[name]
+        kernel = triton.compile(ASTSource(fn, sig, {(block,): 128}), target=GPUTarget("cuda", 90, 32))
+        print("compiled", name, kernel.hash)
+""")
+
+
+def _moe_manifest(path: Path) -> Path:
+    """The 0.5.14 server plan (a Triton fused-MoE item), its DeepGEMM kernels and SGLang JIT modules dropped."""
+    from dgprecompile.planning.manifest import plan_from_dict
+    from dgprecompile.planning.request import plan_from_request
+
+    cmd = "python -m sglang.launch_server --model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 --tp 8 --ep 8"
+    data = plan_from_request(PlanRequest(sglang_cmd=cmd, sglang="0.5.14")).to_dict()
+    for shape in data["shapes"]:
+        shape["buckets"], shape["aux_kernels"] = [], []
+    data["kernels"], data["total_kernels"] = [], 0
+    data.pop("sglang_jit_modules", None)
+    assert data["triton_moe"]
+    write_manifest(plan_from_dict(data), path)
+    return path
+
+
+@needs_triton
+def test_a_capture_never_files_a_kernel_of_a_planned_family_and_fails_naming_it(job, capfd):
+    (job / "child.py").write_text(PLANNED_CHILD)
+    _moe_manifest(job / "moe.yaml")
+    r = CliRunner().invoke(cli, ["launch", "--manifest", "moe.yaml", "--cache-dir", "cache", "--allow-missing",
+                                 "--capture", "--", sys.executable, "child.py", "fused_moe_kernel", "add_kernel"],
+                           catch_exceptions=False)
+    out = r.output + capfd.readouterr().err
+    assert r.exit_code == 1, out
+    errors = [line for line in r.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "a capture must never hide a warm's miss" in errors[0], r.output
+    assert "fused_moe_kernel" in errors[0] and "hint:" in r.output and "Traceback" not in r.output
+    cache = job / "cache"
+    left = {p.name: sorted(q.name for q in p.iterdir()) for p in (cache / "triton").iterdir()}
+    (entry,) = left  # the planned kernel's entry was removed: a later strict run refuses it by name
+    assert "__grp__add_kernel.json" in left[entry]  # the unplanned kernel stays and is filed
+    assert [v["entry"] for v in triton_extra(cache).values()] == [entry]
+
+    # without a planned Triton MoE item the same kernel is just another Triton kernel: filed
+    r = launch("--capture", ["fused_moe_kernel"])
+    assert r.exit_code == 0, r.output
+    assert len(triton_extra(cache)) == 2

@@ -87,6 +87,18 @@ def test_no_item_where_the_experts_run_on_deepgemm_or_the_release_was_not_read()
     assert any("Triton fused MoE not planned" in n and "not 0.5.21" in n for n in unread.notes), unread.notes
 
 
+def test_plan_says_whether_tritons_host_modules_are_built_by_warm_or_left_to_capture():
+    def host_notes(plan):
+        return [n for n in plan.notes if n.startswith("Triton's host modules")]
+
+    (built,) = host_notes(_server_plan())
+    assert "`warm` builds them GPU-free" in built and "EXT_SUFFIX" in built and "launch --capture" in built
+    old = plan_from_request(PlanRequest(model="Qwen3-Coder-480B", tp=8, ep=8, sglang="0.5.9"))  # Triton MoE, not read
+    (left,) = host_notes(old)
+    assert "left to one `launch --capture` run" in left and "no Triton kernel is planned" in left
+    assert host_notes(_server_plan(SERVER + " --moe-runner-backend deep_gemm")) == []  # no Triton MoE at all
+
+
 def test_other_quantizations_are_a_note_not_an_item():
     from dgprecompile.planning.shapes import TritonMoeShape
 
@@ -209,6 +221,47 @@ def test_verify_names_a_deleted_entry_and_calls_another_triton_stale(warmed, tri
     assert "another Triton" in report["verdict"] and "3.5.1" in json.dumps(report["problems"])
     human = _run("verify", "--manifest", triton_only, "--cache-dir", other, "--nvcc", NVCC, env=_full_env())
     assert "warm again here" in human.stderr, human.stderr
+
+
+@needs_all
+def test_the_record_holds_tritons_host_modules_and_verify_names_a_stale_or_missing_one(warmed, triton_only,
+                                                                                       tmp_path):
+    """warm built cuda_utils and the kernels' launchers (compile/triton_host.py, tests/test_triton_host.py); the
+    item's record names them and what their key and file name depend on; verify calls a record made for another
+    Python stale, and names a deleted host module."""
+    from dgprecompile.cache.store import CacheStore
+    from dgprecompile.cache.triton_moe import host_key_here
+    from dgprecompile.launch.capture import relocate
+
+    cache, _ = warmed
+    item = _item_id(triton_only)
+    index = json.loads((cache / "dgprecompile" / "index.json").read_text())
+    host = index["triton_moe"][item]["host_modules"]
+    assert host["machine"]["key"] == {**host_key_here(), "triton": "3.6.0"}
+    assert sorted(f"triton/{e}" for e in host["launchers"]) == index["triton_moe"][item]["entries"]
+    assert host["cuda_utils"] in host["entries"] and set(host["launchers"].values()) <= set(host["entries"])
+    for entry in host["entries"]:
+        assert index["extra"][f"triton/{entry}"]["by"] == "warm"
+
+    other = tmp_path / "other-python"
+    shutil.copytree(cache, other, symlinks=True)
+    relocate(CacheStore(other))  # what `launch` does first: the kernels' group files name the copy's paths
+    path = other / "dgprecompile" / "index.json"
+    changed = json.loads(path.read_text())
+    changed["triton_moe"][item]["host_modules"]["machine"]["key"]["ext_suffix"] = ".cpython-39-x86_64-linux-gnu.so"
+    path.write_text(json.dumps(changed))
+    v = _run("verify", "--manifest", triton_only, "--cache-dir", other, "--nvcc", NVCC, "--json", env=_full_env())
+    report = json.loads(v.stdout)
+    assert v.returncode == 1 and report["stale_items"] == [item], v.stdout
+    assert "another platform or Python" in json.dumps(report["problems"]) and "cpython-39" in v.stdout
+
+    broken = tmp_path / "broken-host"
+    shutil.copytree(cache, broken, symlinks=True)
+    relocate(CacheStore(broken))
+    shutil.rmtree(broken / "triton" / host["cuda_utils"])
+    v = _run("verify", "--manifest", triton_only, "--cache-dir", broken, "--nvcc", NVCC, env=_full_env())
+    assert v.returncode == 1 and host["cuda_utils"] in v.stdout + v.stderr, v.stdout + v.stderr
+    assert len([x for x in v.stderr.splitlines() if x.startswith("error:")]) == 1 and "hint:" in v.stderr
 
 
 @needs_all

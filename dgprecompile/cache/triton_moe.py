@@ -3,8 +3,12 @@
 The index (``index.json``, key ``triton_moe``) holds one record per item id: the Triton the warm ran (the wheel's
 version, the RECORD sha256 of the files Triton's own cache key holds, the variables it reads; families.TRITON_MOE
 ``installed()``), the sglang release and the names of the Triton entries its calls used (their checksums are in
-``index.extra``). An item counts as covered only while its record exists, the Triton installed here is the
-recorded one, and every entry it names is on disk, whole and with the recorded bytes. Pattern: cache/sweeps.py.
+``index.extra``), and ``host_modules``: Triton's host modules the warm built for them (compile/triton_host.py: the
+entries of ``cuda_utils`` and each kernel's launcher, also in ``index.extra``, and the machine facts their key and
+file name depend on), or why they were left to `launch --capture`. An item counts as covered only while its
+record exists, the Triton installed here is the recorded one, every entry it names is on disk, whole and with the
+recorded bytes, and its host modules were built for this platform and Python (or left to capture). Pattern:
+cache/sweeps.py.
 No torch, no triton import: verify and warm's parent both use this.
 """
 
@@ -19,9 +23,49 @@ from dgprecompile.families import TRITON_MOE
 COVERED, MISSING, STALE, BROKEN = "ok", "missing", "stale", "broken"
 
 
+HOST_FIELDS = ("cuda_utils", "launchers", "entries", "machine", "left_to_capture")  # compile/triton_host.py's report
+
+
 def make_record(item_id: str, installed: dict[str, Any], entries: list[str], seconds: float | None,
-                ms: int) -> dict[str, Any]:
-    return {"item": item_id, **installed, "entries": sorted(entries), "seconds": seconds, "ms": ms}
+                ms: int, host_modules: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``host_modules``: what the warm's build of Triton's host modules reported (compile/triton_host.py); kept
+    without what changes from run to run (which modules this run built)."""
+    host = {k: v for k, v in (host_modules or {}).items() if k in HOST_FIELDS}
+    return {"item": item_id, **installed, "entries": sorted(entries), "seconds": seconds, "ms": ms,
+            **({"host_modules": host} if host_modules is not None else {})}
+
+
+def host_key_here() -> dict[str, str]:
+    """This interpreter's values of what Triton's host modules' lookup depends on (compile/triton_host.py): the
+    key's ``platform_key()`` (triton/runtime/build.py: machine, system, the interpreter's architecture) and the
+    file name's ``EXT_SUFFIX``. Read without importing triton (a test holds it to Triton's own platform_key)."""
+    import platform
+    import sysconfig
+
+    return {"platform_key": ",".join([platform.machine(), platform.system(), *platform.architecture()]),
+            "ext_suffix": str(sysconfig.get_config_var("EXT_SUFFIX"))}
+
+
+def host_problem(store: CacheStore, index: Index, host: dict[str, Any] | None) -> ItemCoverage | None:
+    """None when the item's host modules are usable here (built for this platform and Python, every entry whole
+    with the recorded bytes) or were left to `launch --capture` by the warm (it says why); else what is wrong."""
+    if host is None:
+        return ItemCoverage("", MISSING, "Triton's host modules were not built (a warm before dgprecompile built "
+                                         "them): warm again")
+    if "left_to_capture" in host:
+        return None
+    recorded, here = (host.get("machine") or {}).get("key") or {}, host_key_here()
+    differ = [f"{k}: built for {recorded.get(k)!r}, here {v!r}" for k, v in here.items() if recorded.get(k) != v]
+    if differ:
+        return ItemCoverage("", STALE, "Triton's host modules were built for another platform or Python ("
+                            + "; ".join(differ) + "): Triton would build them again; warm here")
+    for entry in host.get("entries") or []:
+        rec = index.extra.get(f"{TRITON_MOE.area}/{entry}")
+        problem = "not in the index" if rec is None else store.check_entry(rec)
+        if problem is not None:
+            return ItemCoverage("", MISSING if problem == "missing" else BROKEN,
+                                f"Triton host module entry {entry}: {problem}", f"{TRITON_MOE.area}/{entry}")
+    return None
 
 
 @dataclass
@@ -51,5 +95,11 @@ def item_coverage(store: CacheStore, index: Index, item_id: str, current: dict[s
         if problem is not None:
             return ItemCoverage(item_id, MISSING if problem == "missing" else BROKEN, f"entry {entry}: {problem}",
                                 entry)
-    return ItemCoverage(item_id, COVERED, f"{len(record['entries'])} entries, Triton {record.get('triton')}")
+    host = record.get("host_modules")
+    bad = host_problem(store, index, host)
+    if bad is not None:
+        return ItemCoverage(item_id, bad.status, bad.detail, bad.entry)
+    shown = (f"; Triton's host modules left to `launch --capture`: {host['left_to_capture']}"
+             if "left_to_capture" in host else f" + {len(host.get('entries') or [])} host module entries")
+    return ItemCoverage(item_id, COVERED, f"{len(record['entries'])} entries{shown}, Triton {record.get('triton')}")
 

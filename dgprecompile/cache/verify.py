@@ -151,7 +151,7 @@ class VerifyReport:
                     "fused-MoE items are compiled with the installed sglang and Triton")
         if self.stale_items and not self.stale:
             return (f"warm again here (`dgprecompile warm ... {where}`): the Triton fused-MoE items are compiled by "
-                    "the Triton installed here, under the keys it computes")
+                    "the Triton installed here, under the keys it computes (its host modules: for this Python and platform)")
         if self.coverage == COVERED_BY_SWEEP and not self.stale:
             return (f"run `dgprecompile warm --backend sweep` on a GPU machine with the same plan and {where}: it "
                     "sweeps only the m ranges not covered")
@@ -179,7 +179,7 @@ class VerifyReport:
             parts.append(f"{len(self.invalid)} not loadable (empty, cut short, another architecture or not the "
                          "kernel its name says)")
         if self.stale_items:
-            parts.append(f"{len(self.stale_items)} warmed with another Triton")
+            parts.append(f"{len(self.stale_items)} warmed with another Triton, Python or platform")
         if self.stale:
             parts.append("fingerprint differs in " + ", ".join(f for f, _, _ in self.stale))
         return f"incomplete: {ok}/{n} {unit} ok; " + "; ".join(parts) + f" ({how})"

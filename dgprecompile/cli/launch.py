@@ -165,6 +165,12 @@ def render_families(out: Output, result: LaunchResult) -> None:
 
 def render_result(out: Output, result: LaunchResult) -> None:
     render_families(out, result)
+    if result.hidden_misses:
+        shown = ", ".join(f"{e} ({', '.join(k)})" for e, k in sorted(result.hidden_misses.items())[:5])
+        out.error("a capture must never hide a warm's miss: the job compiled planned kernels (not filed, "
+                  f"removed): {shown}",
+                  hint=f"the warm did not cover what the job ran: warm again ({result.warm_hint}) and check the "
+                  "plan against the job (`dgprecompile verify --live`)")
     if result.new_triton and not result.capture:
         out.warn(f"{len(result.new_triton)} Triton kernel(s) compiled at run time into {result.triton_cache_dir} "
                  "(file them in the cache with one `dgprecompile launch --capture` run)")

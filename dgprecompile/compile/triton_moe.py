@@ -350,7 +350,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache-dir", required=True, help="the dgprecompile cache root (Triton writes into <root>/triton)")
     args = p.parse_args(argv)
     os.makedirs(args.cache_dir, exist_ok=True)
-    json.dump(warm(args), sys.stdout)
+    from dgprecompile.compile import triton_host
+
+    # Triton's host modules (cuda_utils, each kernel's launcher), built GPU-free: compile/triton_host.py
+    signatures = triton_host.watch_kernels()
+    report = warm(args)
+    report["host_modules"] = triton_host.warm_host_modules(args.cache_dir, report["entries"], signatures)
+    json.dump(report, sys.stdout)
     sys.stdout.write("\n")
     return 0
 

@@ -78,10 +78,11 @@ class FamilyReport:
     filed: list[str] = field(default_factory=list)
     not_whole: dict[str, str] = field(default_factory=dict)  # entry -> why it was not filed
     note: str = ""
+    hidden: dict[str, list[str]] = field(default_factory=dict)  # entry -> planned kernels in it (never filed)
 
     def to_dict(self) -> dict[str, Any]:
         return {"family": self.family, "new": self.new, "kernels": self.kernels, "filed": self.filed,
-                "not_whole": self.not_whole, "note": self.note}
+                "not_whole": self.not_whole, "note": self.note, "hidden_misses": self.hidden}
 
 
 def compiled_during(root: str | Path, before: Mapping[str, Mapping[str, str | None]]) -> list[FamilyReport]:
@@ -136,12 +137,28 @@ def job_versions(env: Mapping[str, str]) -> dict[str, str | None]:
         return versions()
 
 
-def file_captured(store: CacheStore, reports: list[FamilyReport], env: Mapping[str, str] | None = None) -> None:
-    """Put every whole new entry of a filed family into the index (``extra``, by capture), under its lock."""
+def planned_kernels(plan: Any) -> set[str]:
+    """The kernels the plan's warm compiles in a filed family's area (the Triton fused MoE items' kernel): a
+    capture that built one found a warm's miss, and filing it would hide that miss from every later check."""
+    from dgprecompile.families import TRITON_MOE
+
+    return {TRITON_MOE.kernel} if getattr(plan, "triton_moe", None) else set()
+
+
+def file_captured(store: CacheStore, reports: list[FamilyReport], env: Mapping[str, str] | None = None,
+                  planned: set[str] | frozenset[str] = frozenset()) -> None:
+    """Put every whole new entry of a filed family into the index (``extra``, by capture), under its lock; an entry
+    holding a ``planned`` kernel (:func:`planned_kernels`) is never filed and is removed (it is new: this run built
+    it): it goes to the report's ``hidden``, and the launch fails naming it."""
     todo = [(fam, rep) for fam, rep in zip(FAMILIES, reports, strict=True) if fam.filed]
     records = []
     for fam, rep in todo:
         for name in rep.new:
+            found = sorted(set(fam.kernel_names(fam.area_dir(store.root) / name)) & set(planned))
+            if found:  # removed too: left on disk it would be a hit to Triton, and a later strict run would pass
+                rep.hidden[name] = found
+                shutil.rmtree(fam.area_dir(store.root) / name, ignore_errors=True)
+                continue
             if name in rep.not_whole:
                 continue
             entry_dir = fam.area_dir(store.root) / name

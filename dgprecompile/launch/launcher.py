@@ -703,10 +703,15 @@ class LaunchResult:
     capture: bool = False
 
     @property
+    def hidden_misses(self) -> dict[str, list[str]]:
+        """Capture: entries holding a planned kernel (a warm's miss), never filed (launch/capture.py)."""
+        return {name: kernels for f in self.families for name, kernels in getattr(f, "hidden", {}).items()}
+
+    @property
     def return_code(self) -> int:
         # the job's own exit code (128+N when signal N ended it, or when the launcher got signal N), as a shell
         # reports; a strict run that failed its guarantee is not a success even where the job exited 0
-        if self.exit_code == 0 and self.strict_failed:
+        if self.exit_code == 0 and (self.strict_failed or self.hidden_misses):
             return EXIT_CHECK_FAILED
         return self.exit_code
 
@@ -812,7 +817,7 @@ def run_launch(prepared: PreparedLaunch) -> LaunchResult:
             _check_guards(prepared.run_dir / GUARD_DIR, watch, result)
         result.families = capture.compiled_during(store.root, families_before)
         if opts.capture:
-            capture.file_captured(store, result.families, prepared.env.env)
+            capture.file_captured(store, result.families, prepared.env.env, capture.planned_kernels(plan))
         result.refusals = [e for e in _read_events(prepared.run_dir / "events.jsonl") if e.get("event") == "refused"]
         result.refusals_outside_plan = bool(result.refusals) and all(
             e.get("kernel") and _names_planned_kernels(e) and e["kernel"] not in plan.kernels

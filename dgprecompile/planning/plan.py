@@ -343,6 +343,8 @@ def _build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: in
     triton, triton_notes = TRITON_MOE.plan_items(shapes.triton_moe, config=model.config,
                                                  sglang_version=sglang_version, max_tokens=par.max_tokens, gpu=gpu)
     shapes.notes += triton_notes
+    if shapes.triton_moe:  # Triton's host modules: built by warm, or left to capture, and why
+        shapes.notes.append(TRITON_MOE.host_modules_note(bool(triton)))
     triton_moe = {t.id: t for t in triton}
     kernels: dict[str, KernelSpec] = {}
     # what was and was not proven for this profile's DeepGEMM, as profiles.yaml records it

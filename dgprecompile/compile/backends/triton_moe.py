@@ -66,13 +66,17 @@ class TritonMoeWorker:
         if report.get("not_whole"):
             raise CompileFailed(f"{item.kernel}: Triton left entries that are not whole: "
                                 f"{', '.join(report['not_whole'][:5])}")
+        host = report.get("host_modules") or {}
+        if "left_to_capture" in host:
+            sys.stderr.write(f"{item.kernel}: Triton's host modules left to `launch --capture`: "
+                             f"{host['left_to_capture']}\n")
         entries = list(report.get("entries") or [])
         if not entries:
             raise CompileFailed(f"{item.kernel}: the warm's calls used no {report.get('kernel', 'fused_moe_kernel')} "
                                 "entry (nothing was compiled or found)")
         self._pending[item.kernel] = make_record(item.kernel, self.installed,
                                                  [f"{self.area}/{e}" for e in entries], round(seconds, 2),
-                                                 int(report.get("ms") or 0))
+                                                 int(report.get("ms") or 0), report.get("host_modules"))
         return ("compiled" if report.get("warmed") else "cached"), entries, seconds
 
     def index_mutation(self, item: WorkItem, records):

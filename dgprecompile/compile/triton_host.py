@@ -1,0 +1,262 @@
+"""Triton's host modules, built without a GPU: the CUDA driver's ``cuda_utils`` (built once when Triton's CUDA
+driver initialises) and one ``__triton_launcher`` per kernel signature (built at a compiled kernel's first launch).
+
+Both are C extensions Triton builds at run time with ``triton/runtime/build.py`` ``compile_module_from_src``
+(the C compiler, the Python headers and the ``cuda.h`` Triton ships, linked against ``libcuda.so.1``) and stores in
+``TRITON_CACHE_DIR`` as ``<key>/<name><EXT_SUFFIX>``. Here they are built by Triton's OWN code, as at run time:
+
+* ``cuda_utils``: Triton's own ``CudaUtils()`` (``triton/backends/nvidia/driver.py``: its source, name, include
+  and library arguments);
+* each launcher: Triton's own ``CudaLauncher(kernel.src, kernel.metadata)``, what ``CompiledKernel._init_handles``
+  calls at a kernel's first launch, with ``kernel`` Triton's own ``CompiledKernel`` loaded from the entry's group
+  file (its metadata JSON: ``tensordesc_meta``, scratch sizes, ``launch_pdl``, ...) and ``kernel.src`` carrying the
+  signature Triton's JIT bound for that entry. Triton records no signature in the entry, so the warm records it
+  as the JIT hands it to ``compile()``: :func:`watch_kernels` is Triton's own compilation listener knob.
+
+So the cache key (``sha256(source + platform_key())``, then base32) and the file name are computed by Triton's
+own functions, never by a copy of the formula here. Two STAND-INS, named: ``_load_module_from_path`` (the build
+puts the ``.so`` into the cache with Triton's own writer, then Triton would ``dlopen`` it, which needs the
+driver's ``libcuda.so.1``: here it is not loaded) and, where the machine has no driver, the ``libcuda.so.1`` the
+module is linked against (Triton's own ``TRITON_LIBCUDA_PATH`` knob): the toolkit's ``lib64/stubs/libcuda.so``
+where there is one, else a library exporting every ``cu*`` function Triton's ``cuda.h`` declares (soname
+``libcuda.so.1``). Either way the module records ``NEEDED libcuda.so.1`` with its ``cu*`` symbols undefined, and
+the GPU machine's driver satisfies them at load.
+
+What the key and the file name depend on, besides the Triton release (its ``driver.c`` and launcher generator):
+``platform_key()`` (machine, system, the interpreter's bits and linkage) in the key, and the interpreter's
+``EXT_SUFFIX`` (Python version and platform) in the file name: a job whose Python differs looks for another file
+and builds it. Not in the key but in the bytes: the C compiler, the Python headers and the libcuda linked against.
+:func:`machine` records all of them; verify compares the key's facts (cache/triton_moe.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sysconfig
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+HOST_MODULES = ("cuda_utils", "__triton_launcher")  # the names compile_module_from_src builds for the CUDA driver
+STUB_SONAME = "libcuda.so.1"  # the driver's soname; Triton links ``-l:libcuda.so.1`` (driver.py ``libraries``)
+
+
+def watch_kernels() -> dict[str, dict[str, Any]]:
+    """Record, for every kernel Triton's ``compile()`` returns in this process (compiled, or found in the cache),
+    its entry (the cache directory) -> ``{"kernel": name, "signature": {arg: type}}``: the signature its JIT bound,
+    which the launcher's source is generated from. Triton's own ``knobs.compilation.listener``; a listener already
+    set keeps being called."""
+    from triton import knobs
+
+    seen: dict[str, dict[str, Any]] = {}
+    previous = knobs.compilation.listener
+
+    def listener(*, src, metadata, metadata_group, times, cache_hit):
+        if previous is not None:
+            previous(src=src, metadata=metadata, metadata_group=metadata_group, times=times, cache_hit=cache_hit)
+        signature = getattr(src, "signature", None)
+        path = next((p for name, p in metadata_group.items() if name.endswith(".json")), None)
+        if isinstance(signature, dict) and path:
+            seen[os.path.basename(os.path.dirname(path))] = {"kernel": src.name, "signature": dict(signature)}
+
+    knobs.compilation.listener = listener
+    return seen
+
+
+class RecordedSource:
+    """What Triton's CudaLauncher reads of a kernel's source (``signature``, ``constants``, ``fn.arg_names``),
+    from the record :func:`watch_kernels` made. ``constants`` is empty: make_launcher does not read them."""
+
+    def __init__(self, name: str, signature: Mapping[str, Any]):
+        from triton.runtime.jit import convert_to_tuple_if_list  # JSON made the tuple types lists
+
+        self.name = name
+        self.signature = {k: convert_to_tuple_if_list(v) for k, v in signature.items()}
+        self.constants: dict = {}
+        self.fn = type("RecordedFn", (), {"arg_names": list(self.signature)})()
+
+
+class NotLoaded:
+    """STAND-IN for the loaded extension module (see the module docstring): every attribute is None."""
+
+    def __init__(self, name: str, path: str):
+        self.__name__, self.__file__ = name, path
+
+    def __getattr__(self, attr: str) -> Any:
+        return None
+
+
+@contextlib.contextmanager
+def _environ(values: Mapping[str, str]) -> Iterator[None]:
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k, None) if v is None else os.environ.update({k: v})
+
+
+@contextlib.contextmanager
+def _building(env: Mapping[str, str]) -> Iterator[list[dict[str, Any]]]:
+    """Around Triton's own builds: the loader stand-in, ``env`` (TRITON_CACHE_DIR, TRITON_LIBCUDA_PATH where a
+    link directory is given), and an observer of each module Triton looks up (its cache manager's key and
+    directory, the name, and whether it ran the C compiler). Restores everything after."""
+    from triton.backends.nvidia import driver
+    from triton.runtime import build
+
+    modules: list[dict[str, Any]] = []
+    real = (build._load_module_from_path, build._build, build.get_cache_manager)
+
+    def get_cache_manager(key):
+        manager = real[2](key)
+        modules.append({"key": manager.key, "dir": manager.cache_dir, "built": False})
+        return manager
+
+    def compile_c(name, *args, **kwargs):
+        modules[-1]["built"] = True
+        return real[1](name, *args, **kwargs)
+
+    def load(name, path):
+        modules[-1].update(name=name, path=path)
+        return NotLoaded(name, path)
+
+    build._load_module_from_path, build._build, build.get_cache_manager = load, compile_c, get_cache_manager
+    driver.libcuda_dirs.cache_clear()
+    driver.library_dirs.cache_clear()
+    try:
+        with _environ(env):
+            yield modules
+    finally:
+        build._load_module_from_path, build._build, build.get_cache_manager = real
+        driver.libcuda_dirs.cache_clear()
+        driver.library_dirs.cache_clear()
+
+
+def compiled_kernel(triton_dir: Path, entry: str, spec: Mapping[str, Any]):
+    """Triton's own CompiledKernel for a cache entry, as its runtime loads one (the group file found by its own
+    FileCacheManager), with the recorded signature as its source."""
+    from triton.compiler.compiler import CompiledKernel
+    from triton.runtime.cache import FileCacheManager
+
+    if not (triton_dir / entry).is_dir():  # Triton's manager would make an empty directory for it
+        raise FileNotFoundError(f"no Triton entry {entry} in {triton_dir}")
+    group = FileCacheManager(entry).get_group(f"{spec['kernel']}.json")
+    if not group:
+        raise FileNotFoundError(f"Triton entry {entry} has no whole group file for {spec['kernel']} in {triton_dir}")
+    return CompiledKernel(RecordedSource(spec["kernel"], spec["signature"]), group, entry)
+
+
+def cuda_functions(cuda_h: Path, cc: str) -> list[str]:
+    """Every ``cu*`` function the header declares, after the preprocessor (its macros map names to ``_v2`` ones)."""
+    res = subprocess.run([cc, "-E", "-P", "-x", "c", str(cuda_h)], capture_output=True, text=True, check=True,
+                         timeout=120)
+    return sorted(set(re.findall(r"\b(cu[A-Z]\w*)\s*\(", res.stdout)))
+
+
+def link_libcuda(scratch: Path) -> tuple[str | None, str]:
+    """(directory for TRITON_LIBCUDA_PATH or None, what is linked): the knob when set, the driver Triton finds
+    itself (ldconfig), the toolkit's stub, else a stand-in built here (module docstring)."""
+    from triton import knobs
+    from triton.backends.nvidia import driver
+
+    if knobs.nvidia.libcuda_path:
+        return None, f"TRITON_LIBCUDA_PATH={knobs.nvidia.libcuda_path}"
+    try:
+        return None, "the driver's libcuda.so.1 in " + ", ".join(driver.libcuda_dirs())
+    except (AssertionError, OSError, subprocess.CalledProcessError):
+        pass
+    finally:
+        driver.libcuda_dirs.cache_clear()
+    homes = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
+    for home in [h for h in homes if h]:
+        for stub in [Path(home) / "lib64" / "stubs" / "libcuda.so", *Path(home).glob("targets/*/lib/stubs/libcuda.so")]:
+            if stub.is_file():
+                (scratch / STUB_SONAME).symlink_to(stub)
+                return str(scratch), f"the toolkit's stub {stub}"
+    cc = compiler()
+    names = cuda_functions(Path(driver.include_dirs[0]) / "cuda.h", cc)
+    (scratch / "stub.c").write_text("/* link-time STAND-IN for the CUDA driver (dgprecompile triton_host) */\n" +
+                                    "".join(f"void {n}(void) {{}}\n" for n in names))
+    subprocess.run([cc, "-shared", "-fPIC", f"-Wl,-soname,{STUB_SONAME}", "-o", str(scratch / STUB_SONAME),
+                    str(scratch / "stub.c")], check=True, capture_output=True, timeout=300)
+    return str(scratch), f"a stand-in exporting the {len(names)} cu* functions of Triton's cuda.h"
+
+
+def compiler() -> str:
+    """The C compiler Triton's _build runs: $CC, else gcc, else clang (runtime/build.py)."""
+    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("clang")
+    if not cc:
+        raise RuntimeError("no C compiler (Triton's build runs $CC, else gcc, else clang)")
+    return cc
+
+
+def machine(linked: str) -> dict[str, Any]:
+    """What the host modules' key, file name and bytes depend on here (module docstring): ``key`` holds what
+    Triton's lookup compares, the rest is what the bytes were built with."""
+    import triton
+    from triton.runtime.build import platform_key
+
+    cc = compiler()
+    try:
+        version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except OSError:
+        version = ""
+    return {"key": {"platform_key": platform_key(), "ext_suffix": sysconfig.get_config_var("EXT_SUFFIX"),
+                    "triton": triton.__version__},
+            "python": platform.python_version(), "cc": f"{cc}: {(version.splitlines() or ['?'])[0]}",
+            "python_include": sysconfig.get_paths()["include"], "libcuda": linked}
+
+
+def build(root: str | Path, kernels: Mapping[str, Mapping[str, Any]], scratch: Path) -> dict[str, Any]:
+    """Build ``cuda_utils`` and each kernel entry's launcher (``kernels``: entry -> :func:`watch_kernels`' record)
+    into ``<root>/triton`` with Triton's own code; a module already there is Triton's own cache hit (not rebuilt).
+    Returns ``{"cuda_utils": entry, "launchers": {kernel entry: entry}, "entries", "built", "machine"}``."""
+    from triton.backends.nvidia.driver import CudaLauncher, CudaUtils
+
+    from dgprecompile.families import family_for_area
+
+    triton_dir = family_for_area("triton").area_dir(root).resolve()
+    libcuda_dir, linked = link_libcuda(scratch)
+    env = {"TRITON_CACHE_DIR": str(triton_dir), **({"TRITON_LIBCUDA_PATH": libcuda_dir} if libcuda_dir else {})}
+    launchers: dict[str, str] = {}
+    with _building(env) as modules:
+        CudaUtils()  # the driver's initialisation
+        utils = modules[-1]
+        for entry, spec in sorted(kernels.items()):
+            kernel = compiled_kernel(triton_dir, entry, spec)
+            CudaLauncher(kernel.src, kernel.metadata)  # CompiledKernel._init_handles' call
+            launchers[entry] = modules[-1]["key"]
+    for m in modules:
+        if Path(m["dir"]).resolve().parent != triton_dir or not os.path.isfile(m.get("path", "")):
+            raise RuntimeError(f"Triton put {m.get('name')} at {m.get('path')}, not under {triton_dir}")
+    return {"cuda_utils": utils["key"], "launchers": launchers, "entries": sorted({m["key"] for m in modules}),
+            "built": sorted({f"{m['key']}/{os.path.basename(m['path'])}" for m in modules if m["built"]}),
+            "machine": machine(linked)}
+
+
+def warm_host_modules(root: str | Path, entries: list[str], seen: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """What the Triton MoE warm calls after its kernels are compiled: build the host modules for ``entries`` (the
+    warm's kernel entries; ``seen``: :func:`watch_kernels`' records) and file them in the index (by warm, area
+    triton). A machine that cannot build them (no C compiler, no Python headers) gets
+    ``{"left_to_capture": why}``: a strict launch then refuses each by name and ``launch --capture`` fills them."""
+    from dgprecompile import scratch as scratch_dirs
+    from dgprecompile.compile.triton_moe import file_warmed
+
+    missing = [e for e in entries if e not in seen]
+    if missing:
+        return {"left_to_capture": f"no signature recorded for {', '.join(missing[:3])}"}
+    where = scratch_dirs.run_dir("dgprecompile-triton-host-")
+    try:
+        report = build(root, {e: seen[e] for e in entries}, where)
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        return {"left_to_capture": f"Triton's host-module build failed here: {exc}"[:600]}
+    finally:
+        scratch_dirs.release(where)
+    report["not_whole"] = file_warmed(str(root), report["entries"])
+    return report
