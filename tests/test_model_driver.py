@@ -139,3 +139,20 @@ def test_the_proof_configs_are_what_the_planner_reads(config, args, tmp_path):
     plan = plan_from_request(PlanRequest(sglang_cmd=f"python -m sglang.launch_server --model-path {tmp_path} {args}",
                                          sglang="0.5.14"))
     assert plan.triton_moe
+
+
+def test_verify_live_server_reads_the_model_from_the_command_not_the_plan(tmp_path, runner):
+    """--live-server resolves the command's own --model-path (here a bundled name) into a config folder; a command
+    without one is bad input before anything runs."""
+    from conftest import invoke
+
+    from dgprecompile.launch.model_live import model_folder
+
+    folder = model_folder("python -m sglang.launch_server --model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 "
+                          "--tp 8 --ep 8", tmp_path / "m")
+    bundled = json.loads((MODELS / "Qwen3-Coder-480B-A35B-Instruct-FP8.json").read_text())
+    assert json.loads((folder / "config.json").read_text()) == bundled
+    res = invoke(runner, "verify", "--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8", "--sglang", "0.5.14",
+                 "--cache-dir", tmp_path / "c", "--live", "--live-server", "python -m sglang.launch_server --tp 8")
+    assert res.exit_code == 2 and "--live-server has no --model-path" in res.output
+    assert sum(line.startswith("error:") for line in res.output.splitlines()) == 1 and "Traceback" not in res.output

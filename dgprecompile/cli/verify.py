@@ -39,9 +39,13 @@ from dgprecompile.output import Output
               help="--live: DeepGEMM's layers and every SGLang JIT module, or the JIT modules only.")
 @click.option("--live-log", type=click.Path(dir_okay=False), default=None,
               help="--live: keep the child's output (SGLang, DeepGEMM and refusal messages) in this file.")
+@click.option("--live-server", default=None, metavar="CMD",
+              help="--live, the independent proof: build SGLang's own model for one rank from this server command "
+                   "and its model's config.json (nothing from the plan) and run it over the m range under strict "
+                   "launch of this cache.")
 @output_options
 def command(plan_request, manifest, config, cache_dir, shared_cache, nvcc, trace, live, live_m, live_sample, live_seed,
-            live_units, live_log,
+            live_units, live_log, live_server,
             out):
     """Check that every planned kernel is in the cache, intact, and filed under this environment's keys.
 
@@ -57,6 +61,7 @@ def command(plan_request, manifest, config, cache_dir, shared_cache, nvcc, trace
       dgprecompile verify --model Qwen3-Coder-480B --tp 8 --ep 8 --sglang 0.5.1 --json
       dgprecompile verify --manifest plan.yaml --num-sms 78      # the job runs on H20s
       dgprecompile verify --manifest plan.yaml --live --live-m all   # GPU: SGLang's own layers, every m
+      dgprecompile verify --manifest plan.yaml --live --live-server "python -m sglang.launch_server --model-path M --tp 8"
       dgprecompile verify --manifest plan.yaml --cache-dir ~/.cache/dg --shared-cache /opt/dg   # DeepJIT roots
 
     With --live (GPU, sglang 0.5.14): builds SGLang's Fp8LinearMethod for each dense key and its
@@ -70,6 +75,8 @@ def command(plan_request, manifest, config, cache_dir, shared_cache, nvcc, trace
         raise InputError(f"the plan for {plan.model} holds no kernel, so there is nothing to verify a cache against",
                          hint="verify the plan the job runs (`dgprecompile plan` shows what it holds)")
     store = CacheStore(resolve_cache_dir(plan, cache_dir))
+    if live and live_server:
+        return _model_live(plan, store, live_server, live_m, live_log, out)
     if live:
         from dgprecompile.launch.live import LiveOptions, run_live
 
@@ -84,6 +91,41 @@ def command(plan_request, manifest, config, cache_dir, shared_cache, nvcc, trace
     for warning in report.warnings:
         out.warn(warning)
     return out.report(report, render)
+
+
+def _model_live(plan, store, server: str, live_m: str, live_log, out: Output):
+    """The independent proof (dgprecompile/launch/model_live.py): every m up to the plan's largest forward, or its
+    edges and a stride (--live-m edges)."""
+    from dgprecompile.launch.model_live import run_model_live
+
+    top = max(plan.max_tokens, 1)
+    ms = f"1-{top}" if live_m == "all" else f"1-{min(top, 64)},{min(top, 65)}-{top}:61,{top}"
+    report = run_model_live(plan, store, server, ms, live_log)
+    if report.environment_error:
+        lines = report.log.strip().splitlines() or ["no output"]
+        why = next((ln[len("error: "):] for ln in lines if ln.startswith("error: ")), lines[-1])
+        raise EnvironmentProblem("the model proof could not run here: " + why[:300],
+                                 hint="run it on a Hopper GPU node, in the job's own environment (its sglang, "
+                                      "DeepGEMM and torch); --live-log keeps the child's output")
+    return out.report(report, render_model_live)
+
+
+def render_model_live(out: Output, report) -> None:
+    d = report.driver
+    rows = [[name, str(n), ""] for name, n in sorted(d.get("calls", {}).items())]
+    rows += [[name, "-", f"m={f['m']}: {f['error']}"] for name, f in sorted(d.get("failed", {}).items())]
+    out.table(f"SGLang's own model, one rank of: {report.server}", ["module", "calls", "failure"], rows)
+    for line in report.refusals[:10]:
+        out.info(line)
+    extra = d.get("new_cache_files") or {}
+    if extra or d.get("dynamo", {}).get("compiled"):
+        out.info(f"compiled during the run: {extra} files, {d.get('dynamo', {}).get('compiled', 0)} torch.compile "
+                 "frame(s)")
+    if report.ok:
+        out.data_text(f"ok: {sum(d.get('calls', {}).values())} calls, nothing compiled, nothing refused")
+    else:
+        out.error(f"the model proof failed (launch exit {report.launch_exit})",
+                  "warm the plan the server runs; --live-log keeps the child's output")
 
 
 def render(out: Output, report: VerifyReport) -> None:
