@@ -38,7 +38,9 @@ CACHE_VARS = ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TVM_FFI_CACHE_DIR"
 
 
 class Report:
-    """What ran: calls per module, the first failure of each module (and the m), the stand-ins used."""
+    """What ran: calls per module, each module's failures (the first m and error, how many m failed; a module that
+    failed at one m is still called at the others: a refusal at small m must not hide what larger m run), the
+    stand-ins used."""
 
     def __init__(self) -> None:
         self.calls: dict[str, int] = {}
@@ -47,12 +49,12 @@ class Report:
         self.notes: list[str] = []
 
     def call(self, name: str, m: int, fn, *args, **kwargs):
-        if name in self.failed:
-            return None
         try:
             out = fn(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - every failure is the proof's finding, reported by module
-            self.failed[name] = {"m": m, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
+            seen = self.failed.setdefault(name, {"m": m, "error": f"{type(exc).__name__}: "
+                                                                 f"{str(exc).splitlines()[0][:300]}", "count": 0})
+            seen["count"] += 1
             return None
         self.calls[name] = self.calls.get(name, 0) + 1
         return out

@@ -8,7 +8,7 @@
 #   torch.compile frames. Then one planned entry of each family deleted (DeepGEMM kernel, SGLang JIT module, Triton
 #   fused_moe_kernel): the same proof must exit 1 naming each.
 # usage: SGLANG=0.5.14 SERVER="python -m sglang.launch_server --model-path M --tp 8 --ep 8" CONFIG=config.json \
-#        [MS=1-8192] [NAME=model-480b] DGP_GIT=<sha> bash tests/gpu/model_proof.sh
+#        [MS=1-8192] [MS_DELETED=...] [NAME=model-480b] DGP_GIT=<sha> bash tests/gpu/model_proof.sh
 # writes $OUT/$NAME/{summary.txt,record.json,driver.json,driver_deleted.json,logs.txt}
 # Carry .whl: ../shared/device/fetch-wheels.sh + fetch-sglang.sh + .whl/extra (jsonschema and its 4 wheels, msgspec).
 # sgl-kernel and flashinfer (not carried) are tests/standins' named stand-ins; the driver names its own (dgprecompile/launch/model_driver.py).
@@ -16,6 +16,7 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 root=$PWD; OUT=${OUT:-$root/out}; NAME=${NAME:-model-proof}; d=$OUT/$NAME; mkdir -p "$d"
 MS=${MS:-1-8192}; SGLANG=${SGLANG:-0.5.14}
+MS_DELETED=${MS_DELETED:-1-96,97-8192:97,8192}  # the deleted-entry run: small m (where each victim runs) and a stride
 : "${SERVER:?SERVER= the sglang server command}" "${CONFIG:?CONFIG= the model config.json}"
 t0=$(date +%s); stamp() { echo "=== $1 $(date -u +%FT%TZ) (+$(( $(date +%s) - t0 )) s)" >> "$d/logs.txt"; }
 site=$(mktemp -d); w=$(mktemp -d); cache=$w/cache; model=$w/model; mkdir -p "$model"; cp "$CONFIG" "$model/config.json"
@@ -51,7 +52,7 @@ tail -c 3000 "$w/strict.err" >> "$d/logs.txt"
 stamp deleted
 python3 tests/gpu/model_proof_summary.py --pick-victims "$cache" > "$w/victims.txt" 2>> "$d/logs.txt"
 while read -r fam path; do echo "deleted $fam $path" >> "$d/summary.txt"; rm -rf "$cache/$path"; done < "$w/victims.txt"
-dg launch --manifest "$w/plan.yaml" --cache-dir "$cache" --allow-missing -- "${DRIVER[@]}" \
+dg launch --manifest "$w/plan.yaml" --cache-dir "$cache" --allow-missing -- "${DRIVER[@]}" --m "$MS_DELETED" \
   --report "$d/driver_deleted.json" > "$w/del.out" 2> "$w/del.err"
 echo "deleted-entry proof rc=$?" >> "$d/summary.txt"
 python3 tests/gpu/model_proof_summary.py --driver "$d/driver_deleted.json" --stderr "$w/del.err" \

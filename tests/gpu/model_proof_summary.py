@@ -76,11 +76,16 @@ def refusals(stderr: str) -> dict[str, list[str]]:
 def summarise(args) -> int:
     driver = json.loads(Path(args.driver).read_text()) if Path(args.driver).is_file() else {}
     refused = refusals(args.stderr)
+    others = 0
     for name, fail in sorted(driver.get("failed", {}).items()):
         fam = family_of_message(fail["error"])
-        print(f"driver: {name} failed at m={fail['m']}: {fail['error'][:200]}")
-        if "strict mode" in fail["error"] and not refused.get(fam):
-            refused.setdefault(fam, []).append(fail["error"])
+        print(f"driver: {name} failed at {fail.get('count', 1)} m, first m={fail['m']}: {fail['error'][:200]}")
+        if "strict mode" in fail["error"]:
+            if not refused.get(fam):
+                refused.setdefault(fam, []).append(fail["error"])
+        else:
+            others += 1
+    print(f"driver failures other than refusals: {others}")
     new: dict[str, list[str]] = {}
     if args.before and args.after:
         before = set(Path(args.before).read_text().splitlines())
@@ -106,9 +111,11 @@ def summarise(args) -> int:
 
 def pick_victims(root: str) -> int:
     index = json.loads((Path(root) / "dgprecompile" / "index.json").read_text())
-    kernels = sorted(index.get("kernels", {}).values(), key=lambda rec: rec["entry"])
-    if kernels:  # the first planned DeepGEMM kernel entry (<area>/<entry>, the area "cache" unless stated)
-        print(f"deepgemm {kernels[0].get('area', 'cache')}/{kernels[0]['entry']}")
+    # a DeepGEMM kernel with 16-row blocks (what SGLang's dense GEMMs run for the smallest m), else the first one
+    kernels = sorted(index.get("kernels", {}).items(), key=lambda kv: (".BM16." not in kv[0], kv[1]["entry"]))
+    if kernels:
+        rec = kernels[0][1]
+        print(f"deepgemm {rec.get('area', 'cache')}/{rec['entry']}")
     jit = next((p for p in sorted(Path(root).glob("tvm-ffi/*per_token_group_quant*"))), None) or \
         next(iter(sorted(Path(root).glob("sglang-jit/*/*per_token_group_quant*"))), None)
     if jit is not None:
