@@ -236,9 +236,13 @@ class ServerSettings:
 
     @property
     def ep(self) -> int:
-        if self.get("enable_ep_moe"):  # 0.5.1-0.5.4: --enable-ep-moe sets ep_size = tp_size (0.5.1 :310-313)
-            return self.tp
+        """--ep-size as given; the release's rules that set it to tp (--enable-ep-moe, all-to-all backends) are
+        applied by planning.moe_rules (data/moe_rules.yaml)."""
         return int(self.get("ep_size", 1))
+
+    def options(self) -> dict[str, Any]:
+        """Every option's value as the server sees it: given, else the release's default."""
+        return {**self.defaults, **self.given}
 
     @property
     def moe_runner_backend(self) -> str:
@@ -339,8 +343,6 @@ def check_modelled(s: ServerSettings, model_quant: str | None) -> None:
     if "fp8_gemm_runner_backend" in g and g["fp8_gemm_runner_backend"] not in ("auto", "deep_gemm"):
         _refuse(s, "fp8_gemm_runner_backend", "the dense FP8 GEMMs then run outside DeepGEMM",
                 "drop the option (auto uses DeepGEMM on Hopper)")
-    if "ep_num_redundant_experts" in g and int(g["ep_num_redundant_experts"] or 0) > 0:
-        _refuse(s, "ep_num_redundant_experts", "redundant experts change the number of local experts", drop)
     from dgprecompile.planning.shapes import MOE_BACKENDS
 
     if "moe_runner_backend" in g and g["moe_runner_backend"] not in MOE_BACKENDS:
