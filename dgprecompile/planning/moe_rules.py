@@ -82,10 +82,18 @@ def _holds(cond: dict, facts: dict[str, Any]) -> bool:
     raise ValueError(f"{DATA}: a condition without an operator: {cond}")
 
 
+# facts that are not server options (the rest are option dests, shown as their --option)
+DERIVED_FACTS = ("architecture", "n_routed_experts", "n_shared_experts", "quant_method", "capability", "moe_ep_size")
+
+
 def _shown(cond: dict, facts: dict[str, Any]) -> str:
     if "all" in cond:
         return " and ".join(_shown(c, facts) for c in cond["all"])
-    return f"{cond['fact']} = {facts.get(cond['fact'])}"
+    name, value = cond["fact"], facts.get(cond["fact"])
+    if name in DERIVED_FACTS:
+        return f"{name} {value}"
+    option = "--" + name.replace("_", "-")
+    return option if value is True else f"{option} {value}"
 
 
 def model_facts(config: dict, capability: int) -> dict[str, Any]:
@@ -131,7 +139,7 @@ def _fusion(rules: dict, model_type: str, facts: dict[str, Any], read: str) -> t
 def _resolve_one(rules: dict, options: dict[str, Any], config: dict, tp: int, ep: int, capability: int,
                  note_prefix: str) -> MoeLayout:
     read = str(rules["read"])
-    notes: list[str] = [note_prefix] if note_prefix else []
+    notes: list[str] = []
     facts = {**options, **model_facts(config, capability)}
     ep = _effective_ep(rules, facts, tp, ep, notes, read)
     facts["moe_ep_size"] = ep
@@ -142,6 +150,8 @@ def _resolve_one(rules: dict, options: dict[str, Any], config: dict, tp: int, ep
     if redundant:
         notes.append(f"--ep-num-redundant-experts {redundant}: {redundant} more physical experts over the ep "
                      f"group (sglang {read} {rules['redundant_experts']['where']})")
+    if notes and note_prefix:  # a rule applied: say which release's source it was read from
+        notes.insert(0, note_prefix)
     return MoeLayout(ep, fused, redundant, tuple(notes))
 
 
@@ -166,9 +176,9 @@ def resolve(sglang_version: str | None, profile_range: SpecifierSet, options: di
         raise InputError(f"the MoE shape of this server differs between the releases of this profile ({which})",
                          hint="pass the exact release with --sglang X.Y.Z")
     read, layout = next(iter(layouts.items()))
-    return MoeLayout(layout.ep, layout.fused_shared_experts, layout.redundant_experts,
-                     (f"MoE rules: the same under every read release of this profile ({', '.join(layouts)}); "
-                      f"as read from {read}:", *layout.notes))
+    head = (f"MoE rules: the same under every read release of this profile ({', '.join(layouts)}); as read from "
+            f"{read}:",) if layout.notes else ()
+    return MoeLayout(layout.ep, layout.fused_shared_experts, layout.redundant_experts, head + layout.notes)
 
 
 def apply(par, model_config: dict, profile_range: SpecifierSet, gpu: str | None, sglang_version: str | None,
