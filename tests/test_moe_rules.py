@@ -219,3 +219,77 @@ def test_redundant_experts_that_ep_does_not_divide_are_refused():
     errors = [line for line in r.output.splitlines() if line.startswith("error:")]
     assert r.exit_code == 2 and len(errors) == 1 and "Traceback" not in r.output
     assert "160 experts + 4 redundant" in errors[0] and "--ep-num-redundant-experts" in r.output
+
+
+# ---- every file:line in the data holds what the rule says ------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parent.parent
+# what a cited range must mention for each fact (SGLang's own spelling of the check)
+ANCHORS = {"disable_shared_experts_fusion": ["disable_shared_experts_fusion"],
+           "enforce_shared_experts_fusion": ["enforce_shared_experts_fusion"],
+           "moe_ep_size": ["moe_ep_size", "expert_parallel_world_size"], "architecture": ["architectures"],
+           "n_routed_experts": ["n_routed_experts"], "n_shared_experts": ["n_shared_experts"],
+           "capability": ["capability"], "quant_method": ["quark"], "enable_two_batch_overlap": ["tbo"],
+           "enable_single_batch_overlap": ["sbo"], "enable_ep_moe": ["enable-ep-moe", "enable_ep_moe"],
+           "enable_deepep_moe": ["enable-deepep-moe", "enable_deepep_moe", "deepep"],
+           "moe_runner_backend": ["moe_runner_backend", "runner"], "moe_a2a_backend": ["a2a", "deepep"]}
+
+
+def _sources(version: str) -> dict[str, list[str]] | None:
+    """The release's srt/*.py files (lines), from the wheel `make setup` keeps or the unpacked release."""
+    import zipfile
+
+    wheels = sorted((REPO / ".cache" / "sglang-wheels" / version).glob(f"sglang-{version}-*.whl"))
+    if wheels:
+        with zipfile.ZipFile(wheels[0]) as zf:
+            return {n[len("sglang/"):]: zf.read(n).decode().splitlines() for n in zf.namelist()
+                    if n.startswith("sglang/srt/") and n.endswith(".py")}
+    unpacked = REPO / ".venv" / f"sglang-{version}" / "sglang"
+    if (unpacked / "srt" / "server_args.py").is_file():
+        return {str(p.relative_to(unpacked)): p.read_text().splitlines() for p in (unpacked / "srt").rglob("*.py")}
+    return None
+
+
+def _cited(where: str) -> list[tuple[str, int, int]]:
+    """(path, first, last) of each `srt/x.py:12-34`, `:56` in a citation (a bare `:N` continues the last path)."""
+    import re
+
+    out, path = [], None
+    for m in re.finditer(r"(srt/[\w/]+\.py|layers/[\w/]+\.py)?:(\d+)(?:-(\d+))?", where):
+        path = m.group(1) or path
+        if path is not None:
+            out.append(("srt/" + path if path.startswith("layers/") else path, int(m.group(2)),
+                        int(m.group(3) or m.group(2))))
+    return out
+
+
+def _text(src: dict[str, list[str]], where: str) -> str:
+    spans = _cited(where)
+    assert spans, where
+    text = []
+    for path, lo, hi in spans:
+        assert path in src and 1 <= lo <= hi <= len(src[path]), (path, lo, hi)
+        text += src[path][lo - 1:hi]
+    return "\n".join(text)
+
+
+@pytest.mark.parametrize("version", ["0.5.1", "0.5.4", "0.5.9", "0.5.14", "0.5.23"])  # what `make setup` keeps
+def test_every_cited_line_holds_the_check(version):
+    src = _sources(version)
+    if src is None:
+        pytest.skip(f"sglang {version}'s files are not here (make setup)")
+    rules = release_rules(version)
+    fusion = rules["shared_experts_fusion"]
+    assert "shared_experts" in _text(src, fusion["decided"])
+    assert "num_fused_shared_experts" in _text(src, fusion["sizes"])
+    assert "num_fused_shared_experts == 0" in _text(src, fusion["dense_dropped"])
+    assert "ep_num_redundant_experts" in _text(src, rules["redundant_experts"]["where"])
+    conds = list(rules.get("ep_equals_tp", [])) + list(rules.get("refuse_when", [])) + fusion["off_when"]
+    conds += [fusion["enforce"]] if "enforce" in fusion else []
+    for cond in conds:
+        text = _text(src, cond["where"]).lower()
+        for fact in _facts(cond):
+            assert any(a.lower() in text for a in ANCHORS[fact]), (version, fact, cond["where"])
+        for value in [v for c in (cond["all"] if "all" in cond else [cond]) for v in c.get("in", [])
+                      if isinstance(v, str) and c["fact"] in ("moe_runner_backend", "moe_a2a_backend")]:
+            assert value in text or value.replace("_", "") in text or f"is_{value}" in text, (version, value)
