@@ -293,3 +293,27 @@ def test_every_cited_line_holds_the_check(version):
         for value in [v for c in (cond["all"] if "all" in cond else [cond]) for v in c.get("in", [])
                       if isinstance(v, str) and c["fact"] in ("moe_runner_backend", "moe_a2a_backend")]:
             assert value in text or value.replace("_", "") in text or f"is_{value}" in text, (version, value)
+
+
+@pytest.mark.parametrize("version,args,layout", [
+    ("0.5.14", "--tp 8", (1, 1, 0)),
+    ("0.5.14", "--tp 8 --disable-shared-experts-fusion", (1, 0, 0)),
+    ("0.5.14", "--tp 8 --ep 8 --enforce-shared-experts-fusion", (8, 1, 0)),
+    ("0.5.14", "--tp 8 --ep 8 --ep-num-redundant-experts 32", (8, 0, 32)),
+    ("0.5.9", "--tp 8 --ep-num-redundant-experts 16", (1, 1, 16)),
+    ("0.5.1", "--tp 8 --enable-ep-moe", (8, 0, 0)),
+    ("0.5.1", "--tp 8 --disable-shared-experts-fusion", (1, 0, 0)),
+])
+def test_rules_on_options_parsed_with_the_wheels_own_server_args(version, args, layout):
+    """The command parsed with the option table read from the real wheel's server_args.py (not the bundled copy),
+    then the release's rules: (ep, fused shared experts, redundant experts)."""
+    from dgprecompile.planning.moe_rules import resolve
+    from dgprecompile.planning.sglang_args import OptionTable, extract_options, sources_from_wheel
+
+    wheels = sorted((REPO / ".cache" / "sglang-wheels" / version).glob(f"sglang-{version}-*.whl"))
+    if not wheels:
+        pytest.skip(f"sglang {version}'s wheel is not in .cache/sglang-wheels (make setup)")
+    table = OptionTable(version, f"wheel:{wheels[0].name}", extract_options(sources_from_wheel(str(wheels[0]))))
+    s = parse_server_args(parse_command(f"python -m sglang.launch_server --model-path x {args}"), table, "wheel")
+    got = resolve(version, resolve_profile(version).profile.sglang, s.options(), DEEPSEEK_V3, s.tp, s.ep, 90)
+    assert (got.ep, got.fused_shared_experts, got.redundant_experts) == layout
