@@ -284,6 +284,8 @@ def test_every_cited_line_holds_the_check(version):
     assert "num_fused_shared_experts" in _text(src, fusion["sizes"])
     assert "num_fused_shared_experts == 0" in _text(src, fusion["dense_dropped"])
     assert "ep_num_redundant_experts" in _text(src, rules["redundant_experts"]["where"])
+    kernels = _text(src, rules["all_to_all"]["deepgemm"])
+    assert "deepep" in kernels.lower() and ("masked" in kernels or "deep_gemm" in kernels), version
     conds = list(rules.get("ep_equals_tp", [])) + list(rules.get("refuse_when", [])) + fusion["off_when"]
     conds += [fusion["enforce"]] if "enforce" in fusion else []
     for cond in conds:
@@ -317,3 +319,11 @@ def test_rules_on_options_parsed_with_the_wheels_own_server_args(version, args, 
     s = parse_server_args(parse_command(f"python -m sglang.launch_server --model-path x {args}"), table, "wheel")
     got = resolve(version, resolve_profile(version).profile.sglang, s.options(), DEEPSEEK_V3, s.tp, s.ep, 90)
     assert (got.ep, got.fused_shared_experts, got.redundant_experts) == layout
+
+
+def test_all_to_all_refusal_names_where_sglang_runs_those_experts():
+    r = CliRunner().invoke(cli, ["plan", "--sglang", "0.5.14", "--sglang-cmd",
+                                 f"python -m sglang.launch_server --model-path {M480} --tp 8 --moe-a2a-backend deepep"])
+    errors = [line for line in r.output.splitlines() if line.startswith("error:")]
+    assert r.exit_code == 2 and len(errors) == 1 and "hint:" in r.output and "Traceback" not in r.output
+    assert "--moe-a2a-backend deepep" in errors[0] and "moe_runner/deep_gemm.py:665-666" in errors[0]

@@ -193,3 +193,11 @@ def apply(par, model_config: dict, profile_range: SpecifierSet, gpu: str | None,
     layout = resolve(sglang_version, profile_range, options, model_config, par.tp, par.ep, capability)
     return replace(par, ep=layout.ep, fused_shared_experts=layout.fused_shared_experts,
                    redundant_experts=layout.redundant_experts), list(layout.notes)
+
+
+def all_to_all_kernels(sglang_version: str) -> str:
+    """Where the release runs an all-to-all backend's experts on DeepGEMM (for the refusal), or ''."""
+    rules = release_rules(sglang_version)
+    if rules is None or "all_to_all" not in rules:
+        return ""
+    return f" (sglang {rules['read']}: {rules['all_to_all']['deepgemm']})"

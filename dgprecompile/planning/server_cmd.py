@@ -328,10 +328,15 @@ def check_modelled(s: ServerSettings, model_quant: str | None) -> None:
     for dest in ("attn_dp_size",):
         if dest in g and int(g[dest]) > 1:
             _refuse(s, dest, "DP attention changes the attention split and the tokens per rank", drop)
+    from dgprecompile.planning.moe_rules import all_to_all_kernels
+
+    where = all_to_all_kernels(s.sglang_version)
     if g.get("enable_deepep_moe"):
-        _refuse(s, "enable_deepep_moe", "DeepEP all-to-all MoE runs other expert kernels and token counts", drop)
+        _refuse(s, "enable_deepep_moe", "DeepEP all-to-all MoE runs other expert kernels and token counts" + where,
+                drop)
     if "moe_a2a_backend" in g and g["moe_a2a_backend"] not in (None, "none"):
-        _refuse(s, "moe_a2a_backend", "an all-to-all MoE backend runs other expert kernels and token counts", drop)
+        _refuse(s, "moe_a2a_backend", "an all-to-all MoE backend runs other expert kernels and token counts" + where,
+                drop)
     if "quantization" in g and g["quantization"] not in (None, model_quant):
         _refuse(s, "quantization", f"a quantization other than the checkpoint's own ({model_quant or 'none'})",
                 "drop --quantization (SGLang then uses the checkpoint's block-FP8 weights)")
