@@ -78,7 +78,6 @@ def test_bundled_table_is_what_the_wheel_declares(version):
 @pytest.mark.parametrize("version,args,tp,ep", [
     ("0.5.1", f"--model {M480} --tp 8 --ep 8", 8, 8),  # --tp: argparse abbreviation of --tp-size (no alias)
     ("0.5.1", f"--model-path {M480} --tensor-parallel-size 8 --expert-parallel-size 4", 8, 4),
-    ("0.5.1", f"--model-path {M480} --tp-size 8 --enable-ep-moe", 8, 8),  # 0.5.1 __post_init__: ep = tp
     ("0.5.9", f"--model-path={M480} --tp-size=8 --ep-size=2", 8, 2),
     ("0.5.14", f"--model {M480} --tp 8 --ep 8", 8, 8),
     ("0.5.14", f"--model-path {M480} --tensor-parallel-size 8", 8, 1),
@@ -130,7 +129,6 @@ def test_deprecated_cuda_graph_alias_still_works_in_0_5_14():
     ("0.5.14", "--speculative-algorithm EAGLE3"),
     ("0.5.14", "--fp8-gemm-backend triton"),
     ("0.5.14", "--moe-runner-backend flashinfer_cutlass"),
-    ("0.5.14", "--ep-num-redundant-experts 8"),
     ("0.5.14", "--moe-dense-tp-size 1"),
 ])
 def test_unmodelled_options_are_refused_by_name(version, option):

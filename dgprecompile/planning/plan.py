@@ -325,10 +325,18 @@ def plan_jit_modules(model: ModelConfig, keys: list[GemmKey], sglang_version: st
 
 def build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: int = DEFAULT_NUM_SMS,
                gpu: str | None = None, profile_reason: str = "", sglang_version: str | None = None,
-               keys_only: bool = False, server_options: dict[str, Any] | None = None) -> Plan:
+               keys_only: bool = False, server_options: dict[str, Any] | None = None,
+               moe_options: dict[str, Any] | None = None, moe_version: str | None = None) -> Plan:
     """``server_options``: the server command's options that change SGLang's JIT path (attention backend,
-    CUDA graphs, custom all-reduce, dtype, ...; planning.sglang_jit.server_path reads them)."""
+    CUDA graphs, custom all-reduce, dtype, ...; planning.sglang_jit.server_path reads them). ``moe_options``: all
+    of the server's options (given or default) for the MoE rules of release ``moe_version`` (default
+    ``sglang_version``; planning.moe_rules)."""
+    from dgprecompile.planning import moe_rules
+
+    par, moe_notes = moe_rules.apply(par, model.config, profile.sglang, gpu, moe_version or sglang_version,
+                                     moe_options or {})
     plan = _build_plan(model, profile, par, num_sms, gpu, profile_reason, sglang_version, keys_only)
+    plan.notes = moe_notes + plan.notes
     plan.jit_modules, notes = plan_jit_modules(model, [pk.key for pk in plan.keys], sglang_version, profile, par,
                                                server_options)
     plan.notes += notes

@@ -236,9 +236,13 @@ class ServerSettings:
 
     @property
     def ep(self) -> int:
-        if self.get("enable_ep_moe"):  # 0.5.1-0.5.4: --enable-ep-moe sets ep_size = tp_size (0.5.1 :310-313)
-            return self.tp
+        """--ep-size as given; the release's rules that set it to tp (--enable-ep-moe, all-to-all backends) are
+        applied by planning.moe_rules (data/moe_rules.yaml)."""
         return int(self.get("ep_size", 1))
+
+    def options(self) -> dict[str, Any]:
+        """Every option's value as the server sees it: given, else the release's default."""
+        return {**self.defaults, **self.given}
 
     @property
     def moe_runner_backend(self) -> str:
@@ -324,10 +328,15 @@ def check_modelled(s: ServerSettings, model_quant: str | None) -> None:
     for dest in ("attn_dp_size",):
         if dest in g and int(g[dest]) > 1:
             _refuse(s, dest, "DP attention changes the attention split and the tokens per rank", drop)
+    from dgprecompile.planning.moe_rules import all_to_all_kernels
+
+    where = all_to_all_kernels(s.sglang_version)
     if g.get("enable_deepep_moe"):
-        _refuse(s, "enable_deepep_moe", "DeepEP all-to-all MoE runs other expert kernels and token counts", drop)
+        _refuse(s, "enable_deepep_moe", "DeepEP all-to-all MoE runs other expert kernels and token counts" + where,
+                drop)
     if "moe_a2a_backend" in g and g["moe_a2a_backend"] not in (None, "none"):
-        _refuse(s, "moe_a2a_backend", "an all-to-all MoE backend runs other expert kernels and token counts", drop)
+        _refuse(s, "moe_a2a_backend", "an all-to-all MoE backend runs other expert kernels and token counts" + where,
+                drop)
     if "quantization" in g and g["quantization"] not in (None, model_quant):
         _refuse(s, "quantization", f"a quantization other than the checkpoint's own ({model_quant or 'none'})",
                 "drop --quantization (SGLang then uses the checkpoint's block-FP8 weights)")
@@ -339,8 +348,6 @@ def check_modelled(s: ServerSettings, model_quant: str | None) -> None:
     if "fp8_gemm_runner_backend" in g and g["fp8_gemm_runner_backend"] not in ("auto", "deep_gemm"):
         _refuse(s, "fp8_gemm_runner_backend", "the dense FP8 GEMMs then run outside DeepGEMM",
                 "drop the option (auto uses DeepGEMM on Hopper)")
-    if "ep_num_redundant_experts" in g and int(g["ep_num_redundant_experts"] or 0) > 0:
-        _refuse(s, "ep_num_redundant_experts", "redundant experts change the number of local experts", drop)
     from dgprecompile.planning.shapes import MOE_BACKENDS
 
     if "moe_runner_backend" in g and g["moe_runner_backend"] not in MOE_BACKENDS:

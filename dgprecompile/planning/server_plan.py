@@ -101,7 +101,8 @@ def plan_from_server(req: PlanRequest) -> Plan:
     try:
         plan = build_plan(model, profile, par, resolve_num_sms(req.gpu, req.num_sms), req.gpu, reason,
                           choice.sglang_version or (table.sglang if table.origin.startswith("installed:") else None),
-                          keys_only=req.keys_only, server_options=jit_path_options(settings))
+                          keys_only=req.keys_only, server_options=jit_path_options(settings),
+                          moe_options=settings.options(), moe_version=choice.sglang_version or table.sglang)
     except ExpertLayoutError as exc:
         raise InputError(f"{src.what}: {exc.message}", hint=exc.hint_for(src.ep_option)) from None
     plan.notes = _server_notes(req, src, table_reason, bound, settings, precompile) + plan.notes

@@ -5,8 +5,9 @@ Rules (see docs/shapes.md for the sglang file:line of each):
 
 * block-FP8 linears go to DeepGEMM's dense FP8 GEMM when n % 64 == 0 and k % 128 == 0 (else Triton);
 * attention is tensor-parallel over tp: q heads split, kv heads split or replicated when fewer than tp;
-* MoE experts: moe_tp = tp / ep, local experts = experts / ep; per-rank widths must be multiples of 128;
-  whether they run on DeepGEMM (masked or contiguous) depends on the profile and --moe-runner-backend.
+* MoE experts: moe_tp = tp / ep, local experts = (experts + redundant) / ep + fused shared experts, top-k + fused
+  (the server arguments' rules, planning.moe_rules); per-rank widths must be multiples of 128; whether they run on
+  DeepGEMM (masked or contiguous) depends on the profile and --moe-runner-backend.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ class Parallel:
     # SGLang's own precompile, when it stays on, calls every key with every m in 1..sweep_m_max (dense m, masked
     # expected_m, contiguous m); 0 when it is off (launch) or not planned
     sweep_m_max: int = 0
+    # the server arguments' MoE rules (planning.moe_rules, data/moe_rules.yaml): shared experts fused into the
+    # routed MoE (one more expert on every rank, top-k + that), and --ep-num-redundant-experts
+    fused_shared_experts: int = 0
+    redundant_experts: int = 0
 
 
 @dataclass(frozen=True)
@@ -137,19 +142,24 @@ def working_ep_sizes(experts: int, width: int, tp: int) -> list[int]:
 
 
 def _moe_split(experts: int, width: int, par: Parallel, model: ModelConfig) -> tuple[int, int]:
+    """(local experts, per-rank width); ``experts`` the model's routed experts (redundant and fused shared ones are
+    added here: SGLang asserts (experts + redundant) % ep == 0, 0.5.14 eplb/expert_location.py:197-203)."""
     if par.ep > par.tp or par.tp % par.ep:
         raise InputError(f"ep {par.ep} must divide tp {par.tp} (SGLang runs MoE tensor-parallel over tp/ep)",
                          hint=f"choose --ep from the divisors of --tp {par.tp}")
-    if experts % par.ep:
-        raise InputError(f"ep {par.ep} does not divide the {experts} experts of {model.name}",
-                         hint="choose an --ep that divides both --tp and the expert count")
+    physical = experts + par.redundant_experts
+    if physical % par.ep:
+        what = f"{experts} experts" + (f" + {par.redundant_experts} redundant" if par.redundant_experts else "")
+        raise InputError(f"ep {par.ep} does not divide the {what} of {model.name}",
+                         hint="choose an --ep that divides both --tp and the expert count"
+                              + (" (with --ep-num-redundant-experts)" if par.redundant_experts else ""))
     moe_tp = par.tp // par.ep
     if width % moe_tp or (width // moe_tp) % 128:
         raise ExpertLayoutError(f"ep {par.ep} at tp {par.tp}: the expert width {width} split over moe tp {moe_tp} "
                                 f"gives {width / moe_tp:g} columns per rank, not a multiple of the 128-wide FP8 "
                                 "weight block: SGLang refuses to load this layout",
                                 working_ep_sizes(experts, width, par.tp))
-    return experts // par.ep, width // moe_tp
+    return physical // par.ep + par.fused_shared_experts, width // moe_tp
 
 
 def _dense_keys(linears: list[_Linear], par: Parallel, notes: list[str]) -> list[GemmKey]:
@@ -172,6 +182,8 @@ def _moe_keys(profile: Profile, par: Parallel, hidden: int, experts: int, topk: 
     """The DeepGEMM keys of the MoE layers; where they run on Triton fused MoE instead, their shape goes into
     ``triton`` (and a note says no DeepGEMM)."""
     local, per_rank = _moe_split(experts, width, par, model)
+    experts += par.fused_shared_experts + par.redundant_experts  # the MoE's global (physical) experts
+    topk += par.fused_shared_experts
     on_triton = TritonMoeShape(prefix, layers, local, experts, hidden, per_rank, topk)
     if par.moe_runner_backend not in profile.moe:
         raise InputError(f"sglang {profile.id} has no --moe-runner-backend {par.moe_runner_backend} "
@@ -266,7 +278,11 @@ def _deepseek_v3(model: ModelConfig, profile: Profile, par: Parallel) -> ShapeSe
     if first_dense:
         dense.append(_Linear("mlp.gate_up_proj", 2 * inter // par.tp, hidden, first_dense))
         dense.append(_Linear("mlp.down_proj", hidden, inter // par.tp, first_dense))
-    if shared and moe_layers:
+    if shared and moe_layers and par.fused_shared_experts:
+        fused = par.fused_shared_experts
+        notes.append(f"mlp.shared_experts (x{moe_layers}): fused into mlp.experts as {fused} more expert(s) on every "
+                     f"rank, top-k + {fused}: no dense shared-expert linears")
+    elif shared and moe_layers:
         s_width = width * shared
         if s_width % par.tp or (s_width // par.tp) % 128:
             raise InputError(f"the shared-expert width {s_width} split over tp {par.tp} is not a multiple of 128: "
