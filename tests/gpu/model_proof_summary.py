@@ -74,18 +74,21 @@ def refusals(stderr: str) -> dict[str, list[str]]:
 
 
 def summarise(args) -> int:
+    def say(line: str) -> None:  # every line of this run's summary starts with --label (the deleted-entry run's)
+        print(f"{args.label} {line}" if args.label else line)
+
     driver = json.loads(Path(args.driver).read_text()) if Path(args.driver).is_file() else {}
     refused = refusals(args.stderr)
     others = 0
     for name, fail in sorted(driver.get("failed", {}).items()):
         fam = family_of_message(fail["error"])
-        print(f"driver: {name} failed at {fail.get('count', 1)} m, first m={fail['m']}: {fail['error'][:200]}")
+        say(f"driver: {name} failed at {fail.get('count', 1)} m, first m={fail['m']}: {fail['error'][:200]}")
         if "strict mode" in fail["error"]:
             if not refused.get(fam):
                 refused.setdefault(fam, []).append(fail["error"])
         else:
             others += 1
-    print(f"driver failures other than refusals: {others}")
+    say(f"driver failures other than refusals: {others}")
     new: dict[str, list[str]] = {}
     if args.before and args.after:
         before = set(Path(args.before).read_text().splitlines())
@@ -95,17 +98,17 @@ def summarise(args) -> int:
                 new.setdefault(fam, []).append(path)
     if driver.get("dynamo", {}).get("compiled"):
         new.setdefault("inductor", []).append(f"{driver['dynamo']['compiled']} torch.compile frame(s) compiled")
-    print(f"driver: {len(driver.get('calls', {}))} modules, {sum(driver.get('calls', {}).values())} calls, "
+    say(f"driver: {len(driver.get('calls', {}))} modules, {sum(driver.get('calls', {}).values())} calls, "
           f"{driver.get('ms')} m in {driver.get('seconds')} s; stand-ins: {'; '.join(driver.get('standins', []))}")
     for fam in FAMILIES:
-        print(f"family {fam}: refused {len(refused.get(fam, []))}, new {len(new.get(fam, []))}")
+        say(f"family {fam}: refused {len(refused.get(fam, []))}, new {len(new.get(fam, []))}")
         for line in (refused.get(fam, []) + new.get(fam, []))[:3]:
-            print(f"  {line}")
+            say(f"  {line}")
     if args.deleted:
         for line in Path(args.deleted).read_text().splitlines():
             fam, path = line.split(" ", 1)
             ok = bool(refused.get(fam))
-            print(f"deleted {fam} {'refused by name' if ok else 'NOT refused'}")
+            say(f"deleted {fam} {'refused by name' if ok else 'NOT refused'}")
     return 0
 
 
@@ -134,6 +137,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--after")
     p.add_argument("--deleted")
     p.add_argument("--pick-victims")
+    p.add_argument("--label", default="", help="a word put before every summary line")
     args = p.parse_args(argv)
     if args.pick_victims:
         return pick_victims(args.pick_victims)
