@@ -660,3 +660,96 @@ def test_a_malformed_signature_is_refused(packed, tmp_path):
                         (json.dumps({**good, "signature": "A" * 86 + "=="}), "does not cover this manifest")]:
         sig.write_text(text)
         expect_refusal(out, fresh, *words, code=2, extra=("--trusted-key", pub))
+
+
+# ---- issue 29 item 5: trust configured but empty, trusted keys others may change ---------------------------------
+
+
+def _signed(packed, tmp_path) -> tuple[Path, Path]:
+    """(an artifact signed by a fresh key pair, that pair's .pub)."""
+    run("keygen", str(tmp_path / "k"))
+    out = tmp_path / "signed.tar.gz"
+    assert run("pack", *PLAN, "--cache-dir", str(packed[0]), "-o", str(out), "--signing-key",
+               str(tmp_path / "k" / "dgprecompile-signing.key")).exit_code == 0
+    return out, tmp_path / "k" / "dgprecompile-signing.pub"
+
+
+def _rehashed(artifact: Path, dest: Path) -> Path:
+    """``artifact`` with one cubin byte changed and its index and manifest rewritten to match (its .sig kept):
+    what someone who can write where artifacts lie, but holds no key, would make."""
+    members = members_of(artifact)
+    manifest, index = json.loads(members[0][1]), json.loads(members[1][1])
+    info, data = next(m for m in members if m[0].name.endswith("kernel.cubin"))
+    flipped = bytearray(data)
+    flipped[-1] ^= 1  # past the ELF structures: still loadable
+    digest = hashlib.sha256(bytes(flipped)).hexdigest()
+    for record in [*index["kernels"].values(), *index["extra"].values()]:
+        if record["entry"] == info.name.split("/")[1]:
+            record["files"]["kernel.cubin"] = digest
+    index_bytes = json.dumps(index).encode()
+    manifest["members"][info.name]["sha256"] = digest
+    manifest["members"]["dgprecompile/index.json"] = {"sha256": hashlib.sha256(index_bytes).hexdigest(),
+                                                      "bytes": len(index_bytes)}
+    write_archive(dest, [(members[0][0], json.dumps(manifest).encode()), (members[1][0], index_bytes),
+                         *[(i, bytes(flipped) if i is info else d) for i, d in members[2:]]])
+    shutil.copy(f"{artifact}.sig", f"{dest}.sig")
+    return dest
+
+
+@pytest.mark.parametrize("value", [":", "", " : :", "::"])
+def test_trusted_keys_set_but_empty_is_refused(packed, tmp_path, monkeypatch, value):
+    """DGPRECOMPILE_TRUSTED_KEYS=":" read as "no trust configured": a tampered, re-hashed artifact was installed
+    with a warning, exit 0. Trust configured but naming no key is no trust: refused, exit 2."""
+    out, _ = _signed(packed, tmp_path)
+    bad = _rehashed(out, tmp_path / "tampered.tar.gz")
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    monkeypatch.setenv("DGPRECOMPILE_TRUSTED_KEYS", value)
+    expect_refusal(bad, fresh, "DGPRECOMPILE_TRUSTED_KEYS is set but names no key file", "--trusted-key", code=2)
+    assert list(fresh.iterdir()) == []
+
+
+def test_an_empty_trusted_key_option_is_refused(packed, tmp_path, monkeypatch):
+    out, pub = _signed(packed, tmp_path)
+    bad = _rehashed(out, tmp_path / "tampered.tar.gz")
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    monkeypatch.delenv("DGPRECOMPILE_TRUSTED_KEYS", raising=False)
+    for extra in (("--trusted-key", ""), ("--trusted-key", str(pub), "--trusted-key", " ")):
+        expect_refusal(bad, fresh, "--trusted-key was given an empty path", code=2, extra=extra)
+    # the control: with the real key the same artifact is refused for its signature, without any it installs
+    expect_refusal(bad, fresh, "does not cover this manifest", code=2, extra=("--trusted-key", str(pub)))
+    res = run("unpack", str(bad), "--cache-dir", str(fresh))
+    assert res.exit_code == 0 and "no trusted key is configured" in res.stderr, res.output
+
+
+def test_a_trusted_key_others_may_change_is_refused(packed, tmp_path, monkeypatch):
+    """A trusted .pub of mode 0666 was accepted silently; now refused as ssh refuses such a key: the file or a
+    directory above it writable by group or others (not sticky), or owned by another user."""
+    out, pub = _signed(packed, tmp_path)
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    monkeypatch.delenv("DGPRECOMPILE_TRUSTED_KEYS", raising=False)
+    for mode in (0o666, 0o664, 0o646):
+        pub.chmod(mode)
+        expect_refusal(out, fresh, str(pub), f"mode {mode:04o}", f"chmod go-w {pub}", code=2,
+                       extra=("--trusted-key", str(pub)))
+    pub.chmod(0o644)
+    pub.parent.chmod(0o777)
+    expect_refusal(out, fresh, f"the directory {pub.parent} is writable", f"chmod go-w {pub.parent}", code=2,
+                   extra=("--trusted-key", str(pub)))
+    monkeypatch.setenv("DGPRECOMPILE_TRUSTED_KEYS", str(pub))  # the variable's keys are checked the same way
+    expect_refusal(out, fresh, f"chmod go-w {pub.parent}", code=2)
+    link = tmp_path / "open" / "ci.pub"  # a link in a directory anyone may write: its target is safe, the link not
+    pub.parent.chmod(0o755)
+    link.parent.mkdir(mode=0o755)
+    link.parent.chmod(0o777)
+    link.symlink_to(pub)
+    expect_refusal(out, fresh, f"chmod go-w {link.parent}", code=2, extra=("--trusted-key", str(link)))
+    if os.getuid() == 0:  # another user's file: only root can make one here
+        os.chown(pub, 65534, 65534)
+        expect_refusal(out, fresh, "owned by uid 65534", code=2, extra=("--trusted-key", str(pub)))
+        os.chown(pub, 0, 0)
+    pub.parent.chmod(0o1777)  # sticky, as /tmp: nobody renames another user's entries there
+    res = run("unpack", str(out), "--cache-dir", str(fresh), "--trusted-key", str(pub))
+    assert res.exit_code == 0 and "signed by trusted key" in res.stderr, res.output

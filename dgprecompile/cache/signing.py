@@ -149,8 +149,11 @@ def load_public_key(path: str | Path):
     serialization, ed25519, _ = _crypto()
     from cryptography.exceptions import UnsupportedAlgorithm
 
+    from dgprecompile.cache.keyperms import refuse_unsafe_key
+
     path = Path(path).expanduser()
     data = _read_key_file(path, "trusted key")
+    refuse_unsafe_key(path)
     key = None
     for loader in (serialization.load_pem_public_key, serialization.load_ssh_public_key):
         try:
@@ -196,12 +199,15 @@ class Trust:
                 "every job that uses this cache"]
         if not self.keys:
             if shared:
-                raise SignatureRefused(f"{where} comes from a shared store and no trusted key is configured, so who "
-                                       "built it cannot be checked; nothing was installed", hint=TRUST_HINT)
+                raise SignatureRefused(f"{where} comes from a shared store (a URL or a pull prefix) and no trusted "
+                                       "key is configured, so who built it cannot be checked; nothing was installed "
+                                       "(only a local file you name is unpacked without trusted keys)",
+                                       hint=TRUST_HINT)
             warn = (f"{where} is signed, but no trusted key is configured: the signature was not checked"
                     if signature is not None else f"{where} is not signed")
             return "not checked (a local file, no trusted key)", [
-                f"{warn}; unpacking it as a local file you chose (pass --trusted-key to require a signature)"]
+                f"{warn}; no trusted key is configured, so it is unpacked as a local file you chose (a URL or a "
+                "pull prefix would be refused; pass --trusted-key to require a signature)"]
         if signature is None:
             raise SignatureRefused(f"{where} is not signed (no {SIGNATURE_SUFFIX} beside it) and trusted keys are "
                                    "configured; nothing was installed",
@@ -244,11 +250,32 @@ def _signature_doc(data: bytes, where: str) -> dict[str, Any]:
         raise SignatureRefused(exc.message, hint=exc.hint) from None
 
 
+def _trusted_paths(trusted: tuple[str, ...] | list[str], env) -> list[str]:
+    """The trusted key files; trust configured but naming no file (an empty --trusted-key, or the variable set to
+    "", ":" or blanks) is refused: it would otherwise read as "no trust configured", which installs a local file
+    unchecked."""
+    if trusted:
+        if any(not str(p).strip() for p in trusted):
+            raise InputError("--trusted-key was given an empty path: trust configured with no key file would check "
+                             "nobody's signature; nothing was installed",
+                             hint="pass --trusted-key FILE (the CI's .pub), once per trusted key")
+        return list(trusted)
+    value = env.get(TRUSTED_ENV)
+    if value is None:
+        return []
+    paths = [p for p in value.split(":") if p.strip()]
+    if not paths:
+        raise InputError(f"{TRUSTED_ENV} is set but names no key file ({value!r}): trust configured with no key "
+                         "would check nobody's signature; nothing was installed",
+                         hint=f"set {TRUSTED_ENV} to the .pub file(s), ':'-separated, or pass --trusted-key FILE; "
+                              "unset it only to unpack a local file you built yourself")
+    return paths
+
+
 def trust_from(trusted: tuple[str, ...] | list[str], allow_unsigned: bool,
                environ: dict[str, str] | None = None) -> Trust:
     """--trusted-key FILE... (else $DGPRECOMPILE_TRUSTED_KEYS, paths separated by ':') and --allow-unsigned."""
-    env = os.environ if environ is None else environ
-    paths = list(trusted) or [p for p in (env.get(TRUSTED_ENV) or "").split(":") if p]
+    paths = _trusted_paths(trusted, os.environ if environ is None else environ)
     if paths and allow_unsigned:
         where = "--trusted-key" if trusted else TRUSTED_ENV
         raise InputError(f"--allow-unsigned and trusted keys ({where}) contradict each other: with trusted keys a "
