@@ -31,7 +31,7 @@ def _problem(path: Path, is_dir: bool) -> tuple[str, str] | None:
     if not _owner_ok(st):
         return (f"the {what} {path} is owned by uid {st.st_uid}, not by you or root",
                 f"copy the key into a file you own (e.g. install -m 644 {path} ~/.config/dgprecompile/)"
-                if not is_dir else f"keep the key in a directory you own, e.g. ~/.config/dgprecompile/")
+                if not is_dir else "keep the key in a directory you own, e.g. ~/.config/dgprecompile/")
     if mode & 0o022 and not (is_dir and mode & stat.S_ISVTX):
         who = {0o022: "its group and others", 0o002: "others", 0o020: "its group"}[mode & 0o022]
         return f"the {what} {path} is writable by {who} (mode {mode:04o})", f"chmod go-w {path}"
