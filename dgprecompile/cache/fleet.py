@@ -80,6 +80,7 @@ class PullReport:
     current: dict[str, Any] = field(default_factory=dict)  # this machine's value of every key field
     available: list[Available] | None = None  # on a miss: what the prefix holds (None: cannot be listed)
     note: str = ""
+    notes: list[str] = field(default_factory=list)  # the unpack's: which build it installed (rollback protection)
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -127,7 +128,7 @@ class PullReport:
             "available": None if self.available is None else [a.to_dict() for a in self.available],
             "unpack": self.unpack.to_dict() if self.unpack else None,
             "verify": self.verify.to_dict() if self.verify else None,
-            "reason": self.reason(), "warnings": self.warnings,
+            "reason": self.reason(), "notes": self.notes, "warnings": self.warnings,
         }
 
 
@@ -237,6 +238,7 @@ def _pull_locked(plan: Plan, store: CacheStore, base: rmt.Remote, art: rmt.Remot
     result.verify, vsec = _timed_verify(plan, store, nvcc, num_sms)
     result.verify_seconds += vsec
     result.warnings += [w for w in result.unpack.warnings if w not in result.warnings]
+    result.notes += result.unpack.notes
     return False
 
 

@@ -181,6 +181,7 @@ class Trust:
     keys: dict[str, Any] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)  # fingerprint -> the file it came from
     allow_unsigned: bool = False
+    allow_rollback: bool = False  # install an artifact older than the newest this cache installed (rollback.py)
 
     @property
     def configured(self) -> bool:
@@ -273,15 +274,16 @@ def _trusted_paths(trusted: tuple[str, ...] | list[str], env) -> list[str]:
 
 
 def trust_from(trusted: tuple[str, ...] | list[str], allow_unsigned: bool,
-               environ: dict[str, str] | None = None) -> Trust:
-    """--trusted-key FILE... (else $DGPRECOMPILE_TRUSTED_KEYS, paths separated by ':') and --allow-unsigned."""
+               environ: dict[str, str] | None = None, allow_rollback: bool = False) -> Trust:
+    """--trusted-key FILE... (else $DGPRECOMPILE_TRUSTED_KEYS, paths separated by ':'), --allow-unsigned and
+    --allow-rollback."""
     paths = _trusted_paths(trusted, os.environ if environ is None else environ)
     if paths and allow_unsigned:
         where = "--trusted-key" if trusted else TRUSTED_ENV
         raise InputError(f"--allow-unsigned and trusted keys ({where}) contradict each other: with trusted keys a "
                          "signature by one of them is always required",
                          hint=f"drop --allow-unsigned, or (for an artifact you built yourself) unset {TRUSTED_ENV}")
-    trust = Trust(allow_unsigned=allow_unsigned)
+    trust = Trust(allow_unsigned=allow_unsigned, allow_rollback=allow_rollback)
     for path in paths:
         key = load_public_key(path)
         fp = key_fingerprint(key)

@@ -97,6 +97,8 @@ def command(plan_request, manifest, config, cache_dir, source, nvcc, replace_cha
                   replace_changed=replace_changed)
     for warning in report.warnings:
         out.warn(warning)
+    for note in report.notes:
+        out.info(note)
     out.report(report, render)
     if out.json_mode:
         render_problem(out, report)  # the reason on stderr too: one `error:` line whatever the mode

@@ -61,6 +61,8 @@ def command(artifact, cache_dir, force, nvcc, num_sms, replace_changed, trust, o
     for name in result.kept:
         out.warn(f"kept the existing {name}: another process installed a different one meanwhile")
     out.info(f"origin: {result.signature}")
+    for note in result.notes:
+        out.info(note)
     return out.report(result, render)
 
 
