@@ -753,3 +753,110 @@ def test_a_trusted_key_others_may_change_is_refused(packed, tmp_path, monkeypatc
     pub.parent.chmod(0o1777)  # sticky, as /tmp: nobody renames another user's entries there
     res = run("unpack", str(out), "--cache-dir", str(fresh), "--trusted-key", str(pub))
     assert res.exit_code == 0 and "signed by trusted key" in res.stderr, res.output
+
+
+# ---- issue 29 item 5: rollback protection ----------------------------------------------------------------------
+
+OLD_EPOCH, NEW_EPOCH = 1_700_000_000, 1_800_000_000  # 2023-11-14 22:13:20 UTC, 2027-01-15 08:00:00 UTC
+
+
+def _pack_build(packed, tmp_path, monkeypatch, name: str, epoch: int | None, counter: int | None = None) -> Path:
+    """A signed artifact of the session's cache with this build stamp (a real pack with the CI's variables)."""
+    key = tmp_path / "k" / "dgprecompile-signing.key"
+    if not key.exists():
+        run("keygen", str(tmp_path / "k"))
+    for var, value in (("SOURCE_DATE_EPOCH", epoch), ("DGPRECOMPILE_BUILD_COUNTER", counter)):
+        if value is None:
+            monkeypatch.delenv(var, raising=False)
+        else:
+            monkeypatch.setenv(var, str(value))
+    out = tmp_path / f"{name}.tar.gz"
+    res = run("pack", *PLAN, "--cache-dir", str(packed[0]), "-o", str(out), "--signing-key", str(key))
+    assert res.exit_code == 0, res.output
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    monkeypatch.delenv("DGPRECOMPILE_BUILD_COUNTER", raising=False)
+    return out
+
+
+def test_an_older_build_is_refused_where_a_newer_one_was_installed(packed, tmp_path, monkeypatch):
+    """A replayed older artifact, signed by the same key for the same fingerprint, installed without a word (and
+    --replace-changed rolled a node back silently). Now the node records the newest build it installed and
+    refuses an older one unless --allow-rollback, naming both builds."""
+    monkeypatch.delenv("DGPRECOMPILE_TRUSTED_KEYS", raising=False)
+    old = _pack_build(packed, tmp_path, monkeypatch, "old", OLD_EPOCH)
+    new = _pack_build(packed, tmp_path, monkeypatch, "new", NEW_EPOCH)
+    pub = str(tmp_path / "k" / "dgprecompile-signing.pub")
+    assert json.loads(members_of(new)[0][1])["build"] == {"counter": 0, "time_ns": NEW_EPOCH * 10**9}
+    node = tmp_path / "node"
+    res = run("unpack", str(new), "--cache-dir", str(node), "--trusted-key", pub, "--json")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["build"] == {"counter": 0, "time_ns": NEW_EPOCH * 10**9}
+    assert "installed build 2027-01-15 08:00:00.000000 UTC (counter 0)" in data["notes"][0], data
+    assert "rollback protection starts now" in data["notes"][0]
+    for extra in ((), ("--replace-changed",), ("--force",)):
+        expect_refusal(old, node, "is build 2023-11-14 22:13:20.000000 UTC (counter 0), older than build "
+                       "2027-01-15 08:00:00.000000 UTC (counter 0)", "--allow-rollback", code=2,
+                       extra=("--trusted-key", pub, *extra))
+    res = run("unpack", str(old), "--cache-dir", str(node), "--trusted-key", pub, "--allow-rollback")
+    assert res.exit_code == 0 and "installing it (--allow-rollback)" in res.stderr, res.output
+    expect_refusal(old, node, "older than build 2027-01-15", code=2, extra=("--trusted-key", pub))  # still newest
+    # a CI counter orders builds before their time: counter 1 of 2023 is newer than counter 0 of 2027
+    newer = _pack_build(packed, tmp_path, monkeypatch, "counted", OLD_EPOCH, counter=1)
+    res = run("unpack", str(newer), "--cache-dir", str(node), "--trusted-key", pub)
+    assert res.exit_code == 0 and "(this cache had 2027-01-15 08:00:00.000000 UTC (counter 0))" in res.stderr
+    expect_refusal(new, node, "(counter 0), older than build 2023-11-14 22:13:20.000000 UTC (counter 1)", code=2,
+                   extra=("--trusted-key", pub))
+    # a fresh node takes the old build, and says protection starts with it
+    res = run("unpack", str(old), "--cache-dir", str(tmp_path / "fresh"), "--trusted-key", pub)
+    assert res.exit_code == 0 and "installed build 2023-11-14" in res.stderr, res.output
+
+
+def test_an_unstamped_artifact_is_refused_only_where_a_stamped_one_was_installed(packed, tmp_path, monkeypatch):
+    """Artifacts packed before rollback protection carry no build: accepted with a note on a node that recorded
+    nothing, refused where a newer (any stamped) build is recorded."""
+    monkeypatch.delenv("DGPRECOMPILE_TRUSTED_KEYS", raising=False)
+    new = _pack_build(packed, tmp_path, monkeypatch, "new", NEW_EPOCH)
+    members = members_of(new)
+    manifest = json.loads(members[0][1])
+    del manifest["build"]
+    manifest_bytes = json.dumps(manifest).encode()
+    legacy = write_archive(tmp_path / "legacy.tar.gz", [(members[0][0], manifest_bytes), *members[1:]])
+    from dgprecompile.cache.signing import load_signing_key
+
+    Path(f"{legacy}.sig").write_bytes(load_signing_key(tmp_path / "k" / "dgprecompile-signing.key")
+                                      .sign(manifest_bytes))
+    pub = str(tmp_path / "k" / "dgprecompile-signing.pub")
+    res = run("unpack", str(legacy), "--cache-dir", str(tmp_path / "fresh"), "--trusted-key", pub)
+    assert res.exit_code == 0 and "carries no build stamp" in res.stderr, res.output
+    assert not (tmp_path / "fresh" / "dgprecompile" / "installed-builds.json").exists()
+    node = tmp_path / "node"
+    assert run("unpack", str(new), "--cache-dir", str(node), "--trusted-key", pub).exit_code == 0
+    expect_refusal(legacy, node, "carries no build stamp", "older than build 2027-01-15", "--allow-rollback",
+                   code=2, extra=("--trusted-key", pub))
+
+
+def test_a_bad_build_counter_or_record_is_one_error(packed, tmp_path, monkeypatch):
+    out = tmp_path / "a.tar.gz"
+    for value in ("abc", "-1", "1e3", str(1 << 64)):
+        monkeypatch.setenv("DGPRECOMPILE_BUILD_COUNTER", value)
+        res = run("pack", *PLAN, "--cache-dir", str(packed[0]), "-o", str(out))
+        assert res.exit_code == 2 and not out.exists(), res.output
+        assert_one_error(res, "DGPRECOMPILE_BUILD_COUNTER", "not a whole number")
+    monkeypatch.delenv("DGPRECOMPILE_BUILD_COUNTER")
+    monkeypatch.delenv("DGPRECOMPILE_TRUSTED_KEYS", raising=False)
+    node = tmp_path / "node"
+    (node / "dgprecompile").mkdir(parents=True)
+    state = node / "dgprecompile" / "installed-builds.json"
+    for damage in ("not json", json.dumps({"format": "dgprecompile-installed-builds", "schema": 1,
+                                           "fingerprints": {"x": 1}})):
+        state.write_text(damage)
+        expect_refusal(packed[1], node, str(state), "--allow-rollback", code=2)
+    state.unlink()
+    os.mkfifo(state)  # never read: a FIFO would block the unpack forever
+    expect_refusal(packed[1], node, "not a regular file", code=2)
+    state.unlink()
+    state.write_text("not json")
+    res = run("unpack", str(packed[1]), "--cache-dir", str(node), "--allow-rollback")
+    assert res.exit_code == 0, res.output
+    assert json.loads(state.read_text())["format"] == "dgprecompile-installed-builds"
