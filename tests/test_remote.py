@@ -738,3 +738,32 @@ def test_pull_refuses_a_world_writable_trusted_key(s3, s3env, bucket, warmed, ta
     finally:
         ci_key.pub.chmod(0o644)
     assert run("pull", *PLAN, "--cache-dir", target, "--from", f"s3://{bucket}/p").exit_code == 0
+
+
+def test_pull_refuses_a_replayed_older_artifact(s3, s3env, bucket, warmed, target, tmp_path, monkeypatch):
+    """The bucket's writer puts back an older artifact (and its .sig) that the CI key genuinely signed for the
+    same fingerprint: it installed without a word. Now pull and launch --pull refuse it where a newer build was
+    installed, naming both; --allow-rollback takes it."""
+    cache, fid, _ = warmed
+    name = f"deepgemm-{fid}.tar.gz"
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    assert run("push", *PLAN, "--cache-dir", cache, "--to", f"s3://{bucket}/old").exit_code == 0
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1800000000")
+    assert run("push", *PLAN, "--cache-dir", cache, "--to", f"s3://{bucket}/p").exit_code == 0
+    monkeypatch.delenv("SOURCE_DATE_EPOCH")
+    res = run("pull", *PLAN, "--cache-dir", target, "--from", f"s3://{bucket}/p")
+    assert res.exit_code == 0 and "installed build 2027-01-15" in res.stderr, res.output
+    assert "rollback protection starts now" in res.stderr
+    for key in (name, f"{name}.sig"):  # the replay: the old object and its genuine signature over the new ones
+        s3.client().put_object(Bucket=bucket, Key=f"p/{key}", Body=get(s3, bucket, f"old/{key}"))
+    drop_entries(target, 2)  # a node that lost entries pulls again
+    _pull_refused(target, f"s3://{bucket}/p", "is build 2023-11-14 22:13:20.000000 UTC (counter 0), older than "
+                  "build 2027-01-15 08:00:00.000000 UTC (counter 0)", "--allow-rollback")
+    flag = tmp_path / "ran"
+    res = run("launch", "--pull", f"s3://{bucket}/p", *PLAN, "--cache-dir", target, "--",
+              sys.executable, "-c", f"open({str(flag)!r}, 'w')")
+    assert res.exit_code == 2 and not flag.exists(), res.output
+    assert_one_error(res, "older than build 2027-01-15", "--allow-rollback")
+    res = run("pull", *PLAN, "--cache-dir", target, "--from", f"s3://{bucket}/p", "--allow-rollback", "--json")
+    assert res.exit_code == 0, res.output
+    assert "installing it (--allow-rollback)" in " ".join(json.loads(res.stdout)["warnings"])
