@@ -757,8 +757,14 @@ def test_pull_refuses_a_replayed_older_artifact(s3, s3env, bucket, warmed, targe
     for key in (name, f"{name}.sig"):  # the replay: the old object and its genuine signature over the new ones
         s3.client().put_object(Bucket=bucket, Key=f"p/{key}", Body=get(s3, bucket, f"old/{key}"))
     drop_entries(target, 2)  # a node that lost entries pulls again
-    _pull_refused(target, f"s3://{bucket}/p", "is build 2023-11-14 22:13:20.000000 UTC (counter 0), older than "
-                  "build 2027-01-15 08:00:00.000000 UTC (counter 0)", "--allow-rollback")
+    import dgprecompile.cache.remote as remote
+
+    calls = []
+    with monkeypatch.context() as watch:  # refused on the object's signed manifest: never downloaded
+        watch.setattr(remote, "download", lambda *a, **k: calls.append(a) or (_ for _ in ()).throw(AssertionError))
+        _pull_refused(target, f"s3://{bucket}/p", "is build 2023-11-14 22:13:20.000000 UTC (counter 0), older than "
+                      "build 2027-01-15 08:00:00.000000 UTC (counter 0)", "--allow-rollback")
+    assert calls == []
     flag = tmp_path / "ran"
     res = run("launch", "--pull", f"s3://{bucket}/p", *PLAN, "--cache-dir", target, "--",
               sys.executable, "-c", f"open({str(flag)!r}, 'w')")

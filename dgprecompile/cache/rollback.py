@@ -69,6 +69,12 @@ def describe(build: dict[str, Any]) -> str:
     return f"{when} (counter {build['counter']})"
 
 
+def well_formed(build: Any) -> bool:
+    """Whether ``build`` has the manifest schema's shape (before the manifest as a whole is checked)."""
+    return (isinstance(build, dict) and set(build) == {"counter", "time_ns"}
+            and all(type(v) is int and 0 <= v <= _MAX for v in build.values()))
+
+
 def _order(build: dict[str, Any]) -> tuple[int, int]:
     return build["counter"], build["time_ns"]
 
