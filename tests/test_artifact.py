@@ -860,3 +860,21 @@ def test_a_bad_build_counter_or_record_is_one_error(packed, tmp_path, monkeypatc
     res = run("unpack", str(packed[1]), "--cache-dir", str(node), "--allow-rollback")
     assert res.exit_code == 0, res.output
     assert json.loads(state.read_text())["format"] == "dgprecompile-installed-builds"
+
+
+def test_keygen_under_umask_002_writes_a_public_key_nodes_accept(packed, tmp_path, monkeypatch):
+    """Nodes now refuse a group-writable trusted key; keygen under a group-sharing umask (002, the default of many
+    desktops) wrote a 0664 .pub in a 0775 directory, which they would refuse. It writes 0644 in 0755 now."""
+    monkeypatch.delenv("DGPRECOMPILE_TRUSTED_KEYS", raising=False)
+    old = os.umask(0o002)
+    try:
+        assert run("keygen", str(tmp_path / "keys")).exit_code == 0
+    finally:
+        os.umask(old)
+    pub = tmp_path / "keys" / "dgprecompile-signing.pub"
+    assert pub.stat().st_mode & 0o777 == 0o644 and pub.parent.stat().st_mode & 0o777 == 0o755
+    out = tmp_path / "a.tar.gz"
+    assert run("pack", *PLAN, "--cache-dir", str(packed[0]), "-o", str(out), "--signing-key",
+               str(tmp_path / "keys" / "dgprecompile-signing.key")).exit_code == 0
+    res = run("unpack", str(out), "--cache-dir", str(tmp_path / "node"), "--trusted-key", str(pub))
+    assert res.exit_code == 0 and "signed by trusted key" in res.stderr, res.output

@@ -315,16 +315,19 @@ def generate_key_pair(directory: str | Path) -> KeyPair:
             raise InputError(f"{p} already exists; a key is never overwritten",
                              hint="pass another DIR, or move the old pair away first (nodes that trust it keep "
                                   "accepting what it signed until you remove it from their trusted keys)")
-    if directory.exists() and not directory.is_dir():
+    existed = directory.exists()
+    if existed and not directory.is_dir():
         raise InputError(f"{directory} is not a directory", hint="pass a directory for the key pair")
     key = ed25519.Ed25519PrivateKey.generate()
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                             serialization.NoEncryption())
     pub = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     directory.mkdir(parents=True, exist_ok=True)
+    if not existed:  # under umask 002 a new directory is group-writable: nodes would refuse the .pub in it
+        directory.chmod(0o755)
     create_new_file(private, pem, mode=0o600)
     try:
-        create_new_file(public, pub)
+        create_new_file(public, pub, mode=0o644)  # never group-writable, whatever the umask: a trusted key
     except BaseException:
         private.unlink(missing_ok=True)
         raise
