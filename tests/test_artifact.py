@@ -844,6 +844,11 @@ def test_a_bad_build_counter_or_record_is_one_error(packed, tmp_path, monkeypatc
         assert res.exit_code == 2 and not out.exists(), res.output
         assert_one_error(res, "DGPRECOMPILE_BUILD_COUNTER", "not a whole number")
     monkeypatch.delenv("DGPRECOMPILE_BUILD_COUNTER")
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "yesterday")
+    res = run("pack", *PLAN, "--cache-dir", str(packed[0]), "-o", str(out))
+    assert res.exit_code == 2 and not out.exists(), res.output
+    assert_one_error(res, "SOURCE_DATE_EPOCH='yesterday' is not a whole number", "seconds since 1970")
+    monkeypatch.delenv("SOURCE_DATE_EPOCH")
     monkeypatch.delenv("DGPRECOMPILE_TRUSTED_KEYS", raising=False)
     node = tmp_path / "node"
     (node / "dgprecompile").mkdir(parents=True)

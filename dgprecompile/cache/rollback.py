@@ -46,9 +46,10 @@ def _whole_number(name: str, value: str) -> int:
     except ValueError:
         number = -1
     if not 0 <= number <= _MAX:
+        what = ("the build time in seconds since 1970 (e.g. $(git log -1 --format=%ct))" if name == EPOCH_ENV
+                else "a number that grows with each CI build (e.g. $GITHUB_RUN_NUMBER)")
         raise InputError(f"{name}={value[:40]!r} is not a whole number from 0 to 2^63-1",
-                         hint=f"set {name} to a number that grows with each CI build (e.g. $GITHUB_RUN_NUMBER), "
-                              "or unset it")
+                         hint=f"set {name} to {what}, or unset it")
     return number
 
 
