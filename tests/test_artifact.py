@@ -660,3 +660,226 @@ def test_a_malformed_signature_is_refused(packed, tmp_path):
                         (json.dumps({**good, "signature": "A" * 86 + "=="}), "does not cover this manifest")]:
         sig.write_text(text)
         expect_refusal(out, fresh, *words, code=2, extra=("--trusted-key", pub))
+
+
+# ---- issue 29 item 5: trust configured but empty, trusted keys others may change ---------------------------------
+
+
+def _signed(packed, tmp_path) -> tuple[Path, Path]:
+    """(an artifact signed by a fresh key pair, that pair's .pub)."""
+    run("keygen", str(tmp_path / "k"))
+    out = tmp_path / "signed.tar.gz"
+    assert run("pack", *PLAN, "--cache-dir", str(packed[0]), "-o", str(out), "--signing-key",
+               str(tmp_path / "k" / "dgprecompile-signing.key")).exit_code == 0
+    return out, tmp_path / "k" / "dgprecompile-signing.pub"
+
+
+def _rehashed(artifact: Path, dest: Path) -> Path:
+    """``artifact`` with one cubin byte changed and its index and manifest rewritten to match (its .sig kept):
+    what someone who can write where artifacts lie, but holds no key, would make."""
+    members = members_of(artifact)
+    manifest, index = json.loads(members[0][1]), json.loads(members[1][1])
+    info, data = next(m for m in members if m[0].name.endswith("kernel.cubin"))
+    flipped = bytearray(data)
+    flipped[-1] ^= 1  # past the ELF structures: still loadable
+    digest = hashlib.sha256(bytes(flipped)).hexdigest()
+    for record in [*index["kernels"].values(), *index["extra"].values()]:
+        if record["entry"] == info.name.split("/")[1]:
+            record["files"]["kernel.cubin"] = digest
+    index_bytes = json.dumps(index).encode()
+    manifest["members"][info.name]["sha256"] = digest
+    manifest["members"]["dgprecompile/index.json"] = {"sha256": hashlib.sha256(index_bytes).hexdigest(),
+                                                      "bytes": len(index_bytes)}
+    write_archive(dest, [(members[0][0], json.dumps(manifest).encode()), (members[1][0], index_bytes),
+                         *[(i, bytes(flipped) if i is info else d) for i, d in members[2:]]])
+    shutil.copy(f"{artifact}.sig", f"{dest}.sig")
+    return dest
+
+
+@pytest.mark.parametrize("value", [":", "", " : :", "::"])
+def test_trusted_keys_set_but_empty_is_refused(packed, tmp_path, monkeypatch, value):
+    """DGPRECOMPILE_TRUSTED_KEYS=":" read as "no trust configured": a tampered, re-hashed artifact was installed
+    with a warning, exit 0. Trust configured but naming no key is no trust: refused, exit 2."""
+    out, _ = _signed(packed, tmp_path)
+    bad = _rehashed(out, tmp_path / "tampered.tar.gz")
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    monkeypatch.setenv("DGPRECOMPILE_TRUSTED_KEYS", value)
+    expect_refusal(bad, fresh, "DGPRECOMPILE_TRUSTED_KEYS is set but names no key file", "--trusted-key", code=2)
+    assert list(fresh.iterdir()) == []
+
+
+def test_an_empty_trusted_key_option_is_refused(packed, tmp_path, monkeypatch):
+    out, pub = _signed(packed, tmp_path)
+    bad = _rehashed(out, tmp_path / "tampered.tar.gz")
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    monkeypatch.delenv("DGPRECOMPILE_TRUSTED_KEYS", raising=False)
+    for extra in (("--trusted-key", ""), ("--trusted-key", str(pub), "--trusted-key", " ")):
+        expect_refusal(bad, fresh, "--trusted-key was given an empty path", code=2, extra=extra)
+    # the control: with the real key the same artifact is refused for its signature, without any it installs
+    expect_refusal(bad, fresh, "does not cover this manifest", code=2, extra=("--trusted-key", str(pub)))
+    res = run("unpack", str(bad), "--cache-dir", str(fresh))
+    assert res.exit_code == 0 and "no trusted key is configured" in res.stderr, res.output
+
+
+def test_a_trusted_key_others_may_change_is_refused(packed, tmp_path, monkeypatch):
+    """A trusted .pub of mode 0666 was accepted silently; now refused as ssh refuses such a key: the file or a
+    directory above it writable by group or others (not sticky), or owned by another user."""
+    out, pub = _signed(packed, tmp_path)
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    monkeypatch.delenv("DGPRECOMPILE_TRUSTED_KEYS", raising=False)
+    for mode in (0o666, 0o664, 0o646):
+        pub.chmod(mode)
+        expect_refusal(out, fresh, str(pub), f"mode {mode:04o}", f"chmod go-w {pub}", code=2,
+                       extra=("--trusted-key", str(pub)))
+    pub.chmod(0o644)
+    pub.parent.chmod(0o777)
+    expect_refusal(out, fresh, f"the directory {pub.parent} is writable", f"chmod go-w {pub.parent}", code=2,
+                   extra=("--trusted-key", str(pub)))
+    monkeypatch.setenv("DGPRECOMPILE_TRUSTED_KEYS", str(pub))  # the variable's keys are checked the same way
+    expect_refusal(out, fresh, f"chmod go-w {pub.parent}", code=2)
+    link = tmp_path / "open" / "ci.pub"  # a link in a directory anyone may write: its target is safe, the link not
+    pub.parent.chmod(0o755)
+    link.parent.mkdir(mode=0o755)
+    link.parent.chmod(0o777)
+    link.symlink_to(pub)
+    expect_refusal(out, fresh, f"chmod go-w {link.parent}", code=2, extra=("--trusted-key", str(link)))
+    if os.getuid() == 0:  # another user's file: only root can make one here
+        os.chown(pub, 65534, 65534)
+        expect_refusal(out, fresh, "owned by uid 65534", code=2, extra=("--trusted-key", str(pub)))
+        os.chown(pub, 0, 0)
+    pub.parent.chmod(0o1777)  # sticky, as /tmp: nobody renames another user's entries there
+    res = run("unpack", str(out), "--cache-dir", str(fresh), "--trusted-key", str(pub))
+    assert res.exit_code == 0 and "signed by trusted key" in res.stderr, res.output
+
+
+# ---- issue 29 item 5: rollback protection ----------------------------------------------------------------------
+
+OLD_EPOCH, NEW_EPOCH = 1_700_000_000, 1_800_000_000  # 2023-11-14 22:13:20 UTC, 2027-01-15 08:00:00 UTC
+
+
+def _pack_build(packed, tmp_path, monkeypatch, name: str, epoch: int | None, counter: int | None = None) -> Path:
+    """A signed artifact of the session's cache with this build stamp (a real pack with the CI's variables)."""
+    key = tmp_path / "k" / "dgprecompile-signing.key"
+    if not key.exists():
+        run("keygen", str(tmp_path / "k"))
+    for var, value in (("SOURCE_DATE_EPOCH", epoch), ("DGPRECOMPILE_BUILD_COUNTER", counter)):
+        if value is None:
+            monkeypatch.delenv(var, raising=False)
+        else:
+            monkeypatch.setenv(var, str(value))
+    out = tmp_path / f"{name}.tar.gz"
+    res = run("pack", *PLAN, "--cache-dir", str(packed[0]), "-o", str(out), "--signing-key", str(key))
+    assert res.exit_code == 0, res.output
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    monkeypatch.delenv("DGPRECOMPILE_BUILD_COUNTER", raising=False)
+    return out
+
+
+def test_an_older_build_is_refused_where_a_newer_one_was_installed(packed, tmp_path, monkeypatch):
+    """A replayed older artifact, signed by the same key for the same fingerprint, installed without a word (and
+    --replace-changed rolled a node back silently). Now the node records the newest build it installed and
+    refuses an older one unless --allow-rollback, naming both builds."""
+    monkeypatch.delenv("DGPRECOMPILE_TRUSTED_KEYS", raising=False)
+    old = _pack_build(packed, tmp_path, monkeypatch, "old", OLD_EPOCH)
+    new = _pack_build(packed, tmp_path, monkeypatch, "new", NEW_EPOCH)
+    pub = str(tmp_path / "k" / "dgprecompile-signing.pub")
+    assert json.loads(members_of(new)[0][1])["build"] == {"counter": 0, "time_ns": NEW_EPOCH * 10**9}
+    node = tmp_path / "node"
+    res = run("unpack", str(new), "--cache-dir", str(node), "--trusted-key", pub, "--json")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["build"] == {"counter": 0, "time_ns": NEW_EPOCH * 10**9}
+    assert "installed build 2027-01-15 08:00:00.000000 UTC (counter 0)" in data["notes"][0], data
+    assert "rollback protection starts now" in data["notes"][0]
+    for extra in ((), ("--replace-changed",), ("--force",)):
+        expect_refusal(old, node, "is build 2023-11-14 22:13:20.000000 UTC (counter 0), older than build "
+                       "2027-01-15 08:00:00.000000 UTC (counter 0)", "--allow-rollback", code=2,
+                       extra=("--trusted-key", pub, *extra))
+    res = run("unpack", str(old), "--cache-dir", str(node), "--trusted-key", pub, "--allow-rollback")
+    assert res.exit_code == 0 and "installing it (--allow-rollback)" in res.stderr, res.output
+    expect_refusal(old, node, "older than build 2027-01-15", code=2, extra=("--trusted-key", pub))  # still newest
+    # a CI counter orders builds before their time: counter 1 of 2023 is newer than counter 0 of 2027
+    newer = _pack_build(packed, tmp_path, monkeypatch, "counted", OLD_EPOCH, counter=1)
+    res = run("unpack", str(newer), "--cache-dir", str(node), "--trusted-key", pub)
+    assert res.exit_code == 0 and "(this cache had 2027-01-15 08:00:00.000000 UTC (counter 0))" in res.stderr
+    expect_refusal(new, node, "(counter 0), older than build 2023-11-14 22:13:20.000000 UTC (counter 1)", code=2,
+                   extra=("--trusted-key", pub))
+    # a fresh node takes the old build, and says protection starts with it
+    res = run("unpack", str(old), "--cache-dir", str(tmp_path / "fresh"), "--trusted-key", pub)
+    assert res.exit_code == 0 and "installed build 2023-11-14" in res.stderr, res.output
+
+
+def test_an_unstamped_artifact_is_refused_only_where_a_stamped_one_was_installed(packed, tmp_path, monkeypatch):
+    """Artifacts packed before rollback protection carry no build: accepted with a note on a node that recorded
+    nothing, refused where a newer (any stamped) build is recorded."""
+    monkeypatch.delenv("DGPRECOMPILE_TRUSTED_KEYS", raising=False)
+    new = _pack_build(packed, tmp_path, monkeypatch, "new", NEW_EPOCH)
+    members = members_of(new)
+    manifest = json.loads(members[0][1])
+    del manifest["build"]
+    manifest_bytes = json.dumps(manifest).encode()
+    legacy = write_archive(tmp_path / "legacy.tar.gz", [(members[0][0], manifest_bytes), *members[1:]])
+    from dgprecompile.cache.signing import load_signing_key
+
+    Path(f"{legacy}.sig").write_bytes(load_signing_key(tmp_path / "k" / "dgprecompile-signing.key")
+                                      .sign(manifest_bytes))
+    pub = str(tmp_path / "k" / "dgprecompile-signing.pub")
+    res = run("unpack", str(legacy), "--cache-dir", str(tmp_path / "fresh"), "--trusted-key", pub)
+    assert res.exit_code == 0 and "carries no build stamp" in res.stderr, res.output
+    assert not (tmp_path / "fresh" / "dgprecompile" / "installed-builds.json").exists()
+    node = tmp_path / "node"
+    assert run("unpack", str(new), "--cache-dir", str(node), "--trusted-key", pub).exit_code == 0
+    expect_refusal(legacy, node, "carries no build stamp", "older than build 2027-01-15", "--allow-rollback",
+                   code=2, extra=("--trusted-key", pub))
+
+
+def test_a_bad_build_counter_or_record_is_one_error(packed, tmp_path, monkeypatch):
+    out = tmp_path / "a.tar.gz"
+    for value in ("abc", "-1", "1e3", str(1 << 64)):
+        monkeypatch.setenv("DGPRECOMPILE_BUILD_COUNTER", value)
+        res = run("pack", *PLAN, "--cache-dir", str(packed[0]), "-o", str(out))
+        assert res.exit_code == 2 and not out.exists(), res.output
+        assert_one_error(res, "DGPRECOMPILE_BUILD_COUNTER", "not a whole number")
+    monkeypatch.delenv("DGPRECOMPILE_BUILD_COUNTER")
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "yesterday")
+    res = run("pack", *PLAN, "--cache-dir", str(packed[0]), "-o", str(out))
+    assert res.exit_code == 2 and not out.exists(), res.output
+    assert_one_error(res, "SOURCE_DATE_EPOCH='yesterday' is not a whole number", "seconds since 1970")
+    monkeypatch.delenv("SOURCE_DATE_EPOCH")
+    monkeypatch.delenv("DGPRECOMPILE_TRUSTED_KEYS", raising=False)
+    node = tmp_path / "node"
+    (node / "dgprecompile").mkdir(parents=True)
+    state = node / "dgprecompile" / "installed-builds.json"
+    for damage in ("not json", json.dumps({"format": "dgprecompile-installed-builds", "schema": 1,
+                                           "fingerprints": {"x": 1}})):
+        state.write_text(damage)
+        expect_refusal(packed[1], node, str(state), "--allow-rollback", code=2)
+    state.unlink()
+    os.mkfifo(state)  # never read: a FIFO would block the unpack forever
+    expect_refusal(packed[1], node, "not a regular file", code=2)
+    state.unlink()
+    state.write_text("not json")
+    res = run("unpack", str(packed[1]), "--cache-dir", str(node), "--allow-rollback")
+    assert res.exit_code == 0, res.output
+    assert json.loads(state.read_text())["format"] == "dgprecompile-installed-builds"
+
+
+def test_keygen_under_umask_002_writes_a_public_key_nodes_accept(packed, tmp_path, monkeypatch):
+    """Nodes now refuse a group-writable trusted key; keygen under a group-sharing umask (002, the default of many
+    desktops) wrote a 0664 .pub in a 0775 directory, which they would refuse. It writes 0644 in 0755 now."""
+    monkeypatch.delenv("DGPRECOMPILE_TRUSTED_KEYS", raising=False)
+    old = os.umask(0o002)
+    try:
+        assert run("keygen", str(tmp_path / "keys")).exit_code == 0
+    finally:
+        os.umask(old)
+    pub = tmp_path / "keys" / "dgprecompile-signing.pub"
+    assert pub.stat().st_mode & 0o777 == 0o644 and pub.parent.stat().st_mode & 0o777 == 0o755
+    out = tmp_path / "a.tar.gz"
+    assert run("pack", *PLAN, "--cache-dir", str(packed[0]), "-o", str(out), "--signing-key",
+               str(tmp_path / "keys" / "dgprecompile-signing.key")).exit_code == 0
+    res = run("unpack", str(out), "--cache-dir", str(tmp_path / "node"), "--trusted-key", str(pub))
+    assert res.exit_code == 0 and "signed by trusted key" in res.stderr, res.output

@@ -702,3 +702,74 @@ def test_push_completes_or_removes_the_signature_beside_an_object(s3, s3env, buc
     res = run("push", *PLAN, "--cache-dir", warmed[0], "--to", f"s3://{bucket}/p", "--replace")
     assert res.exit_code == 0 and "is not signed" in res.stderr, res.output
     assert keys(s3, bucket) == [f"p/deepgemm-{fid}.tar.gz"]
+
+
+# ---- issue 29 item 5: trust configured but empty, trusted keys others may change ---------------------------------
+
+
+@pytest.mark.parametrize("value", [":", ""])
+def test_pull_and_launch_pull_refuse_trust_set_but_empty(s3, s3env, bucket, warmed, target, tmp_path, monkeypatch,
+                                                         value):
+    """DGPRECOMPILE_TRUSTED_KEYS=":" must not read as "no trust configured" anywhere: with --allow-unsigned a pull
+    installed a tampered, re-hashed object under it (the variable was ignored); now pull, launch --pull and
+    unpack URL all refuse it, exit 2, nothing installed, the job never started."""
+    body, _ = _tampered(warmed, tmp_path)
+    s3.client().put_object(Bucket=bucket, Key=f"p/deepgemm-{warmed[1]}.tar.gz", Body=body)
+    monkeypatch.setenv("DGPRECOMPILE_TRUSTED_KEYS", value)
+    _pull_refused(target, f"s3://{bucket}/p", "names no key file", "--trusted-key")
+    _pull_refused(target, f"s3://{bucket}/p", "names no key file", "--trusted-key", extra=("--allow-unsigned",))
+    flag = tmp_path / "ran"
+    before = same_tree(target)
+    res = run("launch", "--pull", f"s3://{bucket}/p", *PLAN, "--cache-dir", target, "--allow-unsigned", "--",
+              sys.executable, "-c", f"open({str(flag)!r}, 'w')")
+    assert res.exit_code == 2 and not flag.exists(), res.output
+    assert_one_error(res, "names no key file", "--trusted-key")
+    res = run("unpack", f"s3://{bucket}/p/deepgemm-{warmed[1]}.tar.gz", "--cache-dir", target, "--allow-unsigned")
+    assert res.exit_code == 2, res.output
+    assert_one_error(res, "names no key file")
+    assert same_tree(target) == before and no_staging(target)
+
+
+def test_pull_refuses_a_world_writable_trusted_key(s3, s3env, bucket, warmed, target, ci_key):
+    assert run("push", *PLAN, "--cache-dir", warmed[0], "--to", f"s3://{bucket}/p").exit_code == 0
+    ci_key.pub.chmod(0o666)
+    try:
+        _pull_refused(target, f"s3://{bucket}/p", str(ci_key.pub), "mode 0666", f"chmod go-w {ci_key.pub}")
+    finally:
+        ci_key.pub.chmod(0o644)
+    assert run("pull", *PLAN, "--cache-dir", target, "--from", f"s3://{bucket}/p").exit_code == 0
+
+
+def test_pull_refuses_a_replayed_older_artifact(s3, s3env, bucket, warmed, target, tmp_path, monkeypatch):
+    """The bucket's writer puts back an older artifact (and its .sig) that the CI key genuinely signed for the
+    same fingerprint: it installed without a word. Now pull and launch --pull refuse it where a newer build was
+    installed, naming both; --allow-rollback takes it."""
+    cache, fid, _ = warmed
+    name = f"deepgemm-{fid}.tar.gz"
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    assert run("push", *PLAN, "--cache-dir", cache, "--to", f"s3://{bucket}/old").exit_code == 0
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1800000000")
+    assert run("push", *PLAN, "--cache-dir", cache, "--to", f"s3://{bucket}/p").exit_code == 0
+    monkeypatch.delenv("SOURCE_DATE_EPOCH")
+    res = run("pull", *PLAN, "--cache-dir", target, "--from", f"s3://{bucket}/p")
+    assert res.exit_code == 0 and "installed build 2027-01-15" in res.stderr, res.output
+    assert "rollback protection starts now" in res.stderr
+    for key in (name, f"{name}.sig"):  # the replay: the old object and its genuine signature over the new ones
+        s3.client().put_object(Bucket=bucket, Key=f"p/{key}", Body=get(s3, bucket, f"old/{key}"))
+    drop_entries(target, 2)  # a node that lost entries pulls again
+    import dgprecompile.cache.remote as remote
+
+    calls = []
+    with monkeypatch.context() as watch:  # refused on the object's signed manifest: never downloaded
+        watch.setattr(remote, "download", lambda *a, **k: calls.append(a) or (_ for _ in ()).throw(AssertionError))
+        _pull_refused(target, f"s3://{bucket}/p", "is build 2023-11-14 22:13:20.000000 UTC (counter 0), older than "
+                      "build 2027-01-15 08:00:00.000000 UTC (counter 0)", "--allow-rollback")
+    assert calls == []
+    flag = tmp_path / "ran"
+    res = run("launch", "--pull", f"s3://{bucket}/p", *PLAN, "--cache-dir", target, "--",
+              sys.executable, "-c", f"open({str(flag)!r}, 'w')")
+    assert res.exit_code == 2 and not flag.exists(), res.output
+    assert_one_error(res, "older than build 2027-01-15", "--allow-rollback")
+    res = run("pull", *PLAN, "--cache-dir", target, "--from", f"s3://{bucket}/p", "--allow-rollback", "--json")
+    assert res.exit_code == 0, res.output
+    assert "installing it (--allow-rollback)" in " ".join(json.loads(res.stdout)["warnings"])

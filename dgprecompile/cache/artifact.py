@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from dgprecompile import __version__
+from dgprecompile.cache import rollback
 from dgprecompile.cache.entrycheck import checked_files, entry_problem, file_problem
 from dgprecompile.cache.signing import SigningKey, Trust, signature_path
 from dgprecompile.cache.store import (
@@ -198,6 +199,7 @@ def _write_archive(raw: IO[bytes], store: CacheStore, packed: Index, entries: li
     manifest = {
         "format": FORMAT, "schema": ARTIFACT_SCHEMA, "created_by": f"dgprecompile {__version__}",
         "fingerprint": packed.fingerprint, "fingerprint_id": short_id(packed.fingerprint),
+        "build": rollback.build_stamp(store),  # signed with the rest: a node refuses an older build (rollback.py)
         "generation": (packed.fingerprint.get("deepgemm") or {}).get("generation"),
         "plan": plan.summary(), "kernels": sorted(packed.kernels), "missing": missing,
         "entries": [entry_key(r) for r in entries], "members": dict(sorted(listing.items())),
@@ -536,13 +538,16 @@ class UnpackResult:
     indexed: int = 0  # kernel records added to the index
     stale: list[tuple[str, Any, Any]] = field(default_factory=list)  # fingerprint differences (only with --force)
     signature: str = ""  # who built it: "signed by trusted key ...", or why that was not checked
+    build: dict[str, Any] | None = None  # the artifact's build stamp (None: packed before rollback protection)
+    notes: list[str] = field(default_factory=list)  # e.g. which build was installed, rollback protection starting
     warnings: list[str] = field(default_factory=list)
     return_code: int = 0  # a refused or failed unpack raises instead
 
     def to_dict(self) -> dict[str, Any]:
         return {"cache_dir": self.cache_dir, "fingerprint_id": self.fingerprint_id, "added": self.added,
                 "already_present": self.present, "kept_existing": self.kept, "replaced": self.replaced,
-                "index_records_added": self.indexed, "signature": self.signature,
+                "index_records_added": self.indexed, "signature": self.signature, "build": self.build,
+                "notes": self.notes,
                 "forced_differences": [{"field": f, "artifact": a, "here": b} for f, a, b in self.stale],
                 "warnings": self.warnings}
 
@@ -606,6 +611,11 @@ def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool =
     result.signature, result.warnings = origin[0][0], list(origin[0][1])
     _check_environment(fp, result, force=force, nvcc=nvcc, num_sms=num_sms)
     existing = _check_cache_fingerprint(store, fp, result, force=force)
+    result.build = art.manifest.get("build")
+    notes, warnings = rollback.check(store, result.fingerprint_id, result.build, shown or str(path),
+                                     allow=trust.allow_rollback)
+    result.notes += notes
+    result.warnings += warnings
 
     arch = _artifact_arch(art.manifest_bytes)
     to_add, changed = _classify_entries(store, art, result)
@@ -616,12 +626,23 @@ def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool =
     _merge_index(probe, art, store, changed, result.kept)
     index_changes = probe.to_dict() != existing.to_dict()
     if not to_add and not changed and not index_changes:
+        _record_build(store, result, shown or str(path))
         return result
 
     _install(art, store, to_add, changed, arch, result, where=shown or path)
     for name in result.replaced:
         result.warnings.append(f"replaced {name}: it differed from the artifact's (--replace-changed)")
     return result
+
+
+def _record_build(store: CacheStore, result: UnpackResult, shown: str) -> None:
+    """Record the build of the artifact just installed (or whose every entry the cache already held); a write that
+    fails leaves the install as it is and says protection did not move forward."""
+    try:
+        rollback.record(store, result.fingerprint_id, result.build, shown)
+    except OSError as exc:
+        result.warnings.append(f"could not record which build this cache holds ({exc.strerror or exc}): rollback "
+                               "protection did not move forward")
 
 
 def _check_environment(fp: dict[str, Any], result: UnpackResult, *, force: bool, nvcc: str | None,
@@ -762,6 +783,7 @@ def _install(art: Artifact, store: CacheStore, to_add: dict[str, EntryRecord], c
     finally:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
+    _record_build(store, result, str(where))  # once installed: a failed install records nothing
 
 
 def _stage(art: Artifact, work: dict[str, EntryRecord], staging: Path, arch: str | None, where: str | Path) -> None:

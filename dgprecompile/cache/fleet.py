@@ -80,6 +80,7 @@ class PullReport:
     current: dict[str, Any] = field(default_factory=dict)  # this machine's value of every key field
     available: list[Available] | None = None  # on a miss: what the prefix holds (None: cannot be listed)
     note: str = ""
+    notes: list[str] = field(default_factory=list)  # the unpack's: which build it installed (rollback protection)
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -127,7 +128,7 @@ class PullReport:
             "available": None if self.available is None else [a.to_dict() for a in self.available],
             "unpack": self.unpack.to_dict() if self.unpack else None,
             "verify": self.verify.to_dict() if self.verify else None,
-            "reason": self.reason(), "warnings": self.warnings,
+            "reason": self.reason(), "notes": self.notes, "warnings": self.warnings,
         }
 
 
@@ -158,7 +159,8 @@ def pull(plan: Plan, store: CacheStore, prefix: str, *, nvcc: str | None = None,
     fid = result.fingerprint_id
     art = rmt.open_remote(rmt.artifact_url(prefix, fid))
     result.url = art.shown
-    signature = _fetch_signature(art, trust)  # an untrusted object is refused before the cache is touched
+    # an untrusted object, or an older build than this cache installed, is refused before the download
+    signature = _fetch_signature(art, trust, store=store, fid=fid)
     lock = _pull_lock(store, fid)
     try:
         if _pull_locked(plan, store, base, art, signature, result, start, nvcc=nvcc, num_sms=num_sms, trust=trust,
@@ -237,6 +239,7 @@ def _pull_locked(plan: Plan, store: CacheStore, base: rmt.Remote, art: rmt.Remot
     result.verify, vsec = _timed_verify(plan, store, nvcc, num_sms)
     result.verify_seconds += vsec
     result.warnings += [w for w in result.unpack.warnings if w not in result.warnings]
+    result.notes += result.unpack.notes
     return False
 
 
@@ -249,9 +252,11 @@ def _record_miss(result: PullReport, base: rmt.Remote, report: VerifyReport) -> 
     result.verify = report
 
 
-def _fetch_signature(art: rmt.Remote, trust: Trust | None) -> bytes | None:
+def _fetch_signature(art: rmt.Remote, trust: Trust | None, *, store: CacheStore | None = None,
+                     fid: str | None = None) -> bytes | None:
     """The object's signature (``<url>.sig``), checked with ``trust`` against the object's manifest, read from the
-    object's start, before the artifact itself is downloaded (unpack checks it again on the downloaded bytes)."""
+    object's start, before the artifact itself is downloaded (unpack checks it again on the downloaded bytes).
+    With ``store`` and ``fid``, an older build than the cache installed for ``fid`` is refused there too."""
     trust = trust if trust is not None else Trust()
     if trust.allow_unsigned:
         return None
@@ -259,7 +264,19 @@ def _fetch_signature(art: rmt.Remote, trust: Trust | None) -> bytes | None:
     head = rmt.head_manifest_bytes(art)
     if head is not None:
         trust.check(head, signature, art.shown, shared=True)
+        if store is not None and fid is not None:
+            _refuse_rollback_early(store, fid, head, trust, art.shown)
     return signature
+
+
+def _refuse_rollback_early(store: CacheStore, fid: str, head: bytes, trust: Trust, shown: str) -> None:
+    """A replayed older artifact refused on its signed manifest, before its download (unpack checks it again on
+    the downloaded bytes, with the manifest checked whole; a build field of another shape is left to that)."""
+    from dgprecompile.cache import rollback
+
+    build = (rmt._parsed(head) or {}).get("build")
+    if build is None or rollback.well_formed(build):
+        rollback.check(store, fid, build, shown, allow=trust.allow_rollback)
 
 
 def _describe(name: str, manifest: dict[str, Any] | None, current: dict[str, Any]) -> Available:

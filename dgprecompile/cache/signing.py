@@ -149,8 +149,11 @@ def load_public_key(path: str | Path):
     serialization, ed25519, _ = _crypto()
     from cryptography.exceptions import UnsupportedAlgorithm
 
+    from dgprecompile.cache.keyperms import refuse_unsafe_key
+
     path = Path(path).expanduser()
     data = _read_key_file(path, "trusted key")
+    refuse_unsafe_key(path)
     key = None
     for loader in (serialization.load_pem_public_key, serialization.load_ssh_public_key):
         try:
@@ -178,6 +181,7 @@ class Trust:
     keys: dict[str, Any] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)  # fingerprint -> the file it came from
     allow_unsigned: bool = False
+    allow_rollback: bool = False  # install an artifact older than the newest this cache installed (rollback.py)
 
     @property
     def configured(self) -> bool:
@@ -196,12 +200,15 @@ class Trust:
                 "every job that uses this cache"]
         if not self.keys:
             if shared:
-                raise SignatureRefused(f"{where} comes from a shared store and no trusted key is configured, so who "
-                                       "built it cannot be checked; nothing was installed", hint=TRUST_HINT)
+                raise SignatureRefused(f"{where} comes from a shared store (a URL or a pull prefix) and no trusted "
+                                       "key is configured, so who built it cannot be checked; nothing was installed "
+                                       "(only a local file you name is unpacked without trusted keys)",
+                                       hint=TRUST_HINT)
             warn = (f"{where} is signed, but no trusted key is configured: the signature was not checked"
                     if signature is not None else f"{where} is not signed")
             return "not checked (a local file, no trusted key)", [
-                f"{warn}; unpacking it as a local file you chose (pass --trusted-key to require a signature)"]
+                f"{warn}; no trusted key is configured, so it is unpacked as a local file you chose (a URL or a "
+                "pull prefix would be refused; pass --trusted-key to require a signature)"]
         if signature is None:
             raise SignatureRefused(f"{where} is not signed (no {SIGNATURE_SUFFIX} beside it) and trusted keys are "
                                    "configured; nothing was installed",
@@ -244,17 +251,39 @@ def _signature_doc(data: bytes, where: str) -> dict[str, Any]:
         raise SignatureRefused(exc.message, hint=exc.hint) from None
 
 
+def _trusted_paths(trusted: tuple[str, ...] | list[str], env) -> list[str]:
+    """The trusted key files; trust configured but naming no file (an empty --trusted-key, or the variable set to
+    "", ":" or blanks) is refused: it would otherwise read as "no trust configured", which installs a local file
+    unchecked."""
+    if trusted:
+        if any(not str(p).strip() for p in trusted):
+            raise InputError("--trusted-key was given an empty path: trust configured with no key file would check "
+                             "nobody's signature; nothing was installed",
+                             hint="pass --trusted-key FILE (the CI's .pub), once per trusted key")
+        return list(trusted)
+    value = env.get(TRUSTED_ENV)
+    if value is None:
+        return []
+    paths = [p for p in value.split(":") if p.strip()]
+    if not paths:
+        raise InputError(f"{TRUSTED_ENV} is set but names no key file ({value!r}): trust configured with no key "
+                         "would check nobody's signature; nothing was installed",
+                         hint=f"set {TRUSTED_ENV} to the .pub file(s), ':'-separated, or pass --trusted-key FILE; "
+                              "unset it only to unpack a local file you built yourself")
+    return paths
+
+
 def trust_from(trusted: tuple[str, ...] | list[str], allow_unsigned: bool,
-               environ: dict[str, str] | None = None) -> Trust:
-    """--trusted-key FILE... (else $DGPRECOMPILE_TRUSTED_KEYS, paths separated by ':') and --allow-unsigned."""
-    env = os.environ if environ is None else environ
-    paths = list(trusted) or [p for p in (env.get(TRUSTED_ENV) or "").split(":") if p]
+               environ: dict[str, str] | None = None, allow_rollback: bool = False) -> Trust:
+    """--trusted-key FILE... (else $DGPRECOMPILE_TRUSTED_KEYS, paths separated by ':'), --allow-unsigned and
+    --allow-rollback."""
+    paths = _trusted_paths(trusted, os.environ if environ is None else environ)
     if paths and allow_unsigned:
         where = "--trusted-key" if trusted else TRUSTED_ENV
         raise InputError(f"--allow-unsigned and trusted keys ({where}) contradict each other: with trusted keys a "
                          "signature by one of them is always required",
                          hint=f"drop --allow-unsigned, or (for an artifact you built yourself) unset {TRUSTED_ENV}")
-    trust = Trust(allow_unsigned=allow_unsigned)
+    trust = Trust(allow_unsigned=allow_unsigned, allow_rollback=allow_rollback)
     for path in paths:
         key = load_public_key(path)
         fp = key_fingerprint(key)
@@ -286,16 +315,19 @@ def generate_key_pair(directory: str | Path) -> KeyPair:
             raise InputError(f"{p} already exists; a key is never overwritten",
                              hint="pass another DIR, or move the old pair away first (nodes that trust it keep "
                                   "accepting what it signed until you remove it from their trusted keys)")
-    if directory.exists() and not directory.is_dir():
+    existed = directory.exists()
+    if existed and not directory.is_dir():
         raise InputError(f"{directory} is not a directory", hint="pass a directory for the key pair")
     key = ed25519.Ed25519PrivateKey.generate()
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                             serialization.NoEncryption())
     pub = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     directory.mkdir(parents=True, exist_ok=True)
+    if not existed:  # under umask 002 a new directory is group-writable: nodes would refuse the .pub in it
+        directory.chmod(0o755)
     create_new_file(private, pem, mode=0o600)
     try:
-        create_new_file(public, pub)
+        create_new_file(public, pub, mode=0o644)  # never group-writable, whatever the umask: a trusted key
     except BaseException:
         private.unlink(missing_ok=True)
         raise

@@ -121,6 +121,8 @@ def _pull_first(out: Output, plan: Plan, cache_dir: str | None, pull_from: str, 
     pulled = pull(plan, store, pull_from, num_sms=num_sms, trust=trust, replace_changed=replace_changed)
     for warning in pulled.warnings:
         out.warn(warning)
+    for note in pulled.notes:
+        out.info(note)
     out.info(pulled.stats_line())  # stderr: stdout is the job's
     if pulled.return_code:
         if not allow_missing:

@@ -180,7 +180,8 @@ def cache_dir_option(func):
 
 
 def trust_options(func):
-    """--trusted-key FILE (repeatable) and --allow-unsigned; passes ``trust`` (cache.signing.Trust) to the command.
+    """--trusted-key FILE (repeatable), --allow-unsigned and --allow-rollback; passes ``trust`` (cache.signing.Trust)
+    to the command.
     The keys are loaded (and `cryptography` imported) only when some are given."""
 
     @click.option("--trusted-key", "trusted_keys", multiple=True, type=click.Path(dir_okay=False), metavar="FILE",
@@ -188,11 +189,14 @@ def trust_options(func):
                        "rotation). Default: $DGPRECOMPILE_TRUSTED_KEYS (paths separated by ':').")
     @click.option("--allow-unsigned", is_flag=True,
                   help="Install an artifact without checking who built it (only for artifacts you built yourself).")
+    @click.option("--allow-rollback", is_flag=True,
+                  help="Install an artifact older than the newest this cache installed for its fingerprint "
+                       "(refused by default: a replayed old build).")
     @functools.wraps(func)
-    def wrapper(*args, trusted_keys, allow_unsigned, **kwargs):
+    def wrapper(*args, trusted_keys, allow_unsigned, allow_rollback, **kwargs):
         from dgprecompile.cache.signing import trust_from
 
-        return func(*args, trust=trust_from(trusted_keys, allow_unsigned), **kwargs)
+        return func(*args, trust=trust_from(trusted_keys, allow_unsigned, allow_rollback=allow_rollback), **kwargs)
 
     return wrapper
 

@@ -78,7 +78,8 @@ def command(plan_request, manifest, config, cache_dir, source, nvcc, replace_cha
     download it once. A prefix is a store others may write: the artifact must carry a signature
     (<object>.sig) by a trusted key (--trusted-key, repeatable, or $DGPRECOMPILE_TRUSTED_KEYS), checked
     before the download and again before anything is installed; without trusted keys a pull installs
-    nothing unless --allow-unsigned. Exit 0 when the cache is complete afterwards, 5 when the prefix holds
+    nothing unless --allow-unsigned. An artifact older than the newest build this cache installed for its
+    fingerprint (a replayed old one) is refused unless --allow-rollback. Exit 0 when the cache is complete afterwards, 5 when the prefix holds
     no artifact for this fingerprint, 1 when the artifact does not cover the plan (or an entry here differs
     from it: --replace-changed), 2 for a bad or untrusted artifact, 3 for I/O errors.
     Credentials come from the backend's standard sources (for S3: AWS_* variables, ~/.aws, roles).
@@ -97,6 +98,8 @@ def command(plan_request, manifest, config, cache_dir, source, nvcc, replace_cha
                   replace_changed=replace_changed)
     for warning in report.warnings:
         out.warn(warning)
+    for note in report.notes:
+        out.info(note)
     out.report(report, render)
     if out.json_mode:
         render_problem(out, report)  # the reason on stderr too: one `error:` line whatever the mode

@@ -34,6 +34,8 @@ def command(artifact, cache_dir, force, nvcc, num_sms, replace_changed, trust, o
     with the differing fields unless --force). Who built it: with trusted keys (--trusted-key or
     $DGPRECOMPILE_TRUSTED_KEYS) the artifact's signature (ARTIFACT.sig beside it) must be by one of them; a URL
     needs trusted keys or --allow-unsigned; a local file without trusted keys is unpacked with a warning.
+    Trust configured but naming no file (the variable set to "" or ":") is refused. An artifact older than the
+    newest build this cache installed for its fingerprint is refused unless --allow-rollback.
     Entries are installed whole, one rename each; an existing entry that differs from the artifact's refuses
     the unpack (exit 1) unless --replace-changed. On any failure the cache is left as it was. Exit 2 for a
     bad or untrusted artifact (unsigned, unknown key, a signature that does not cover its manifest).
@@ -61,6 +63,8 @@ def command(artifact, cache_dir, force, nvcc, num_sms, replace_changed, trust, o
     for name in result.kept:
         out.warn(f"kept the existing {name}: another process installed a different one meanwhile")
     out.info(f"origin: {result.signature}")
+    for note in result.notes:
+        out.info(note)
     return out.report(result, render)
 
 
