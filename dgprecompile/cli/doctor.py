@@ -21,6 +21,9 @@ def _rlimit(text: str | None) -> tuple[int | None, int | None] | None:
     return value, value
 
 
+PATH_OPTION = "--cache-dir"  # where this command is told to write: named in the hint of a file error
+
+
 @click.command("doctor")
 @plan_options
 @click.option("--ranks", type=click.IntRange(min=1), default=8, show_default=True,

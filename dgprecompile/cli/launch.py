@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from dgprecompile.planning.plan import Plan, PlanRequest
 
 
+PATH_OPTION = "--cache-dir"  # where this command is told to write: named in the hint of a file error
+
+
 @click.command("launch", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @plan_options
 @cache_dir_option

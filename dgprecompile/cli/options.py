@@ -210,3 +210,22 @@ def signing_key_option(func):
         return func(*args, signing_key=signing_key_from(signing_key), **kwargs)
 
     return wrapper
+
+
+def output_in_a_folder(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Click callback for ``-o FILE``: the file's folder must exist, or be one new folder in an existing one (as
+    `mkdir` makes it: `-o out/x` in a fresh checkout); a deeper missing path is a typo, refused before any work
+    rather than created (a whole tree at the filesystem root, as root)."""
+    from dgprecompile.cache.remote import is_url
+
+    if value is None or is_url(value):
+        return value
+    parent = Path(value.replace("{fingerprint}", "x")).expanduser().parent
+    option = param.opts[0] if param.opts else "-o"
+    if parent.exists() and not parent.is_dir():
+        raise InputError(f"cannot write {value}: {parent} is not a folder",
+                         hint=f"pass {option} a path in an existing folder")
+    if not parent.exists() and not parent.parent.is_dir():
+        raise InputError(f"cannot write {value}: its folder {parent} does not exist, nor {parent.parent}",
+                         hint=f"create it first (mkdir -p {parent}), or pass {option} a path in an existing folder")
+    return value

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from dgprecompile.cli.options import output_options, plan_options, resolve_plan
+from dgprecompile.cli.options import output_in_a_folder, output_options, plan_options, resolve_plan
+from dgprecompile.errors import os_error
 from dgprecompile.output import Output, styled
 from dgprecompile.planning.manifest import dump_yaml, write_manifest
 from dgprecompile.planning.plan import Plan
@@ -72,13 +73,17 @@ def render_plan(out: Output, plan: Plan, show_buckets: bool) -> None:
         out.note(note)
 
 
+PATH_OPTION = "-o"  # where this command is told to write: named in the hint of a file error
+
+
 @click.command("plan")
 @plan_options
 @click.option("--format", "fmt", type=click.Choice(["table", "yaml", "json"]), default="table",
               help="Output format on stdout (--json is the same as --format json).")
 @click.option("--buckets", "show_buckets", is_flag=True, help="Table format: list every m-bucket too.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-              help="Write the plan as a YAML manifest for warm/verify/pack/launch.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, callback=output_in_a_folder,
+              help="Write the plan as a YAML manifest for warm/verify/pack/launch (its folder must exist, or be one "
+                   "new folder in an existing one).")
 @click.option("--from-trace", "from_trace", type=click.Path(file_okay=False), default=None,
               help="Plan the calls recorded by `launch --trace DIR` (m range = observed min..max per key).")
 @output_options
@@ -103,5 +108,8 @@ def command(plan_request, manifest, config, fmt, show_buckets, output, from_trac
     else:
         render_plan(out, plan, show_buckets)
     if output:
-        write_manifest(plan, Path(output))
+        try:
+            write_manifest(plan, Path(output))
+        except OSError as exc:  # name the file asked for, not the temporary file beside it
+            raise os_error(OSError(exc.errno, exc.strerror, output), "write", PATH_OPTION) from None
         out.info(f"manifest written to {output}")

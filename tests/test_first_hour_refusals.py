@@ -1,0 +1,120 @@
+"""The first hour (issue 29 item 9): each mistake a new user makes is one `error:` line, a `hint:` naming an option
+the command really has, and the right exit code; the real CLI in a real subprocess."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import LEGACY_NVCC, PLAN, _legacy_toolchain_missing, tree_hash, warm_once
+
+UNSHARE = shutil.which("unshare")
+
+
+def _env(env=None) -> dict:
+    return {**os.environ, "COLUMNS": "80", **(env or {})}
+
+
+def cli(*args, env=None, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dgprecompile", *args], capture_output=True, text=True,
+                          timeout=120, env=_env(env), cwd=cwd)
+
+
+def one_error(proc, code: int, *words: str, option: str | None = None) -> str:
+    """The refusal shape: exit ``code``, exactly one error line (the first of stderr) and a hint naming
+    ``option``, no traceback; returns the hint."""
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    errors = [x for x in lines if x.startswith("error: ")]
+    assert len(errors) == 1, proc.stderr
+    hints = [x for x in lines if x.startswith("hint: ")]
+    assert len(hints) == 1, proc.stderr
+    assert all(x.startswith(("error: ", "hint: ", "warning: ", "note: ")) or x.startswith("sglang profile")
+               for x in lines), proc.stderr
+    for word in words:
+        assert word in errors[0], proc.stderr
+    if option is not None:
+        assert option in hints[0], proc.stderr
+    return hints[0]
+
+
+# ---- a read-only filesystem: exit 3, "Read-only file system", the command's own option ------------------------
+
+
+def _read_only(folder: Path, *args) -> subprocess.CompletedProcess:
+    """`dgprecompile ARGS` in a mount namespace where ``folder`` is a read-only bind mount of itself."""
+    script = ('mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"')
+    return subprocess.run([UNSHARE, "-rm", "sh", "-c", script, str(folder), sys.executable, "-m", "dgprecompile",
+                           *args], capture_output=True, text=True, timeout=120, env=_env())
+
+
+@pytest.fixture
+def ro_folder(tmp_path) -> Path:
+    if UNSHARE is None or subprocess.run([UNSHARE, "-rm", "true"], capture_output=True).returncode != 0:
+        pytest.skip("needs unshare with user and mount namespaces")
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory) -> Path:
+    cache = warm_once(tmp_path_factory)
+    path = tmp_path_factory.mktemp("artifact") / "a.tar.gz"
+    proc = cli("pack", *PLAN, "--cache-dir", str(cache), "-o", str(path), "-q")
+    assert proc.returncode == 0, proc.stderr
+    return path
+
+
+@pytest.mark.skipif(_legacy_toolchain_missing() is not None, reason="needs the legacy DeepGEMM and nvcc")
+@pytest.mark.parametrize("target", ["ro", "ro/new-cache"])
+def test_warm_into_a_read_only_mount_says_so_exit_3(ro_folder, target):
+    proc = _read_only(ro_folder, "warm", *PLAN, "--nvcc", LEGACY_NVCC,
+                      "--cache-dir", str(ro_folder.parent / target))
+    hint = one_error(proc, 3, "Read-only file system", option="--cache-dir")
+    assert "chmod" not in hint and "permission denied" not in proc.stderr
+
+
+def test_unpack_into_a_read_only_mount_says_so_exit_3(ro_folder, artifact):
+    before = tree_hash(ro_folder)
+    proc = _read_only(ro_folder, "unpack", str(artifact), "--allow-unsigned", "--cache-dir", str(ro_folder / "c"))
+    hint = one_error(proc, 3, "Read-only file system", option="--cache-dir")
+    assert "chmod" not in hint
+    assert tree_hash(ro_folder) == before
+
+
+@pytest.mark.parametrize("command, option", [
+    (["keygen", "RO/keys"], "DIRECTORY"),
+    (["plan", *PLAN, "-o", "RO/plan.yaml"], "(-o)"),
+    (["pack", *PLAN, "--cache-dir", "CACHE", "-o", "RO/a.tar.gz"], "(-o)"),
+])
+def test_writing_into_a_read_only_folder_names_the_commands_own_option(ro_folder, tmp_path_factory, command,
+                                                                        option):
+    cache = str(warm_once(tmp_path_factory)) if "CACHE" in command else ""
+    argv = [a.replace("RO", str(ro_folder)).replace("CACHE", cache) for a in command]
+    proc = _read_only(ro_folder, *argv)
+    hint = one_error(proc, 3, "Read-only file system", str(ro_folder), option=option)
+    assert "--cache-dir" not in hint, hint
+    assert ".tmp" not in proc.stderr, proc.stderr  # the file asked for, not the temporary one beside it
+
+
+# ---- -o into a folder that is not there ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [["plan", *PLAN], ["pack", *PLAN, "--cache-dir", "TMP/none"]])
+def test_output_into_a_missing_folder_is_refused_and_not_created(tmp_path, command):
+    argv = [a.replace("TMP", str(tmp_path)) for a in command]
+    proc = cli(*argv, "-o", str(tmp_path / "nonexistent" / "dir" / "out.yaml"))
+    one_error(proc, 2, "does not exist", option="-o")
+    assert not (tmp_path / "nonexistent").exists()
+
+
+def test_output_into_one_new_folder_is_made_as_mkdir_would(tmp_path):
+    proc = cli("plan", *PLAN, "-o", "out/plan.yaml", "-q", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out" / "plan.yaml").is_file()
