@@ -3,6 +3,7 @@ the command really has, and the right exit code; the real CLI in a real subproce
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -118,3 +119,17 @@ def test_output_into_one_new_folder_is_made_as_mkdir_would(tmp_path):
     proc = cli("plan", *PLAN, "-o", "out/plan.yaml", "-q", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "out" / "plan.yaml").is_file()
+
+
+# ---- launch --json: the report is the only thing on stdout ---------------------------------------------------
+
+
+def test_launch_json_keeps_the_jobs_stdout_off_stdout(tmp_path):
+    proc = cli("launch", *PLAN, "--cache-dir", str(tmp_path / "c"), "--allow-missing", "--json", "--",
+               "sh", "-c", "echo said-by-the-job; echo and-its-child >&1", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)  # nothing before or after it
+    assert report["exit_code"] == 0
+    assert "said-by-the-job" in proc.stderr and "and-its-child" in proc.stderr
+    help_text = cli("launch", "--help").stdout
+    assert "the job's stdout goes to stderr" in " ".join(help_text.split())

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import shlex
-from collections.abc import Mapping
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -65,6 +68,7 @@ def command(plan_request, manifest, config, cache_dir, shared_cache, strict, all
     killed after --kill-grace seconds, and the job never outlives the launcher (even a `kill -9` of it).
     Strict: a Python process of the job running without the guard (a wrapper that resets PYTHONPATH), or a
     cache entry compiled during the run, fails the launch (exit 1 where the job itself exited 0).
+    With --json the report is the only thing on stdout: the job's stdout goes to stderr.
 
     \b
     Examples:
@@ -93,7 +97,27 @@ def command(plan_request, manifest, config, cache_dir, shared_cache, strict, all
                                             trace_dir=trace_dir, misses_path=misses_path, manifest=manifest,
                                             model_arg=plan_request.model, kill_grace=kill_grace, capture=capture))
     render_prepared(out, prepared)
-    return out.report(run_launch(prepared), render_result)
+    with _job_stdout_to_stderr(out.json_mode):
+        result = run_launch(prepared)
+    return out.report(result, render_result)
+
+
+@contextmanager
+def _job_stdout_to_stderr(active: bool) -> Iterator[None]:
+    """Under --json the job's stdout (file descriptor 1, which every process of it inherits) is our stderr, so
+    the report is the only thing on stdout; restored for the report."""
+    if not active:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _job_and_plan(out: Output, given: list[str], config: Mapping[str, Any], plan_request: PlanRequest,
