@@ -133,3 +133,19 @@ def test_launch_json_keeps_the_jobs_stdout_off_stdout(tmp_path):
     assert "said-by-the-job" in proc.stderr and "and-its-child" in proc.stderr
     help_text = cli("launch", "--help").stdout
     assert "the job's stdout goes to stderr" in " ".join(help_text.split())
+
+
+# ---- a URL that cannot be what the user meant ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url, words", [
+    ("file://tmp/x", ("'file://tmp/x' names the host 'tmp'",)),
+    ("ftp://example.org/x", ("ftp://example.org/x", "unknown URL scheme ftp://")),
+])
+def test_pull_from_a_url_that_cannot_work_is_bad_input_naming_the_url(tmp_path, url, words):
+    proc = cli("pull", *PLAN, "--from", url, "--cache-dir", str(tmp_path / "c"), "--allow-unsigned")
+    hint = one_error(proc, 2, *words)
+    assert "fingerprint" not in proc.stderr and "Name or service" not in proc.stderr, proc.stderr
+    if url.startswith("file:"):
+        assert "file:///tmp/x" in hint
+    assert not (tmp_path / "c").exists()
