@@ -149,3 +149,57 @@ def test_pull_from_a_url_that_cannot_work_is_bad_input_naming_the_url(tmp_path, 
     if url.startswith("file:"):
         assert "file:///tmp/x" in hint
     assert not (tmp_path / "c").exists()
+
+
+# ---- nvcc that is not nvcc, CUDA_HOME that is not there ------------------------------------------------------
+
+needs_legacy_warm = pytest.mark.skipif(_legacy_toolchain_missing() is not None,
+                                       reason="needs the legacy DeepGEMM and nvcc")
+
+
+@needs_legacy_warm
+def test_an_nvcc_that_is_not_nvcc_is_one_line_exit_3(tmp_path):
+    proc = cli("warm", *PLAN, "--cache-dir", str(tmp_path / "c"), "--nvcc", "/usr/bin/true")
+    one_error(proc, 3, "/usr/bin/true is not nvcc", option="--nvcc")
+    assert "GPL" not in proc.stderr and "WARRANTY" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) <= 3, proc.stderr  # the profile line, error, hint
+
+
+@needs_legacy_warm
+def test_cuda_home_naming_no_directory_is_refused(tmp_path):
+    proc = cli("warm", *PLAN, "--cache-dir", str(tmp_path / "c"), env={"CUDA_HOME": str(tmp_path / "nonexistent")})
+    one_error(proc, 2, "CUDA_HOME=", "is not a directory", option="--nvcc")
+    assert not (tmp_path / "c").exists()
+
+
+# ---- numbers and flags accepted silently before -------------------------------------------------------------
+
+
+@needs_legacy_warm
+def test_warm_jobs_0_is_refused(tmp_path):
+    proc = cli("warm", *PLAN, "--cache-dir", str(tmp_path / "c"), "--jobs", "0")
+    one_error(proc, 2, "--jobs must be at least 1", option="--jobs")
+
+
+@needs_legacy_warm
+def test_warm_gpus_on_the_gpu_free_backend_is_one_warning(tmp_path_factory, tmp_path):
+    cache = shutil.copytree(warm_once(tmp_path_factory), tmp_path / "c", symlinks=True)
+    proc = cli("warm", *PLAN, "--cache-dir", str(cache), "--nvcc", LEGACY_NVCC, "--gpus", "9")
+    assert proc.returncode == 0, proc.stderr
+    said = [x for x in proc.stderr.splitlines() if "--gpus" in x]
+    assert said == ["warning: --gpus is ignored: the legacy backend compiles without a GPU"], proc.stderr
+
+
+@pytest.mark.parametrize("args, words, option", [
+    (["--chunked-prefill-size", "-5"], ("--chunked-prefill-size -5",), "--chunked-prefill-size"),
+    (["--chunked-prefill-size", "0"], ("--chunked-prefill-size 0",), "--chunked-prefill-size"),
+    (["--format", "yaml", "--json"], ("--format yaml and --json",), "--format"),
+])
+def test_plan_refuses_what_it_took_silently(args, words, option):
+    proc = cli("plan", *PLAN, *args)
+    one_error(proc, 2, *words, option=option)
+    assert proc.stdout == ""
+
+
+def test_plan_takes_chunked_prefill_off():
+    assert cli("plan", *PLAN, "--chunked-prefill-size", "-1", "-q").returncode == 0

@@ -61,6 +61,14 @@ def _through_option_types(config: dict[str, Any], path: str | None) -> dict[str,
     return out
 
 
+def _chunked_prefill_size(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    """SGLang's values: a positive size, or -1 for chunked prefill off; another number is a typo, not "off"."""
+    if value is not None and value < 1 and value != -1:
+        raise InputError(f"--chunked-prefill-size {value}: SGLang takes a positive size, or -1 for chunked "
+                         "prefill off", hint="pass --chunked-prefill-size -1 (off) or a size such as 8192")
+    return value
+
+
 def plan_options(func):
     """--manifest / --config and the plan inputs; passes `plan_request`, `manifest`, `config` to the command."""
 
@@ -92,7 +100,9 @@ def plan_options(func):
                   help="Plan each key and the m range SGLang calls it with, without the kernel model: `warm` then "
                        "lets the installed DeepGEMM choose for every m, on a GPU (--backend sweep).")
     @click.option("--chunked-prefill-size", type=click.IntRange(max=MAX_M), default=None,
-                  help="Serving: SGLang's --chunked-prefill-size (sets the largest m as SGLang's precompile does).")
+                  callback=_chunked_prefill_size,
+                  help="Serving: SGLang's --chunked-prefill-size (sets the largest m as SGLang's precompile does; "
+                       "-1: chunked prefill off).")
     @click.option("--gpu", default=None, type=click.Choice(list(gpu_sms()), case_sensitive=False),
                   help="GPU model (sets the SM count).")
     @click.option("--num-sms", type=click.IntRange(min=2), default=None, help="SM count the kernels are chosen for (default 132).")

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from dgprecompile.cli.options import output_in_a_folder, output_options, plan_options, resolve_plan
-from dgprecompile.errors import os_error
+from dgprecompile.errors import InputError, os_error
 from dgprecompile.output import Output, styled
 from dgprecompile.planning.manifest import dump_yaml, write_manifest
 from dgprecompile.planning.plan import Plan
@@ -99,6 +99,8 @@ def command(plan_request, manifest, config, fmt, show_buckets, output, from_trac
       dgprecompile plan --model ./my-model/ --specforge-cmd "torchrun ... --tp-size 8 --ep-size 8" -o plan.yaml
       dgprecompile plan --from-trace traces/ --sglang 0.5.14 -o plan.yaml
     """
+    if out.json_mode and fmt == "yaml":
+        raise InputError("--format yaml and --json contradict each other", hint="pass --format yaml or --json")
     plan = resolve_plan(plan_request, manifest, trace=from_trace)
     out.info("sglang profile ", styled(plan.profile.id, "bold"), f" ({plan.profile_reason}): {plan.profile.summary}")
     if fmt == "json" or out.json_mode:
