@@ -217,3 +217,20 @@ def test_verify_for_another_sm_count_says_what_differs(tmp_path_factory):
     assert "--num-sms 132" in hint
     proc = cli("verify", *PLAN, "--cache-dir", cache, "--num-sms", "78")
     one_error(proc, 1, "incomplete: 2/4 kernels ok; 2 missing; fingerprint differs in num_sms (built for 132, here 78)")
+
+
+# ---- plan's family table is the profile's own -------------------------------------------------------------------
+
+
+def test_plan_for_an_older_sglang_prints_no_other_releases_family_table():
+    proc = cli("plan", "--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8", "--sglang", "0.5.1")
+    assert proc.returncode == 0, proc.stderr
+    assert "0.5.14" not in proc.stdout and "fused_moe_kernel" not in proc.stdout, proc.stdout
+    assert "other JIT families" not in proc.stdout
+    assert "were read for sglang 0.5.14 only, not for sglang 0.5.0-0.5.1" in " ".join(proc.stderr.split())
+    # 0.5.14 with the DeepGEMM MoE runner plans no Triton MoE item: the table has no Triton MoE row
+    proc = cli("plan", "--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8", "--sglang", "0.5.14",
+               "--moe-runner-backend", "deep_gemm")
+    assert "other JIT families" in proc.stdout and "fused_moe_kernel" not in proc.stdout, proc.stdout
+    proc = cli("plan", "--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8", "--sglang", "0.5.14")
+    assert "fused_moe_kernel" in proc.stdout

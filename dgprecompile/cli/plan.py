@@ -64,11 +64,15 @@ def render_plan(out: Output, plan: Plan, show_buckets: bool) -> None:
                     f"{t.device_name} (sm_{t.capability})", "\n".join(t.layers)] for t in plan.triton_moe.values()])
     from dgprecompile.families import coverage
 
-    table = coverage()
-    out.table(f"other JIT families at the first forward ({table['read_from']})",
-              ["family", "kernels", "covered by", "strict"],
-              [[r["family"], r["what"], f"{r['cover']}: {r['how']}", r["strict"]] for r in table["rows"]],
-              no_wrap=("family",))
+    table = coverage(plan.profile, {"triton_moe"} if plan.triton_moe else set())
+    if table is None:
+        out.note(f"other JIT families at the first forward (Triton, FlashInfer, inductor, CuTe-DSL) were read for "
+                 f"sglang {coverage()['read_for']} only, not for sglang {plan.profile.id}: not listed")
+    else:
+        out.table(f"other JIT families at the first forward ({table['read_from']})",
+                  ["family", "kernels", "covered by", "strict"],
+                  [[r["family"], r["what"], f"{r['cover']}: {r['how']}", r["strict"]] for r in table["rows"]],
+                  no_wrap=("family",))
     for note in plan.notes:
         out.note(note)
 
