@@ -234,3 +234,43 @@ def test_plan_for_an_older_sglang_prints_no_other_releases_family_table():
     assert "other JIT families" in proc.stdout and "fused_moe_kernel" not in proc.stdout, proc.stdout
     proc = cli("plan", "--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8", "--sglang", "0.5.14")
     assert "fused_moe_kernel" in proc.stdout
+
+
+# ---- tables at 80 columns, piped: no word split inside a parenthesis; doctor's fix column filled --------------
+
+
+def _piped(*args) -> subprocess.CompletedProcess:
+    env = _env()
+    env.pop("TERM", None)
+    return subprocess.run([sys.executable, "-m", "dgprecompile", *args], capture_output=True, text=True, env=env,
+                          timeout=120)
+
+
+def test_plan_title_at_80_columns_keeps_its_parenthesis_whole():
+    proc = _piped("plan", "--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8", "--sglang", "0.5.1")
+    assert proc.returncode == 0, proc.stderr
+    assert "(sgl-kernel 0.3.5, 132 SMs)" in proc.stdout.splitlines()[1], proc.stdout
+    assert all(len(line) <= 80 for line in proc.stdout.splitlines()[:2])
+
+
+def test_doctor_at_80_columns_keeps_ulimit_u_whole_and_has_no_empty_fix_column():
+    proc = _piped("doctor", "--sglang", "0.5.1", "--ranks", "8", "--rlimit-nproc", "100000")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert any("(ulimit -u)" in line for line in lines), proc.stdout
+    assert not any("(ulimit" in line and "-u)" not in line for line in lines), proc.stdout
+    assert " fix " not in lines[1], proc.stdout  # nothing to fix: no empty column
+    assert max(len(line) for line in lines if "│" in line or "┃" in line) <= 80
+
+
+def test_doctor_names_a_fix_for_every_problem_row(tmp_path):
+    empty = str(tmp_path)  # nothing readable under the proc and sys roots: every limit unknown; 40 tasks: a failure
+    proc = _piped("doctor", "--sglang", "0.5.1", "--ranks", "8", "--proc-root", empty, "--sys-root", empty,
+                  "--rlimit-nproc", "40", "--json")
+    checks = json.loads(proc.stdout)["checks"]
+    problems = [c for c in checks if c["mark"] in ("warn", "fail")]
+    assert len(problems) >= 4, checks
+    assert all(c["fix"] for c in problems), [c for c in problems if not c["fix"]]
+    shown = _piped("doctor", "--sglang", "0.5.1", "--ranks", "8", "--proc-root", empty, "--sys-root", empty,
+                   "--rlimit-nproc", "40")
+    assert "check kernel.pid_max by hand" in " ".join(shown.stdout.split()), shown.stdout
