@@ -69,6 +69,12 @@ def _chunked_prefill_size(ctx: click.Context, param: click.Parameter, value: int
     return value
 
 
+CHUNKED_PREFILL_OPTION = click.option(
+    "--chunked-prefill-size", type=click.IntRange(max=MAX_M), default=None, callback=_chunked_prefill_size,
+    help="Serving: SGLang's --chunked-prefill-size (sets the largest m as SGLang's precompile does; -1: chunked "
+         "prefill off).")
+
+
 def plan_options(func):
     """--manifest / --config and the plan inputs; passes `plan_request`, `manifest`, `config` to the command."""
 
@@ -99,10 +105,7 @@ def plan_options(func):
     @click.option("--keys-only", "keys_only", is_flag=True, default=None,
                   help="Plan each key and the m range SGLang calls it with, without the kernel model: `warm` then "
                        "lets the installed DeepGEMM choose for every m, on a GPU (--backend sweep).")
-    @click.option("--chunked-prefill-size", type=click.IntRange(max=MAX_M), default=None,
-                  callback=_chunked_prefill_size,
-                  help="Serving: SGLang's --chunked-prefill-size (sets the largest m as SGLang's precompile does; "
-                       "-1: chunked prefill off).")
+    @CHUNKED_PREFILL_OPTION
     @click.option("--gpu", default=None, type=click.Choice(list(gpu_sms()), case_sensitive=False),
                   help="GPU model (sets the SM count).")
     @click.option("--num-sms", type=click.IntRange(min=2), default=None, help="SM count the kernels are chosen for (default 132).")
