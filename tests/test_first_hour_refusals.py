@@ -274,3 +274,28 @@ def test_doctor_names_a_fix_for_every_problem_row(tmp_path):
     shown = _piped("doctor", "--sglang", "0.5.1", "--ranks", "8", "--proc-root", empty, "--sys-root", empty,
                    "--rlimit-nproc", "40")
     assert "check kernel.pid_max by hand" in " ".join(shown.stdout.split()), shown.stdout
+
+
+# ---- make train outside a SpecForge checkout --------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_launch_config_outside_a_specforge_checkout_names_it_before_starting(tmp_path):
+    """`make train` = `launch --config train.yaml`: its command runs scripts/train_eagle3_sgl_online.py, which only
+    a SpecForge checkout has; eight ranks each failing to open it (and a torchrun traceback) became one line."""
+    proc = cli("launch", "--config", str(REPO / "train.yaml"), "--cache-dir", str(tmp_path / "c"), cwd=tmp_path)
+    hint = one_error(proc, 3, "scripts/train_eagle3_sgl_online.py", "SpecForge checkout", option="--config")
+    assert "SpecForge" in hint and "CONFIG=" in hint
+    assert "can't open file" not in proc.stderr and "torchrun" not in proc.stderr.split("error:")[0]
+    assert not (tmp_path / "c").exists()
+
+
+def test_launch_of_a_python_script_that_is_not_there_is_refused(tmp_path):
+    proc = cli("launch", *PLAN, "--allow-missing", "--cache-dir", str(tmp_path / "c"), "--",
+               sys.executable, "nothere.py", cwd=tmp_path)
+    one_error(proc, 2, "nothere.py does not exist", option="--")
+    (tmp_path / "here.py").write_text("print('ran')\n")
+    proc = cli("launch", *PLAN, "--allow-missing", "--cache-dir", str(tmp_path / "c"), "--",
+               sys.executable, "here.py", cwd=tmp_path)
+    assert proc.returncode == 0 and "ran" in proc.stdout, proc.stderr

@@ -128,11 +128,20 @@ def _job_and_plan(out: Output, given: list[str], config: Mapping[str, Any], plan
     argv, note = job_command(given, config, plan_request)
     if note:
         out.info(note)
+    from dgprecompile.launch.job_script import require_job_script
+
+    require_job_script(argv, _config_path() if not [a for a in given if a != "--"] else None)
     plan_request = request_for_job(plan_request, argv, manifest)
     plan = resolve_plan(plan_request, manifest)
     out.info(f"plan: {plan.model} tp={plan.tp} ep={plan.ep} sglang {plan.profile.id} "
              f"({plan.profile_reason}): {len(plan.kernels)} kernels")
     return argv, plan_request, plan
+
+
+def _config_path() -> str | None:
+    """The --config file of this command line (where a job from its `command:` came from)."""
+    params = click.get_current_context().params
+    return params.get("config_file") or None
 
 
 def _pull_first(out: Output, plan: Plan, cache_dir: str | None, pull_from: str, *, num_sms: int | None,
