@@ -299,3 +299,15 @@ def test_launch_of_a_python_script_that_is_not_there_is_refused(tmp_path):
     proc = cli("launch", *PLAN, "--allow-missing", "--cache-dir", str(tmp_path / "c"), "--",
                sys.executable, "here.py", cwd=tmp_path)
     assert proc.returncode == 0 and "ran" in proc.stdout, proc.stderr
+
+
+# ---- the README's featured server command in the venv `make setup` builds (sgl-kernel 0.3.5's DeepGEMM) -----------
+
+
+@needs_legacy_warm
+def test_warm_for_another_sglangs_deepgemm_names_the_package_and_version(tmp_path):
+    proc = cli("warm", "--sglang", "0.5.14", "--sglang-cmd", "python -m sglang.launch_server --model-path "
+               "Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 --tp 8 --ep 8", "--cache-dir", str(tmp_path / "c"))
+    hint = one_error(proc, 3, "the plan is for a sgl-deep-gemm-0.1 DeepGEMM", option="--sglang")
+    assert "pip install --no-deps sgl-deep-gemm==0.1.3" in hint, hint
+    assert "sgl-kernel 0.3.5" in hint

@@ -182,7 +182,8 @@ def _toolchain(plan: Plan, opts: WarmOptions):
     """(backend, DeepGEMM install, nvcc): what this machine compiles the plan with; refuses an nvcc below 12.3."""
     requested = _requested_backend(plan, opts.backend)
     install = find_deepgemm()
-    backend = backend_for(requested, install, plan.profile.generation)
+    backend = backend_for(requested, install, plan.profile.generation,
+                          f"{plan.profile.deepgemm_distribution}=={plan.profile.deepgemm_version}")
     assert install is not None
     nvcc = find_nvcc(opts.nvcc)
     if nvcc.release < (12, 3):
