@@ -311,3 +311,28 @@ def test_warm_for_another_sglangs_deepgemm_names_the_package_and_version(tmp_pat
     hint = one_error(proc, 3, "the plan is for a sgl-deep-gemm-0.1 DeepGEMM", option="--sglang")
     assert "pip install --no-deps sgl-deep-gemm==0.1.3" in hint, hint
     assert "sgl-kernel 0.3.5" in hint
+
+
+# ---- the README's kernel counts are what `plan` prints today ---------------------------------------------------
+
+SERVER = "python -m sglang.launch_server --model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 --tp 8 --ep 8"
+
+
+def _counts(*args) -> tuple[int, int, int]:
+    proc = cli("plan", "--sglang", "0.5.14", *args, "--json", "-q")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    return plan["total_kernels"], len(plan.get("sglang_jit_modules") or ()), len(plan.get("triton_moe") or ())
+
+
+def test_the_readmes_kernel_counts_are_what_plan_prints():
+    readme = " ".join((REPO / "README.md").read_text().split())
+    k, j, t = _counts("--sglang-cmd", SERVER, "--no-sglang-precompile")
+    k2, j2, t2 = _counts("--sglang-cmd", SERVER)
+    assert (f"with `--no-sglang-precompile` ({k} DeepGEMM kernels + {j} SGLang JIT modules; `plan` adds {t} Triton "
+            f"MoE item today, and without that option prints {k2} + {j2} + {t2})") in readme
+    k, j, _ = _counts("--sglang-cmd", f"{SERVER} --chunked-prefill-size -1 --context-length 262144 "
+                                      "--moe-runner-backend deep_gemm")
+    assert f'--moe-runner-backend deep_gemm"` makes ({k} DeepGEMM kernels + {j} SGLang JIT modules)' in readme
+    k, j, _ = _counts("--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8", "--moe-runner-backend", "deep_gemm")
+    assert f"({k} DeepGEMM kernels + 2 SGLang JIT modules then, 52 s; `plan` lists {k} + {j} today" in readme
