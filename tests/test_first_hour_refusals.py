@@ -336,3 +336,17 @@ def test_the_readmes_kernel_counts_are_what_plan_prints():
     assert f'--moe-runner-backend deep_gemm"` makes ({k} DeepGEMM kernels + {j} SGLang JIT modules)' in readme
     k, j, _ = _counts("--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8", "--moe-runner-backend", "deep_gemm")
     assert f"({k} DeepGEMM kernels + 2 SGLang JIT modules then, 52 s; `plan` lists {k} + {j} today" in readme
+
+
+# ---- nothing written outside the folders a command is given ----------------------------------------------------
+
+
+def test_a_non_strict_launch_that_missed_nothing_leaves_no_misses_file_in_the_working_directory(tmp_path):
+    proc = cli("launch", *PLAN, "--cache-dir", str(tmp_path / "c"), "--allow-missing", "--no-strict", "--",
+               "true", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "dgprecompile-misses.jsonl").exists()
+    asked = tmp_path / "m.jsonl"  # asked for by name, it is written (empty of calls)
+    proc = cli("launch", *PLAN, "--cache-dir", str(tmp_path / "c"), "--allow-missing", "--no-strict",
+               "--misses", str(asked), "--", "true", cwd=tmp_path)
+    assert proc.returncode == 0 and asked.is_file(), proc.stderr

@@ -42,7 +42,8 @@ PATH_OPTION = "--cache-dir"  # where this command is told to write: named in the
 @click.option("--trace", "trace_dir", type=click.Path(file_okay=False), default=None,
               help="Record every DeepGEMM call of every rank as JSON lines in DIR (for `plan --from-trace`).")
 @click.option("--misses", "misses_path", type=click.Path(dir_okay=False), default=None,
-              help="Non-strict: where to write the misses file (default ./dgprecompile-misses.jsonl).")
+              help="Non-strict: where to write the misses file (default ./dgprecompile-misses.jsonl, written only when "
+                   "something was missed or compiled).")
 @click.option("--pull", "pull_from", default=None, metavar="URL-PREFIX",
               help="First `dgprecompile pull --from URL-PREFIX`: fetch this machine's artifact unless the cache is "
                    "complete; launch only when it is. The artifact must be signed by a --trusted-key.")
