@@ -29,6 +29,9 @@ SK_DG := sglang-kernel==0.4.2 sgl-kernel==0.3.16.post3 sgl-kernel==0.3.9.post2 s
 # sglang 0.5.14 (SpecForge 0.2.0's pin) in a folder of its own, for the tests of its JIT modules (plan names, GPU-free
 # build with its own builders, strict refusal): the wheel with --no-deps plus only what its jit_kernel import chain
 # needs (about 370 MB). sgl-kernel, triton and torchvision are not installed: tests/standins stands in for them.
+# apache-tvm-ffi 0.1.11, not the 0.1.9 that sglang 0.5.14 and sgl-deep-gemm 0.1.3 pin: the version the H200 records
+# ran with (tests/data/*_h200.json). warm's install hint names the wheels' own pin (what `pip install sglang==0.5.14`
+# gets); the version is part of each module's directory name, so warm where the server's tvm-ffi is installed.
 SGL014 := $(VENV)/sglang-0.5.14
 SGL014_PKGS := sglang==0.5.14 apache-tvm-ffi==0.1.11 transformers==5.8.1 'huggingface-hub<2' 'tokenizers>=0.22,<=0.23.0' \
 	safetensors numpy psutil pillow anyio tqdm httpx httpcore h11 sentencepiece pydantic==2.11.10 pydantic-core==2.33.2 \

@@ -53,8 +53,9 @@ class CompileFailed(DGError):
     exit_code = EXIT_COMPILE_FAILED
 
 
-def os_error(exc: OSError, doing: str = "use") -> DGError:
-    """One user-facing error for a failed file operation: who may not do what where, and the fix."""
+def os_error(exc: OSError, doing: str = "use", option: str | None = None) -> DGError:
+    """One user-facing error for a failed file operation: who may not do what where, and the fix. ``option`` is
+    the command's own option (or argument) that names the path, for the hint; None names none."""
     import errno
     import os
 
@@ -64,9 +65,9 @@ def os_error(exc: OSError, doing: str = "use") -> DGError:
 
         message, hint = space_message(where if exc.filename else ".", exc.errno, doing=f"writing {where}")
         return EnvironmentProblem(message, hint)
-    if exc.errno == errno.EROFS:
-        return InputError(f"cannot {doing} {where}: the filesystem is mounted read-only",
-                          hint="pass --cache-dir (or -o) on a writable filesystem")
+    elsewhere = "choose a path on a writable filesystem" + (f" ({option})" if option else "")
+    if exc.errno == errno.EROFS:  # the machine's mount, not the user's words: exit 3, like an unwritable store
+        return EnvironmentProblem(f"cannot {doing} {where}: Read-only file system", hint=elsewhere)
     if exc.errno in (errno.EACCES, errno.EPERM):
         owner = ""
         try:
@@ -79,7 +80,8 @@ def os_error(exc: OSError, doing: str = "use") -> DGError:
             owner = f" ({path} is owned by {pwd.getpwuid(st.st_uid).pw_name}, mode {st.st_mode & 0o7777:04o})"
         except (OSError, KeyError, TypeError):
             pass
+        other = f", or choose a directory you own ({option})" if option else ""
         return InputError(f"permission denied: cannot {doing} {where}{owner}",
-                          hint="run as a user allowed to (the cache's owner, or a member of a group-writable cache: "
-                               "chmod -R g+rwX), or pass --cache-dir to a directory you own")
+                          hint="run as a user allowed to (the owner, or a member of a group-writable cache: "
+                               f"chmod -R g+rwX){other}")
     return InputError(f"cannot {doing} {where}: {exc.strerror or exc}", hint="check the path and its permissions")

@@ -202,11 +202,16 @@ def versions(families: tuple[CacheFamily, ...] = FAMILIES) -> dict[str, str | No
     return out
 
 
-def coverage() -> dict:
-    """The per-family coverage table `plan` prints (data/families.yaml)."""
+def coverage(profile=None, planned: frozenset[str] | set[str] = frozenset()) -> dict | None:
+    """The per-family coverage table `plan` prints (data/families.yaml): for ``profile`` (a planning Profile), None
+    where the table was not read for its sglang releases; rows of a planned family (``planned: triton_moe``) only
+    where the plan holds such items (``planned`` names the plan's non-empty sections)."""
     from dgprecompile.data import load_yaml
 
-    return load_yaml("families.yaml")
+    table = load_yaml("families.yaml")
+    if profile is not None and not profile.contains(table["read_for"]):
+        return None
+    return {**table, "rows": [r for r in table["rows"] if r.get("planned") in (None, *planned)]}
 
 
 @dataclass(frozen=True)

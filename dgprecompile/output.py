@@ -80,10 +80,14 @@ class Output:
         falls back to one group of ``name=value`` lines per row (see _plain_table).
         Cells are plain text (a str is printed as given); a ``styled()`` Text keeps its style."""
         console = self.err if to_stderr else self.out
-        cells = [[c if isinstance(c, Text) else Text(str(c)) for c in row] for row in rows]
-        plain = [[c.plain for c in row] for row in cells]
+        given = [list(row) for row in rows]
+        plain = [[c.plain if isinstance(c, Text) else str(c) for c in row] for row in given]
         whole = _unbreakable(list(columns), plain, no_wrap)
         widths = fit_columns(list(columns), plain, console.width, no_wrap)
+        # a text cell is folded here, at spaces outside short parentheses, so rich (which folds at any space)
+        # never has to: "(ulimit -u)" and "(sgl-kernel 0.3.5" stay on one line
+        cells = [[c if isinstance(c, Text) else Text(str(c) if widths is None or keep else _fold(str(c), width))
+                  for c, width, keep in zip(row, widths or [0] * len(row), whole, strict=False)] for row in given]
         if title:  # its own lines, wrapped at spaces only: a model path or a URL in it stays whole
             for line in _wrap_words(title, console.width):
                 console.print(Text(line), soft_wrap=True)
@@ -108,7 +112,7 @@ class Output:
         for row in cells:
             lines: list[str] = []
             for col, cell, keep in zip(columns, row, whole, strict=False):
-                value = ", ".join(cell.splitlines())
+                value = _keep_parentheses(", ".join(cell.splitlines()))
                 if keep:
                     value = value.replace(" ", _NBSP)
                 field = f"{col.replace(' ', _NBSP)}={value}" if col else value
@@ -157,9 +161,35 @@ _NBSP = "\u00a0"
 _NUMBER = re.compile(r"^[-+]?\d[\d.,:]*(\.\.\d[\d.,]*)?( ?(s|ms|min|B|KB|MB|GB|KiB|MiB|GiB|%|x))?$")
 
 
+_SHORT_PARENTHESIS = re.compile(r"\([^()\n]{1,30}\)")
+
+
+def _keep_parentheses(text: str) -> str:
+    """``text`` with the spaces inside short parentheses made unbreakable (``_NBSP``): "(ulimit -u)" is one word."""
+    return _SHORT_PARENTHESIS.sub(lambda m: m.group(0).replace(" ", _NBSP), text)
+
+
 def _wrap_words(text: str, width: int) -> list[str]:
-    """``text`` in lines of at most ``width``, broken at spaces only (a longer word stays whole on its line)."""
-    return textwrap.wrap(text, width=max(width, 20), break_long_words=False, break_on_hyphens=False) or [""]
+    """``text`` in lines of at most ``width``, broken at spaces only, never inside a short parenthesis (a longer
+    word stays whole on its line)."""
+    lines = textwrap.wrap(_keep_parentheses(text), width=max(width, 20), break_long_words=False,
+                          break_on_hyphens=False)
+    return [line.replace(_NBSP, " ") for line in lines] or [""]
+
+
+def _fold(cell: str, width: int) -> str:
+    """A table cell's text folded to ``width`` as _wrap_words folds, each of its own lines on its own."""
+    out = []
+    for line in cell.splitlines() or [""]:
+        lines = textwrap.wrap(_keep_parentheses(line), width=max(width, 1), break_long_words=False,
+                              break_on_hyphens=False)
+        out += [x.replace(_NBSP, " ") for x in lines] or [""]
+    return "\n".join(out)
+
+
+def _words(line: str) -> list[str]:
+    """The pieces a cell may fold between: split at spaces, a short parenthesis whole."""
+    return [w for w in re.split(r"[ \t]+", _keep_parentheses(line)) if w]
 
 
 def _unbreakable(columns: list[str], rows: list[list[str]], no_wrap: Sequence[str]) -> list[bool]:
@@ -176,7 +206,7 @@ def fit_columns(columns: list[str], rows: list[list[str]], width: int, no_wrap: 
     for i, col in enumerate(columns):
         lines = [ln for r in rows for ln in r[i].splitlines()] + col.split("\n")
         nat = max((len(ln) for ln in lines), default=1) or 1
-        words = [w for ln in lines for w in ln.split()] or [""]
+        words = [w for ln in lines for w in _words(ln)] or [""]
         header_words = max((len(w) for w in col.split()), default=0)
         natural.append(nat)
         cell_lines = [ln for r in rows for ln in r[i].splitlines()]

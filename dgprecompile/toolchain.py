@@ -69,12 +69,17 @@ def probe_nvcc(path: str) -> Nvcc:
         proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise EnvironmentProblem(f"cannot run nvcc at {path}: {exc}") from None
-    if proc.returncode != 0 or "release" not in proc.stdout:
-        raise EnvironmentProblem(f"{path} --version failed: {proc.stderr.strip() or proc.stdout.strip()}")
+    if proc.returncode != 0 or "release" not in proc.stdout:  # one line: not what a program prints (a licence)
+        said = (proc.stderr.strip() or proc.stdout.strip() or "nothing").splitlines()[0][:60]
+        raise EnvironmentProblem(f"{path} is not nvcc: `--version` exited {proc.returncode} and named no CUDA "
+                                 f"release (it printed: {said})",
+                                 hint="pass --nvcc the CUDA toolkit's nvcc (e.g. /usr/local/cuda/bin/nvcc)")
     return Nvcc(path, proc.stdout)
 
 
 def find_nvcc(path: str | None = None) -> Nvcc:
+    if path is None:
+        _refuse_missing_cuda_home(os.environ)
     chosen = path or default_nvcc_path()
     if chosen is None:
         raise EnvironmentProblem(f"no nvcc found ({NVCC_SEARCH})",
@@ -82,6 +87,23 @@ def find_nvcc(path: str | None = None) -> Nvcc:
     if not os.path.isfile(chosen):
         raise EnvironmentProblem(f"nvcc not found at {chosen}", hint="pass --nvcc PATH to an existing nvcc")
     return probe_nvcc(chosen)
+
+
+def _refuse_missing_cuda_home(env) -> None:
+    """CUDA_HOME (or CUDA_PATH) naming no directory is a typo, not "look elsewhere": the runtime's JIT reads the
+    same variable, so a cache built with another nvcc would not be the one it looks up."""
+    if env.get("DG_JIT_NVCC_COMPILER"):
+        return
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        value = env.get(var)
+        if value is not None and not os.path.isdir(value):
+            from dgprecompile.errors import InputError
+
+            raise InputError(f"{var}={value} is not a directory (it should be the CUDA toolkit, holding bin/nvcc)",
+                             hint=f"set {var} to the CUDA toolkit (e.g. /usr/local/cuda) or unset it, or pass "
+                                  "--nvcc PATH")
+        if value is not None:
+            return  # the first one set decides, as locate_nvcc reads them
 
 
 @dataclass(frozen=True)

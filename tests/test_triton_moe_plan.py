@@ -299,10 +299,13 @@ def test_the_0_5_23_servers_item_is_warmed_with_its_own_fused_moe_recorded_and_v
     assert (item.m_min, item.m_max, item.m_bound) == (1, 8192, 512) and "m-dependent constexpr 512" in item.why
     manifest = _trimmed(tmp_path / "triton.yaml", "0.5.23")
     env = _env(sglang_023_dir(), STANDINS, str(TRITON), sgl_deep_gemm_dir("0.2.2"))  # the plan's DeepGEMM line
+    home = tmp_path / "home"  # 0.5.23 points inductor's and CUDA's caches at ~/.cache/sglang unless told otherwise
+    home.mkdir()
     cache = tmp_path / "cache"
     r = _run("warm", "--manifest", manifest, "--cache-dir", cache, "--nvcc", NVCC, "--sglang-jit", "on", "--json",
-             env=env)
+             env={**env, "HOME": str(home)})
     assert r.returncode == 0, r.stdout + r.stderr
+    assert list(home.rglob("*")) == [], "warm wrote outside its cache"  # issue 29 item 9
     summary, item_id = json.loads(r.stdout), _item_id(manifest)
     assert (summary["compiled"], summary["failed"], summary["triton_moe_item_ids"]) == (1, 0, [item_id])
     record = json.loads((cache / "dgprecompile" / "index.json").read_text())["triton_moe"][item_id]

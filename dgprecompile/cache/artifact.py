@@ -46,7 +46,7 @@ from dgprecompile.cache.store import (
     resolve_cache_dir,
     valid_entry_name,
 )
-from dgprecompile.errors import CheckFailed, DGError, EnvironmentProblem, InputError
+from dgprecompile.errors import CheckFailed, DGError, EnvironmentProblem, InputError, os_error
 from dgprecompile.fsutil import (
     atomic_write_bytes,
     atomic_writer,
@@ -172,6 +172,8 @@ def pack_cache(plan: Plan, store: CacheStore, output: str, *, allow_missing: boo
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # name the mount of -o, not of the working directory
             message, hint = space_message(target.parent, exc.errno, doing=f"writing {target}")
             raise EnvironmentProblem(message, hint=hint.replace("--cache-dir", "-o")) from None
+        if exc.filename is not None and Path(exc.filename).parent == target.parent:  # ours: name -o, not our temp
+            raise os_error(OSError(exc.errno, exc.strerror, str(target)), "write", "-o") from None
         raise
     return PackResult(target, short_id(index.fingerprint), sorted(kernels), missing, [entry_key(r) for r in entries],
                       target.stat().st_size, str(store.root),

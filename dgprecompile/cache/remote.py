@@ -128,7 +128,14 @@ def check_url(url: str) -> None:
     protocol = parts.scheme.lower()
     host = parts.netloc.rsplit("@", 1)[-1]
     if protocol in ("file", "local"):
+        if host not in ("", "localhost"):  # file://tmp/x: "tmp" is a host, the path /x; meant file:///tmp/x
+            raise InputError(f"{redact(url)!r} names the host {host!r}: a file:// URL's path starts after the third "
+                             "slash", hint=f"write file:///{host}{parts.path} (three slashes) or the plain path")
         return
+    if protocol not in EXTRAS:  # ftp://, sftp://, ...: no backend dgprecompile documents or tests
+        raise InputError(f"{redact(url)}: unknown URL scheme {protocol}:// (dgprecompile reads s3://, gs://, "
+                         "az://, http(s)://, file:// and local paths)",
+                         hint="use s3://, gs://, az://, http(s)://, file:// or a local path")
     if not host:
         what = "host" if protocol in READ_ONLY else "bucket"
         shown = re.split(r"[?#]", url, maxsplit=1)[0]  # nothing before the path to redact; drop a query string

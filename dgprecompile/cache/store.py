@@ -183,11 +183,12 @@ class CacheStore:
             while not parent.exists() and parent != parent.parent:
                 parent = parent.parent
             dirs = [parent]
+        # the mount first: access(2) says "denied" on a read-only mount too, whose fix is not chmod
+        if os.statvfs(dirs[0]).f_flag & os.ST_RDONLY:
+            raise os_error(OSError(errno.EROFS, "Read-only file system", str(dirs[0])), doing, "--cache-dir")
         for d in dirs:
             if not os.access(d, os.W_OK | os.X_OK):
-                raise os_error(PermissionError(errno.EACCES, "Permission denied", str(d)), doing)
-        if os.statvfs(dirs[0]).f_flag & os.ST_RDONLY:
-            raise os_error(OSError(errno.EROFS, "Read-only file system", str(dirs[0])), doing)
+                raise os_error(PermissionError(errno.EACCES, "Permission denied", str(d)), doing, "--cache-dir")
 
     # -- index --
     def read_index(self) -> Index:

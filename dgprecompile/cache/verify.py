@@ -155,6 +155,10 @@ class VerifyReport:
         if self.coverage == COVERED_BY_SWEEP and not self.stale:
             return (f"run `dgprecompile warm --backend sweep` on a GPU machine with the same plan and {where}: it "
                     "sweeps only the m ranges not covered")
+        if self.stale and {f for f, _, _ in self.stale} == {"num_sms"}:
+            built, here = self.stale[0][1], self.stale[0][2]
+            return (f"the cache was warmed for {built} SMs: warm it for {here} (`dgprecompile warm ... --num-sms "
+                    f"{here} {where}`), or check it for the GPU it was built for (--num-sms {built})")
         if self.stale:
             return (f"warm again here (`dgprecompile warm ... {where}`), or run where the recorded DeepGEMM/nvcc "
                     "sit at the recorded paths")
@@ -181,7 +185,9 @@ class VerifyReport:
         if self.stale_items:
             parts.append(f"{len(self.stale_items)} warmed with another Triton, Python or platform")
         if self.stale:
-            parts.append("fingerprint differs in " + ", ".join(f for f, _, _ in self.stale))
+            parts.append("fingerprint differs in " + ", ".join(_difference(f, a, b) for f, a, b in self.stale))
+        if ok == n:  # every kernel is there: what is wrong is where they were built, not that any is missing
+            return f"stale: all {n} {unit} present, but " + "; ".join(parts) + f" ({how})"
         return f"incomplete: {ok}/{n} {unit} ok; " + "; ".join(parts) + f" ({how})"
 
     def to_dict(self) -> dict[str, Any]:
@@ -208,6 +214,13 @@ class VerifyReport:
             "problems": [k.to_dict() for k in self.problems],
             "verdict": self.verdict(),
         }
+
+
+def _difference(field_name: str, recorded: Any, current: Any) -> str:
+    """``num_sms`` -> ``num_sms (built for 132, here 78)``: the values where they are short enough for one line."""
+    if len(str(recorded)) + len(str(current)) > 24:
+        return field_name
+    return f"{field_name} (built for {recorded}, here {current})"
 
 
 def _runtime_names(plan: Plan, env: Environment, warnings: list[str]):

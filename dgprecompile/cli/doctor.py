@@ -21,6 +21,9 @@ def _rlimit(text: str | None) -> tuple[int | None, int | None] | None:
     return value, value
 
 
+PATH_OPTION = "--cache-dir"  # where this command is told to write: named in the hint of a file error
+
+
 @click.command("doctor")
 @plan_options
 @click.option("--ranks", type=click.IntRange(min=1), default=8, show_default=True,
@@ -72,7 +75,10 @@ def render(out: Output, report: Diagnosis) -> None:
     plan = report.plan
     where = f"plan {plan['model']} ({plan['keys']} keys)" if plan else "no plan (assuming a key fills the pool)"
     out.info("sglang profile ", styled(report.profile_id, "bold"), f", {report.ranks} ranks, {where}")
-    out.table(None, ["", "check", "detail", "fix"], [[MARKS[c.mark], c.name, c.detail, c.fix] for c in report.checks])
+    if any(c.fix for c in report.checks):
+        out.table(None, ["", "check", "detail", "fix"], [[MARKS[c.mark], c.name, c.detail, c.fix] for c in report.checks])
+    else:  # nothing to fix: no empty column
+        out.table(None, ["", "check", "detail"], [[MARKS[c.mark], c.name, c.detail] for c in report.checks])
     out.data_text(f"verdict: {report.verdict}")
     if report.predicts_failure:
         out.error("doctor predicts `can't start new thread` for this job", report.fix)

@@ -13,6 +13,9 @@ if TYPE_CHECKING:
     from dgprecompile.cache.signing import KeyPair
 
 
+PATH_OPTION = "the DIRECTORY argument"  # where this command is told to write: named in the hint of a file error
+
+
 @click.command("keygen")
 @click.argument("directory", type=click.Path(file_okay=False))
 @output_options

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import shlex
-from collections.abc import Mapping
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -25,6 +28,9 @@ if TYPE_CHECKING:
     from dgprecompile.planning.plan import Plan, PlanRequest
 
 
+PATH_OPTION = "--cache-dir"  # where this command is told to write: named in the hint of a file error
+
+
 @click.command("launch", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @plan_options
 @cache_dir_option
@@ -36,7 +42,8 @@ if TYPE_CHECKING:
 @click.option("--trace", "trace_dir", type=click.Path(file_okay=False), default=None,
               help="Record every DeepGEMM call of every rank as JSON lines in DIR (for `plan --from-trace`).")
 @click.option("--misses", "misses_path", type=click.Path(dir_okay=False), default=None,
-              help="Non-strict: where to write the misses file (default ./dgprecompile-misses.jsonl).")
+              help="Non-strict: where to write the misses file (default ./dgprecompile-misses.jsonl, written only when "
+                   "something was missed or compiled).")
 @click.option("--pull", "pull_from", default=None, metavar="URL-PREFIX",
               help="First `dgprecompile pull --from URL-PREFIX`: fetch this machine's artifact unless the cache is "
                    "complete; launch only when it is. The artifact must be signed by a --trusted-key.")
@@ -62,6 +69,7 @@ def command(plan_request, manifest, config, cache_dir, shared_cache, strict, all
     killed after --kill-grace seconds, and the job never outlives the launcher (even a `kill -9` of it).
     Strict: a Python process of the job running without the guard (a wrapper that resets PYTHONPATH), or a
     cache entry compiled during the run, fails the launch (exit 1 where the job itself exited 0).
+    With --json the report is the only thing on stdout: the job's stdout goes to stderr.
 
     \b
     Examples:
@@ -90,7 +98,27 @@ def command(plan_request, manifest, config, cache_dir, shared_cache, strict, all
                                             trace_dir=trace_dir, misses_path=misses_path, manifest=manifest,
                                             model_arg=plan_request.model, kill_grace=kill_grace, capture=capture))
     render_prepared(out, prepared)
-    return out.report(run_launch(prepared), render_result)
+    with _job_stdout_to_stderr(out.json_mode):
+        result = run_launch(prepared)
+    return out.report(result, render_result)
+
+
+@contextmanager
+def _job_stdout_to_stderr(active: bool) -> Iterator[None]:
+    """Under --json the job's stdout (file descriptor 1, which every process of it inherits) is our stderr, so
+    the report is the only thing on stdout; restored for the report."""
+    if not active:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _job_and_plan(out: Output, given: list[str], config: Mapping[str, Any], plan_request: PlanRequest,
@@ -101,11 +129,20 @@ def _job_and_plan(out: Output, given: list[str], config: Mapping[str, Any], plan
     argv, note = job_command(given, config, plan_request)
     if note:
         out.info(note)
+    from dgprecompile.launch.job_script import require_job_script
+
+    require_job_script(argv, _config_path() if not [a for a in given if a != "--"] else None)
     plan_request = request_for_job(plan_request, argv, manifest)
     plan = resolve_plan(plan_request, manifest)
     out.info(f"plan: {plan.model} tp={plan.tp} ep={plan.ep} sglang {plan.profile.id} "
              f"({plan.profile_reason}): {len(plan.kernels)} kernels")
     return argv, plan_request, plan
+
+
+def _config_path() -> str | None:
+    """The --config file of this command line (where a job from its `command:` came from)."""
+    params = click.get_current_context().params
+    return params.get("config_file") or None
 
 
 def _pull_first(out: Output, plan: Plan, cache_dir: str | None, pull_from: str, *, num_sms: int | None,

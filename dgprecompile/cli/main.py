@@ -56,7 +56,7 @@ class LazyGroup(click.Group):
         except OSError as exc:  # a file this user may not read or write (a shared or read-only cache)
             from dgprecompile.errors import os_error
 
-            err = os_error(exc)
+            err = os_error(exc, option=_path_option(ctx.invoked_subcommand))
             _output(ctx).error(err.message, err.hint)
             ctx.exit(err.exit_code)
         except KeyboardInterrupt:
@@ -66,6 +66,13 @@ class LazyGroup(click.Group):
         if code:
             ctx.exit(code)
         return report
+
+
+def _path_option(name: str | None) -> str | None:
+    """The option (or argument) by which the command ``name`` is told where to write (its module's
+    PATH_OPTION), for the hint of a file error: a hint names only an option the command has."""
+    mod = COMMANDS.get(name or "")
+    return getattr(importlib.import_module(f"dgprecompile.cli.{mod}"), "PATH_OPTION", None) if mod else None
 
 
 def _output(ctx: click.Context) -> Output:

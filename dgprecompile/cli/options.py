@@ -61,6 +61,20 @@ def _through_option_types(config: dict[str, Any], path: str | None) -> dict[str,
     return out
 
 
+def _chunked_prefill_size(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    """SGLang's values: a positive size, or -1 for chunked prefill off; another number is a typo, not "off"."""
+    if value is not None and value < 1 and value != -1:
+        raise InputError(f"--chunked-prefill-size {value}: SGLang takes a positive size, or -1 for chunked "
+                         "prefill off", hint="pass --chunked-prefill-size -1 (off) or a size such as 8192")
+    return value
+
+
+CHUNKED_PREFILL_OPTION = click.option(
+    "--chunked-prefill-size", type=click.IntRange(max=MAX_M), default=None, callback=_chunked_prefill_size,
+    help="Serving: SGLang's --chunked-prefill-size (sets the largest m as SGLang's precompile does; -1: chunked "
+         "prefill off).")
+
+
 def plan_options(func):
     """--manifest / --config and the plan inputs; passes `plan_request`, `manifest`, `config` to the command."""
 
@@ -91,8 +105,7 @@ def plan_options(func):
     @click.option("--keys-only", "keys_only", is_flag=True, default=None,
                   help="Plan each key and the m range SGLang calls it with, without the kernel model: `warm` then "
                        "lets the installed DeepGEMM choose for every m, on a GPU (--backend sweep).")
-    @click.option("--chunked-prefill-size", type=click.IntRange(max=MAX_M), default=None,
-                  help="Serving: SGLang's --chunked-prefill-size (sets the largest m as SGLang's precompile does).")
+    @CHUNKED_PREFILL_OPTION
     @click.option("--gpu", default=None, type=click.Choice(list(gpu_sms()), case_sensitive=False),
                   help="GPU model (sets the SM count).")
     @click.option("--num-sms", type=click.IntRange(min=2), default=None, help="SM count the kernels are chosen for (default 132).")
@@ -214,3 +227,22 @@ def signing_key_option(func):
         return func(*args, signing_key=signing_key_from(signing_key), **kwargs)
 
     return wrapper
+
+
+def output_in_a_folder(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Click callback for ``-o FILE``: the file's folder must exist, or be one new folder in an existing one (as
+    `mkdir` makes it: `-o out/x` in a fresh checkout); a deeper missing path is a typo, refused before any work
+    rather than created (a whole tree at the filesystem root, as root)."""
+    from dgprecompile.cache.remote import is_url
+
+    if value is None or is_url(value):
+        return value
+    parent = Path(value.replace("{fingerprint}", "x")).expanduser().parent
+    option = param.opts[0] if param.opts else "-o"
+    if parent.exists() and not parent.is_dir():
+        raise InputError(f"cannot write {value}: {parent} is not a folder",
+                         hint=f"pass {option} a path in an existing folder")
+    if not parent.exists() and not parent.parent.is_dir():
+        raise InputError(f"cannot write {value}: its folder {parent} does not exist, nor {parent.parent}",
+                         hint=f"create it first (mkdir -p {parent}), or pass {option} a path in an existing folder")
+    return value

@@ -9,6 +9,7 @@ from dgprecompile.cache.remote import is_url
 from dgprecompile.cache.store import CacheStore, resolve_cache_dir
 from dgprecompile.cli.options import (
     cache_dir_option,
+    output_in_a_folder,
     output_options,
     plan_options,
     resolve_plan,
@@ -16,13 +17,16 @@ from dgprecompile.cli.options import (
 )
 from dgprecompile.output import Output
 
+PATH_OPTION = "-o"  # where this command is told to write: named in the hint of a file error
+
 
 @click.command("pack")
 @plan_options
 @cache_dir_option
-@click.option("-o", "--output", required=True, metavar="ARTIFACT",
-              help="Archive to write (.tar.gz): a path or an fsspec URL (s3://, gs://, az://, file://); "
-                   "`{fingerprint}` in it becomes the cache's fingerprint id.")
+@click.option("-o", "--output", required=True, metavar="ARTIFACT", callback=output_in_a_folder,
+              help="Archive to write (.tar.gz): a path (its folder must exist, or be one new folder in an existing "
+                   "one) or an fsspec URL (s3://, gs://, az://, file://); `{fingerprint}` in it becomes the cache's "
+                   "fingerprint id.")
 @click.option("--allow-missing", is_flag=True, help="Pack even if some planned kernels are not in the cache.")
 @signing_key_option
 @output_options

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from dgprecompile.cli.options import output_options, plan_options, resolve_plan
+from dgprecompile.cli.options import output_in_a_folder, output_options, plan_options, resolve_plan
+from dgprecompile.errors import InputError, os_error
 from dgprecompile.output import Output, styled
 from dgprecompile.planning.manifest import dump_yaml, write_manifest
 from dgprecompile.planning.plan import Plan
@@ -63,13 +64,20 @@ def render_plan(out: Output, plan: Plan, show_buckets: bool) -> None:
                     f"{t.device_name} (sm_{t.capability})", "\n".join(t.layers)] for t in plan.triton_moe.values()])
     from dgprecompile.families import coverage
 
-    table = coverage()
-    out.table(f"other JIT families at the first forward ({table['read_from']})",
-              ["family", "kernels", "covered by", "strict"],
-              [[r["family"], r["what"], f"{r['cover']}: {r['how']}", r["strict"]] for r in table["rows"]],
-              no_wrap=("family",))
+    table = coverage(plan.profile, {"triton_moe"} if plan.triton_moe else set())
+    if table is None:
+        out.note(f"other JIT families at the first forward (Triton, FlashInfer, inductor, CuTe-DSL) were read for "
+                 f"sglang {coverage()['read_for']} only, not for sglang {plan.profile.id}: not listed")
+    else:
+        out.table(f"other JIT families at the first forward ({table['read_from']})",
+                  ["family", "kernels", "covered by", "strict"],
+                  [[r["family"], r["what"], f"{r['cover']}: {r['how']}", r["strict"]] for r in table["rows"]],
+                  no_wrap=("family",))
     for note in plan.notes:
         out.note(note)
+
+
+PATH_OPTION = "-o"  # where this command is told to write: named in the hint of a file error
 
 
 @click.command("plan")
@@ -77,8 +85,9 @@ def render_plan(out: Output, plan: Plan, show_buckets: bool) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "yaml", "json"]), default="table",
               help="Output format on stdout (--json is the same as --format json).")
 @click.option("--buckets", "show_buckets", is_flag=True, help="Table format: list every m-bucket too.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-              help="Write the plan as a YAML manifest for warm/verify/pack/launch.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, callback=output_in_a_folder,
+              help="Write the plan as a YAML manifest for warm/verify/pack/launch (its folder must exist, or be one "
+                   "new folder in an existing one).")
 @click.option("--from-trace", "from_trace", type=click.Path(file_okay=False), default=None,
               help="Plan the calls recorded by `launch --trace DIR` (m range = observed min..max per key).")
 @output_options
@@ -94,6 +103,8 @@ def command(plan_request, manifest, config, fmt, show_buckets, output, from_trac
       dgprecompile plan --model ./my-model/ --specforge-cmd "torchrun ... --tp-size 8 --ep-size 8" -o plan.yaml
       dgprecompile plan --from-trace traces/ --sglang 0.5.14 -o plan.yaml
     """
+    if out.json_mode and fmt == "yaml":
+        raise InputError("--format yaml and --json contradict each other", hint="pass --format yaml or --json")
     plan = resolve_plan(plan_request, manifest, trace=from_trace)
     out.info("sglang profile ", styled(plan.profile.id, "bold"), f" ({plan.profile_reason}): {plan.profile.summary}")
     if fmt == "json" or out.json_mode:
@@ -103,5 +114,8 @@ def command(plan_request, manifest, config, fmt, show_buckets, output, from_trac
     else:
         render_plan(out, plan, show_buckets)
     if output:
-        write_manifest(plan, Path(output))
+        try:
+            write_manifest(plan, Path(output))
+        except OSError as exc:  # name the file asked for, not the temporary file beside it
+            raise os_error(OSError(exc.errno, exc.strerror, output), "write", PATH_OPTION) from None
         out.info(f"manifest written to {output}")

@@ -57,6 +57,9 @@ def render_problem(out: Output, report) -> None:
     out.error(report.reason(), hint=hint)
 
 
+PATH_OPTION = "--cache-dir"  # where this command is told to write: named in the hint of a file error
+
+
 @click.command("pull")
 @plan_options
 @cache_dir_option

@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from dgprecompile.cache.fleet import PushReport
 
 
+PATH_OPTION = "--cache-dir"  # where this command is told to write: named in the hint of a file error
+
+
 @click.command("push")
 @plan_options
 @cache_dir_option

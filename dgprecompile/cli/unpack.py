@@ -11,6 +11,8 @@ from dgprecompile.cli.options import output_options, trust_options
 from dgprecompile.errors import InputError
 from dgprecompile.output import Output
 
+PATH_OPTION = "--cache-dir"  # where this command is told to write: named in the hint of a file error
+
 
 @click.command("unpack")
 @click.argument("artifact", type=click.Path(dir_okay=False))

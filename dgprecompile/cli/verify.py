@@ -17,6 +17,8 @@ from dgprecompile.cli.options import (
 from dgprecompile.errors import EnvironmentProblem, InputError
 from dgprecompile.output import Output
 
+PATH_OPTION = "--cache-dir"  # where this command is told to write: named in the hint of a file error
+
 
 @click.command("verify")
 @plan_options

@@ -34,6 +34,9 @@ def _backend_help() -> str:
         "keys-only plans."
 
 
+PATH_OPTION = "--cache-dir"  # where this command is told to write: named in the hint of a file error
+
+
 @click.command("warm")
 @plan_options
 @cache_dir_option

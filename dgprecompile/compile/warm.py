@@ -182,7 +182,8 @@ def _toolchain(plan: Plan, opts: WarmOptions):
     """(backend, DeepGEMM install, nvcc): what this machine compiles the plan with; refuses an nvcc below 12.3."""
     requested = _requested_backend(plan, opts.backend)
     install = find_deepgemm()
-    backend = backend_for(requested, install, plan.profile.generation)
+    backend = backend_for(requested, install, plan.profile.generation,
+                          f"{plan.profile.deepgemm_distribution}=={plan.profile.deepgemm_version}")
     assert install is not None
     nvcc = find_nvcc(opts.nvcc)
     if nvcc.release < (12, 3):
@@ -209,7 +210,9 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
                      "but were not yet compared with entries its runtime made on a GPU; `launch --strict` shows any "
                      "miss at once (or use --backend cxx on a GPU)")
     job_common, gpus = _backend_job(plan, opts, install, nvcc, needs_gpu, world)
-    jobs = opts.jobs or os.cpu_count() or 1
+    jobs = opts.jobs if opts.jobs is not None else (os.cpu_count() or 1)  # --jobs 0 is refused, not "default"
+    if opts.gpus and not needs_gpu:
+        notes.append(f"--gpus is ignored: the {backend} backend compiles without a GPU")
     if jobs < 1:
         raise InputError("--jobs must be at least 1", hint="omit --jobs for one worker per CPU core")
     jit_items, jit_job, jit_skipped, jit_fp, jit_missing = _prepare_jit(plan, opts, nvcc, store.root)
@@ -281,6 +284,11 @@ def _backend_job(plan: Plan, opts: WarmOptions, install, nvcc, needs_gpu: bool,
     if world > 1:
         visible = [int(os.environ.get("LOCAL_RANK", 0))]
     gpus: list[int | None] = list(opts.gpus) if opts.gpus else list(visible)
+    absent = sorted({g for g in opts.gpus or () if g < 0 or (visible and g >= len(visible))})
+    if absent:
+        raise InputError(f"--gpus {','.join(map(str, opts.gpus or ()))}: GPU {absent[0]} is not visible here "
+                         f"({len(visible)} visible: 0..{len(visible) - 1})",
+                         hint="pass --gpus indices of visible GPUs, or omit --gpus for all of them")
     if not gpus:
         raise EnvironmentProblem("the C++-JIT DeepGEMM compiles inside GEMM launches, so warm needs a GPU; "
                                  "none is visible", hint="run warm on a Hopper GPU machine (or pass --gpus)")

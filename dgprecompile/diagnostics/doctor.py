@@ -267,20 +267,22 @@ def limit_checks(limits: Limits) -> list[Check]:
         if lim.status == "exempt":
             out.append(Check(lim.name, "info", f"{_fmt(lim.limit)}; {lim.note}"))
         elif lim.status == "unknown":
-            out.append(Check(lim.name, "warn", f"unknown ({lim.source}{': ' + lim.note if lim.note else ''})"))
+            out.append(Check(lim.name, "warn", f"unknown ({lim.source}{': ' + lim.note if lim.note else ''})",
+                             f"check {lim.name} by hand where the job runs (doctor could not read it here)"))
         elif lim.status == "unlimited":
             out.append(Check(lim.name, "ok", f"unlimited ({lim.source})"))
         else:
             out.append(Check(lim.name, "ok", f"{lim.current} of {lim.limit} in use, headroom {lim.headroom} "
                                              f"({lim.source})"))
     if limits.max_map_count is None:
-        out.append(Check("vm.max_map_count", "warn", "unknown"))
+        out.append(Check("vm.max_map_count", "warn", "unknown", "read /proc/sys/vm/max_map_count by hand"))
     else:
         out.append(Check("vm.max_map_count", "ok" if limits.max_map_count >= 65530 else "warn",
                          f"{limits.max_map_count} per process (each thread stack adds a mapping and a guard); "
-                         f"this process maps {_fmt(limits.maps_self)}"))
+                         f"this process maps {_fmt(limits.maps_self)}",
+                         "" if limits.max_map_count >= 65530 else "sysctl -w vm.max_map_count=65530 (or more)"))
     if limits.overcommit_memory is None:
-        out.append(Check("vm.overcommit_memory", "warn", "unknown"))
+        out.append(Check("vm.overcommit_memory", "warn", "unknown", "read /proc/sys/vm/overcommit_memory by hand"))
     else:
         mode = {0: "heuristic", 1: "always", 2: "strict"}.get(limits.overcommit_memory, "?")
         detail = f"{limits.overcommit_memory} ({mode})"
@@ -288,7 +290,9 @@ def limit_checks(limits: Limits) -> list[Check]:
             detail += (f"; CommitLimit {limits.commit_limit_kib // 1024} MiB, committed "
                        f"{_fmt(limits.committed_kib and limits.committed_kib // 1024)} MiB: every thread commits "
                        f"its full stack ({_fmt(limits.stack_bytes and limits.stack_bytes // 1048576)} MiB)")
-        out.append(Check("vm.overcommit_memory", "warn" if limits.overcommit_memory == 2 else "ok", detail))
+        out.append(Check("vm.overcommit_memory", "warn" if limits.overcommit_memory == 2 else "ok", detail,
+                         "" if limits.overcommit_memory != 2 else "sysctl -w vm.overcommit_memory=0, or a smaller "
+                         "thread stack (ulimit -s) so each thread commits less"))
     return out
 
 
@@ -361,7 +365,8 @@ def environment_checks(profile: Profile, plan: Plan | None, cache_dir: str | Pat
     version = nvcc_version(nvcc) if nvcc else None
     env["nvcc"] = {"path": nvcc, "found_by": where, "version": version}
     if nvcc:
-        checks.append(Check("nvcc", "ok" if version else "warn", f"{nvcc} ({where}), version {version or 'unknown'}"))
+        checks.append(Check("nvcc", "ok" if version else "warn", f"{nvcc} ({where}), version {version or 'unknown'}",
+                            "" if version else "point CUDA_HOME or DG_JIT_NVCC_COMPILER at the CUDA toolkit's nvcc"))
     else:
         checks.append(Check("nvcc", "fail", where, "install the CUDA toolkit or set DG_JIT_NVCC_COMPILER"))
     dg = deepgemm_generation()

@@ -872,6 +872,8 @@ def _collect_misses(opts: LaunchOptions, plan: Plan, prepared: PreparedLaunch, r
     misses = find_misses(plan, calls)
     result.misses = [Miss(call, kernels) for call, kernels in misses]
     result.calls_recorded = len(calls)
+    if not misses and not result.new_entries and not opts.misses_path:
+        return  # nothing to warm: no file left behind in the working directory (asked for with --misses, it is)
     path = opts.misses_path or DEFAULT_MISSES_FILE
     write_misses(Path(path), plan, misses, {"cache_dir": prepared.cache_dir, "new_entries": result.new_entries,
                                             "calls_recorded": len(calls)})

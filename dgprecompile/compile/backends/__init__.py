@@ -37,8 +37,10 @@ class WorkerBackend(Protocol):
         'compiled' or 'cached' and entries are the cache entry names it produced or found."""
 
 
-def backend_for(name: str | None, install: DeepGemmInstall | None, plan_generation: str) -> str:
-    """The backend name to use: ``name`` if given, else the installed DeepGEMM generation's first usable one."""
+def backend_for(name: str | None, install: DeepGemmInstall | None, plan_generation: str,
+                needed: str | None = None) -> str:
+    """The backend name to use: ``name`` if given, else the installed DeepGEMM generation's first usable one.
+    ``needed``: the DeepGEMM the plan's sglang runs, as a pip requirement (named in the hint of a mismatch)."""
     if install is None:
         raise EnvironmentProblem("DeepGEMM is not importable here, so nothing can be compiled",
                                  hint="install the DeepGEMM your sglang uses (e.g. `pip install --no-deps "
@@ -47,7 +49,9 @@ def backend_for(name: str | None, install: DeepGemmInstall | None, plan_generati
         raise EnvironmentProblem(
             f"the plan is for a {plan_generation} DeepGEMM but the installed one is {install.generation} "
             f"({install.distribution} {install.version}): its kernels and cache keys differ",
-            hint="plan with the --sglang version whose DeepGEMM is installed, or install that DeepGEMM")
+            hint=(f"install the plan's DeepGEMM (pip install --no-deps {needed}), " if needed else
+                  "install the plan's DeepGEMM, ")
+            + f"or plan with the --sglang version that runs the installed {install.distribution} {install.version}")
     return get_generation(install.generation).choose_backend(name, install)
 
 

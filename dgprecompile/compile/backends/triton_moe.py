@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -46,13 +47,17 @@ class TritonMoeWorker:
             return "cached", [e.split("/", 1)[1] for e in record["entries"]], 0.0
         moe = TritonMoeItem.from_dict({**item.params, "id": item.kernel})
         argv = TRITON_MOE.warm_argv(moe, str(self.store.root), self.python)
-        env = {**os.environ, **TRITON_MOE.warm_env}
         start = time.perf_counter()
-        try:
-            res = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                                 timeout=self.timeout)
-        except subprocess.TimeoutExpired:
-            raise CompileFailed(f"{TRITON_MOE.label} warm of {item.kernel} ran past {self.timeout} s") from None
+        # SGLang points the caches it does not own (inductor, CUDA's, TileLang's) at $SGLANG_CACHE_DIR, by default
+        # ~/.cache/sglang: a warm writes only into its cache, so they go to a scratch folder removed after
+        with tempfile.TemporaryDirectory(prefix="dgprecompile-sglang-cache-") as scratch:
+            env = {**os.environ, **TRITON_MOE.warm_env, "SGLANG_CACHE_DIR": scratch,
+                   "TORCHINDUCTOR_CACHE_DIR": os.path.join(scratch, "inductor")}
+            try:
+                res = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                     timeout=self.timeout)
+            except subprocess.TimeoutExpired:
+                raise CompileFailed(f"{TRITON_MOE.label} warm of {item.kernel} ran past {self.timeout} s") from None
         seconds = time.perf_counter() - start
         sys.stderr.write(res.stderr[-20000:])  # the worker's log
         if res.returncode != 0:
