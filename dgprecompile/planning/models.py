@@ -90,10 +90,10 @@ def load_model(spec: str) -> ModelConfig:
             path = resources.files("dgprecompile.data.models").joinpath(entry["file"])
             return _read_json(Path(str(path)), f"bundled:{entry['file']}", entry["name"])
     path = Path(spec).expanduser()
-    if path.exists() and not path.is_dir():  # a file (or a device, a pipe: read with the same cap)
+    if path.exists() and not path.is_dir():  # a file (a device, a pipe: refused by read_input before any read)
         return _read_json(path, str(path), path.parent.name if path.name == "config.json" else path.stem)
     if path.is_dir():
-        if (path / "config.json").is_file():
+        if os.path.lexists(path / "config.json"):  # not a regular file: read_input says what it is
             return _read_json(path / "config.json", str(path / "config.json"), path.name)
         raise InputError(f"{path} is a directory without a config.json",
                          hint="pass the checkpoint directory that holds config.json, or the file itself")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,7 +106,8 @@ def read_trace_dir(trace_dir: Path) -> tuple[list[dict[str, Any]], list[Call]]:
     """Headers and aggregated calls of every trace file in a directory (all ranks)."""
     trace_dir = Path(trace_dir)
     if not trace_dir.is_dir():
-        raise InputError(f"trace directory not found: {trace_dir}",
+        there = "is not a directory" if os.path.lexists(trace_dir) else "not found"
+        raise InputError(f"trace directory {trace_dir} {there}",
                          hint="record one with `dgprecompile launch --trace DIR -- COMMAND`")
     headers, calls = [], []
     for path in sorted(trace_dir.glob(TRACE_GLOB)):
