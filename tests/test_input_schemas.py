@@ -170,6 +170,20 @@ def test_bad_model_configs_name_the_field(tmp_path, change, words):
     refused(cli("plan", "--model", str(path)), str(path), *words)
 
 
+@pytest.mark.parametrize("sglang", ["0.5.1", "0.5.9", "0.5.14"])
+def test_a_hidden_size_no_kernel_fits_names_the_field_and_model(tmp_path, sglang):
+    """hidden_size 16777216 is within the schema (one size cap for every field) but makes a k that not one
+    pipeline stage of any kernel fits in shared memory: one error naming the field and the model (issue 29
+    item 6; was a ValueError traceback from the kernel model)."""
+    config = json.loads(BUNDLED.read_text())
+    config["hidden_size"] = 16777216
+    path = tmp_path / "big" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(config))
+    refused(cli("plan", "--model", str(path), "--sglang", sglang), "big", str(path), "hidden_size 16777216",
+            "k=16777216", "no DeepGEMM kernel fits in shared memory")
+
+
 @pytest.mark.parametrize("spec", ["/nonexistent/dir/config.json", "./missing-config.json"])
 def test_a_missing_config_path_says_the_file_does_not_exist(spec):
     err = refused(cli("plan", "--model", spec), "does not exist")
