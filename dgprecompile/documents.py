@@ -1,5 +1,5 @@
-"""The one way a YAML document a user gives is parsed: with a budget of nodes that counts alias expansions, and a
-budget of nesting depth.
+"""The one way a YAML or JSON document a user gives is parsed: YAML with a budget of nodes that counts alias
+expansions and a budget of nesting depth; JSON (no aliases: its size is its file's) with the depth budget.
 
 PyYAML shares an anchored node between its aliases, so a "billion laughs" of anchors (each level a list of ten
 aliases of the one before) parses quickly into a small graph; but everything after the parse (the schema check,
@@ -15,6 +15,7 @@ The package's own data files (dgprecompile.data.load_yaml) are trusted and read 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import yaml
@@ -88,3 +89,35 @@ def load_yaml_text(text: str, where: str, hint: str, *, max_nodes: int = MAX_NOD
         raise InputError(f"cannot read {where}: {str(exc).split(':')[0][:120]}", hint=hint) from None
     finally:
         loader.dispose()
+
+
+def load_json_text(text: str | bytes, where: str, hint: str, *, max_depth: int = MAX_DEPTH) -> Any:
+    """The JSON document in ``text``, or one InputError naming ``where`` when it is not JSON, holds a number
+    Python will not convert (an int of 5,000 digits: ValueError), nests past the interpreter's recursion limit
+    (RecursionError) or deeper than ``max_depth`` (what reads it later recurses once per level)."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{where} is not valid JSON (line {exc.lineno}: {exc.msg})", hint=hint) from None
+    except RecursionError:
+        raise InputError(f"{where}: nested deeper than {max_depth} levels (a real one nests under 10)",
+                         hint=hint) from None
+    except UnicodeDecodeError:
+        raise InputError(f"{where} is not valid JSON (not UTF-8 text)", hint=hint) from None
+    except ValueError as exc:  # an int past Python's 4,300-digit conversion limit
+        raise InputError(f"cannot read {where}: {str(exc).split(':')[0][:120]}", hint=hint) from None
+    if deeper_than(doc, max_depth):
+        raise InputError(f"{where}: nested deeper than {max_depth} levels (a real one nests under 10)", hint=hint)
+    return doc
+
+
+def deeper_than(doc: Any, limit: int) -> bool:
+    """Whether ``doc`` nests lists and objects more than ``limit`` deep (a walk without recursion)."""
+    stack = [(doc, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list)):
+            if depth > limit:
+                return True
+            stack.extend((item, depth + 1) for item in (value.values() if isinstance(value, dict) else value))
+    return False

@@ -510,10 +510,9 @@ def _artifact_arch(manifest: bytes | None) -> str | None:
 
 
 def _load_json(path: Path, member: str, data: bytes) -> Any:
-    try:
-        return json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: {member} is not valid JSON ({exc})", hint=NOT_OURS_HINT) from None
+    from dgprecompile.documents import load_json_text
+
+    return load_json_text(data, f"{path}: {member}", hint=NOT_OURS_HINT)
 
 
 # ---- unpack ---------------------------------------------------------------------------------------------

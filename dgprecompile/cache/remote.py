@@ -326,7 +326,7 @@ def head_manifest_bytes(remote: Remote) -> bytes | None:
 def _parsed(data: bytes | None) -> dict[str, Any] | None:
     try:
         doc = json.loads(data) if data is not None else None
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return doc if isinstance(doc, dict) else None
 

@@ -153,13 +153,12 @@ def _index_document(path: Path) -> Any:
     the field (exit 1, the hint: rebuild it), never an AttributeError later. An index of another schema version is
     returned as it is: Index.from_dict names the version (bad input, exit 2)."""
     from dgprecompile import schemas
+    from dgprecompile.documents import load_json_text
 
     try:
-        doc = json.loads(read_input_bytes(path, "the cache index", INDEX_DAMAGED, limit=INDEX_MAX_BYTES))
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise CheckFailed(f"{path} is damaged (not JSON: {str(exc).splitlines()[0][:120]})",
-                          hint=INDEX_DAMAGED) from None
-    except InputError as exc:  # not a regular file, larger than the cap, unreadable
+        data = read_input_bytes(path, "the cache index", INDEX_DAMAGED, limit=INDEX_MAX_BYTES)
+        doc = load_json_text(data, f"{path} (damaged)", hint=INDEX_DAMAGED)
+    except InputError as exc:  # not a regular file, larger than the cap, unreadable, not JSON, nested too deep
         raise CheckFailed(exc.message, hint=exc.hint) from None
     if isinstance(doc, dict) and isinstance(doc.get("schema"), int) and doc["schema"] != INDEX_SCHEMA:
         return doc

@@ -3,7 +3,6 @@ repo id that is already in the local Hugging Face cache (never downloaded)."""
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from importlib import resources
@@ -13,6 +12,7 @@ from typing import Any
 import yaml
 
 from dgprecompile import schemas
+from dgprecompile.documents import load_json_text
 from dgprecompile.errors import InputError
 from dgprecompile.fsutil import read_input
 
@@ -40,12 +40,7 @@ CONFIG_MAX_BYTES = 4 << 20  # a config.json is a few KiB (the bundled ones under
 def _read_json(path: Path, source: str, name: str) -> ModelConfig:
     text = read_input(path, "config file", hint="pass an existing config.json or model directory",
                       limit=CONFIG_MAX_BYTES)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path} is not valid JSON (line {exc.lineno}: {exc.msg})", hint=MODEL_HINT) from None
-    except RecursionError:
-        raise InputError(f"{path} is nested too deeply to be a config.json", hint=MODEL_HINT) from None
+    data = load_json_text(text, str(path), hint=MODEL_HINT)
     if not isinstance(data, dict):
         raise InputError(f"{path} does not hold a JSON object, so it is not a config.json", hint=MODEL_HINT)
     schemas.check(data, "model-config", str(path), hint=MODEL_HINT)

@@ -10,7 +10,6 @@ rebuilt here from the facts in data/specforge.yaml (launch_plan.py:468-540). Tha
 
 from __future__ import annotations
 
-import json
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 
 from dgprecompile import schemas
 from dgprecompile.data import load_yaml
-from dgprecompile.documents import load_yaml_text
+from dgprecompile.documents import load_json_text, load_yaml_text
 from dgprecompile.errors import InputError
 from dgprecompile.fsutil import read_input
 
@@ -63,10 +62,7 @@ def _load(path: str) -> dict[str, Any]:
     if Path(path).suffix in (".yaml", ".yml"):
         data = load_yaml_text(text, str(path), hint=SPECFORGE_HINT)
     else:
-        try:
-            data = json.loads(text)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            raise InputError(f"cannot read {path}: {str(exc).splitlines()[0]}", hint=SPECFORGE_HINT) from None
+        data = load_json_text(text, str(path), hint=SPECFORGE_HINT)
     if not isinstance(data, dict):
         raise InputError(f"{path} is not a SpecForge run config (no mapping at the top)", hint=SPECFORGE_HINT)
     return schemas.check(data, "specforge-config", path, hint=SPECFORGE_HINT)

@@ -1,9 +1,11 @@
 """Every YAML file a user gives is parsed with budgets: nodes counted as the aliases expand them, and nesting
 depth. A billion laughs of anchors, a cycle, a 100,000-deep list: one `error:` line, exit 2, in bounded memory and
-time, through the real CLI (issue 29 item 1)."""
+time, through the real CLI (issue 29 item 1). JSON inputs (config.json, run configs, misses files) likewise: too
+deep, or a number Python will not convert, is one error line, never a RecursionError or ValueError traceback."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -116,3 +118,29 @@ def test_the_budgets_read_every_shipped_yaml_as_pyyaml_does():
     for path in paths:
         text = path.read_text()
         assert load_yaml_text(text, str(path), "h", max_nodes=10_000, max_depth=10) == yaml.safe_load(text), path
+
+
+# ---- JSON inputs -------------------------------------------------------------------------------------------
+
+MODEL = ["--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8"]
+
+
+def test_a_config_json_number_of_5000_digits_is_one_error(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "qwen3_moe", "hidden_size": ' + "9" * 5000 + "}")
+    refused(cli("plan", "--model", str(path)), str(path), "4300 digits")
+
+
+def test_a_deep_json_run_config_is_one_error(tmp_path):
+    path = tmp_path / "run.json"
+    path.write_text('{"model": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    refused(cli("plan", "--specforge-config", str(path)), str(path), "nested deeper than 64 levels")
+
+
+@pytest.mark.parametrize("line", ["[" * 100_000 + "]" * 100_000, '{"kernel_type": "GEMM_NT_F8F8BF16", "m": 1' + "0" * 5000 + "}",
+                                  "[" * 200 + "]" * 200])
+def test_a_misses_line_too_deep_or_too_long_is_one_error(tmp_path, line):
+    path = tmp_path / "misses.jsonl"
+    header = json.dumps({"dgprecompile_misses": 1})
+    path.write_text(f"{header}\n{line}\n{header}\n")
+    refused(cli("warm", "--from-misses", str(path), *MODEL), f"{path}:2 is not a call")
