@@ -6,6 +6,8 @@ deep, or a number Python will not convert, is one error line, never a RecursionE
 from __future__ import annotations
 
 import json
+import os
+import resource
 import subprocess
 import sys
 import time
@@ -14,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REPO
-from test_input_schemas import SHAPES, cli, refused
+from test_input_schemas import MEMORY_CAP, SHAPES, cli, refused
 
 
 def laughs(levels: int = 9, indent: str = "") -> str:
@@ -22,6 +24,14 @@ def laughs(levels: int = 9, indent: str = "") -> str:
     lines = [f"{indent}x0: &x0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
     lines += [f"{indent}x{i}: &x{i} [{', '.join([f'*x{i - 1}'] * 10)}]" for i in range(1, levels + 1)]
     return "\n".join(lines) + "\n"
+
+
+def nested_laughs(levels: int) -> str:
+    """The same as one flow value: each level the one before anchored, then nine aliases of it."""
+    nested = "[lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"
+    for i in range(levels):
+        nested = f"[&x{i} {nested}, {', '.join([f'*x{i}'] * 9)}]"
+    return nested
 
 
 def bomb_manifest(tmp_path: Path) -> Path:
@@ -37,48 +47,72 @@ def deep_manifest(tmp_path: Path) -> Path:
     return path
 
 
-def bounded(proc_args: list[str], *words: str) -> None:
-    """Refused (exit 2, one error line, no traceback) within 30 s, under cli()'s 1 GiB address-space cap."""
+MAX_RSS = 192 << 20  # a refused command's whole interpreter (click, yaml, jsonschema) peaks near 40 MiB
+
+
+def measured(args: list[str], tmp_path: Path) -> tuple[subprocess.CompletedProcess, int]:
+    """`dgprecompile ARGS` in its own interpreter under a 1 GiB address-space cap and a 60 s CPU cap; the process
+    and its peak resident memory in bytes (wait4's rusage: this child's alone)."""
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
+        resource.setrlimit(resource.RLIMIT_CPU, (60, 60))
+
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    with open(tmp_path / "out", "w+") as out, open(tmp_path / "err", "w+") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "dgprecompile", *args], stdout=out, stderr=err,
+                                preexec_fn=limit, env=env, cwd=REPO)
+        _pid, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(args, proc.returncode, out.read(), err.read()), usage.ru_maxrss * 1024
+
+
+def bounded(tmp_path: Path, proc_args: list[str], *words: str) -> None:
+    """Refused (exit 2, one error line, no traceback) within 30 s, its peak RSS under MAX_RSS."""
     start = time.monotonic()
-    refused(cli(*proc_args, timeout=60), *words)
+    proc, rss = measured(proc_args, tmp_path)
+    refused(proc, *words)
     assert time.monotonic() - start < 30
+    assert rss < MAX_RSS, f"peak RSS {rss >> 20} MiB"
 
 
 @pytest.mark.parametrize("command", ["plan", "verify"])
 def test_a_billion_laughs_manifest_is_refused_in_bounded_memory(tmp_path, command):
     path = bomb_manifest(tmp_path)
     cache = ["--cache-dir", str(tmp_path / "cache")] if command == "verify" else []
-    bounded([command, "--manifest", str(path), *cache], str(path), "100,000 nodes once its aliases are expanded", "hint: regenerate it")
+    bounded(tmp_path, [command, "--manifest", str(path), *cache], str(path),
+            "100,000 nodes once its aliases are expanded", "hint: regenerate it")
     assert not (tmp_path / "cache").exists()
 
 
 @pytest.mark.parametrize("command", ["plan", "verify"])
 def test_a_100000_deep_manifest_is_refused_without_recursion_error(tmp_path, command):
     path = deep_manifest(tmp_path)
-    bounded([command, "--manifest", str(path)], str(path), "nested deeper than 64 levels")
+    bounded(tmp_path, [command, "--manifest", str(path)], str(path), "nested deeper than 64 levels")
 
 
 @pytest.mark.parametrize("command", ["plan", "launch"])
 def test_a_billion_laughs_in_config_tp_is_refused_in_bounded_memory(tmp_path, command):
     path = tmp_path / "train.yaml"
-    path.write_text("model: Qwen3-Coder-480B\n" + laughs().replace("x9:", "tp:"))
+    path.write_text(f"model: Qwen3-Coder-480B\ntp: {nested_laughs(9)}\n")  # the only keys: both known
     ran = tmp_path / "ran"
     extra = ["--", sys.executable, "-c", f"open({str(ran)!r}, 'w')"] if command == "launch" else []
-    bounded([command, "--config", str(path), *extra], str(path), "aliases are expanded")
+    bounded(tmp_path, [command, "--config", str(path), *extra], str(path), "aliases are expanded")
     assert not ran.exists()
 
 
 def test_a_cyclic_alias_is_refused(tmp_path):
     path = tmp_path / "train.yaml"
     path.write_text("model: Qwen3-Coder-480B\ntp: &a [1, *a]\n")
-    bounded(["plan", "--config", str(path)], str(path), "alias *a at line 2 is inside the node it names")
+    bounded(tmp_path, ["plan", "--config", str(path)], str(path), "alias *a at line 2 is inside the node it names")
 
 
 def test_a_billion_laughs_specforge_config_is_refused(tmp_path):
     path = tmp_path / "run.yaml"
     run = (REPO / "examples" / "specforge-0.2" / "run.yaml").read_text()
     path.write_text(run + "laughs:\n" + laughs(indent="  "))
-    bounded(["plan", "--specforge-config", str(path)], str(path), "aliases are expanded")
+    bounded(tmp_path, ["plan", "--specforge-config", str(path)], str(path), "aliases are expanded")
 
 
 def test_an_int_too_long_for_python_is_one_error(tmp_path):
@@ -100,10 +134,7 @@ def test_shown_cuts_before_it_walks_a_huge_value():
 def test_aliases_inside_the_budget_still_get_one_short_error(tmp_path):
     """11,111 nodes in `tp:` (within the budget): the schema's message quotes 60 characters of it."""
     path = tmp_path / "train.yaml"
-    nested = "[lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"
-    for i in range(3):  # each level: the one before anchored, then nine aliases of it
-        nested = f"[&x{i} {nested}, {', '.join([f'*x{i}'] * 9)}]"
-    path.write_text(f"model: Qwen3-Coder-480B\ntp: {nested}\n")
+    path.write_text(f"model: Qwen3-Coder-480B\ntp: {nested_laughs(3)}\n")
     err = refused(cli("plan", "--config", str(path)), str(path), "tp: [[[[")
     assert len(err.splitlines()[0]) < 200, err
 
@@ -137,7 +168,8 @@ def test_a_deep_json_run_config_is_one_error(tmp_path):
     refused(cli("plan", "--specforge-config", str(path)), str(path), "nested deeper than 64 levels")
 
 
-@pytest.mark.parametrize("line", ["[" * 100_000 + "]" * 100_000, '{"kernel_type": "GEMM_NT_F8F8BF16", "m": 1' + "0" * 5000 + "}",
+@pytest.mark.parametrize("line", ["[" * 100_000 + "]" * 100_000,
+                                  '{"kernel_type": "GEMM_NT_F8F8BF16", "m": 1' + "0" * 5000 + "}",
                                   "[" * 200 + "]" * 200])
 def test_a_misses_line_too_deep_or_too_long_is_one_error(tmp_path, line):
     path = tmp_path / "misses.jsonl"
