@@ -104,3 +104,18 @@ def test_a_fifo_behind_a_file_url_is_refused(tmp_path):
         refused(cli("unpack", f"file://{tmp_path}/{name}", "--cache-dir", str(tmp_path / "cache"), timeout=20),
                 "is a FIFO")
     assert not [p for p in (tmp_path / "cache").rglob("*") if not p.is_dir()]  # its staging folders, no file
+
+
+def test_a_fifo_index_does_not_block_the_launch_environment(tmp_path):
+    """The JIT family's launch_env reads the index for the toolkit warm used: a FIFO there is skipped, not read."""
+    import subprocess
+    import sys
+
+    (tmp_path / "dgprecompile").mkdir()
+    os.mkfifo(tmp_path / "dgprecompile" / "index.json")
+    code = ("import sys; from dgprecompile.jit_families import family_for\n"
+            "print(family_for('0.5.23').launch_env(sys.argv[1], environ={}))")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=20,
+                          cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert "sglang-jit" in proc.stdout and "CUDA_HOME" not in proc.stdout
