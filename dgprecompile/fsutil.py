@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -200,23 +201,77 @@ def space_message(path: Path | str, errno_: int = errno.ENOSPC, *, need: int | N
 MAX_INPUT_BYTES = 16 << 20
 
 
-def read_input(path: Path | str, what: str, hint: str, limit: int = MAX_INPUT_BYTES) -> str:
-    """The text of an input file, read at most ``limit`` bytes; one InputError (naming ``what`` and the path)
-    when it is missing, unreadable, a directory, larger than ``limit`` or not text."""
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def _not_regular(mode: int) -> str | None:
+    """What a non-regular file is ("a FIFO (named pipe)"), or None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((kind for test, kind in _KINDS if test(mode)), "not a regular file")
+
+
+def refuse_non_regular(path: Path | str, what: str, hint: str) -> None:
+    """One InputError when ``path`` exists and is not a regular file (a FIFO, socket, device or directory), told
+    from a stat alone (no open: opening a FIFO blocks). A missing path passes: the caller's open says so."""
     from dgprecompile.errors import InputError
 
     try:
-        with open(path, "rb") as f:
-            data = f.read(limit + 1)
+        kind = _not_regular(os.stat(path).st_mode)
     except FileNotFoundError:
-        raise InputError(f"{what} not found: {path} (no such file)", hint=hint) from None
-    except IsADirectoryError:
-        raise InputError(f"{what} {path} is a directory, not a file", hint=hint) from None
+        return
     except OSError as exc:
         raise InputError(f"cannot read {what} {path}: {exc.strerror or exc}", hint=hint) from None
+    if kind is not None:
+        raise InputError(f"{what} {path} is {kind}, not a regular file", hint=hint)
+
+
+def open_input(path: Path | str, what: str, hint: str) -> BinaryIO:
+    """``path`` opened for reading, refused (one InputError naming ``what``) unless it is a regular file, before
+    any byte is read: a FIFO, socket or device would block the read forever or never end. The path is stat'ed
+    first (opening a FIFO blocks, opening a device may act), then opened non-blocking and checked again (it may
+    have been swapped in between)."""
+    from dgprecompile.errors import InputError
+
+    try:
+        kind = _not_regular(os.stat(path).st_mode)
+        if kind is None:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+            kind = _not_regular(os.fstat(fd).st_mode)
+            if kind is not None:
+                os.close(fd)
+    except FileNotFoundError:
+        raise InputError(f"{what} not found: {path} (no such file)", hint=hint) from None
+    except OSError as exc:
+        raise InputError(f"cannot read {what} {path}: {exc.strerror or exc}", hint=hint) from None
+    if kind is not None:
+        raise InputError(f"{what} {path} is {kind}, not a regular file", hint=hint)
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def read_input_bytes(path: Path | str, what: str, hint: str, limit: int = MAX_INPUT_BYTES) -> bytes:
+    """The bytes of an input file (at most ``limit``); one InputError (naming ``what`` and the path) when it is
+    missing, unreadable, not a regular file (refused before any read: open_input) or larger than ``limit``."""
+    from dgprecompile.errors import InputError
+
+    with open_input(path, what, hint) as f:
+        try:
+            data = f.read(limit + 1)
+        except OSError as exc:
+            raise InputError(f"cannot read {what} {path}: {exc.strerror or exc}", hint=hint) from None
     if len(data) > limit:
         raise InputError(f"{what} {path} is larger than {human_bytes(limit)}, more than any real one holds",
                          hint=hint)
+    return data
+
+
+def read_input(path: Path | str, what: str, hint: str, limit: int = MAX_INPUT_BYTES) -> str:
+    """The text of an input file (read_input_bytes), or one InputError when it is not UTF-8."""
+    from dgprecompile.errors import InputError
+
+    data = read_input_bytes(path, what, hint, limit)
     try:
         return data.decode()
     except UnicodeDecodeError:

@@ -248,10 +248,14 @@ class NinjaJitFamily(JitFamily):
         env = os.environ if environ is None else environ
         out = super().launch_env(cache_dir)
         if recorded is None:
-            try:
-                with open(os.path.join(cache_dir, "dgprecompile", "index.json")) as f:
-                    recorded = (json.load(f).get("fingerprint") or {}).get(self.fingerprint_section)
-            except (OSError, ValueError, AttributeError):
+            from dgprecompile.errors import DGError
+            from dgprecompile.fsutil import read_input_bytes
+
+            try:  # a FIFO or a device there is refused before any read (it would block)
+                doc = json.loads(read_input_bytes(os.path.join(cache_dir, "dgprecompile", "index.json"),
+                                                  "the cache index", hint=""))
+                recorded = (doc.get("fingerprint") or {}).get(self.fingerprint_section)
+            except (DGError, OSError, ValueError, AttributeError, RecursionError):
                 recorded = None
         home = (recorded or {}).get("cuda_home")
         if home and not (env.get("CUDA_HOME") or env.get("CUDA_PATH")):

@@ -11,6 +11,7 @@ jsonschema is imported only here, and only when a document is checked.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -36,9 +37,42 @@ def field_path(parts) -> str:
 
 
 def shown(value: Any) -> str:
-    """A value as a message quotes it: cut to a few characters."""
-    text = json.dumps(value, default=str) if not isinstance(value, str) else repr(value)
+    """A value as a message quotes it: cut to a few characters. Only the pieces up to the cut are made, so the
+    work is bounded however large (or alias-multiplied) the value is."""
+    if isinstance(value, str):
+        text = repr(value[:_SHOWN + 1])
+    else:
+        text = ""
+        for piece in _pieces(value):
+            text += piece
+            if len(text) > _SHOWN:
+                break
     return text if len(text) <= _SHOWN else text[:_SHOWN - 3] + "..."
+
+
+def _pieces(value: Any) -> Iterator[str]:
+    """``json.dumps(value)`` in pieces, made as they are asked for (a long string: its start only, which is all
+    a cut message shows)."""
+    if isinstance(value, dict):
+        yield "{"
+        for i, (key, item) in enumerate(value.items()):
+            yield (", " if i else "") + next(_pieces(key if isinstance(key, str) else str(key))) + ": "
+            yield from _pieces(item)
+        yield "}"
+    elif isinstance(value, (list, tuple)):
+        yield "["
+        for i, item in enumerate(value):
+            if i:
+                yield ", "
+            yield from _pieces(item)
+        yield "]"
+    elif isinstance(value, str):
+        yield json.dumps(value[:_SHOWN + 1])  # one character more than shown: the cut still shows
+    else:
+        try:
+            yield json.dumps(value, default=str)
+        except ValueError:  # an int past Python's 4,300-digit conversion limit
+            yield f"<{type(value).__name__} too large to show>"
 
 
 def _shown_expected(value: Any) -> str:

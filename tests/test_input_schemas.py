@@ -82,9 +82,19 @@ def test_the_checked_in_manifests_satisfy_the_schema():
 
 # ---- bounded input (item 3) ------------------------------------------------------------------------------
 
-def test_an_endless_manifest_is_refused_within_bounded_memory():
+@pytest.fixture
+def endless(tmp_path) -> str:
+    """A regular file of 1 TiB (sparse: it takes no disk). /dev/zero itself is refused before any read, as a
+    device (test_non_regular_inputs.py)."""
+    path = tmp_path / "endless"
+    with open(path, "wb") as f:
+        f.truncate(1 << 40)
+    return str(path)
+
+
+def test_an_endless_manifest_is_refused_within_bounded_memory(endless):
     start = time.monotonic()
-    refused(cli("verify", "--manifest", "/dev/zero"), "/dev/zero", "larger than")
+    refused(cli("verify", "--manifest", endless), endless, "larger than")
     assert time.monotonic() - start < 30
 
 
@@ -117,9 +127,9 @@ def test_m_ranges_are_made_one_at_a_time():
 
 
 @pytest.mark.parametrize("what", ["config", "model"])
-def test_endless_config_files_are_refused(what):
-    args = ["--config", "/dev/zero"] if what == "config" else ["--model", "/dev/zero"]
-    refused(cli("plan", *args), "/dev/zero", "larger than")
+def test_endless_config_files_are_refused(what, endless):
+    args = ["--config", endless] if what == "config" else ["--model", endless]
+    refused(cli("plan", *args), endless, "larger than")
 
 
 # ---- --config values go through the command line's types (item 6) -------------------------------------
@@ -160,6 +170,20 @@ def test_bad_model_configs_name_the_field(tmp_path, change, words):
     refused(cli("plan", "--model", str(path)), str(path), *words)
 
 
+@pytest.mark.parametrize("sglang", ["0.5.1", "0.5.9", "0.5.14"])
+def test_a_hidden_size_no_kernel_fits_names_the_field_and_model(tmp_path, sglang):
+    """hidden_size 16777216 is within the schema (one size cap for every field) but makes a k that not one
+    pipeline stage of any kernel fits in shared memory: one error naming the field and the model (issue 29
+    item 6; was a ValueError traceback from the kernel model)."""
+    config = json.loads(BUNDLED.read_text())
+    config["hidden_size"] = 16777216
+    path = tmp_path / "big" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(config))
+    refused(cli("plan", "--model", str(path), "--sglang", sglang), "big", str(path), "hidden_size 16777216",
+            "k=16777216", "no DeepGEMM kernel fits in shared memory")
+
+
 @pytest.mark.parametrize("spec", ["/nonexistent/dir/config.json", "./missing-config.json"])
 def test_a_missing_config_path_says_the_file_does_not_exist(spec):
     err = refused(cli("plan", "--model", spec), "does not exist")
@@ -186,13 +210,13 @@ def test_bad_specforge_configs_name_the_field(tmp_path, old, new, words):
     refused(cli("plan", "--specforge-config", str(path)), str(path), *words)
 
 
-def test_an_endless_specforge_config_is_refused():
-    refused(cli("plan", "--specforge-config", "/dev/zero"), "/dev/zero", "larger than")
+def test_an_endless_specforge_config_is_refused(endless):
+    refused(cli("plan", "--specforge-config", endless), endless, "larger than")
 
 
-def test_an_endless_misses_file_is_refused():
-    refused(cli("warm", "--from-misses", "/dev/zero", "--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8"),
-            "/dev/zero", "larger than")
+def test_an_endless_misses_file_is_refused(endless):
+    refused(cli("warm", "--from-misses", endless, "--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8"),
+            endless, "larger than")
 
 
 def test_a_trace_call_beyond_32_bit_m_is_refused(tmp_path):

@@ -53,6 +53,7 @@ from dgprecompile.fsutil import (
     exchange_paths,
     free_bytes,
     fsync_dir,
+    open_input,
     space_message,
 )
 from dgprecompile.keys.fingerprint import differences, short_id
@@ -294,14 +295,7 @@ def _corrupt(path: Path, exc: BaseException) -> InputError:
 
 
 def _open_stream(path: Path):
-    if not path.exists():
-        raise InputError(f"artifact not found: {path}", hint="pass the file `dgprecompile pack -o` wrote")
-    if not path.is_file():
-        raise InputError(f"{path} is not a file", hint="pass the file `dgprecompile pack -o` wrote")
-    try:
-        f = open(path, "rb")
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror}") from None
+    f = open_input(path, "artifact", hint="pass the file `dgprecompile pack -o` wrote")
     if f.read(2) != b"\x1f\x8b":
         f.close()
         raise InputError(f"{path} is not a dgprecompile artifact (not gzip-compressed)", hint=NOT_OURS_HINT)
@@ -520,10 +514,9 @@ def _artifact_arch(manifest: bytes | None) -> str | None:
 
 
 def _load_json(path: Path, member: str, data: bytes) -> Any:
-    try:
-        return json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: {member} is not valid JSON ({exc})", hint=NOT_OURS_HINT) from None
+    from dgprecompile.documents import load_json_text
+
+    return load_json_text(data, f"{path}: {member}", hint=NOT_OURS_HINT)
 
 
 # ---- unpack ---------------------------------------------------------------------------------------------
@@ -581,13 +574,14 @@ def read_signature_beside(path: Path) -> bytes | None:
     from dgprecompile.cache.signing import SIGNATURE_LIMIT
 
     sig = Path(signature_path(str(path)))
-    try:
-        with open(sig, "rb") as f:
-            return f.read(SIGNATURE_LIMIT + 1)
-    except FileNotFoundError:
+    if not os.path.lexists(sig):
         return None
-    except OSError as exc:
-        raise InputError(f"cannot read the signature {sig}: {exc.strerror}", hint="check its permissions") from None
+    hint = "remove it, or put the .sig that `dgprecompile pack --signing-key` wrote there"
+    with open_input(sig, "the signature", hint=hint) as f:
+        try:
+            return f.read(SIGNATURE_LIMIT + 1)
+        except OSError as exc:
+            raise InputError(f"cannot read the signature {sig}: {exc.strerror}", hint="check its permissions") from None
 
 
 def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool = False, nvcc: str | None = None,

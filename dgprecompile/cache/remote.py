@@ -220,6 +220,15 @@ def remote_errors(remote: Remote, doing: str) -> Iterator[None]:
                                  hint=hint) from None
 
 
+def refuse_special(remote: Remote) -> None:
+    """A file:// object that is a FIFO, socket or device is refused before it is opened (a FIFO blocks the read);
+    objects of other stores are always plain bytes."""
+    if remote.is_local:
+        from dgprecompile.fsutil import refuse_non_regular
+
+        refuse_non_regular(remote.path, "the object", hint="pass the file `dgprecompile pack -o` or `push` wrote")
+
+
 def exists(remote: Remote) -> bool:
     with remote_errors(remote, "checking"):
         return bool(remote.fs.exists(remote.path))
@@ -230,6 +239,7 @@ def download(remote: Remote, dest: Path) -> tuple[int, float]:
     start = time.perf_counter()
     try:
         with remote_errors(remote, "downloading"):
+            refuse_special(remote)
             remote.fs.get_file(remote.path, str(dest))
             got = dest.stat().st_size
             try:
@@ -313,6 +323,7 @@ def head_manifest(remote: Remote) -> dict[str, Any] | None:
 def head_manifest_bytes(remote: Remote) -> bytes | None:
     """The exact bytes of the artifact's manifest (its first member), read from the start of the object, or None."""
     try:
+        refuse_special(remote)
         with remote.fs.open(remote.path, "rb", block_size=1 << 18) as f:
             return read_head_bytes(f)
     except Exception:  # a listing hint or an early check only: an unreadable object is simply not described
@@ -322,7 +333,7 @@ def head_manifest_bytes(remote: Remote) -> bytes | None:
 def _parsed(data: bytes | None) -> dict[str, Any] | None:
     try:
         doc = json.loads(data) if data is not None else None
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return doc if isinstance(doc, dict) else None
 
@@ -346,6 +357,7 @@ def read_small(remote: Remote, limit: int) -> bytes | None:
     """A small object's bytes (at most ``limit`` + 1 are read), or None when it is not there."""
     try:
         with remote_errors(remote, "reading"):
+            refuse_special(remote)
             with remote.fs.open(remote.path, "rb") as f:
                 return f.read(limit + 1)
     except NotFound:

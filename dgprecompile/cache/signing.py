@@ -241,7 +241,7 @@ def _signature_doc(data: bytes, where: str) -> dict[str, Any]:
                                hint="fetch the artifact and its .sig again")
     try:
         doc = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, an int Python will not convert, nested too deep
         raise SignatureRefused(f"{where}: its signature file is not a dgprecompile signature (not JSON)",
                                hint="fetch the artifact and its .sig again") from None
     try:

@@ -34,7 +34,14 @@ from dgprecompile import scratch
 from dgprecompile.cache.entrycheck import entry_problem, link_problem
 from dgprecompile.errors import CheckFailed, CompileFailed, InputError, os_error
 from dgprecompile.families import FILED_AREAS, family_for_area
-from dgprecompile.fsutil import atomic_write_text, exchange_paths, fsync_dir, normalize_modes, tree_size
+from dgprecompile.fsutil import (
+    atomic_write_text,
+    exchange_paths,
+    fsync_dir,
+    normalize_modes,
+    read_input_bytes,
+    tree_size,
+)
 
 INDEX_SCHEMA = 1
 OURS = "dgprecompile"
@@ -136,6 +143,31 @@ class Index:
                    list(d.get("plans", [])), list(d.get("sweeps", [])), dict(d.get("triton_moe", {})))
 
 
+INDEX_DAMAGED = "move it away and run `dgprecompile warm` again: it re-indexes what is there"
+INDEX_MAX_BYTES = 64 << 20  # about 200,000 entry records; a warmed cache of one plan records under a thousand
+
+
+def _index_document(path: Path) -> Any:
+    """The JSON of a local index.json: a regular file only (a FIFO would block the read), with a cap, checked
+    against the ``index`` schema as the artifact's is, so that a damaged one is one CheckFailed naming the file and
+    the field (exit 1, the hint: rebuild it), never an AttributeError later. An index of another schema version is
+    returned as it is: Index.from_dict names the version (bad input, exit 2)."""
+    from dgprecompile import schemas
+    from dgprecompile.documents import load_json_text
+
+    try:
+        data = read_input_bytes(path, "the cache index", INDEX_DAMAGED, limit=INDEX_MAX_BYTES)
+        doc = load_json_text(data, f"{path} (damaged)", hint=INDEX_DAMAGED)
+    except InputError as exc:  # not a regular file, larger than the cap, unreadable, not JSON, nested too deep
+        raise CheckFailed(exc.message, hint=exc.hint) from None
+    if isinstance(doc, dict) and isinstance(doc.get("schema"), int) and doc["schema"] != INDEX_SCHEMA:
+        return doc
+    try:
+        return schemas.check(doc, "index", f"{path} is damaged", hint=INDEX_DAMAGED)
+    except InputError as exc:
+        raise CheckFailed(exc.message, hint=exc.hint) from None
+
+
 def resolve_cache_dir(source, explicit: str | Path | None = None, environ: dict[str, str] | None = None) -> Path:
     """The one place the cache directory is decided.
 
@@ -192,18 +224,20 @@ class CacheStore:
 
     # -- index --
     def read_index(self) -> Index:
+        """The cache's index (empty when there is none), read like the artifact's (_index_document)."""
+        path = self.index_path
         try:
-            text = self.index_path.read_text()
+            os.stat(path)
         except FileNotFoundError:
             return Index()
         except OSError as exc:
             raise os_error(exc, "read") from None
+        if not os.access(path, os.R_OK):
+            raise os_error(PermissionError(errno.EACCES, "Permission denied", str(path)), "read")
         try:
-            return Index.from_dict(json.loads(text), str(self.index_path))
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            raise CheckFailed(f"{self.index_path} is damaged ({exc})",
-                              hint="move it away and run `dgprecompile warm` again: it re-indexes what is there"
-                              ) from None
+            return Index.from_dict(_index_document(path), str(path))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckFailed(f"{path} is damaged ({str(exc)[:200]})", hint=INDEX_DAMAGED) from None
 
     @contextmanager
     def index_lock(self) -> Iterator[None]:

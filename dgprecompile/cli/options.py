@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
 from dgprecompile import schemas
+from dgprecompile.documents import load_yaml_text
 from dgprecompile.errors import InputError
 from dgprecompile.fsutil import read_input
 from dgprecompile.output import Output
@@ -27,10 +27,7 @@ def load_config_file(path: str | None) -> dict[str, Any]:
     if path is None:
         return {}
     text = read_input(path, "config file", hint="pass --config with an existing file (see train.yaml)")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InputError(f"cannot read {path}: {str(exc).splitlines()[0]}", hint="fix the YAML (see train.yaml)") from None
+    data = load_yaml_text(text, str(path), hint="fix the YAML (see train.yaml)")
     if data is None:
         return {}
     if not isinstance(data, dict):

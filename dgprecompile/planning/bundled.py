@@ -8,8 +8,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import yaml
-
+from dgprecompile.documents import load_yaml_text
+from dgprecompile.fsutil import read_input
 from dgprecompile.planning.manifest import dump_yaml, manifest_name
 from dgprecompile.planning.plan import PlanRequest
 from dgprecompile.planning.request import plan_from_request
@@ -17,7 +17,9 @@ from dgprecompile.planning.request import plan_from_request
 
 def render_all(shapes_dir: Path) -> dict[str, str]:
     """file name -> manifest text, for every request in shapes_dir/index.yaml."""
-    index = yaml.safe_load((shapes_dir / "index.yaml").read_text())
+    path = shapes_dir / "index.yaml"
+    index = load_yaml_text(read_input(path, "shapes index", hint="pass the repository's shapes/ directory"),
+                           str(path), hint="fix shapes/index.yaml")
     out = {}
     for req in index["requests"]:
         plan = plan_from_request(PlanRequest(**{k: (str(v) if k == "sglang" else v) for k, v in req.items()}))

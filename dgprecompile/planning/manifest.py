@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 
 from dgprecompile import schemas
+from dgprecompile.documents import load_yaml_text
 from dgprecompile.errors import InputError
 from dgprecompile.fsutil import atomic_write_text, read_input
 from dgprecompile.kernels import GemmKey, JitModule, KernelSpec, KernelType, TritonMoeItem
@@ -28,11 +29,7 @@ REGENERATE = "regenerate it with `dgprecompile plan ... -o FILE`"
 
 def read_manifest(path: Path) -> Plan:
     text = read_input(path, "manifest", hint="write one with `dgprecompile plan ... -o FILE`")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InputError(f"cannot read manifest {path}: {str(exc).splitlines()[0]}", hint=REGENERATE) from None
-    return plan_from_dict(data, str(path))
+    return plan_from_dict(load_yaml_text(text, f"manifest {path}", hint=REGENERATE), str(path))
 
 
 def plan_from_dict(data: Any, where: str = "manifest") -> Plan:

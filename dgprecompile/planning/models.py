@@ -3,7 +3,6 @@ repo id that is already in the local Hugging Face cache (never downloaded)."""
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from importlib import resources
@@ -13,6 +12,7 @@ from typing import Any
 import yaml
 
 from dgprecompile import schemas
+from dgprecompile.documents import load_json_text
 from dgprecompile.errors import InputError
 from dgprecompile.fsutil import read_input
 
@@ -40,12 +40,7 @@ CONFIG_MAX_BYTES = 4 << 20  # a config.json is a few KiB (the bundled ones under
 def _read_json(path: Path, source: str, name: str) -> ModelConfig:
     text = read_input(path, "config file", hint="pass an existing config.json or model directory",
                       limit=CONFIG_MAX_BYTES)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path} is not valid JSON (line {exc.lineno}: {exc.msg})", hint=MODEL_HINT) from None
-    except RecursionError:
-        raise InputError(f"{path} is nested too deeply to be a config.json", hint=MODEL_HINT) from None
+    data = load_json_text(text, str(path), hint=MODEL_HINT)
     if not isinstance(data, dict):
         raise InputError(f"{path} does not hold a JSON object, so it is not a config.json", hint=MODEL_HINT)
     schemas.check(data, "model-config", str(path), hint=MODEL_HINT)
@@ -90,10 +85,10 @@ def load_model(spec: str) -> ModelConfig:
             path = resources.files("dgprecompile.data.models").joinpath(entry["file"])
             return _read_json(Path(str(path)), f"bundled:{entry['file']}", entry["name"])
     path = Path(spec).expanduser()
-    if path.exists() and not path.is_dir():  # a file (or a device, a pipe: read with the same cap)
+    if path.exists() and not path.is_dir():  # a file (a device, a pipe: refused by read_input before any read)
         return _read_json(path, str(path), path.parent.name if path.name == "config.json" else path.stem)
     if path.is_dir():
-        if (path / "config.json").is_file():
+        if os.path.lexists(path / "config.json"):  # not a regular file: read_input says what it is
             return _read_json(path / "config.json", str(path / "config.json"), path.name)
         raise InputError(f"{path} is a directory without a config.json",
                          hint="pass the checkpoint directory that holds config.json, or the file itself")

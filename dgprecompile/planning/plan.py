@@ -246,6 +246,22 @@ def plan_key(key: GemmKey, profile: Profile, num_sms: int, kernels: dict[str, Ke
     return pk
 
 
+def _plan_key_of(model: ModelConfig, key: GemmKey, profile: Profile, num_sms: int, kernels: dict[str, KernelSpec],
+                 par: Parallel) -> PlannedKey:
+    """plan_key, where a GEMM no kernel fits (a k so large that not one pipeline stage fits shared memory: the
+    kernel model raises ValueError) is bad input naming the config.json field it comes from and the model."""
+    try:
+        return plan_key(key, profile, num_sms, kernels, sglang_warmup=par.sweep_m_max > 0)
+    except ValueError:
+        fields = [f"{name} {value}" for name, value in sorted(model.config.items())
+                  if type(value) is int and value >= key.k and value % key.k == 0 and value // key.k <= par.tp]
+        source = ", ".join(fields) or f"its sizes (k={key.k})"
+        raise InputError(f"{model.name} ({model.source}): {source} makes a {key.kernel_type.short} GEMM "
+                         f"(n={key.n}, k={key.k}, {', '.join(key.layers) or 'a layer'}) that no DeepGEMM kernel "
+                         "fits in shared memory: not a real model's size",
+                         hint="pass the model's config.json as downloaded (--model PATH)") from None
+
+
 def _buckets(key: GemmKey, profile: Profile, num_sms: int, kernels: dict[str, KernelSpec]) -> list[Bucket]:
     if key.m_max > MAX_M:
         raise InputError(f"{key.kernel_type.short} GEMM n={key.n} k={key.k}: its largest m would be {key.m_max:,}, "
@@ -381,7 +397,7 @@ def _build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: in
         if checked is not None:
             shapes.notes.append(f"{key.kernel_type.value} n={key.n} k={key.k}: m up to {key.m_max}, beyond the "
                                 f"largest m checked on a GPU ({checked}): not observed there")
-    keys = [plan_key(k, profile, num_sms, kernels, sglang_warmup=par.sweep_m_max > 0) for k in shapes.keys]
+    keys = [_plan_key_of(model, k, profile, num_sms, kernels, par) for k in shapes.keys]
     return Plan(model=model.name, model_source=model.source, model_type=model.config.get("model_type", ""),
                 tp=par.tp, ep=par.ep, moe_runner_backend=par.moe_runner_backend, max_tokens=par.max_tokens,
                 profile=profile, profile_reason=profile_reason, num_sms=num_sms, gpu=gpu, keys=keys,

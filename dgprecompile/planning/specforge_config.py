@@ -10,16 +10,14 @@ rebuilt here from the facts in data/specforge.yaml (launch_plan.py:468-540). Tha
 
 from __future__ import annotations
 
-import json
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from dgprecompile import schemas
 from dgprecompile.data import load_yaml
+from dgprecompile.documents import load_json_text, load_yaml_text
 from dgprecompile.errors import InputError
 from dgprecompile.fsutil import read_input
 
@@ -61,10 +59,10 @@ SPECFORGE_HINT = "fix the run config (SpecForge 0.2.0's form: examples/specforge
 def _load(path: str) -> dict[str, Any]:
     """The run config, read with a cap and checked against the ``specforge-config`` schema (data/schemas/)."""
     text = read_input(path, "SpecForge config", hint="pass the run config `specforge train -c` reads")
-    try:
-        data = yaml.safe_load(text) if Path(path).suffix in (".yaml", ".yml") else json.loads(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise InputError(f"cannot read {path}: {str(exc).splitlines()[0]}", hint=SPECFORGE_HINT) from None
+    if Path(path).suffix in (".yaml", ".yml"):
+        data = load_yaml_text(text, str(path), hint=SPECFORGE_HINT)
+    else:
+        data = load_json_text(text, str(path), hint=SPECFORGE_HINT)
     if not isinstance(data, dict):
         raise InputError(f"{path} is not a SpecForge run config (no mapping at the top)", hint=SPECFORGE_HINT)
     return schemas.check(data, "specforge-config", path, hint=SPECFORGE_HINT)

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dgprecompile.documents import MAX_DEPTH, deeper_than
 from dgprecompile.errors import InputError
 from dgprecompile.fsutil import read_input
 from dgprecompile.kernels import GemmKey, KernelSpec, KernelType
@@ -32,6 +34,7 @@ from dgprecompile.planning.profiles import (
     installed_sglang_version,
     resolve_profile,
 )
+from dgprecompile.schemas import shown
 
 TRACE_GLOB = "trace-*.jsonl"
 TRACE_HINT = "pass the directory `launch --trace` wrote, or a misses file from `launch --no-strict`"
@@ -67,9 +70,9 @@ def parse_call(data: Any, where: str = "trace") -> Call:
         raise InputError(f"{where}: a call lacks {exc.args[0]!r} (needs kernel_type, m, n, k, num_groups)",
                          hint="pass the directory `launch --trace` wrote, or a misses file from `launch --no-strict`") from None
     except (TypeError, ValueError) as exc:
-        raise InputError(f"{where}: bad call {data!r} ({exc})", hint="pass the directory `launch --trace` wrote, or a misses file from `launch --no-strict`") from None
+        raise InputError(f"{where}: bad call {shown(data)} ({str(exc)[:80]})", hint="pass the directory `launch --trace` wrote, or a misses file from `launch --no-strict`") from None
     if min(values[1:]) < 1 or values[0] < 0 or count < 0 or max(values) > MAX_M:
-        raise InputError(f"{where}: impossible call {data!r}", hint="pass the directory `launch --trace` wrote, or a misses file from `launch --no-strict`")
+        raise InputError(f"{where}: impossible call {shown(data)}", hint="pass the directory `launch --trace` wrote, or a misses file from `launch --no-strict`")
     return Call(kind, *values, count=count)
 
 
@@ -86,6 +89,11 @@ def _read_lines(path: Path) -> tuple[list[dict[str, Any]], list[Call]]:
             if number == len(text.splitlines()):  # a job killed mid-write leaves a torn last line
                 continue
             raise InputError(f"{where} is not JSON", hint="pass the directory `launch --trace` wrote, or a misses file from `launch --no-strict`") from None
+        except (RecursionError, ValueError):  # nested past the recursion limit, an int of 5,000 digits
+            raise InputError(f"{where} is not a call (nested too deep, or a number too long)",
+                             hint=TRACE_HINT) from None
+        if deeper_than(data, MAX_DEPTH):
+            raise InputError(f"{where} is not a call (nested deeper than {MAX_DEPTH} levels)", hint=TRACE_HINT)
         if isinstance(data, dict) and "kernel_type" not in data:
             headers.append(data)
             continue
@@ -105,7 +113,8 @@ def read_trace_dir(trace_dir: Path) -> tuple[list[dict[str, Any]], list[Call]]:
     """Headers and aggregated calls of every trace file in a directory (all ranks)."""
     trace_dir = Path(trace_dir)
     if not trace_dir.is_dir():
-        raise InputError(f"trace directory not found: {trace_dir}",
+        there = "is not a directory" if os.path.lexists(trace_dir) else "not found"
+        raise InputError(f"trace directory {trace_dir} {there}",
                          hint="record one with `dgprecompile launch --trace DIR -- COMMAND`")
     headers, calls = [], []
     for path in sorted(trace_dir.glob(TRACE_GLOB)):
@@ -222,7 +231,7 @@ def _recorded_kernels(path: Path) -> set[str]:
     for line in read_input(path, "misses file", TRACE_HINT, limit=TRACE_MAX_BYTES).splitlines():
         try:
             data = json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(data, dict) and isinstance(data.get("kernels"), list):
             ids.update(str(k) for k in data["kernels"])
