@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dgprecompile.cache import confine
+from dgprecompile.cache.confine import Limits
 from dgprecompile.cache.store import CacheStore, Index
 from dgprecompile.families import FAMILIES, CacheFamily, versions
 
@@ -136,15 +138,23 @@ def job_versions(env: Mapping[str, str]) -> dict[str, str | None]:
         return versions()
 
 
-def file_captured(store: CacheStore, reports: list[FamilyReport], env: Mapping[str, str] | None = None) -> None:
-    """Put every whole new entry of a filed family into the index (``extra``, by capture), under its lock."""
+def file_captured(store: CacheStore, reports: list[FamilyReport], env: Mapping[str, str] | None = None,
+                  entry_mib: int | None = None) -> None:
+    """Put every whole new entry of a filed family into the index (``extra``, by capture), under its lock. Only an
+    entry inside the real cache root (no link on the way: a job may have replaced the area with one), of regular
+    files with one link each, within the entry cap (``entry_mib``, default data/limits.yaml; cache/confine.py)."""
     todo = [(fam, rep) for fam, rep in zip(FAMILIES, reports, strict=True) if fam.filed]
+    limits = Limits.of(entry_mib)
     records = []
     for fam, rep in todo:
         for name in rep.new:
             if name in rep.not_whole:
                 continue
             entry_dir = fam.area_dir(store.root) / name
+            outside = confine.entry_problem(store.root, f"{fam.area}/{name}", limits)
+            if outside is not None:
+                rep.not_whole[name] = outside
+                continue
             if fam.entry_problem(entry_dir) is not None:  # changed since the snapshot
                 rep.not_whole[name] = fam.entry_problem(entry_dir) or ""
                 continue

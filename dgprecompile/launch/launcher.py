@@ -646,6 +646,7 @@ class LaunchOptions:
     model_arg: str | None = None
     kill_grace: float = DEFAULT_KILL_GRACE  # seconds from a forwarded signal to the SIGKILL of what is left
     capture: bool = False  # point every JIT family's cache into the cache root and file what the job built
+    capture_entry_mib: int | None = None  # capture's cap on one entry (None: data/limits.yaml; launch/capture.py)
 
 
 @dataclass
@@ -812,7 +813,7 @@ def run_launch(prepared: PreparedLaunch) -> LaunchResult:
             _check_guards(prepared.run_dir / GUARD_DIR, watch, result)
         result.families = capture.compiled_during(store.root, families_before)
         if opts.capture:
-            capture.file_captured(store, result.families, prepared.env.env)
+            capture.file_captured(store, result.families, prepared.env.env, entry_mib=opts.capture_entry_mib)
         result.refusals = [e for e in _read_events(prepared.run_dir / "events.jsonl") if e.get("event") == "refused"]
         result.refusals_outside_plan = bool(result.refusals) and all(
             e.get("kernel") and _names_planned_kernels(e) and e["kernel"] not in plan.kernels
