@@ -59,6 +59,15 @@ def test_an_area_linked_outside_the_cache_is_refused(cache, tmp_path):
     _refused(cache, tmp_path / "a.tar.gz", f"{cache}/cache is a symbolic link (to {outside})")
 
 
+def test_a_cache_root_that_is_a_link_is_the_users_choice(cache, tmp_path):
+    """Links below the root are refused; the root itself (e.g. ~/.cache/deep_gemm -> /data/dg) is followed."""
+    os.symlink(cache, tmp_path / "root-link")
+    out = tmp_path / "a.tar.gz"
+    res = run("pack", *PLAN, "--cache-dir", str(tmp_path / "root-link"), "-o", str(out))
+    assert res.exit_code == 0, res.output
+    assert out.is_file()
+
+
 def test_a_file_hard_linked_from_outside_is_refused(cache, tmp_path):
     entry = sorted((cache / "cache").iterdir())[0]
     os.link(entry / "kernel.cu", tmp_path / "outside.cu")

@@ -66,7 +66,10 @@ def _why(parent: int | None, name: str, shown: str, exc: OSError, want: str) -> 
 def entry_dir(root: Path, member_dir: str) -> Iterator[int]:
     """A descriptor of ``<root>/<member_dir>`` (e.g. ``triton/<hash>``) reached from the root without following a
     link; raises Refused naming the first component that is a link or no directory."""
-    fds = [_open_dir(None, str(root), str(root))]
+    try:  # the root is the user's choice: a link there (or above) is followed; everything below it is not
+        fds = [os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))]
+    except OSError as exc:
+        raise Refused(f"{root}: {exc.strerror or exc}") from None
     try:
         shown = root
         for part in member_dir.split("/"):
