@@ -135,6 +135,6 @@ def too_large(member_dir: str, limits: Limits) -> str:
 
 def refusal(why: str) -> CheckFailed:
     """pack's error for a Refused entry: nothing was packed."""
-    return CheckFailed(f"refusing to pack {why}; nothing was packed",
-                       hint=f"remove that entry from the cache (warm or launch --capture builds it again); a large "
-                            f"one is packed with {ENTRY_OPTION} / {ARTIFACT_OPTION}")
+    return CheckFailed(f"{why}: only the cache's own files are packed; nothing was packed",
+                       hint=f"put the cache's own copy in place of a link, or remove the entry (warm or launch "
+                            f"--capture builds it again); raise the size caps with {ENTRY_OPTION} / {ARTIFACT_OPTION}")
