@@ -87,3 +87,21 @@ def test_an_entry_past_the_cap_is_not_filed_unless_raised(job):  # noqa: F811
     r = capture(job, "big", "--max-entry-mib", "80")
     assert r.exit_code == 0, r.output
     assert filed(job) == [entry]
+
+
+@needs_triton
+def test_a_moved_cache_whose_area_links_outside_is_not_rewritten_there(job):  # noqa: F811
+    """launch points a moved cache's filed Triton entries at where they lie, rewriting their group files; where the
+    area is a link to a folder outside the cache, those files are not the cache's and are left as they are."""
+    r = capture(job, "none")
+    assert r.exit_code == 0, r.output
+    assert len(filed(job)) == 1
+    shutil.move(job / "cache", job / "moved")
+    shutil.move(job / "moved" / "triton", job / "elsewhere")
+    os.symlink(job / "elsewhere", job / "moved" / "triton")
+    before = {p: p.read_bytes() for p in (job / "elsewhere").rglob("*") if p.is_file()}
+    r = CliRunner().invoke(cli, ["launch", "--manifest", "plan.yaml", "--cache-dir", "moved", "--allow-missing",
+                                 "--", sys.executable, "-c", "pass"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert "filed Triton entries pointed at" not in r.output
+    assert {p: p.read_bytes() for p in (job / "elsewhere").rglob("*") if p.is_file()} == before

@@ -83,6 +83,15 @@ def entry_dir(root: Path, member_dir: str) -> Iterator[int]:
             os.close(fd)
 
 
+def link_problem(root: Path, member_dir: str) -> str | None:
+    """Why ``<root>/<member_dir>`` cannot be reached without following a link (or is no directory), else None."""
+    try:
+        with entry_dir(root, member_dir):
+            return None
+    except Refused as exc:
+        return str(exc)
+
+
 def open_file(dir_fd: int, name: str, shown: str) -> tuple[int, os.stat_result]:
     """``name`` in the directory ``dir_fd``, opened without following a link, checked to be a regular file with one
     link; returns (descriptor, its stat). Raises Refused (and leaves nothing open) otherwise."""

@@ -50,12 +50,14 @@ def family_env(root: str | Path, index: Index, *, capture: bool, strict: bool) -
 
 def relocate(store: CacheStore) -> list[str]:
     """Filed entries unpacked or copied to another root (Triton's group files name absolute paths, so Triton
-    would miss them): point them at where they lie, and re-record their files' sha256. Returns what changed."""
+    would miss them): point them at where they lie, and re-record their files' sha256. Returns what changed.
+    An entry reached through a link (the area replaced by one) is left alone: nothing outside the cache is written."""
     index = store.read_index()
     moved = []
     for fam in FAMILIES:
         for name, rec in sorted(index.extra.items()):
-            if rec.area == fam.area and fam.filed and fam.relocate(fam.area_dir(store.root) / rec.entry):
+            if (rec.area == fam.area and fam.filed and confine.link_problem(store.root, rec.member_dir) is None
+                    and fam.relocate(fam.area_dir(store.root) / rec.entry)):
                 moved.append(name)
     if moved:
         def mutate(ix: Index) -> None:
