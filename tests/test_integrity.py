@@ -340,3 +340,5 @@ def test_verify_does_not_call_adopted_records_complete(nvcc_cache, tmp_path):
     human = run("verify", "--manifest", manifest, "--cache-dir", cache, extra=extra)
     assert human.returncode == 1 and "1 unchecked" in human.stdout + human.stderr, human.stdout + human.stderr
     assert "dgprecompile warm" in human.stderr + human.stdout
+    launch = run("launch", "--manifest", manifest, "--cache-dir", cache, "--", "true", extra=extra)
+    assert launch.returncode == 1 and f"unchecked: {victim}" in launch.stderr, launch.stderr

@@ -730,8 +730,8 @@ def _read_events(path: Path) -> list[dict[str, Any]]:
 
 
 def _preflight_failure(plan: Plan, report: VerifyReport) -> str:
-    lines = [f"  missing: {kid}" for kid in report.missing[:20]] + [f"  changed: {kid}" for kid in report.changed[:20]]
-    more = len(report.missing) + len(report.changed) - len(lines)
+    lines = [f"  {what}: {kid}" for what in ("missing", "changed", "unchecked") for kid in getattr(report, what)[:20]]
+    more = len(report.missing) + len(report.changed) + len(report.unchecked) - len(lines)
     if more > 0:
         lines.append(f"  ... and {more} more")
     lines += [f"  fingerprint: {f} was {was!r} when warmed, is {now!r} here" for f, was, now in report.stale]
