@@ -31,6 +31,7 @@ from helpers import (
 )
 
 from dgprecompile.cache.entrycheck import content_problem, cubin_kernels, entry_problem
+from dgprecompile.cache.samebuild import blank_unique_names
 from dgprecompile.cache.store import sha256_file
 from dgprecompile.cli.main import cli
 from dgprecompile.keys.sgl_deep_gemm_01 import CxxKeyContext
@@ -286,3 +287,58 @@ def test_warm_rebuilds_a_changed_sglang_jit_module(jit_warmed, tmp_path, how):
     assert record["files"] == {p.name: sha256_file(p) for p in module.iterdir() if p.is_file()}
     assert (cache / "tvm-ffi" / other).is_dir() and not (cache / "tvm-ffi" / other).is_symlink()
     assert _run("verify", "--manifest", jit_only, "--cache-dir", cache, pythonpath=_sgl_path()).returncode == 0
+
+
+@needs_dg013
+def test_an_entry_the_index_does_not_record_is_checked_against_a_fresh_build(nvcc_cache, tmp_path):
+    """Issue 29 item 7: index.json removed (what the damaged-index hint says to do) and one cubin's code flipped.
+    warm must not re-index the flipped entry as good: it rebuilds every unrecorded entry in staging, replaces the
+    one whose bytes differ (saying so), keeps the identical ones, and records all of them as checked by warm."""
+    manifest, pristine = nvcc_cache
+    cache = tmp_path / "dg"
+    shutil.copytree(pristine, cache, symlinks=True)
+    a, b = _gemms(cache)
+    _flip(cache, a, b)
+    (cache / "dgprecompile" / "index.json").unlink()
+    extra = [sgl_deep_gemm_013_dir()]
+
+    warm = run("warm", "--manifest", manifest, "--cache-dir", cache, "--nvcc", NVCC, "--json", extra=extra)
+    assert warm.returncode == 0, warm.stderr
+    summary = json.loads(warm.stdout)
+    assert summary["compiled"] == 1 and summary["already_cached"] == 2, (summary, warm.stderr)
+    assert f"{a}" in warm.stderr or "rebuilt and replaced" in warm.stderr
+    assert "differ from a fresh build" in warm.stderr, warm.stderr
+    # a fresh build of that kernel: the pristine bytes up to the symbol names nvcc makes unique per compile
+    rebuilt, original = (cache / "cache" / a / "kernel.cubin").read_bytes(), (pristine / "cache" / a / "kernel.cubin").read_bytes()
+    assert blank_unique_names(rebuilt) == blank_unique_names(original)
+    for name in sorted(e.name for e in (pristine / "cache").iterdir() if e.name != a):  # same builds: kept as is
+        assert (cache / "cache" / name / "kernel.cubin").read_bytes() == \
+            (pristine / "cache" / name / "kernel.cubin").read_bytes()
+    index = read_index(cache)
+    assert {rec["by"] for rec in index["kernels"].values()} == {"warm"}, index["kernels"]
+    verify = run("verify", "--manifest", manifest, "--cache-dir", cache, "--json", extra=extra)
+    assert verify.returncode == 0, verify.stdout
+
+
+@needs_dg013
+def test_verify_does_not_call_adopted_records_complete(nvcc_cache, tmp_path):
+    """A record warm filed without comparing the entry to a fresh build (`by: adopted`, an index rebuilt by an older
+    dgprecompile) proves nothing about the bytes: verify says which kernels are unchecked and exits 1."""
+    manifest, pristine = nvcc_cache
+    cache = tmp_path / "dg"
+    shutil.copytree(pristine, cache, symlinks=True)
+    index = read_index(cache)
+    victim = sorted(index["kernels"])[0]
+    index["kernels"][victim]["by"] = "adopted"
+    write_index(cache, index)
+    extra = [sgl_deep_gemm_013_dir()]
+    verify = run("verify", "--manifest", manifest, "--cache-dir", cache, "--json", extra=extra)
+    assert verify.returncode == 1, verify.stdout
+    report = json.loads(verify.stdout)
+    assert [p["kernel"] for p in report["problems"]] == [victim], report["problems"]
+    assert report["problems"][0]["status"] == "unchecked"
+    human = run("verify", "--manifest", manifest, "--cache-dir", cache, extra=extra)
+    assert human.returncode == 1 and "1 unchecked" in human.stdout + human.stderr, human.stdout + human.stderr
+    assert "dgprecompile warm" in human.stderr + human.stdout
+    launch = run("launch", "--manifest", manifest, "--cache-dir", cache, "--", "true", extra=extra)
+    assert launch.returncode == 1 and f"unchecked: {victim}" in launch.stderr, launch.stderr

@@ -22,7 +22,6 @@ from __future__ import annotations
 import errno
 import gzip
 import hashlib
-import io
 import json
 import os
 import shutil
@@ -33,7 +32,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from dgprecompile import __version__
-from dgprecompile.cache import rollback
+from dgprecompile.cache import archive, rollback
+from dgprecompile.cache.confine import Limits
 from dgprecompile.cache.entrycheck import checked_files, entry_problem, file_problem
 from dgprecompile.cache.signing import SigningKey, Trust, signature_path
 from dgprecompile.cache.store import (
@@ -92,17 +92,6 @@ class PackResult:
 
 
 
-def _tarinfo(name: str, size: int) -> tarfile.TarInfo:
-    info = tarfile.TarInfo(name)
-    info.size = size
-    info.mtime = 0
-    info.mode = 0o644
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    info.type = tarfile.REGTYPE
-    return info
-
-
 def _json_bytes(data: Any) -> bytes:
     return (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
 
@@ -121,8 +110,9 @@ def output_path(template: str, fingerprint: dict[str, Any]) -> Path:
 
 
 def pack_cache(plan: Plan, store: CacheStore, output: str, *, allow_missing: bool = False,
-               signing_key: SigningKey | None = None) -> PackResult:
-    """Write the plan's entries to ``output``; with ``signing_key``, its signature to ``output``.sig beside it."""
+               signing_key: SigningKey | None = None, limits: Limits | None = None) -> PackResult:
+    """Write the plan's entries to ``output``; with ``signing_key``, its signature to ``output``.sig beside it.
+    Only files inside the real cache root, of one link each, within ``limits`` (default: data/limits.yaml)."""
     index = store.read_index()
     if not index.fingerprint:
         raise CheckFailed(f"{store.root} has no dgprecompile index: nothing warmed there to pack",
@@ -164,7 +154,7 @@ def pack_cache(plan: Plan, store: CacheStore, output: str, *, allow_missing: boo
     sig = Path(signature_path(str(target)))
     try:
         with atomic_writer(target) as raw:
-            manifest = _write_archive(raw, store, packed, entries, plan, missing)
+            manifest = _write_archive(raw, store, packed, entries, plan, missing, limits or Limits.of())
         if signing_key is not None:
             atomic_write_bytes(sig, signing_key.sign(manifest))
         elif sig.exists():  # the signature of the artifact this one replaced: it covers other bytes
@@ -183,22 +173,13 @@ def pack_cache(plan: Plan, store: CacheStore, output: str, *, allow_missing: boo
 
 
 def _write_archive(raw: IO[bytes], store: CacheStore, packed: Index, entries: list[EntryRecord], plan: Plan,
-                   missing: list[str]) -> bytes:
-    """Write the archive; returns the manifest's bytes (what a signature covers)."""
-    members: dict[str, bytes] = {INDEX_MEMBER: _json_bytes(packed.to_dict())}
-    files: list[tuple[str, Path, str]] = []
-    for record in entries:
-        for name, digest in sorted(record.files.items()):
-            files.append((f"{record.member_dir}/{name}", store.entry_path(record.entry, record.area) / name, digest))
-    listing = {INDEX_MEMBER: {"sha256": hashlib.sha256(members[INDEX_MEMBER]).hexdigest(),
-                              "bytes": len(members[INDEX_MEMBER])}}
-    blobs: dict[str, bytes] = {}
-    for member, path, digest in files:
-        data = path.read_bytes()
-        if hashlib.sha256(data).hexdigest() != digest:
-            raise CheckFailed(f"{path} changed while packing", hint="run pack again when no warm is writing")
-        blobs[member] = data
-        listing[member] = {"sha256": digest, "bytes": len(data)}
+                   missing: list[str], limits: Limits) -> bytes:
+    """Write the archive, streaming the entry files from the cache (cache/archive.py); returns the manifest's bytes
+    (what a signature covers)."""
+    index_bytes = _json_bytes(packed.to_dict())
+    members = archive.collect(store.root, [(r.member_dir, r.files) for r in entries], limits)
+    listing = {INDEX_MEMBER: {"sha256": hashlib.sha256(index_bytes).hexdigest(), "bytes": len(index_bytes)}}
+    listing.update({m.name: {"sha256": m.sha256, "bytes": m.size} for m in members})
     manifest = {
         "format": FORMAT, "schema": ARTIFACT_SCHEMA, "created_by": f"dgprecompile {__version__}",
         "fingerprint": packed.fingerprint, "fingerprint_id": short_id(packed.fingerprint),
@@ -208,12 +189,8 @@ def _write_archive(raw: IO[bytes], store: CacheStore, packed: Index, entries: li
         "entries": [entry_key(r) for r in entries], "members": dict(sorted(listing.items())),
     }
     manifest_bytes = _json_bytes(manifest)
-    with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz:
-        with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            # the manifest first, so a reader knows what it holds (and how large each member is) before the data
-            for name, data in [(MANIFEST_MEMBER, manifest_bytes), (INDEX_MEMBER, members[INDEX_MEMBER]),
-                               *sorted(blobs.items())]:
-                tar.addfile(_tarinfo(name, len(data)), io.BytesIO(data))
+    # the manifest first, so a reader knows what it holds (and how large each member is) before the data
+    archive.write(raw, store.root, [(MANIFEST_MEMBER, manifest_bytes), (INDEX_MEMBER, index_bytes)], members)
     return manifest_bytes
 
 

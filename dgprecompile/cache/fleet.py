@@ -318,7 +318,7 @@ class PushReport:
 
 
 def pack_to(plan: Plan, store: CacheStore, output: str, *, allow_missing: bool = False, replace: bool = True,
-            command: str = "push", signing_key: SigningKey | None = None) -> PushReport:
+            command: str = "push", signing_key: SigningKey | None = None, limits=None) -> PushReport:
     """`pack -o URL` (replace) and `push` (not replace): pack into a local temp file, upload it whole; with
     ``signing_key``, then its signature beside it (``<url>.sig``).
 
@@ -329,7 +329,7 @@ def pack_to(plan: Plan, store: CacheStore, output: str, *, allow_missing: bool =
     rmt.open_remote(output, write=True)  # refuse http(s), a bad URL and a missing backend before packing
     with tempfile.TemporaryDirectory(prefix="dgprecompile-pack-") as tmp:
         packed = pack_cache(plan, store, str(Path(tmp) / rmt.ARTIFACT_NAME), allow_missing=allow_missing,
-                            signing_key=signing_key)
+                            signing_key=signing_key, limits=limits)
         url = output.replace("{fingerprint}", packed.fingerprint_id)
         target = rmt.open_remote(url, write=True)
         sig_target = rmt.open_remote(signature_path(url), write=True)
@@ -368,10 +368,10 @@ def pack_to(plan: Plan, store: CacheStore, output: str, *, allow_missing: bool =
 
 
 def push(plan: Plan, store: CacheStore, prefix: str, *, allow_missing: bool = False,
-         replace: bool = False, signing_key: SigningKey | None = None) -> PushReport:
+         replace: bool = False, signing_key: SigningKey | None = None, limits=None) -> PushReport:
     rmt.check_url(prefix)
     return pack_to(plan, store, rmt.join(prefix, rmt.ARTIFACT_NAME), allow_missing=allow_missing,
-                   replace=replace, signing_key=signing_key)
+                   replace=replace, signing_key=signing_key, limits=limits)
 
 
 # ---- unpack URL -------------------------------------------------------------------------------------------

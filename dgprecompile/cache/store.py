@@ -32,6 +32,7 @@ from typing import Any
 
 from dgprecompile import scratch
 from dgprecompile.cache.entrycheck import entry_problem, link_problem
+from dgprecompile.cache.samebuild import same_file
 from dgprecompile.errors import CheckFailed, CompileFailed, InputError, os_error
 from dgprecompile.families import FILED_AREAS, family_for_area
 from dgprecompile.fsutil import (
@@ -46,6 +47,9 @@ from dgprecompile.fsutil import (
 INDEX_SCHEMA = 1
 OURS = "dgprecompile"
 ENTRIES = "cache"  # DeepGEMM's own layout: <root>/cache/<entry>
+ADOPTED = "adopted"  # an EntryRecord's ``by`` when nothing compared its bytes with a fresh build
+# KeyedWorker's problem with an entry that is loadable but that the index does not vouch for (store.vouched)
+UNVOUCHED = "not recorded in the index"
 def _areas() -> tuple[str, ...]:
     from dgprecompile.jit_families import FAMILIES
 
@@ -93,7 +97,9 @@ class EntryRecord:
     files: dict[str, str]  # file name -> sha256
     bytes: int
     seconds: float | None = None  # compile time, when this warm compiled it
-    by: str = "warm"  # warm | adopted (found already in the cache)
+    # warm (built, or compared with a fresh build) | adopted (found in the cache, indexed without that comparison:
+    # verify counts it unchecked) | capture (what a launch's job built)
+    by: str = "warm"
     area: str = ENTRIES  # the directory under the root that holds it (AREAS)
 
     def to_dict(self) -> dict[str, Any]:
@@ -328,6 +334,16 @@ class CacheStore:
                 return problem
         return None
 
+    def vouched(self, kernel: str, entry: str, area: str = ENTRIES, index: Index | None = None) -> bool:
+        """Whether the index holds a record of this entry (under ``kernel``, or as an extra entry of that name)
+        that a build vouches for: not one filed as ``adopted`` (found on disk and indexed on its structure alone,
+        e.g. by an older dgprecompile after index.json was removed). An entry nothing vouches for is compared
+        with a fresh build before it is trusted (compile/backends/base.py)."""
+        index = self.read_index() if index is None else index
+        records = [r for r in (index.kernels.get(kernel), index.extra.get(entry))
+                   if r is not None and r.entry == entry and r.area == area]
+        return any(r.by != ADOPTED for r in records)
+
     def entry_problem(self, entry: str, arch: str | None, required: tuple[str, ...] = (), naming=None,
                       area: str = ENTRIES) -> str | None:
         """What is wrong with the entry on disk ("missing" when there is none), or None when it is loadable and its
@@ -411,13 +427,14 @@ class CacheStore:
         return "replaced"
 
     def _same(self, staged: Path, target: Path, arch, required, naming) -> bool:
-        """``target`` is loadable and holds exactly ``staged``'s files with their bytes."""
+        """``target`` is loadable and holds exactly ``staged``'s files with their bytes (cubins: up to the names
+        nvcc makes unique per compile, cache/samebuild.py)."""
         if entry_problem(target, arch, required, naming) is not None:
             return False
         mine = sorted(p.name for p in staged.iterdir())
         if mine != sorted(p.name for p in target.iterdir()):
             return False
-        return all(sha256_file(staged / n) == sha256_file(target / n) for n in mine if (staged / n).is_file())
+        return all(same_file(n, staged / n, target / n) for n in mine if (staged / n).is_file())
 
     def new_staging(self) -> Path:
         """A private staging root, locked by this process for its life (dgprecompile/scratch.py)."""

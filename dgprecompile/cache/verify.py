@@ -17,20 +17,24 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dgprecompile.cache.entrycheck import link_problem
-from dgprecompile.cache.store import CacheStore, Index, valid_entry_name
+from dgprecompile.cache.store import ADOPTED, CacheStore, Index, valid_entry_name
 from dgprecompile.errors import EXIT_CHECK_FAILED, EXIT_OK, DGError
 from dgprecompile.keys.fingerprint import differences, make_fingerprint, short_id
 from dgprecompile.planning.plan import Plan
 from dgprecompile.toolchain import DeepGemmInstall, Nvcc, find_deepgemm, find_nvcc
 
 OK, MISSING, CHANGED, INVALID = "ok", "missing", "changed", "invalid"  # invalid: on disk but not loadable
+ADOPTED_DETAIL = "indexed as found (adopted), never compared with a fresh build"
 STALE = "stale"  # warmed for another installed library than this machine's (a Triton MoE item's Triton)
+# loadable, but no build vouches for its bytes: not in the index, or filed as "adopted" (store.ADOPTED); a flipped
+# byte in a kernel's code leaves a loadable cubin, so only a comparison with a fresh build (warm) settles it
+UNCHECKED = "unchecked"
 
 
 @dataclass
 class KernelCheck:
     kernel: str
-    status: str  # ok | missing | changed | invalid
+    status: str  # ok | missing | changed | invalid | unchecked | stale
     entry: str | None  # the entry name found or expected
     detail: str = ""
 
@@ -116,6 +120,10 @@ class VerifyReport:
         return [k.kernel for k in self.kernels if k.status == INVALID]
 
     @property
+    def unchecked(self) -> list[str]:
+        return [k.kernel for k in self.kernels if k.status == UNCHECKED]
+
+    @property
     def stale_items(self) -> list[str]:
         return [k.kernel for k in self.kernels if k.status == STALE]
 
@@ -125,7 +133,8 @@ class VerifyReport:
 
     @property
     def complete(self) -> bool:
-        return not self.missing and not self.changed and not self.invalid and not self.stale and not self.stale_items
+        return (not self.missing and not self.changed and not self.invalid and not self.stale and not self.stale_items
+                and not self.unchecked)
 
     @property
     def problems(self) -> list[KernelCheck]:
@@ -162,6 +171,9 @@ class VerifyReport:
         if self.stale:
             return (f"warm again here (`dgprecompile warm ... {where}`), or run where the recorded DeepGEMM/nvcc "
                     "sit at the recorded paths")
+        if self.unchecked and not (self.missing or self.changed or self.invalid):
+            return (f"run `dgprecompile warm` with the same plan and {where}: it builds the unchecked kernels afresh, "
+                    "keeps those with the same bytes and replaces the others")
         return (f"run `dgprecompile warm` with the same plan and {where}: it compiles only what is missing and "
                 "rebuilds what changed")
 
@@ -182,6 +194,8 @@ class VerifyReport:
         if self.invalid:
             parts.append(f"{len(self.invalid)} not loadable (empty, cut short, another architecture or not the "
                          "kernel its name says)")
+        if self.unchecked:
+            parts.append(f"{len(self.unchecked)} unchecked (not recorded by a build: warm compares them with one)")
         if self.stale_items:
             parts.append(f"{len(self.stale_items)} warmed with another Triton, Python or platform")
         if self.stale:
@@ -202,6 +216,7 @@ class VerifyReport:
             "missing": self.missing,
             "changed": self.changed,
             "invalid": self.invalid,
+            "unchecked": self.unchecked,
             "stale_items": self.stale_items,
             "stale": [{"field": f, "recorded": a, "current": b} for f, a, b in self.stale],
             "fingerprint_checked": self.fingerprint_checked,
@@ -284,7 +299,9 @@ def verify_cache(plan: Plan, store: CacheStore, *, nvcc: str | None = None,
             checks.append(KernelCheck(kid, MISSING, None, "not in the index"))
         else:
             problem = store.check_entry(record, arch)
-            if problem is None:
+            if problem is None and record.by == ADOPTED:
+                checks.append(KernelCheck(kid, UNCHECKED, record.entry, ADOPTED_DETAIL))
+            elif problem is None:
                 checks.append(KernelCheck(kid, OK, record.entry))
             elif problem == "missing":
                 checks.append(KernelCheck(kid, MISSING, record.entry, "indexed entry is not in the cache"))
@@ -489,7 +506,10 @@ def _check_proved(store: CacheStore, kid: str, record, expected: str, files: tup
     if bad is not None:
         return KernelCheck(kid, INVALID, expected, f"invalid: {bad}")
     if record is None:
-        return KernelCheck(kid, OK, expected, "present, not in the index (no checksum)")
+        return KernelCheck(kid, UNCHECKED, expected, "present, not in the index (no build vouches for its bytes)")
     if record.entry != expected:
-        return KernelCheck(kid, OK, expected, f"present; the index records {record.entry} (no checksum)")
+        return KernelCheck(kid, UNCHECKED, expected, f"present; the index records {record.entry} (no build vouches "
+                           "for its bytes)")
+    if record.by == ADOPTED:
+        return KernelCheck(kid, UNCHECKED, expected, ADOPTED_DETAIL)
     return KernelCheck(kid, OK, expected)

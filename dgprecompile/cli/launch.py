@@ -53,6 +53,8 @@ PATH_OPTION = "--cache-dir"  # where this command is told to write: named in the
 @click.option("--capture", is_flag=True,
               help="Non-strict: point Triton's, FlashInfer's, inductor's and CuTe-DSL's caches into the cache and "
                    "file the whole Triton entries the job built in its index (pack/push/pull carry them).")
+@click.option("--max-entry-mib", type=click.IntRange(min=1, max=1 << 20), default=None, metavar="MIB",
+              help="With --capture: file no entry larger than this (default: 64, data/limits.yaml).")
 @click.option("--kill-grace", type=click.FloatRange(min=0, max=3600), default=10.0, show_default=True,
               metavar="SECONDS",
               help="After a SIGINT/SIGTERM/SIGHUP is forwarded to the job, SIGKILL what is left of it this many "
@@ -60,7 +62,7 @@ PATH_OPTION = "--cache-dir"  # where this command is told to write: named in the
 @output_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def command(plan_request, manifest, config, cache_dir, shared_cache, strict, allow_missing, trace_dir, misses_path,
-            pull_from, replace_changed, trust, capture, kill_grace, out,
+            pull_from, replace_changed, trust, capture, max_entry_mib, kill_grace, out,
             command) -> LaunchResult:
     """Run COMMAND (e.g. torchrun ...) with SGLang's runtime DeepGEMM precompile off and the warmed cache.
 
@@ -96,7 +98,8 @@ def command(plan_request, manifest, config, cache_dir, shared_cache, strict, all
     prepared = prepare_launch(LaunchOptions(plan=plan, command=argv, cache_dir=cache_dir, strict=strict,
                                             shared_cache=list(shared_cache), allow_missing=allow_missing,
                                             trace_dir=trace_dir, misses_path=misses_path, manifest=manifest,
-                                            model_arg=plan_request.model, kill_grace=kill_grace, capture=capture))
+                                            model_arg=plan_request.model, kill_grace=kill_grace, capture=capture,
+                                            capture_entry_mib=max_entry_mib))
     render_prepared(out, prepared)
     with _job_stdout_to_stderr(out.json_mode):
         result = run_launch(prepared)

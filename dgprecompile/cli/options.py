@@ -243,3 +243,20 @@ def output_in_a_folder(ctx: click.Context, param: click.Parameter, value: str | 
         raise InputError(f"cannot write {value}: its folder {parent} does not exist, nor {parent.parent}",
                          hint=f"create it first (mkdir -p {parent}), or pass {option} a path in an existing folder")
     return value
+
+
+def size_cap_options(func):
+    """--max-entry-mib / --max-artifact-mib; passes ``limits`` (cache.confine.Limits: data/limits.yaml's caps, each
+    replaced by the option given) to the command."""
+
+    @click.option("--max-entry-mib", type=click.IntRange(min=1, max=1 << 20), default=None, metavar="MIB",
+                  help="Refuse to pack an entry larger than this (default: 64, data/limits.yaml).")
+    @click.option("--max-artifact-mib", type=click.IntRange(min=1, max=1 << 30), default=None, metavar="MIB",
+                  help="Refuse to pack more than this in all (default: 4096, data/limits.yaml).")
+    @functools.wraps(func)
+    def wrapper(*args, max_entry_mib, max_artifact_mib, **kwargs):
+        from dgprecompile.cache.confine import Limits
+
+        return func(*args, limits=Limits.of(max_entry_mib, max_artifact_mib), **kwargs)
+
+    return wrapper

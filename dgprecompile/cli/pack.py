@@ -14,6 +14,7 @@ from dgprecompile.cli.options import (
     plan_options,
     resolve_plan,
     signing_key_option,
+    size_cap_options,
 )
 from dgprecompile.output import Output
 
@@ -28,15 +29,18 @@ PATH_OPTION = "-o"  # where this command is told to write: named in the hint of 
                    "one) or an fsspec URL (s3://, gs://, az://, file://); `{fingerprint}` in it becomes the cache's "
                    "fingerprint id.")
 @click.option("--allow-missing", is_flag=True, help="Pack even if some planned kernels are not in the cache.")
+@size_cap_options
 @signing_key_option
 @output_options
-def command(plan_request, manifest, config, cache_dir, output, allow_missing, signing_key, out) -> PackResult:
+def command(plan_request, manifest, config, cache_dir, output, allow_missing, limits, signing_key,
+            out) -> PackResult:
     """Pack the plan's cache entries, the index and the fingerprint into one compressed archive.
 
     The same cache packs to the same bytes. The final path is printed on stdout, so CI can pick it up;
     put `{fingerprint}` in the name to key a CI cache on the environment the kernels were built for.
     Refuses a cache that lacks planned kernels (unless --allow-missing) or whose entries no longer match
-    the index. With --signing-key (or $DGPRECOMPILE_SIGNING_KEY) an Ed25519 signature of the manifest is
+    the index, and any entry reached through a symbolic link, holding a hard-linked file or past the size caps:
+    only the cache's own files are packed, streamed (memory does not grow with their size). With --signing-key (or $DGPRECOMPILE_SIGNING_KEY) an Ed25519 signature of the manifest is
     written beside it as ARTIFACT.sig.
 
     \b
@@ -52,11 +56,12 @@ def command(plan_request, manifest, config, cache_dir, output, allow_missing, si
         from dgprecompile.cli.push import render as render_upload
 
         report = pack_to(plan, store, output, allow_missing=allow_missing, replace=True, command="pack",
-                         signing_key=signing_key)
+                         signing_key=signing_key, limits=limits)
         for warning in report.warnings:
             out.warn(warning)
         return out.report(report, render_upload)
-    result = pack_cache(plan, store, output, allow_missing=allow_missing, signing_key=signing_key)
+    result = pack_cache(plan, store, output, allow_missing=allow_missing, signing_key=signing_key,
+                        limits=limits)
     if result.signature is None:
         out.warn(f"{result.path} is not signed: `unpack --trusted-key` and pulls refuse it; pass --signing-key")
     if result.missing:

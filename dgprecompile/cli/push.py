@@ -13,6 +13,7 @@ from dgprecompile.cli.options import (
     plan_options,
     resolve_plan,
     signing_key_option,
+    size_cap_options,
 )
 from dgprecompile.output import Output
 
@@ -31,9 +32,10 @@ PATH_OPTION = "--cache-dir"  # where this command is told to write: named in the
 @click.option("--allow-missing", is_flag=True, help="Push even if some planned kernels are not in the cache.")
 @click.option("--replace", is_flag=True,
               help="Replace an existing object for this fingerprint (default: keep it, first push wins).")
+@size_cap_options
 @signing_key_option
 @output_options
-def command(plan_request, manifest, config, cache_dir, target, allow_missing, replace, signing_key,
+def command(plan_request, manifest, config, cache_dir, target, allow_missing, replace, limits, signing_key,
             out) -> PushReport:
     """Pack the plan's cache entries and upload them as URL-PREFIX/deepgemm-<fingerprint id>.tar.gz.
 
@@ -54,7 +56,8 @@ def command(plan_request, manifest, config, cache_dir, target, allow_missing, re
 
     plan = resolve_plan(plan_request, manifest)
     store = CacheStore(resolve_cache_dir(plan, cache_dir))
-    report = push(plan, store, target, allow_missing=allow_missing, replace=replace, signing_key=signing_key)
+    report = push(plan, store, target, allow_missing=allow_missing, replace=replace, signing_key=signing_key,
+                  limits=limits)
     for warning in report.warnings:
         out.warn(warning)
     out.report(report, render)

@@ -196,8 +196,11 @@ def _compile_one(backend, store, item, job: dict, emit) -> bool:
         why = getattr(backend, "replaced_why", None) if replaced else None
         status = "compiled" if replaced else status
         area, skip = getattr(backend, "area", "cache"), getattr(backend, "skip_files", ())
-        records = [store.record_entry(e, seconds if status == "compiled" else None,
-                                      "warm" if status == "compiled" else "adopted", area, skip)
+        # "adopted": built afresh, and the entry there had exactly the fresh build's bytes; so it is vouched for
+        # as much as a compiled one. "cached" (no build) files an entry the index did not record as "adopted"
+        built_here = status in ("compiled", "adopted")
+        records = [store.record_entry(e, seconds if built_here else None, "warm" if built_here else "adopted",
+                                      area, skip)
                    for e in entries]
         if status == "adopted":
             status = "cached"
@@ -205,7 +208,7 @@ def _compile_one(backend, store, item, job: dict, emit) -> bool:
         def mutate(index, kernel=item.kernel, records=records, status=status):
             def keep(old, new):  # an entry found as recorded keeps its record (who built it, how long)
                 same = old is not None and (old.entry, old.files, old.area) == (new.entry, new.files, new.area)
-                return old if same and status == "cached" else new
+                return old if same and status == "cached" and (old.by != "adopted" or new.by == "adopted") else new
 
             index.kernels[kernel] = keep(index.kernels.get(kernel), records[0])
             for extra in records[1:]:

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dgprecompile.cache import confine
+from dgprecompile.cache.confine import Limits
 from dgprecompile.cache.store import CacheStore, Index
 from dgprecompile.families import FAMILIES, CacheFamily, versions
 
@@ -48,12 +50,14 @@ def family_env(root: str | Path, index: Index, *, capture: bool, strict: bool) -
 
 def relocate(store: CacheStore) -> list[str]:
     """Filed entries unpacked or copied to another root (Triton's group files name absolute paths, so Triton
-    would miss them): point them at where they lie, and re-record their files' sha256. Returns what changed."""
+    would miss them): point them at where they lie, and re-record their files' sha256. Returns what changed.
+    An entry reached through a link (the area replaced by one) is left alone: nothing outside the cache is written."""
     index = store.read_index()
     moved = []
     for fam in FAMILIES:
         for name, rec in sorted(index.extra.items()):
-            if rec.area == fam.area and fam.filed and fam.relocate(fam.area_dir(store.root) / rec.entry):
+            if (rec.area == fam.area and fam.filed and confine.link_problem(store.root, rec.member_dir) is None
+                    and fam.relocate(fam.area_dir(store.root) / rec.entry)):
                 moved.append(name)
     if moved:
         def mutate(ix: Index) -> None:
@@ -146,22 +150,30 @@ def planned_kernels(plan: Any) -> set[str]:
 
 
 def file_captured(store: CacheStore, reports: list[FamilyReport], env: Mapping[str, str] | None = None,
-                  planned: set[str] | frozenset[str] = frozenset()) -> None:
-    """Put every whole new entry of a filed family into the index (``extra``, by capture), under its lock; an entry
-    holding a ``planned`` kernel (:func:`planned_kernels`) is never filed and is removed (it is new: this run built
-    it): it goes to the report's ``hidden``, and the launch fails naming it."""
+                  planned: set[str] | frozenset[str] = frozenset(), entry_mib: int | None = None) -> None:
+    """Put every whole new entry of a filed family into the index (``extra``, by capture), under its lock. Only an
+    entry inside the real cache root (no link on the way: a job may have replaced the area with one), of regular
+    files with one link each, within the entry cap (``entry_mib``, default data/limits.yaml; cache/confine.py). An
+    entry holding a ``planned`` kernel (:func:`planned_kernels`) is never filed and is removed (it is new: this run
+    built it): it goes to the report's ``hidden``, and the launch fails naming it."""
     todo = [(fam, rep) for fam, rep in zip(FAMILIES, reports, strict=True) if fam.filed]
+    limits = Limits.of(entry_mib)
     records = []
     for fam, rep in todo:
         for name in rep.new:
-            found = sorted(set(fam.kernel_names(fam.area_dir(store.root) / name)) & set(planned))
+            entry_dir = fam.area_dir(store.root) / name
+            outside = confine.entry_problem(store.root, f"{fam.area}/{name}", limits)
+            found = sorted(set(fam.kernel_names(entry_dir)) & set(planned))
             if found:  # removed too: left on disk it would be a hit to Triton, and a later strict run would pass
                 rep.hidden[name] = found
-                shutil.rmtree(fam.area_dir(store.root) / name, ignore_errors=True)
+                if outside is None:  # never removed through a link the job put in the cache
+                    shutil.rmtree(entry_dir, ignore_errors=True)
                 continue
             if name in rep.not_whole:
                 continue
-            entry_dir = fam.area_dir(store.root) / name
+            if outside is not None:
+                rep.not_whole[name] = outside
+                continue
             if fam.entry_problem(entry_dir) is not None:  # changed since the snapshot
                 rep.not_whole[name] = fam.entry_problem(entry_dir) or ""
                 continue

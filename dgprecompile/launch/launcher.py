@@ -646,6 +646,7 @@ class LaunchOptions:
     model_arg: str | None = None
     kill_grace: float = DEFAULT_KILL_GRACE  # seconds from a forwarded signal to the SIGKILL of what is left
     capture: bool = False  # point every JIT family's cache into the cache root and file what the job built
+    capture_entry_mib: int | None = None  # capture's cap on one entry (None: data/limits.yaml; launch/capture.py)
 
 
 @dataclass
@@ -734,8 +735,8 @@ def _read_events(path: Path) -> list[dict[str, Any]]:
 
 
 def _preflight_failure(plan: Plan, report: VerifyReport) -> str:
-    lines = [f"  missing: {kid}" for kid in report.missing[:20]] + [f"  changed: {kid}" for kid in report.changed[:20]]
-    more = len(report.missing) + len(report.changed) - len(lines)
+    lines = [f"  {what}: {kid}" for what in ("missing", "changed", "unchecked") for kid in getattr(report, what)[:20]]
+    more = len(report.missing) + len(report.changed) + len(report.unchecked) - len(lines)
     if more > 0:
         lines.append(f"  ... and {more} more")
     lines += [f"  fingerprint: {f} was {was!r} when warmed, is {now!r} here" for f, was, now in report.stale]
@@ -817,7 +818,8 @@ def run_launch(prepared: PreparedLaunch) -> LaunchResult:
             _check_guards(prepared.run_dir / GUARD_DIR, watch, result)
         result.families = capture.compiled_during(store.root, families_before)
         if opts.capture:
-            capture.file_captured(store, result.families, prepared.env.env, capture.planned_kernels(plan))
+            capture.file_captured(store, result.families, prepared.env.env, capture.planned_kernels(plan),
+                                  entry_mib=opts.capture_entry_mib)
         result.refusals = [e for e in _read_events(prepared.run_dir / "events.jsonl") if e.get("event") == "refused"]
         result.refusals_outside_plan = bool(result.refusals) and all(
             e.get("kernel") and _names_planned_kernels(e) and e["kernel"] not in plan.kernels

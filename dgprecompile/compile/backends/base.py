@@ -6,9 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dgprecompile.cache.store import CacheStore
+from dgprecompile.cache.store import UNVOUCHED, CacheStore
 from dgprecompile.compile.backends import WorkItem
 from dgprecompile.kernels import KernelSpec
+
+UNVOUCHED_WHY = "not recorded in the index, and its bytes differ from a fresh build"
 
 
 class StagingWorker:
@@ -55,15 +57,20 @@ class KeyedWorker(StagingWorker):
     naming = None  # the key context (keys/*: name_for_source), so an entry's kernel.cu is checked against its name
 
     def _problem(self, kernel: str, entry: str) -> str | None:
-        """None when a loadable entry is there whose bytes are the ones the index recorded for it (if it recorded
-        any) and whose content agrees with its name: every required file present, cubins whole, for the planned
+        """None when a loadable entry is there whose bytes are the ones the index recorded for it by a build and
+        whose content agrees with its name: every required file present, cubins whole, for the planned
         architecture and of the kernel kernel.cu instantiates, kernel.cu the source of the entry's key, nothing a
         symbolic link (an empty kernel.cubin left by a full disk, or another kernel's cubin copied over it, is not
-        "already cached")."""
+        "already cached"). An entry the index does not vouch for (no record, or an ``adopted`` one) is UNVOUCHED:
+        its structure is checked, its bytes are not, so compile() builds it afresh and compares."""
         problem = self.store.entry_problem(entry, self.arch, self.required_files, self.naming)
         if problem is not None:
             return problem
-        return self.store.recorded_problem(kernel, entry, self.arch)
+        index = self.store.read_index()
+        problem = self.store.recorded_problem(kernel, entry, self.arch, index=index)
+        if problem is None and not self.store.vouched(kernel, entry, index=index):
+            return UNVOUCHED  # loadable, but a flipped byte in its code would look the same: build and compare
+        return problem
 
     def compile(self, item: WorkItem) -> tuple[str, list[str], float]:
         spec = KernelSpec(item.family, tuple(item.params.items()))
@@ -75,8 +82,9 @@ class KeyedWorker(StagingWorker):
             if problem is None:  # another warm finished it while we waited
                 return "cached", [entry], 0.0
             staged, seconds = self.build(item, spec, entry)
-            self.replaced_why = problem
-            # a bad or changed entry is swapped for the fresh build in one exchange; never adopted
+            self.replaced_why = UNVOUCHED_WHY if problem == UNVOUCHED else problem
+            # a bad or changed entry is swapped for the fresh build in one exchange; never adopted. One the index
+            # does not vouch for is kept only where its files are the fresh build's, byte for byte
             how = self.store.install_or_replace(staged, self.arch, self.required_files, naming=self.naming,
-                                                changed=problem != "missing")
+                                                changed=problem not in ("missing", UNVOUCHED))
             return {"installed": "compiled", "adopted": "adopted", "replaced": "replaced"}[how], [entry], seconds

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from dgprecompile.cache.store import ADOPTED
 from dgprecompile.compile.backends import WorkItem
 from dgprecompile.compile.backends.base import StagingWorker
 from dgprecompile.errors import CompileFailed, EnvironmentProblem
@@ -127,14 +128,20 @@ class CxxWorker(StagingWorker):
             self.calls.caller(item.kernel_type, item.n, item.k, item.num_groups, item.m)(item.m)
         self.calls.synchronize()
 
+    def _cached(self, kernel: str) -> str | None:
+        """The entry the index recorded for ``kernel`` by a build (not ``adopted``: never compared with one), when
+        it is there with those bytes and loadable."""
+        recorded = self.store.read_index().kernels.get(kernel)
+        if recorded is None or recorded.by == ADOPTED or self.store.check_entry(recorded, self.arch) is not None:
+            return None
+        return recorded.entry
+
     def compile(self, item: WorkItem) -> tuple[str, list[str], float]:
-        recorded = self.store.read_index().kernels.get(item.kernel)
-        if recorded is not None and self.store.check_entry(recorded, self.arch) is None:
-            return "cached", [recorded.entry], 0.0
+        if (entry := self._cached(item.kernel)) is not None:
+            return "cached", [entry], 0.0
         with self.store.kernel_lock(item.kernel):
-            recorded = self.store.read_index().kernels.get(item.kernel)  # another warm may have finished it
-            if recorded is not None and self.store.check_entry(recorded, self.arch) is None:
-                return "cached", [recorded.entry], 0.0
+            if (entry := self._cached(item.kernel)) is not None:  # another warm may have finished it
+                return "cached", [entry], 0.0
             start = time.perf_counter()
             self._launch(item)
             seconds = time.perf_counter() - start
@@ -143,5 +150,6 @@ class CxxWorker(StagingWorker):
                 raise CompileFailed(f"launching {item.kernel} created no cache entry (it was already loaded in this "
                                     "worker): the plan holds two ids for one kernel")
             installed = self.install_staged(fresh, kernel=item.kernel)
-            # an entry that was already in the cache (made by the runtime or another tool) is adopted as is
+            # an entry already in the cache (made by the runtime or another tool) is kept only where its bytes are
+            # this build's (install_staged compares them); one that differs is replaced
             return ("compiled" if installed[0] else "adopted"), [p.name for p in fresh], seconds

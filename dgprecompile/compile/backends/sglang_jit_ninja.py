@@ -127,7 +127,8 @@ class SglangNinjaWorker(StagingWorker):
             installed = self.store.install_entry(leaf, area=self.area, entry=entry)
             for d in Path(self.staging).iterdir():  # anything else this build left in the staging root
                 shutil.rmtree(d, ignore_errors=True)
-            return ("compiled" if installed else "adopted"), [entry], seconds
+            # not installed: another process filed that leaf meanwhile; kept as found (not compared with this build)
+            return ("compiled" if installed else "cached"), [entry], seconds
 
 
 def _installed_version() -> str:
