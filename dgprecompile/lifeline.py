@@ -1,0 +1,104 @@
+"""Process lifetimes on Linux: who reaps orphans, who dies with its parent, and whether a strict launch is above us.
+
+`launch` runs its job under a supervisor process that is a child subreaper (PR_SET_CHILD_SUBREAPER): whatever the
+job starts, setsid'd and double-forked processes included, stays its descendant, so the supervisor can end all of
+it. The supervisor names itself (PR_SET_NAME) ``dgp-strict`` in a strict launch; a process can rename only its
+own threads, so a job cannot rename it, and :func:`strict_launch_above` finds it by walking the parent chain,
+which the job cannot change either (an orphan is re-parented to the supervisor itself).
+
+`warm`'s zygote and workers die with their parent (PR_SET_PDEATHSIG), and a worker checks that its parents are
+still the ones it started under (:func:`bind_parents`, :func:`parents_alive`) before it installs an entry.
+Everything here is a no-op where prctl is not available.
+"""
+
+from __future__ import annotations
+
+import os
+
+PR_SET_PDEATHSIG = 1
+PR_SET_NAME = 15
+PR_SET_CHILD_SUBREAPER = 36
+STRICT_SUPERVISOR = "dgp-strict"  # the comm of a strict launch's supervisor (15 bytes at most)
+SUPERVISOR = "dgp-launch"  # ... of a non-strict one
+
+
+def _prctl(option: int, value: int | bytes) -> bool:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(option, value, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def set_subreaper() -> bool:
+    """Orphans of this process's descendants are re-parented to it (not to init)."""
+    return _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def set_parent_death_signal(signum: int) -> bool:
+    """Get ``signum`` when the parent (the thread that forked us) dies."""
+    return _prctl(PR_SET_PDEATHSIG, signum)
+
+
+def set_name(name: str) -> bool:
+    """This process's command name (/proc/PID/comm, what ps shows), at most 15 bytes."""
+    return _prctl(PR_SET_NAME, name.encode()[:15])
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(comm, ppid) of ``pid``, or None when it is gone or unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    return stat[stat.find("(") + 1:stat.rfind(")")], int(stat[stat.rfind(")") + 2:].split()[1])
+
+
+def strict_launch_above(pid: int | None = None) -> int | None:
+    """The pid of a strict launch's supervisor among the ancestors of ``pid`` (default: this process), else None."""
+    pid = os.getpid() if pid is None else pid
+    seen = set()
+    while pid > 1 and pid not in seen:
+        seen.add(pid)
+        stat = _stat(pid)
+        if stat is None:
+            return None
+        if stat[0] == STRICT_SUPERVISOR and pid != os.getpid():
+            return pid
+        pid = stat[1]
+    return None
+
+
+def inside_strict_launch() -> str | None:
+    """Why this process runs inside a strict `dgprecompile launch` (its supervisor above it, or the launch's
+    variables), else None. The ancestry is the part a job cannot switch off; the variables catch a job that ran
+    in a PID namespace of its own, where the ancestors outside are not visible."""
+    above = strict_launch_above()
+    if above is not None:
+        return f"a strict `dgprecompile launch` (its supervisor, pid {above}) runs this process"
+    if os.environ.get("DGPRECOMPILE_STRICT") == "1":
+        return "DGPRECOMPILE_STRICT=1: a strict `dgprecompile launch` started this process"
+    return None
+
+
+_parents: list[int] = []
+
+
+def bind_parents(*pids: int) -> None:
+    """Remember the chain of parents this process runs under (parent first); see :func:`parents_alive`."""
+    _parents[:] = list(pids)
+
+
+def parents_alive() -> bool:
+    """Whether each remembered parent is still the parent of the one below it (this process first): False once
+    any of them has died (we are re-parented, or it is). True when nothing was bound."""
+    child = os.getpid()
+    for parent in _parents:
+        stat = _stat(child)
+        if stat is None or stat[1] != parent:
+            return False
+        child = parent
+    return True
