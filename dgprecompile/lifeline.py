@@ -102,3 +102,27 @@ def parents_alive() -> bool:
             return False
         child = parent
     return True
+
+
+def refuse_inside_strict_launch(command: str) -> None:
+    """Raise (exit 1) when ``command`` (a `dgprecompile warm`, a non-strict launch) runs inside a strict launch:
+    it would compile while the strict job runs. The refusal is logged where that launch reads its refusals, if
+    the job left that variable alone (its after-run checks catch the rest)."""
+    import json
+    import time
+
+    from dgprecompile.errors import CheckFailed
+
+    why = inside_strict_launch()
+    if why is None:
+        return
+    events = os.environ.get("DGPRECOMPILE_EVENTS")
+    if events:
+        try:
+            with open(events, "a") as f:
+                f.write(json.dumps({"event": "refused", "generation": "dgprecompile", "kernel": command,
+                                    "entry": None, "pid": os.getpid(), "time": time.time()}) + "\n")
+        except OSError:
+            pass
+    raise CheckFailed(f"strict mode: {why}, and `{command}` would compile during it; refused",
+                      hint="warm before the launch, or launch the job with --no-strict to let it compile")

@@ -193,7 +193,11 @@ def _toolchain(plan: Plan, opts: WarmOptions):
 
 def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
     """Everything warm decides before a worker starts: the toolchain, the fingerprint (and whether the cache's
-    differs), this rank's share of the kernels, JIT modules and Triton MoE items, the worker count, space."""
+    differs), this rank's share of the kernels, JIT modules and Triton MoE items, the worker count, space.
+    Refused inside a strict `dgprecompile launch` (dgprecompile.lifeline: its supervisor is an ancestor)."""
+    from dgprecompile import lifeline
+
+    lifeline.refuse_inside_strict_launch("dgprecompile warm")
     backend, install, nvcc = _toolchain(plan, opts)
     store = CacheStore(resolve_cache_dir(plan, opts.cache_dir))
     fingerprint = make_fingerprint(install, nvcc, plan.num_sms, plan.gpu)
@@ -589,7 +593,7 @@ class _Processes:
             self.to_worker[i] = os.fdopen(in_w, "w")
             self.sel.register(os.fdopen(out_r, "rb", buffering=0), selectors.EVENT_READ, i)
         env = {**os.environ, **WORKER_ENV, **scratch.compiler_env(self.tmp),
-               "DGPRECOMPILE_WORKERS": json.dumps(spec)}
+               "DGPRECOMPILE_WORKERS": json.dumps(spec), "DGPRECOMPILE_WARM_PID": str(os.getpid())}
         self.zygote = subprocess.Popen(
             [sys.executable, "-m", "dgprecompile.compile.worker", str(job_path), "--zygote"],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=open(self.tmp / "zygote.log", "wb"), env=env,
@@ -783,7 +787,7 @@ def _stop(zygote: subprocess.Popen | None, worker_pids: dict[int, int]) -> None:
         zygote.kill()
         zygote.wait()
     for pid in worker_pids.values():  # orphans are re-parented; make sure none keeps compiling
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
+        try:  # the worker's own process group: its compilers too, should the worker be gone already
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
             pass

@@ -519,6 +519,10 @@ def prepare_launch(opts: LaunchOptions) -> PreparedLaunch:
     plan = opts.plan
     if not opts.command:
         raise InputError("no command to launch", hint="dgprecompile launch --manifest plan.yaml -- torchrun ...")
+    if not opts.strict:  # a job inside a strict launch must not start one that compiles
+        from dgprecompile import lifeline
+
+        lifeline.refuse_inside_strict_launch("dgprecompile launch --no-strict")
     store = CacheStore(resolve_cache_dir(plan, opts.cache_dir))
     hint = warm_command(plan, str(store.root), opts.manifest, opts.model_arg)
     report = verify_roots(plan, store, [CacheStore(d) for d in opts.shared_cache])

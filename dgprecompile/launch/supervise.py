@@ -109,13 +109,14 @@ def signal_tree(root: int, signum: int) -> int:
 
 
 def _reap(job: int) -> int | None:
-    """Reap every ended child (orphans of the job come to us); the job's shell-style exit code once it ended."""
+    """Reap every ended child (orphans of the job come to us); the job's shell-style exit code once it ended (1
+    where it is gone and its status was lost: never wait for a child that is not there)."""
     code = None
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return code
+            return 1 if code is None and job > 0 else code
         if pid == 0:
             return code
         if pid == job:
@@ -163,11 +164,12 @@ def _supervise(argv: list[str], exe: str, env: Mapping[str, str], cwd: str | Non
         lifeline.set_name(name)
         for sig in FORWARDED_SIGNALS:  # the launcher forwards; a Python handler is reset to default by exec
             signal.signal(sig, lambda *_: None)
-        try:
-            job = subprocess.Popen(list(argv), executable=exe, env=dict(env), cwd=cwd, start_new_session=True).pid
+        try:  # kept referenced: a collected Popen reaps its child itself, and the exit status would be lost
+            popen = subprocess.Popen(list(argv), executable=exe, env=dict(env), cwd=cwd, start_new_session=True)
         except OSError as exc:
             tell({"error": type(exc).__name__, "why": str(exc)})
             return
+        job = popen.pid
         tell({"started": job})
         null = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1):  # the job has its own copies; do not hold a reader's pipe open
