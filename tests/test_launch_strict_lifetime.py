@@ -129,7 +129,11 @@ def test_a_daemon_the_job_leaves_is_ended_and_named(tmp_path, strict):
     (tmp_path / "daemon.py").write_text(DAEMON)
     cmd = _launch_cmd(tmp_path, sys.executable, str(tmp_path / "daemon.py"), str(tmp_path / "daemon.pid"),
                       extra=() if strict else ("--no-strict",))
-    r = subprocess.run(cmd, env=_env(), cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    try:  # (a daemon left running holds launch's stdout open: run() would wait for it until the timeout)
+        r = subprocess.run(cmd, env=_env(), cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        _kill(_pids(tmp_path, "daemon.pid"))
+        raise
     daemon = _pids(tmp_path, "daemon.pid")
     try:
         assert daemon and "job done" in r.stdout, r.stderr
