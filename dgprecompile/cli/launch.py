@@ -60,8 +60,9 @@ def command(plan_request, manifest, config, cache_dir, shared_cache, strict, all
     Checks the cache against the plan first and refuses to start when kernels are missing. The command's
     output and exit code pass through; Ctrl-C and SIGTERM reach every process of the job, what ignores them is
     killed after --kill-grace seconds, and the job never outlives the launcher (even a `kill -9` of it).
-    Strict: a Python process of the job running without the guard (a wrapper that resets PYTHONPATH), or a
-    cache entry compiled during the run, fails the launch (exit 1 where the job itself exited 0).
+    Strict: a Python process of the job running without the guard (a wrapper that resets PYTHONPATH) or with
+    strict switched off, any refusal (caught or not), a cache entry added, changed or removed during the run, or
+    a process the job left behind fails the launch (exit 1 where the job itself exited 0).
 
     \b
     Examples:

@@ -42,6 +42,7 @@ from dgprecompile.fsutil import free_bytes, human_bytes, mount_point
 from dgprecompile.generations import SGLANG_JIT_BACKEND, get_backend
 from dgprecompile.kernels import TRANSPOSE_FAMILY
 from dgprecompile.keys.fingerprint import differences, make_fingerprint, short_id
+from dgprecompile.lifeline import refuse_inside_strict_launch
 from dgprecompile.planning.plan import Plan
 from dgprecompile.toolchain import find_deepgemm, find_nvcc
 
@@ -195,9 +196,7 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
     """Everything warm decides before a worker starts: the toolchain, the fingerprint (and whether the cache's
     differs), this rank's share of the kernels, JIT modules and Triton MoE items, the worker count, space.
     Refused inside a strict `dgprecompile launch` (dgprecompile.lifeline: its supervisor is an ancestor)."""
-    from dgprecompile import lifeline
-
-    lifeline.refuse_inside_strict_launch("dgprecompile warm")
+    refuse_inside_strict_launch("dgprecompile warm")
     backend, install, nvcc = _toolchain(plan, opts)
     store = CacheStore(resolve_cache_dir(plan, opts.cache_dir))
     fingerprint = make_fingerprint(install, nvcc, plan.num_sms, plan.gpu)
