@@ -6,8 +6,9 @@ it. The supervisor names itself (PR_SET_NAME) ``dgp-strict`` in a strict launch;
 own threads, so a job cannot rename it, and :func:`strict_launch_above` finds it by walking the parent chain,
 which the job cannot change either (an orphan is re-parented to the supervisor itself).
 
-`warm`'s zygote and workers die with their parent (PR_SET_PDEATHSIG), and a worker checks that its parents are
-still the ones it started under (:func:`bind_parents`, :func:`parents_alive`) before it installs an entry.
+`warm`'s zygote and workers die with their parent (PR_SET_PDEATHSIG), and a worker checks that its parent is
+still the zygote and that warm still holds the pipe it watches (:func:`bind_parents`, :func:`parents_alive`)
+before it installs an entry.
 Everything here is a no-op where prctl is not available.
 """
 
@@ -47,8 +48,8 @@ def set_name(name: str) -> bool:
     return _prctl(PR_SET_NAME, name.encode()[:15])
 
 
-def _stat(pid: int) -> tuple[str, int] | None:
-    """(comm, ppid) of ``pid``, or None when it is gone or unreadable."""
+def _stat(pid: int | str) -> tuple[str, int] | None:
+    """(comm, ppid) of ``pid`` ("self": this process), or None when it is gone or unreadable."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read().decode(errors="replace")
@@ -57,18 +58,18 @@ def _stat(pid: int) -> tuple[str, int] | None:
     return stat[stat.find("(") + 1:stat.rfind(")")], int(stat[stat.rfind(")") + 2:].split()[1])
 
 
-def strict_launch_above(pid: int | None = None) -> int | None:
-    """The pid of a strict launch's supervisor among the ancestors of ``pid`` (default: this process), else None."""
-    pid = os.getpid() if pid is None else pid
+def strict_launch_above() -> int | None:
+    """The pid (as /proc numbers it) of a strict launch's supervisor among this process's ancestors, else None.
+    The walk starts at /proc/self, not at os.getpid(): in a PID namespace whose /proc is the outer one's, the
+    two number processes differently."""
+    stat = _stat("self")
     seen = set()
-    while pid > 1 and pid not in seen:
+    while stat is not None and stat[1] > 1 and stat[1] not in seen:
+        pid = stat[1]
         seen.add(pid)
         stat = _stat(pid)
-        if stat is None:
-            return None
-        if stat[0] == STRICT_SUPERVISOR and pid != os.getpid():
+        if stat is not None and stat[0] == STRICT_SUPERVISOR:
             return pid
-        pid = stat[1]
     return None
 
 
@@ -84,23 +85,30 @@ def inside_strict_launch() -> str | None:
     return None
 
 
-_parents: list[int] = []
+_bound: dict[str, int] = {}
 
 
-def bind_parents(*pids: int) -> None:
-    """Remember the chain of parents this process runs under (parent first); see :func:`parents_alive`."""
-    _parents[:] = list(pids)
+def bind_parents(parent: int, lifeline_fd: int | None = None) -> None:
+    """Remember this process's parent and, optionally, the read end of a pipe whose only write end a process
+    further up holds (it is never written: end of file means that process is gone); see :func:`parents_alive`.
+    A pipe rather than /proc: it needs no PID, which a PID namespace would number differently."""
+    _bound.clear()
+    _bound["parent"] = parent
+    if lifeline_fd is not None:
+        _bound["fd"] = lifeline_fd
 
 
 def parents_alive() -> bool:
-    """Whether each remembered parent is still the parent of the one below it (this process first): False once
-    any of them has died (we are re-parented, or it is). True when nothing was bound."""
-    child = os.getpid()
-    for parent in _parents:
-        stat = _stat(child)
-        if stat is None or stat[1] != parent:
+    """False once the bound parent has died (we were re-parented) or the lifeline pipe reached end of file."""
+    import select
+
+    if "parent" in _bound and os.getppid() != _bound["parent"]:
+        return False
+    if "fd" in _bound:
+        try:
+            return not select.select([_bound["fd"]], [], [], 0)[0]
+        except (OSError, ValueError):
             return False
-        child = parent
     return True
 
 

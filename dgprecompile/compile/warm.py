@@ -578,6 +578,7 @@ class _Processes:
         self.zygote: subprocess.Popen | None = None
         self.buffers: dict[object, str] = {}
         self.open_streams = 0
+        self.lifeline: int | None = None  # write end of the workers' lifeline pipe, held until the pool ends
 
     def start(self, job: dict[str, Any], gpus: list[int | None]) -> None:
         job_path = self.tmp / "job.json"
@@ -591,8 +592,10 @@ class _Processes:
                          "gpu": None if gpu is None else _physical_gpu(gpu)})
             self.to_worker[i] = os.fdopen(in_w, "w")
             self.sel.register(os.fdopen(out_r, "rb", buffering=0), selectors.EVENT_READ, i)
+        life_r, self.lifeline = os.pipe()  # never written: its end of file tells the workers warm is gone
+        child_fds.append(life_r)
         env = {**os.environ, **WORKER_ENV, **scratch.compiler_env(self.tmp),
-               "DGPRECOMPILE_WORKERS": json.dumps(spec), "DGPRECOMPILE_WARM_PID": str(os.getpid())}
+               "DGPRECOMPILE_WORKERS": json.dumps(spec), "DGPRECOMPILE_WARM_LIFELINE": str(life_r)}
         self.zygote = subprocess.Popen(
             [sys.executable, "-m", "dgprecompile.compile.worker", str(job_path), "--zygote"],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=open(self.tmp / "zygote.log", "wb"), env=env,
@@ -658,6 +661,9 @@ class _Processes:
             except OSError:
                 pass
         _stop(self.zygote, self.pids)
+        if self.lifeline is not None:
+            os.close(self.lifeline)
+            self.lifeline = None
 
 
 @dataclass

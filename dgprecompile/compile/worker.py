@@ -234,7 +234,7 @@ def _compile_one(backend, store, item, job: dict, emit) -> bool:
     return True
 
 
-WARM_PID_ENV = "DGPRECOMPILE_WARM_PID"  # the warm process that started the zygote
+LIFELINE_ENV = "DGPRECOMPILE_WARM_LIFELINE"  # read end of a pipe only warm writes to (never): EOF = warm is gone
 WARM_GONE = signal.SIGUSR1  # the zygote's parent-death signal: its warm died (SIGKILL included)
 
 
@@ -281,8 +281,9 @@ def _bind_zygote_to_warm() -> None:
     lifeline.set_subreaper()  # a dead worker's compilers come to us, to be ended with the rest
     signal.signal(WARM_GONE, _end_everything)
     lifeline.set_parent_death_signal(WARM_GONE)
-    warm = os.environ.get(WARM_PID_ENV)
-    if warm and os.getppid() != int(warm):  # it died before the signal was armed
+    fd = os.environ.get(LIFELINE_ENV)
+    lifeline.bind_parents(os.getppid(), int(fd) if fd else None)
+    if not lifeline.parents_alive():  # warm died before the signal was armed
         _end_everything()
 
 
@@ -298,7 +299,6 @@ def _refuse_inside_strict_launch() -> None:
 def zygote(job: dict, workers: list[dict]) -> int:
     """Import once, fork one worker per entry of ``workers`` ({in_fd, out_fd, log, gpu}), report their exits."""
     _bind_zygote_to_warm()
-    _refuse_inside_strict_launch()
     _preload(job)  # no CUDA here: children initialise their own device after the fork
     own_fds = {fd for w in workers for fd in (w["in_fd"], w["out_fd"])}
     children: dict[int, int] = {}
@@ -397,8 +397,8 @@ def _bind_worker_to_zygote() -> None:
 
     zygote_pid = os.getppid()
     lifeline.set_parent_death_signal(signal.SIGKILL)
-    warm = int(os.environ.get(WARM_PID_ENV) or 0)
-    lifeline.bind_parents(*([zygote_pid, warm] if warm else [zygote_pid]))
+    fd = os.environ.get(LIFELINE_ENV)
+    lifeline.bind_parents(zygote_pid, int(fd) if fd else None)
     if not lifeline.parents_alive():
         os._exit(128 + signal.SIGKILL)
     store.INSTALL_CHECKS.append(lambda: None if lifeline.parents_alive() else "its warm process is gone")
@@ -415,6 +415,7 @@ def _tell(out, event: dict) -> None:
 def main(argv: list[str]) -> int:
     with open(argv[0]) as f:
         job = json.load(f)
+    _refuse_inside_strict_launch()  # a worker started by hand inside a strict job compiles nothing either
     if "--zygote" in argv:
         return zygote(job, json.loads(os.environ["DGPRECOMPILE_WORKERS"]))
     signal.signal(signal.SIGTERM, _on_signal)
