@@ -304,9 +304,10 @@ def zygote(job: dict, workers: list[dict]) -> int:
     children: dict[int, int] = {}
     out = os.fdopen(os.dup(1), "w", buffering=1)
     for i, w in enumerate(workers):
+        zygote_pid = os.getpid()
         pid = os.fork()
         if pid == 0:
-            _child(job, w, own_fds)
+            _child(job, w, own_fds, zygote_pid)
         children[pid] = i
         _tell(out, {"event": "spawned", "worker": i, "pid": pid})
     for fd in own_fds:
@@ -358,9 +359,9 @@ def _preload(job: dict) -> None:
         job.setdefault("unavailable", {})[kind] = why
 
 
-def _child(job: dict, w: dict, own_fds: set[int]) -> None:
+def _child(job: dict, w: dict, own_fds: set[int], zygote_pid: int) -> None:
     """The forked worker: its own process group and pipes, then :func:`serve`; never returns."""
-    _bind_worker_to_zygote()
+    _bind_worker_to_zygote(zygote_pid)
     # its own process group, and the subreaper of everything it starts: stopping it stops its nvcc tree
     os.setpgid(0, 0)
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
@@ -389,13 +390,12 @@ def _child(job: dict, w: dict, own_fds: set[int]) -> None:
         os._exit(code)
 
 
-def _bind_worker_to_zygote() -> None:
+def _bind_worker_to_zygote(zygote_pid: int) -> None:
     """A worker dies with the zygote (SIGKILL: its warm is gone or it was killed) and never installs an entry once
     the zygote or the warm above it has died (checked before each rename into the cache)."""
     from dgprecompile import lifeline
     from dgprecompile.cache import store
 
-    zygote_pid = os.getppid()
     lifeline.set_parent_death_signal(signal.SIGKILL)
     fd = os.environ.get(LIFELINE_ENV)
     lifeline.bind_parents(zygote_pid, int(fd) if fd else None)
