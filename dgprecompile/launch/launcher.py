@@ -1,9 +1,9 @@
 """`dgprecompile launch` without click: preflight, the child's environment, running it, and what it missed.
 
-The trainer runs unchanged as a child process in its own session, with the inherited stdin/stdout/stderr.
-SIGINT, SIGTERM and SIGHUP sent to the launcher go to the child's process group and to every process group
-among its descendants (torchrun's workers included), and the launcher returns the child's exit code, or
-128+N when signal N killed it, as a shell would.
+The trainer runs unchanged in its own session, with the inherited stdin/stdout/stderr, under a supervisor
+process that is its subreaper (launch/supervise.py: signals, the job's end, nothing outliving launch). The
+launcher returns the job's exit code, or 128+N when signal N killed it, as a shell would; what a strict run
+checks afterwards is launch/strictcheck.py's and cache/snapshot.py's.
 
 Environment (every process the command starts inherits it):
 * the profile's precompile switch(es) = 0, so SGLang never starts its runtime precompile;
