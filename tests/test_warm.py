@@ -311,3 +311,81 @@ def test_a_worker_whose_warm_is_gone_exits_without_a_traceback(tmp_path, smalles
     proc.stdin.close()
     assert proc.wait(timeout=120) == 141
     assert "Traceback" not in log.read_text(), log.read_text()
+
+
+KILL9 = r'''
+import ctypes, json, os, signal, subprocess, sys, time
+ctypes.CDLL(None).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER: whatever warm leaves behind becomes our child
+argv, env, entries = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
+proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+
+def stat(pid):
+    try:
+        s = open(f"/proc/{pid}/stat").read()
+        return s.split("(", 1)[1].rsplit(")", 1)[0], s.rsplit(")", 1)[1].split()
+    except OSError:
+        return None, None
+
+def tree(root):
+    kids = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            fields = stat(d)[1]
+            if fields and fields[0] != "Z":
+                kids.setdefault(int(fields[1]), []).append(int(d))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo += kids.get(pid, [])
+    return [p for p in out if p != root]
+
+def reap():
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                return
+        except ChildProcessError:
+            return
+
+def listing():
+    try:
+        return sorted(os.listdir(entries))
+    except OSError:
+        return []
+
+deadline = time.time() + 300
+while time.time() < deadline and proc.poll() is None:  # both workers compiling
+    if sum(stat(p)[0] == "cicc" for p in tree(os.getpid())) >= 2:
+        break
+    time.sleep(0.02)
+compiling = proc.poll() is None
+proc.kill()
+proc.wait()
+at_kill = listing()
+time.sleep(2.0)
+reap()
+left = [(p, stat(p)[0]) for p in tree(os.getpid())]
+time.sleep(8.0)  # the old warm's workers went on for about 6.5 s and installed what they were compiling
+reap()
+print(json.dumps({"compiling": compiling, "left": left, "at_kill": at_kill, "after": listing(),
+                  "left_later": [(p, stat(p)[0]) for p in tree(os.getpid())]}))
+for p in tree(os.getpid()):
+    os.kill(p, signal.SIGKILL)
+'''
+
+
+def test_a_sigkilled_warm_leaves_no_compiler_running_and_installs_nothing_after(tmp_path, smallest_key_manifest):
+    """`kill -9` of warm mid-compile (issue 29 item 3): its zygote, workers and their nvcc/cicc/ptxas end at once
+    (parent-death signals, the worker groups killed), and no entry appears in the cache after warm died."""
+    cache, scratch = tmp_path / "dg", tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    argv = [sys.executable, "-m", "dgprecompile", *map(str, warm_cmd(smallest_key_manifest, cache, "--jobs", "2"))]
+    res = subprocess.run([sys.executable, "-c", KILL9, json.dumps(argv), json.dumps(env), str(cache / "cache")],
+                         capture_output=True, text=True, timeout=600)
+    report = json.loads(res.stdout)
+    assert report["compiling"], report
+    assert report["left"] == [], report  # nothing of warm runs 2 s after its SIGKILL
+    assert report["left_later"] == [], report
+    assert report["after"] == report["at_kill"], report  # nothing installed after warm died

@@ -61,6 +61,18 @@ def _areas() -> tuple[str, ...]:
 AREAS = _areas()
 
 
+# checks a process makes before it moves an entry into the cache (compile/worker.py: its warm is still alive);
+# each returns why it must not install, or None
+INSTALL_CHECKS: list = []
+
+
+def _may_install(what: str) -> None:
+    for check in INSTALL_CHECKS:
+        why = check()
+        if why:
+            raise CompileFailed(f"not installing {what}: {why}")
+
+
 def _depths() -> dict[str, int]:
     from dgprecompile.jit_families import FAMILIES
 
@@ -374,6 +386,7 @@ class CacheStore:
         if target.exists():
             shutil.rmtree(staged, ignore_errors=True)
             return False
+        _may_install(target.name)
         try:
             os.rename(staged, target)
         except OSError:
@@ -396,6 +409,7 @@ class CacheStore:
         base = self.area_dir(area)
         target = base / staged.name
         aside = staged.with_name(staged.name + ".replaced")
+        _may_install(target.name)
         if not exchange_paths(staged, target):
             os.rename(target, aside)
             os.rename(staged, target)

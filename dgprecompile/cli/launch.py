@@ -69,8 +69,9 @@ def command(plan_request, manifest, config, cache_dir, shared_cache, strict, all
     Checks the cache against the plan first and refuses to start when kernels are missing. The command's
     output and exit code pass through; Ctrl-C and SIGTERM reach every process of the job, what ignores them is
     killed after --kill-grace seconds, and the job never outlives the launcher (even a `kill -9` of it).
-    Strict: a Python process of the job running without the guard (a wrapper that resets PYTHONPATH), or a
-    cache entry compiled during the run, fails the launch (exit 1 where the job itself exited 0).
+    Strict: a Python process of the job running without the guard (a wrapper that resets PYTHONPATH) or with
+    strict switched off, any refusal (caught or not), a cache entry added, changed or removed during the run, or
+    a process the job left behind fails the launch (exit 1 where the job itself exited 0).
     With --json the report is the only thing on stdout: the job's stdout goes to stderr.
 
     \b
@@ -229,6 +230,12 @@ def render_result(out: Output, result: LaunchResult) -> None:
         out.info(f"launch got {name}, forwarded it to the job"
                  + ("; what was left of it after the grace got SIGKILL" if result.killed else "")
                  + f"; exit {128 + result.signals[0]}")
+    if result.lost:
+        out.error(f"{result.lost}; what was found of the job was killed",
+                  hint="do not signal the supervisor (`ps` shows it as dgp-strict or dgp-launch); signal launch")
+    if result.left_behind and not result.strict:
+        out.warn(f"the job left {len(result.left_behind)} process(es) running when it ended; launch ended them: "
+                 + "; ".join(result.left_behind[:5]))
     if result.strict:
         _render_strict(out, result)
         return
@@ -266,13 +273,25 @@ def render_result(out: Output, result: LaunchResult) -> None:
 
 def _render_strict(out: Output, result: LaunchResult) -> None:
     """A strict run that compiled anything, or ran a Python process without its guard, failed: one error each."""
-    appeared = result.new_entries + result.new_jit_modules
+    changes = result.cache_changes
+    appeared = sorted(set(result.new_entries + result.new_jit_modules + changes.get("added", [])))
     if appeared:
         more = f" and {len(appeared) - 10} more" if len(appeared) > 10 else ""
         out.error(f"strict run, but {len(appeared)} cache entries were compiled during it: "
                   + ", ".join(appeared[:10]) + more,
                   hint=f"warm them before the run ({result.warm_hint}), and make sure no other process compiles "
                        f"into {result.cache_dir} while a strict job runs")
+    _render_cache_changes(out, result)
+    if result.strict_off:
+        shown = [f"pid {pid}: {cmd}" for pid, cmd in sorted(result.strict_off.items())[:5]]
+        out.error(f"strict mode was switched off inside the job in {len(result.strict_off)} Python process(es) "
+                  "(their guard records say strict was off: DGPRECOMPILE_STRICT changed): " + "; ".join(shown),
+                  hint="leave the variables launch sets as they are; to let the job compile, launch it with "
+                       "--no-strict")
+    if result.left_behind:
+        out.error(f"the job left {len(result.left_behind)} process(es) running when it ended (launch ended them): "
+                  + "; ".join(result.left_behind[:5]),
+                  hint="have the job wait for what it starts; a daemon does not outlive a strict launch")
     if result.guard_failures:
         out.error("strict mode's guard could not be installed in: " + "; ".join(result.guard_failures[:5]),
                   hint="see the message the process printed; `dgprecompile doctor` checks the environment")
@@ -283,3 +302,14 @@ def _render_strict(out: Output, result: LaunchResult) -> None:
                   + "; ".join(shown),
                   hint="keep the PYTHONPATH launch sets (prepend to it rather than replace it) in every wrapper "
                        "of the job, or run with --no-strict to trace instead")
+
+
+def _render_cache_changes(out: Output, result: LaunchResult) -> None:
+    """Entries of the cache that were there before a strict run and changed or went during it."""
+    for kind in ("changed", "removed"):
+        names = result.cache_changes.get(kind, [])
+        if names:
+            more = f" and {len(names) - 10} more" if len(names) > 10 else ""
+            out.error(f"strict run, but {len(names)} cache entries were {kind} during it: " + ", ".join(names[:10])
+                      + more, hint=f"check the cache with `dgprecompile verify --cache-dir {result.cache_dir}` and "
+                                   "warm it again; nothing may write into the cache while a strict job runs")

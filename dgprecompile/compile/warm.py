@@ -42,6 +42,7 @@ from dgprecompile.fsutil import free_bytes, human_bytes, mount_point
 from dgprecompile.generations import SGLANG_JIT_BACKEND, get_backend
 from dgprecompile.kernels import TRANSPOSE_FAMILY
 from dgprecompile.keys.fingerprint import differences, make_fingerprint, short_id
+from dgprecompile.lifeline import refuse_inside_strict_launch
 from dgprecompile.planning.plan import Plan
 from dgprecompile.toolchain import find_deepgemm, find_nvcc
 
@@ -194,7 +195,9 @@ def _toolchain(plan: Plan, opts: WarmOptions):
 
 def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
     """Everything warm decides before a worker starts: the toolchain, the fingerprint (and whether the cache's
-    differs), this rank's share of the kernels, JIT modules and Triton MoE items, the worker count, space."""
+    differs), this rank's share of the kernels, JIT modules and Triton MoE items, the worker count, space.
+    Refused inside a strict `dgprecompile launch` (dgprecompile.lifeline: its supervisor is an ancestor)."""
+    refuse_inside_strict_launch("dgprecompile warm")
     backend, install, nvcc = _toolchain(plan, opts)
     store = CacheStore(resolve_cache_dir(plan, opts.cache_dir))
     fingerprint = make_fingerprint(install, nvcc, plan.num_sms, plan.gpu)
@@ -583,6 +586,7 @@ class _Processes:
         self.zygote: subprocess.Popen | None = None
         self.buffers: dict[object, str] = {}
         self.open_streams = 0
+        self.lifeline: int | None = None  # write end of the workers' lifeline pipe, held until the pool ends
 
     def start(self, job: dict[str, Any], gpus: list[int | None]) -> None:
         job_path = self.tmp / "job.json"
@@ -596,8 +600,10 @@ class _Processes:
                          "gpu": None if gpu is None else _physical_gpu(gpu)})
             self.to_worker[i] = os.fdopen(in_w, "w")
             self.sel.register(os.fdopen(out_r, "rb", buffering=0), selectors.EVENT_READ, i)
+        life_r, self.lifeline = os.pipe()  # never written: its end of file tells the workers warm is gone
+        child_fds.append(life_r)
         env = {**os.environ, **WORKER_ENV, **scratch.compiler_env(self.tmp),
-               "DGPRECOMPILE_WORKERS": json.dumps(spec)}
+               "DGPRECOMPILE_WORKERS": json.dumps(spec), "DGPRECOMPILE_WARM_LIFELINE": str(life_r)}
         self.zygote = subprocess.Popen(
             [sys.executable, "-m", "dgprecompile.compile.worker", str(job_path), "--zygote"],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=open(self.tmp / "zygote.log", "wb"), env=env,
@@ -663,6 +669,9 @@ class _Processes:
             except OSError:
                 pass
         _stop(self.zygote, self.pids)
+        if self.lifeline is not None:
+            os.close(self.lifeline)
+            self.lifeline = None
 
 
 @dataclass
@@ -791,7 +800,7 @@ def _stop(zygote: subprocess.Popen | None, worker_pids: dict[int, int]) -> None:
         zygote.kill()
         zygote.wait()
     for pid in worker_pids.values():  # orphans are re-parented; make sure none keeps compiling
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
+        try:  # the worker's own process group: its compilers too, should the worker be gone already
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
             pass

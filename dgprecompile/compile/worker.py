@@ -237,35 +237,80 @@ def _compile_one(backend, store, item, job: dict, emit) -> bool:
     return True
 
 
-def _die_with_parent() -> None:
-    """Linux: get SIGTERM when the zygote dies, so no worker outlives an interrupted warm."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+LIFELINE_ENV = "DGPRECOMPILE_WARM_LIFELINE"  # read end of a pipe only warm writes to (never): EOF = warm is gone
+WARM_GONE = signal.SIGUSR1  # the zygote's parent-death signal: its warm died (SIGKILL included)
 
 
-def _set_subreaper() -> None:
-    try:
-        import ctypes
+def _end_everything(_signum=None, _frame=None) -> None:
+    """The zygote, once its warm is gone: SIGKILL every worker's process group (the worker and its nvcc, cicc,
+    ptxas) and every other process below (the zygote is their subreaper), reap them, and exit. Nothing is
+    installed after the warm died: the workers die before their next rename, and check before it (lifeline)."""
+    from dgprecompile.procfs import descendants
 
-        ctypes.CDLL(None).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):
-        pass
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, WARM_GONE):
+        signal.signal(sig, signal.SIG_IGN)
+    me = os.getpid()
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline:
+        found = descendants(me)
+        if not found:
+            break
+        for st in found:
+            try:
+                if st.pgid not in (me, os.getpgrp()):  # a worker's group: the worker and its compilers at once
+                    os.killpg(st.pgid, signal.SIGKILL)
+                os.kill(st.pid, signal.SIGKILL)
+            except OSError:
+                pass
+        _reap_all()
+        time.sleep(0.02)
+    _reap_all()
+    os._exit(128 + signal.SIGKILL)
+
+
+def _reap_all() -> None:
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                return
+        except ChildProcessError:
+            return
+
+
+def _bind_zygote_to_warm() -> None:
+    """The zygote dies with its warm: the parent-death signal ends every worker; a warm already gone ends it now."""
+    from dgprecompile import lifeline
+
+    lifeline.set_subreaper()  # a dead worker's compilers come to us, to be ended with the rest
+    signal.signal(WARM_GONE, _end_everything)
+    lifeline.set_parent_death_signal(WARM_GONE)
+    fd = os.environ.get(LIFELINE_ENV)
+    lifeline.bind_parents(os.getppid(), int(fd) if fd else None)
+    if not lifeline.parents_alive():  # warm died before the signal was armed
+        _end_everything()
+
+
+def _refuse_inside_strict_launch() -> None:
+    from dgprecompile import lifeline
+
+    why = lifeline.inside_strict_launch()
+    if why:
+        print(STARTUP_MARK + f"strict mode: {why}; warm does not compile inside it", file=sys.stderr, flush=True)
+        raise SystemExit(3)
 
 
 def zygote(job: dict, workers: list[dict]) -> int:
     """Import once, fork one worker per entry of ``workers`` ({in_fd, out_fd, log, gpu}), report their exits."""
+    _bind_zygote_to_warm()
     _preload(job)  # no CUDA here: children initialise their own device after the fork
     own_fds = {fd for w in workers for fd in (w["in_fd"], w["out_fd"])}
     children: dict[int, int] = {}
     out = os.fdopen(os.dup(1), "w", buffering=1)
     for i, w in enumerate(workers):
+        zygote_pid = os.getpid()
         pid = os.fork()
         if pid == 0:
-            _child(job, w, own_fds)
+            _child(job, w, own_fds, zygote_pid)
         children[pid] = i
         _tell(out, {"event": "spawned", "worker": i, "pid": pid})
     for fd in own_fds:
@@ -317,12 +362,11 @@ def _preload(job: dict) -> None:
         job.setdefault("unavailable", {})[kind] = why
 
 
-def _child(job: dict, w: dict, own_fds: set[int]) -> None:
+def _child(job: dict, w: dict, own_fds: set[int], zygote_pid: int) -> None:
     """The forked worker: its own process group and pipes, then :func:`serve`; never returns."""
-    _die_with_parent()
+    _bind_worker_to_zygote(zygote_pid)
     # its own process group, and the subreaper of everything it starts: stopping it stops its nvcc tree
     os.setpgid(0, 0)
-    _set_subreaper()
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, _on_signal)
     os.dup2(w["in_fd"], 0)
@@ -349,6 +393,21 @@ def _child(job: dict, w: dict, own_fds: set[int]) -> None:
         os._exit(code)
 
 
+def _bind_worker_to_zygote(zygote_pid: int) -> None:
+    """A worker dies with the zygote (SIGKILL: its warm is gone or it was killed) and never installs an entry once
+    the zygote or the warm above it has died (checked before each rename into the cache)."""
+    from dgprecompile import lifeline
+    from dgprecompile.cache import store
+
+    lifeline.set_parent_death_signal(signal.SIGKILL)
+    fd = os.environ.get(LIFELINE_ENV)
+    lifeline.bind_parents(zygote_pid, int(fd) if fd else None)
+    if not lifeline.parents_alive():
+        os._exit(128 + signal.SIGKILL)
+    store.INSTALL_CHECKS.append(lambda: None if lifeline.parents_alive() else "its warm process is gone")
+    lifeline.set_subreaper()
+
+
 def _tell(out, event: dict) -> None:
     try:
         out.write(json.dumps(event) + "\n")
@@ -359,6 +418,7 @@ def _tell(out, event: dict) -> None:
 def main(argv: list[str]) -> int:
     with open(argv[0]) as f:
         job = json.load(f)
+    _refuse_inside_strict_launch()  # a worker started by hand inside a strict job compiles nothing either
     if "--zygote" in argv:
         return zygote(job, json.loads(os.environ["DGPRECOMPILE_WORKERS"]))
     signal.signal(signal.SIGTERM, _on_signal)

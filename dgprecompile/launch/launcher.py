@@ -1,9 +1,9 @@
 """`dgprecompile launch` without click: preflight, the child's environment, running it, and what it missed.
 
-The trainer runs unchanged as a child process in its own session, with the inherited stdin/stdout/stderr.
-SIGINT, SIGTERM and SIGHUP sent to the launcher go to the child's process group and to every process group
-among its descendants (torchrun's workers included), and the launcher returns the child's exit code, or
-128+N when signal N killed it, as a shell would.
+The trainer runs unchanged in its own session, with the inherited stdin/stdout/stderr, under a supervisor
+process that is its subreaper (launch/supervise.py: signals, the job's end, nothing outliving launch). The
+launcher returns the job's exit code, or 128+N when signal N killed it, as a shell would; what a strict run
+checks afterwards is launch/strictcheck.py's and cache/snapshot.py's.
 
 Environment (every process the command starts inherits it):
 * the profile's precompile switch(es) = 0, so SGLang never starts its runtime precompile;
@@ -21,13 +21,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import shlex
 import shutil
-import signal
-import subprocess
 import sys
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,11 +34,11 @@ from dgprecompile.cache.store import CacheStore, resolve_cache_dir
 from dgprecompile.cache.verify import COVERED_BY_SWEEP, VerifyReport, verify_roots
 from dgprecompile.errors import EXIT_CHECK_FAILED, CheckFailed, EnvironmentProblem, InputError
 from dgprecompile.launch.hook import HOOK_DIR, NVCC_STANDIN
+from dgprecompile.launch.supervise import DEFAULT_KILL_GRACE, JobWatch, run_child
 from dgprecompile.planning.plan import Plan, PlanRequest
 from dgprecompile.planning.trace import Call, find_misses, read_trace_dir, write_misses
 from dgprecompile.toolchain import KEY_ENV_VARS, default_nvcc_path
 
-FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 FALSY = ("0", "false", "no", "off", "n", "f")
 DEFAULT_MISSES_FILE = "dgprecompile-misses.jsonl"
 GUARD_DIR = "guard"  # under the launch's scratch: one "guard installed" record per Python process (strict)
@@ -394,241 +390,6 @@ def warm_command(plan: Plan, cache_dir: str, manifest: str | None = None, model_
     return shlex.join(parts)
 
 
-# ---- the child -------------------------------------------------------------------------------------------
-
-
-def _descendant_groups(root: int) -> set[int]:
-    """Process groups of every descendant of ``root`` (read from /proc; empty where /proc is absent)."""
-    from dgprecompile.procfs import proc_stats
-
-    stats = proc_stats()
-    children: dict[int, list[int]] = {}
-    pgids = {st.pid: st.pgid for st in stats}
-    for st in stats:
-        children.setdefault(st.ppid, []).append(st.pid)
-    out, todo = set(), [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.add(pgids[child])
-            todo.append(child)
-    return out
-
-
-def forward_signal(pid: int, signum: int) -> None:
-    """Send ``signum`` to the child's process group and to every other process group below it."""
-    mine = os.getpgrp()
-    groups = {pid} | _descendant_groups(pid)
-    for pgid in sorted(groups):
-        if pgid in (mine, 0, 1):
-            continue
-        try:
-            os.killpg(pgid, signum)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def find_command(name: str, env: Mapping[str, str]) -> str:
-    """``name`` as the job's PATH finds it, else in the bin directory of the Python running dgprecompile (a venv's
-    torchrun when the venv is not activated: `.venv/bin/dgprecompile launch -- torchrun ...`); a path as given."""
-    if os.sep in name:
-        return name
-    return (shutil.which(name, path=env.get("PATH", os.defpath))
-            or shutil.which(name, path=os.path.dirname(sys.executable)) or name)
-
-
-DEFAULT_KILL_GRACE = 10.0  # seconds between the signal a launcher forwards and the SIGKILL of what is left of the job
-POLL_SECONDS = 0.25  # how often the launcher looks at the job while it runs (no thread: its wait loop)
-_PYTHON_EXE = re.compile(r"python[0-9.]*$")
-
-
-@dataclass
-class JobWatch:
-    """What the launcher saw of the job while it ran: every Python process (pid -> its command line)."""
-
-    scan: bool = True  # look for Python processes at all (strict mode); False: signals only
-    python: dict[int, str] = field(default_factory=dict)
-    signals: list[int] = field(default_factory=list)  # signals the launcher received and forwarded
-    killed: bool = False  # the grace ran out: what was left of the job got SIGKILL
-
-    def look(self, root: int) -> None:
-        from dgprecompile.procfs import job_processes
-
-        if not self.scan:
-            return
-        for st in job_processes(root):
-            if st.pid in self.python:
-                continue
-            try:
-                exe = os.path.basename(os.readlink(f"/proc/{st.pid}/exe"))
-                if not _PYTHON_EXE.match(exe):
-                    continue
-                with open(f"/proc/{st.pid}/cmdline", "rb") as f:
-                    argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
-            except OSError:  # gone meanwhile, or not ours to read
-                continue
-            self.python[st.pid] = shlex.join(argv[:6]) + (" ..." if len(argv) > 6 else "")
-
-
-def _kill_job(root: int, signum: int) -> int:
-    """Send ``signum`` to every process of the job (procfs.job_processes); how many got it."""
-    from dgprecompile.procfs import job_processes
-
-    me = os.getpid()
-    sent = 0
-    for st in job_processes(root):
-        if st.pid in (me, 1):
-            continue
-        try:
-            os.kill(st.pid, signum)
-            sent += 1
-        except (ProcessLookupError, PermissionError):
-            pass
-    return sent
-
-
-def _watchdog(job: int, grace: float) -> tuple[int, int]:
-    """Fork a process that outlives this launcher only to end the job with it: it blocks reading a pipe whose only
-    writer is the launcher; end of file without the launcher's "done" (the launcher was killed, SIGKILL included)
-    makes it SIGTERM every process of the job, SIGKILL what is left after ``grace`` seconds, and exit. A process,
-    not a thread: the launcher stays single-threaded (fork without exec is safe), and only a separate process
-    survives a SIGKILL of the launcher. Returns (its pid, the pipe's write end)."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid:
-        os.close(r)
-        return pid, w
-    try:  # the watchdog
-        os.close(w)
-        os.setpgid(0, 0)  # a group of its own: a kill of the launcher's whole group leaves it to end the job
-        for sig in FORWARDED_SIGNALS:  # a terminal's Ctrl-C reaches the launcher, which forwards it
-            signal.signal(sig, signal.SIG_IGN)
-        null = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1):
-            os.dup2(null, fd)
-        said = b""
-        while True:
-            chunk = os.read(r, 16)
-            if not chunk:
-                break
-            said += chunk
-        if b"done" not in said and _kill_job(job, signal.SIGTERM):
-            end = time.monotonic() + grace
-            while time.monotonic() < end and _kill_job(job, 0):
-                time.sleep(POLL_SECONDS)
-            _kill_job(job, signal.SIGKILL)
-    finally:
-        os._exit(0)
-
-
-def run_child(argv: list[str], env: Mapping[str, str], *, cwd: str | None = None,
-              on_signal: Callable[[int], None] | None = None, kill_grace: float = DEFAULT_KILL_GRACE,
-              watch: JobWatch | None = None) -> int:
-    """Run ``argv`` in its own session with inherited stdio; forward signals; return its shell-style exit code.
-
-    SIGINT/SIGTERM/SIGHUP sent to the launcher go to every process of the job; ``kill_grace`` seconds after the
-    first one, whatever is left of the job gets SIGKILL, and the launcher returns 128 + that signal (143 for
-    SIGTERM) whatever the job's own code. A watchdog process (:func:`_watchdog`) ends the job if the launcher is
-    killed. ``watch`` collects the job's Python processes while it runs (strict mode's guard check)."""
-    proc: list[subprocess.Popen] = []
-    pending: list[int] = []  # arrived before the job existed
-    watch = JobWatch() if watch is None else watch
-
-    def handler(signum, _frame):
-        if on_signal:
-            on_signal(signum)
-        watch.signals.append(signum)
-        if proc:
-            forward_signal(proc[0].pid, signum)
-        else:
-            pending.append(signum)
-
-    previous = _install_handlers(handler)
-    dog = None
-    try:
-        proc.append(_start_job(argv, env, cwd))
-        child = proc[0]
-        dog = _watchdog(child.pid, kill_grace)
-        for signum in pending:
-            forward_signal(child.pid, signum)
-        code, deadline = _wait_job(child, watch, kill_grace)
-        _end_what_is_left(child.pid, watch, deadline, kill_grace)
-    finally:
-        _release_watchdog(dog)
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-    if watch.signals:
-        return 128 + watch.signals[0]
-    return 128 - code if code < 0 else code
-
-
-def _install_handlers(handler: Callable[[int, Any], None]) -> dict[int, Any]:
-    """``handler`` for every forwarded signal; the handlers it replaced (none off the main thread)."""
-    previous = {}
-    for sig in FORWARDED_SIGNALS:
-        try:
-            previous[sig] = signal.signal(sig, handler)
-        except ValueError:  # not the main thread
-            pass
-    return previous
-
-
-def _start_job(argv: list[str], env: Mapping[str, str], cwd: str | None) -> subprocess.Popen:
-    """Start the job in its own session; a command that cannot be run is the user's input error."""
-    try:
-        # executable= finds it; argv[0] stays the name the user gave (what the job sees as its own name)
-        return subprocess.Popen(list(argv), executable=find_command(argv[0], env), env=dict(env), cwd=cwd,
-                                start_new_session=True)
-    except FileNotFoundError:
-        raise InputError(f"command not found: {argv[0]}",
-                         hint="put the job's command after `--`, as you would run it") from None
-    except PermissionError:
-        raise InputError(f"command not executable: {argv[0]}",
-                         hint=f"chmod +x {argv[0]}, or run it through its interpreter") from None
-
-
-def _wait_job(child: subprocess.Popen, watch: JobWatch, kill_grace: float) -> tuple[int, float | None]:
-    """Wait for the job, looking at its processes meanwhile; ``kill_grace`` after the first forwarded signal,
-    SIGKILL every process of it. Returns its exit status and that deadline (None: no signal came)."""
-    deadline = None
-    while True:
-        watch.look(child.pid)
-        try:
-            return child.wait(timeout=POLL_SECONDS), deadline
-        except subprocess.TimeoutExpired:
-            pass
-        if watch.signals and deadline is None:
-            deadline = time.monotonic() + kill_grace
-        if deadline is not None and time.monotonic() >= deadline and not watch.killed:
-            watch.killed = True
-            _kill_job(child.pid, signal.SIGKILL)
-
-
-def _end_what_is_left(root: int, watch: JobWatch, deadline: float | None, kill_grace: float) -> None:
-    """After a forwarded signal, what ignored it outlives its parent: the rest of the grace, then SIGKILL."""
-    if not watch.signals:
-        return
-    deadline = deadline or time.monotonic() + kill_grace
-    while _kill_job(root, 0) and time.monotonic() < deadline:
-        time.sleep(POLL_SECONDS)
-    if _kill_job(root, signal.SIGKILL):
-        watch.killed = True
-
-
-def _release_watchdog(dog: tuple[int, int] | None) -> None:
-    """Tell the watchdog the launcher ended the job itself ("done"), and reap it."""
-    if dog is None:
-        return
-    try:
-        os.write(dog[1], b"done")
-    except OSError:
-        pass
-    os.close(dog[1])
-    try:
-        os.waitpid(dog[0], 0)
-    except ChildProcessError:
-        pass
-
-
 # ---- the whole launch ------------------------------------------------------------------------------------
 
 
@@ -693,13 +454,21 @@ class LaunchResult:
     triton_cache_dir: str = ""
     unguarded: dict[int, str] = field(default_factory=dict)  # strict: Python processes without the guard's record
     guard_failures: list[str] = field(default_factory=list)  # strict: processes whose guard could not install
+    strict_off: dict[int, str] = field(default_factory=dict)  # strict: processes whose guard says strict was off
+    cache_changes: dict[str, list[str]] = field(default_factory=dict)  # strict: added/changed/removed entries
+    left_behind: list[str] = field(default_factory=list)  # still running when the job ended (then ended)
+    lost: str | None = None  # the supervisor died before the job ended
     signals: list[int] = field(default_factory=list)  # signals the launcher received (and forwarded)
     killed: bool = False  # the grace ran out and what was left of the job got SIGKILL
 
     @property
     def strict_failed(self) -> bool:
-        """A strict run that compiled anything into the cache, or ran a Python process without its guard."""
-        return self.strict and bool(self.new_entries or self.new_jit_modules or self.unguarded or self.guard_failures)
+        """A strict run in which anything was compiled, added to, changed in or removed from the cache, anything
+        was refused (caught by the job or not), a Python process ran without its guard or with strict mode off,
+        or the job left processes behind."""
+        return self.strict and bool(self.new_entries or self.new_jit_modules or self.unguarded or self.guard_failures
+                                    or self.strict_off or any(self.cache_changes.values()) or self.refusals
+                                    or self.left_behind or self.lost)
     families: list[Any] = field(default_factory=list)  # launch.capture.FamilyReport per JIT family
     capture: bool = False
 
@@ -723,7 +492,9 @@ class LaunchResult:
                 "misses_path": self.misses_path, "calls_recorded": self.calls_recorded,
                 "new_triton": self.new_triton, "triton_cache_dir": self.triton_cache_dir,
                 "unguarded": {str(k): v for k, v in sorted(self.unguarded.items())},
-                "guard_failures": self.guard_failures, "signals": self.signals, "killed": self.killed,
+                "guard_failures": self.guard_failures, "strict_off": {str(k): v for k, v in sorted(self.strict_off.items())},
+                "cache_changes": self.cache_changes, "left_behind": self.left_behind, "lost": self.lost,
+                "signals": self.signals, "killed": self.killed,
                 "capture": self.capture, "families": [f.to_dict() for f in self.families]}
 
 
@@ -754,6 +525,10 @@ def prepare_launch(opts: LaunchOptions) -> PreparedLaunch:
     plan = opts.plan
     if not opts.command:
         raise InputError("no command to launch", hint="dgprecompile launch --manifest plan.yaml -- torchrun ...")
+    if not opts.strict:  # a job inside a strict launch must not start one that compiles
+        from dgprecompile import lifeline
+
+        lifeline.refuse_inside_strict_launch("dgprecompile launch --no-strict")
     store = CacheStore(resolve_cache_dir(plan, opts.cache_dir))
     hint = warm_command(plan, str(store.root), opts.manifest, opts.model_arg)
     report = verify_roots(plan, store, [CacheStore(d) for d in opts.shared_cache])
@@ -810,12 +585,20 @@ def run_launch(prepared: PreparedLaunch) -> LaunchResult:
         from dgprecompile.launch import capture
 
         families_before = capture.snapshot(store.root)
+        from dgprecompile.cache import snapshot
+
+        cache_before = snapshot.take(store.root) if opts.strict else {}
         watch = JobWatch(scan=opts.strict)
-        code = run_child(opts.command, prepared.env.env, kill_grace=opts.kill_grace, watch=watch)
+        code = run_child(opts.command, prepared.env.env, kill_grace=opts.kill_grace, watch=watch, strict=opts.strict)
         result = LaunchResult(code, opts.strict, cache_dir=prepared.cache_dir, warm_hint=prepared.warm_hint,
-                              signals=list(watch.signals), killed=watch.killed, capture=opts.capture)
+                              signals=list(watch.signals), killed=watch.killed, capture=opts.capture,
+                              left_behind=watch.left_behind, lost=watch.lost)
         if opts.strict:
-            _check_guards(prepared.run_dir / GUARD_DIR, watch, result)
+            from dgprecompile.launch.strictcheck import read_guards
+
+            result.unguarded, result.guard_failures, result.strict_off = read_guards(prepared.run_dir / GUARD_DIR,
+                                                                                     watch)
+            result.cache_changes = snapshot.diff(cache_before, snapshot.take(store.root)).to_dict()
         result.families = capture.compiled_during(store.root, families_before)
         if opts.capture:
             capture.file_captured(store, result.families, prepared.env.env, capture.planned_kernels(plan),
@@ -844,23 +627,6 @@ def _names_planned_kernels(event: Mapping[str, Any]) -> bool:
 
     generation = GENERATIONS.get(str(event.get("generation")))
     return generation is not None and generation.strict_by == "hook"
-
-
-def _check_guards(guard: Path, watch: JobWatch, result: LaunchResult) -> None:
-    """Strict: every Python process the launcher saw in the job must have written its "guard installed" record (a
-    wrapper that resets PYTHONPATH, or runs python -I/-S, starts one without it); name those that did not, and
-    those whose guard failed to install."""
-    try:
-        names = set(os.listdir(guard))
-    except OSError:
-        names = set()
-    result.unguarded = {pid: cmd for pid, cmd in watch.python.items() if str(pid) not in names}
-    for name in sorted(n for n in names if n.startswith("failed-")):
-        try:
-            why = (guard / name).read_text(errors="replace").strip()
-        except OSError:
-            why = "?"
-        result.guard_failures.append(f"pid {name[len('failed-'):]}: {why}")
 
 
 def _collect_misses(opts: LaunchOptions, plan: Plan, prepared: PreparedLaunch, result: LaunchResult) -> None:

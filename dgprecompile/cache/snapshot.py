@@ -1,0 +1,103 @@
+"""What a cache root holds, cheaply, to tell what a run added, changed or removed (strict `launch`).
+
+One record per file, link and directory under the root (dgprecompile's own folder left out: its locks and staging
+change as a matter of course): its kind, size, mtime_ns, ctime_ns and inode, and for a small file the sha256 of
+its bytes. ctime cannot be set back by a user (an in-place `cp` over a cubin, then `touch -d` to the old time,
+still changes it), so large files need no hashing; thousands of entries take a stat each.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dgprecompile.cache.store import AREAS, ENTRIES, OURS, _depths
+
+SMALL_FILE = 64 * 1024  # files up to this size are hashed as well
+
+
+def _digest(path: str, size: int) -> str | None:
+    if size > SMALL_FILE:
+        return None
+    try:
+        with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW | os.O_NONBLOCK)) as fh:
+            return hashlib.sha256(fh.read(SMALL_FILE + 1)).hexdigest()
+    except OSError:
+        return "unreadable"
+
+
+def take(root: str | Path) -> dict[str, tuple]:
+    """relative path -> (kind, size, mtime_ns, ctime_ns, inode, sha256 or None) of everything under ``root``."""
+    root = str(root)
+    out: dict[str, tuple] = {}
+    todo = [""]
+    while todo:
+        rel = todo.pop()
+        try:
+            entries = list(os.scandir(os.path.join(root, rel) if rel else root))
+        except OSError:
+            continue
+        for entry in entries:
+            path = f"{rel}/{entry.name}" if rel else entry.name
+            if path == OURS:
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                out[path] = ("dir", 0, 0, 0, st.st_ino, None)
+                todo.append(path)
+            elif stat.S_ISREG(st.st_mode):
+                out[path] = ("file", st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino,
+                             _digest(entry.path, st.st_size))
+            else:  # a link (its target as it reads), a FIFO, a socket...
+                target = os.readlink(entry.path) if stat.S_ISLNK(st.st_mode) else None
+                out[path] = ("link" if target is not None else "other", 0, st.st_mtime_ns, st.st_ctime_ns,
+                             st.st_ino, target)
+    return out
+
+
+def entry_of(path: str) -> str:
+    """The entry a path belongs to, as the reports name entries: DeepGEMM's by name, the others as <area>/<entry>
+    (an area's own entry depth); a path outside every area as itself."""
+    parts = path.split("/")
+    area = parts[0]
+    if area not in AREAS or len(parts) == 1:
+        return path
+    name = "/".join(parts[:1 + _depths().get(area, 1)])
+    return name[len(ENTRIES) + 1:] if area == ENTRIES else name
+
+
+@dataclass
+class Changes:
+    added: list[str] = field(default_factory=list)  # entries that were not there before
+    changed: list[str] = field(default_factory=list)  # entries there before and after, with any file different
+    removed: list[str] = field(default_factory=list)  # entries there before, gone after
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.changed or self.removed)
+
+    def to_dict(self) -> dict[str, list[str]]:
+        return {"added": self.added, "changed": self.changed, "removed": self.removed}
+
+
+def _container(path: str, record: tuple | None) -> bool:
+    """A directory above the entries (an area, or a level of a nesting area): not an entry of its own."""
+    if record is None or record[0] != "dir":
+        return False
+    parts = path.split("/")
+    return len(parts) < 1 + (_depths().get(parts[0], 1) if parts[0] in AREAS else 0) or len(parts) == 1
+
+
+def diff(before: dict[str, tuple], after: dict[str, tuple]) -> Changes:
+    """Per entry: added, changed or removed between two snapshots of one root."""
+    had = {entry_of(p) for p, rec in before.items() if not _container(p, rec)}
+    has = {entry_of(p) for p, rec in after.items() if not _container(p, rec)}
+    touched = {entry_of(p) for p in set(before) | set(after) if before.get(p) != after.get(p)
+               and not _container(p, before.get(p) or after.get(p))}
+    return Changes(added=sorted(touched & has - had), changed=sorted(touched & had & has),
+                   removed=sorted(touched & had - has))
