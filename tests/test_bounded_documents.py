@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -50,21 +49,31 @@ def deep_manifest(tmp_path: Path) -> Path:
 MAX_RSS = 192 << 20  # a refused command's whole interpreter (click, yaml, jsonschema) peaks near 40 MiB
 
 
+# A small fresh interpreter forks the command with the caps set and reports that child's own peak RSS (wait4):
+# forked from the test process itself (large once torch is imported), the child's peak would count the test
+# process's pages until its exec.
+_RUN_CAPPED = """
+import os, resource, sys
+cap, out = int(sys.argv[1]), sys.argv[2]
+pid = os.fork()
+if pid == 0:
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    resource.setrlimit(resource.RLIMIT_CPU, (60, 60))
+    os.execv(sys.executable, [sys.executable, "-m", "dgprecompile", *sys.argv[3:]])
+_pid, status, usage = os.wait4(pid, 0)
+open(out, "w").write(str(usage.ru_maxrss * 1024))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def measured(args: list[str], tmp_path: Path) -> tuple[subprocess.CompletedProcess, int]:
     """`dgprecompile ARGS` in its own interpreter under a 1 GiB address-space cap and a 60 s CPU cap; the process
-    and its peak resident memory in bytes (wait4's rusage: this child's alone)."""
-    # the caps through prlimit(1), not a preexec_fn: a forked copy of this (large) test process would count in the
-    # child's peak RSS before its exec; prlimit is a fresh small process that sets them and execs the command
-    caps = [shutil.which("prlimit") or "prlimit", f"--as={MEMORY_CAP}", "--cpu=60", "--"]
+    and its peak resident memory in bytes (its own, measured by the small interpreter that started it)."""
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    with open(tmp_path / "out", "w+") as out, open(tmp_path / "err", "w+") as err:
-        proc = subprocess.Popen([*caps, sys.executable, "-m", "dgprecompile", *args], stdout=out, stderr=err,
-                                env=env, cwd=REPO)
-        _pid, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        return subprocess.CompletedProcess(args, proc.returncode, out.read(), err.read()), usage.ru_maxrss * 1024
+    rss = tmp_path / "rss"
+    proc = subprocess.run([sys.executable, "-c", _RUN_CAPPED, str(MEMORY_CAP), str(rss), *args],
+                          capture_output=True, text=True, env=env, cwd=REPO)
+    return proc, int(rss.read_text())
 
 
 def bounded(tmp_path: Path, proc_args: list[str], *words: str) -> None:
