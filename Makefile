@@ -62,7 +62,7 @@ CACHE_DIR ?= $(CURDIR)/.cache/deep_gemm
 ARTIFACT ?= out/deepgemm-{fingerprint}.tar.gz
 CONFIG ?= train.yaml
 
-.PHONY: setup run test plan warm verify cache-artifact train lint shapes sglang-args gpu-test clean
+.PHONY: setup run test plan warm verify cache-artifact train lint shapes sglang-args proofs-table gpu-test clean
 
 # torch is pinned to the CPU build this workplace keeps on disk (the compile path needs only torch's CPU side);
 # an unpinned torch would pull a multi-GB CUDA build.
@@ -122,6 +122,11 @@ sglang-args: $(TEST_STAMP)
 # Regenerate the checked-in manifests (tests fail when they drift from the code).
 shapes: $(RUN_STAMP)
 	$(BIN)/python -m dgprecompile.planning.bundled shapes
+
+# The README's table of device proofs at HEAD, from bench/results/*/record.json and bench/proof_families.yaml (a
+# record proves a family only when no later commit touched that family's code; tests/test_proofs_table.py checks it).
+proofs-table: $(RUN_STAMP)
+	$(BIN)/python scripts/proofs_table.py
 
 gpu-test: $(TEST_STAMP)
 	$(BIN)/pytest -q -m gpu tests/gpu

@@ -1,0 +1,247 @@
+"""The independent live proof's driver: SGLang's OWN model blocks for one rank, run on the GPU over every m.
+
+Nothing here is derived from a dgprecompile plan: the plan is what this checks. From the server command alone
+(parsed by that SGLang release's own ``prepare_server_args`` into its ``ServerArgs``) and the model's config.json,
+it builds the model with SGLang's own loader (``get_model`` with the ``dummy`` load format: SGLang's own modules,
+random weights, each quant method's ``process_weights_after_loading``), then runs, for every m of the range, the
+embedding, each decoder layer's norms, its attention block's linears, q/k norm and rope, and its MLP or MoE block
+(the model class's own module with its own gate, top-k and the MoE runner the arguments choose), and the final
+norm. Run it as the job of a strict ``dgprecompile launch``: a refused compile is an error here (reported per
+module, the first m it happened at) and the launch's own checks see every entry a compile would add.
+
+STAND-INS, each named in the report (what one GPU cannot run, or what is not a JIT and is not carried):
+* the layer count: SGLang's own ``--json-model-override-args`` keeps the layers up to the first MoE layer (the
+  dense prefix and one MoE layer; later layers are the same modules with other weights);
+* the collectives of tp/ep ranks: SGLang's own 1-rank process groups, wrapped so that they report the command's
+  tp/ep/attention sizes and ranks 0 (their all-reduce returns its input; the shapes are one rank's of the command);
+* the attention core (FA3 / FlashMLA, ahead-of-time kernels of sgl-kernel): not run; its inputs and the o_proj
+  after it are;
+* sgl-kernel's ahead-of-time ops where sgl-kernel itself is a stand-in (rmsnorm, fused_add_rmsnorm, topk_softmax,
+  moe_fused_gate, moe_align_block_size, moe_sum_reduce, silu_and_mul): torch code with the same outputs' shapes.
+
+usage: python -m dgprecompile.launch.model_driver --sglang-cmd "python -m sglang.launch_server --model-path M
+--tp 8 --ep 8" --model-dir DIR_WITH_CONFIG_JSON --m 1-8192 [--report out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from typing import Any
+
+CACHE_VARS = ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TVM_FFI_CACHE_DIR", "SGLANG_JIT_CACHE_DIR",
+              "DG_JIT_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE", "CUTE_DSL_CACHE_DIR")
+
+
+class Report:
+    """What ran: calls per module, the first failure of each module (and the m), the stand-ins used."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, int] = {}
+        self.failed: dict[str, dict[str, Any]] = {}
+        self.standins: list[str] = []
+        self.notes: list[str] = []
+
+    def call(self, name: str, m: int, fn, *args, **kwargs):
+        if name in self.failed:
+            return None
+        try:
+            out = fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - every failure is the proof's finding, reported by module
+            self.failed[name] = {"m": m, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
+            return None
+        self.calls[name] = self.calls.get(name, 0) + 1
+        return out
+
+
+def server_argv(cmd: str, model_dir: str, layers: int | None) -> list[str]:
+    """The server command's own arguments (after ``sglang.launch_server`` / ``sglang serve``), with the model path
+    pointed at ``model_dir`` and, when ``layers`` is given, SGLang's own layer-count override added."""
+    words = shlex.split(cmd)
+    for i, w in enumerate(words):
+        if w.endswith("launch_server") or w == "serve":
+            words = words[i + 1:]
+            break
+    out, skip = [], False
+    for i, w in enumerate(words):
+        if skip:
+            skip = False
+            continue
+        if w in ("--model-path", "--model"):
+            skip = True
+            continue
+        if w.startswith(("--model-path=", "--model=")):
+            continue
+        out.append(w)
+    override = {}
+    if "--json-model-override-args" in out:
+        i = out.index("--json-model-override-args")
+        override = json.loads(out[i + 1])
+        del out[i:i + 2]
+    if layers is not None:
+        override["num_hidden_layers"] = layers
+    return ["--model-path", model_dir, *out, *(["--json-model-override-args", json.dumps(override)] if override else [])]
+
+
+def layers_to_keep(config: dict) -> int:
+    """The dense prefix and the first MoE layer (DeepSeek: first_k_dense_replace; Qwen3-MoE: mlp_only_layers and
+    decoder_sparse_step), at most the model's own count."""
+    total = int(config.get("num_hidden_layers", 1))
+    dense = int(config.get("first_k_dense_replace", 0) or 0)
+    only = set(config.get("mlp_only_layers") or [])
+    step = int(config.get("decoder_sparse_step", 1) or 1)
+    first_moe = next((i for i in range(dense, total) if i not in only and (i + 1) % step == 0), total - 1)
+    return min(total, first_moe + 1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m dgprecompile.launch.model_driver", description=__doc__.split("\n")[0])
+    p.add_argument("--sglang-cmd", required=True)
+    p.add_argument("--model-dir", required=True, help="a folder with the model's config.json (no weights)")
+    p.add_argument("--m", default="1-8192")
+    p.add_argument("--report", default=None)
+    args = p.parse_args(argv)
+    from dgprecompile.compile.triton_moe import parse_ms
+
+    report = Report()
+    before = cache_files()
+    t0 = time.time()
+    from dgprecompile.launch import model_standins
+
+    model_standins.install(report)
+    model, sa = build(args, report)
+    ms = parse_ms(args.m)
+    drive(model, ms, report)
+    out = {"sglang_cmd": args.sglang_cmd, "m": [ms[0], ms[-1]], "ms": len(ms), "seconds": round(time.time() - t0, 1),
+           "server_args": {k: str(getattr(sa, k, None)) for k in ("tp_size", "ep_size", "moe_runner_backend",
+                                                                  "moe_a2a_backend", "attention_backend",
+                                                                  "disable_shared_experts_fusion")},
+           "calls": report.calls, "failed": report.failed, "standins": report.standins, "notes": report.notes,
+           "new_cache_files": new_files(before, cache_files()), "dynamo": dynamo_counts()}
+    text = json.dumps(out, indent=1, sort_keys=True)
+    if args.report:
+        with open(args.report, "w") as f:
+            f.write(text + "\n")
+    print(text)
+    return 1 if (report.failed or out["new_cache_files"] or out["dynamo"].get("compiled", 0)) else 0
+
+
+def build(args, report: Report):
+    """SGLang's ServerArgs from the command, its process groups (1 rank, stated sizes), its model (dummy load)."""
+    import torch
+    from sglang.srt.configs.device_config import DeviceConfig
+    from sglang.srt.configs.load_config import LoadConfig
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.model_loader import get_model
+    from sglang.srt.server_args import prepare_server_args, set_global_server_args_for_scheduler
+
+    with open(os.path.join(args.model_dir, "config.json")) as f:
+        config = json.load(f)
+    layers = layers_to_keep(config)
+    report.standins.append(f"layers: {layers} of {config.get('num_hidden_layers')} (SGLang's "
+                           "--json-model-override-args num_hidden_layers: the dense prefix and the first MoE layer)")
+    sa = prepare_server_args(server_argv(args.sglang_cmd, args.model_dir, layers))
+    set_global_server_args_for_scheduler(sa)
+    torch.cuda.set_device(0)
+    model_config = ModelConfig.from_server_args(sa)
+    from dgprecompile.launch import model_groups
+
+    model_groups.install(sa, model_config, report)
+    report.standins.append("weights: SGLang's dummy load format (random values, its own post-load processing)")
+    model = get_model(model_config=model_config, load_config=LoadConfig(load_format="dummy"),
+                      device_config=DeviceConfig("cuda"))
+    return model, sa
+
+
+def drive(model, ms: list[int], report: Report) -> None:
+    """Every m: the embedding, each layer's blocks, the final norm (SGLang's own modules)."""
+    import torch
+
+    inner = getattr(model, "model", model)
+    hidden = model.config.hidden_size if hasattr(model, "config") else inner.config.hidden_size
+    report.notes.append("attention core (FA3 / FlashMLA, sgl-kernel ahead-of-time kernels): not run")
+    for m in ms:
+        positions = torch.arange(m, device="cuda", dtype=torch.int64)
+        embed = getattr(inner, "embed_tokens", None)
+        if embed is not None:
+            ids = torch.randint(0, embed.org_vocab_size if hasattr(embed, "org_vocab_size") else 1000, (m,),
+                                device="cuda")
+            report.call("embed_tokens", m, embed, ids)
+        x = (torch.randn(m, hidden, device="cuda") * 0.1).to(torch.bfloat16)
+        for i, layer in enumerate(inner.layers):
+            drive_layer(f"layers.{i}", layer, x, positions, m, report)
+        if getattr(inner, "norm", None) is not None:
+            report.call("norm", m, inner.norm, x.clone())
+        torch.cuda.synchronize()
+
+
+def drive_layer(name: str, layer, x, positions, m: int, report: Report) -> None:
+    residual = x.clone()
+    for norm in ("input_layernorm", "post_attention_layernorm"):
+        if hasattr(layer, norm):
+            report.call(f"{name}.{norm}", m, getattr(layer, norm), x.clone())
+            report.call(f"{name}.{norm}(+residual)", m, getattr(layer, norm), x.clone(), residual.clone())
+    attn = getattr(layer, "self_attn", None)
+    if attn is not None:
+        drive_attention(f"{name}.self_attn", attn, x, positions, m, report)
+    mlp = getattr(layer, "mlp", None)
+    if mlp is not None:
+        report.call(f"{name}.mlp", m, mlp, x.clone())
+
+
+def drive_attention(name: str, attn, x, positions, m: int, report: Report) -> None:
+    """Each linear of the attention block with an input of its own width, then q/k norm and rope through the
+    block's own methods (Qwen3: apply_qk_norm_rope; others: rotary_emb on q/k of the block's head sizes)."""
+    import torch
+    from sglang.srt.layers.layernorm import RMSNorm
+    from sglang.srt.layers.linear import LinearBase
+
+    for sub, mod in attn.named_modules():
+        if isinstance(mod, LinearBase):
+            width = getattr(mod, "input_size_per_partition", None) or mod.input_size
+            report.call(f"{name}.{sub}", m, mod, (torch.randn(m, width, device="cuda") * 0.1).to(torch.bfloat16))
+        elif isinstance(mod, RMSNorm) and sub:
+            width = mod.weight.shape[0]
+            report.call(f"{name}.{sub}", m, mod, (torch.randn(m, width, device="cuda") * 0.1).to(torch.bfloat16))
+    if hasattr(attn, "apply_qk_norm_rope") and hasattr(attn, "qkv_proj"):
+        qkv = report.call(f"{name}.qkv_proj", m, lambda: attn.qkv_proj(x)[0])
+        if qkv is not None:
+            report.call(f"{name}.apply_qk_norm_rope", m, attn.apply_qk_norm_rope, qkv, positions, None)
+    elif hasattr(attn, "rotary_emb") and hasattr(attn, "qk_rope_head_dim"):
+        heads = getattr(attn, "num_local_heads", None) or attn.num_heads
+        rope = attn.qk_rope_head_dim
+        q = (torch.randn(m, heads, rope, device="cuda")).to(torch.bfloat16)
+        k = (torch.randn(m, 1, rope, device="cuda")).to(torch.bfloat16)
+        report.call(f"{name}.rotary_emb", m, attn.rotary_emb, positions, q, k)
+
+
+def cache_files() -> dict[str, int]:
+    """Files under each JIT cache folder the job's environment names (what a compile adds)."""
+    out = {}
+    for var in CACHE_VARS:
+        root = os.environ.get(var)
+        if root and os.path.isdir(root):
+            out[var] = sum(len(files) for _, _, files in os.walk(root))
+    return out
+
+
+def new_files(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    return {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+
+
+def dynamo_counts() -> dict[str, int]:
+    """torch.compile's own counters: frames it compiled in this process (inductor or any backend)."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:
+        return {}
+    return {"compiled": int(counters["frames"].get("ok", 0)) if "frames" in counters else 0,
+            **{f"stats.{k}": int(v) for k, v in counters.get("stats", {}).items()}}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The independent live proof (issue 33), for one SGLang server command on the H200:
+#   plan (from the command and config.json) -> warm with the GPU hidden (no capture, nothing run on the GPU first)
+#   -> verify -> strict `dgprecompile launch` of python -m dgprecompile.launch.model_driver, which builds SGLang's OWN
+#   model for one rank from the SAME command and config.json (its prepare_server_args, its dummy loader) and runs
+#   every m of MS through the embedding, norms, attention linears, q/k norm + rope and the MLP / MoE block;
+#   nothing the driver runs is derived from the plan. Expect: launch rc 0, 0 refusals, 0 new cache files, 0
+#   torch.compile frames. Then one planned entry of each family deleted (DeepGEMM kernel, SGLang JIT module, Triton
+#   fused_moe_kernel): the same proof must exit 1 naming each.
+# usage: SGLANG=0.5.14 SERVER="python -m sglang.launch_server --model-path M --tp 8 --ep 8" CONFIG=config.json \
+#        [MS=1-8192] [NAME=model-480b] DGP_GIT=<sha> bash tests/gpu/model_proof.sh
+# writes $OUT/$NAME/{summary.txt,record.json,driver.json,driver_deleted.json,logs.txt}
+# Carry .whl: ../shared/device/fetch-wheels.sh + fetch-sglang.sh + .whl/extra (jsonschema and its 4 wheels, msgspec).
+# sgl-kernel and flashinfer (not carried) are tests/standins' named stand-ins; the driver names its own (dgprecompile/launch/model_driver.py).
+set -uo pipefail
+export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+root=$PWD; OUT=${OUT:-$root/out}; NAME=${NAME:-model-proof}; d=$OUT/$NAME; mkdir -p "$d"
+MS=${MS:-1-8192}; SGLANG=${SGLANG:-0.5.14}
+: "${SERVER:?SERVER= the sglang server command}" "${CONFIG:?CONFIG= the model config.json}"
+t0=$(date +%s); stamp() { echo "=== $1 $(date -u +%FT%TZ) (+$(( $(date +%s) - t0 )) s)" >> "$d/logs.txt"; }
+site=$(mktemp -d); w=$(mktemp -d); cache=$w/cache; model=$w/model; mkdir -p "$model"; cp "$CONFIG" "$model/config.json"
+stamp install
+python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" .whl/sgl_deep_gemm-0.1.3-*.whl \
+  .whl/apache_tvm_ffi-*.whl .whl/sglang/*.whl .whl/extra/*.whl >> "$d/logs.txt" 2>&1
+export PYTHONPATH="$site:$root/tests/standins:$root" DGP_STANDINS=sgl_kernel,flashinfer DGP_TRANSFORMERS_EXIST_OK=1
+# the command as the user gives it, with its model path at the folder that holds config.json
+LOCAL=$(python3 -c "import shlex,sys; w=shlex.split(sys.argv[1]); i=w.index('--model-path'); w[i+1]=sys.argv[2]; print(shlex.join(w))" "$SERVER" "$model")
+{ echo "tests/gpu/model_proof.sh $(date -u +%FT%TZ) git ${DGP_GIT:-?} sglang $SGLANG MS=$MS"; echo "server: $SERVER";
+  python3 -c "import torch, sys, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'python', sys.version.split()[0])";
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } >> "$d/summary.txt" 2>&1
+dg() { python3 -m dgprecompile "$@"; }
+stamp plan
+dg plan --sglang "$SGLANG" --sglang-cmd "$LOCAL" -o "$w/plan.yaml" > "$d/plan.txt" 2>&1
+echo "plan rc=$?" >> "$d/summary.txt"
+stamp warm
+CUDA_VISIBLE_DEVICES= dg warm --manifest "$w/plan.yaml" --cache-dir "$cache" --backend nvcc --sglang-jit on \
+  > "$w/warm.out" 2> "$w/warm.err"
+echo "warm (GPU hidden) rc=$?" >> "$d/summary.txt"; tail -25 "$w/warm.err" >> "$d/logs.txt"
+dg verify --manifest "$w/plan.yaml" --cache-dir "$cache" > "$w/verify.txt" 2>&1
+echo "verify rc=$?" >> "$d/summary.txt"; tail -5 "$w/verify.txt" >> "$d/logs.txt"
+DRIVER=(python3 -m dgprecompile.launch.model_driver --sglang-cmd "$LOCAL" --model-dir "$model" --m "$MS")
+stamp strict
+(cd "$cache" && find . -type f | sort) > "$w/files.before"
+dg launch --manifest "$w/plan.yaml" --cache-dir "$cache" -- "${DRIVER[@]}" --report "$d/driver.json" \
+  > "$w/strict.out" 2> "$w/strict.err"
+echo "strict proof rc=$?" >> "$d/summary.txt"
+(cd "$cache" && find . -type f | sort) > "$w/files.after"
+python3 tests/gpu/model_proof_summary.py --driver "$d/driver.json" --stderr "$w/strict.err" \
+  --before "$w/files.before" --after "$w/files.after" >> "$d/summary.txt" 2>&1
+tail -c 3000 "$w/strict.err" >> "$d/logs.txt"
+stamp deleted
+python3 tests/gpu/model_proof_summary.py --pick-victims "$cache" > "$w/victims.txt" 2>> "$d/logs.txt"
+while read -r fam path; do echo "deleted $fam $path" >> "$d/summary.txt"; rm -rf "$cache/$path"; done < "$w/victims.txt"
+dg launch --manifest "$w/plan.yaml" --cache-dir "$cache" --allow-missing -- "${DRIVER[@]}" \
+  --report "$d/driver_deleted.json" > "$w/del.out" 2> "$w/del.err"
+echo "deleted-entry proof rc=$?" >> "$d/summary.txt"
+python3 tests/gpu/model_proof_summary.py --driver "$d/driver_deleted.json" --stderr "$w/del.err" \
+  --deleted "$w/victims.txt" >> "$d/summary.txt" 2>&1
+tail -c 2000 "$w/del.err" >> "$d/logs.txt"
+stamp done
+python3 tests/gpu/proof_record.py --name "$NAME" --dir "$d" --out "$d/record.json" --sglang "$SGLANG" --server "$SERVER" \
+  --command "SGLANG=$SGLANG SERVER=\"$SERVER\" CONFIG=$CONFIG MS=$MS bash tests/gpu/model_proof.sh" --wheels .whl \
+  --expect "deepgemm=summary.txt:^strict proof rc=0$" --expect "deepgemm=summary.txt:^family deepgemm: refused 0, new 0$" \
+  --expect "deepgemm=summary.txt:^deleted deepgemm refused by name$" \
+  --expect "sglang-jit=summary.txt:^strict proof rc=0$" --expect "sglang-jit=summary.txt:^family sglang-jit: refused 0, new 0$" \
+  --expect "sglang-jit=summary.txt:^deleted sglang-jit refused by name$" \
+  --expect "triton-moe=summary.txt:^strict proof rc=0$" --expect "triton-moe=summary.txt:^family triton-moe: refused 0, new 0$" \
+  --expect "triton-moe=summary.txt:^deleted triton-moe refused by name$" \
+  --expect "triton-host=summary.txt:^family triton-host: refused 0, new 0$" \
+  --expect "inductor=summary.txt:^family inductor: refused 0, new 0$" >> "$d/summary.txt" 2>&1
+cat "$d/summary.txt"

@@ -1,0 +1,137 @@
+"""Summarise one run of the independent model proof (tests/gpu/model_proof.sh) per JIT family, or pick the
+entries to delete for its second run. Standard library only.
+
+  --driver D.json --stderr E [--before A --after B] [--deleted VICTIMS]
+      prints `family <id>: refused N, new N` for every family (refusals from the strict launch's stderr and the
+      driver's failed modules; new = files the run added to the cache, by area), the driver's module failures, and
+      with --deleted, `deleted <family> refused by name` for each deleted entry whose family refused (else `... NOT
+      refused`)
+  --pick-victims CACHE_ROOT
+      prints `<family> <path under the cache>` for one planned entry of each family: a DeepGEMM kernel, an SGLang
+      JIT module, a Triton fused_moe_kernel entry (from the cache's own index)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+FAMILIES = ("deepgemm", "sglang-jit", "triton-moe", "triton-host", "inductor", "flashinfer", "other")
+
+
+def family_of_message(line: str) -> str:
+    if "DeepGEMM" in line:
+        return "deepgemm"
+    if "SGLang tried to build its JIT module" in line or "tvm_ffi" in line or "SGLANG_CRASH_ON_JIT" in line:
+        return "sglang-jit"
+    kernel = re.search(r"compile kernel (\S+)", line)
+    name = kernel.group(1) if kernel else line
+    if "fused_moe_kernel" in name:
+        return "triton-moe"
+    if "host module" in line or "__triton_launcher" in name or "cuda_utils" in name:
+        return "triton-host"
+    if re.match(r"triton_(per|poi|red|tem)_", name):
+        return "inductor"
+    if "flashinfer" in line.lower():
+        return "flashinfer"
+    return "other"
+
+
+def family_of_path(path: str) -> str:
+    parts = path.lstrip("./").split("/")
+    if parts[0] == "cache":
+        return "deepgemm"
+    if parts[0] in ("tvm-ffi", "sglang-jit"):
+        return "sglang-jit"
+    if parts[0] == "triton":
+        name = parts[-1]
+        if name.endswith(".so"):
+            return "triton-host"
+        if "fused_moe_kernel" in name:
+            return "triton-moe"
+        if name.startswith("triton_") or "__grp__triton_" in name:
+            return "inductor"
+        return "other"
+    if parts[0] == "inductor":
+        return "inductor"
+    if parts[0] == "flashinfer":
+        return "flashinfer"
+    if parts[0] == "dgprecompile":
+        return ""  # the index and the launch's own records
+    return "other"
+
+
+def refusals(stderr: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    text = Path(stderr).read_text(errors="replace") if Path(stderr).is_file() else ""
+    for line in text.splitlines():
+        if line.startswith("dgprecompile strict mode:"):
+            out.setdefault(family_of_message(line), []).append(line[:240])
+    return out
+
+
+def summarise(args) -> int:
+    driver = json.loads(Path(args.driver).read_text()) if Path(args.driver).is_file() else {}
+    refused = refusals(args.stderr)
+    for name, fail in sorted(driver.get("failed", {}).items()):
+        fam = family_of_message(fail["error"])
+        print(f"driver: {name} failed at m={fail['m']}: {fail['error'][:200]}")
+        if "strict mode" in fail["error"] and not refused.get(fam):
+            refused.setdefault(fam, []).append(fail["error"])
+    new: dict[str, list[str]] = {}
+    if args.before and args.after:
+        before = set(Path(args.before).read_text().splitlines())
+        for path in sorted(set(Path(args.after).read_text().splitlines()) - before):
+            fam = family_of_path(path)
+            if fam:
+                new.setdefault(fam, []).append(path)
+    if driver.get("dynamo", {}).get("compiled"):
+        new.setdefault("inductor", []).append(f"{driver['dynamo']['compiled']} torch.compile frame(s) compiled")
+    print(f"driver: {len(driver.get('calls', {}))} modules, {sum(driver.get('calls', {}).values())} calls, "
+          f"{driver.get('ms')} m in {driver.get('seconds')} s; stand-ins: {'; '.join(driver.get('standins', []))}")
+    for fam in FAMILIES:
+        print(f"family {fam}: refused {len(refused.get(fam, []))}, new {len(new.get(fam, []))}")
+        for line in (refused.get(fam, []) + new.get(fam, []))[:3]:
+            print(f"  {line}")
+    if args.deleted:
+        for line in Path(args.deleted).read_text().splitlines():
+            fam, path = line.split(" ", 1)
+            ok = bool(refused.get(fam))
+            print(f"deleted {fam} {'refused by name' if ok else 'NOT refused'}")
+    return 0
+
+
+def pick_victims(root: str) -> int:
+    index = json.loads((Path(root) / "dgprecompile" / "index.json").read_text())
+    kernels = sorted(index.get("kernels", {}).values(), key=lambda rec: rec["entry"])
+    if kernels:  # the first planned DeepGEMM kernel entry (<area>/<entry>, the area "cache" unless stated)
+        print(f"deepgemm {kernels[0].get('area', 'cache')}/{kernels[0]['entry']}")
+    jit = next((p for p in sorted(Path(root).glob("tvm-ffi/*per_token_group_quant*"))), None) or \
+        next(iter(sorted(Path(root).glob("sglang-jit/*/*per_token_group_quant*"))), None)
+    if jit is not None:
+        print(f"sglang-jit {jit.relative_to(root)}")
+    moe = next((p.parent for p in sorted(Path(root).glob("triton/*/__grp__fused_moe_kernel.json"))), None)
+    if moe is not None:
+        print(f"triton-moe {moe.relative_to(root)}")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--driver")
+    p.add_argument("--stderr")
+    p.add_argument("--before")
+    p.add_argument("--after")
+    p.add_argument("--deleted")
+    p.add_argument("--pick-victims")
+    args = p.parse_args(argv)
+    if args.pick_victims:
+        return pick_victims(args.pick_victims)
+    return summarise(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

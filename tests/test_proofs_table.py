@@ -1,0 +1,248 @@
+"""The README's device-proof table (issue 33 item 4): generated from bench/results/*/record.json by
+scripts/proofs_table.py; a record proves a family at HEAD only when it names the commit that ran and no commit after
+it touched the family's code (bench/proof_families.yaml). Real git repositories throughout: this one for the
+README's block, temporary ones (and a real shallow clone of one) for the staleness rule."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "scripts" / "proofs_table.py"
+
+pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+
+
+def table(*argv: str, repo: Path = REPO) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, str(SCRIPT), "--repo", str(repo), *argv], capture_output=True, text=True,
+                          timeout=120, env=env)
+
+
+def git(repo: Path, *argv: str) -> str:
+    proc = subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com",
+                           "-c", "commit.gpgsign=false", *argv], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def test_the_readmes_block_is_what_the_records_give_at_head():
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout: the table is made from its history")
+    if git(REPO, "rev-parse", "--is-shallow-repository") == "true":
+        pytest.skip("shallow clone: records' commits may lie outside its history (git fetch --unshallow)")
+    proc = table("--check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # every existing result folder has its record, and every record is valid (else --check exits 2)
+    folders = sorted(p.name for p in (REPO / "bench" / "results").iterdir() if p.is_dir())
+    assert folders and all((REPO / "bench" / "results" / f / "record.json").is_file() for f in folders), folders
+
+
+def test_families_name_paths_that_exist():
+    data = yaml.safe_load((REPO / "bench" / "proof_families.yaml").read_text())
+    paths = list(data["common"]) + [p for fam in data["families"].values() for p in fam["paths"]]
+    missing = [p for p in paths if not (REPO / p).exists()]
+    assert not missing, missing
+    assert {"deepgemm", "sglang-jit", "triton-moe", "triton-host", "inductor", "flashinfer"} <= set(data["families"])
+    assert {row["family"] for row in data["rows"]} <= set(data["families"])
+
+
+FAMILIES = {"schema": 1, "common": ["core/"], "families": {"fam-a": {"title": "A", "paths": ["code/a.py"]},
+                                                            "fam-b": {"title": "B", "paths": ["code/b.py"]}},
+            "rows": [{"sglang": "0.5.14", "family": "fam-a"}, {"sglang": "0.5.14", "family": "fam-b"},
+                     {"sglang": "0.5.23", "family": "fam-a"}]}
+README = "# t\n\nbefore\n\n<!-- proofs:begin -->\n<!-- proofs:end -->\n\nafter\n"
+
+
+def record(name: str, commit: str | None, results: dict[str, str], date: str = "2026-12-02T01:00:00Z") -> dict:
+    return {"schema": 1, "name": name, "commit": commit, "date": date, "command": "bash tests/gpu/prove.sh",
+            "machine": "test", "versions": {"torch": "2.11.0"}, "sglang": "0.5.14",
+            "families": {f: {"result": r, "detail": f"{f} {r}"} for f, r in results.items()},
+            "result": "fail" if "fail" in results.values() else "pass"}
+
+
+def write(repo: Path, rel: str, text: str) -> None:
+    path = repo / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def commit_all(repo: Path, message: str) -> str:
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+def add_record(repo: Path, doc: dict) -> str:
+    write(repo, f"bench/results/{doc['name']}/record.json", json.dumps(doc))
+    return commit_all(repo, f"record {doc['name']}")
+
+
+def rows_of(repo: Path) -> dict[tuple[str, str], list[str]]:
+    proc = table("--print", repo=repo)
+    assert proc.returncode == 0, proc.stderr
+    out = {}
+    for line in proc.stdout.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if len(cells) == 5 and cells[0][:1].isdigit():
+            out[(cells[0], cells[1])] = cells[2:]
+    return out
+
+
+@pytest.fixture()
+def repo(tmp_path: Path) -> Path:
+    r = tmp_path / "repo"
+    r.mkdir()
+    git(r, "init", "-q", "-b", "main")
+    write(r, "bench/proof_families.yaml", yaml.safe_dump(FAMILIES))
+    write(r, "README.md", README)
+    write(r, "code/a.py", "a = 1\n")
+    write(r, "code/b.py", "b = 1\n")
+    write(r, "core/c.py", "c = 1\n")
+    write(r, "other.txt", "x\n")
+    return r
+
+
+def test_a_later_change_to_a_familys_code_makes_its_proof_stale(repo: Path):
+    ran = commit_all(repo, "the tree the device ran")
+    add_record(repo, record("run1", ran, {"fam-a": "pass", "fam-b": "pass"}))
+    rows = rows_of(repo)
+    assert rows[("0.5.14", "fam-a")][0] == "proven" and rows[("0.5.14", "fam-b")][0] == "proven", rows
+    assert f"`run1` at {ran[:7]}" in rows[("0.5.14", "fam-a")][1]
+    assert rows[("0.5.23", "fam-a")] == ["not proven", "-", "no record"]
+    write(repo, "other.txt", "y\n")  # outside every family: nothing changes
+    commit_all(repo, "docs")
+    assert rows_of(repo)[("0.5.14", "fam-a")][0] == "proven"
+    write(repo, "code/a.py", "a = 2\n")
+    change = commit_all(repo, "change a")
+    rows = rows_of(repo)
+    assert rows[("0.5.14", "fam-a")] == ["not proven at HEAD", f"`run1` at {ran[:7]}, 2026-12-02",
+                                         f"{change[:7]} changed code/a.py after it"], rows
+    assert rows[("0.5.14", "fam-b")][0] == "proven"  # b's code did not change
+    write(repo, "core/c.py", "c = 2\n")  # common code: every family's proof
+    common = commit_all(repo, "change core")
+    assert rows_of(repo)[("0.5.14", "fam-b")][2] == f"{common[:7]} changed core/c.py after it"
+
+
+def test_the_newest_record_decides_and_a_record_must_name_an_ancestor(repo: Path):
+    base = commit_all(repo, "base")
+    add_record(repo, record("old", base, {"fam-a": "pass", "fam-b": "pass"}, date="2026-12-01T00:00:00Z"))
+    add_record(repo, record("new", base, {"fam-a": "fail", "fam-b": "not-run"}))
+    add_record(repo, record("nocommit", None, {"fam-a": "pass"}, date="2026-12-03T00:00:00Z") | {"sglang": "0.5.23"})
+    git(repo, "checkout", "-q", "-b", "side")
+    write(repo, "other.txt", "side\n")
+    side = commit_all(repo, "a commit HEAD does not contain")
+    git(repo, "checkout", "-q", "main")
+    rows = rows_of(repo)
+    assert rows[("0.5.14", "fam-a")][:2] == ["failed", f"`new` at {base[:7]}, 2026-12-02"]
+    assert rows[("0.5.14", "fam-b")][0] == "proven"  # "not-run" says nothing: the older pass stands
+    assert rows[("0.5.23", "fam-a")][0] == "not proven at HEAD" and "names no commit" in rows[("0.5.23", "fam-a")][2]
+    add_record(repo, record("elsewhere", side, {"fam-b": "pass"}, date="2026-12-04T00:00:00Z"))
+    assert rows_of(repo)[("0.5.14", "fam-b")][::2] == ["not proven at HEAD", "the commit is not an ancestor of HEAD"]
+
+
+def test_check_mode_and_a_shallow_clone(repo: Path, tmp_path: Path):
+    ran = commit_all(repo, "ran")
+    add_record(repo, record("run1", ran, {"fam-a": "pass"}))
+    assert table("--check", repo=repo).returncode == 1  # README's block is still empty
+    proc = table(repo=repo)
+    assert proc.returncode == 0 and "updated" in proc.stdout, proc.stderr
+    text = (repo / "README.md").read_text()
+    assert text.startswith("# t\n\nbefore\n\n<!-- proofs:begin -->") and text.endswith("<!-- proofs:end -->\n\nafter\n")
+    assert "| 0.5.14 | fam-a | proven |" in text
+    assert table("--check", repo=repo).returncode == 0
+    commit_all(repo, "table")
+    shallow = tmp_path / "shallow"
+    subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{repo}", str(shallow)], check=True, timeout=60)
+    rows = rows_of(shallow)
+    assert rows[("0.5.14", "fam-a")][0] == "unknown" and "shallow clone" in rows[("0.5.14", "fam-a")][2], rows
+
+
+@pytest.mark.parametrize("breakage, message", [
+    (lambda d: d.pop("commit"), "missing commit"),
+    (lambda d: d.update(commit="abc123"), "commit"),
+    (lambda d: d["families"].update({"nosuch": {"result": "pass", "detail": "x"}}), "unknown family nosuch"),
+    (lambda d: d["families"]["fam-a"].update(result="ok"), "is not one of"),
+])
+def test_an_invalid_record_is_refused_with_one_error_and_the_readme_untouched(repo: Path, breakage, message):
+    ran = commit_all(repo, "ran")
+    doc = record("run1", ran, {"fam-a": "pass"})
+    breakage(doc)
+    add_record(repo, doc)
+    before = (repo / "README.md").read_bytes()
+    proc = table(repo=repo)
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert [line for line in lines if line.startswith("error:")] == lines[:1] and message in lines[0], lines
+    assert lines[1].startswith("hint: ") and len(lines) == 2, lines
+    assert (repo / "README.md").read_bytes() == before
+
+
+PROVE = REPO / "tests" / "gpu" / "prove.sh"
+# each step of prove.sh against the outputs its script left in a committed result folder (real device output)
+STEP_OUTPUTS = [("headline", "2026-12-01-h200-headline", {"deepgemm", "sglang-jit", "triton-host"}),
+                ("triton-plan", "2026-12-02-h200-triton-plan", {"triton-moe"}),
+                ("triton-moe-0523", "2026-12-02-h200-triton-moe-0523", {"triton-moe"}),
+                ("live", "2026-12-01-h200-R11-run2", {"deepgemm", "sglang-jit"}),
+                ("gen-sk-0.3.21-src", "2026-12-01-h200-sk0321-src", {"deepgemm"})]
+
+
+def prove_record(step: str, folder: Path, out: Path, dgp_git: str = "a" * 40) -> dict:
+    expects = subprocess.run(["bash", str(PROVE), "expect", step], capture_output=True, text=True, timeout=60,
+                             check=True).stdout.splitlines()
+    assert expects, step
+    argv = [sys.executable, str(REPO / "tests" / "gpu" / "proof_record.py"), "--name", folder.name, "--dir",
+            str(folder), "--out", str(out), "--command", f"bash tests/gpu/prove.sh {step}", "--sglang", "0.5.14",
+            "--rc", "0"] + [a for e in expects for a in ("--expect", e)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, env={**os.environ, "DGP_GIT": dgp_git})
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("step, folder, families", STEP_OUTPUTS)
+def test_prove_steps_judge_their_scripts_real_output(step, folder, families, tmp_path):
+    from dgprecompile import schemas
+
+    doc = prove_record(step, REPO / "bench" / "results" / folder, tmp_path / "record.json")
+    assert schemas.problems(doc, "proof-record") == []
+    assert doc["commit"] == "a" * 40 and doc["result"] == "pass", doc
+    assert set(doc["families"]) == families and all(v["result"] == "pass" for v in doc["families"].values())
+
+
+def test_a_proof_whose_check_did_not_hold_is_a_failed_record(tmp_path):
+    src = REPO / "bench" / "results" / "2026-12-02-h200-triton-plan"
+    folder = tmp_path / src.name
+    shutil.copytree(src, folder)
+    text = (folder / "summary.txt").read_text()
+    assert "strict-deleted rc=1\n" in text
+    (folder / "summary.txt").write_text(text.replace("strict-deleted rc=1\n", "strict-deleted rc=0\n"))
+    doc = prove_record("triton-plan", folder, tmp_path / "record.json", dgp_git="not-a-sha")
+    assert doc["result"] == "fail" and doc["families"]["triton-moe"]["result"] == "fail"
+    assert "strict-deleted rc=1" in doc["families"]["triton-moe"]["detail"]
+    assert doc["commit"] is None and "not-a-sha" in doc["commit_note"]
+    # a run whose outputs did not come back (the 2026-12-01 jit_live_proof.sh call lost logs.txt to the 8-file limit)
+    doc = prove_record("sglang-jit", REPO / "bench" / "results" / "2026-12-01-h200-sglang-jit", tmp_path / "r2.json")
+    assert doc["families"]["sglang-jit"]["result"] == "fail" and "not in logs.txt" in doc["families"]["sglang-jit"]["detail"]
+
+
+def test_prove_refuses_without_the_commit_and_names_its_steps():
+    env = {k: v for k, v in os.environ.items() if k != "DGP_GIT"}
+    proc = subprocess.run(["bash", str(PROVE), "headline"], capture_output=True, text=True, timeout=60, env=env,
+                          cwd=REPO)
+    assert proc.returncode == 2 and proc.stderr.splitlines()[0].startswith("error: DGP_GIT"), proc.stderr
+    assert proc.stderr.splitlines()[1].startswith("hint: ") and len(proc.stderr.splitlines()) == 2
+    proc = subprocess.run(["bash", str(PROVE), "nosuch"], capture_output=True, text=True, timeout=60, cwd=REPO,
+                          env={**os.environ, "DGP_GIT": "b" * 40})
+    assert proc.returncode == 2 and "no step 'nosuch'" in proc.stderr
+    listed = subprocess.run(["bash", str(PROVE), "list"], capture_output=True, text=True, timeout=60, cwd=REPO,
+                            check=True).stdout
+    for script in ("headline", "sglang-jit", "live", "triton-plan", "triton-moe-0523", "gen-0.1.3", "model-480b"):
+        assert f"\n{script} " in "\n" + listed, listed
