@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from dgprecompile.cache.triton_moe import HOST_FIELDS, make_record
-from dgprecompile.errors import CompileFailed
+from dgprecompile.errors import CompileFailed, DGError
 from dgprecompile.families import TRITON_MOE
 from dgprecompile.kernels import TritonMoeItem
 
@@ -42,13 +42,14 @@ def int_class(v: int) -> str:
 
 
 def group_key(m: int, item: TritonMoeItem, tuned_up_to: int) -> tuple:
-    """The estimated specialisation of the item's calls at ``m``: num_valid_tokens = m * topk; EM = m * topk *
-    BLOCK_SIZE_M below the align bound, else m * topk + (E + 1) * (BLOCK_SIZE_M - 1) (data/triton_moe.yaml m_set
-    .evidence.ints; BLOCK_SIZE_M taken as a multiple of 16); the m's octave while a tuned config can change."""
+    """The estimated specialisation of the item's calls at ``m``: m == 1 (a dimension of 1); num_valid_tokens =
+    m * topk; EM = m * topk * BLOCK_SIZE_M below the align bound, else m * topk + (E + 1) * (BLOCK_SIZE_M - 1)
+    (data/triton_moe.yaml m_set.evidence.ints, with E the rank's experts, as Triton 3.6.0 + sglang 0.5.14 compiled
+    for m 1..4 of E=20 top-8: EM not divisible by 16 from m = 3; BLOCK_SIZE_M taken as a multiple of 16); the m's
+    octave while a tuned config can change with m."""
     tokens = m * item.topk
-    experts = max(item.experts, item.global_experts) + 1
-    em = tokens * 16 if tokens < experts else tokens - experts
-    return int_class(tokens), int_class(em), m.bit_length() if m <= tuned_up_to else 0
+    em = tokens * 16 if tokens < item.experts + 1 else tokens - item.experts - 1
+    return m == 1, int_class(tokens), int_class(em), m.bit_length() if m <= tuned_up_to else 0
 
 
 def plan_chunks(item: TritonMoeItem, ms: list[int], budget: int, tuned_up_to: int) -> list[list[int]]:
@@ -96,6 +97,15 @@ def ms_text(ms: list[int]) -> str:
         else:
             spans.append([m, m])
     return ",".join(f"{lo}-{hi}" if hi > lo else str(lo) for lo, hi in spans)
+
+
+def parse_ms_text(text: str) -> list[int]:
+    """:func:`ms_text` read back (``1-3,7``)."""
+    out: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out += range(int(lo), int(hi or lo) + 1)
+    return out
 
 
 def item_ms(item: TritonMoeItem) -> list[int]:
@@ -211,3 +221,17 @@ class ChunkedItem:
     @property
     def warmed(self) -> bool:
         return any(r.get("warmed") for r in self.reports.values())
+
+    def finish(self, store, installed: dict[str, Any]) -> dict[str, Any]:
+        """Once every chunk is in: the item's event, ``done`` with its record written in one index update, or
+        ``failed`` naming the first failed chunk (nothing recorded: verify finds the item missing)."""
+        if self.failures:
+            first = next(c for c in self.chunks if c in self.failures)
+            return {"event": "failed", "kernel": self.item, "error": self.failures[first]}
+        record = self.record(installed)
+        try:
+            store.update_index(lambda index: index.triton_moe.__setitem__(self.item, record))
+        except (OSError, DGError) as exc:
+            return {"event": "failed", "kernel": self.item, "error": f"recording it in the index: {exc}"}
+        return {"event": "done", "kernel": self.item, "status": "compiled" if self.warmed else "cached",
+                "seconds": record["seconds"]}

@@ -815,20 +815,7 @@ class _Run:
         else:
             item.reports[chunk_id], item.seconds[chunk_id] = report, seconds
         if item.done:
-            _handle(self._item_event(item), self.result, self.on_event)
-
-    def _item_event(self, item: ChunkedItem) -> dict[str, Any]:
-        """The item's done (its record written, whole, in one index update) or failed event."""
-        if item.failures:
-            first = next(c for c in item.chunks if c in item.failures)
-            return {"event": "failed", "kernel": item.item, "error": item.failures[first]}
-        record = item.record(self.setup.triton_job["installed"])
-        try:
-            self.setup.store.update_index(lambda index: index.triton_moe.__setitem__(item.item, record))
-        except (OSError, DGError) as exc:
-            return {"event": "failed", "kernel": item.item, "error": f"recording it in the index: {exc}"}
-        return {"event": "done", "kernel": item.item, "status": "compiled" if item.warmed else "cached",
-                "seconds": record["seconds"]}
+            _handle(item.finish(self.setup.store, self.setup.triton_job["installed"]), self.result, self.on_event)
 
     def apply(self, actions: list[Action]) -> None:
         for action in actions:
