@@ -134,16 +134,16 @@ def _full_env():
     return _env(sglang_014_dir(), STANDINS, str(TRITON), sgl_deep_gemm_013_dir())
 
 
-def _trimmed(path: Path, sglang: str = "0.5.14") -> Path:
+def _trimmed(path: Path, sglang: str = "0.5.14", m_max: int = 2) -> Path:
     """The server plan with its DeepGEMM buckets and SGLang JIT modules dropped and its Triton MoE item trimmed to
-    m 1..2 (a test's trim, as other tests trim manifests): one fast item to warm."""
+    m 1..m_max (a test's trim, as other tests trim manifests): one fast item to warm."""
     data = _server_plan(sglang=sglang).to_dict()
     for shape in data["shapes"]:
         shape["buckets"], shape["aux_kernels"] = [], []
     data["kernels"], data["total_kernels"] = [], 0
     data.pop("sglang_jit_modules", None)
     item = TritonMoeItem.from_dict(data["triton_moe"][0])
-    data["triton_moe"] = [TritonMoeItem(**{**item.__dict__, "m_max": 2}).to_dict()]
+    data["triton_moe"] = [TritonMoeItem(**{**item.__dict__, "m_max": m_max}).to_dict()]
     write_manifest(plan_from_dict(data), path)
     return path
 
@@ -286,6 +286,55 @@ def test_pack_and_unpack_carry_the_records_and_entries(warmed, triton_only, tmp_
     assert sorted(relocate(CacheStore(other))) == index["triton_moe"][item]["entries"]  # what `launch` does first
     v = _run("verify", "--manifest", triton_only, "--cache-dir", other, "--nvcc", NVCC, "--json", env=_full_env())
     assert v.returncode == 0 and json.loads(v.stdout)["complete"], v.stdout + v.stderr
+
+
+@needs_all
+def test_a_chunked_warm_and_a_one_process_warm_give_the_same_entries_and_record(tmp_path):
+    """--jobs 3 cuts m 1..4 into 3 chunks (3 subprocesses), --jobs 1 runs one: the same entries, the same record
+    (but the seconds), and verify passes on both."""
+    manifest = _trimmed(tmp_path / "t4.yaml", m_max=4)
+    item = _item_id(manifest)
+    records = {}
+    for jobs in (1, 3):
+        cache = tmp_path / f"jobs{jobs}"
+        r = _run("warm", "--manifest", manifest, "--cache-dir", cache, "--nvcc", NVCC, "--sglang-jit", "on",
+                 "--json", "--jobs", jobs, env=_full_env())
+        assert r.returncode == 0, r.stdout + r.stderr
+        summary = json.loads(r.stdout)
+        assert summary["compiled"] == 1 and len(summary["triton_moe_chunk_seconds"]) == jobs, summary
+        record = json.loads((cache / "dgprecompile" / "index.json").read_text())["triton_moe"][item]
+        assert record.pop("seconds") > 0
+        records[jobs] = record
+        v = _run("verify", "--manifest", manifest, "--cache-dir", cache, "--nvcc", NVCC, "--json", env=_full_env())
+        assert v.returncode == 0 and json.loads(v.stdout)["complete"], v.stdout + v.stderr
+    assert records[1] == records[3] and len(records[1]["entries"]) == 8 and records[1]["ms"] == 4
+
+
+def test_a_failed_chunk_fails_its_item_and_nothing_is_recorded_until_every_chunk_is_in(tmp_path):
+    from dgprecompile.cache.store import CacheStore
+    from dgprecompile.compile.triton_chunks import ChunkedItem
+
+    store = CacheStore(tmp_path / "c")
+    store.ensure()
+    host = {"cuda_utils": "U", "launchers": {"A": "L1"}, "entries": ["L1", "U"], "machine": {"key": {}}, "built": []}
+    report = {"entries": ["A"], "ms": 2, "warmed": ["A"], "host_modules": host}
+    item = ChunkedItem("item", ["item#1/2", "item#2/2"])
+    item.reports["item#1/2"], item.seconds["item#1/2"] = report, 1.5
+    item.failures["item#2/2"] = "python -m dgprecompile.compile.triton_moe exited with code 1 for item#2/2: boom"
+    assert item.done and item.finish(store, {"triton": "3.6.0"}) == {
+        "event": "failed", "kernel": "item", "error": item.failures["item#2/2"]}
+    assert store.read_index().triton_moe == {}
+    other = {"entries": ["B"], "ms": 1, "warmed": [],
+             "host_modules": {**host, "launchers": {"B": "L2"}, "entries": ["L2", "U"]}}
+    whole = ChunkedItem("item", ["item#1/2", "item#2/2"], {"item#1/2": report}, {"item#1/2": 1.5})
+    assert not whole.done
+    whole.reports["item#2/2"], whole.seconds["item#2/2"] = other, 2.0
+    assert whole.finish(store, {"triton": "3.6.0"}) == {"event": "done", "kernel": "item", "status": "compiled",
+                                                         "seconds": 3.5}
+    record = store.read_index().triton_moe["item"]
+    assert record["entries"] == ["triton/A", "triton/B"] and record["ms"] == 3 and record["triton"] == "3.6.0"
+    assert record["host_modules"] == {"cuda_utils": "U", "launchers": {"A": "L1", "B": "L2"},
+                                      "entries": ["L1", "L2", "U"], "machine": {"key": {}}}
 
 
 @needs_sgl023
