@@ -239,8 +239,10 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
                      "call (every m up to 16,384, then 64q+1, 64q+32, 64q+64; masked: every expected_m)")
     else:
         items = sorted(_kernel_items(plan, rank, world), key=_estimated_cost, reverse=True)
-    cached, chunks = _triton_chunks(store, plan, triton_items, triton_job, jobs)
-    jobs = max(1, min(jobs, len(items) + len(jit_items) + len(chunks)))  # one budget: zygote workers and chunks
+    # one budget for the zygote's workers and the Triton chunks; while the zygote imports, the chunks take the rest
+    slots = max(1, jobs - 1) if items or jit_items else jobs
+    cached, chunks = _triton_chunks(store, plan, triton_items, triton_job, slots)
+    jobs = max(1, min(jobs, len(items) + len(jit_items) + len(chunks)))
     zygote_workers = min(jobs, len(items) + len(jit_items))
     _require_readable(store, items + jit_items)
     try:
@@ -259,7 +261,7 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
                      [gpus[i % len(gpus)] for i in range(zygote_workers)], job_common, rank, world, notes,
                      jit_items, jit_job, jit_skipped, jit_missing, swept, float(jit_job.get("build_seconds", 0.0)),
                      triton_items=triton_items, triton_job=triton_job, triton_chunks=chunks, triton_cached=cached,
-                     runners=min(len(chunks), jobs - 1 if zygote_workers and jobs > 1 else jobs))
+                     runners=min(len(chunks), slots))
 
 
 def _requested_backend(plan: Plan, requested: str | None) -> str | None:
