@@ -239,9 +239,7 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
                      "call (every m up to 16,384, then 64q+1, 64q+32, 64q+64; masked: every expected_m)")
     else:
         items = sorted(_kernel_items(plan, rank, world), key=_estimated_cost, reverse=True)
-    # one budget for the zygote's workers and the Triton chunks; while the zygote imports, the chunks take the rest
-    slots = max(1, jobs - 1) if items or jit_items else jobs
-    cached, chunks = _triton_chunks(store, plan, triton_items, triton_job, slots)
+    cached, chunks, slots = _triton_chunks(store, plan, triton_items, triton_job, jobs, bool(items or jit_items))
     jobs = max(1, min(jobs, len(items) + len(jit_items) + len(chunks)))
     zygote_workers = min(jobs, len(items) + len(jit_items))
     _require_readable(store, items + jit_items)
@@ -470,15 +468,17 @@ def _prepare_triton(plan: Plan, opts: WarmOptions, skipped: dict[str, str]) -> t
     return items, {"installed": TRITON_MOE.installed(), "python": sys.executable, "backend_name": TRITON_MOE.backend}
 
 
-def _triton_chunks(store: CacheStore, plan: Plan, items: list[WorkItem], job: dict[str, Any],
-                   budget: int) -> tuple[list[str], list[Chunk]]:
-    """(items already covered by their record, the chunks of the others): each item cut for the whole budget, the
-    chunks to be started costliest first (compile/triton_chunks.py)."""
+def _triton_chunks(store: CacheStore, plan: Plan, items: list[WorkItem], job: dict[str, Any], jobs: int,
+                   zygote: bool) -> tuple[list[str], list[Chunk], int]:
+    """(items already covered by their record, the chunks of the others, the slots the chunks may take): one
+    budget for the zygote's workers and the chunks; while a zygote imports, the chunks take all of it but one slot.
+    Each item is cut for those slots (compile/triton_chunks.py)."""
     from dgprecompile.cache.triton_moe import COVERED, item_coverage
     from dgprecompile.compile.triton_chunks import chunks_for
     from dgprecompile.families import TRITON_MOE
     from dgprecompile.kernels import TritonMoeItem
 
+    budget = max(1, jobs - 1) if zygote else jobs
     index = store.read_index() if items else None
     cached, chunks = [], []
     rel = TRITON_MOE.release(plan.sglang_version)
@@ -487,8 +487,9 @@ def _triton_chunks(store: CacheStore, plan: Plan, items: list[WorkItem], job: di
             cached.append(it.kernel)
             continue
         moe = TritonMoeItem.from_dict({**it.params, "id": it.kernel})
-        chunks += chunks_for(moe, budget, TRITON_MOE.tuned_up_to(rel, moe, moe.device_name), TRITON_MOE_SECONDS_PER_KERNEL)
-    return cached, chunks
+        chunks += chunks_for(moe, budget, TRITON_MOE.tuned_up_to(rel, moe, moe.device_name),
+                             TRITON_MOE_SECONDS_PER_KERNEL)
+    return cached, chunks, budget
 
 
 def _record_plan(setup: WarmSetup) -> None:
