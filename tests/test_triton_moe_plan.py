@@ -310,6 +310,49 @@ def test_a_chunked_warm_and_a_one_process_warm_give_the_same_entries_and_record(
     assert records[1] == records[3] and len(records[1]["entries"]) == 8 and records[1]["ms"] == 4
 
 
+def _groups_alive(groups: set[int]) -> list[tuple[int, str]]:
+    """(pid, cmdline) of every process in one of the process groups ``groups`` (zombies included)."""
+    alive = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) in groups:
+                alive.append((int(stat.parent.name), (stat.parent / "cmdline").read_text().replace("\0", " ")))
+        except (OSError, IndexError, ValueError):
+            continue
+    return alive
+
+
+@needs_all
+def test_sigterm_stops_the_chunks_and_their_compilers_and_records_nothing(tmp_path):
+    """warm's parent runs the chunks in sessions of their own: a SIGTERM to warm ends each chunk's whole group
+    (its Triton compiles too), exits 143 with one line, and no record is written for the item."""
+    import signal
+    import time
+
+    manifest = _trimmed(tmp_path / "t4.yaml", m_max=4)
+    cache = tmp_path / "cache"
+    proc = subprocess.Popen([sys.executable, "-m", "dgprecompile", "warm", "--manifest", str(manifest), "--cache-dir",
+                             str(cache), "--nvcc", NVCC, "--sglang-jit", "on", "--jobs", "3"], env=_full_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    chunks: set[int] = set()
+    deadline = time.time() + 120
+    while len(chunks) < 3 and time.time() < deadline and proc.poll() is None:
+        chunks = {pid for pid, cmd in _groups_alive(set(range(1, 1 << 22)))
+                  if "dgprecompile.compile.triton_moe" in cmd and str(cache) in cmd}
+        time.sleep(0.2)
+    assert len(chunks) == 3, chunks  # m 1..4 in 3 chunks, all started at once (no zygote: nothing else planned)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143 and "Traceback" not in err, err
+    assert [x for x in err.splitlines() if x.startswith("error:")] == [
+        "error: interrupted: nothing half-written was left in the cache"], err
+    assert _groups_alive(chunks) == []  # each chunk led its own group: nothing of it is left, running or defunct
+    index = cache / "dgprecompile" / "index.json"
+    assert not index.is_file() or json.loads(index.read_text()).get("triton_moe", {}) == {}
+
+
 def test_a_failed_chunk_fails_its_item_and_nothing_is_recorded_until_every_chunk_is_in(tmp_path):
     from dgprecompile.cache.store import CacheStore
     from dgprecompile.compile.triton_chunks import ChunkedItem
