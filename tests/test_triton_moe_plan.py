@@ -310,6 +310,32 @@ def test_a_chunked_warm_and_a_one_process_warm_give_the_same_entries_and_record(
     assert records[1] == records[3] and len(records[1]["entries"]) == 8 and records[1]["ms"] == 4
 
 
+@needs_all
+def test_a_cache_of_another_fingerprint_warms_the_item_again_and_records_it(warmed, triton_only, tmp_path):
+    """A stale fingerprint clears the index's records before the warm: the item is not taken as covered by the
+    record that is about to go, it is warmed again (Triton finds its entries) and recorded."""
+    cache, _ = warmed
+    item = _item_id(triton_only)
+    from dgprecompile.cache.store import CacheStore
+    from dgprecompile.launch.capture import relocate
+
+    other = tmp_path / "other-fingerprint"
+    shutil.copytree(cache, other, symlinks=True)
+    relocate(CacheStore(other))  # the group files name the copy's paths, as `launch` makes them
+    path = other / "dgprecompile" / "index.json"
+    index = json.loads(path.read_text())
+    index["fingerprint"]["num_sms"] = 78
+    path.write_text(json.dumps(index))
+    r = _run("warm", "--manifest", triton_only, "--cache-dir", other, "--nvcc", NVCC, "--sglang-jit", "on", "--json",
+             env=_full_env())
+    assert r.returncode == 0 and json.loads(r.stdout)["failed"] == 0, r.stdout + r.stderr
+    again = json.loads(path.read_text())
+    assert again["fingerprint"]["num_sms"] != 78 and again["triton_moe"][item]["entries"] == index["triton_moe"][item][
+        "entries"]
+    v = _run("verify", "--manifest", triton_only, "--cache-dir", other, "--nvcc", NVCC, "--json", env=_full_env())
+    assert v.returncode == 0 and json.loads(v.stdout)["complete"], v.stdout + v.stderr
+
+
 def _groups_alive(groups: set[int]) -> list[tuple[int, str]]:
     """(pid, cmdline) of every process in one of the process groups ``groups`` (zombies included)."""
     alive = []

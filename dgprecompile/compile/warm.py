@@ -239,7 +239,7 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
                      "call (every m up to 16,384, then 64q+1, 64q+32, 64q+64; masked: every expected_m)")
     else:
         items = sorted(_kernel_items(plan, rank, world), key=_estimated_cost, reverse=True)
-    cached, chunks, slots = _triton_chunks(store, plan, triton_items, triton_job, jobs, bool(items or jit_items))
+    cached, chunks, slots = _triton_chunks(store, plan, triton_items, triton_job, jobs, items + jit_items, stale)
     jobs = max(1, min(jobs, len(items) + len(jit_items) + len(chunks)))
     zygote_workers = min(jobs, len(items) + len(jit_items))
     _require_readable(store, items + jit_items)
@@ -469,21 +469,22 @@ def _prepare_triton(plan: Plan, opts: WarmOptions, skipped: dict[str, str]) -> t
 
 
 def _triton_chunks(store: CacheStore, plan: Plan, items: list[WorkItem], job: dict[str, Any], jobs: int,
-                   zygote: bool) -> tuple[list[str], list[Chunk], int]:
+                   others: list[WorkItem], stale) -> tuple[list[str], list[Chunk], int]:
     """(items already covered by their record, the chunks of the others, the slots the chunks may take): one
-    budget for the zygote's workers and the chunks; while a zygote imports, the chunks take all of it but one slot.
-    Each item is cut for those slots (compile/triton_chunks.py)."""
+    budget for the zygote's workers and the chunks; while a zygote imports (``others``: its workers' items), the
+    chunks take all of it but one slot. Each item is cut for those slots (compile/triton_chunks.py). A stale
+    fingerprint covers nothing (the warm clears the records first)."""
     from dgprecompile.cache.triton_moe import COVERED, item_coverage
     from dgprecompile.compile.triton_chunks import chunks_for
     from dgprecompile.families import TRITON_MOE
     from dgprecompile.kernels import TritonMoeItem
 
-    budget = max(1, jobs - 1) if zygote else jobs
+    budget = max(1, jobs - 1) if others else jobs
     index = store.read_index() if items else None
     cached, chunks = [], []
     rel = TRITON_MOE.release(plan.sglang_version)
     for it in items:
-        if item_coverage(store, index, it.kernel, job.get("installed")).status == COVERED:
+        if not stale and item_coverage(store, index, it.kernel, job.get("installed")).status == COVERED:
             cached.append(it.kernel)
             continue
         moe = TritonMoeItem.from_dict({**it.params, "id": it.kernel})
