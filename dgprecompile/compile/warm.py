@@ -241,7 +241,7 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
         items = sorted(_kernel_items(plan, rank, world), key=_estimated_cost, reverse=True)
     cached, chunks, slots = _triton_chunks(store, plan, triton_items, triton_job, jobs, items + jit_items, stale)
     jobs = max(1, min(jobs, len(items) + len(jit_items) + len(chunks)))
-    zygote_workers = min(jobs, len(items) + len(jit_items))
+    zygote_workers = _zygote_workers(backend, jobs, items, jit_items, jit_job)
     _require_readable(store, items + jit_items)
     try:
         store.require_writable("write to")
@@ -559,6 +559,19 @@ def work(setup: WarmSetup) -> list[tuple[Job, WorkItem | Chunk]]:
     return out
 
 
+def _zygote_workers(backend: str, jobs: int, items: list[WorkItem], jit_items: list[WorkItem],
+                    jit_job: dict[str, Any]) -> int:
+    """The zygote's workers: one per slot of the budget that its items can use, and, when the DeepGEMM backend
+    needs no preload and SGLang's JIT builders do, as many as the kernels can use again, forked before the imports
+    and serving the DeepGEMM backend only (compile/worker.py ``zygote``; ``early_workers`` in the job). The
+    scheduler's budget keeps all of them within --jobs."""
+    workers = min(jobs, len(items) + len(jit_items))
+    jit_backend = jit_job.get("jit_backend") if jit_items else None
+    if not items or jit_backend is None or get_backend(backend).preload is not None:
+        return workers
+    return workers + (min(workers, len(items)) if get_backend(jit_backend).preload is not None else 0)
+
+
 def worker_job(setup: WarmSetup) -> dict[str, Any]:
     """What every worker is told (job.json): the cache, and each backend's own settings."""
     common = {"cache_dir": str(setup.store.root), "arch": setup.plan.profile.sm_arch,
@@ -569,7 +582,8 @@ def worker_job(setup: WarmSetup) -> dict[str, Any]:
     if setup.jit_items:
         jit_backend = setup.jit_job.get("jit_backend", SGLANG_JIT_BACKEND)
         backends[jit_backend] = {**common, "backend": jit_backend, **setup.jit_job}
-    return {"cache_dir": str(setup.store.root), "backends": backends}
+    early = len(setup.gpus) - min(setup.workers, len(setup.items) + len(setup.jit_items))
+    return {"cache_dir": str(setup.store.root), "backends": backends, "early_workers": max(0, early)}
 
 
 def _pool(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None], result: WarmResult, start: float) -> None:
@@ -580,7 +594,7 @@ def _pool(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None], result: 
     todo, workers = work(setup), len(setup.gpus)
     procs = _Processes(tmp, workers)
     sched = Scheduler.start([j for j, _ in todo], workers + setup.runners,
-                            budget=setup.workers if setup.runners else None)
+                            budget=setup.workers if setup.runners or workers > setup.workers else None)
     run = _Run(sched, procs, {j.id: item for j, item in todo}, result, on_event, start, setup)
     try:
         if workers:
