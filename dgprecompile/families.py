@@ -222,9 +222,10 @@ class TritonMoeFamily:
     * planning: ``plan_items(shapes, ...)`` -- one :class:`~dgprecompile.kernels.TritonMoeItem` per distinct MoE
       shape on a rank, for a block-FP8 model (``quantization``) of a release whose fused MoE path was read
       (``data_file``: per release, how many tokens one kernel call sees, with the file:line it was read from);
-    * compile: ``backend`` (generations.BACKENDS) -- its worker runs ``warm_argv(item, root)`` (``python -m
-      <warm_module> ...``, SGLang's own fused_experts_impl on meta tensors, Triton's own JIT with a compile-only
-      driver) in a subprocess with ``warm_env`` (no GPU), which needs ``imports`` importable (``missing()``);
+    * compile: ``backend`` (the kind of warm's jobs for it) -- warm's parent runs ``warm_argv(item, root)``
+      (``python -m <warm_module> ...``, SGLang's own fused_experts_impl on meta tensors, Triton's own JIT with a
+      compile-only driver), once per chunk of the item's m set (compile/triton_chunks.py), in subprocesses with
+      ``warm_env`` (no GPU), which needs ``imports`` importable (``missing()``);
     * cache: ``area`` -- Triton's own cache area (the entries are whole Triton entries, filed in the index's
       ``extra``); the index's ``triton_moe`` section holds one record per item (cache/triton_moe.py);
     * staleness: ``installed()`` -- what Triton's own cache key holds that is readable without importing it: the
@@ -320,12 +321,17 @@ class TritonMoeFamily:
         """(B, why): the m above which no fused_moe_kernel argument but two integers' residues mod the period
         changes (data/triton_moe.yaml ``m_set``): the shape's largest tuned-config key for the device, the release's
         m-dependent constexpr's bound, and the m from which moe_align_block_size sizes its buffer linearly."""
-        tuned = _yaml_data("triton_moe_tuned.yaml")["releases"].get(str(rel.get("tuned")), {})
-        key = f"E={shape.experts},N={shape.intermediate},device_name={device_name.replace(' ', '_')}"
-        parts = {"tuned config's largest m": int(tuned.get(key, 0)),
+        parts = {"tuned config's largest m": self.tuned_up_to(rel, shape, device_name),
                  "m-dependent constexpr": int(rel.get("m_constexpr") or 0),
                  "linear align buffer": -(-(max(shape.experts, shape.global_experts) + 1) // shape.topk)}
         return max(1, *parts.values()), "the largest of: " + ", ".join(f"{k} {v}" for k, v in parts.items() if v)
+
+    def tuned_up_to(self, rel: dict | None, shape, device_name: str) -> int:
+        """The largest m the release's tuned configs name for the shape on the device (0: none ships, SGLang's
+        default config runs for every m; data/triton_moe_tuned.yaml)."""
+        tuned = _yaml_data("triton_moe_tuned.yaml")["releases"].get(str((rel or {}).get("tuned")), {})
+        return int(tuned.get(f"E={shape.experts},N={shape.intermediate},device_name={device_name.replace(' ', '_')}",
+                             0))
 
     def host_modules_note(self, planned: bool) -> str:
         """What `plan` says of Triton's host modules (compile/triton_host.py): built by warm for the planned

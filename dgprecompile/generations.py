@@ -56,9 +56,6 @@ BACKENDS: dict[str, Backend] = {b.name: b for b in (
     Backend("kernels-jit", False, _BK + "sglang_jit_ninja:SglangNinjaWorker", _BK + "sglang_jit_ninja:preload",
             "SGLang's own ninja-loader JIT modules (0.5.20+), built with the installed sglang's load_jit (no GPU)",
             deepgemm=False),
-    Backend("triton-moe", False, _BK + "triton_moe:TritonMoeWorker", None,
-            "SGLang's Triton fused-MoE kernels per MoE shape, compiled by the installed Triton in a subprocess "
-            "(python -m dgprecompile.compile.triton_moe, no GPU)", deepgemm=False),
 )}
 DEEPGEMM_BACKENDS = tuple(name for name, b in BACKENDS.items() if b.deepgemm)  # `warm --backend` choices
 SGLANG_JIT_BACKEND = next(name for name, b in BACKENDS.items() if not b.deepgemm)

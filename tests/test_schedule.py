@@ -166,3 +166,55 @@ def test_random_event_orders_build_or_blame_every_item_exactly_once():
     not started), no worker holds two, and nothing is sent to a closed worker."""
     for seed in range(300):
         _random_run(seed)
+
+
+# ---- a shared budget: zygote workers and the Triton MoE chunks' slots (warm's --jobs) ----
+
+TRITON = "triton-moe"
+
+
+def test_chunk_slots_start_at_once_and_the_zygotes_workers_wait_for_a_slot_of_the_budget():
+    """Workers 0-1 are the zygote's (ready late), slots 2-3 run Triton chunks (ready at once); budget 2."""
+    jobs = [Job("c1", TRITON, 9.0), Job("c2", TRITON, 8.0), Job("c3", TRITON, 7.0), Job("k1", DG, 4.0),
+            Job("k2", DG, 3.0)]
+    s = Scheduler.start(jobs, 4, budget=2)
+    assert sent(s.ready(2, [TRITON])) == [(2, "c1")] and sent(s.ready(3, [TRITON])) == [(3, "c2")]
+    assert s.ready(0, [DG]) == [] and s.ready(1, [DG]) == []  # ready, but the budget is held: they wait, open
+    assert s.held() == 2 and s.open_workers() == [0, 1, 2, 3]
+    assert sent(s.finished(2, "c1")) == [(2, "c3")]  # the slot that freed it takes the costliest it serves
+    out = s.finished(3, "c2")  # nothing left for slot 3: it closes, and its slot of the budget goes to a worker
+    assert closed(out) == [3] and sent(out) == [(0, "k1")] and s.held() == 2
+    out = s.finished(2, "c3")
+    assert closed(out) == [2] and sent(out) == [(1, "k2")]
+    assert closed(s.finished(0, "k1")) == [0] and closed(s.finished(1, "k2")) == [1] and s.drained() == []
+
+
+def test_the_budget_is_never_exceeded_and_every_job_is_handed_out_once():
+    rng = random.Random(7)
+    jobs = [Job(f"c{i}", TRITON, rng.random() * 10) for i in range(6)] + [
+        Job(f"k{i}", DG, rng.random() * 5) for i in range(9)]
+    s = Scheduler.start(jobs, 7, budget=3)  # 4 zygote workers, 3 chunk slots
+    holding: dict[int, str] = {}
+    done: list[str] = []
+
+    def take(actions):
+        for w, job in sent(actions):
+            assert w not in holding
+            holding[w] = job
+        assert len(holding) <= 3 and s.held() == len(holding)
+
+    for slot in (4, 5, 6):
+        take(s.ready(slot, [TRITON]))
+    for w in range(4):
+        take(s.ready(w, [DG]))
+    while holding:
+        w = rng.choice(sorted(holding))
+        done.append(holding.pop(w))
+        take(s.finished(w, done[-1]))
+    assert sorted(done) == sorted(j.id for j in jobs) and s.open_workers() == [] and s.drained() == []
+
+
+def test_a_worker_with_nothing_it_serves_left_closes_at_once_even_when_the_budget_is_held():
+    s = Scheduler.start([Job("c1", TRITON, 9.0)], 2, budget=1)
+    assert sent(s.ready(1, [TRITON])) == [(1, "c1")]
+    assert closed(s.ready(0, [DG])) == [0]  # no DeepGEMM work at all: it does not wait for a slot

@@ -189,8 +189,9 @@ def test_warm_builds_the_modules_with_sglangs_own_builders_where_its_runtime_loo
 
 @needs_warmed_cache
 def test_kernels_and_modules_share_one_worker_budget(tmp_path):
-    """DeepGEMM's kernels and SGLang's modules in one warm of --jobs 2: two workers in all, each able to build
-    both kinds, every item built once, and the summary's compile times per kind."""
+    """DeepGEMM's kernels and SGLang's modules in one warm of --jobs 2: a budget of two items at a time (the
+    kernels' early workers and the workers able to build both kinds share it), every item built once, and the
+    summary's compile times per kind."""
     manifest = tmp_path / "mixed.yaml"
     data = _plan(max_tokens=32).to_dict()  # the two quantisers beside the kernels (each module is a 40-50 s build)
     data["sglang_jit_modules"] = [m for m in data["sglang_jit_modules"] if m["id"] in (V2, ACT)]
@@ -204,6 +205,50 @@ def test_kernels_and_modules_share_one_worker_budget(tmp_path):
     assert sorted(summary["sglang_jit_module_ids"]) == sorted([V2, ACT])
     assert set(summary["item_seconds"]) >= {V2, ACT} and len(summary["item_seconds"]) == summary["compiled"]
     assert "worker failed to start" not in r.stderr
+
+
+ZYGOTE_PROBE = r"""
+import json, sys, time
+from pathlib import Path
+from dgprecompile.compile import warm as w
+from dgprecompile.planning.manifest import read_manifest
+setup = w.prepare_warm(read_manifest(Path(sys.argv[1])), w.WarmOptions(cache_dir=sys.argv[2], backend="nvcc", jobs=2,
+                       nvcc=sys.argv[3], sglang_jit="on"))
+procs = w._Processes(Path(sys.argv[4]), len(setup.gpus))
+t0 = time.perf_counter()
+procs.start(w.worker_job(setup), setup.gpus)
+ready = {}
+while len(ready) < len(setup.gpus):
+    for who, event in procs.events(1.0):
+        if isinstance(who, int) and event and event.get("event") == "ready":
+            ready[who] = [event["kinds"], round(time.perf_counter() - t0, 2)]
+for i in ready:
+    procs.close_input(i)
+procs.zygote_done()
+procs.close()
+print(json.dumps({"workers": setup.workers, "ready": ready}))
+"""
+
+
+@needs_warmed_cache
+def test_the_kernels_workers_are_forked_before_the_zygote_imports_sglang(tmp_path):
+    """nvcc needs no preload, SGLang's JIT builders do: the zygote forks the kernels' workers first (they serve
+    nvcc only, and are ready before the import of torch and sglang ends), then imports and forks the others."""
+    manifest = tmp_path / "mixed.yaml"
+    data = _plan(max_tokens=32).to_dict()
+    data["sglang_jit_modules"] = [m for m in data["sglang_jit_modules"] if m["id"] in (V2, ACT)]
+    write_manifest(plan_from_dict(data), manifest)
+    (tmp_path / "run").mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*_sgl_path(), str(REPO)])}
+    res = subprocess.run([sys.executable, "-c", ZYGOTE_PROBE, str(manifest), str(tmp_path / "c"), NVCC,
+                          str(tmp_path / "run")], capture_output=True, text=True, env=env, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    report = json.loads(res.stdout.strip().splitlines()[-1])
+    kinds = {int(i): k for i, (k, _) in report["ready"].items()}
+    at = {int(i): t for i, (_, t) in report["ready"].items()}
+    assert report["workers"] == 2 and kinds == {0: ["nvcc"], 1: ["nvcc"], 2: ["nvcc", "sglang-jit"],
+                                               3: ["nvcc", "sglang-jit"]}, report
+    assert max(at[0], at[1]) < min(at[2], at[3]), report  # ready while the others' libraries were imported
 
 
 @needs_warmed_cache

@@ -101,3 +101,41 @@ def test_the_tuned_table_is_what_the_releases_ship():
                         f"0.5.14={sglang_014_dir()}", f"0.5.23={sglang_023_dir()}", "--check"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "up to date" in r.stdout, r.stdout + r.stderr
+
+
+# ---- the m set cut into chunks (compile/triton_chunks.py) ----------------------------------------------------
+
+
+def test_chunks_cover_every_planned_m_once_within_the_budget_and_keep_a_specialisation_together():
+    from dgprecompile.compile.triton_chunks import chunks_for, group_key, item_ms, parse_ms_text
+
+    item = _planned("0.5.14", 8192)  # no tuned config for E=20,N=2560: one config for every m
+    ms = item_ms(item)
+    for budget in (1, 2, 3, 16):
+        chunks = chunks_for(item, budget, 0, 1.0)
+        got = [m for c in chunks for m in parse_ms_text(c.m_text)]
+        assert sorted(got) == ms and len(got) == len(set(got)) and len(chunks) <= budget
+        assert [c.cost for c in chunks] == sorted((c.cost for c in chunks), reverse=True)  # costliest first
+        keys = [{group_key(m, item, 0) for m in parse_ms_text(c.m_text)} for c in chunks]
+        assert budget < 4 or all(len(k) == 1 for k in keys)  # one estimated specialisation per chunk
+    assert len(chunks_for(item, 16, 0, 1.0)) == 4  # m == 1, m == 2, odd m >= 3, even m >= 4: no more work to split
+    tuned = TritonMoeShape("mlp.experts", 58, 257, 257, 7168, 256, 9)  # DeepSeek-V3 + shared: tuned up to 4096
+    (big,), _ = TRITON_MOE.plan_items([tuned], config=CONFIG, sglang_version="0.5.14", max_tokens=8192, gpu=None)
+    up_to = TRITON_MOE.tuned_up_to(TRITON_MOE.release("0.5.14"), big, big.device_name)
+    chunks = chunks_for(big, 16, up_to, 1.0)
+    assert up_to == 4096 and len(chunks) == 16 and sum(c.m_count for c in chunks) == big.m_count == 4113
+    assert max(c.cost for c in chunks) < 1.5 * sum(c.cost for c in chunks) / 16  # balanced by the estimate
+
+
+@pytest.mark.parametrize("version", [pytest.param("0.5.14", marks=needs("0.5.14"))])
+def test_the_chunks_calls_use_disjoint_entries_whose_union_is_the_one_process_warms(version, tmp_path):
+    """Real SGLang + Triton: the item's chunks, each warmed on its own, use pairwise disjoint fused_moe_kernel
+    entries (no specialisation is compiled by two chunks), and together exactly those of one warm of every m."""
+    from dgprecompile.compile.triton_chunks import chunks_for
+
+    item = _planned(version, 6)
+    chunks = chunks_for(item, 4, 0, 1.0)
+    assert [c.m_text for c in chunks] == ["3,5", "4,6", "1", "2"]
+    every = _entries(version, item.m_text, tmp_path / "every")
+    used = [_entries(version, c.m_text, tmp_path / "chunks") for c in chunks]  # one cache, one after another
+    assert set().union(*used) == every and sum(map(len, used)) == len(every) == 8, (sorted(every), used)

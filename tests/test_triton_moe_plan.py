@@ -134,16 +134,16 @@ def _full_env():
     return _env(sglang_014_dir(), STANDINS, str(TRITON), sgl_deep_gemm_013_dir())
 
 
-def _trimmed(path: Path, sglang: str = "0.5.14") -> Path:
+def _trimmed(path: Path, sglang: str = "0.5.14", m_max: int = 2) -> Path:
     """The server plan with its DeepGEMM buckets and SGLang JIT modules dropped and its Triton MoE item trimmed to
-    m 1..2 (a test's trim, as other tests trim manifests): one fast item to warm."""
+    m 1..m_max (a test's trim, as other tests trim manifests): one fast item to warm."""
     data = _server_plan(sglang=sglang).to_dict()
     for shape in data["shapes"]:
         shape["buckets"], shape["aux_kernels"] = [], []
     data["kernels"], data["total_kernels"] = [], 0
     data.pop("sglang_jit_modules", None)
     item = TritonMoeItem.from_dict(data["triton_moe"][0])
-    data["triton_moe"] = [TritonMoeItem(**{**item.__dict__, "m_max": 2}).to_dict()]
+    data["triton_moe"] = [TritonMoeItem(**{**item.__dict__, "m_max": m_max}).to_dict()]
     write_manifest(plan_from_dict(data), path)
     return path
 
@@ -286,6 +286,124 @@ def test_pack_and_unpack_carry_the_records_and_entries(warmed, triton_only, tmp_
     assert sorted(relocate(CacheStore(other))) == index["triton_moe"][item]["entries"]  # what `launch` does first
     v = _run("verify", "--manifest", triton_only, "--cache-dir", other, "--nvcc", NVCC, "--json", env=_full_env())
     assert v.returncode == 0 and json.loads(v.stdout)["complete"], v.stdout + v.stderr
+
+
+@needs_all
+def test_a_chunked_warm_and_a_one_process_warm_give_the_same_entries_and_record(tmp_path):
+    """--jobs 3 cuts m 1..4 into 3 chunks (3 subprocesses), --jobs 1 runs one: the same entries, the same record
+    (but the seconds), and verify passes on both."""
+    manifest = _trimmed(tmp_path / "t4.yaml", m_max=4)
+    item = _item_id(manifest)
+    records = {}
+    for jobs in (1, 3):
+        cache = tmp_path / f"jobs{jobs}"
+        r = _run("warm", "--manifest", manifest, "--cache-dir", cache, "--nvcc", NVCC, "--sglang-jit", "on",
+                 "--json", "--jobs", jobs, env=_full_env())
+        assert r.returncode == 0, r.stdout + r.stderr
+        summary = json.loads(r.stdout)
+        assert summary["compiled"] == 1 and len(summary["triton_moe_chunk_seconds"]) == jobs, summary
+        record = json.loads((cache / "dgprecompile" / "index.json").read_text())["triton_moe"][item]
+        assert record.pop("seconds") > 0
+        records[jobs] = record
+        v = _run("verify", "--manifest", manifest, "--cache-dir", cache, "--nvcc", NVCC, "--json", env=_full_env())
+        assert v.returncode == 0 and json.loads(v.stdout)["complete"], v.stdout + v.stderr
+    assert records[1] == records[3] and len(records[1]["entries"]) == 8 and records[1]["ms"] == 4
+
+
+@needs_all
+def test_a_cache_of_another_fingerprint_warms_the_item_again_and_records_it(warmed, triton_only, tmp_path):
+    """A stale fingerprint clears the index's records before the warm: the item is not taken as covered by the
+    record that is about to go, it is warmed again (Triton finds its entries) and recorded."""
+    cache, _ = warmed
+    item = _item_id(triton_only)
+    from dgprecompile.cache.store import CacheStore
+    from dgprecompile.launch.capture import relocate
+
+    other = tmp_path / "other-fingerprint"
+    shutil.copytree(cache, other, symlinks=True)
+    relocate(CacheStore(other))  # the group files name the copy's paths, as `launch` makes them
+    path = other / "dgprecompile" / "index.json"
+    index = json.loads(path.read_text())
+    index["fingerprint"]["num_sms"] = 78
+    path.write_text(json.dumps(index))
+    r = _run("warm", "--manifest", triton_only, "--cache-dir", other, "--nvcc", NVCC, "--sglang-jit", "on", "--json",
+             env=_full_env())
+    assert r.returncode == 0 and json.loads(r.stdout)["failed"] == 0, r.stdout + r.stderr
+    again = json.loads(path.read_text())
+    assert again["fingerprint"]["num_sms"] != 78 and again["triton_moe"][item]["entries"] == index["triton_moe"][item][
+        "entries"]
+    v = _run("verify", "--manifest", triton_only, "--cache-dir", other, "--nvcc", NVCC, "--json", env=_full_env())
+    assert v.returncode == 0 and json.loads(v.stdout)["complete"], v.stdout + v.stderr
+
+
+def _groups_alive(groups: set[int]) -> list[tuple[int, str]]:
+    """(pid, cmdline) of every process in one of the process groups ``groups`` (zombies included)."""
+    alive = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) in groups:
+                alive.append((int(stat.parent.name), (stat.parent / "cmdline").read_text().replace("\0", " ")))
+        except (OSError, IndexError, ValueError):
+            continue
+    return alive
+
+
+@needs_all
+def test_sigterm_stops_the_chunks_and_their_compilers_and_records_nothing(tmp_path):
+    """warm's parent runs the chunks in sessions of their own: a SIGTERM to warm ends each chunk's whole group
+    (its Triton compiles too), exits 143 with one line, and no record is written for the item."""
+    import signal
+    import time
+
+    manifest = _trimmed(tmp_path / "t4.yaml", m_max=4)
+    cache = tmp_path / "cache"
+    proc = subprocess.Popen([sys.executable, "-m", "dgprecompile", "warm", "--manifest", str(manifest), "--cache-dir",
+                             str(cache), "--nvcc", NVCC, "--sglang-jit", "on", "--jobs", "3"], env=_full_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    chunks: set[int] = set()
+    deadline = time.time() + 120
+    while len(chunks) < 3 and time.time() < deadline and proc.poll() is None:
+        chunks = {pid for pid, cmd in _groups_alive(set(range(1, 1 << 22)))
+                  if "dgprecompile.compile.triton_moe" in cmd and str(cache) in cmd}
+        time.sleep(0.2)
+    assert len(chunks) == 3, chunks  # m 1..4 in 3 chunks, all started at once (no zygote: nothing else planned)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143 and "Traceback" not in err, err
+    assert [x for x in err.splitlines() if x.startswith("error:")] == [
+        "error: interrupted: nothing half-written was left in the cache"], err
+    assert _groups_alive(chunks) == []  # each chunk led its own group: nothing of it is left, running or defunct
+    index = cache / "dgprecompile" / "index.json"
+    assert not index.is_file() or json.loads(index.read_text()).get("triton_moe", {}) == {}
+
+
+def test_a_failed_chunk_fails_its_item_and_nothing_is_recorded_until_every_chunk_is_in(tmp_path):
+    from dgprecompile.cache.store import CacheStore
+    from dgprecompile.compile.triton_chunks import ChunkedItem
+
+    store = CacheStore(tmp_path / "c")
+    store.ensure()
+    host = {"cuda_utils": "U", "launchers": {"A": "L1"}, "entries": ["L1", "U"], "machine": {"key": {}}, "built": []}
+    report = {"entries": ["A"], "ms": 2, "warmed": ["A"], "host_modules": host}
+    item = ChunkedItem("item", ["item#1/2", "item#2/2"])
+    item.reports["item#1/2"], item.seconds["item#1/2"] = report, 1.5
+    item.failures["item#2/2"] = "python -m dgprecompile.compile.triton_moe exited with code 1 for item#2/2: boom"
+    assert item.done and item.finish(store, {"triton": "3.6.0"}) == {
+        "event": "failed", "kernel": "item", "error": item.failures["item#2/2"]}
+    assert store.read_index().triton_moe == {}
+    other = {"entries": ["B"], "ms": 1, "warmed": [],
+             "host_modules": {**host, "launchers": {"B": "L2"}, "entries": ["L2", "U"]}}
+    whole = ChunkedItem("item", ["item#1/2", "item#2/2"], {"item#1/2": report}, {"item#1/2": 1.5})
+    assert not whole.done
+    whole.reports["item#2/2"], whole.seconds["item#2/2"] = other, 2.0
+    assert whole.finish(store, {"triton": "3.6.0"}) == {"event": "done", "kernel": "item", "status": "compiled",
+                                                         "seconds": 3.5}
+    record = store.read_index().triton_moe["item"]
+    assert record["entries"] == ["triton/A", "triton/B"] and record["ms"] == 3 and record["triton"] == "3.6.0"
+    assert record["host_modules"] == {"cuda_utils": "U", "launchers": {"A": "L1", "B": "L2"},
+                                      "entries": ["L1", "L2", "U"], "machine": {"key": {}}}
 
 
 @needs_sgl023

@@ -77,7 +77,8 @@ def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc
     setup = prepare_warm(plan, WarmOptions(cache_dir=cache_dir, backend=backend, jobs=jobs, gpus=_parse_gpus(gpus),
                                            nvcc=nvcc, sglang_jit=sglang_jit))
     _announce(out, plan, setup)
-    progress = out.progress(len(setup.items) + len(setup.jit_items) + len(setup.triton_items), "warming",
+    progress = out.progress(len(setup.items) + len(setup.jit_items) + len(setup.triton_items) - len(setup.triton_cached),
+                            "warming",
                             seconds_per_item=plan.profile.seconds_per_kernel, workers=setup.workers)
 
     def on_event(event):
@@ -116,7 +117,8 @@ def _announce(out: Output, plan, setup: WarmSetup) -> None:
     if setup.triton_items:
         from dgprecompile.families import TRITON_MOE
 
-        out.info(f"{TRITON_MOE.label}: each item runs `python -m {TRITON_MOE.warm_module}` in a worker's subprocess "
+        out.info(f"{TRITON_MOE.label}: each item's m set is cut into {len(setup.triton_chunks)} chunk(s) in all, each "
+                 f"`python -m {TRITON_MOE.warm_module}` started at once within the --jobs budget "
                  f"(this interpreter, no GPU: CUDA_VISIBLE_DEVICES=\"\"), Triton "
                  f"{setup.triton_job['installed']['triton']} writing into {setup.store.root / TRITON_MOE.area}")
     for module, why in setup.jit_skipped.items():

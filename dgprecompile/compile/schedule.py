@@ -11,6 +11,10 @@ Events, from one worker's point of view::
     send_failed                              its stdin broke: the item goes back to the head of the queue
     stream_closed + exited(code)             both seen: the item it held, if any, failed with it
 
+A ``budget`` bounds how many items are held at once over all workers (warm's --jobs, when it has more workers
+than that: its zygote's workers and the Triton MoE chunks' slots, which take no zygote); a ready worker with
+work left waits for a slot, and each freed slot goes to the waiting workers.
+
 A finished item that reports a full filesystem stops the rest: every queued item is "not started". When every
 worker is gone, what is left in the queue had no worker to build it.
 """
@@ -63,6 +67,7 @@ Action = Send | Close | Lost | NotStarted
 @dataclass
 class _Worker:
     kinds: frozenset[str] = frozenset()  # what it serves; empty until it is ready
+    ready: bool = False
     held: Job | None = None
     open: bool = True  # its stdin is still open (we may hand it work)
     stream_closed: bool = False
@@ -78,15 +83,17 @@ class Scheduler:
     queue: list[Job]
     workers: dict[int, _Worker] = field(default_factory=dict)
     stopped: str | None = None  # NO_SPACE once a worker met a full filesystem
+    budget: int | None = None  # the most items held at once over all workers (None: one per worker)
 
     @classmethod
-    def start(cls, jobs: list[Job], workers: int) -> Scheduler:
+    def start(cls, jobs: list[Job], workers: int, budget: int | None = None) -> Scheduler:
         queue = sorted(jobs, key=lambda j: j.cost, reverse=True)  # stable: equal costs keep the plan's order
-        return cls(queue, {i: _Worker() for i in range(workers)})
+        return cls(queue, {i: _Worker() for i in range(workers)}, budget=budget)
 
     # -- events --
     def ready(self, w: int, kinds: list[str] | tuple[str, ...]) -> list[Action]:
         self.workers[w].kinds = frozenset(kinds)
+        self.workers[w].ready = True
         return self._next(w)
 
     def finished(self, w: int, job_id: str, no_space: bool = False) -> list[Action]:
@@ -99,7 +106,7 @@ class Scheduler:
             self.stopped = NO_SPACE
             actions += [NotStarted(job, NO_SPACE) for job in self.queue]
             self.queue.clear()
-        return actions + self._next(w)
+        return actions + self._next(w) + self._wake()
 
     def fatal(self, w: int, kind: str | None = None) -> list[Action]:
         """A kind (None: every kind) could not be set up in worker ``w``. A worker that set up some kinds says
@@ -114,7 +121,7 @@ class Scheduler:
         if worker.held is not None:
             self.queue.insert(0, worker.held)
             worker.held = None
-        return self._close(w)
+        return self._close(w) + self._wake()
 
     def stream_closed(self, w: int) -> list[Action]:
         self.workers[w].stream_closed = True
@@ -134,6 +141,9 @@ class Scheduler:
     def holding(self, w: int) -> Job | None:
         return self.workers[w].held
 
+    def held(self) -> int:
+        return sum(w.held is not None for w in self.workers.values())
+
     def open_workers(self) -> list[int]:
         return [i for i, w in self.workers.items() if w.open]
 
@@ -144,12 +154,21 @@ class Scheduler:
             return []
         if self.stopped:  # nothing more is handed out (an item put back by a broken pipe stays queued)
             return self._close(w)
-        for pos, job in enumerate(self.queue):
-            if job.kind in worker.kinds:
-                del self.queue[pos]
-                worker.held = job
-                return [Send(w, job)]
-        return self._close(w)
+        pos = next((p for p, job in enumerate(self.queue) if job.kind in worker.kinds), None)
+        if pos is None:
+            return self._close(w)
+        if self.budget is not None and self.held() >= self.budget:
+            return []  # it waits for a slot (_wake)
+        worker.held = self.queue.pop(pos)
+        return [Send(w, worker.held)]
+
+    def _wake(self) -> list[Action]:
+        """A slot may have come free: the ready, idle workers take work (or are closed when none is left)."""
+        actions: list[Action] = []
+        for i, worker in self.workers.items():
+            if worker.ready and worker.open and worker.held is None:
+                actions += self._next(i)
+        return actions
 
     def _close(self, w: int) -> list[Action]:
         worker = self.workers[w]
@@ -166,4 +185,4 @@ class Scheduler:
         if worker.held is not None:
             actions.append(Lost(w, worker.held, worker.exit_code or 0))
             worker.held = None
-        return actions + self._close(w)
+        return actions + self._close(w) + self._wake()

@@ -4,7 +4,9 @@ The parent (no torch import) checks the toolchain and writes the fingerprint, th
 (``dgprecompile.compile.worker``) that imports every backend's libraries once (the plan's DeepGEMM backend and,
 where the plan has them, SGLang's JIT modules) and forks ``--jobs`` workers, each serving both. The parent hands
 the items out one at a time, costliest first, to whichever worker is free; each worker compiles in its main
-thread and reports events on a pipe, which the parent reads. Who gets what, who is blamed for a failure and
+thread and reports events on a pipe, which the parent reads. SGLang's Triton fused-MoE items need none of the
+zygote's imports: each is cut into chunks of its m set (compile/triton_chunks.py), run as subprocesses of the
+parent from the start, within the same --jobs budget. Who gets what, who is blamed for a failure and
 when to stop is compile/schedule.py's pure state machine; this module only moves the bytes.
 """
 
@@ -28,11 +30,13 @@ from dgprecompile import scratch
 from dgprecompile.cache.store import CacheStore, resolve_cache_dir
 from dgprecompile.compile.backends import WorkItem, backend_for
 from dgprecompile.compile.schedule import NO_SPACE, Action, Close, Job, Lost, Scheduler, Send
+from dgprecompile.compile.triton_chunks import Chunk, ChunkedItem
 from dgprecompile.compile.worker import startup_failure
 from dgprecompile.errors import (
     EXIT_COMPILE_FAILED,
     EXIT_ENVIRONMENT,
     EXIT_OK,
+    CompileFailed,
     DGError,
     EnvironmentProblem,
     InputError,
@@ -53,10 +57,10 @@ from dgprecompile.toolchain import find_deepgemm, find_nvcc
 SECONDS_PER_COST_UNIT = 2.0  # _estimated_cost's relative units as seconds of one compile alone
 TICK_SECONDS = 1.0  # how often the parent wakes without events (progress lines on a non-terminal)
 WORKER_BASE_TASKS = 1
-# Not a measurement: a queue weight per planned m that puts a Triton MoE item ahead of every kernel, costliest
-# first (measured on the H200: 8.7 s for 529 m, 43 s for 8,192 m, against 2-10 s per DeepGEMM kernel;
-# bench/results/2026-12-02-h200-triton-moe-0523, -triton-plan)
-TRITON_MOE_SECONDS_PER_M = 1.0
+# Not a measurement: a queue weight per estimated distinct Triton MoE kernel in a chunk (compile/triton_chunks.py
+# weight_of) that orders the chunks costliest first; they run in slots of their own (no zygote), so it orders
+# them only among themselves
+TRITON_MOE_SECONDS_PER_KERNEL = 2.0
 COMPILER_TREE_TASKS = 4
 WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
               "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
@@ -96,6 +100,9 @@ class WarmSetup:
     in_place: list[str] = field(default_factory=list)  # a read-only cache holding every kernel: nothing to do
     triton_items: list[WorkItem] = field(default_factory=list)  # SGLang's Triton fused MoE, one per MoE shape
     triton_job: dict[str, Any] = field(default_factory=dict)
+    triton_chunks: list[Chunk] = field(default_factory=list)  # the items not yet covered, cut for the budget
+    triton_cached: list[str] = field(default_factory=list)  # items whose record covers them already
+    runners: int = 0  # slots for the chunks' subprocesses (within the budget, ``workers``)
 
     @property
     def task_budget(self) -> int:
@@ -126,6 +133,7 @@ class WarmResult:
     jit_ids: list[str] = field(default_factory=list)  # which of the items are SGLang JIT modules
     triton_ids: list[str] = field(default_factory=list)  # which of the items are Triton fused-MoE items
     triton_planned: list[str] = field(default_factory=list)  # the plan's Triton fused-MoE items (built or not)
+    chunk_seconds: dict[str, float] = field(default_factory=dict)  # each Triton MoE chunk's subprocess, seconds
 
     @property
     def ok(self) -> bool:
@@ -150,6 +158,7 @@ class WarmResult:
                 "installed_not_indexed": self.unindexed,
                 "item_seconds": {k: round(v, 2) for k, v in sorted(self.compiled.items())},
                 "sglang_jit_module_ids": list(self.jit_ids), "triton_moe_item_ids": list(self.triton_ids),
+                "triton_moe_chunk_seconds": {k: round(v, 2) for k, v in sorted(self.chunk_seconds.items())},
                 "timeline": {"workers_ready_first_s": round(min(self.ready_seconds), 2) if self.ready_seconds else None,
                              "workers_ready_last_s": round(max(self.ready_seconds), 2) if self.ready_seconds else None,
                              "last_kernel_done_s": round(self.last_result_seconds, 2)}}
@@ -236,7 +245,9 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
                      "call (every m up to 16,384, then 64q+1, 64q+32, 64q+64; masked: every expected_m)")
     else:
         items = sorted(_kernel_items(plan, rank, world), key=_estimated_cost, reverse=True)
-    jobs = max(1, min(jobs, len(items) + len(jit_items) + len(triton_items)))  # one budget: every worker serves all
+    cached, chunks, slots = _triton_chunks(store, plan, triton_items, triton_job, jobs, items + jit_items, stale)
+    jobs = max(1, min(jobs, len(items) + len(jit_items) + len(chunks)))
+    zygote_workers = _zygote_workers(backend, jobs, items, jit_items, jit_job)
     _require_readable(store, items + jit_items)
     try:
         store.require_writable("write to")
@@ -251,9 +262,10 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
     if not sweeps:
         _check_space(store, plan, items, [] if stale else None)
     return WarmSetup(plan, backend, store, fingerprint, stale, items, jobs,
-                     [gpus[i % len(gpus)] for i in range(jobs)], job_common, rank, world, notes,
+                     [gpus[i % len(gpus)] for i in range(zygote_workers)], job_common, rank, world, notes,
                      jit_items, jit_job, jit_skipped, jit_missing, swept, float(jit_job.get("build_seconds", 0.0)),
-                     triton_items=triton_items, triton_job=triton_job)
+                     triton_items=triton_items, triton_job=triton_job, triton_chunks=chunks, triton_cached=cached,
+                     runners=min(len(chunks), slots))
 
 
 def _requested_backend(plan: Plan, requested: str | None) -> str | None:
@@ -467,6 +479,31 @@ def _prepare_triton(plan: Plan, opts: WarmOptions, skipped: dict[str, str]) -> t
     return items, {"installed": TRITON_MOE.installed(), "python": sys.executable, "backend_name": TRITON_MOE.backend}
 
 
+def _triton_chunks(store: CacheStore, plan: Plan, items: list[WorkItem], job: dict[str, Any], jobs: int,
+                   others: list[WorkItem], stale) -> tuple[list[str], list[Chunk], int]:
+    """(items already covered by their record, the chunks of the others, the slots the chunks may take): one
+    budget for the zygote's workers and the chunks; while a zygote imports (``others``: its workers' items), the
+    chunks take all of it but one slot. Each item is cut for those slots (compile/triton_chunks.py). A stale
+    fingerprint covers nothing (the warm clears the records first)."""
+    from dgprecompile.cache.triton_moe import COVERED, item_coverage
+    from dgprecompile.compile.triton_chunks import chunks_for
+    from dgprecompile.families import TRITON_MOE
+    from dgprecompile.kernels import TritonMoeItem
+
+    budget = max(1, jobs - 1) if others else jobs
+    index = store.read_index() if items else None
+    cached, chunks = [], []
+    rel = TRITON_MOE.release(plan.sglang_version)
+    for it in items:
+        if not stale and item_coverage(store, index, it.kernel, job.get("installed")).status == COVERED:
+            cached.append(it.kernel)
+            continue
+        moe = TritonMoeItem.from_dict({**it.params, "id": it.kernel})
+        chunks += chunks_for(moe, budget, TRITON_MOE.tuned_up_to(rel, moe, moe.device_name),
+                             TRITON_MOE_SECONDS_PER_KERNEL)
+    return cached, chunks, budget
+
+
 def _record_plan(setup: WarmSetup) -> None:
     plan = setup.plan
 
@@ -500,11 +537,11 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
                         kernels=len(setup.items), jit_modules=len(setup.jit_items),
                         jit_ids=[it.kernel for it in setup.jit_items], skipped=dict(setup.jit_skipped),
                         triton_ids=[it.kernel for it in setup.triton_items], triton_planned=list(setup.plan.triton_moe),
-                        missing=setup.jit_missing, cached=list(setup.swept))
+                        missing=setup.jit_missing, cached=list(setup.swept) + setup.triton_cached)
     start = time.perf_counter()
     try:
-        if setup.items or setup.jit_items or setup.triton_items:
-            _pool(store, work(setup), worker_job(setup), setup.gpus, on_event, result, start)
+        if setup.items or setup.jit_items or setup.triton_chunks:
+            _pool(setup, on_event, result, start)
     finally:
         store.clean_stale_staging()
     result.wall_seconds = time.perf_counter() - start
@@ -518,20 +555,32 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
     return result
 
 
-def work(setup: WarmSetup) -> list[tuple[Job, WorkItem]]:
+def work(setup: WarmSetup) -> list[tuple[Job, WorkItem | Chunk]]:
     """Every item with the worker backend that builds it and its estimated seconds: DeepGEMM's kernels from
     their tiles (:func:`_estimated_cost`), sweep chunks in the order they come (largest first), SGLang's JIT
-    modules from the measured build time of one (the JIT family's ``build_seconds``)."""
+    modules from the measured build time of one (the JIT family's ``build_seconds``); Triton MoE chunks (no
+    WorkItem: the parent runs them) with their estimates."""
     out = []
     for pos, item in enumerate(setup.items):
         cost = float(len(setup.items) - pos) if get_backend(setup.backend).sweeps else _estimated_cost(item)
         out.append((Job(item.kernel, setup.backend, cost), item))
     jit_backend = setup.jit_job.get("jit_backend", SGLANG_JIT_BACKEND)  # the modules' JitFamily's backend
     out += [(Job(item.kernel, jit_backend, setup.jit_seconds), item) for item in setup.jit_items]
-    # a Triton MoE item compiles a few hundred kernels (bench/results/2026-12-01-h200-triton-capture): the costliest
-    out += [(Job(item.kernel, setup.triton_job["backend_name"], TRITON_MOE_SECONDS_PER_M * item.m), item)
-            for item in setup.triton_items]
+    out += [(Job(c.id, setup.triton_job["backend_name"], c.cost), c) for c in setup.triton_chunks]
     return out
+
+
+def _zygote_workers(backend: str, jobs: int, items: list[WorkItem], jit_items: list[WorkItem],
+                    jit_job: dict[str, Any]) -> int:
+    """The zygote's workers: one per slot of the budget that its items can use, and, when the DeepGEMM backend
+    needs no preload and SGLang's JIT builders do, as many as the kernels can use again, forked before the imports
+    and serving the DeepGEMM backend only (compile/worker.py ``zygote``; ``early_workers`` in the job). The
+    scheduler's budget keeps all of them within --jobs."""
+    workers = min(jobs, len(items) + len(jit_items))
+    jit_backend = jit_job.get("jit_backend") if jit_items else None
+    if not items or jit_backend is None or get_backend(backend).preload is not None:
+        return workers
+    return workers + (min(workers, len(items)) if get_backend(jit_backend).preload is not None else 0)
 
 
 def worker_job(setup: WarmSetup) -> dict[str, Any]:
@@ -544,23 +593,27 @@ def worker_job(setup: WarmSetup) -> dict[str, Any]:
     if setup.jit_items:
         jit_backend = setup.jit_job.get("jit_backend", SGLANG_JIT_BACKEND)
         backends[jit_backend] = {**common, "backend": jit_backend, **setup.jit_job}
-    if setup.triton_items:
-        name = setup.triton_job["backend_name"]
-        backends[name] = {**common, "backend": name, **setup.triton_job}
-    return {"cache_dir": str(setup.store.root), "backends": backends}
+    early = len(setup.gpus) - min(setup.workers, len(setup.items) + len(setup.jit_items))
+    return {"cache_dir": str(setup.store.root), "backends": backends, "early_workers": max(0, early)}
 
 
-def _pool(store: CacheStore, work: list[tuple[Job, WorkItem]], job: dict[str, Any], gpus: list[int | None],
-          on_event: Callable[[dict[str, Any]], None], result: WarmResult, start: float) -> None:
-    """One zygote and len(gpus) workers, each serving every backend of ``job``, driven by the scheduler."""
+def _pool(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None], result: WarmResult, start: float) -> None:
+    """One zygote and len(gpus) workers, each serving every backend of the workers' job, and ``setup.runners``
+    slots for Triton MoE chunks (started at once, not after the zygote), all within ``setup.workers`` items at a
+    time, driven by the scheduler."""
     tmp = scratch.run_dir("dgprecompile-warm-")  # locked for this run; its compilers' TMPDIR is inside it
-    procs = _Processes(tmp, len(gpus))
-    sched = Scheduler.start([j for j, _ in work], len(gpus))
-    run = _Run(sched, procs, {j.id: item for j, item in work}, result, on_event, start)
+    todo, workers = work(setup), len(setup.gpus)
+    procs = _Processes(tmp, workers)
+    sched = Scheduler.start([j for j, _ in todo], workers + setup.runners,
+                            budget=setup.workers if setup.runners or workers > setup.workers else None)
+    run = _Run(sched, procs, {j.id: item for j, item in todo}, result, on_event, start, setup)
     try:
-        procs.start(job, gpus)
+        if workers:
+            procs.start(worker_job(setup), setup.gpus)
+        for slot in range(workers, workers + setup.runners):  # the chunks need no zygote: they start now
+            run.apply(sched.ready(slot, [setup.triton_job["backend_name"]]))
         run.drive()
-        failure = procs.zygote_done()
+        failure = procs.zygote_done() if workers else None
         if failure:
             result.fatal.append(failure)
         run.apply(sched.drained())
@@ -587,6 +640,8 @@ class _Processes:
         self.buffers: dict[object, str] = {}
         self.open_streams = 0
         self.lifeline: int | None = None  # write end of the workers' lifeline pipe, held until the pool ends
+        self.chunks: dict[int, subprocess.Popen] = {}  # slot -> a Triton MoE chunk's subprocess
+        self.chunk_out: dict[int, str] = {}
 
     def start(self, job: dict[str, Any], gpus: list[int | None]) -> None:
         job_path = self.tmp / "job.json"
@@ -614,9 +669,27 @@ class _Processes:
         self.sel.register(self.zygote.stdout, selectors.EVENT_READ, "zygote")
         self.open_streams = len(gpus) + 1
 
+    def start_chunk(self, slot: int, argv: list[str]) -> None:
+        """A Triton MoE chunk's subprocess in ``slot``; its stdout (the report) is read whole, ending in
+        ``(("chunk", slot), None)``."""
+        from dgprecompile.compile.triton_chunks import start_chunk
+
+        env = {**os.environ, **WORKER_ENV, **scratch.compiler_env(self.tmp)}
+        proc = start_chunk(argv, self.tmp / f"chunk-{slot}.log", env)
+        self.chunks[slot], self.chunk_out[slot] = proc, ""
+        assert proc.stdout is not None
+        self.sel.register(proc.stdout, selectors.EVENT_READ, ("chunk", slot))
+        self.open_streams += 1
+
+    def chunk_ended(self, slot: int) -> tuple[int, str, Path]:
+        """The ended chunk's exit code, stdout and log."""
+        proc = self.chunks.pop(slot)
+        return proc.wait(), self.chunk_out.pop(slot, ""), self.tmp / f"chunk-{slot}.log"
+
     def events(self, timeout: float):
         """(who, event) for every whole line that arrived within ``timeout``; (who, None) when a stream ended;
-        nothing when no stream spoke. ``who`` is a worker's index or "zygote"."""
+        nothing when no stream spoke. ``who`` is a worker's index, "zygote", or ("chunk", slot) (its stdout is
+        kept, not parsed)."""
         for sk, _ in self.sel.select(timeout=timeout):
             who = sk.data
             chunk = os.read(sk.fileobj.fileno(), 65536).decode(errors="replace")
@@ -625,6 +698,9 @@ class _Processes:
                 sk.fileobj.close()
                 self.open_streams -= 1
                 yield who, None
+                continue
+            if isinstance(who, tuple):
+                self.chunk_out[who[1]] += chunk
                 continue
             self.buffers[who] = self.buffers.get(who, "") + chunk
             *lines, self.buffers[who] = self.buffers[who].split("\n")
@@ -659,7 +735,14 @@ class _Processes:
         return None
 
     def stop(self) -> None:
+        self._stop_chunks()
         _stop(self.zygote, self.pids)
+
+    def _stop_chunks(self) -> None:
+        from dgprecompile.compile.triton_chunks import stop_chunk
+
+        for proc in self.chunks.values():
+            stop_chunk(proc)
 
     def close(self) -> None:
         self.sel.close()
@@ -668,6 +751,7 @@ class _Processes:
                 pipe.close()
             except OSError:
                 pass
+        self._stop_chunks()
         _stop(self.zygote, self.pids)
         if self.lifeline is not None:
             os.close(self.lifeline)
@@ -680,17 +764,25 @@ class _Run:
 
     sched: Scheduler
     procs: _Processes
-    items: dict[str, WorkItem]
+    items: dict[str, WorkItem | Chunk]
     result: WarmResult
     on_event: Callable[[dict[str, Any]], None]
     start: float
+    setup: WarmSetup
+    chunked: dict[str, ChunkedItem] = field(default_factory=dict)  # Triton MoE item -> its chunks so far
+    chunk_started: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for chunk in self.setup.triton_chunks:
+            self.chunked.setdefault(chunk.item, ChunkedItem(chunk.item, [])).chunks.append(chunk.id)
 
     def drive(self) -> None:
         while self.procs.open_streams:
             spoke = False
             for who, event in self.procs.events(TICK_SECONDS):
                 spoke = True
-                self.apply(self._zygote(event) if who == "zygote" else self._worker(who, event))
+                self.apply(self._zygote(event) if who == "zygote" else self._chunk_ended(who[1])
+                           if isinstance(who, tuple) else self._worker(who, event))
             if not spoke:
                 self.on_event({"event": "tick"})  # lets a plain (non-TTY) progress report print on time, no thread
 
@@ -720,9 +812,52 @@ class _Run:
             return self.sched.fatal(w, event.get("kind"))
         return []
 
+    def _start_chunk(self, slot: int, chunk: Chunk) -> None:
+        from dgprecompile.compile.triton_chunks import chunk_argv
+        from dgprecompile.kernels import TritonMoeItem
+
+        item = self.chunked[chunk.item]
+        if not item.reports and not item.failures and not any(c in self.chunk_started for c in item.chunks):
+            self.on_event({"event": "start", "kernel": chunk.item})
+        work = next(it for it in self.setup.triton_items if it.kernel == chunk.item)
+        moe = TritonMoeItem.from_dict({**work.params, "id": work.kernel})
+        self.chunk_started[chunk.id] = time.perf_counter()
+        self.procs.start_chunk(slot, chunk_argv(moe, chunk, str(self.setup.store.root),
+                                                self.setup.triton_job["python"]))
+
+    def _chunk_ended(self, slot: int) -> list[Action]:
+        """A chunk's subprocess ended: its report (or why it failed) goes to its item, which is recorded (or
+        fails) once every chunk of it is in."""
+        from dgprecompile.compile.triton_chunks import parse_report
+
+        job = self.sched.holding(slot)
+        assert job is not None
+        code, out, log = self.procs.chunk_ended(slot)
+        seconds = time.perf_counter() - self.chunk_started[job.id]
+        self.result.chunk_seconds[job.id] = seconds
+        try:
+            self._chunk_in(job.id, parse_report(job.id, code, out, log), seconds)
+        except CompileFailed as exc:
+            self._chunk_in(job.id, None, seconds, exc.message)
+        self.result.last_result_seconds = time.perf_counter() - self.start
+        return self.sched.finished(slot, job.id)
+
+    def _chunk_in(self, chunk_id: str, report: dict[str, Any] | None, seconds: float = 0.0,
+                  failure: str | None = None) -> None:
+        item = self.chunked[self.items[chunk_id].item]
+        if report is None:
+            item.failures[chunk_id] = failure or "failed"
+        else:
+            item.reports[chunk_id], item.seconds[chunk_id] = report, seconds
+        if item.done:
+            _handle(item.finish(self.setup.store, self.setup.triton_job["installed"]), self.result, self.on_event)
+
     def apply(self, actions: list[Action]) -> None:
         for action in actions:
-            if isinstance(action, Send):
+            target = self.items[action.job.id] if isinstance(action, Send) else None
+            if isinstance(target, Chunk):
+                self._start_chunk(action.worker, target)
+            elif isinstance(action, Send):
                 message = {"backend": action.job.kind, "item": self.items[action.job.id].to_dict()}
                 if not self.procs.send(action.worker, message):  # that worker is gone; its exit is reported
                     self.apply(self.sched.send_failed(action.worker))
@@ -738,6 +873,9 @@ class _Run:
                            else "no worker left to compile it (see the errors above)")
 
     def _fail(self, kernel: str, why: str, shown: str | None = None) -> None:
+        if isinstance(self.items.get(kernel), Chunk):  # a chunk not started: its item fails with it
+            self._chunk_in(kernel, None, failure=why)
+            return
         self.result.failed[kernel] = why
         self.on_event({"event": "failed", "kernel": kernel, "error": shown or why})
 

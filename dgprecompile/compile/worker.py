@@ -300,19 +300,22 @@ def _refuse_inside_strict_launch() -> None:
 
 
 def zygote(job: dict, workers: list[dict]) -> int:
-    """Import once, fork one worker per entry of ``workers`` ({in_fd, out_fd, log, gpu}), report their exits."""
+    """Import once, fork one worker per entry of ``workers`` ({in_fd, out_fd, log, gpu}), report their exits.
+
+    The first ``job["early_workers"]`` are forked before the import and serve only the backends that need none
+    (no zygote preload: e.g. nvcc), so that they compile while the others' libraries are imported; warm's
+    scheduler keeps all of them within one budget."""
+    from dgprecompile.generations import get_backend
+
     _bind_zygote_to_warm()
-    _preload(job)  # no CUDA here: children initialise their own device after the fork
     own_fds = {fd for w in workers for fd in (w["in_fd"], w["out_fd"])}
     children: dict[int, int] = {}
     out = os.fdopen(os.dup(1), "w", buffering=1)
-    for i, w in enumerate(workers):
-        zygote_pid = os.getpid()
-        pid = os.fork()
-        if pid == 0:
-            _child(job, w, own_fds, zygote_pid)
-        children[pid] = i
-        _tell(out, {"event": "spawned", "worker": i, "pid": pid})
+    early = int(job.get("early_workers") or 0)
+    light = {**job, "backends": {k: v for k, v in job["backends"].items() if get_backend(k).preload is None}}
+    _fork(light, workers[:early], 0, own_fds, children, out)
+    _preload(job)  # no CUDA here: children initialise their own device after the fork
+    _fork(job, workers[early:], early, own_fds, children, out)
     for fd in own_fds:
         os.close(fd)
 
@@ -338,6 +341,17 @@ def zygote(job: dict, workers: list[dict]) -> int:
         worst = max(worst, 1 if code else 0)
         _tell(out, {"event": "exit", "worker": i, "code": code})
     return worst
+
+
+def _fork(job: dict, workers: list[dict], first: int, own_fds: set[int], children: dict[int, int], out) -> None:
+    """Fork a worker for each of ``workers`` (numbered from ``first``) serving ``job``'s backends."""
+    for i, w in enumerate(workers, first):
+        zygote_pid = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            _child(job, w, own_fds, zygote_pid)
+        children[pid] = i
+        _tell(out, {"event": "spawned", "worker": i, "pid": pid})
 
 
 def _preload(job: dict) -> None:
