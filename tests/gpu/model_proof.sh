@@ -34,9 +34,15 @@ stamp plan
 dg plan --sglang "$SGLANG" --sglang-cmd "$LOCAL" -o "$w/plan.yaml" > "$d/plan.txt" 2>&1
 echo "plan rc=$?" >> "$d/summary.txt"
 stamp warm
-CUDA_VISIBLE_DEVICES= dg warm --manifest "$w/plan.yaml" --cache-dir "$cache" --backend nvcc --sglang-jit on \
-  > "$w/warm.out" 2> "$w/warm.err"
+tw=$(date +%s.%N)
+CUDA_VISIBLE_DEVICES= dg warm --manifest "$w/plan.yaml" --cache-dir "$cache" --backend nvcc --sglang-jit on --json \
+  > "$d/warm.json" 2> "$w/warm.err"
 echo "warm (GPU hidden) rc=$?" >> "$d/summary.txt"; tail -25 "$w/warm.err" >> "$d/logs.txt"
+# issue 33's speed bound, from warm's own report (bench/bench_triton_warm.py limits): wall / max(sum/workers, longest)
+python3 -c "import json, sys, time; sys.path.insert(0, 'bench'); from bench_triton_warm import limits
+wall = time.time() - float(sys.argv[2]); lim = limits(json.load(open(sys.argv[1])))
+print(f'warm speed: wall {wall:.1f} s, limit {lim[\"limit_s\"]} s (sum/workers {lim[\"sum_over_workers_s\"]} s, longest {lim[\"longest_unit_s\"]} s {lim[\"longest_unit\"]}), ratio {wall / max(lim[\"limit_s\"], 1e-9):.2f}')" \
+  "$d/warm.json" "$tw" >> "$d/summary.txt" 2>> "$d/logs.txt"
 dg verify --manifest "$w/plan.yaml" --cache-dir "$cache" > "$w/verify.txt" 2>&1
 echo "verify rc=$?" >> "$d/summary.txt"; tail -5 "$w/verify.txt" >> "$d/logs.txt"
 DRIVER=(python3 -m dgprecompile.launch.model_driver --sglang-cmd "$LOCAL" --model-dir "$model" --m "$MS")
