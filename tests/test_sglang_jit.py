@@ -372,8 +372,9 @@ def test_launch_no_strict_lists_the_module_built_at_run_time_without_deepgemm_ad
     r = _run("launch", "--manifest", jit_only, "--cache-dir", other, "--no-strict", "--misses", tmp_path / "m.jsonl",
              "--json", "--", sys.executable,
              child, pythonpath=_sgl_path(), env_extra=env)
-    assert r.returncode == 0 and "DONE" in r.stdout, r.stdout + r.stderr
-    result = json.loads(r.stdout[r.stdout.index("{"):])
+    # under --json the job's stdout goes to stderr: the report is the only thing on stdout
+    assert r.returncode == 0 and "DONE" in r.stderr, r.stdout + r.stderr
+    result = json.loads(r.stdout)
     made = [d for d in os.listdir(other / "tvm-ffi") if d.startswith("sgl_kernel_jit_clamp_position_int64_t_")]
     assert result["new_jit_modules"] == [f"tvm-ffi/{made[0]}"] and result["new_entries"] == []
     assert "did the job import deep_gemm" not in r.stderr and "every recorded call is in the plan" not in r.stderr

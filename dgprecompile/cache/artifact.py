@@ -109,18 +109,11 @@ def output_path(template: str, fingerprint: dict[str, Any]) -> Path:
     return Path(template.replace("{fingerprint}", short_id(fingerprint))).expanduser()
 
 
-def pack_cache(plan: Plan, store: CacheStore, output: str, *, allow_missing: bool = False,
-               signing_key: SigningKey | None = None, limits: Limits | None = None) -> PackResult:
-    """Write the plan's entries to ``output``; with ``signing_key``, its signature to ``output``.sig beside it.
-    Only files inside the real cache root, of one link each, within ``limits`` (default: data/limits.yaml)."""
-    index = store.read_index()
-    if not index.fingerprint:
-        raise CheckFailed(f"{store.root} has no dgprecompile index: nothing warmed there to pack",
-                          hint=f"run `dgprecompile warm ... --cache-dir {store.root}` first")
+def _planned_entries(plan: Plan, store: CacheStore, index: Index, arch: str | None):
+    """(intact records by kernel id, missing kernel ids, (id, member, problem) of entries that are not intact)."""
     kernels: dict[str, EntryRecord] = {}
     missing: list[str] = []
     changed: list[tuple[str, str, str]] = []
-    arch = plan.profile.sm_arch
     for kid in sorted(plan.kernels) + sorted(plan.jit_modules):
         record = index.kernels.get(kid)
         problem = "missing" if record is None else store.check_entry(record, arch)
@@ -130,6 +123,19 @@ def pack_cache(plan: Plan, store: CacheStore, output: str, *, allow_missing: boo
             missing.append(kid)
         else:
             changed.append((kid, record.member_dir, problem))
+    return kernels, missing, changed
+
+
+def pack_cache(plan: Plan, store: CacheStore, output: str, *, allow_missing: bool = False,
+               signing_key: SigningKey | None = None, limits: Limits | None = None) -> PackResult:
+    """Write the plan's entries to ``output``; with ``signing_key``, its signature to ``output``.sig beside it.
+    Only files inside the real cache root, of one link each, within ``limits`` (default: data/limits.yaml)."""
+    index = store.read_index()
+    if not index.fingerprint:
+        raise CheckFailed(f"{store.root} has no dgprecompile index: nothing warmed there to pack",
+                          hint=f"run `dgprecompile warm ... --cache-dir {store.root}` first")
+    arch = plan.profile.sm_arch
+    kernels, missing, changed = _planned_entries(plan, store, index, arch)
     if changed:
         kid, entry, problem = changed[0]
         what = "are not loadable" if problem.startswith("invalid") else "differ from the index"

@@ -223,19 +223,7 @@ def render_result(out: Output, result: LaunchResult) -> None:
                   hint=("those kernels are outside the plan: record the job's shapes with --no-strict (misses "
                         "file) or --trace, then warm them" if result.refusals_outside_plan
                         else f"warm the cache: {result.warm_hint}"))
-    if result.signals:
-        import signal
-
-        name = signal.Signals(result.signals[0]).name
-        out.info(f"launch got {name}, forwarded it to the job"
-                 + ("; what was left of it after the grace got SIGKILL" if result.killed else "")
-                 + f"; exit {128 + result.signals[0]}")
-    if result.lost:
-        out.error(f"{result.lost}; what was found of the job was killed",
-                  hint="do not signal the supervisor (`ps` shows it as dgp-strict or dgp-launch); signal launch")
-    if result.left_behind and not result.strict:
-        out.warn(f"the job left {len(result.left_behind)} process(es) running when it ended; launch ended them: "
-                 + "; ".join(result.left_behind[:5]))
+    _render_lifetime(out, result)
     if result.strict:
         _render_strict(out, result)
         return
@@ -269,6 +257,23 @@ def render_result(out: Output, result: LaunchResult) -> None:
     if result.new_entries and not result.misses:
         out.warn("entries were compiled but every recorded call is in the plan: they may be kernels the plan "
                  "does not model (or deep_gemm was called outside the traced entry points)")
+
+
+def _render_lifetime(out: Output, result: LaunchResult) -> None:
+    """Signals launch forwarded, a supervisor lost, processes the job left behind (non-strict: a warning)."""
+    if result.signals:
+        import signal
+
+        name = signal.Signals(result.signals[0]).name
+        out.info(f"launch got {name}, forwarded it to the job"
+                 + ("; what was left of it after the grace got SIGKILL" if result.killed else "")
+                 + f"; exit {128 + result.signals[0]}")
+    if result.lost:
+        out.error(f"{result.lost}; what was found of the job was killed",
+                  hint="do not signal the supervisor (`ps` shows it as dgp-strict or dgp-launch); signal launch")
+    if result.left_behind and not result.strict:
+        out.warn(f"the job left {len(result.left_behind)} process(es) running when it ended; launch ended them: "
+                 + "; ".join(result.left_behind[:5]))
 
 
 def _render_strict(out: Output, result: LaunchResult) -> None:

@@ -222,11 +222,7 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
                      "but were not yet compared with entries its runtime made on a GPU; `launch --strict` shows any "
                      "miss at once (or use --backend cxx on a GPU)")
     job_common, gpus = _backend_job(plan, opts, install, nvcc, needs_gpu, world)
-    jobs = opts.jobs if opts.jobs is not None else (os.cpu_count() or 1)  # --jobs 0 is refused, not "default"
-    if opts.gpus and not needs_gpu:
-        notes.append(f"--gpus is ignored: the {backend} backend compiles without a GPU")
-    if jobs < 1:
-        raise InputError("--jobs must be at least 1", hint="omit --jobs for one worker per CPU core")
+    jobs = _worker_count(opts, backend, needs_gpu, notes)
     jit_items, jit_job, jit_skipped, jit_fp, jit_missing = _prepare_jit(plan, opts, nvcc, store.root)
     triton_items, triton_job = _prepare_triton(plan, opts, jit_skipped)
     if triton_items is None:  # what this machine lacks to run the Triton MoE warm (--sglang-jit auto)
@@ -266,6 +262,17 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
                      jit_items, jit_job, jit_skipped, jit_missing, swept, float(jit_job.get("build_seconds", 0.0)),
                      triton_items=triton_items, triton_job=triton_job, triton_chunks=chunks, triton_cached=cached,
                      runners=min(len(chunks), slots))
+
+
+def _worker_count(opts: WarmOptions, backend: str, needs_gpu: bool, notes: list[str]) -> int:
+    """--jobs (default: one per CPU core; 0 is refused, not "default"), and the note for --gpus on a GPU-free
+    backend."""
+    jobs = opts.jobs if opts.jobs is not None else (os.cpu_count() or 1)
+    if opts.gpus and not needs_gpu:
+        notes.append(f"--gpus is ignored: the {backend} backend compiles without a GPU")
+    if jobs < 1:
+        raise InputError("--jobs must be at least 1", hint="omit --jobs for one worker per CPU core")
+    return jobs
 
 
 def _requested_backend(plan: Plan, requested: str | None) -> str | None:
