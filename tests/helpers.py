@@ -233,3 +233,27 @@ def sglang_014_dir() -> str | None:
 
 needs_sgl014 = pytest.mark.skipif(sglang_014_dir() is None,
                                   reason="sglang 0.5.14 not installed beside the venv (make setup)")
+
+
+# ---- waiting on real processes (the launch lifetime tests) -------------------------------------------------------
+
+
+def wait_for(pred, timeout: float = 20.0) -> bool:
+    """Poll ``pred`` every 50 ms until it is true (True) or ``timeout`` seconds pass (False)."""
+    import time
+
+    end = time.time() + timeout
+    while time.time() < end:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not: it has ended and waits for its parent)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

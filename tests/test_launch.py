@@ -10,11 +10,11 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from helpers import wait_for
 
 from dgprecompile.cli.main import cli
 from dgprecompile.launch.hook import HOOK_DIR, NVCC_STANDIN
@@ -152,23 +152,15 @@ def _launcher(tmp_path: Path, *child_args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", code], cwd=REPO)
 
 
-def _wait_for(pred, timeout=20.0):
-    end = time.time() + timeout
-    while time.time() < end:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
-
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_signals_reach_the_whole_job_and_its_code_comes_back(tmp_path, sig):
     proc = _launcher(tmp_path, "spawn-worker")
-    assert _wait_for(lambda: len(list(tmp_path.glob("ready.*"))) == 2), "child and worker did not start"
+    assert wait_for(lambda: len(list(tmp_path.glob("ready.*"))) == 2), "child and worker did not start"
     proc.send_signal(sig)
     assert proc.wait(timeout=20) == 128 + sig  # the signal's code, as a shell reports it (the job exited 40+)
     got = list(tmp_path.glob(f"*.{int(sig)}"))
-    assert _wait_for(lambda: len(list(tmp_path.glob(f"*.{int(sig)}"))) == 2), got  # child and worker both
+    assert wait_for(lambda: len(list(tmp_path.glob(f"*.{int(sig)}"))) == 2), got  # child and worker both
 
 
 def test_child_killed_by_a_signal_gives_128_plus_n(tmp_path):
@@ -177,7 +169,7 @@ def test_child_killed_by_a_signal_gives_128_plus_n(tmp_path):
     code = (f"import os, sys; from dgprecompile.launch.launcher import run_child; "
             f"sys.exit(run_child([sys.executable, {str(script)!r}], os.environ))")
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO)
-    assert _wait_for(lambda: Path(str(script) + ".ready").exists())
+    assert wait_for(lambda: Path(str(script) + ".ready").exists())
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 128 + signal.SIGTERM
 

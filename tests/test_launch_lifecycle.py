@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import alive, wait_for
 
 from dgprecompile.planning.manifest import write_manifest
 from dgprecompile.planning.plan import PlanRequest
@@ -37,21 +38,6 @@ JOB = textwrap.dedent("""
 """)
 
 
-def _wait_for(pred, timeout=20.0) -> bool:
-    end = time.time() + timeout
-    while time.time() < end:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _job_pids(out: Path) -> list[int]:
@@ -65,7 +51,7 @@ def _start_job(tmp_path: Path, mode: str, grace: float) -> tuple[subprocess.Pope
             f"sys.exit(run_child([sys.executable, {str(script)!r}, {str(tmp_path)!r}, {mode!r}, 'worker'], "
             f"os.environ, kill_grace={grace}))")
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert _wait_for(lambda: len(_job_pids(tmp_path)) == 2), "the job and its worker did not start"
+    assert wait_for(lambda: len(_job_pids(tmp_path)) == 2), "the job and its worker did not start"
     return proc, _job_pids(tmp_path)
 
 
@@ -76,7 +62,7 @@ def test_sigkill_of_the_launcher_ends_the_whole_job(tmp_path, mode):
     proc.wait(timeout=10)
     try:
         # a SIGTERM-ignoring job is killed once the grace (1 s) has passed
-        assert _wait_for(lambda: not any(_alive(p) for p in pids), timeout=10), "the job outlived the launcher"
+        assert wait_for(lambda: not any(alive(p) for p in pids), timeout=10), "the job outlived the launcher"
     finally:
         for pid in pids:
             try:
@@ -96,14 +82,14 @@ def test_a_job_ignoring_sigterm_is_killed_after_the_grace_and_launch_exits_143(t
     proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=subprocess.PIPE, text=True,
                             cwd=tmp_path)
     try:
-        assert _wait_for(lambda: len(_job_pids(tmp_path)) == 2), "the job did not start"
+        assert wait_for(lambda: len(_job_pids(tmp_path)) == 2), "the job did not start"
         pids = _job_pids(tmp_path)
         start = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=15) == 128 + signal.SIGTERM
         took = time.monotonic() - start
         assert 1.4 < took < 10, took
-        assert not any(_alive(p) for p in pids)
+        assert not any(alive(p) for p in pids)
         err = proc.stderr.read()
         assert "launch got SIGTERM" in err and "got SIGKILL" in err and "exit 143" in err
     finally:

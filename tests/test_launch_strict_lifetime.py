@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import alive, wait_for
 
 from dgprecompile.planning.manifest import write_manifest
 from dgprecompile.planning.plan import PlanRequest
@@ -25,21 +26,6 @@ REPO = Path(__file__).resolve().parent.parent
 CALL = {"kernel_type": "GEMM_NT_F8F8BF16", "m": 64, "n": 512, "k": 512, "num_groups": 1}
 
 
-def _wait_for(pred, timeout=20.0) -> bool:
-    end = time.time() + timeout
-    while time.time() < end:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _kill(pids) -> None:
@@ -80,7 +66,7 @@ ESCAPE = ('setsid bash -c \'trap "" TERM; echo $$ > {out}/escaped.pid; exec slee
 def _escaping_launch(tmp_path: Path, tail: str, **kw) -> tuple[subprocess.Popen, int]:
     cmd = _launch_cmd(tmp_path, "bash", "-c", ESCAPE.format(out=tmp_path, tail=tail), **kw)
     proc = subprocess.Popen(cmd, env=_env(), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert _wait_for(lambda: _pids(tmp_path, "escaped.pid")), "the job did not start its process"
+    assert wait_for(lambda: _pids(tmp_path, "escaped.pid")), "the job did not start its process"
     return proc, _pids(tmp_path, "escaped.pid")[0]
 
 
@@ -91,7 +77,7 @@ def test_kill_9_of_launch_ends_a_setsid_process_that_ignores_sigterm(tmp_path):
         proc.kill()
         proc.wait(timeout=10)
         # SIGTERM is ignored: SIGKILL after the grace (1 s)
-        assert _wait_for(lambda: not _alive(escaped), timeout=10), "the setsid'd process outlived a kill -9 of launch"
+        assert wait_for(lambda: not alive(escaped), timeout=10), "the setsid'd process outlived a kill -9 of launch"
     finally:
         _kill([escaped])
         proc.kill()
@@ -103,7 +89,7 @@ def test_sigterm_of_launch_ends_a_setsid_process_that_ignores_it(tmp_path):
         time.sleep(0.3)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=15) == 143
-        assert not _alive(escaped), "the setsid'd process outlived launch"
+        assert not alive(escaped), "the setsid'd process outlived launch"
     finally:
         _kill([escaped])
         proc.kill()
@@ -137,7 +123,7 @@ def test_a_daemon_the_job_leaves_is_ended_and_named(tmp_path, strict):
     daemon = _pids(tmp_path, "daemon.pid")
     try:
         assert daemon and "job done" in r.stdout, r.stderr
-        assert not _alive(daemon[0]), "the daemon outlived launch"
+        assert not alive(daemon[0]), "the daemon outlived launch"
         assert f"pid {daemon[0]}: " in r.stderr and "daemon.py" in r.stderr
         assert "Traceback" not in r.stderr
         if strict:  # the job exited 0, but left a process behind: a strict run fails
