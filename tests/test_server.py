@@ -130,6 +130,7 @@ def test_deprecated_cuda_graph_alias_still_works_in_0_5_14():
     ("0.5.14", "--fp8-gemm-backend triton"),
     ("0.5.14", "--moe-runner-backend flashinfer_cutlass"),
     ("0.5.14", "--moe-dense-tp-size 1"),
+    ("0.5.14", "--enable-fused-moe-sum-all-reduce"),
 ])
 def test_unmodelled_options_are_refused_by_name(version, option):
     r = _run("plan", "--sglang", version, "--sglang-cmd",

@@ -486,3 +486,37 @@ def test_the_gpu_free_warm_takes_sglangs_swap_ab_choice_as_an_sm90_gpu_does():
         out[cap] = res.stdout.strip().splitlines()[-1]
     assert out[90] == "[False, False, False] [True, False, False]"  # SGLang's own answer here: no CUDA, no swap
     assert out[80] == "[False, False, False] [False, False, False]"
+
+
+@needs_all
+def test_the_warms_kernel_flags_are_the_servers_booleans_never_none(tmp_path):
+    """The independent proof found SGLang 0.5.14's own MoE layer missing every warmed entry: the warm's server-args
+    stand-in answered None for enable_fused_moe_sum_all_reduce, so the down projection's FUSE_SUM_ALL_REDUCE
+    constexpr was None where the server's is False (another Triton key). Every boolean flag constexpr of every
+    fused_moe_kernel key the warm computes (recorded by tests/gpu/triton_keylog.py inside the real warm, real
+    sglang 0.5.14 and Triton 3.6.0) is a boolean, and FUSE_SUM_ALL_REDUCE is ServerArgs' own default."""
+    log = tmp_path / "keys.jsonl"
+    env = {**_full_env(), "DGP_TRITON_KEYLOG": str(log), "CUDA_VISIBLE_DEVICES": ""}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests" / "gpu"), env["PYTHONPATH"]])
+    code = ("import sys, triton_keylog; triton_keylog.install(); from dgprecompile.compile.triton_moe import main; "
+            "sys.exit(main(sys.argv[1:]))")
+    r = subprocess.run([sys.executable, "-c", code, "--experts", "20", "--global-experts", "160", "--hidden", "6144",
+                        "--intermediate", "2560", "--topk", "8", "--m", "1", "--cache-dir", str(tmp_path / "c")],
+                       capture_output=True, text=True, env=env, timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    probe = ("import json, sys; from sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe_triton_kernels import "
+             "fused_moe_kernel as k; from sglang.srt.server_args import ServerArgs; import dataclasses; "
+             "d = {f.name: f.default for f in dataclasses.fields(ServerArgs)}; "
+             "print(json.dumps([k.arg_names, d['enable_fused_moe_sum_all_reduce']]))")
+    p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    names, default = json.loads(p.stdout.strip().splitlines()[-1])
+    flags = [n for n in names if n.isupper() and n.startswith(("FUSE_", "MASK_", "LORA_")) or
+             n in ("c_sorted", "filter_expert", "swap_ab", "even_Ks", "per_channel_quant", "use_fp8_w8a8")]
+    keys = [json.loads(line) for line in log.read_text().splitlines()]
+    moe = [k for k in keys if k["kernel"] == "fused_moe_kernel"]
+    assert len({k["entry"] for k in moe}) == 2, keys  # m=1: the up and the down projection
+    for k in moe:
+        values = {n: k["constants"].get(f"({names.index(n)},)") for n in flags}
+        assert values.pop("FUSE_SUM_ALL_REDUCE") == str(default) == "False", k["constants"]
+        assert set(values.values()) <= {"True", "False"}, values

@@ -11,8 +11,8 @@ every planned m on ``meta`` tensors (shapes, dtypes and strides of the real call
 * SGLang's config choice (``try_get_optimal_moe_config``: its ``configs/triton_<ver>/`` JSON for the device name,
   else its built-in default) asked with the planned device name;
 * named STAND-INS for what is not JIT and cannot run here: sgl-kernel's AOT ``moe_align_block_size`` (it only fills
-  SGLang's buffers, whose sizes SGLang computes from shapes) and the server-wide flags object (all off; where
-  SGLang publishes it as a runtime context, 0.5.23: its own ServerArgs with its defaults, unresolved, and no TP
+  SGLang's buffers, whose sizes SGLang computes from shapes) and the server-wide flags object (SGLang's own
+  ServerArgs with its field defaults, unresolved; where SGLang publishes it as a runtime context, 0.5.23, no TP
   group); the planned arch is stated to SGLang's JIT utils with its own override (0.5.23's PDL constexprs).
 
 On a CPU-only machine SGLang takes its non-CUDA branches around the kernel (activation quantisation through its
@@ -96,16 +96,6 @@ def watch_lookups() -> set[str]:
     return seen
 
 
-class FlagsOff:
-    """STAND-IN for SGLang's global ServerArgs: every flag off (the defaults of the planned server command for the
-    flags this path reads: enable_deterministic_inference, enable_fused_moe_sum_all_reduce)."""
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return None
-
-
 def moe_align_standin(topk_ids, num_experts, block_size, sorted_ids, expert_ids, num_tokens_post_pad, *rest):
     """STAND-IN for sgl-kernel's AOT ``moe_align_block_size`` (not JIT): fills SGLang's buffers in torch.
 
@@ -153,10 +143,33 @@ def defaults_standin():
     return DefaultsUnresolved(model_path="unresolved")
 
 
+def field_defaults_standin():
+    """STAND-IN for 0.5.14's global ServerArgs (it stores the object and reads its flags): SGLang's own ServerArgs
+    with every field at its declared default and ``__post_init__`` not run (it loads the model's HF config; a warm
+    has no model). The flags this path reads are plain booleans, False by default: enable_fused_moe_sum_all_reduce
+    (fused_moe.py:490-496, the down projection's FUSE_SUM_ALL_REDUCE constexpr: a None here is another Triton key
+    than the server's False, the miss the independent proof found) and enable_deterministic_inference
+    (fused_moe_triton_config.py:72, :173). A server command that sets the first is refused by plan."""
+    import dataclasses
+
+    from sglang.srt.server_args import ServerArgs
+
+    args = object.__new__(ServerArgs)
+    for f in dataclasses.fields(ServerArgs):
+        if f.default is not dataclasses.MISSING:
+            value = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            value = f.default_factory()
+        else:  # model_path, the one field without a default
+            value = "unresolved"
+        object.__setattr__(args, f.name, value)
+    return args
+
+
 def publish_standins() -> None:
     """The release's server-args stand-in, published: a defaults ServerArgs where publishing resolves it and
-    projects its fields into a runtime context (its ServerArgs has ``resolve_once``), else :class:`FlagsOff`
-    (0.5.14 stores the object and reads its flags).
+    projects its fields into a runtime context (its ServerArgs has ``resolve_once``), else
+    :func:`field_defaults_standin` (0.5.14 stores the object and reads its flags).
 
     With a runtime context, also the STAND-IN tp_group=None (a warm has no ranks, so no process groups): 0.5.23's
     _fused_moe_kernel_sequence reads it only as use_symmetric_memory's group (fused_moe.py:630), which returns a
@@ -165,7 +178,7 @@ def publish_standins() -> None:
     from sglang.srt import server_args
 
     if not hasattr(server_args.ServerArgs, "resolve_once"):
-        server_args.set_global_server_args_for_scheduler(FlagsOff())
+        server_args.set_global_server_args_for_scheduler(field_defaults_standin())
         return
     from sglang.srt import runtime_context
 

@@ -337,6 +337,10 @@ def check_modelled(s: ServerSettings, model_quant: str | None) -> None:
     if "moe_a2a_backend" in g and g["moe_a2a_backend"] not in (None, "none"):
         _refuse(s, "moe_a2a_backend", "an all-to-all MoE backend runs other expert kernels and token counts" + where,
                 drop)
+    if g.get("enable_fused_moe_sum_all_reduce"):  # compile/triton_moe.py warms the server's default (False)
+        _refuse(s, "enable_fused_moe_sum_all_reduce", "it fuses the MoE's sum and all-reduce into the Triton down "
+                "projection (another fused_moe_kernel, srt/layers/moe/moe_runner/triton_utils/fused_moe.py:490)",
+                drop)
     if "quantization" in g and g["quantization"] not in (None, model_quant):
         _refuse(s, "quantization", f"a quantization other than the checkpoint's own ({model_quant or 'none'})",
                 "drop --quantization (SGLang then uses the checkpoint's block-FP8 weights)")
