@@ -494,7 +494,8 @@ def test_the_warms_kernel_flags_are_the_servers_booleans_never_none(tmp_path):
     stand-in answered None for enable_fused_moe_sum_all_reduce, so the down projection's FUSE_SUM_ALL_REDUCE
     constexpr was None where the server's is False (another Triton key). Every boolean flag constexpr of every
     fused_moe_kernel key the warm computes (recorded by tests/gpu/triton_keylog.py inside the real warm, real
-    sglang 0.5.14 and Triton 3.6.0) is a boolean, and FUSE_SUM_ALL_REDUCE is ServerArgs' own default."""
+    sglang 0.5.14 and Triton 3.6.0) is a boolean, and FUSE_SUM_ALL_REDUCE is ServerArgs' own default; no other
+    kernel is compiled (the GPU-free path's non-CUDA kernels are not what a GPU runs)."""
     log = tmp_path / "keys.jsonl"
     env = {**_full_env(), "DGP_TRITON_KEYLOG": str(log), "CUDA_VISIBLE_DEVICES": ""}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests" / "gpu"), env["PYTHONPATH"]])
@@ -515,6 +516,7 @@ def test_the_warms_kernel_flags_are_the_servers_booleans_never_none(tmp_path):
              n in ("c_sorted", "filter_expert", "swap_ab", "even_Ks", "per_channel_quant", "use_fp8_w8a8")]
     keys = [json.loads(line) for line in log.read_text().splitlines()]
     moe = [k for k in keys if k["kernel"] == "fused_moe_kernel"]
+    assert moe == keys  # SGLang's non-CUDA Triton kernels on this path (quant, sum-reduce) are not compiled
     assert len({k["entry"] for k in moe}) == 2, keys  # m=1: the up and the down projection
     for k in moe:
         values = {n: k["constants"].get(f"({names.index(n)},)") for n in flags}

@@ -16,8 +16,8 @@ every planned m on ``meta`` tensors (shapes, dtypes and strides of the real call
   group); the planned arch is stated to SGLang's JIT utils with its own override (0.5.23's PDL constexprs).
 
 On a CPU-only machine SGLang takes its non-CUDA branches around the kernel (activation quantisation through its
-Triton ``per_token_group_quant_fp8``, Triton ``moe_sum_reduce``); those kernels are compiled too but are not what a
-GPU runs, so only the entries whose kernel is ``fused_moe_kernel`` are reported as warmed. The keys are proved by a
+Triton ``per_token_group_quant_fp8``, Triton ``moe_sum_reduce``); those kernels are not what a GPU runs, so they are
+not compiled (:func:`only_the_moe_kernel`) and only ``fused_moe_kernel`` entries are warmed. The keys are proved by a
 GPU run (tests/gpu/triton_moe_proof.sh), never by this module's own output.
 
 Run: ``python -m dgprecompile.compile.triton_moe --experts 20 --global-experts 160 --hidden 6144
@@ -77,6 +77,25 @@ def compile_only(capability: int = 90) -> None:
         return lambda *args, **kwargs: self.run(*args, grid=grid, warmup=True, **kwargs)
 
     jit.KernelInterface.__getitem__ = getitem
+
+
+def only_the_moe_kernel() -> bool:
+    """Compile no Triton kernel but ``fused_moe_kernel`` in this process: the others on this path are SGLang's
+    non-CUDA branches (its Triton per_token_group_quant_fp8 and moe_sum_reduce, which a GPU server does not run),
+    compiled for nothing and filed nowhere. Triton's own ``knobs.runtime.jit_cache_hook`` is asked before every
+    compile; answering True skips it (the launch is a warm-up: nothing runs). False where this Triton has no hook
+    (they are compiled then, as before)."""
+    from triton import knobs
+
+    runtime = getattr(knobs, "runtime", None)
+    if runtime is None or not hasattr(runtime, "jit_cache_hook"):
+        return False
+
+    def skip_others(*, fn, **_) -> bool:
+        return getattr(fn, "name", KERNEL) != KERNEL
+
+    runtime.jit_cache_hook = skip_others
+    return True
 
 
 def watch_lookups() -> set[str]:
@@ -319,6 +338,7 @@ def warm(args: argparse.Namespace) -> dict[str, Any]:
     if args.m_bound:
         check_bound(config, args)
     compile_only(args.capability)
+    only_the_moe_kernel()
     used = watch_lookups()
     before = triton_entries(triton_dir)
     t0 = time.time()

@@ -35,14 +35,17 @@ dg plan --sglang "$SGLANG" --sglang-cmd "$LOCAL" -o "$w/plan.yaml" > "$d/plan.tx
 echo "plan rc=$?" >> "$d/summary.txt"
 stamp warm
 tw=$(date +%s.%N)
-CUDA_VISIBLE_DEVICES= dg warm --manifest "$w/plan.yaml" --cache-dir "$cache" --backend nvcc --sglang-jit on --json \
-  > "$d/warm.json" 2> "$w/warm.err"
+CUDA_VISIBLE_DEVICES= python3 -m cProfile -o "$w/warm.prof" -m dgprecompile warm --manifest "$w/plan.yaml" \
+  --cache-dir "$cache" --backend nvcc --sglang-jit on --json > "$d/warm.json" 2> "$w/warm.err"
 echo "warm (GPU hidden) rc=$?" >> "$d/summary.txt"; tail -25 "$w/warm.err" >> "$d/logs.txt"
 # issue 33's speed bound, from warm's own report (bench/bench_triton_warm.py limits): wall / max(sum/workers, longest)
 python3 -c "import json, sys, time; sys.path.insert(0, 'bench'); from bench_triton_warm import limits
 wall = time.time() - float(sys.argv[2]); lim = limits(json.load(open(sys.argv[1])))
 print(f'warm speed: wall {wall:.1f} s, limit {lim[\"limit_s\"]} s (sum/workers {lim[\"sum_over_workers_s\"]} s, longest {lim[\"longest_unit_s\"]} s {lim[\"longest_unit\"]}), ratio {wall / max(lim[\"limit_s\"], 1e-9):.2f}')" \
   "$d/warm.json" "$tw" >> "$d/summary.txt" 2>> "$d/logs.txt"
+# where warm's parent spent its time (cumulative, the 20 costliest calls): the bound above counts all of it
+python3 -c "import pstats, sys; pstats.Stats(sys.argv[1], stream=sys.stdout).sort_stats('cumulative').print_stats(20)" \
+  "$w/warm.prof" 2>&1 | tail -32 > "$d/warm_profile.txt"
 dg verify --manifest "$w/plan.yaml" --cache-dir "$cache" > "$w/verify.txt" 2>&1
 echo "verify rc=$?" >> "$d/summary.txt"; tail -5 "$w/verify.txt" >> "$d/logs.txt"
 DRIVER=(python3 -m dgprecompile.launch.model_driver --sglang-cmd "$LOCAL" --model-dir "$model" --m "$MS")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import sys
 import types
 
@@ -109,11 +110,31 @@ def install(*roots):
     sys.meta_path.insert(0, Finder(roots))
 
 
-def transformers_exist_ok():
-    try:
-        import transformers
-    except ImportError:
-        return
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``then(module)`` right after ``name`` is first imported, and costs nothing in a process that never
+    imports it (transformers imports torch: a second or more in every Python these folders start)."""
+
+    def __init__(self, name, then):
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        real, then = spec.loader.exec_module, self.then
+
+        def exec_module(module):
+            real(module)
+            then(sys.modules.get(fullname, module))  # a package may put another object there (a lazy module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def _register_exist_ok(transformers):
     auto = transformers.AutoConfig
     original = auto.register
 
@@ -121,3 +142,11 @@ def transformers_exist_ok():
         return original(model_type, config, exist_ok=True)
 
     auto.register = staticmethod(register)
+
+
+def transformers_exist_ok():
+    """AutoConfig.register with exist_ok=True, once transformers is imported (if it ever is)."""
+    if "transformers" in sys.modules:
+        _register_exist_ok(sys.modules["transformers"])
+    else:
+        sys.meta_path.insert(0, _AfterImport("transformers", _register_exist_ok))
