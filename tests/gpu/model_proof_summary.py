@@ -119,8 +119,12 @@ def pick_victims(root: str) -> int:
     if kernels:
         rec = kernels[0][1]
         print(f"deepgemm {rec.get('area', 'cache')}/{rec['entry']}")
-    jit = next((p for p in sorted(Path(root).glob("tvm-ffi/*per_token_group_quant*"))), None) or \
-        next(iter(sorted(Path(root).glob("sglang-jit/*/*per_token_group_quant*"))), None)
+    # an SGLang JIT module that no other family's path needs first: the activation quantisation runs before every
+    # FP8 GEMM (DeepGEMM's and the Triton MoE's), so deleting it would hide the other two victims' refusals; the
+    # rope module runs only in the attention's q/k norm + rope
+    modules = sorted(Path(root).glob("tvm-ffi/*")) + sorted(Path(root).glob("sglang-jit/*/*"))
+    jit = next((p for p in modules if "rope" in p.name), None) or \
+        next((p for p in modules if "quant" not in p.name and "all_reduce" not in p.name), None)
     if jit is not None:
         print(f"sglang-jit {jit.relative_to(root)}")
     moe = next((p.parent for p in sorted(Path(root).glob("triton/*/__grp__fused_moe_kernel.json"))), None)
