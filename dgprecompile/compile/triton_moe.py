@@ -356,15 +356,18 @@ def warm(args: argparse.Namespace) -> dict[str, Any]:
         configs.setdefault(json.dumps(cfg, sort_keys=True), []).append(m)
     after = triton_entries(triton_dir)
     new = {k: v for k, v in after.items() if k not in before}
-    warmed = sorted(k for k, names in new.items() if KERNEL in names)
-    not_whole = file_warmed(args.cache_dir, sorted(k for k, names in after.items() if KERNEL in names))
+    # this process's own entries only: the item's other chunks write into the same area at the same time, and an
+    # entry another chunk is still writing is not whole yet (the DeepSeek-V3 item's 15 chunks met one on the H200)
+    mine = sorted(k for k in used if KERNEL in after.get(k, []))
+    warmed = [k for k in mine if k in new]
+    not_whole = file_warmed(args.cache_dir, mine)
     import triton
 
     return {"triton": triton.__version__, "capability": args.capability, "device_name": args.device_name,
             "seconds": round(time.time() - t0, 1), "ms": len(parse_ms(args.m)),
             "configs": [{"config": json.loads(c), "m": [ms[0], ms[-1]], "count": len(ms)} for c, ms in configs.items()],
             "warmed": warmed, "not_whole": not_whole, "cache_dir": args.cache_dir,
-            "entries": sorted(k for k in used if KERNEL in after.get(k, [])),  # this item's, found or compiled
+            "entries": mine,  # this item's, found or compiled
             "other_new": {k: names for k, names in new.items() if KERNEL not in names},
             "already": sorted(k for k, names in before.items() if KERNEL in names)}
 
