@@ -190,6 +190,25 @@ def test_a_refusal_the_job_catches_still_fails_the_launch(tmp_path):
     assert "error: strict mode refused 1 runtime compile(s): sm90_fp8_gemm_1d2d_impl<0, 0, 64, 16>" in r.stderr
 
 
+def test_the_scratch_a_refused_deepgemm_compile_leaves_is_removed_and_not_called_compiled(tmp_path):
+    """C++ DeepGEMM writes a kernel's sources under <cache>/tmp/<dir>/ before it runs its compiler; under strict
+    launch that compiler is the refusing stand-in, so the folder is a refusal's scratch (the H200 proof's
+    deleted-entry run left 128 such files and launch called them compiled entries). Launch removes the folders
+    the run made, keeps one that was there before, and reports the refusal, not a compile."""
+    old = tmp_path / "c" / "tmp" / "before-run"
+    old.mkdir(parents=True)
+    (old / "kernel.cu").write_text("kept\n")
+    scratch = tmp_path / "c" / "tmp" / "1527-03d6f4e0"
+    src = "auto ptr = reinterpret_cast<void*>(&sm90_fp8_gemm_1d2d_impl<0, 0, 64, 16>);"
+    r = _strict_job(tmp_path, f"mkdir -p {scratch} && echo '{src}' > {scratch}/kernel.cu && "
+                              f'"$DG_JIT_NVCC_COMPILER" {scratch}/kernel.cu -o {scratch}/kernel.cubin; exit 0',
+                    sglang="0.5.14")
+    assert r.returncode == 1, r.stderr
+    assert "error: strict mode refused 1 runtime compile(s): sm90_fp8_gemm_1d2d_impl<0, 0, 64, 16>" in r.stderr
+    assert "compiled during it" not in r.stderr and "removed 1 scratch folder(s)" in r.stderr, r.stderr
+    assert not scratch.exists() and (old / "kernel.cu").read_text() == "kept\n"
+
+
 def test_a_nested_warm_with_strict_switched_off_compiles_nothing_and_fails_the_launch(tmp_path):
     """`DGPRECOMPILE_STRICT=0 dgprecompile warm --cache-dir OTHER` inside a strict job (issue 29 item 2): the
     warm refuses (the strict launch's supervisor is its ancestor, whatever the variables say), nothing is built,

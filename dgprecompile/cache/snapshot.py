@@ -101,3 +101,37 @@ def diff(before: dict[str, tuple], after: dict[str, tuple]) -> Changes:
                and not _container(p, before.get(p) or after.get(p))}
     return Changes(added=sorted(touched & has - had), changed=sorted(touched & had & has),
                    removed=sorted(touched & had - has))
+
+
+SCRATCH = "tmp"  # DeepGEMM's own scratch under its cache dir: a kernel's sources go to tmp/<dir>/ first
+
+
+def remove_new_scratch(root: str | Path, before: dict[str, tuple]) -> list[str]:
+    """The folders under ``<root>/tmp`` that were not there ``before`` (a snapshot), removed; returns them.
+
+    The C++ DeepGEMM writes a kernel's sources into ``tmp/<dir>/`` before it runs its compiler and moves the built
+    kernel into ``cache/`` after. Under strict `launch` the compiler is launch's refusing stand-in, so every refused
+    compile leaves its folder there: scratch of a refusal, not a compiled entry. Removing them leaves the cache as
+    it was; nothing that was there before the run is touched (a link is removed as a link, never followed)."""
+    import shutil
+
+    base = Path(root) / SCRATCH
+    removed = []
+    try:
+        names = sorted(os.listdir(base)) if base.is_dir() and not base.is_symlink() else []
+    except OSError:
+        names = []
+    for name in names:
+        rel = f"{SCRATCH}/{name}"
+        if rel in before:
+            continue
+        path = base / name
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        except OSError:
+            continue
+        removed.append(rel)
+    return removed

@@ -287,6 +287,9 @@ def _render_strict(out: Output, result: LaunchResult) -> None:
                   hint=f"warm them before the run ({result.warm_hint}), and make sure no other process compiles "
                        f"into {result.cache_dir} while a strict job runs")
     _render_cache_changes(out, result)
+    if result.scratch_removed:
+        out.info(f"removed {len(result.scratch_removed)} scratch folder(s) DeepGEMM left under "
+                 f"{result.cache_dir}/tmp for the compiles strict mode refused (nothing was built)")
     if result.strict_off:
         shown = [f"pid {pid}: {cmd}" for pid, cmd in sorted(result.strict_off.items())[:5]]
         out.error(f"strict mode was switched off inside the job in {len(result.strict_off)} Python process(es) "

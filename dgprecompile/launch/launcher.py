@@ -456,6 +456,7 @@ class LaunchResult:
     guard_failures: list[str] = field(default_factory=list)  # strict: processes whose guard could not install
     strict_off: dict[int, str] = field(default_factory=dict)  # strict: processes whose guard says strict was off
     cache_changes: dict[str, list[str]] = field(default_factory=dict)  # strict: added/changed/removed entries
+    scratch_removed: list[str] = field(default_factory=list)  # strict: DeepGEMM's tmp/ folders of refused compiles
     left_behind: list[str] = field(default_factory=list)  # still running when the job ended (then ended)
     lost: str | None = None  # the supervisor died before the job ended
     signals: list[int] = field(default_factory=list)  # signals the launcher received (and forwarded)
@@ -493,7 +494,7 @@ class LaunchResult:
                 "new_triton": self.new_triton, "triton_cache_dir": self.triton_cache_dir,
                 "unguarded": {str(k): v for k, v in sorted(self.unguarded.items())},
                 "guard_failures": self.guard_failures, "strict_off": {str(k): v for k, v in sorted(self.strict_off.items())},
-                "cache_changes": self.cache_changes, "left_behind": self.left_behind, "lost": self.lost,
+                "cache_changes": self.cache_changes, "scratch_removed": self.scratch_removed, "left_behind": self.left_behind, "lost": self.lost,
                 "signals": self.signals, "killed": self.killed,
                 "capture": self.capture, "families": [f.to_dict() for f in self.families]}
 
@@ -598,6 +599,7 @@ def run_launch(prepared: PreparedLaunch) -> LaunchResult:
 
             result.unguarded, result.guard_failures, result.strict_off = read_guards(prepared.run_dir / GUARD_DIR,
                                                                                      watch)
+            result.scratch_removed = snapshot.remove_new_scratch(store.root, cache_before)
             result.cache_changes = snapshot.diff(cache_before, snapshot.take(store.root)).to_dict()
         result.families = capture.compiled_during(store.root, families_before)
         if opts.capture:
