@@ -126,8 +126,9 @@ sglang-args: $(TEST_STAMP)
 shapes: $(RUN_STAMP)
 	$(BIN)/python -m dgprecompile.planning.bundled shapes
 
-# The README's table of device proofs at HEAD, from bench/results/*/record.json and bench/proof_families.yaml (a
-# record proves a family only when no later commit touched that family's code; tests/test_proofs_table.py checks it).
+# The tables of device proofs at HEAD (docs/proof.md's, and the README's support tables from docs/support.yaml), from
+# bench/results/*/record.json and bench/proof_families.yaml (a record proves a family only when no later commit
+# touched that family's code; tests/test_proofs_table.py checks it).
 proofs-table: $(RUN_STAMP)
 	$(BIN)/python scripts/proofs_table.py
 

@@ -1,7 +1,9 @@
-"""The README's device-proof table (issue 33 item 4): generated from bench/results/*/record.json by
-scripts/proofs_table.py; a record proves a family at HEAD only when it names the commit that ran and no commit after
-it touched the family's code (bench/proof_families.yaml). Real git repositories throughout: this one for the
-README's block, temporary ones (and a real shallow clone of one) for the staleness rule."""
+"""The device-proof tables (issue 33 item 4, issue 30 item 4): generated from bench/results/*/record.json by
+scripts/proofs_table.py into docs/proof.md (every row, its record and why) and into the README's compact support
+tables (docs/support.yaml's rows, their "proven at HEAD" cells from the same computation); a record proves a family
+at HEAD only when it names the commit that ran and no commit after it touched the family's code
+(bench/proof_families.yaml). Real git repositories throughout: this one for the committed blocks, temporary ones
+(and a real shallow clone of one) for the staleness rule."""
 
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ def git(repo: Path, *argv: str) -> str:
     return proc.stdout.strip()
 
 
-def test_the_readmes_block_is_what_the_records_give_at_head():
+def test_the_committed_blocks_are_what_the_records_give_at_head():
     if not (REPO / ".git").exists():
         pytest.skip("not a git checkout: the table is made from its history")
     if git(REPO, "rev-parse", "--is-shallow-repository") == "true":
@@ -59,7 +61,14 @@ FAMILIES = {"schema": 1, "common": ["core/"], "families": {"fam-a": {"title": "A
                                                             "fam-b": {"title": "B", "paths": ["code/b.py"]}},
             "rows": [{"sglang": "0.5.14", "family": "fam-a"}, {"sglang": "0.5.14", "family": "fam-b"},
                      {"sglang": "0.5.23", "family": "fam-a"}]}
-README = "# t\n\nbefore\n\n<!-- proofs:begin -->\n<!-- proofs:end -->\n\nafter\n"
+PROOF_DOC = "# t\n\nbefore\n\n<!-- proofs:begin -->\n<!-- proofs:end -->\n\nafter\n"
+README = "# r\n\n<!-- support:begin -->\n<!-- support:end -->\n\nend\n"
+SUPPORT = {"schema": 1, "tables": [
+    {"title": "Family A", "family": "fam-a", "docs": ["docs/a.md"], "note": "A note.", "rows": [
+        {"sglang": "0.5.14-0.5.16", "release": "a 1.0", "warmed": "GPU-free", "limits": "-", "proofs": ["0.5.14"]},
+        {"sglang": "0.5.20-0.5.23", "release": "a 2.0", "warmed": "GPU-free", "limits": "none", "proofs": ["0.5.23"]},
+        {"sglang": "0.5.0", "release": "b", "warmed": "no", "limits": "-", "family": "fam-b", "proofs": ["0.5.14"]},
+        {"sglang": "all", "release": "none", "warmed": "-", "limits": "-"}]}]}
 
 
 def record(name: str, commit: str | None, results: dict[str, str], date: str = "2026-12-02T01:00:00Z") -> dict:
@@ -86,6 +95,16 @@ def add_record(repo: Path, doc: dict) -> str:
     return commit_all(repo, f"record {doc['name']}")
 
 
+def support_rows(repo: Path) -> dict[str, str]:
+    """The README's support tables: each row's sglang cell -> its "proven at HEAD" cell."""
+    out = {}
+    for line in (repo / "README.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if line.startswith("| ") and len(cells) == 5 and cells[0] != "sglang":
+            out[cells[0]] = cells[3]
+    return out
+
+
 def rows_of(repo: Path) -> dict[tuple[str, str], list[str]]:
     proc = table("--print", repo=repo)
     assert proc.returncode == 0, proc.stderr
@@ -103,7 +122,9 @@ def repo(tmp_path: Path) -> Path:
     r.mkdir()
     git(r, "init", "-q", "-b", "main")
     write(r, "bench/proof_families.yaml", yaml.safe_dump(FAMILIES))
+    write(r, "docs/proof.md", PROOF_DOC)
     write(r, "README.md", README)
+    write(r, "docs/support.yaml", yaml.safe_dump(SUPPORT))
     write(r, "code/a.py", "a = 1\n")
     write(r, "code/b.py", "b = 1\n")
     write(r, "core/c.py", "c = 1\n")
@@ -127,6 +148,10 @@ def test_a_later_change_to_a_familys_code_makes_its_proof_stale(repo: Path):
     assert rows[("0.5.14", "fam-a")] == ["not proven at HEAD", f"`run1` at {ran[:7]}, 2026-12-02",
                                          f"{change[:7]} changed code/a.py after it"], rows
     assert rows[("0.5.14", "fam-b")][0] == "proven"  # b's code did not change
+    assert table(repo=repo).returncode == 0
+    support = support_rows(repo)  # the README says the same as docs/proof.md, row by row
+    assert support["0.5.14-0.5.16"] == "not proven at HEAD: 0.5.14" and support["0.5.0"] == "proven: 0.5.14", support
+    assert support["0.5.20-0.5.23"] == "not proven: 0.5.23" and support["all"] == "-", support
     write(repo, "core/c.py", "c = 2\n")  # common code: every family's proof
     common = commit_all(repo, "change core")
     assert rows_of(repo)[("0.5.14", "fam-b")][2] == f"{common[:7]} changed core/c.py after it"
@@ -152,13 +177,20 @@ def test_the_newest_record_decides_and_a_record_must_name_an_ancestor(repo: Path
 def test_check_mode_and_a_shallow_clone(repo: Path, tmp_path: Path):
     ran = commit_all(repo, "ran")
     add_record(repo, record("run1", ran, {"fam-a": "pass"}))
-    assert table("--check", repo=repo).returncode == 1  # README's block is still empty
+    assert table("--check", repo=repo).returncode == 1  # both blocks are still empty
     proc = table(repo=repo)
-    assert proc.returncode == 0 and "updated" in proc.stdout, proc.stderr
-    text = (repo / "README.md").read_text()
+    assert proc.returncode == 0 and proc.stdout.count("updated") == 2, proc.stdout + proc.stderr
+    text = (repo / "docs" / "proof.md").read_text()
     assert text.startswith("# t\n\nbefore\n\n<!-- proofs:begin -->") and text.endswith("<!-- proofs:end -->\n\nafter\n")
     assert "| 0.5.14 | fam-a | proven |" in text
+    readme = (repo / "README.md").read_text()
+    assert readme.startswith("# r\n\n<!-- support:begin -->") and readme.endswith("<!-- support:end -->\n\nend\n")
+    assert "**Family A** (evidence: [a](docs/a.md))" in readme and "\nA note.\n" in readme
+    assert "| 0.5.14-0.5.16 | a 1.0 | GPU-free | proven: 0.5.14 | - |" in readme
     assert table("--check", repo=repo).returncode == 0
+    write(repo, "README.md", readme.replace("proven: 0.5.14", "proven: 0.5.15"))  # a hand edit of the README only
+    assert table("--check", repo=repo).returncode == 1
+    assert table(repo=repo).returncode == 0 and table("--check", repo=repo).returncode == 0
     commit_all(repo, "table")
     shallow = tmp_path / "shallow"
     subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{repo}", str(shallow)], check=True, timeout=60)
@@ -177,13 +209,39 @@ def test_an_invalid_record_is_refused_with_one_error_and_the_readme_untouched(re
     doc = record("run1", ran, {"fam-a": "pass"})
     breakage(doc)
     add_record(repo, doc)
-    before = (repo / "README.md").read_bytes()
+    refused_untouched(repo, message)
+
+
+def refused_untouched(repo: Path, message: str) -> None:
+    before = [(repo / doc).read_bytes() for doc in ("README.md", "docs/proof.md")]
     proc = table(repo=repo)
     lines = proc.stderr.splitlines()
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert [line for line in lines if line.startswith("error:")] == lines[:1] and message in lines[0], lines
     assert lines[1].startswith("hint: ") and len(lines) == 2, lines
-    assert (repo / "README.md").read_bytes() == before
+    assert [(repo / doc).read_bytes() for doc in ("README.md", "docs/proof.md")] == before
+
+
+@pytest.mark.parametrize("breakage, message", [
+    (lambda s: s["tables"][0]["rows"][0].update(proofs=["0.5.99"]), "(0.5.99, fam-a), which is not a row"),
+    (lambda s: s["tables"][0]["rows"][0].update(proofs="0.5.14"), "proofs as a list"),
+    (lambda s: s["tables"][0]["rows"][0].update(family="nosuch"), "a family of bench/proof_families.yaml"),
+    (lambda s: s["tables"][0]["rows"][0].pop("limits"), "needs sglang, release, warmed, limits"),
+    (lambda s: s["tables"][0]["rows"][0].update(limits="x" * 120), "characters (at most 120)"),
+    (lambda s: s["tables"][0].pop("rows"), "needs a title, docs and rows"),
+])
+def test_an_invalid_support_file_is_refused_with_both_documents_untouched(repo: Path, breakage, message):
+    commit_all(repo, "ran")
+    support = json.loads(json.dumps(SUPPORT))
+    breakage(support)
+    write(repo, "docs/support.yaml", yaml.safe_dump(support))
+    refused_untouched(repo, message)
+
+
+def test_a_document_without_its_markers_is_refused(repo: Path):
+    commit_all(repo, "ran")
+    write(repo, "README.md", "# r\n\nno markers\n")
+    refused_untouched(repo, "README.md: needs exactly one <!-- support:begin --> ... <!-- support:end --> block")
 
 
 PROVE = REPO / "tests" / "gpu" / "prove.sh"
