@@ -282,7 +282,8 @@ LEGACY_CHILD = textwrap.dedent("""
 def test_legacy_strict_hook_for_real(tmp_path, monkeypatch):
     """A real legacy-warmed cache: a cached kernel builds without compiling, an uncached one fails with our
     message, and the cache is left as it was."""
-    from dgprecompile.compile.warm import WarmOptions, prepare_warm, run_warm
+    from dgprecompile.compile.warm import run_warm
+    from dgprecompile.compile.warm_setup import WarmOptions, prepare_warm
 
     plan = _plan("0.5.1", n=512)
     write_manifest(plan, tmp_path / "plan.yaml")
