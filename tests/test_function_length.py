@@ -1,9 +1,10 @@
 """No function in the package is over about 60 lines or nested deeper than 5 blocks unless its docstring says why
-(issue 24, item 2; issue 30, item 3).
+(issue 24, item 2; issue 30, item 3), and no module is over 600 lines (issue 30, item 3).
 
 A long function hides the decisions it makes: each piece is tested only through the whole. A deeply nested one
 hides them in the same way, one indentation level at a time. The few that are long or deep on purpose (a port that
 follows a library's function step for step) say so in their docstring with the words "on purpose" and the reason.
+A module past 600 lines holds more than one concern: split it along them, there is no exception.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "dgprecompile"
 LIMIT = 60  # lines from `def` to the function's last line, docstring included
 DEPTH_LIMIT = 5  # blocks inside a function, one inside the other (an `elif` is its `if`'s level)
+MODULE_LIMIT = 600  # lines of one module
 # what opens a level: a compound statement, or a function or class defined inside the function
 BLOCKS = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.Match,
           ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ())
@@ -51,6 +53,16 @@ def deep_functions(root: Path) -> list[tuple[str, str, int]]:
     """(file, function, depth) of every function nested deeper than DEPTH_LIMIT whose docstring gives no reason."""
     return [(name, node.name, nesting(node)) for name, node, excused in _functions(root)
             if nesting(node) > DEPTH_LIMIT and not excused]
+
+
+def long_modules(root: Path) -> list[tuple[str, int]]:
+    """(file, lines) of every module over MODULE_LIMIT lines."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        lines = len(path.read_text().splitlines())
+        if lines > MODULE_LIMIT:
+            out.append((str(path.relative_to(root)), lines))
+    return out
 
 
 def test_no_long_function_without_a_reason():
@@ -120,3 +132,16 @@ def test_the_check_finds_a_deeply_nested_function(tmp_path):
     (tmp_path / "deep.py").write_text(DEEP)
     (tmp_path / "fine.py").write_text(FINE)
     assert deep_functions(tmp_path) == [("deep.py", "deep", DEPTH_LIMIT + 1)]
+
+
+def test_no_module_over_600_lines():
+    found = long_modules(PACKAGE)
+    assert not found, f"modules over {MODULE_LIMIT} lines (split them along their concerns): " + ", ".join(
+        f"{f} ({n} lines)" for f, n in found)
+
+
+def test_the_check_finds_a_long_module(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "long.py").write_text("x = 1\n" * (MODULE_LIMIT + 1))
+    (tmp_path / "fine.py").write_text("x = 1\n" * MODULE_LIMIT)
+    assert long_modules(tmp_path) == [("pkg/long.py", MODULE_LIMIT + 1)]
