@@ -329,9 +329,9 @@ def test_fingerprint_unverifiable_without_deepgemm(packed, target, tmp_path, mon
 
 
 def test_disk_full_while_extracting_is_rolled_back(packed, target, monkeypatch):
-    import dgprecompile.cache.artifact as artifact
+    import dgprecompile.cache.unpack as unpack
 
-    real, calls = artifact._copy_stream, []
+    real, calls = unpack._copy_stream, []
 
     def full(src, dest):
         calls.append(dest)
@@ -339,7 +339,7 @@ def test_disk_full_while_extracting_is_rolled_back(packed, target, monkeypatch):
             raise OSError(errno.ENOSPC, "No space left on device", str(dest))
         return real(src, dest)
 
-    monkeypatch.setattr(artifact, "_copy_stream", full)
+    monkeypatch.setattr(unpack, "_copy_stream", full)
     expect_refusal(packed[1], target, "no space left", "the cache is unchanged", code=3)
     assert len(calls) == 3
 

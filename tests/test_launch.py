@@ -17,8 +17,10 @@ from click.testing import CliRunner
 from helpers import wait_for
 
 from dgprecompile.cli.main import cli
+from dgprecompile.launch.environment import compose_env
 from dgprecompile.launch.hook import HOOK_DIR, NVCC_STANDIN
-from dgprecompile.launch.launcher import compose_env, run_child, warm_command
+from dgprecompile.launch.preflight import warm_command
+from dgprecompile.launch.supervise import run_child
 from dgprecompile.planning.manifest import write_manifest
 from dgprecompile.planning.plan import PlanRequest
 from dgprecompile.planning.profiles import resolve_profile
@@ -146,7 +148,7 @@ TRAPPER = textwrap.dedent("""
 def _launcher(tmp_path: Path, *child_args: str) -> subprocess.Popen:
     script = tmp_path / "trap.py"
     script.write_text(TRAPPER)
-    code = ("import os, sys; from dgprecompile.launch.launcher import run_child; "
+    code = ("import os, sys; from dgprecompile.launch.supervise import run_child; "
             f"sys.exit(run_child([sys.executable, {str(script)!r}, {str(tmp_path)!r}, *{list(child_args)!r}], "
             "os.environ))")
     return subprocess.Popen([sys.executable, "-c", code], cwd=REPO)
@@ -166,7 +168,7 @@ def test_signals_reach_the_whole_job_and_its_code_comes_back(tmp_path, sig):
 def test_child_killed_by_a_signal_gives_128_plus_n(tmp_path):
     script = tmp_path / "sleep.py"
     script.write_text("import time\nopen(__file__ + '.ready', 'w').close()\ntime.sleep(60)\n")
-    code = (f"import os, sys; from dgprecompile.launch.launcher import run_child; "
+    code = (f"import os, sys; from dgprecompile.launch.supervise import run_child; "
             f"sys.exit(run_child([sys.executable, {str(script)!r}], os.environ))")
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO)
     assert wait_for(lambda: Path(str(script) + ".ready").exists())
@@ -280,7 +282,8 @@ LEGACY_CHILD = textwrap.dedent("""
 def test_legacy_strict_hook_for_real(tmp_path, monkeypatch):
     """A real legacy-warmed cache: a cached kernel builds without compiling, an uncached one fails with our
     message, and the cache is left as it was."""
-    from dgprecompile.compile.warm import WarmOptions, prepare_warm, run_warm
+    from dgprecompile.compile.warm import run_warm
+    from dgprecompile.compile.warm_setup import WarmOptions, prepare_warm
 
     plan = _plan("0.5.1", n=512)
     write_manifest(plan, tmp_path / "plan.yaml")

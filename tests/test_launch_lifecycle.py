@@ -47,7 +47,7 @@ def _job_pids(out: Path) -> list[int]:
 def _start_job(tmp_path: Path, mode: str, grace: float) -> tuple[subprocess.Popen, list[int]]:
     script = tmp_path / "job.py"
     script.write_text(JOB)
-    code = ("import os, sys; from dgprecompile.launch.launcher import run_child; "
+    code = ("import os, sys; from dgprecompile.launch.supervise import run_child; "
             f"sys.exit(run_child([sys.executable, {str(script)!r}, {str(tmp_path)!r}, {mode!r}, 'worker'], "
             f"os.environ, kill_grace={grace}))")
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})

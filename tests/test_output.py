@@ -192,7 +192,7 @@ def test_no_table_breaks_an_id_a_path_or_a_number(monkeypatch, name, columns):
 @pytest.mark.parametrize("columns", [80, 160])
 def test_warm_summary_headers_stay_whole(monkeypatch, columns):
     from dgprecompile.cli.warm import render
-    from dgprecompile.compile.warm import WarmResult
+    from dgprecompile.compile.warm_result import WarmResult
 
     monkeypatch.setenv("COLUMNS", str(columns))
     out = io.StringIO()
@@ -339,7 +339,7 @@ def test_launch_environment_table_keeps_the_pythonpath_value_whole_piped(tmp_pat
 @pytest.mark.parametrize("columns", [80, 120])
 def test_warm_summary_gives_each_kinds_times_and_never_splits_an_item(monkeypatch, columns):
     from dgprecompile.cli.warm import render
-    from dgprecompile.compile.warm import WarmResult
+    from dgprecompile.compile.warm_result import WarmResult
 
     monkeypatch.setenv("COLUMNS", str(columns))
     kernel = "sm90_fp8_gemm_1d2d:SFBK.N0.K0.G1.BM128.BN160.SWD64.ST5.MATH256.MC1.Af.SMS132.TNormal"

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from dgprecompile.cli.main import cli
-from dgprecompile.diagnostics.repro import make_budget
+from dgprecompile.diagnostics.budget import make_budget
 from dgprecompile.errors import EnvironmentProblem
 from dgprecompile.toolchain import default_nvcc_path
 

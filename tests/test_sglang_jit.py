@@ -210,11 +210,12 @@ def test_kernels_and_modules_share_one_worker_budget(tmp_path):
 ZYGOTE_PROBE = r"""
 import json, sys, time
 from pathlib import Path
-from dgprecompile.compile import warm as w
+from dgprecompile.compile import warm_setup as w
+from dgprecompile.compile.warm_pool import Processes
 from dgprecompile.planning.manifest import read_manifest
 setup = w.prepare_warm(read_manifest(Path(sys.argv[1])), w.WarmOptions(cache_dir=sys.argv[2], backend="nvcc", jobs=2,
                        nvcc=sys.argv[3], sglang_jit="on"))
-procs = w._Processes(Path(sys.argv[4]), len(setup.gpus))
+procs = Processes(Path(sys.argv[4]), len(setup.gpus))
 t0 = time.perf_counter()
 procs.start(w.worker_job(setup), setup.gpus)
 ready = {}

@@ -206,7 +206,7 @@ def test_verify_names_a_deleted_entry_and_warm_sweeps_that_range_again(swept):
     assert problems[0]["kernel"].endswith(f"m {record['m'][0]}..{record['m'][1]}")
     assert "missing" in problems[0]["detail"]
     # warm's parent: only that range is left to sweep; the rest is "cached"
-    from dgprecompile.compile.warm import _sweep_items
+    from dgprecompile.compile.warm_setup import _sweep_items
 
     fingerprint = store.read_index().fingerprint
     items, cached = _sweep_items(plan, store, fingerprint, 4, 0, 1)
@@ -219,7 +219,7 @@ def test_verify_names_a_deleted_entry_and_warm_sweeps_that_range_again(swept):
 
 def test_second_warm_finds_everything_swept_and_other_fingerprints_do_not_count(swept):
     manifest, plan, store = swept
-    from dgprecompile.compile.warm import _sweep_items
+    from dgprecompile.compile.warm_setup import _sweep_items
 
     fingerprint = store.read_index().fingerprint
     items, cached = _sweep_items(plan, store, fingerprint, 4, 0, 1)

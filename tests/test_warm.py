@@ -290,7 +290,7 @@ def test_sigterm_and_sighup_stop_warm_like_ctrl_c(tmp_path, smallest_key_manifes
 def test_a_worker_whose_warm_is_gone_exits_without_a_traceback(tmp_path, smallest_key_manifest):
     """The event pipe to the parent closes under a worker (its warm was killed): the worker's log must not
     fill with a BrokenPipeError traceback, and it stops (exit 141: the SIGPIPE it stands for)."""
-    from dgprecompile.compile.warm import WarmOptions, prepare_warm, worker_job
+    from dgprecompile.compile.warm_setup import WarmOptions, prepare_warm, worker_job
 
     job = tmp_path / "job.json"
     plan = read_manifest(smallest_key_manifest)

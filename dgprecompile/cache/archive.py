@@ -48,30 +48,37 @@ def collect(root: Path, entries: Iterable[tuple[str, dict[str, str]]], limits: L
     out: list[Member] = []
     total = 0
     for member_dir, files in entries:
-        size = 0
         try:
             with entry_dir(root, member_dir) as dfd:
-                for name, digest in sorted(files.items()):
-                    shown = f"{root}/{member_dir}/{name}"
-                    fd, st = open_file(dfd, name, shown)
-                    try:
-                        size += st.st_size
-                        if size > limits.entry_bytes:
-                            raise Refused(too_large(member_dir, limits))
-                        actual = _hash_fd(fd)
-                    finally:
-                        os.close(fd)
-                    if actual != digest:
-                        raise CheckFailed(f"{shown} differs from the index (or changed while packing); nothing "
-                                          "was packed", hint=CHANGED_HINT)
-                    out.append(Member(f"{member_dir}/{name}", member_dir, name, digest, st.st_size,
-                                      (st.st_dev, st.st_ino)))
+                members = _collect_entry(root, dfd, member_dir, files, limits)
         except Refused as exc:
             raise refusal(str(exc)) from None
-        total += size
+        out += members
+        total += sum(m.size for m in members)
         if total > limits.artifact_bytes:
             raise refusal(f"more than {limits.artifact_bytes >> 20} MiB of entries (the cap on one artifact, "
                           "--max-artifact-mib)")
+    return out
+
+
+def _collect_entry(root: Path, dfd: int, member_dir: str, files: dict[str, str], limits: Limits) -> list[Member]:
+    """One entry's files (opened under its directory ``dfd``), checked against the cap on one entry and hashed."""
+    out: list[Member] = []
+    size = 0
+    for name, digest in sorted(files.items()):
+        shown = f"{root}/{member_dir}/{name}"
+        fd, st = open_file(dfd, name, shown)
+        try:
+            size += st.st_size
+            if size > limits.entry_bytes:
+                raise Refused(too_large(member_dir, limits))
+            actual = _hash_fd(fd)
+        finally:
+            os.close(fd)
+        if actual != digest:
+            raise CheckFailed(f"{shown} differs from the index (or changed while packing); nothing "
+                              "was packed", hint=CHANGED_HINT)
+        out.append(Member(f"{member_dir}/{name}", member_dir, name, digest, st.st_size, (st.st_dev, st.st_ino)))
     return out
 
 

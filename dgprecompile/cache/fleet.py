@@ -21,15 +21,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dgprecompile.cache import remote as rmt
-from dgprecompile.cache.artifact import (
-    PackResult,
-    UnpackResult,
-    manifest_cache_dir,
-    pack_cache,
-    unpack_artifact,
-)
+from dgprecompile.cache.pack import PackResult, pack_cache
 from dgprecompile.cache.signing import SIGNATURE_LIMIT, SigningKey, Trust, signature_path
 from dgprecompile.cache.store import CacheStore
+from dgprecompile.cache.unpack import UnpackResult, manifest_cache_dir, unpack_artifact
 from dgprecompile.cache.verify import VerifyReport, verify_cache
 from dgprecompile.errors import (
     EXIT_CHECK_FAILED,

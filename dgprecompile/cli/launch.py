@@ -24,7 +24,8 @@ from dgprecompile.output import Output
 if TYPE_CHECKING:
     from dgprecompile.cache.fleet import PullReport
     from dgprecompile.cache.signing import Trust
-    from dgprecompile.launch.launcher import LaunchResult, PreparedLaunch
+    from dgprecompile.launch.launcher import PreparedLaunch
+    from dgprecompile.launch.results import LaunchResult
     from dgprecompile.planning.plan import Plan, PlanRequest
 
 
@@ -128,7 +129,7 @@ def _job_stdout_to_stderr(active: bool) -> Iterator[None]:
 def _job_and_plan(out: Output, given: list[str], config: Mapping[str, Any], plan_request: PlanRequest,
                   manifest: str | None) -> tuple[list[str], PlanRequest, Plan]:
     """The job's command line, the plan request completed from it, and the plan (one info line on stderr)."""
-    from dgprecompile.launch.launcher import job_command, request_for_job
+    from dgprecompile.launch.jobline import job_command, request_for_job
 
     argv, note = job_command(given, config, plan_request)
     if note:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from dgprecompile.cache.artifact import PackResult, pack_cache
+from dgprecompile.cache.pack import PackResult, pack_cache
 from dgprecompile.cache.remote import is_url
 from dgprecompile.cache.store import CacheStore, resolve_cache_dir
 from dgprecompile.cli.options import (

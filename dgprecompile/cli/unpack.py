@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from dgprecompile.cache.artifact import UnpackResult, unpack_artifact
 from dgprecompile.cache.remote import is_url, redact
 from dgprecompile.cache.store import CacheStore
+from dgprecompile.cache.unpack import UnpackResult, unpack_artifact
 from dgprecompile.cli.options import output_options, trust_options
 from dgprecompile.errors import InputError
 from dgprecompile.output import Output

@@ -7,7 +7,9 @@ from pathlib import Path
 import click
 
 from dgprecompile.cli.options import cache_dir_option, output_options, plan_options, resolve_plan
-from dgprecompile.compile.warm import WarmOptions, WarmResult, WarmSetup, prepare_warm, run_warm
+from dgprecompile.compile.warm import run_warm
+from dgprecompile.compile.warm_result import WarmResult
+from dgprecompile.compile.warm_setup import WarmOptions, WarmSetup, prepare_warm
 from dgprecompile.errors import InputError
 from dgprecompile.generations import BACKENDS, DEEPGEMM_BACKENDS, GENERATIONS
 from dgprecompile.output import Output

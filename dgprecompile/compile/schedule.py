@@ -1,6 +1,6 @@
 """warm's scheduler: which worker compiles what, who is blamed for a failure, and why the rest stops.
 
-Pure state, no I/O: warm's loop (compile/warm.py) tells it what each worker reported and carries out the
+Pure state, no I/O: warm's loop (compile/warm_pool.py) tells it what each worker reported and carries out the
 actions it returns. The queue is one list for every kind of work (DeepGEMM kernels of the plan's backend, SGLang
 JIT modules), ordered by estimated cost, costliest first; a worker takes the first item of a kind it serves.
 

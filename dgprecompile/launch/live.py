@@ -192,7 +192,7 @@ def _check_environment(plan: Plan, python: str) -> None:
 
 def run_live(plan: Plan, store: CacheStore, opts: LiveOptions, out=None) -> LiveReport:
     """Call the plan's layers in the live driver, a child with `launch --strict`'s environment; what it reported."""
-    from dgprecompile.launch.launcher import warm_command
+    from dgprecompile.launch.preflight import warm_command
 
     python = opts.python or sys.executable
     _check_environment(plan, python)
@@ -226,7 +226,7 @@ def _strict_env(plan: Plan, cache_dir: str, fingerprint: dict[str, Any], run_dir
                 python: str) -> dict[str, str]:
     """`launch --strict`'s environment for the driver, with its guard folder and plan-info file in ``run_dir``;
     raises where the user's environment conflicts with the warmed cache."""
-    from dgprecompile.launch.launcher import GUARD_DIR, compose_env, jit_name_prefixes
+    from dgprecompile.launch.environment import GUARD_DIR, compose_env, jit_name_prefixes
 
     composed = compose_env(plan, cache_dir, fingerprint, os.environ, strict=True, run_dir=str(run_dir),
                            warm_hint=hint, python=python)
@@ -243,7 +243,7 @@ def _strict_env(plan: Plan, cache_dir: str, fingerprint: dict[str, Any], run_dir
 def _write_job(plan: Plan, store: CacheStore, units: list[dict[str, Any]], opts: LiveOptions, run_dir: Path,
                env: dict[str, str]) -> None:
     """The driver's job.json: the units to call, and the cache folders whose new entries count as compiles."""
-    from dgprecompile.launch.launcher import plan_jit_family, triton_cache_dir
+    from dgprecompile.launch.environment import plan_jit_family, triton_cache_dir
 
     triton = triton_cache_dir(env)
     family = plan_jit_family(plan)

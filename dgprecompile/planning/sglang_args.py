@@ -136,17 +136,22 @@ def _action_classes(modules: list[_Module]) -> dict[str, _ActionClass]:
             info = _ActionClass(zero_args=False)
             for item in node.body:
                 if isinstance(item, ast.FunctionDef) and item.name == "__init__":
-                    args = item.args.args[len(item.args.args) - len(item.args.defaults):]
-                    for arg, default in zip(args, item.args.defaults, strict=True):
-                        value = _literal(default, {})
-                        if arg.arg == "nargs" and value == 0:
-                            info.zero_args = True
-                        elif arg.arg == "const" and value is not UNKNOWN:
-                            info.const = value
-                        elif arg.arg == "default" and value is not UNKNOWN:
-                            info.default = value
+                    _init_defaults(item, info)
             out[node.name] = info
     return out
+
+
+def _init_defaults(init: ast.FunctionDef, info: _ActionClass) -> None:
+    """What an Action subclass's ``__init__`` defaults nargs, const and default to, into ``info``."""
+    args = init.args.args[len(init.args.args) - len(init.args.defaults):]
+    for arg, default in zip(args, init.args.defaults, strict=True):
+        value = _literal(default, {})
+        if arg.arg == "nargs" and value == 0:
+            info.zero_args = True
+        elif arg.arg == "const" and value is not UNKNOWN:
+            info.const = value
+        elif arg.arg == "default" and value is not UNKNOWN:
+            info.default = value
 
 
 @dataclass

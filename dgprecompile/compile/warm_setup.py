@@ -1,0 +1,475 @@
+"""warm's setup: everything decided before a worker starts, and the jobs the workers are handed.
+
+The toolchain and the fingerprint (and whether the cache's differs), this rank's share of the plan's kernels, SGLang
+JIT modules and Triton MoE items (the latter cut into chunks, compile/triton_chunks.py), the worker count within
+--jobs, a read-only or full cache refused up front; then each item as a scheduler job with its estimated cost
+(:func:`work`) and what every worker is told (:func:`worker_job`). compile/warm.py runs it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dgprecompile.cache.store import CacheStore, resolve_cache_dir
+from dgprecompile.compile.backends import WorkItem, backend_for
+from dgprecompile.compile.schedule import Job
+from dgprecompile.compile.triton_chunks import Chunk
+from dgprecompile.errors import DGError, EnvironmentProblem, InputError, os_error
+from dgprecompile.fsutil import free_bytes, human_bytes, mount_point
+from dgprecompile.generations import SGLANG_JIT_BACKEND, get_backend
+from dgprecompile.kernels import TRANSPOSE_FAMILY
+from dgprecompile.keys.fingerprint import differences, make_fingerprint, short_id
+from dgprecompile.lifeline import refuse_inside_strict_launch
+from dgprecompile.planning.plan import Plan
+from dgprecompile.toolchain import find_deepgemm, find_nvcc
+
+# Tasks (threads + processes) one worker holds at its peak: its own main thread, plus the compiler's process
+# tree. nvcc runs its stages (cudafe++, cicc, ptxas, the host compiler) one at a time under one driver; one
+# nvcc 13.0 compile of a DeepGEMM kernel peaked at 4 tasks (docs/root-cause.md, "measured"). Workers pin
+# OpenBLAS/OpenMP to one thread each.
+SECONDS_PER_COST_UNIT = 2.0  # _estimated_cost's relative units as seconds of one compile alone
+WORKER_BASE_TASKS = 1
+# Not a measurement: a queue weight per estimated distinct Triton MoE kernel in a chunk (compile/triton_chunks.py
+# weight_of) that orders the chunks costliest first; they run in slots of their own (no zygote), so it orders
+# them only among themselves
+TRITON_MOE_SECONDS_PER_KERNEL = 2.0
+COMPILER_TREE_TASKS = 4
+
+
+@dataclass
+class WarmOptions:
+    cache_dir: str | None = None
+    backend: str | None = None
+    jobs: int | None = None
+    gpus: list[int] | None = None
+    nvcc: str | None = None
+    sglang_jit: str = "auto"  # SGLang's own JIT modules: auto (when the plan's sglang is installed) | on | off
+
+
+@dataclass
+class WarmSetup:
+    plan: Plan
+    backend: str
+    store: CacheStore
+    fingerprint: dict[str, Any]
+    stale: list[tuple[str, Any, Any]]
+    items: list[WorkItem]  # in the order they are handed out: the costliest first
+    workers: int
+    gpus: list[int | None]
+    job_common: dict[str, Any]
+    rank: int = 0
+    world: int = 1
+    notes: list[str] = field(default_factory=list)  # what the user should know about this warm
+    jit_items: list[WorkItem] = field(default_factory=list)  # SGLang's own JIT modules (sglang-jit workers)
+    jit_job: dict[str, Any] = field(default_factory=dict)
+    jit_skipped: dict[str, str] = field(default_factory=dict)  # module id -> why it is not built here
+    # this machine lacks what builds them (sglang, tvm-ffi, ninja): what to install; None when they were turned off
+    jit_missing: str | None = None
+    swept: list[str] = field(default_factory=list)  # sweep backend: key ranges already covered (cached)
+    jit_seconds: float = 0.0  # the estimated build time of one SGLang JIT module (the queue's order)
+    in_place: list[str] = field(default_factory=list)  # a read-only cache holding every kernel: nothing to do
+    triton_items: list[WorkItem] = field(default_factory=list)  # SGLang's Triton fused MoE, one per MoE shape
+    triton_job: dict[str, Any] = field(default_factory=dict)
+    triton_chunks: list[Chunk] = field(default_factory=list)  # the items not yet covered, cut for the budget
+    triton_cached: list[str] = field(default_factory=list)  # items whose record covers them already
+    runners: int = 0  # slots for the chunks' subprocesses (within the budget, ``workers``)
+
+    @property
+    def task_budget(self) -> int:
+        return self.workers * (WORKER_BASE_TASKS + COMPILER_TREE_TASKS)
+
+
+def _visible_gpus() -> list[int]:
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return list(range(len([d for d in env.split(",") if d.strip()])))
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return list(range(len([line for line in out.stdout.splitlines() if line.startswith("GPU ")])))
+
+
+def _estimated_cost(item: WorkItem) -> float:
+    """A rough compile time in seconds, to start the longest kernels first: relative to the tile and kind
+    (measured on an H200 host under a 16-way load: grouped kernels and large tiles take 5-10 s, layout kernels
+    about 1 s), scaled so a grouped 128x128 kernel costs its 4 s alone (bench/results/README.md), the unit
+    SGLang's JIT modules are estimated in too."""
+    if item.family == TRANSPOSE_FAMILY:
+        return 0.1 * SECONDS_PER_COST_UNIT
+    p = item.params
+    tile = (p.get("BM", 64) * p.get("BN", 64)) / (128 * 128)
+    grouped = item.kernel_type != "GEMM_NT_F8F8BF16"
+    return SECONDS_PER_COST_UNIT * (tile + (1.0 if grouped else 0.0) + (0.5 if p.get("BN", 0) % 32 else 0.0))
+
+
+def _toolchain(plan: Plan, opts: WarmOptions):
+    """(backend, DeepGEMM install, nvcc): what this machine compiles the plan with; refuses an nvcc below 12.3."""
+    requested = _requested_backend(plan, opts.backend)
+    install = find_deepgemm()
+    backend = backend_for(requested, install, plan.profile.generation,
+                          f"{plan.profile.deepgemm_distribution}=={plan.profile.deepgemm_version}")
+    assert install is not None
+    nvcc = find_nvcc(opts.nvcc)
+    if nvcc.release < (12, 3):
+        raise EnvironmentProblem(f"nvcc {nvcc.path} is release {nvcc.release}; DeepGEMM needs >= 12.3",
+                                 hint="install CUDA 12.3 or newer, or pass --nvcc PATH")
+    return backend, install, nvcc
+
+
+def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
+    """Everything warm decides before a worker starts: the toolchain, the fingerprint (and whether the cache's
+    differs), this rank's share of the kernels, JIT modules and Triton MoE items, the worker count, space.
+    Refused inside a strict `dgprecompile launch` (dgprecompile.lifeline: its supervisor is an ancestor)."""
+    refuse_inside_strict_launch("dgprecompile warm")
+    backend, install, nvcc = _toolchain(plan, opts)
+    store = CacheStore(resolve_cache_dir(plan, opts.cache_dir))
+    fingerprint = make_fingerprint(install, nvcc, plan.num_sms, plan.gpu)
+    recorded = store.read_index().fingerprint
+    stale = differences(recorded, fingerprint) if recorded else []
+
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    generation = plan.profile.deepgemm
+    notes: list[str] = []
+    needs_gpu, sweeps = get_backend(backend).needs_gpu, get_backend(backend).sweeps
+    if not needs_gpu and not generation.keys_proven(install.version):
+        notes.append(f"the entry names of {install.distribution} {install.version} are computed from its own sources "
+                     "but were not yet compared with entries its runtime made on a GPU; `launch --strict` shows any "
+                     "miss at once (or use --backend cxx on a GPU)")
+    job_common, gpus = _backend_job(plan, opts, install, nvcc, needs_gpu, world)
+    jobs = _worker_count(opts, backend, needs_gpu, notes)
+    jit_items, jit_job, jit_skipped, jit_fp, jit_missing = _prepare_jit(plan, opts, nvcc, store.root)
+    triton_items, triton_job = _prepare_triton(plan, opts, jit_skipped)
+    if triton_items is None:  # what this machine lacks to run the Triton MoE warm (--sglang-jit auto)
+        triton_items, jit_missing = [], jit_missing or triton_job["missing"]
+    if world > 1:
+        jit_items = jit_items[rank::world]
+        triton_items = triton_items[rank::world]
+    if jit_fp is not None:
+        fingerprint.update(jit_fp)  # {the family's fingerprint section: its fields}
+        stale = differences(recorded, fingerprint) if recorded else []
+    swept: list[str] = []
+    if sweeps:  # chunks come largest first already; their entries are not known in advance
+        items, swept = _sweep_items(plan, store, fingerprint, jobs, rank, world)
+        job_common["fingerprint_id"] = short_id(fingerprint)
+        notes.append(f"sweep: DeepGEMM chooses its own kernels; {len(items)} chunks of the keys' m ranges still to "
+                     "call (every m up to 16,384, then 64q+1, 64q+32, 64q+64; masked: every expected_m)")
+    else:
+        items = sorted(_kernel_items(plan, rank, world), key=_estimated_cost, reverse=True)
+    cached, chunks, slots = _triton_chunks(store, plan, triton_items, triton_job, jobs, items + jit_items, stale)
+    jobs = max(1, min(jobs, len(items) + len(jit_items) + len(chunks)))
+    zygote_workers = _zygote_workers(backend, jobs, items, jit_items, jit_job)
+    _require_readable(store, items + jit_items)
+    try:
+        store.require_writable("write to")
+    except DGError:
+        if sweeps or stale or not _all_in_place(store, plan, items + jit_items, triton_items, triton_job):
+            raise
+        notes.append(f"{store.root} is not writable here, and every kernel of the plan is already in it: "
+                     "nothing to do")
+        return WarmSetup(plan, backend, store, fingerprint, stale, [], 1, [None], job_common, rank, world, notes,
+                         [], {}, jit_skipped, jit_missing, swept,
+                         in_place=[it.kernel for it in items + jit_items + triton_items])
+    if not sweeps:
+        _check_space(store, plan, items, [] if stale else None)
+    return WarmSetup(plan, backend, store, fingerprint, stale, items, jobs,
+                     [gpus[i % len(gpus)] for i in range(zygote_workers)], job_common, rank, world, notes,
+                     jit_items, jit_job, jit_skipped, jit_missing, swept, float(jit_job.get("build_seconds", 0.0)),
+                     triton_items=triton_items, triton_job=triton_job, triton_chunks=chunks, triton_cached=cached,
+                     runners=min(len(chunks), slots))
+
+
+def _worker_count(opts: WarmOptions, backend: str, needs_gpu: bool, notes: list[str]) -> int:
+    """--jobs (default: one per CPU core; 0 is refused, not "default"), and the note for --gpus on a GPU-free
+    backend."""
+    jobs = opts.jobs if opts.jobs is not None else (os.cpu_count() or 1)
+    if opts.gpus and not needs_gpu:
+        notes.append(f"--gpus is ignored: the {backend} backend compiles without a GPU")
+    if jobs < 1:
+        raise InputError("--jobs must be at least 1", hint="omit --jobs for one worker per CPU core")
+    return jobs
+
+
+def _requested_backend(plan: Plan, requested: str | None) -> str | None:
+    """The backend asked for: keys-only plans take the generation's sweep backend (the library itself has to
+    choose, for every m), and refuse any other."""
+    if plan.heuristic:
+        return requested
+    sweep = plan.profile.deepgemm.sweep_backend
+    if sweep is None:
+        raise InputError(f"the plan for sglang {plan.profile.id} lists keys only and its DeepGEMM "
+                         f"({plan.profile.generation}) has no sweep backend",
+                         hint="plan with an --sglang version whose DeepGEMM is modelled")
+    if requested not in (None, "auto", sweep):
+        raise InputError(f"the plan for sglang {plan.profile.id} lists keys only, so --backend {requested} "
+                         "has no kernels to build",
+                         hint=f"use --backend {sweep} (or auto) on a GPU machine: DeepGEMM itself chooses for "
+                              "every m of each key (or plan without --keys-only)")
+    return sweep
+
+
+def _backend_job(plan: Plan, opts: WarmOptions, install, nvcc, needs_gpu: bool,
+                 world: int) -> tuple[dict[str, Any], list[int | None]]:
+    """The DeepGEMM backend's part of the workers' job, and the GPUs its workers go on ([None]: no GPU)."""
+    generation = plan.profile.deepgemm
+    job: dict[str, Any] = {"nvcc": nvcc.path, "num_sms": plan.num_sms, "entry_files": list(generation.entry_files)}
+    if not needs_gpu:  # computes the runtime's entry names and builds them itself
+        job["key_context"] = generation.key_context(install, nvcc).__dict__
+        job["key_class"] = generation.key_class
+        return job, [None]
+    visible = _visible_gpus()
+    if world > 1:
+        visible = [int(os.environ.get("LOCAL_RANK", 0))]
+    gpus: list[int | None] = list(opts.gpus) if opts.gpus else list(visible)
+    absent = sorted({g for g in opts.gpus or () if g < 0 or (visible and g >= len(visible))})
+    if absent:
+        raise InputError(f"--gpus {','.join(map(str, opts.gpus or ()))}: GPU {absent[0]} is not visible here "
+                         f"({len(visible)} visible: 0..{len(visible) - 1})",
+                         hint="pass --gpus indices of visible GPUs, or omit --gpus for all of them")
+    if not gpus:
+        raise EnvironmentProblem("the C++-JIT DeepGEMM compiles inside GEMM launches, so warm needs a GPU; "
+                                 "none is visible", hint="run warm on a Hopper GPU machine (or pass --gpus)")
+    return job, gpus
+
+
+def _require_readable(store: CacheStore, items: list[WorkItem]) -> None:
+    """Refuse up front, naming the file and its owner, when an entry the index records for these items is there
+    but this user may not read it (a shared cache with one entry left 0600): no worker could check or use it."""
+    index = store.read_index()
+    for it in items:
+        record = index.kernels.get(it.kernel)
+        if record is None:
+            continue
+        path = store.entry_path(record.entry, record.area)
+        if not path.is_dir():  # missing, or a file in its place: the worker builds (and repairs) it
+            continue
+        for name in (".", *record.files):
+            if (path / name).exists() and not os.access(path / name, os.R_OK | (os.X_OK if name == "." else 0)):
+                raise os_error(PermissionError(errno.EACCES, "Permission denied", str(path / name)), "read")
+
+
+def _all_in_place(store: CacheStore, plan: Plan, items: list[WorkItem], triton_items: list[WorkItem] = (),
+                  triton_job: dict[str, Any] | None = None) -> bool:
+    """Whether the index records every item and each recorded entry is there with its recorded, loadable bytes
+    (a Triton MoE item: its record covers it, cache/triton_moe.py): a warm with nothing to build, which needs no
+    write access."""
+    from dgprecompile.cache.triton_moe import COVERED, item_coverage
+
+    index = store.read_index()
+    return all(it.kernel in index.kernels and store.check_entry(index.kernels[it.kernel], plan.profile.sm_arch)
+               is None for it in items) and all(
+        item_coverage(store, index, it.kernel, (triton_job or {}).get("installed")).status == COVERED
+        for it in triton_items)
+
+
+def _kernel_items(plan: Plan, rank: int, world: int) -> list[WorkItem]:
+    """One work item per planned kernel, built through its bucket's representative call; under torchrun each rank
+    takes a disjoint share of the whole plan."""
+    reps = plan.representatives()
+    items = []
+    for kernel_id, spec in plan.kernels.items():
+        key, m = reps[kernel_id]
+        items.append(WorkItem(kernel_id, spec.family, dict(spec.params), key.kernel_type.value, key.n, key.k,
+                              key.num_groups, m))
+    return items[rank::world] if world > 1 else items
+
+
+def _sweep_items(plan: Plan, store: CacheStore, fingerprint: dict[str, Any], jobs: int, rank: int,
+                 world: int) -> tuple[list[WorkItem], list[str]]:
+    """Chunks of every key's m range not yet covered by a sweep record of this fingerprint (with its entries
+    whole), cut for ``jobs`` workers; and a label per key or range already covered ("cached")."""
+    from dgprecompile.cache.sweeps import coverage, key_label
+    from dgprecompile.compile.sweep import plan_chunks
+
+    keys = [(pk.key.ident, pk.key.m_min, pk.key.m_max) for pk in plan.keys]
+    if world > 1:  # under torchrun: each rank sweeps a disjoint share of the keys
+        keys = keys[rank::world]
+    covered = coverage(store, store.read_index(), keys, short_id(fingerprint), plan.profile.sm_arch)
+    todo = {c.key: c.missing for c in covered if c.missing}
+    cached = [f"{key_label(c.key)}: m {lo}..{hi} swept" for c in covered for lo, hi in c.covered]
+    chunks = plan_chunks(todo, jobs)
+    return [WorkItem(**c.to_work_item()) for c in chunks], cached
+
+
+def _check_space(store: CacheStore, plan: Plan, items: list[WorkItem], index_kernels=None) -> None:
+    """Refuse before compiling anything when the cache's filesystem cannot hold what is left to build (the
+    profile's bytes_per_entry per kernel not yet in the index), instead of failing half-way on a full disk."""
+    index = store.read_index()
+    known = index.kernels if index_kernels is None else {}
+    pending = [it for it in items
+               if it.kernel not in known or not store.entry_path(known[it.kernel].entry).is_dir()]
+    need = len(pending) * plan.profile.bytes_per_entry
+    if not need:
+        return
+    try:
+        free = free_bytes(store.root)
+    except OSError:
+        return
+    if free < need:
+        mount = mount_point(store.root)
+        raise EnvironmentProblem(
+            f"not enough space on {mount} for the cache: {human_bytes(free)} free, the plan needs about "
+            f"{human_bytes(need)} ({len(pending)} kernels x {human_bytes(plan.profile.bytes_per_entry)})",
+            hint=f"free space on {mount}, or pass --cache-dir on a larger filesystem")
+
+
+def _cuda_home(nvcc_path: str) -> str | None:
+    """The CUDA toolkit tvm-ffi should use (it runs $CUDA_HOME/bin/nvcc and links $CUDA_HOME/lib64/libcudart)."""
+    if os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH"):
+        return None  # the user's choice, as the runtime will see it
+    for candidate in (Path(nvcc_path).resolve().parent.parent, Path(nvcc_path).parent.parent, Path("/usr/local/cuda")):
+        if (candidate / "include" / "cuda_runtime.h").is_file() and (candidate / "bin" / "nvcc").is_file():
+            return str(candidate)
+    return None
+
+
+def _prepare_jit(plan: Plan, opts: WarmOptions, nvcc, cache_root: Path) -> tuple[
+        list[WorkItem], dict[str, Any], dict[str, str], dict[str, Any] | None, str | None]:
+    """Work items for the plan's SGLang JIT modules, their family's workers' job, what is skipped and why, the
+    fingerprint section naming what their runtime names hold (all asked of the modules' JitFamily), and what to
+    install when this machine lacks what builds them."""
+    from dgprecompile.jit_families import get_family
+
+    modules = list(plan.jit_modules.values())
+    if not modules:
+        return [], {}, {}, None, None
+    if opts.sglang_jit == "off":
+        return [], {}, {m.id: "--sglang-jit off" for m in modules}, None, None
+    families = sorted({m.family for m in modules})
+    if len(families) != 1:
+        raise InputError(f"the plan mixes SGLang JIT families {', '.join(families)}",
+                         hint="regenerate the manifest with `dgprecompile plan -o`")
+    family = get_family(families[0])
+    try:
+        naming = family.naming(plan.sglang_version or "")
+        ninja = shutil.which("ninja", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+        if ninja is None:
+            raise EnvironmentProblem(f"ninja is not installed: {family.label} builds its modules with it",
+                                     hint="pip install ninja")
+    except EnvironmentProblem as exc:
+        if opts.sglang_jit == "on":
+            raise
+        return [], {}, {m.id: exc.message for m in modules}, None, exc.hint or exc.message
+    items = [WorkItem(m.id, family.backend, family.build_params(naming, m), "SGLANG_JIT", 0, 0, 0, 0)
+             for m in modules]
+    job = {**family.worker_job(naming, modules), "cuda_home": _cuda_home(nvcc.path),
+           "ninja_dir": os.path.dirname(ninja), "jit_backend": family.backend, "area": family.area,
+           "not_recorded": list(family.not_recorded),
+           "launch_env": [list(e) for e in family.launch_env(str(cache_root))],
+           "build_seconds": naming.spec.build_seconds}
+    return items, job, {}, {family.fingerprint_section: naming.fingerprint()}, None
+
+
+def _prepare_triton(plan: Plan, opts: WarmOptions, skipped: dict[str, str]) -> tuple[list[WorkItem] | None,
+                                                                                    dict[str, Any]]:
+    """Work items for the plan's Triton fused-MoE shapes and their workers' job (families.TRITON_MOE). Run with
+    the installed sglang and Triton, so they follow --sglang-jit as SGLang's own JIT modules do: off leaves them
+    out, on refuses at once when this machine cannot run them, auto skips them (``skipped``: why) and returns
+    None items with ``{"missing": what to install}``."""
+    from importlib import metadata
+
+    from dgprecompile.families import TRITON_MOE
+
+    moe = list(plan.triton_moe.values())
+    if not moe:
+        return [], {}
+    if opts.sglang_jit == "off":
+        skipped.update({t.id: "--sglang-jit off" for t in moe})
+        return [], {}
+    try:
+        missing = TRITON_MOE.missing()
+        if missing is not None:
+            raise EnvironmentProblem(f"the {TRITON_MOE.label} warm needs {', '.join(TRITON_MOE.imports)} importable "
+                                     "here", hint=missing)
+        try:
+            installed_sglang = metadata.version("sglang")
+        except metadata.PackageNotFoundError:
+            installed_sglang = None
+        if plan.sglang_version and installed_sglang != plan.sglang_version:
+            raise EnvironmentProblem(f"the installed sglang is {installed_sglang}, not the plan's {plan.sglang_version}: "
+                                     f"its {TRITON_MOE.label} configs and kernels may differ",
+                                     hint=f"install sglang {plan.sglang_version} (the job's own), or plan for "
+                                          f"--sglang {installed_sglang}")
+    except EnvironmentProblem as exc:
+        if opts.sglang_jit == "on":
+            raise
+        skipped.update({t.id: exc.message for t in moe})
+        return None, {"missing": exc.hint or exc.message}
+    items = [WorkItem(t.id, "triton_moe", {k: v for k, v in t.to_dict().items() if k != "id"}, "TRITON_MOE", t.hidden,
+                      t.intermediate, t.experts, t.m_count) for t in moe]  # m: the calls it makes (its cost)
+    # the record's Triton: read here from metadata, the interpreter the workers' subprocesses run
+    return items, {"installed": TRITON_MOE.installed(), "python": sys.executable, "backend_name": TRITON_MOE.backend}
+
+
+def _triton_chunks(store: CacheStore, plan: Plan, items: list[WorkItem], job: dict[str, Any], jobs: int,
+                   others: list[WorkItem], stale) -> tuple[list[str], list[Chunk], int]:
+    """(items already covered by their record, the chunks of the others, the slots the chunks may take): one
+    budget for the zygote's workers and the chunks; while a zygote imports (``others``: its workers' items), the
+    chunks take all of it but one slot. Each item is cut for those slots (compile/triton_chunks.py). A stale
+    fingerprint covers nothing (the warm clears the records first)."""
+    from dgprecompile.cache.triton_moe import COVERED, item_coverage
+    from dgprecompile.compile.triton_chunks import chunks_for
+    from dgprecompile.families import TRITON_MOE
+    from dgprecompile.kernels import TritonMoeItem
+
+    budget = max(1, jobs - 1) if others else jobs
+    index = store.read_index() if items else None
+    cached, chunks = [], []
+    rel = TRITON_MOE.release(plan.sglang_version)
+    for it in items:
+        if not stale and item_coverage(store, index, it.kernel, job.get("installed")).status == COVERED:
+            cached.append(it.kernel)
+            continue
+        moe = TritonMoeItem.from_dict({**it.params, "id": it.kernel})
+        chunks += chunks_for(moe, budget, TRITON_MOE.tuned_up_to(rel, moe, moe.device_name),
+                             TRITON_MOE_SECONDS_PER_KERNEL)
+    return cached, chunks, budget
+
+
+def _zygote_workers(backend: str, jobs: int, items: list[WorkItem], jit_items: list[WorkItem],
+                    jit_job: dict[str, Any]) -> int:
+    """The zygote's workers: one per slot of the budget that its items can use, and, when the DeepGEMM backend
+    needs no preload and SGLang's JIT builders do, as many as the kernels can use again, forked before the imports
+    and serving the DeepGEMM backend only (compile/worker.py ``zygote``; ``early_workers`` in the job). The
+    scheduler's budget keeps all of them within --jobs."""
+    workers = min(jobs, len(items) + len(jit_items))
+    jit_backend = jit_job.get("jit_backend") if jit_items else None
+    if not items or jit_backend is None or get_backend(backend).preload is not None:
+        return workers
+    return workers + (min(workers, len(items)) if get_backend(jit_backend).preload is not None else 0)
+
+
+def work(setup: WarmSetup) -> list[tuple[Job, WorkItem | Chunk]]:
+    """Every item with the worker backend that builds it and its estimated seconds: DeepGEMM's kernels from
+    their tiles (:func:`_estimated_cost`), sweep chunks in the order they come (largest first), SGLang's JIT
+    modules from the measured build time of one (the JIT family's ``build_seconds``); Triton MoE chunks (no
+    WorkItem: the parent runs them) with their estimates."""
+    out = []
+    for pos, item in enumerate(setup.items):
+        cost = float(len(setup.items) - pos) if get_backend(setup.backend).sweeps else _estimated_cost(item)
+        out.append((Job(item.kernel, setup.backend, cost), item))
+    jit_backend = setup.jit_job.get("jit_backend", SGLANG_JIT_BACKEND)  # the modules' JitFamily's backend
+    out += [(Job(item.kernel, jit_backend, setup.jit_seconds), item) for item in setup.jit_items]
+    out += [(Job(c.id, setup.triton_job["backend_name"], c.cost), c) for c in setup.triton_chunks]
+    return out
+
+
+def worker_job(setup: WarmSetup) -> dict[str, Any]:
+    """What every worker is told (job.json): the cache, and each backend's own settings."""
+    common = {"cache_dir": str(setup.store.root), "arch": setup.plan.profile.sm_arch,
+              "bytes_per_entry": setup.plan.profile.bytes_per_entry}
+    backends = {}
+    if setup.items:
+        backends[setup.backend] = {**common, "backend": setup.backend, **setup.job_common}
+    if setup.jit_items:
+        jit_backend = setup.jit_job.get("jit_backend", SGLANG_JIT_BACKEND)
+        backends[jit_backend] = {**common, "backend": jit_backend, **setup.jit_job}
+    early = len(setup.gpus) - min(setup.workers, len(setup.items) + len(setup.jit_items))
+    return {"cache_dir": str(setup.store.root), "backends": backends, "early_workers": max(0, early)}
