@@ -15,7 +15,7 @@ import sys
 import pytest
 from helpers import NVCC, bundled_deep_gemm_dir, needs_nvcc, sgl_deep_gemm_dir
 
-from dgprecompile.generations import load_key_class
+from dgprecompile.keys.schemes import key_class
 from dgprecompile.planning.manifest import plan_from_dict, write_manifest
 from dgprecompile.planning.plan import PlanRequest
 from dgprecompile.planning.request import plan_from_request
@@ -85,7 +85,7 @@ def test_nvcc_backend_builds_entries_for_the_release(tmp_path, release, sglang, 
     dist, version, generation, package_dir = json.loads(subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=_env(release), check=True).stdout)
     assert version == release.removeprefix("sk-") and generation == small.profile.generation
-    ctx_class = load_key_class(small.profile.deepgemm.key_class)
+    ctx_class = key_class(small.profile.deepgemm.key_scheme)
     ctx = ctx_class.build(DeepGemmInstall(dist, version, package_dir, generation), probe_nvcc(NVCC), {})
     expected = sorted(ctx.entry_name(spec) for spec in small.kernels.values())
     assert sorted(os.listdir(cache / "cache")) == expected

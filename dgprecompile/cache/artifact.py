@@ -46,7 +46,7 @@ from dgprecompile.cache.store import (
     resolve_cache_dir,
     valid_entry_name,
 )
-from dgprecompile.errors import CheckFailed, DGError, EnvironmentProblem, InputError, os_error
+from dgprecompile.errors import CheckFailed, DGError, EnvironmentProblem, InputError
 from dgprecompile.fsutil import (
     atomic_write_bytes,
     atomic_writer,
@@ -54,6 +54,7 @@ from dgprecompile.fsutil import (
     free_bytes,
     fsync_dir,
     open_input,
+    os_error,
     space_message,
 )
 from dgprecompile.keys.fingerprint import differences, short_id
@@ -99,7 +100,7 @@ def _json_bytes(data: Any) -> bytes:
 def _covers_here(store: CacheStore, index: Index, item: str) -> bool:
     """Whether the index's record of a Triton fused-MoE item covers it here (this Triton, its entries whole)."""
     from dgprecompile.cache.triton_moe import COVERED, item_coverage
-    from dgprecompile.families import TRITON_MOE
+    from dgprecompile.runtimes.triton_moe import TRITON_MOE
 
     return item_coverage(store, index, item, TRITON_MOE.installed()).status == COVERED
 

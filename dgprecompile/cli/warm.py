@@ -9,8 +9,9 @@ import click
 from dgprecompile.cli.options import cache_dir_option, output_options, plan_options, resolve_plan
 from dgprecompile.compile.warm import WarmOptions, WarmResult, WarmSetup, prepare_warm, run_warm
 from dgprecompile.errors import InputError
-from dgprecompile.generations import BACKENDS, DEEPGEMM_BACKENDS, GENERATIONS
 from dgprecompile.output import Output
+from dgprecompile.runtimes import BACKENDS, GENERATIONS
+from dgprecompile.runtimes.deepgemm import DEEPGEMM_BACKENDS
 
 
 def _parse_gpus(text: str | None) -> list[int] | None:
@@ -115,7 +116,7 @@ def _announce(out: Output, plan, setup: WarmSetup) -> None:
         out.info(f"SGLang JIT modules: built with the installed sglang {plan.sglang_version}'s own builders into "
                  f"{area} (one ninja job per worker: MAX_JOBS=1); the runtime reads them with {names} (launch sets it)")
     if setup.triton_items:
-        from dgprecompile.families import TRITON_MOE
+        from dgprecompile.runtimes.triton_moe import TRITON_MOE
 
         out.info(f"{TRITON_MOE.label}: each item's m set is cut into {len(setup.triton_chunks)} chunk(s) in all, each "
                  f"`python -m {TRITON_MOE.warm_module}` started at once within the --jobs budget "

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from dgprecompile.errors import EnvironmentProblem
-from dgprecompile.kernels import KernelSpec
+from dgprecompile.runtimes.items import KernelSpec
 from dgprecompile.toolchain import DeepGemmInstall, Nvcc
 
 # The kernel source FP8GemmRuntime.generate() emits; its bytes are part of the key, so they must match exactly.

@@ -33,6 +33,7 @@ from dgprecompile import scratch
 from dgprecompile.cache.store import CacheStore, resolve_cache_dir
 from dgprecompile.cache.verify import COVERED_BY_SWEEP, VerifyReport, verify_roots
 from dgprecompile.errors import EXIT_CHECK_FAILED, CheckFailed, EnvironmentProblem, InputError
+from dgprecompile.keys.schemes import name_stem
 from dgprecompile.launch.hook import HOOK_DIR, NVCC_STANDIN
 from dgprecompile.launch.supervise import DEFAULT_KILL_GRACE, JobWatch, run_child
 from dgprecompile.planning.plan import Plan, PlanRequest
@@ -283,7 +284,7 @@ def _hook_vars(c: _EnvComposer, plan: Plan, cache_dir: str, *, strict: bool, tra
                run_dir: str | None, warm_hint: str, python: str | None,
                families: list[tuple[str, str, str]] | tuple[()]) -> dict[str, str]:
     """What the startup hook reads: strict mode, the plan's kernels and where to record events, guards and calls."""
-    from dgprecompile.jit_families import hook_targets
+    from dgprecompile.runtimes import hook_targets
 
     hook_vars = {"DGPRECOMPILE_STRICT": "1" if strict else "0", "DGPRECOMPILE_GENERATION": plan.profile.deepgemm.id,
                  "DGPRECOMPILE_JIT_HOOKS": ",".join(hook_targets()),
@@ -306,7 +307,7 @@ def _hook_vars(c: _EnvComposer, plan: Plan, cache_dir: str, *, strict: bool, tra
 
 def _hook_pythonpath(c: _EnvComposer, plan: Plan, *, strict: bool, trace_dir: str | None, hook_dir: str) -> None:
     """PYTHONPATH starts with the startup hook; its settings row says what the hook does in this launch."""
-    from dgprecompile.jit_families import hook_targets
+    from dgprecompile.runtimes import hook_targets
 
     generation = plan.profile.deepgemm.id
     old = c.base_env.get("PYTHONPATH")
@@ -325,7 +326,7 @@ def all_entries(store: CacheStore) -> list[str]:
     """Every runtime entry of the cache: DeepGEMM's by name, SGLang's JIT modules as tvm-ffi/<name> (the other
     families' entries are reported per family: launch/capture.py)."""
     from dgprecompile.cache.store import AREAS, ENTRIES
-    from dgprecompile.families import FILED_AREAS
+    from dgprecompile.runtimes.captured import FILED_AREAS
 
     return [e if area == ENTRIES else f"{area}/{e}" for area in AREAS if area not in FILED_AREAS
             for e in store.list_entries(area)]
@@ -345,7 +346,7 @@ def _listdir(path: str) -> set[str]:
 
 def plan_jit_family(plan: Plan):
     """The JitFamily of the plan's modules, else of its exact sglang release (None: no JIT of its own)."""
-    from dgprecompile.jit_families import family_for, get_family
+    from dgprecompile.runtimes import family_for, get_family
 
     ids = sorted({m.family for m in plan.jit_modules.values()})
     return get_family(ids[0]) if ids else family_for(plan.sglang_version)
@@ -357,13 +358,13 @@ def jit_name_prefixes(plan: Plan) -> list[str]:
     family = plan_jit_family(plan)
     if family is None or not plan.jit_modules:
         return []
-    return [family.name_stem(plan.sglang_version or "", m) for m in plan.jit_modules.values()]
+    return [name_stem(family, plan.sglang_version or "", m) for m in plan.jit_modules.values()]
 
 
 def jit_areas() -> list[str]:
-    from dgprecompile.jit_families import FAMILIES
+    from dgprecompile.runtimes import JIT_FAMILIES
 
-    return sorted({f.area for f in FAMILIES.values()})
+    return sorted({f.area for f in JIT_FAMILIES.values()})
 
 
 def warm_command(plan: Plan, cache_dir: str, manifest: str | None = None, model_arg: str | None = None) -> str:
@@ -623,7 +624,7 @@ def run_launch(prepared: PreparedLaunch) -> LaunchResult:
 def _names_planned_kernels(event: Mapping[str, Any]) -> bool:
     """Whether a refusal names the kernel by its plan id: the runtimes the startup hook refuses (strict_by "hook")
     report the kernel they were asked for; the nvcc stand-in and the other families name what they would build."""
-    from dgprecompile.generations import GENERATIONS
+    from dgprecompile.runtimes import GENERATIONS
 
     generation = GENERATIONS.get(str(event.get("generation")))
     return generation is not None and generation.strict_by == "hook"

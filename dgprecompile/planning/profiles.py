@@ -13,7 +13,7 @@ from packaging.version import InvalidVersion, Version
 
 from dgprecompile.data import load_yaml
 from dgprecompile.errors import InputError
-from dgprecompile.generations import Generation, get_generation
+from dgprecompile.runtimes import Generation, get_generation
 
 
 @dataclass(frozen=True)
