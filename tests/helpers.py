@@ -57,7 +57,7 @@ _WARMED: dict[str, Path] = {}
 
 
 def _legacy_toolchain_missing() -> str | None:
-    from dgprecompile.toolchain import find_deepgemm
+    from dgprecompile.host.toolchain import find_deepgemm
 
     if not (os.path.isfile(LEGACY_NVCC) and os.access(NVCC, os.X_OK)):
         return f"no nvcc at {LEGACY_NVCC}"
@@ -164,7 +164,7 @@ def bare_deep_gemm_identity(deep_gemm_dir: str, tmp_path: Path) -> list:
     """[distribution, version, generation] a fresh process reports for a deep_gemm/ put on PYTHONPATH without any
     distribution metadata (as the tests/gpu tarballs are): what its headers name."""
     os.symlink(deep_gemm_dir, tmp_path / "deep_gemm")
-    code = ("import json; from dgprecompile.toolchain import find_deepgemm; d = find_deepgemm(); "
+    code = ("import json; from dgprecompile.host.toolchain import find_deepgemm; d = find_deepgemm(); "
             "print(json.dumps([d.distribution, d.version, d.generation]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from helpers import cold_entries_explained, sgl_deep_gemm_dir
 
+from dgprecompile.host.toolchain import DeepGemmInstall, Nvcc
 from dgprecompile.keys.schemes import key_class
 from dgprecompile.planning.heuristics.sm90_cxx import (
     Sm90CxxHeuristic,
@@ -23,7 +24,6 @@ from dgprecompile.planning.heuristics.sm90_cxx import (
     transpose_kernel,
 )
 from dgprecompile.runtimes.items import KernelType
-from dgprecompile.toolchain import DeepGemmInstall, Nvcc
 
 RECORD_PATH = Path(__file__).resolve().parent / "data" / "sweep_generations_h200.json"
 RECORD = json.loads(RECORD_PATH.read_text())

@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dgprecompile"
 # the stages (a top-level module or package under dgprecompile/), lowest layer first
 LAYERS: tuple[tuple[str, ...], ...] = (
     # foundation: errors, files, documents and their schemas, data loading, the one Output, this machine
-    ("errors", "fsutil", "documents", "schemas", "data", "output", "procfs", "lifeline", "scratch", "toolchain"),
+    ("errors", "fsutil", "documents", "schemas", "data", "output", "host"),
     ("runtimes",),  # what each runtime is: the floor of the stages
     ("keys",),  # the entry names each runtime looks up
     ("planning",),
@@ -31,6 +31,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 )
 # layers whose stages may import each other (the foundation's modules are small and share one floor)
 PEERS = {0}
+# at most this many modules directly under dgprecompile/ (__init__.py and __main__.py included)
+MAX_TOP_LEVEL_MODULES = 8
 # The one module that imports modules of the package by a computed name, with its reason:
 #   cli/main.py: loads a subcommand's module (dgprecompile.cli.<command>) only when that command runs, so that
 #   `plan`, `verify` and `doctor` import none of the others' libraries; it stays inside the cli stage
@@ -215,3 +217,7 @@ def test_every_stage_has_a_layer():
         if stage(name) is not None:
             layer_of(stage(name))
 
+
+def test_few_top_level_modules():
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= MAX_TOP_LEVEL_MODULES, top

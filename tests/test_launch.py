@@ -252,7 +252,7 @@ def test_no_strict_reports_new_entries_and_writes_a_misses_file_warm_accepts(tmp
 
 
 def _have_legacy_toolchain() -> bool:
-    from dgprecompile.toolchain import find_deepgemm
+    from dgprecompile.host.toolchain import find_deepgemm
 
     install = find_deepgemm()
     return os.access(NVCC, os.X_OK) and install is not None and install.generation == "legacy"

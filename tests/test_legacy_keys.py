@@ -7,11 +7,11 @@ import os
 import pytest
 from helpers import NVCC, needs_legacy, needs_nvcc
 
+from dgprecompile.host.toolchain import find_deepgemm, find_nvcc
 from dgprecompile.keys.legacy import LegacyKeyContext, kernel_source
 from dgprecompile.keys.schemes import key_context
 from dgprecompile.planning.plan import PlanRequest
 from dgprecompile.planning.request import plan_from_request
-from dgprecompile.toolchain import find_deepgemm, find_nvcc
 
 pytestmark = needs_legacy
 

@@ -152,7 +152,7 @@ def test_small_dense_blocks_build_with_nvcc_under_their_computed_names(tmp_path)
     summary = json.loads(warm.stdout)
     assert (summary["backend"], summary["compiled"], summary["failed"]) == ("nvcc", len(small.kernels), 0)
     include = os.path.join(local, "deep_gemm", "include")
-    from dgprecompile.toolchain import probe_nvcc
+    from dgprecompile.host.toolchain import probe_nvcc
 
     ctx = Sk0320KeyContext.from_env(include, probe_nvcc(NVCC).release, {}, template="sk-0.3.20")
     entries = cache / "cache"

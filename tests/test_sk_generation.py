@@ -26,6 +26,7 @@ from helpers import (
     run_in_fresh_python,
 )
 
+from dgprecompile.host.toolchain import Nvcc, headers_hash, known_headers
 from dgprecompile.keys.sglang_kernel import SkKeyContext
 from dgprecompile.planning.heuristics.sm90_cxx import _swizzle
 from dgprecompile.planning.heuristics.sm90_waves import Sm90WaveHeuristic, best_config
@@ -33,7 +34,6 @@ from dgprecompile.planning.plan import PlanRequest
 from dgprecompile.planning.request import plan_from_request
 from dgprecompile.runtimes.deepgemm_cxx import SK_0320_KEY_VERSIONS, SK_037_KEY_VERSIONS, SK_KEY_VERSIONS
 from dgprecompile.runtimes.items import KernelType
-from dgprecompile.toolchain import Nvcc, headers_hash, known_headers
 
 HERE = Path(__file__).resolve().parent
 RECORD = json.loads((HERE / "data" / "sweep_generations_h200.json").read_text())

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from helpers import assert_probe_made_the_models_kernels, bundled_deep_gemm_dir, cold_entries_explained
 
+from dgprecompile.host.toolchain import Nvcc
 from dgprecompile.keys import cxx_templates
 from dgprecompile.keys.schemes import key_class
 from dgprecompile.planning.heuristics.registry import heuristic_for
@@ -28,7 +29,6 @@ from dgprecompile.planning.plan import PlanRequest
 from dgprecompile.planning.request import plan_from_request
 from dgprecompile.runtimes import get_generation
 from dgprecompile.runtimes.items import KernelType
-from dgprecompile.toolchain import Nvcc
 
 HERE = Path(__file__).resolve().parent
 RECORD = json.loads((HERE / "data" / "sweep_generations_h200.json").read_text())

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dgprecompile import scratch
 from dgprecompile.cache.entrycheck import entry_problem, link_problem
 from dgprecompile.cache.samebuild import same_file
 from dgprecompile.errors import CheckFailed, CompileFailed, InputError
@@ -43,6 +42,7 @@ from dgprecompile.fsutil import (
     read_input_bytes,
     tree_size,
 )
+from dgprecompile.host import scratch
 from dgprecompile.runtimes import JIT_FAMILIES
 from dgprecompile.runtimes.captured import FILED_AREAS, family_for_area
 
@@ -449,7 +449,7 @@ class CacheStore:
         return all(same_file(n, staged / n, target / n) for n in mine if (staged / n).is_file())
 
     def new_staging(self) -> Path:
-        """A private staging root, locked by this process for its life (dgprecompile/scratch.py)."""
+        """A private staging root, locked by this process for its life (dgprecompile/host/scratch.py)."""
         self.ensure()
         return scratch.make(self.ours / "staging", "")
 

@@ -19,10 +19,10 @@ from typing import Any
 from dgprecompile.cache.entrycheck import link_problem
 from dgprecompile.cache.store import ADOPTED, CacheStore, Index, valid_entry_name
 from dgprecompile.errors import EXIT_CHECK_FAILED, EXIT_OK, DGError
+from dgprecompile.host.toolchain import DeepGemmInstall, Nvcc, find_deepgemm, find_nvcc
 from dgprecompile.keys.fingerprint import differences, make_fingerprint, short_id
 from dgprecompile.keys.schemes import current_fingerprint, key_context, naming_for
 from dgprecompile.planning.plan import Plan
-from dgprecompile.toolchain import DeepGemmInstall, Nvcc, find_deepgemm, find_nvcc
 
 OK, MISSING, CHANGED, INVALID = "ok", "missing", "changed", "invalid"  # invalid: on disk but not loadable
 ADOPTED_DETAIL = "indexed as found (adopted), never compared with a fresh build"

@@ -245,8 +245,8 @@ def warm_host_modules(root: str | Path, entries: list[str], seen: Mapping[str, M
     warm's kernel entries; ``seen``: :func:`watch_kernels`' records) and file them in the index (by warm, area
     triton). A machine that cannot build them (no C compiler, no Python headers) gets
     ``{"left_to_capture": why}``: a strict launch then refuses each by name and ``launch --capture`` fills them."""
-    from dgprecompile import scratch as scratch_dirs
     from dgprecompile.cache.triton_moe import file_warmed
+    from dgprecompile.host import scratch as scratch_dirs
 
     missing = [e for e in entries if e not in seen]
     if missing:

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dgprecompile import scratch
 from dgprecompile.cache.store import CacheStore, resolve_cache_dir
 from dgprecompile.compile.backends import WorkItem, backend_for
 from dgprecompile.compile.schedule import NO_SPACE, Action, Close, Job, Lost, Scheduler, Send
@@ -42,14 +41,15 @@ from dgprecompile.errors import (
     InputError,
 )
 from dgprecompile.fsutil import free_bytes, human_bytes, mount_point, os_error
+from dgprecompile.host import scratch
+from dgprecompile.host.lifeline import refuse_inside_strict_launch
+from dgprecompile.host.toolchain import find_deepgemm, find_nvcc
 from dgprecompile.keys.fingerprint import differences, make_fingerprint, short_id
 from dgprecompile.keys.schemes import key_context, naming_for
-from dgprecompile.lifeline import refuse_inside_strict_launch
 from dgprecompile.planning.plan import Plan
 from dgprecompile.runtimes import get_backend
 from dgprecompile.runtimes.deepgemm import SGLANG_JIT_BACKEND
 from dgprecompile.runtimes.items import TRANSPOSE_FAMILY
-from dgprecompile.toolchain import find_deepgemm, find_nvcc
 
 # Tasks (threads + processes) one worker holds at its peak: its own main thread, plus the compiler's process
 # tree. nvcc runs its stages (cudafe++, cicc, ptxas, the host compiler) one at a time under one driver; one
@@ -206,7 +206,7 @@ def _toolchain(plan: Plan, opts: WarmOptions):
 def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
     """Everything warm decides before a worker starts: the toolchain, the fingerprint (and whether the cache's
     differs), this rank's share of the kernels, JIT modules and Triton MoE items, the worker count, space.
-    Refused inside a strict `dgprecompile launch` (dgprecompile.lifeline: its supervisor is an ancestor)."""
+    Refused inside a strict `dgprecompile launch` (dgprecompile.host.lifeline: its supervisor is an ancestor)."""
     refuse_inside_strict_launch("dgprecompile warm")
     backend, install, nvcc = _toolchain(plan, opts)
     store = CacheStore(resolve_cache_dir(plan, opts.cache_dir))

@@ -246,7 +246,7 @@ def _end_everything(_signum=None, _frame=None) -> None:
     """The zygote, once its warm is gone: SIGKILL every worker's process group (the worker and its nvcc, cicc,
     ptxas) and every other process below (the zygote is their subreaper), reap them, and exit. Nothing is
     installed after the warm died: the workers die before their next rename, and check before it (lifeline)."""
-    from dgprecompile.procfs import descendants
+    from dgprecompile.host.procfs import descendants
 
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, WARM_GONE):
         signal.signal(sig, signal.SIG_IGN)
@@ -280,7 +280,7 @@ def _reap_all() -> None:
 
 def _bind_zygote_to_warm() -> None:
     """The zygote dies with its warm: the parent-death signal ends every worker; a warm already gone ends it now."""
-    from dgprecompile import lifeline
+    from dgprecompile.host import lifeline
 
     lifeline.set_subreaper()  # a dead worker's compilers come to us, to be ended with the rest
     signal.signal(WARM_GONE, _end_everything)
@@ -292,7 +292,7 @@ def _bind_zygote_to_warm() -> None:
 
 
 def _refuse_inside_strict_launch() -> None:
-    from dgprecompile import lifeline
+    from dgprecompile.host import lifeline
 
     why = lifeline.inside_strict_launch()
     if why:
@@ -411,8 +411,8 @@ def _child(job: dict, w: dict, own_fds: set[int], zygote_pid: int) -> None:
 def _bind_worker_to_zygote(zygote_pid: int) -> None:
     """A worker dies with the zygote (SIGKILL: its warm is gone or it was killed) and never installs an entry once
     the zygote or the warm above it has died (checked before each rename into the cache)."""
-    from dgprecompile import lifeline
     from dgprecompile.cache import store
+    from dgprecompile.host import lifeline
 
     lifeline.set_parent_death_signal(signal.SIGKILL)
     fd = os.environ.get(LIFELINE_ENV)

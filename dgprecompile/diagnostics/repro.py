@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dgprecompile import scratch
 from dgprecompile.diagnostics.limits import cgroup_mounts, count_user_tasks, parse_cgroup_file, read_text
 from dgprecompile.errors import EXIT_CHECK_FAILED, EXIT_OK, EnvironmentProblem, InputError
+from dgprecompile.host import scratch
 
 # the key of the reported failure (sglang 0.5.1, layer.py L301: masked w2 of Qwen3-Coder-480B at TP8/EP8)
 LEGACY_KEY = ("GROUPED_GEMM_NT_F8F8BF16_MASKED", 6144, 2560, 20)
@@ -618,7 +618,7 @@ class Repro:
         self.procs = []
 
     def _find_nvcc(self) -> str:
-        from dgprecompile.toolchain import default_nvcc_path
+        from dgprecompile.host.toolchain import default_nvcc_path
 
         nvcc = self.config.nvcc or default_nvcc_path()
         if not nvcc or not os.access(nvcc, os.X_OK):

@@ -10,8 +10,8 @@ import platform
 from importlib import metadata
 from typing import Any
 
+from dgprecompile.host.toolchain import DeepGemmInstall, Nvcc, headers_hash, key_env
 from dgprecompile.runtimes import JIT_FAMILIES, get_generation
-from dgprecompile.toolchain import DeepGemmInstall, Nvcc, headers_hash, key_env
 
 # SGLang's own JIT modules: each loader family's section (present when a warm built its modules) holds what
 # the release's own key holds (dgprecompile/runtimes/jit_loader.py fingerprint_fields)

@@ -29,16 +29,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dgprecompile import scratch
 from dgprecompile.cache.store import CacheStore, resolve_cache_dir
 from dgprecompile.cache.verify import COVERED_BY_SWEEP, VerifyReport, verify_roots
 from dgprecompile.errors import EXIT_CHECK_FAILED, CheckFailed, EnvironmentProblem, InputError
+from dgprecompile.host import scratch
+from dgprecompile.host.toolchain import KEY_ENV_VARS, default_nvcc_path
 from dgprecompile.keys.schemes import name_stem
 from dgprecompile.launch.hook import HOOK_DIR, NVCC_STANDIN
 from dgprecompile.launch.supervise import DEFAULT_KILL_GRACE, JobWatch, run_child
 from dgprecompile.planning.plan import Plan, PlanRequest
 from dgprecompile.planning.trace import Call, find_misses, read_trace_dir, write_misses
-from dgprecompile.toolchain import KEY_ENV_VARS, default_nvcc_path
 
 FALSY = ("0", "false", "no", "off", "n", "f")
 DEFAULT_MISSES_FILE = "dgprecompile-misses.jsonl"
@@ -527,7 +527,7 @@ def prepare_launch(opts: LaunchOptions) -> PreparedLaunch:
     if not opts.command:
         raise InputError("no command to launch", hint="dgprecompile launch --manifest plan.yaml -- torchrun ...")
     if not opts.strict:  # a job inside a strict launch must not start one that compiles
-        from dgprecompile import lifeline
+        from dgprecompile.host import lifeline
 
         lifeline.refuse_inside_strict_launch("dgprecompile launch --no-strict")
     store = CacheStore(resolve_cache_dir(plan, opts.cache_dir))

@@ -27,9 +27,9 @@ from importlib import util
 from pathlib import Path
 from typing import Any
 
-from dgprecompile import scratch
 from dgprecompile.cache.store import CacheStore
 from dgprecompile.errors import EXIT_CHECK_FAILED, EXIT_ENVIRONMENT, EnvironmentProblem, InputError
+from dgprecompile.host import scratch
 from dgprecompile.keys.schemes import key_context
 from dgprecompile.planning.plan import Plan, PlannedKey
 from dgprecompile.runtimes.items import KernelType
@@ -295,8 +295,8 @@ def _name_refusals(report: LiveReport, plan: Plan, store: CacheStore) -> None:
     by_template: dict[str, str] = {}
     generation = plan.profile.deepgemm
     try:
+        from dgprecompile.host.toolchain import find_deepgemm, find_nvcc
         from dgprecompile.launch.hook._dgprecompile_hook import describe_source
-        from dgprecompile.toolchain import find_deepgemm, find_nvcc
 
         install = find_deepgemm()
         if install is None or install.generation != plan.profile.generation:

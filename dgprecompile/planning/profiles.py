@@ -110,7 +110,7 @@ class ProfileChoice:
 
 def _by_installed_deepgemm(profiles: list[Profile]) -> ProfileChoice | None:
     """The newest profile whose DeepGEMM is the one installed here (found without importing it)."""
-    from dgprecompile.toolchain import find_deepgemm
+    from dgprecompile.host.toolchain import find_deepgemm
 
     install = find_deepgemm()
     if install is None:

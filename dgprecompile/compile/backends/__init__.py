@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from dgprecompile.errors import EnvironmentProblem
+from dgprecompile.host.toolchain import DeepGemmInstall
 from dgprecompile.runtimes import get_generation
-from dgprecompile.toolchain import DeepGemmInstall
 
 
 @dataclass
