@@ -59,8 +59,8 @@ def trim(manifest: Path, kernels: int | None, jit: int | None, m_max: int | None
     """Keep the first ``kernels`` DeepGEMM kernels (and the buckets built by them), the first ``jit`` SGLang JIT
     modules, the Triton MoE items' m up to ``m_max``."""
     sys.path.insert(0, str(REPO))
-    from dgprecompile.kernels import TritonMoeItem
     from dgprecompile.planning.manifest import read_manifest, write_manifest
+    from dgprecompile.runtimes.items import TritonMoeItem
 
     data = read_manifest(manifest).to_dict()
     if kernels is not None:

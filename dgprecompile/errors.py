@@ -51,37 +51,3 @@ class CheckFailed(DGError):
 
 class CompileFailed(DGError):
     exit_code = EXIT_COMPILE_FAILED
-
-
-def os_error(exc: OSError, doing: str = "use", option: str | None = None) -> DGError:
-    """One user-facing error for a failed file operation: who may not do what where, and the fix. ``option`` is
-    the command's own option (or argument) that names the path, for the hint; None names none."""
-    import errno
-    import os
-
-    where = exc.filename or "a file"
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        from dgprecompile.fsutil import space_message
-
-        message, hint = space_message(where if exc.filename else ".", exc.errno, doing=f"writing {where}")
-        return EnvironmentProblem(message, hint)
-    elsewhere = "choose a path on a writable filesystem" + (f" ({option})" if option else "")
-    if exc.errno == errno.EROFS:  # the machine's mount, not the user's words: exit 3, like an unwritable store
-        return EnvironmentProblem(f"cannot {doing} {where}: Read-only file system", hint=elsewhere)
-    if exc.errno in (errno.EACCES, errno.EPERM):
-        owner = ""
-        try:
-            import pwd
-
-            path = where
-            while path and not os.path.exists(path):
-                path = os.path.dirname(path)
-            st = os.stat(path)
-            owner = f" ({path} is owned by {pwd.getpwuid(st.st_uid).pw_name}, mode {st.st_mode & 0o7777:04o})"
-        except (OSError, KeyError, TypeError):
-            pass
-        other = f", or choose a directory you own ({option})" if option else ""
-        return InputError(f"permission denied: cannot {doing} {where}{owner}",
-                          hint="run as a user allowed to (the owner, or a member of a group-writable cache: "
-                               f"chmod -R g+rwX){other}")
-    return InputError(f"cannot {doing} {where}: {exc.strerror or exc}", hint="check the path and its permissions")

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import errno
 import os
+import pwd
 import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
+
+from dgprecompile.errors import DGError, EnvironmentProblem, InputError
 
 
 @contextmanager
@@ -215,8 +218,6 @@ def _not_regular(mode: int) -> str | None:
 def refuse_non_regular(path: Path | str, what: str, hint: str) -> None:
     """One InputError when ``path`` exists and is not a regular file (a FIFO, socket, device or directory), told
     from a stat alone (no open: opening a FIFO blocks). A missing path passes: the caller's open says so."""
-    from dgprecompile.errors import InputError
-
     try:
         kind = _not_regular(os.stat(path).st_mode)
     except FileNotFoundError:
@@ -232,8 +233,6 @@ def open_input(path: Path | str, what: str, hint: str) -> BinaryIO:
     any byte is read: a FIFO, socket or device would block the read forever or never end. The path is stat'ed
     first (opening a FIFO blocks, opening a device may act), then opened non-blocking and checked again (it may
     have been swapped in between)."""
-    from dgprecompile.errors import InputError
-
     try:
         kind = _not_regular(os.stat(path).st_mode)
         if kind is None:
@@ -254,8 +253,6 @@ def open_input(path: Path | str, what: str, hint: str) -> BinaryIO:
 def read_input_bytes(path: Path | str, what: str, hint: str, limit: int = MAX_INPUT_BYTES) -> bytes:
     """The bytes of an input file (at most ``limit``); one InputError (naming ``what`` and the path) when it is
     missing, unreadable, not a regular file (refused before any read: open_input) or larger than ``limit``."""
-    from dgprecompile.errors import InputError
-
     with open_input(path, what, hint) as f:
         try:
             data = f.read(limit + 1)
@@ -269,10 +266,35 @@ def read_input_bytes(path: Path | str, what: str, hint: str, limit: int = MAX_IN
 
 def read_input(path: Path | str, what: str, hint: str, limit: int = MAX_INPUT_BYTES) -> str:
     """The text of an input file (read_input_bytes), or one InputError when it is not UTF-8."""
-    from dgprecompile.errors import InputError
-
     data = read_input_bytes(path, what, hint, limit)
     try:
         return data.decode()
     except UnicodeDecodeError:
         raise InputError(f"{what} {path} is not UTF-8 text", hint=hint) from None
+
+
+def os_error(exc: OSError, doing: str = "use", option: str | None = None) -> DGError:
+    """One user-facing error for a failed file operation: who may not do what where, and the fix. ``option`` is
+    the command's own option (or argument) that names the path, for the hint; None names none."""
+    where = exc.filename or "a file"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        message, hint = space_message(where if exc.filename else ".", exc.errno, doing=f"writing {where}")
+        return EnvironmentProblem(message, hint)
+    elsewhere = "choose a path on a writable filesystem" + (f" ({option})" if option else "")
+    if exc.errno == errno.EROFS:  # the machine's mount, not the user's words: exit 3, like an unwritable store
+        return EnvironmentProblem(f"cannot {doing} {where}: Read-only file system", hint=elsewhere)
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        owner = ""
+        try:
+            path = where
+            while path and not os.path.exists(path):
+                path = os.path.dirname(path)
+            st = os.stat(path)
+            owner = f" ({path} is owned by {pwd.getpwuid(st.st_uid).pw_name}, mode {st.st_mode & 0o7777:04o})"
+        except (OSError, KeyError, TypeError):
+            pass
+        other = f", or choose a directory you own ({option})" if option else ""
+        return InputError(f"permission denied: cannot {doing} {where}{owner}",
+                          hint="run as a user allowed to (the owner, or a member of a group-writable cache: "
+                               f"chmod -R g+rwX){other}")
+    return InputError(f"cannot {doing} {where}: {exc.strerror or exc}", hint="check the path and its permissions")

@@ -57,7 +57,7 @@ _WARMED: dict[str, Path] = {}
 
 
 def _legacy_toolchain_missing() -> str | None:
-    from dgprecompile.toolchain import find_deepgemm
+    from dgprecompile.host.toolchain import find_deepgemm
 
     if not (os.path.isfile(LEGACY_NVCC) and os.access(NVCC, os.X_OK)):
         return f"no nvcc at {LEGACY_NVCC}"
@@ -141,7 +141,7 @@ def cold_entries_explained(release: str, rel: dict, ctx, planned) -> set[str]:
     """Check a device record's cold entries: at each m where the runtime made entries, ``planned(kind, n, k, g, m)``
     (the planned kernel there) has a computed name among them and its kernel.cu has the recorded sha256; every
     entry made is such a name. Returns the entries made."""
-    from dgprecompile.kernels import KernelType
+    from dgprecompile.runtimes.items import KernelType
 
     kinds = {"dense": KernelType.GEMM_NT_F8F8BF16, "masked": KernelType.GROUPED_GEMM_NT_F8F8BF16_MASKED,
              "contig": KernelType.GROUPED_GEMM_NT_F8F8BF16_CONTIG}
@@ -164,7 +164,7 @@ def bare_deep_gemm_identity(deep_gemm_dir: str, tmp_path: Path) -> list:
     """[distribution, version, generation] a fresh process reports for a deep_gemm/ put on PYTHONPATH without any
     distribution metadata (as the tests/gpu tarballs are): what its headers name."""
     os.symlink(deep_gemm_dir, tmp_path / "deep_gemm")
-    code = ("import json; from dgprecompile.toolchain import find_deepgemm; d = find_deepgemm(); "
+    code = ("import json; from dgprecompile.host.toolchain import find_deepgemm; d = find_deepgemm(); "
             "print(json.dumps([d.distribution, d.version, d.generation]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
@@ -175,8 +175,8 @@ def assert_probe_made_the_models_kernels(probe: dict, ctx, heuristic) -> None:
     """A device record's probe (tests/gpu/sweep_generations.py PROBE), each call on a cache of its own: dense m=100
     (SGLang's MN-major scales: no layout kernel), masked expected_m=100 and contiguous m=512 (20 groups) made the
     model's kernels, named as ctx computes; row-major dense scales added the layout kernel for sf_k = 48."""
-    from dgprecompile.kernels import KernelType
     from dgprecompile.planning.heuristics.sm90_cxx import transpose_kernel
+    from dgprecompile.runtimes.items import KernelType
 
     calls = {"dense_sglang_mn_major_tma_aligned": (KernelType.GEMM_NT_F8F8BF16, 100, 1),
              "masked_sglang_get_mn_major_tma_aligned_tensor": (KernelType.GROUPED_GEMM_NT_F8F8BF16_MASKED, 100, 20),

@@ -13,11 +13,12 @@ import shutil
 import pytest
 from helpers import needs_sgl_deep_gemm, sgl_deep_gemm_dir
 
-from dgprecompile.generations import SDG_01_KEY_VERSIONS, SDG_02_KEY_VERSIONS, get_generation
-from dgprecompile.kernels import KernelType
 from dgprecompile.keys import cxx_templates
 from dgprecompile.keys.deepjit import DeepJitKeyContext, Fnv1a, parse_include, source_hash
 from dgprecompile.planning.heuristics.sm90_cxx import Sm90CxxHeuristic, transpose_kernel
+from dgprecompile.runtimes import get_generation
+from dgprecompile.runtimes.deepgemm_cxx import SDG_01_KEY_VERSIONS, SDG_02_KEY_VERSIONS
+from dgprecompile.runtimes.items import KernelType
 
 NVCC_TEXT = ("nvcc: NVIDIA (R) Cuda compiler driver\nCopyright (c) 2005-2025 NVIDIA Corporation\n"
              "Built on Wed_Aug_20_01:58:59_PM_PDT_2025\nCuda compilation tools, release 13.0, V13.0.88\n"

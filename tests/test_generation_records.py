@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 from helpers import cold_entries_explained, sgl_deep_gemm_dir
 
-from dgprecompile.generations import load_key_class
-from dgprecompile.kernels import KernelType
+from dgprecompile.host.toolchain import DeepGemmInstall, Nvcc
+from dgprecompile.keys.schemes import key_class
 from dgprecompile.planning.heuristics.sm90_cxx import (
     Sm90CxxHeuristic,
     _swizzle,
     best_config,
     transpose_kernel,
 )
-from dgprecompile.toolchain import DeepGemmInstall, Nvcc
+from dgprecompile.runtimes.items import KernelType
 
 RECORD_PATH = Path(__file__).resolve().parent / "data" / "sweep_generations_h200.json"
 RECORD = json.loads(RECORD_PATH.read_text())
@@ -85,17 +85,17 @@ def _context(release: str):
     if local is None:
         pytest.skip(f"sgl-deep-gemm {release} not installed beside the venv (make setup)")
     generation = "sgl-deep-gemm-0.2" if release.startswith("0.2") else "sgl-deep-gemm-0.1"
-    from dgprecompile.generations import get_generation
+    from dgprecompile.runtimes import get_generation
 
     gen = get_generation(generation)
     nvcc = Nvcc("/usr/local/cuda/bin/nvcc", RECORD["runs"][rel["run"]]["nvcc_version"])
     local_pkg = os.path.join(local, "deep_gemm")
     if generation == "sgl-deep-gemm-0.2":  # the install path is not in this key
-        return load_key_class(gen.key_class).build(DeepGemmInstall("sgl-deep-gemm", release, local_pkg, generation),
+        return key_class(gen.key_scheme).build(DeepGemmInstall("sgl-deep-gemm", release, local_pkg, generation),
                                                    nvcc, {})
     # 0.1.x: the device's install path is in the key (-I); the header bytes are the wheel's: read them here
     device_pkg = os.path.join(rel["site"], "deep_gemm")
-    ctx = load_key_class(gen.key_class).build(DeepGemmInstall("sgl-deep-gemm", release, device_pkg, generation),
+    ctx = key_class(gen.key_scheme).build(DeepGemmInstall("sgl-deep-gemm", release, device_pkg, generation),
                                               nvcc, {})
     return type(ctx)(**{**ctx.__dict__, "header_root": os.path.join(local_pkg, "include")})
 

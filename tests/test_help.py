@@ -109,7 +109,7 @@ def test_examples_that_chain_commands_keep_their_cache_dir():
 
 
 def test_warm_backend_help_names_every_generation_nvcc_builds():
-    from dgprecompile.generations import GENERATIONS
+    from dgprecompile.runtimes import GENERATIONS
 
     help_text = " ".join(_help("warm").split())
     for generation in GENERATIONS.values():

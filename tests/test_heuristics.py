@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from helpers import needs_legacy
 
-from dgprecompile.kernels import KernelType
 from dgprecompile.planning.heuristics.sm90_cxx import best_config as cxx_best
 from dgprecompile.planning.manifest import read_manifest
 from dgprecompile.planning.plan import PlanRequest
 from dgprecompile.planning.request import plan_from_request
+from dgprecompile.runtimes.items import KernelType
 
 SHAPES = Path(__file__).resolve().parent.parent / "shapes"
 DATA = Path(__file__).resolve().parent / "data"

@@ -112,7 +112,7 @@ def test_huge_m_is_refused_at_once_in_bounded_memory(args, words):
 def test_m_ranges_are_made_one_at_a_time():
     """The breakpoints of a 2^31 range are read lazily, under a 1 GiB address-space cap (a set of every 64th m
     up to 2^31 would need several GiB): the first few arrive at once."""
-    code = ("from itertools import islice; from dgprecompile.kernels import KernelType; "
+    code = ("from itertools import islice; from dgprecompile.runtimes.items import KernelType; "
             "from dgprecompile.planning.heuristics.sm90_waves import Sm90WaveHeuristic0320; "
             "print(list(islice(Sm90WaveHeuristic0320().breakpoints(KernelType.GEMM_NT_F8F8BF16, 2 ** 31 - 1), 8)))")
 

@@ -254,7 +254,7 @@ def test_no_strict_reports_new_entries_and_writes_a_misses_file_warm_accepts(tmp
 
 
 def _have_legacy_toolchain() -> bool:
-    from dgprecompile.toolchain import find_deepgemm
+    from dgprecompile.host.toolchain import find_deepgemm
 
     install = find_deepgemm()
     return os.access(NVCC, os.X_OK) and install is not None and install.generation == "legacy"
@@ -267,7 +267,7 @@ LEGACY_CHILD = textwrap.dedent("""
     from deep_gemm.jit import build
     from deep_gemm.jit_kernels.runtime import FP8GemmRuntime, GemmType
     from dgprecompile.planning.heuristics.legacy import LegacyHeuristic, template_kwargs
-    from dgprecompile.kernels import KernelType
+    from dgprecompile.runtimes.items import KernelType
     spec = LegacyHeuristic().kernel(KernelType.GEMM_NT_F8F8BF16, 64, int(sys.argv[1]), 512, 1, 132)
     kw = template_kwargs(spec)
     kw["GEMM_TYPE"] = GemmType[kw["GEMM_TYPE"]]
@@ -317,8 +317,8 @@ def test_legacy_strict_hook_for_real(tmp_path, monkeypatch):
 def test_warm_from_misses_compiles_the_missed_calls(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     plan = _plan("0.5.1", n=512)
-    from dgprecompile.kernels import KernelType
     from dgprecompile.planning.trace import Call, find_misses, write_misses
+    from dgprecompile.runtimes.items import KernelType
 
     misses = find_misses(plan, [Call(KernelType.GEMM_NT_F8F8BF16, 64, 1024, 512, 1, 2)])
     write_misses(tmp_path / "m.jsonl", plan, misses, {})

@@ -7,10 +7,11 @@ import os
 import pytest
 from helpers import NVCC, needs_legacy, needs_nvcc
 
+from dgprecompile.host.toolchain import find_deepgemm, find_nvcc
 from dgprecompile.keys.legacy import LegacyKeyContext, kernel_source
+from dgprecompile.keys.schemes import key_context
 from dgprecompile.planning.plan import PlanRequest
 from dgprecompile.planning.request import plan_from_request
-from dgprecompile.toolchain import find_deepgemm, find_nvcc
 
 pytestmark = needs_legacy
 
@@ -73,7 +74,7 @@ def test_key_inputs_change_the_name(env, changed):
 
 def test_nvrtc_is_refused():
     from dgprecompile.errors import InputError
-    from dgprecompile.generations import get_generation
+    from dgprecompile.runtimes import get_generation
 
     with pytest.raises(InputError, match="DG_JIT_USE_NVRTC"):  # the one refusal, generations.py refuse_nvrtc
-        get_generation("legacy").key_context(find_deepgemm(), find_nvcc(NVCC), {"DG_JIT_USE_NVRTC": "1"})
+        key_context(get_generation("legacy"), find_deepgemm(), find_nvcc(NVCC), {"DG_JIT_USE_NVRTC": "1"})

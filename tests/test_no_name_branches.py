@@ -1,7 +1,8 @@
 """No stage branches on a generation's, profile's, backend's or JIT family's name (issue 24, item 1).
 
-Every such fact lives in its object (dgprecompile/generations.py: Generation, Backend; planning/profiles.py and
-data/profiles.yaml: Profile; data/sglang_jit.yaml: the SGLang JIT family), and the stages ask it. This test walks
+Every such fact lives in its object (dgprecompile/runtimes/: each runtime, Generation, Backend, JitFamily;
+planning/profiles.py and data/profiles.yaml: Profile; data/sglang_jit*.yaml: the SGLang JIT families' modules), and
+the stages ask it. This test walks
 the package's syntax trees and fails on a comparison (==, !=, in, not in, a match case) of such a name, written
 as a string, outside those modules.
 """
@@ -12,15 +13,16 @@ import ast
 from pathlib import Path
 
 from dgprecompile.compile.sweep import SWEEP_FAMILY
-from dgprecompile.generations import BACKENDS, GENERATIONS
-from dgprecompile.kernels import TRANSPOSE_FAMILY
 from dgprecompile.planning.heuristics.sm90_cxx import FAMILY as CXX_FAMILY
 from dgprecompile.planning.profiles import all_profiles
+from dgprecompile.runtimes import BACKENDS, GENERATIONS, RUNTIMES
+from dgprecompile.runtimes.items import TRANSPOSE_FAMILY
 
 PACKAGE = Path(__file__).resolve().parent.parent / "dgprecompile"
 
 # the modules that hold the objects: they may name what they define
-OBJECT_MODULES = {"generations.py", "planning/profiles.py", "kernels.py"}
+OBJECT_MODULES = {"planning/profiles.py"}
+OBJECT_DIRS = ("runtimes/",)
 
 # The one exception, with its reason:
 #   launch/hook/*: the startup hook runs inside the user's job and imports nothing of the package, so it is told
@@ -32,7 +34,7 @@ ALLOWED_DIRS = ("launch/hook/",)
 def names() -> set[str]:
     families = {"sglang_jit", SWEEP_FAMILY, TRANSPOSE_FAMILY}  # work-item families: JIT modules, sweep chunks,
     families |= {name for name, _ in CXX_FAMILY.values()}  # and the C++ JITs' kernel families
-    return set(GENERATIONS) | set(BACKENDS) | {p.id for p in all_profiles()} | families
+    return set(GENERATIONS) | set(BACKENDS) | {r.id for r in RUNTIMES} | {p.id for p in all_profiles()} | families
 
 
 def _strings(node: ast.AST) -> list[str]:
@@ -78,7 +80,7 @@ def test_no_stage_compares_a_generation_profile_backend_or_family_name():
     offences = []
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE).as_posix()
-        if rel in OBJECT_MODULES or rel in ALLOWED or rel.startswith(ALLOWED_DIRS):
+        if rel in OBJECT_MODULES or rel.startswith(OBJECT_DIRS) or rel in ALLOWED or rel.startswith(ALLOWED_DIRS):
             continue
         offences += [f"{rel}:{line}: compares the name {name!r}" for line, name in
                      name_comparisons(path.read_text(), known)]

@@ -113,7 +113,7 @@ def test_a_fifo_index_does_not_block_the_launch_environment(tmp_path):
 
     (tmp_path / "dgprecompile").mkdir()
     os.mkfifo(tmp_path / "dgprecompile" / "index.json")
-    code = ("import sys; from dgprecompile.jit_families import family_for\n"
+    code = ("import sys; from dgprecompile.runtimes import family_for\n"
             "print(family_for('0.5.23').launch_env(sys.argv[1], environ={}))")
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=20,
                           cwd=REPO)

@@ -295,7 +295,7 @@ def test_manifest_sglang_version_must_fit_its_profile(runner, tmp_path):
 
 
 def test_without_sglang_the_installed_deepgemm_picks_the_profile(runner, monkeypatch):
-    from dgprecompile.toolchain import DeepGemmInstall
+    from dgprecompile.host.toolchain import DeepGemmInstall
 
     monkeypatch.setattr("dgprecompile.planning.profiles.installed_sglang_version", lambda: None)
     cases = [("legacy", "sgl-kernel", "0.3.5", "0.5.0-0.5.1"),
@@ -304,12 +304,12 @@ def test_without_sglang_the_installed_deepgemm_picks_the_profile(runner, monkeyp
              ("sgl-deep-gemm-0.2", "sgl-deep-gemm", "0.2.5", "0.5.20-0.5.23")]
     for generation, dist, version, profile in cases:
         install = DeepGemmInstall(dist, version, "/x/deep_gemm", generation)
-        monkeypatch.setattr("dgprecompile.toolchain.find_deepgemm", lambda install=install: install)
+        monkeypatch.setattr("dgprecompile.host.toolchain.find_deepgemm", lambda install=install: install)
         res = runner.invoke(cli, ["plan", "-m", "Qwen3-Coder-480B", "--tp", 8, "--ep", 8, "--format", "json"])
         assert res.exit_code == 0, res.stderr
         assert json.loads(res.stdout)["sglang_profile"] == profile
         assert f"the installed DeepGEMM ({dist} {version}) is this profile's" in res.stderr
-    monkeypatch.setattr("dgprecompile.toolchain.find_deepgemm", lambda: None)
+    monkeypatch.setattr("dgprecompile.host.toolchain.find_deepgemm", lambda: None)
     res = runner.invoke(cli, ["plan", "-m", "Qwen3-Coder-480B", "--format", "json"])
     assert json.loads(res.stdout)["sglang_profile"] == "0.5.20-0.5.23" and "pass --sglang" in res.stderr
 

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from dgprecompile.cli.main import cli
 from dgprecompile.diagnostics.budget import make_budget
 from dgprecompile.errors import EnvironmentProblem
-from dgprecompile.toolchain import default_nvcc_path
+from dgprecompile.host.toolchain import default_nvcc_path
 
 NVCC = default_nvcc_path()
 

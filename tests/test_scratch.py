@@ -16,18 +16,18 @@ import pytest
 from conftest import REPO
 from helpers import NVCC, needs_legacy, needs_nvcc
 
-from dgprecompile import scratch
+from dgprecompile.host import scratch
+from dgprecompile.host.procfs import proc_stats
 from dgprecompile.planning.manifest import plan_from_dict, write_manifest
 from dgprecompile.planning.plan import PlanRequest
 from dgprecompile.planning.request import plan_from_request
-from dgprecompile.procfs import proc_stats
 
 UNSHARE = shutil.which("unshare")
 ENV = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
 
 HOLDER = """
 import sys, time
-from dgprecompile import scratch
+from dgprecompile.host import scratch
 path = scratch.make(sys.argv[1], "held-")
 print(path, flush=True)
 time.sleep(600)

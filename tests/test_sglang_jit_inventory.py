@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 from helpers import NVCC, STANDINS, needs_nvcc, needs_sgl014, sglang_014_dir
 
-from dgprecompile.jit_families import FAMILIES, ServerPath, family_for
 from dgprecompile.planning.plan import PlanRequest
 from dgprecompile.planning.request import plan_from_request
+from dgprecompile.runtimes import JIT_FAMILIES, family_for
+from dgprecompile.runtimes.jit_loader import ServerPath
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -37,8 +38,9 @@ mods = json.loads(sys.argv[1]); really = sys.argv[2] == "build"
 import importlib, torch
 import tvm_ffi.cpp.extension as ext
 from sglang.jit_kernel.utils import override_jit_cuda_arch
-from dgprecompile.jit_families import get_family
-from dgprecompile.kernels import JitModule
+from dgprecompile.keys.schemes import naming_for
+from dgprecompile.runtimes import get_family
+from dgprecompile.runtimes.items import JitModule
 from dgprecompile.compile.backends.sglang_jit import resolve_args
 seen = {}
 class Stop(Exception):
@@ -53,7 +55,7 @@ out = {}
 for d in mods:
     m = JitModule.from_dict(d)
     fam = get_family(m.family)
-    naming = fam.naming(os.environ["SGLANG_VERSION"])
+    naming = naming_for(fam, os.environ["SGLANG_VERSION"])
     builder = getattr(importlib.import_module(m.python), m.builder)
     kwargs = {k: resolve_args(v) if isinstance(v, list) else v for k, v in dict(m.kwargs).items()}
     seen.clear()
@@ -110,7 +112,7 @@ def _child(modules, cache, build=False, timeout=900):
 
 def test_one_family_covers_0_5_9_to_0_5_16_and_the_plan_asks_it():
     family = family_for("0.5.14")
-    assert family is FAMILIES["tvm-ffi"] and family.strict_by == "hook"
+    assert family is JIT_FAMILIES["tvm-ffi"] and family.strict_by == "hook"
     assert [family_for(v) is family for v in ("0.5.8", "0.5.9", "0.5.16", "0.5.17")] == [False, True, True, False]
     assert family.launch_env("/c") == [("TVM_FFI_CACHE_DIR", "/c/tvm-ffi")]
     assert family.key_fields() == ("sglang_jit.sglang", "sglang_jit.tvm_ffi", "sglang_jit.arch")
@@ -118,7 +120,7 @@ def test_one_family_covers_0_5_9_to_0_5_16_and_the_plan_asks_it():
 
 
 def test_a_path_fact_turns_a_module_on_or_off():
-    family = FAMILIES["tvm-ffi"]
+    family = JIT_FAMILIES["tvm-ffi"]
     base = dict(model_type="qwen3_moe", tp=8, model=(("qk_norm", True), ("rope_neox", True), ("rope_dim", 128),
                                                       ("head_dim", 128), ("torch_dtype", "torch.bfloat16"),
                                                       ("cpp_dtype", "bf16_t"), ("mla", False),
@@ -192,7 +194,7 @@ def test_no_stage_compares_a_family_or_release_name():
     """Stages ask the JitFamily; a comparison with a family id or a modelled release would be a second copy."""
     import re
 
-    names = [re.escape(f.id) for f in FAMILIES.values()] + [re.escape(v) for f in FAMILIES.values()
+    names = [re.escape(f.id) for f in JIT_FAMILIES.values()] + [re.escape(v) for f in JIT_FAMILIES.values()
                                                              for v in f.modelled_versions()]
     alternatives = "|".join(names)
     pattern = re.compile(r"""(==|!=|\bin\b)\s*\(?\s*["'](""" + alternatives + r""")["']""")

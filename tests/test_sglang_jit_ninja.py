@@ -26,6 +26,8 @@ from pathlib import Path
 import pytest
 from helpers import STANDINS, beside_venv, sgl_deep_gemm_dir, tree_hash
 
+from dgprecompile.keys.schemes import naming_for
+
 REPO = str(Path(__file__).resolve().parents[1])
 VERSION = "0.5.23"
 CUDA_HOME = "/usr/local/cuda"
@@ -107,9 +109,9 @@ def naming(monkeypatch):
     monkeypatch.setenv("CUDA_HOME", CUDA_HOME)
     for name in [k for k in os.environ if k.startswith("SGLANG_")]:
         monkeypatch.delenv(name)
-    from dgprecompile.jit_families import family_for
+    from dgprecompile.runtimes import family_for
 
-    return family_for(VERSION).naming(VERSION)
+    return naming_for(family_for(VERSION), VERSION)
 
 
 # config.json facts the planner reads (planning/sglang_jit.py server_path): Qwen3-MoE's 128-wide heads, DeepSeek-V3's
@@ -119,14 +121,14 @@ CONFIG_FACTS = {"qwen3_moe": {"rope_neox": True, "rope_dim": 128, "cpp_dtype": "
 
 
 def _path(model_type, **kw):
-    from dgprecompile.jit_families import ServerPath
+    from dgprecompile.runtimes.jit_loader import ServerPath
 
     kw.setdefault("quant", "fp8")
     return ServerPath(model_type, model=tuple(CONFIG_FACTS[model_type].items()), **kw)
 
 
 def _planned(naming):
-    from dgprecompile.jit_families import family_for
+    from dgprecompile.runtimes import family_for
 
     family = family_for(VERSION)
     mods = {}
@@ -153,7 +155,7 @@ def test_every_module_of_both_server_paths_is_named_and_keyed_as_the_release_com
 
 @needs_sgl023
 def test_paths_and_options_choose_the_modules(naming):
-    from dgprecompile.jit_families import family_for
+    from dgprecompile.runtimes import family_for
 
     family = family_for(VERSION)
 
@@ -183,19 +185,19 @@ def test_the_fingerprint_holds_every_field_of_the_releases_environment_key(namin
     # resolved toolkit), the resource-usage switch (loader.py:193-199)
     module = _planned(naming)["sglang_jit:clamp_position<int64_t>"]
     base = naming.entry_name(module)
-    from dgprecompile.jit_families import family_for
+    from dgprecompile.runtimes import family_for
 
     family = family_for(VERSION)
     monkeypatch.setenv("CUDA_HOME", os.path.realpath(CUDA_HOME))
-    assert family.naming(VERSION).entry_name(module) != base
+    assert naming_for(family, VERSION).entry_name(module) != base
     monkeypatch.setenv("CUDA_HOME", CUDA_HOME)
     monkeypatch.setenv("SGLANG_JIT_LOG_RESOURCE_USAGE", "1")
-    assert family.naming(VERSION).entry_name(module) != base
-    assert family.naming(VERSION).fingerprint()["log_resource_usage"] is True
+    assert naming_for(family, VERSION).entry_name(module) != base
+    assert naming_for(family, VERSION).fingerprint()["log_resource_usage"] is True
 
 
 def test_launch_points_the_runtime_at_the_cache_and_turns_on_its_own_switch(tmp_path):
-    from dgprecompile.jit_families import family_for
+    from dgprecompile.runtimes import family_for
 
     family = family_for(VERSION)
     assert family.strict_by == "switch" and family.strict_env() == {"SGLANG_CRASH_ON_JIT_COMPILE": "1"}
@@ -213,7 +215,8 @@ def test_launch_points_the_runtime_at_the_cache_and_turns_on_its_own_switch(tmp_
 
 WORKER_CHILD = """
 import json, sys
-from dgprecompile.compile.backends import WorkItem, load_worker_backend, preload
+from dgprecompile.compile.backends import WorkItem
+from dgprecompile.compile.backends.workers import load_worker_backend, preload
 job, item = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 preload("kernels-jit", job)
 worker = load_worker_backend("kernels-jit", job)
@@ -241,7 +244,7 @@ with override_jit_cuda_arch(9, 0):
 @pytest.mark.slow
 def test_a_warmed_module_is_a_hit_for_the_releases_strict_loader_and_a_deleted_one_is_refused(naming, tmp_path):
     from dgprecompile.cache.store import CacheStore
-    from dgprecompile.jit_families import family_for
+    from dgprecompile.runtimes import family_for
 
     family = family_for(VERSION)
     module = _planned(naming)["sglang_jit:clamp_position<int64_t>"]

@@ -31,13 +31,13 @@ from helpers import (
     needs_nvcc,
 )
 
-from dgprecompile.generations import get_generation
-from dgprecompile.kernels import KernelType
 from dgprecompile.keys.sglang_kernel import Sk0320KeyContext, SkKeyContext
 from dgprecompile.planning.heuristics.sm90_waves import RULE_0_3_20, Sm90WaveHeuristic0320, best_config
 from dgprecompile.planning.manifest import plan_from_dict, write_manifest
 from dgprecompile.planning.plan import PlanRequest
 from dgprecompile.planning.request import plan_from_request
+from dgprecompile.runtimes import get_generation
+from dgprecompile.runtimes.items import KernelType
 
 HERE = Path(__file__).resolve().parent
 RECORD = json.loads((HERE / "data" / "sweep_generations_h200.json").read_text())
@@ -152,7 +152,7 @@ def test_small_dense_blocks_build_with_nvcc_under_their_computed_names(tmp_path)
     summary = json.loads(warm.stdout)
     assert (summary["backend"], summary["compiled"], summary["failed"]) == ("nvcc", len(small.kernels), 0)
     include = os.path.join(local, "deep_gemm", "include")
-    from dgprecompile.toolchain import probe_nvcc
+    from dgprecompile.host.toolchain import probe_nvcc
 
     ctx = Sk0320KeyContext.from_env(include, probe_nvcc(NVCC).release, {}, template="sk-0.3.20")
     entries = cache / "cache"

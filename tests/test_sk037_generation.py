@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 from helpers import assert_buckets_hold_their_kernel, bundled_deep_gemm_dir
 
-from dgprecompile.generations import get_generation
-from dgprecompile.kernels import KernelType
 from dgprecompile.planning.heuristics.sm90_waves import RULE_0_3_7, Sm90WaveHeuristic037, best_config
 from dgprecompile.planning.plan import PlanRequest
 from dgprecompile.planning.profiles import resolve_profile
 from dgprecompile.planning.request import plan_from_request
+from dgprecompile.runtimes import get_generation
+from dgprecompile.runtimes.items import KernelType
 
 HERE = Path(__file__).resolve().parent
 RECORD = json.loads((HERE / "data" / "sweep_generations_h200.json").read_text())

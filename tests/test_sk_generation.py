@@ -26,14 +26,14 @@ from helpers import (
     run_in_fresh_python,
 )
 
-from dgprecompile.generations import SK_0320_KEY_VERSIONS, SK_037_KEY_VERSIONS, SK_KEY_VERSIONS
-from dgprecompile.kernels import KernelType
+from dgprecompile.host.toolchain import Nvcc, headers_hash, known_headers
 from dgprecompile.keys.sglang_kernel import SkKeyContext
 from dgprecompile.planning.heuristics.sm90_cxx import _swizzle
 from dgprecompile.planning.heuristics.sm90_waves import Sm90WaveHeuristic, best_config
 from dgprecompile.planning.plan import PlanRequest
 from dgprecompile.planning.request import plan_from_request
-from dgprecompile.toolchain import Nvcc, headers_hash, known_headers
+from dgprecompile.runtimes.deepgemm_cxx import SK_0320_KEY_VERSIONS, SK_037_KEY_VERSIONS, SK_KEY_VERSIONS
+from dgprecompile.runtimes.items import KernelType
 
 HERE = Path(__file__).resolve().parent
 RECORD = json.loads((HERE / "data" / "sweep_generations_h200.json").read_text())
@@ -142,7 +142,7 @@ def test_the_install_path_is_in_the_key():
     rel = RECORD["releases"]["sk-0.4.2"]
     moved = _context("sk-0.4.2", include_dir="/opt/elsewhere/deep_gemm/include")
     assert not {moved.entry_name(spec) for spec in _plan().kernels.values()} & set(rel["entries"])
-    from dgprecompile.generations import get_generation
+    from dgprecompile.runtimes import get_generation
 
     assert "deepgemm.package_dir" in get_generation("sgl-kernel-waves").fingerprint_fields
 
@@ -187,7 +187,7 @@ def test_a_warmed_cache_left_the_runtime_nothing_to_compile(release):
 
 def test_the_largest_checked_m_is_the_records():
     """What plan calls 'checked on a GPU' for this generation is the largest m a recorded sk- run observed."""
-    from dgprecompile.generations import get_generation
+    from dgprecompile.runtimes import get_generation
 
     largest: dict[str, int] = {}
     for release in RELEASES:
@@ -252,13 +252,9 @@ def test_template_and_flags_are_the_strings_in_the_release(version):
 
 
 def test_every_release_the_generation_claims_has_a_template():
-    from dgprecompile.generations import (
-        SK_0320_KEY_VERSIONS,
-        SK_037_KEY_VERSIONS,
-        SK_KEY_VERSIONS,
-        get_generation,
-    )
     from dgprecompile.keys import cxx_templates
+    from dgprecompile.runtimes import get_generation
+    from dgprecompile.runtimes.deepgemm_cxx import SK_0320_KEY_VERSIONS, SK_037_KEY_VERSIONS, SK_KEY_VERSIONS
 
     claimed = [*SK_KEY_VERSIONS, *SK_037_KEY_VERSIONS, *SK_0320_KEY_VERSIONS]
     assert sorted(claimed) == sorted(cxx_templates.SK_RELEASE_TEMPLATE)  # each claimed once, each with a template

@@ -19,14 +19,16 @@ from pathlib import Path
 import pytest
 from helpers import assert_probe_made_the_models_kernels, bundled_deep_gemm_dir, cold_entries_explained
 
-from dgprecompile.generations import get_generation, load_key_class
-from dgprecompile.kernels import KernelType
+from dgprecompile.host.toolchain import Nvcc
 from dgprecompile.keys import cxx_templates
+from dgprecompile.keys.schemes import key_class
+from dgprecompile.planning.heuristics.registry import heuristic_for
 from dgprecompile.planning.heuristics.sm90_cxx import _swizzle
 from dgprecompile.planning.heuristics.sm90_waves import best_config
 from dgprecompile.planning.plan import PlanRequest
 from dgprecompile.planning.request import plan_from_request
-from dgprecompile.toolchain import Nvcc
+from dgprecompile.runtimes import get_generation
+from dgprecompile.runtimes.items import KernelType
 
 HERE = Path(__file__).resolve().parent
 RECORD = json.loads((HERE / "data" / "sweep_generations_h200.json").read_text())
@@ -76,7 +78,7 @@ def _plan(release: str):
 
 
 def _heuristic(release: str):
-    return get_generation(CASES[release][4]).heuristic()
+    return heuristic_for(get_generation(CASES[release][4]))
 
 
 def _context(release: str):
@@ -84,7 +86,7 @@ def _context(release: str):
     version, _, _, _, generation, _ = CASES[release]
     rel = RECORD["releases"][release]
     nvcc = Nvcc("/usr/local/cuda/bin/nvcc", RECORD["runs"][rel["run"]]["nvcc_version"])
-    cls = load_key_class(get_generation(generation).key_class)
+    cls = key_class(get_generation(generation).key_scheme)
     return cls.from_env(os.path.join(rel["site"], "deep_gemm", "include"), nvcc.release, {},
                         template=cxx_templates.SK_RELEASE_TEMPLATE[version],
                         header_root=os.path.join(_local(release), "deep_gemm", "include"))

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from dgprecompile.errors import InputError
-from dgprecompile.kernels import KernelType
 from dgprecompile.launch.hook import HOOK_DIR
 from dgprecompile.planning.manifest import plan_from_dict
 from dgprecompile.planning.plan import PlanRequest
@@ -24,6 +23,7 @@ from dgprecompile.planning.trace import (
     read_trace_dir,
     write_misses,
 )
+from dgprecompile.runtimes.items import KernelType
 
 sys.path.insert(0, HOOK_DIR)
 import _dgprecompile_hook as hook  # noqa: E402

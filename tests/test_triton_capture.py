@@ -17,10 +17,10 @@ from helpers import PLAN, warm_once
 
 from dgprecompile.cache.store import CacheStore
 from dgprecompile.cli.main import cli
-from dgprecompile.families import FAMILIES, family_for_area, triton_entry_problem
 from dgprecompile.planning.manifest import write_manifest
 from dgprecompile.planning.plan import PlanRequest
 from dgprecompile.planning.trace import plan_from_calls
+from dgprecompile.runtimes.captured import CAPTURED, family_for_area, triton_entry_problem
 
 REPO = Path(__file__).resolve().parent.parent
 TRITON = Path(os.environ.get("DGP_TRITON_DIR", REPO / ".venv" / "triton-3.6.0"))
@@ -73,7 +73,7 @@ CHILD = textwrap.dedent("""
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch):
     for name in list(os.environ):
-        if name.startswith(("SGL_", "SGLANG_", "DG_JIT_", "DGPRECOMPILE_")) or name in [e for f in FAMILIES for e in f.cache_env]:
+        if name.startswith(("SGL_", "SGLANG_", "DG_JIT_", "DGPRECOMPILE_")) or name in [e for f in CAPTURED for e in f.cache_env]:
             monkeypatch.delenv(name, raising=False)
 
 
@@ -259,7 +259,7 @@ def test_tritons_host_modules_are_captured_whole_and_a_strict_miss_is_refused(jo
 
 
 def test_families_have_one_area_and_one_variable_each():
-    assert len({f.area for f in FAMILIES}) == len({e for f in FAMILIES for e in f.cache_env}) == len(FAMILIES)
+    assert len({f.area for f in CAPTURED}) == len({e for f in CAPTURED for e in f.cache_env}) == len(CAPTURED)
     assert family_for_area("triton").filed and not family_for_area("inductor").filed
 
 
@@ -268,7 +268,7 @@ def test_plan_shows_every_family_and_how_it_is_covered():
                                  "0.5.14"], catch_exceptions=False)
     assert r.exit_code == 0, r.output
     assert "other JIT families at the first forward" in r.output
-    for fam in FAMILIES:
+    for fam in CAPTURED:
         assert f"family={fam.id}" in r.output or f"│ {fam.id}" in r.output, fam.id
     assert "dgprecompile.compile.triton_moe" in r.output
 

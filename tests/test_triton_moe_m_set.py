@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from helpers import STANDINS, beside_venv, sglang_014_dir
 
-from dgprecompile.families import TRITON_MOE
-from dgprecompile.kernels import TritonMoeItem
 from dgprecompile.planning.shapes import TritonMoeShape
+from dgprecompile.runtimes.items import TritonMoeItem
+from dgprecompile.runtimes.triton_moe import TRITON_MOE
 
 REPO = Path(__file__).resolve().parent.parent
 TRITON = REPO / ".venv" / "triton-3.6.0"

@@ -25,11 +25,11 @@ from helpers import (
     sglang_014_dir,
 )
 
-from dgprecompile.families import TRITON_MOE, gpu_device
-from dgprecompile.kernels import TritonMoeItem
 from dgprecompile.planning.manifest import plan_from_dict, write_manifest
 from dgprecompile.planning.plan import PlanRequest
 from dgprecompile.planning.request import plan_from_request
+from dgprecompile.runtimes.items import TritonMoeItem
+from dgprecompile.runtimes.triton_moe import TRITON_MOE, gpu_device
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = json.loads((REPO / "dgprecompile" / "data" / "models" / "Qwen3-Coder-480B-A35B-Instruct-FP8.json").read_text())

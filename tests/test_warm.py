@@ -15,12 +15,12 @@ from conftest import invoke
 from helpers import NVCC, needs_legacy, needs_nvcc
 
 from dgprecompile.cache.store import CacheStore, sha256_file
+from dgprecompile.host.procfs import proc_stats
+from dgprecompile.host.toolchain import find_deepgemm, find_nvcc
 from dgprecompile.keys.legacy import LegacyKeyContext
 from dgprecompile.planning.manifest import plan_from_dict, read_manifest, write_manifest
 from dgprecompile.planning.plan import PlanRequest
 from dgprecompile.planning.request import plan_from_request
-from dgprecompile.procfs import proc_stats
-from dgprecompile.toolchain import find_deepgemm, find_nvcc
 
 pytestmark = [needs_legacy, needs_nvcc, pytest.mark.nvcc]
 

@@ -15,11 +15,11 @@ import sys
 import pytest
 from helpers import NVCC, bundled_deep_gemm_dir, needs_nvcc, sgl_deep_gemm_dir
 
-from dgprecompile.generations import load_key_class
+from dgprecompile.host.toolchain import DeepGemmInstall, probe_nvcc
+from dgprecompile.keys.schemes import key_class
 from dgprecompile.planning.manifest import plan_from_dict, write_manifest
 from dgprecompile.planning.plan import PlanRequest
 from dgprecompile.planning.request import plan_from_request
-from dgprecompile.toolchain import DeepGemmInstall, probe_nvcc
 
 pytestmark = [needs_nvcc, pytest.mark.nvcc, pytest.mark.slow]
 
@@ -80,12 +80,12 @@ def test_nvcc_backend_builds_entries_for_the_release(tmp_path, release, sglang, 
     assert ("were not yet compared with entries its runtime made on a GPU" in first.stderr) is not observed
 
     # the names the key module computes for this install, from a separate process's view of it
-    code = ("import json; from dgprecompile.toolchain import find_deepgemm; d = find_deepgemm(); "  # as warm sees it
+    code = ("import json; from dgprecompile.host.toolchain import find_deepgemm; d = find_deepgemm(); "  # as warm sees it
             "print(json.dumps([d.distribution, d.version, d.generation, d.package_dir]))")
     dist, version, generation, package_dir = json.loads(subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=_env(release), check=True).stdout)
     assert version == release.removeprefix("sk-") and generation == small.profile.generation
-    ctx_class = load_key_class(small.profile.deepgemm.key_class)
+    ctx_class = key_class(small.profile.deepgemm.key_scheme)
     ctx = ctx_class.build(DeepGemmInstall(dist, version, package_dir, generation), probe_nvcc(NVCC), {})
     expected = sorted(ctx.entry_name(spec) for spec in small.kernels.values())
     assert sorted(os.listdir(cache / "cache")) == expected

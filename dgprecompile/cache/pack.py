@@ -21,8 +21,8 @@ from dgprecompile.cache.artifact import ARTIFACT_SCHEMA, FORMAT, INDEX_MEMBER, M
 from dgprecompile.cache.confine import Limits
 from dgprecompile.cache.signing import SigningKey, signature_path
 from dgprecompile.cache.store import CacheStore, EntryRecord, Index
-from dgprecompile.errors import CheckFailed, EnvironmentProblem, InputError, os_error
-from dgprecompile.fsutil import atomic_write_bytes, atomic_writer, space_message
+from dgprecompile.errors import CheckFailed, EnvironmentProblem, InputError
+from dgprecompile.fsutil import atomic_write_bytes, atomic_writer, os_error, space_message
 from dgprecompile.keys.fingerprint import short_id
 from dgprecompile.planning.plan import Plan
 

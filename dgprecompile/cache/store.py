@@ -4,7 +4,7 @@ Layout (the runtime's own part is untouched; ours lives beside it under ``dgprec
 
     <root>/cache/<entry>/...              entries written by DeepGEMM (legacy and C++ JITs alike)
     <root>/tvm-ffi/<entry>/...            SGLang's own tvm-ffi JIT modules (launch sets TVM_FFI_CACHE_DIR here)
-    <root>/triton/<hash>/...              Triton's kernels (launch sets TRITON_CACHE_DIR here; dgprecompile.families)
+    <root>/triton/<hash>/...              Triton's kernels (launch sets TRITON_CACHE_DIR here; dgprecompile.runtimes.captured)
     <root>/sglang-jit/<t>/<m>/<b>/<d>/... SGLang's own ninja JIT modules, 0.5.20 on (launch sets SGLANG_JIT_CACHE_DIR
                                           here): an entry is one leaf <target>/<module>/build-<key>/deps-<key>
     <root>/dgprecompile/index.json        fingerprint + one record per warmed kernel (entry, sha256 of each file)
@@ -30,19 +30,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dgprecompile import scratch
 from dgprecompile.cache.entrycheck import entry_problem, link_problem
 from dgprecompile.cache.samebuild import same_file
-from dgprecompile.errors import CheckFailed, CompileFailed, InputError, os_error
-from dgprecompile.families import FILED_AREAS, family_for_area
+from dgprecompile.errors import CheckFailed, CompileFailed, InputError
 from dgprecompile.fsutil import (
     atomic_write_text,
     exchange_paths,
     fsync_dir,
     normalize_modes,
+    os_error,
     read_input_bytes,
     tree_size,
 )
+from dgprecompile.host import scratch
+from dgprecompile.runtimes import JIT_FAMILIES
+from dgprecompile.runtimes.captured import FILED_AREAS, family_for_area
 
 INDEX_SCHEMA = 1
 OURS = "dgprecompile"
@@ -51,13 +53,11 @@ ADOPTED = "adopted"  # an EntryRecord's ``by`` when nothing compared its bytes w
 # KeyedWorker's problem with an entry that is loadable but that the index does not vouch for (store.vouched)
 UNVOUCHED = "not recorded in the index"
 def _areas() -> tuple[str, ...]:
-    from dgprecompile.jit_families import FAMILIES
-
-    return (ENTRIES, *dict.fromkeys(f.area for f in FAMILIES.values()), *FILED_AREAS)
+    return (ENTRIES, *dict.fromkeys(f.area for f in JIT_FAMILIES.values()), *FILED_AREAS)
 
 
 # the directories of a cache root that hold runtime entries: DeepGEMM's, each SGLang JIT family's, and those of the
-# other JIT families whose entries are filed in the index (dgprecompile.families: Triton)
+# other JIT families whose entries are filed in the index (dgprecompile.runtimes.captured: Triton)
 AREAS = _areas()
 
 
@@ -74,9 +74,7 @@ def _may_install(what: str) -> None:
 
 
 def _depths() -> dict[str, int]:
-    from dgprecompile.jit_families import FAMILIES
-
-    return {f.area: f.entry_depth for f in FAMILIES.values() if f.entry_depth != 1}
+    return {f.area: f.entry_depth for f in JIT_FAMILIES.values() if f.entry_depth != 1}
 
 
 # path components of one entry's name, per area (default 1; a JitFamily's entry_depth): SGLang's ninja JIT
@@ -451,7 +449,7 @@ class CacheStore:
         return all(same_file(n, staged / n, target / n) for n in mine if (staged / n).is_file())
 
     def new_staging(self) -> Path:
-        """A private staging root, locked by this process for its life (dgprecompile/scratch.py)."""
+        """A private staging root, locked by this process for its life (dgprecompile/host/scratch.py)."""
         self.ensure()
         return scratch.make(self.ours / "staging", "")
 

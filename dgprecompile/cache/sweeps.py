@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dgprecompile.cache.store import CacheStore, Index
-from dgprecompile.kernels import KernelType
+from dgprecompile.runtimes.items import KernelType
 
 Key = tuple[str, int, int, int]
 

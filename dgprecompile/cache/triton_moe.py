@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dgprecompile.cache.store import CacheStore, Index
-from dgprecompile.families import TRITON_MOE
+from dgprecompile.runtimes.captured import family_for_area
+from dgprecompile.runtimes.triton_moe import TRITON_MOE
 
 COVERED, MISSING, STALE, BROKEN = "ok", "missing", "stale", "broken"
 
@@ -103,3 +104,18 @@ def item_coverage(store: CacheStore, index: Index, item_id: str, current: dict[s
              if "left_to_capture" in host else f" + {len(host.get('entries') or [])} host module entries")
     return ItemCoverage(item_id, COVERED, f"{len(record['entries'])} entries{shown}, Triton {record.get('triton')}")
 
+
+def file_warmed(root: str, entries: list[str]) -> list[str]:
+    """File the whole warmed entries in the cache index (``extra``, by warm, area triton), so verify/pack/push/pull
+    carry them and a strict launch turns Triton's refusal on; returns the entries that were not whole."""
+    store = CacheStore(root)
+    fam = family_for_area("triton")
+    whole = [e for e in entries if fam.entry_problem(fam.area_dir(root) / e) is None]
+    records = [store.record_entry(e, by="warm", area=fam.area) for e in whole]
+    if records:
+        def mutate(index):
+            for rec in records:
+                index.extra[rec.member_dir] = rec
+
+        store.update_index(mutate)
+    return sorted(set(entries) - set(whole))

@@ -271,7 +271,7 @@ def _merge_index(index: Index, art: Artifact, store: CacheStore, changed: dict[s
 def _covers_here(store: CacheStore, index: Index, item: str) -> bool:
     """Whether the index's record of a Triton fused-MoE item covers it here (this Triton, its entries whole)."""
     from dgprecompile.cache.triton_moe import COVERED, item_coverage
-    from dgprecompile.families import TRITON_MOE
+    from dgprecompile.runtimes.triton_moe import TRITON_MOE
 
     return item_coverage(store, index, item, TRITON_MOE.installed()).status == COVERED
 

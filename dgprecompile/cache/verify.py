@@ -19,9 +19,10 @@ from typing import Any
 from dgprecompile.cache.entrycheck import link_problem
 from dgprecompile.cache.store import ADOPTED, CacheStore, Index, valid_entry_name
 from dgprecompile.errors import EXIT_CHECK_FAILED, EXIT_OK, DGError
+from dgprecompile.host.toolchain import DeepGemmInstall, Nvcc, find_deepgemm, find_nvcc
 from dgprecompile.keys.fingerprint import differences, make_fingerprint, short_id
+from dgprecompile.keys.schemes import current_fingerprint, key_context, naming_for
 from dgprecompile.planning.plan import Plan
-from dgprecompile.toolchain import DeepGemmInstall, Nvcc, find_deepgemm, find_nvcc
 
 OK, MISSING, CHANGED, INVALID = "ok", "missing", "changed", "invalid"  # invalid: on disk but not loadable
 ADOPTED_DETAIL = "indexed as found (adopted), never compared with a fresh build"
@@ -248,7 +249,7 @@ def _runtime_names(plan: Plan, env: Environment, warnings: list[str]):
     if not generation.computes_keys(install.version):
         return None
     try:
-        ctx = generation.key_context(install, nvcc)
+        ctx = key_context(generation, install, nvcc)
         return {kid: ctx.entry_name(spec) for kid, spec in plan.kernels.items()}, ctx
     except (DGError, OSError) as exc:
         warnings.append(f"cannot compute the runtime's entry names ({exc}): checking the index only")
@@ -281,7 +282,7 @@ def verify_cache(plan: Plan, store: CacheStore, *, nvcc: str | None = None,
     names, naming = named if named is not None else (None, None)
     files = plan.profile.deepgemm.entry_files
     arch = plan.profile.sm_arch
-    if names is None and plan.profile.deepgemm.key_class is not None:
+    if names is None and plan.profile.deepgemm.key_scheme is not None:
         warnings.append("falling back to index-only checks: coverage is as recorded, not proved")
     checks: list[KernelCheck] = []
     # keys only, or a plan swept with --backend sweep whose names cannot be computed here (its kernels are not in
@@ -355,24 +356,24 @@ def with_jit_fingerprint(recorded: dict[str, Any], current: dict[str, Any] | Non
     """Add this machine's values of each JIT family's fingerprint section to ``current`` when the cache recorded
     that section or the plan has the family's modules (``family`` and ``arch`` given), so the current
     fingerprint id is what a warm here records."""
-    from dgprecompile.jit_families import FAMILIES
+    from dgprecompile.runtimes import JIT_FAMILIES
 
     if current is None:
         return False
     added = False
-    for fam in FAMILIES.values():
+    for fam in JIT_FAMILIES.values():
         jit = (recorded or {}).get(fam.fingerprint_section)
         planned = family is not None and fam.id == family.id and arch
         if not (jit or planned):
             continue
-        current[fam.fingerprint_section] = fam.current_fingerprint(str((arch if planned else None)
+        current[fam.fingerprint_section] = current_fingerprint(fam, str((arch if planned else None)
                                                                        or (jit or {}).get("arch")))
         added = True
     return added
 
 
 def _plan_family(plan: Plan):
-    from dgprecompile.jit_families import get_family
+    from dgprecompile.runtimes import get_family
 
     ids = sorted({m.family for m in plan.jit_modules.values()})
     return get_family(ids[0]) if ids else None
@@ -385,7 +386,7 @@ def _jit_names(plan: Plan, warnings: list[str], install: list[str]):
     if family is None:
         return None
     try:
-        naming = family.naming(plan.sglang_version or "")
+        naming = naming_for(family, plan.sglang_version or "")
         return naming, {mid: naming.entry_name(m) for mid, m in plan.jit_modules.items()}, family
     except (DGError, OSError) as exc:
         warnings.append(f"cannot name SGLang's JIT modules here ({getattr(exc, 'message', exc)}): checking them "
@@ -467,7 +468,7 @@ def _check_triton_moe(plan: Plan, store: CacheStore, index: Index, warnings: lis
     if not plan.triton_moe:
         return []
     from dgprecompile.cache import triton_moe as records
-    from dgprecompile.families import TRITON_MOE
+    from dgprecompile.runtimes.triton_moe import TRITON_MOE
 
     current = TRITON_MOE.installed()
     if current is None:

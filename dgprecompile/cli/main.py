@@ -54,7 +54,7 @@ class LazyGroup(click.Group):
             _output(ctx).error(exc.message, exc.hint or f"see `{command} --help`")
             ctx.exit(exc.exit_code)
         except OSError as exc:  # a file this user may not read or write (a shared or read-only cache)
-            from dgprecompile.errors import os_error
+            from dgprecompile.fsutil import os_error
 
             err = os_error(exc, option=_path_option(ctx.invoked_subcommand))
             _output(ctx).error(err.message, err.hint)

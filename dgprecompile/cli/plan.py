@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from dgprecompile.cli.options import output_in_a_folder, output_options, plan_options, resolve_plan
-from dgprecompile.errors import InputError, os_error
+from dgprecompile.errors import InputError
+from dgprecompile.fsutil import os_error
 from dgprecompile.output import Output, styled
 from dgprecompile.planning.manifest import dump_yaml, write_manifest
 from dgprecompile.planning.plan import Plan
@@ -46,7 +47,7 @@ def render_plan(out: Output, plan: Plan, show_buckets: bool) -> None:
     else:
         out.data_text(f"{len(plan.keys)} keys, keys only: DeepGEMM chooses the kernels at warm (sweep, on a GPU)")
     if plan.jit_modules:
-        from dgprecompile.jit_families import get_family
+        from dgprecompile.runtimes import get_family
 
         family = get_family(next(iter(plan.jit_modules.values())).family)
         out.table(f"SGLang's own JIT modules (sglang {plan.sglang_version}, {family.label}; built at first use, "
@@ -55,14 +56,14 @@ def render_plan(out: Output, plan: Plan, show_buckets: bool) -> None:
                   [[m.name, ", ".join(m.template) or "-", m.path + (f" ({len(m.keys)} keys)" if m.keys else ""),
                     f"{m.python}:{m.builder}"] for m in plan.jit_modules.values()])
     if plan.triton_moe:
-        from dgprecompile.families import TRITON_MOE
+        from dgprecompile.runtimes.triton_moe import TRITON_MOE
 
         out.table(f"{TRITON_MOE.label} (sglang {plan.sglang_version}; warm compiles each GPU-free, "
                   f"python -m {TRITON_MOE.warm_module})",
                   ["experts (local/global)", "hidden", "intermediate", "topk", "m", "device", "layers"],
                   [[f"{t.experts}/{t.global_experts}", t.hidden, t.intermediate, t.topk, t.m_text,
                     f"{t.device_name} (sm_{t.capability})", "\n".join(t.layers)] for t in plan.triton_moe.values()])
-    from dgprecompile.families import coverage
+    from dgprecompile.runtimes.captured import coverage
 
     table = coverage(plan.profile, {"triton_moe"} if plan.triton_moe else set())
     if table is None:

@@ -11,8 +11,9 @@ from dgprecompile.compile.warm import run_warm
 from dgprecompile.compile.warm_result import WarmResult
 from dgprecompile.compile.warm_setup import WarmOptions, WarmSetup, prepare_warm
 from dgprecompile.errors import InputError
-from dgprecompile.generations import BACKENDS, DEEPGEMM_BACKENDS, GENERATIONS
 from dgprecompile.output import Output
+from dgprecompile.runtimes import BACKENDS, GENERATIONS
+from dgprecompile.runtimes.deepgemm import DEEPGEMM_BACKENDS
 
 
 def _parse_gpus(text: str | None) -> list[int] | None:
@@ -117,7 +118,7 @@ def _announce(out: Output, plan, setup: WarmSetup) -> None:
         out.info(f"SGLang JIT modules: built with the installed sglang {plan.sglang_version}'s own builders into "
                  f"{area} (one ninja job per worker: MAX_JOBS=1); the runtime reads them with {names} (launch sets it)")
     if setup.triton_items:
-        from dgprecompile.families import TRITON_MOE
+        from dgprecompile.runtimes.triton_moe import TRITON_MOE
 
         out.info(f"{TRITON_MOE.label}: each item's m set is cut into {len(setup.triton_chunks)} chunk(s) in all, each "
                  f"`python -m {TRITON_MOE.warm_module}` started at once within the --jobs budget "

@@ -29,8 +29,8 @@ from typing import Any
 
 from dgprecompile.cache.triton_moe import HOST_FIELDS, make_record
 from dgprecompile.errors import CompileFailed, DGError
-from dgprecompile.families import TRITON_MOE
-from dgprecompile.kernels import TritonMoeItem
+from dgprecompile.runtimes.items import TritonMoeItem
+from dgprecompile.runtimes.triton_moe import TRITON_MOE
 
 CALL_WEIGHT = 0.005  # one m's calls relative to one compile (an estimate: ~4 ms a call against ~1 s a compile)
 CHUNK_MARK = "#"  # a chunk's job id: <item id>#<i>/<n>

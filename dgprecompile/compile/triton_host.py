@@ -219,7 +219,7 @@ def build(root: str | Path, kernels: Mapping[str, Mapping[str, Any]], scratch: P
     Returns ``{"cuda_utils": entry, "launchers": {kernel entry: entry}, "entries", "built", "machine"}``."""
     from triton.backends.nvidia.driver import CudaLauncher, CudaUtils
 
-    from dgprecompile.families import family_for_area
+    from dgprecompile.runtimes.captured import family_for_area
 
     triton_dir = family_for_area("triton").area_dir(root).resolve()
     libcuda_dir, linked = link_libcuda(scratch)
@@ -245,8 +245,8 @@ def warm_host_modules(root: str | Path, entries: list[str], seen: Mapping[str, M
     warm's kernel entries; ``seen``: :func:`watch_kernels`' records) and file them in the index (by warm, area
     triton). A machine that cannot build them (no C compiler, no Python headers) gets
     ``{"left_to_capture": why}``: a strict launch then refuses each by name and ``launch --capture`` fills them."""
-    from dgprecompile import scratch as scratch_dirs
-    from dgprecompile.compile.triton_moe import file_warmed
+    from dgprecompile.cache.triton_moe import file_warmed
+    from dgprecompile.host import scratch as scratch_dirs
 
     missing = [e for e in entries if e not in seen]
     if missing:

@@ -295,25 +295,6 @@ def triton_entries(cache_dir: str) -> dict[str, list[str]]:
     return out
 
 
-def file_warmed(root: str, entries: list[str]) -> list[str]:
-    """File the whole warmed entries in the cache index (``extra``, by warm, area triton), so verify/pack/push/pull
-    carry them and a strict launch turns Triton's refusal on; returns the entries that were not whole."""
-    from dgprecompile.cache.store import CacheStore
-    from dgprecompile.families import family_for_area
-
-    store = CacheStore(root)
-    fam = family_for_area("triton")
-    whole = [e for e in entries if fam.entry_problem(fam.area_dir(root) / e) is None]
-    records = [store.record_entry(e, by="warm", area=fam.area) for e in whole]
-    if records:
-        def mutate(index):
-            for rec in records:
-                index.extra[rec.member_dir] = rec
-
-        store.update_index(mutate)
-    return sorted(set(entries) - set(whole))
-
-
 def check_bound(config, args: argparse.Namespace) -> None:
     """Refuse a plan whose m bound is below the largest m of the tuned configs SGLang finds here for the shape (its
     own get_moe_configs, up and down: e.g. a config dir of the job's own, SGLANG_MOE_CONFIG_DIR): above the bound
@@ -328,7 +309,8 @@ def check_bound(config, args: argparse.Namespace) -> None:
 
 
 def warm(args: argparse.Namespace) -> dict[str, Any]:
-    from dgprecompile.families import family_for_area
+    from dgprecompile.cache.triton_moe import file_warmed
+    from dgprecompile.runtimes.captured import family_for_area
 
     triton_dir = str(family_for_area("triton").area_dir(args.cache_dir))
     os.environ["TRITON_CACHE_DIR"] = triton_dir

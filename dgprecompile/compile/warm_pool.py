@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dgprecompile import scratch
 from dgprecompile.compile.backends import WorkItem
 from dgprecompile.compile.schedule import NO_SPACE, Action, Close, Lost, Scheduler, Send
 from dgprecompile.compile.triton_chunks import Chunk, ChunkedItem
@@ -29,6 +28,7 @@ from dgprecompile.compile.warm_result import WarmResult, record_event
 from dgprecompile.compile.warm_setup import WarmSetup, work, worker_job
 from dgprecompile.compile.worker import startup_failure
 from dgprecompile.errors import CompileFailed
+from dgprecompile.host import scratch
 
 TICK_SECONDS = 1.0  # how often the parent wakes without events (progress lines on a non-terminal)
 WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
@@ -252,7 +252,7 @@ class _Run:
 
     def _start_chunk(self, slot: int, chunk: Chunk) -> None:
         from dgprecompile.compile.triton_chunks import chunk_argv
-        from dgprecompile.kernels import TritonMoeItem
+        from dgprecompile.runtimes.items import TritonMoeItem
 
         item = self.chunked[chunk.item]
         if not item.reports and not item.failures and not any(c in self.chunk_started for c in item.chunks):

@@ -21,14 +21,16 @@ from dgprecompile.cache.store import CacheStore, resolve_cache_dir
 from dgprecompile.compile.backends import WorkItem, backend_for
 from dgprecompile.compile.schedule import Job
 from dgprecompile.compile.triton_chunks import Chunk
-from dgprecompile.errors import DGError, EnvironmentProblem, InputError, os_error
-from dgprecompile.fsutil import free_bytes, human_bytes, mount_point
-from dgprecompile.generations import SGLANG_JIT_BACKEND, get_backend
-from dgprecompile.kernels import TRANSPOSE_FAMILY
+from dgprecompile.errors import DGError, EnvironmentProblem, InputError
+from dgprecompile.fsutil import free_bytes, human_bytes, mount_point, os_error
+from dgprecompile.host.lifeline import refuse_inside_strict_launch
+from dgprecompile.host.toolchain import find_deepgemm, find_nvcc
 from dgprecompile.keys.fingerprint import differences, make_fingerprint, short_id
-from dgprecompile.lifeline import refuse_inside_strict_launch
+from dgprecompile.keys.schemes import key_context, naming_for
 from dgprecompile.planning.plan import Plan
-from dgprecompile.toolchain import find_deepgemm, find_nvcc
+from dgprecompile.runtimes import get_backend
+from dgprecompile.runtimes.deepgemm import SGLANG_JIT_BACKEND
+from dgprecompile.runtimes.items import TRANSPOSE_FAMILY
 
 # Tasks (threads + processes) one worker holds at its peak: its own main thread, plus the compiler's process
 # tree. nvcc runs its stages (cudafe++, cicc, ptxas, the host compiler) one at a time under one driver; one
@@ -127,7 +129,7 @@ def _toolchain(plan: Plan, opts: WarmOptions):
 def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
     """Everything warm decides before a worker starts: the toolchain, the fingerprint (and whether the cache's
     differs), this rank's share of the kernels, JIT modules and Triton MoE items, the worker count, space.
-    Refused inside a strict `dgprecompile launch` (dgprecompile.lifeline: its supervisor is an ancestor)."""
+    Refused inside a strict `dgprecompile launch` (dgprecompile.host.lifeline: its supervisor is an ancestor)."""
     refuse_inside_strict_launch("dgprecompile warm")
     backend, install, nvcc = _toolchain(plan, opts)
     store = CacheStore(resolve_cache_dir(plan, opts.cache_dir))
@@ -221,8 +223,8 @@ def _backend_job(plan: Plan, opts: WarmOptions, install, nvcc, needs_gpu: bool,
     generation = plan.profile.deepgemm
     job: dict[str, Any] = {"nvcc": nvcc.path, "num_sms": plan.num_sms, "entry_files": list(generation.entry_files)}
     if not needs_gpu:  # computes the runtime's entry names and builds them itself
-        job["key_context"] = generation.key_context(install, nvcc).__dict__
-        job["key_class"] = generation.key_class
+        job["key_context"] = key_context(generation, install, nvcc).__dict__
+        job["key_scheme"] = generation.key_scheme
         return job, [None]
     visible = _visible_gpus()
     if world > 1:
@@ -335,7 +337,7 @@ def _prepare_jit(plan: Plan, opts: WarmOptions, nvcc, cache_root: Path) -> tuple
     """Work items for the plan's SGLang JIT modules, their family's workers' job, what is skipped and why, the
     fingerprint section naming what their runtime names hold (all asked of the modules' JitFamily), and what to
     install when this machine lacks what builds them."""
-    from dgprecompile.jit_families import get_family
+    from dgprecompile.runtimes import get_family
 
     modules = list(plan.jit_modules.values())
     if not modules:
@@ -348,7 +350,7 @@ def _prepare_jit(plan: Plan, opts: WarmOptions, nvcc, cache_root: Path) -> tuple
                          hint="regenerate the manifest with `dgprecompile plan -o`")
     family = get_family(families[0])
     try:
-        naming = family.naming(plan.sglang_version or "")
+        naming = naming_for(family, plan.sglang_version or "")
         ninja = shutil.which("ninja", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
         if ninja is None:
             raise EnvironmentProblem(f"ninja is not installed: {family.label} builds its modules with it",
@@ -375,7 +377,7 @@ def _prepare_triton(plan: Plan, opts: WarmOptions, skipped: dict[str, str]) -> t
     None items with ``{"missing": what to install}``."""
     from importlib import metadata
 
-    from dgprecompile.families import TRITON_MOE
+    from dgprecompile.runtimes.triton_moe import TRITON_MOE
 
     moe = list(plan.triton_moe.values())
     if not moe:
@@ -416,8 +418,8 @@ def _triton_chunks(store: CacheStore, plan: Plan, items: list[WorkItem], job: di
     fingerprint covers nothing (the warm clears the records first)."""
     from dgprecompile.cache.triton_moe import COVERED, item_coverage
     from dgprecompile.compile.triton_chunks import chunks_for
-    from dgprecompile.families import TRITON_MOE
-    from dgprecompile.kernels import TritonMoeItem
+    from dgprecompile.runtimes.items import TritonMoeItem
+    from dgprecompile.runtimes.triton_moe import TRITON_MOE
 
     budget = max(1, jobs - 1) if others else jobs
     index = store.read_index() if items else None
@@ -441,9 +443,9 @@ def _zygote_workers(backend: str, jobs: int, items: list[WorkItem], jit_items: l
     scheduler's budget keeps all of them within --jobs."""
     workers = min(jobs, len(items) + len(jit_items))
     jit_backend = jit_job.get("jit_backend") if jit_items else None
-    if not items or jit_backend is None or get_backend(backend).preload is not None:
+    if not items or jit_backend is None or get_backend(backend).preload:
         return workers
-    return workers + (min(workers, len(items)) if get_backend(jit_backend).preload is not None else 0)
+    return workers + (min(workers, len(items)) if get_backend(jit_backend).preload else 0)
 
 
 def work(setup: WarmSetup) -> list[tuple[Job, WorkItem | Chunk]]:

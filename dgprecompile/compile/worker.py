@@ -166,7 +166,7 @@ def serve(job: dict) -> int:
 def _set_up(job: dict, emit) -> dict:
     """Every backend of ``job`` that can be set up here, by name; ``fatal`` for each one that cannot (the zygote
     put its preload failure in ``job["unavailable"]``)."""
-    from dgprecompile.compile.backends import load_worker_backend
+    from dgprecompile.compile.backends.workers import load_worker_backend
     from dgprecompile.errors import DGError
 
     for kind, why in job.get("unavailable", {}).items():
@@ -184,7 +184,8 @@ def _set_up(job: dict, emit) -> dict:
 
 def _compile_one(backend, store, item, job: dict, emit) -> bool:
     """Build ``item`` with ``backend``, record it in the index, report done or failed; False when it failed."""
-    from dgprecompile.errors import DGError, os_error
+    from dgprecompile.errors import DGError
+    from dgprecompile.fsutil import os_error
 
     built: tuple | None = None  # (entries, seconds) once the compiled entries are installed
     try:
@@ -245,7 +246,7 @@ def _end_everything(_signum=None, _frame=None) -> None:
     """The zygote, once its warm is gone: SIGKILL every worker's process group (the worker and its nvcc, cicc,
     ptxas) and every other process below (the zygote is their subreaper), reap them, and exit. Nothing is
     installed after the warm died: the workers die before their next rename, and check before it (lifeline)."""
-    from dgprecompile.procfs import descendants
+    from dgprecompile.host.procfs import descendants
 
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, WARM_GONE):
         signal.signal(sig, signal.SIG_IGN)
@@ -279,7 +280,7 @@ def _reap_all() -> None:
 
 def _bind_zygote_to_warm() -> None:
     """The zygote dies with its warm: the parent-death signal ends every worker; a warm already gone ends it now."""
-    from dgprecompile import lifeline
+    from dgprecompile.host import lifeline
 
     lifeline.set_subreaper()  # a dead worker's compilers come to us, to be ended with the rest
     signal.signal(WARM_GONE, _end_everything)
@@ -291,7 +292,7 @@ def _bind_zygote_to_warm() -> None:
 
 
 def _refuse_inside_strict_launch() -> None:
-    from dgprecompile import lifeline
+    from dgprecompile.host import lifeline
 
     why = lifeline.inside_strict_launch()
     if why:
@@ -305,14 +306,14 @@ def zygote(job: dict, workers: list[dict]) -> int:
     The first ``job["early_workers"]`` are forked before the import and serve only the backends that need none
     (no zygote preload: e.g. nvcc), so that they compile while the others' libraries are imported; warm's
     scheduler keeps all of them within one budget."""
-    from dgprecompile.generations import get_backend
+    from dgprecompile.runtimes import get_backend
 
     _bind_zygote_to_warm()
     own_fds = {fd for w in workers for fd in (w["in_fd"], w["out_fd"])}
     children: dict[int, int] = {}
     out = os.fdopen(os.dup(1), "w", buffering=1)
     early = int(job.get("early_workers") or 0)
-    light = {**job, "backends": {k: v for k, v in job["backends"].items() if get_backend(k).preload is None}}
+    light = {**job, "backends": {k: v for k, v in job["backends"].items() if not get_backend(k).preload}}
     _fork(light, workers[:early], 0, own_fds, children, out)
     _preload(job)  # no CUDA here: children initialise their own device after the fork
     _fork(job, workers[early:], early, own_fds, children, out)
@@ -359,7 +360,7 @@ def _preload(job: dict) -> None:
     traceback goes to the zygote's log) is left out of ``job["backends"]`` and its one-line reason put in
     ``job["unavailable"]`` for the workers to report; when every one fails the zygote fails, its reason marked in
     the log for warm (:func:`startup_failure`)."""
-    from dgprecompile.compile.backends import preload
+    from dgprecompile.compile.backends.workers import preload
 
     failed: dict[str, str] = {}
     for kind, own in list(job["backends"].items()):
@@ -410,8 +411,8 @@ def _child(job: dict, w: dict, own_fds: set[int], zygote_pid: int) -> None:
 def _bind_worker_to_zygote(zygote_pid: int) -> None:
     """A worker dies with the zygote (SIGKILL: its warm is gone or it was killed) and never installs an entry once
     the zygote or the warm above it has died (checked before each rename into the cache)."""
-    from dgprecompile import lifeline
     from dgprecompile.cache import store
+    from dgprecompile.host import lifeline
 
     lifeline.set_parent_death_signal(signal.SIGKILL)
     fd = os.environ.get(LIFELINE_ENV)

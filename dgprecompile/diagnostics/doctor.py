@@ -19,10 +19,10 @@ from dgprecompile.cache.store import CacheStore
 from dgprecompile.diagnostics.limits import Limits, read_limits
 from dgprecompile.errors import EXIT_CHECK_FAILED, EXIT_OK, DGError
 from dgprecompile.fsutil import tree_size
-from dgprecompile.generations import GENERATIONS
+from dgprecompile.host.toolchain import find_deepgemm, locate_nvcc, probe_nvcc
 from dgprecompile.planning.plan import Plan
 from dgprecompile.planning.profiles import Profile
-from dgprecompile.toolchain import find_deepgemm, locate_nvcc, probe_nvcc
+from dgprecompile.runtimes import GENERATIONS
 
 # Tasks of one nvcc compile at its peak, counting nvcc itself: measured with nvcc 13.0.88 compiling a legacy
 # DeepGEMM kernel and a tiny .cu (polling /proc for the descendants: nvcc -> gcc/cudafe++/cicc/ptxas stages).

@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dgprecompile import scratch
 from dgprecompile.diagnostics.budget import Budget, make_budget
 from dgprecompile.diagnostics.repro_rank import BACKENDS, REPRO_BACKENDS
 from dgprecompile.errors import EXIT_CHECK_FAILED, EXIT_OK, EnvironmentProblem, InputError
+from dgprecompile.host import scratch
 
 MARGIN_PER_RANK = 2  # tasks beyond a rank's base: room for a transient subprocess (cuobjdump, nvcc --version)
 
@@ -226,7 +226,7 @@ class Repro:
         self.procs = []
 
     def _find_nvcc(self) -> str:
-        from dgprecompile.toolchain import default_nvcc_path
+        from dgprecompile.host.toolchain import default_nvcc_path
 
         nvcc = self.config.nvcc or default_nvcc_path()
         if not nvcc or not os.access(nvcc, os.X_OK):

@@ -128,8 +128,8 @@ class LegacyBackend:
 
 def legacy_kernels(count: int):
     """The first ``count`` distinct kernels of the failing masked key, over m = 1..16384 (H200: 132 SMs)."""
-    from dgprecompile.kernels import KernelType
     from dgprecompile.planning.heuristics.legacy import BUILD_NAME, LegacyHeuristic
+    from dgprecompile.runtimes.items import KernelType
 
     kt = KernelType(LEGACY_KEY[0])
     h = LegacyHeuristic()

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dgprecompile.errors import InputError
-from dgprecompile.kernels import TRANSPOSE_FAMILY, KernelSpec
+from dgprecompile.runtimes.items import TRANSPOSE_FAMILY, KernelSpec
 
 _HEAD = """
 #include <deep_gemm/impls/sm90_fp8_gemm_1d2d.cuh>

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from dgprecompile.errors import InputError
-from dgprecompile.kernels import KernelSpec
 from dgprecompile.keys import cxx_templates
 from dgprecompile.keys.hashing import FNV_PRIME_64, MASK64, splitmix64
+from dgprecompile.runtimes.items import KernelSpec
 
 _SPACE = b" \t\f\v"
 INCLUDE_PREFIX = b"deep_gemm/"

@@ -10,20 +10,18 @@ import platform
 from importlib import metadata
 from typing import Any
 
-from dgprecompile.generations import get_generation
-from dgprecompile.toolchain import DeepGemmInstall, Nvcc, headers_hash, key_env
+from dgprecompile.host.toolchain import DeepGemmInstall, Nvcc, headers_hash, key_env
+from dgprecompile.runtimes import JIT_FAMILIES, get_generation
 
 # SGLang's own JIT modules: each loader family's section (present when a warm built its modules) holds what
-# the release's own key holds (dgprecompile/jit_families.py fingerprint_fields)
+# the release's own key holds (dgprecompile/runtimes/jit_loader.py fingerprint_fields)
 JIT_FIELDS = ("sglang_jit.sglang", "sglang_jit.tvm_ffi", "sglang_jit.arch")  # the tvm-ffi family's
 
 
 def _jit_fields(recorded: dict[str, Any], current: dict[str, Any] | None = None) -> tuple[str, ...]:
     """The JIT families' key fields, for each family section present in ``recorded`` (and ``current``)."""
-    from dgprecompile.jit_families import FAMILIES
-
     out: tuple[str, ...] = ()
-    for family in FAMILIES.values():
+    for family in JIT_FAMILIES.values():
         section = family.fingerprint_section
         if recorded.get(section) and (current is None or current.get(section)):
             out += family.key_fields()

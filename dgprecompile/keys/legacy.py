@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from dgprecompile.errors import EnvironmentProblem
-from dgprecompile.kernels import KernelSpec
-from dgprecompile.toolchain import DeepGemmInstall, Nvcc
+from dgprecompile.host.toolchain import DeepGemmInstall, Nvcc
+from dgprecompile.runtimes.items import KernelSpec
 
 # The kernel source FP8GemmRuntime.generate() emits; its bytes are part of the key, so they must match exactly.
 _SOURCE = """

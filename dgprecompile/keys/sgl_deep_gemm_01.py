@@ -19,9 +19,9 @@ import shlex
 from dataclasses import dataclass
 from functools import lru_cache
 
-from dgprecompile.kernels import KernelSpec
 from dgprecompile.keys import cxx_templates
 from dgprecompile.keys.hashing import fnv1a64, splitmix64
+from dgprecompile.runtimes.items import KernelSpec
 
 _INCLUDE = re.compile(r'#\s*include\s*[<"][^>"]+[>"]')
 

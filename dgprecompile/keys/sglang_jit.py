@@ -21,11 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from dgprecompile.errors import EnvironmentProblem
-from dgprecompile.kernels import JitModule
-from dgprecompile.planning.sglang_jit import (
-    JitVersionSpec,
-    release_spec,
-)
+from dgprecompile.runtimes import family_for
+from dgprecompile.runtimes.items import JitModule
+from dgprecompile.runtimes.jit_loader import JitVersionSpec, release_spec
 
 JIT_AREA = "tvm-ffi"  # the sub-directory of a dgprecompile cache that launch points TVM_FFI_CACHE_DIR at
 
@@ -98,8 +96,6 @@ class JitNaming:
 
     @classmethod
     def here(cls, sglang_version: str) -> JitNaming:
-        from dgprecompile.jit_families import family_for
-
         family = family_for(sglang_version)
         if family is None:
             raise EnvironmentProblem(f"SGLang {sglang_version}'s JIT modules are not modelled")
@@ -108,7 +104,7 @@ class JitNaming:
     @classmethod
     def build(cls, family, sglang_version: str) -> JitNaming:
         """For the sglang and tvm-ffi installed here; EnvironmentProblem when they do not match the plan
-        (the JitFamily naming_class protocol)."""
+        (the naming protocol of keys/schemes.py)."""
         spec = release_spec(family, sglang_version)
         if spec is None:
             raise EnvironmentProblem(f"SGLang {sglang_version}'s JIT modules are not modelled")

@@ -37,8 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from dgprecompile.errors import EnvironmentProblem
-from dgprecompile.kernels import JitModule
 from dgprecompile.keys.sglang_jit import SglangInstall, find_sglang
+from dgprecompile.runtimes.items import JitModule
+from dgprecompile.runtimes.sglang_ninja import LoadJitCall, load_jit_call
 
 AREA = "sglang-jit"  # the sub-directory of a dgprecompile cache that launch points SGLANG_JIT_CACHE_DIR at
 DEPS_FILE = "sgl_deps.json"  # cache.py:72
@@ -173,39 +174,11 @@ def _wrapper_source(files: list[str], wrappers: list[tuple[str, str]]) -> str:
 
 
 @dataclass(frozen=True)
-class LoadJitCall:
-    """One ``load_jit(*args, **kwargs)`` call as the release makes it (only the keyword arguments the modelled
-    modules use; header_only is always True for them)."""
-
-    args: tuple[str, ...]
-    cuda_files: tuple[str, ...]
-    cuda_wrappers: tuple[tuple[str, str], ...]
-    extra_cuda_cflags: tuple[str, ...] = ()
-    extra_ldflags: tuple[str, ...] = ()
-
-    def kwargs(self, stubs_dir: str) -> dict[str, Any]:
-        """For calling the release's own load_jit (``{cuda_stubs}`` is toolchain.py's cuda_stubs_dir())."""
-        return {"cuda_files": list(self.cuda_files), "cuda_wrappers": [tuple(w) for w in self.cuda_wrappers],
-                "extra_cuda_cflags": list(self.extra_cuda_cflags),
-                "extra_ldflags": [f.replace("{cuda_stubs}", stubs_dir) for f in self.extra_ldflags]}
-
-
-def load_jit_call(module: JitModule) -> LoadJitCall:
-    """The data file's load_jit arguments for a module: its args are marker + template (loader.py:217); wrapper
-    kernel names may hold ``{t0}``, ``{t1}``... for the rendered template arguments (custom_all_reduce's world size)."""
-    kw = dict(module.kwargs)
-    template = {f"t{i}": t for i, t in enumerate(module.template)}
-    wrappers = tuple((str(e), str(k).format(**template)) for e, k in kw.get("cuda_wrappers", []))
-    return LoadJitCall(tuple(map(str, (*module.marker, *module.template))), tuple(module.cuda_files), wrappers,
-                       tuple(map(str, kw.get("extra_cuda_cflags", []))), tuple(map(str, kw.get("extra_ldflags", []))))
-
-
-@dataclass(frozen=True)
 class NinjaNaming:
-    """The runtime's names for the sglang installed here (the JitFamily naming_class protocol)."""
+    """The runtime's names for the sglang installed here (the naming protocol of keys/schemes.py)."""
 
     family: Any
-    spec: Any  # planning.sglang_jit.ReleaseSpec of this release
+    spec: Any  # runtimes/jit_loader.py JitVersionSpec of this release
     sglang: SglangInstall
     environ: tuple[tuple[str, str], ...] = ()  # the variables the runtime will see that the key reads
 
@@ -356,7 +329,7 @@ class NinjaNaming:
     def module_name_of(call: LoadJitCall) -> str:
         return "sgl_kernel_jit_" + "_".join(call.args)  # spec.py:20,55-57
 
-    # -- the naming_class protocol --
+    # -- the naming protocol of keys/schemes.py --
     def module_name(self, module: JitModule) -> str:
         return self.module_name_of(load_jit_call(module))
 

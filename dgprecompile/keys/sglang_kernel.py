@@ -28,9 +28,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dgprecompile.errors import InputError
-from dgprecompile.kernels import KernelSpec
 from dgprecompile.keys import cxx_templates
 from dgprecompile.keys.sgl_deep_gemm_01 import CxxKeyContext, digest
+from dgprecompile.runtimes.items import KernelSpec
 
 TEMPLATE = "sk-0.4"
 

@@ -1,6 +1,6 @@
 """`launch --capture`: point every JIT family's cache into the dgprecompile cache, and file what the job built.
 
-The family facts (variables, areas, what makes an entry whole) live in :mod:`dgprecompile.families`; this module
+The family facts (variables, areas, what makes an entry whole) live in :mod:`dgprecompile.runtimes.captured`; this module
 only walks them. At exit a whole new entry of a filed family goes into the index's ``extra`` records (``by:
 capture``) with its files' sha256, so verify/pack/push/pull carry it; an entry that is not whole is reported and
 never filed (pack takes only indexed entries). The installed versions of the families' packages and the GPU go
@@ -9,7 +9,6 @@ into the fingerprint under ``families`` (only where the cache has a fingerprint:
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from collections.abc import Mapping
@@ -20,7 +19,7 @@ from typing import Any
 from dgprecompile.cache import confine
 from dgprecompile.cache.confine import Limits
 from dgprecompile.cache.store import CacheStore, Index
-from dgprecompile.families import FAMILIES, CacheFamily, versions
+from dgprecompile.runtimes.captured import CAPTURED, CacheFamily, versions
 
 STRICT_FAMILIES_ENV = "DGPRECOMPILE_STRICT_FAMILIES"
 
@@ -34,14 +33,14 @@ def family_env(root: str | Path, index: Index, *, capture: bool, strict: bool) -
     area; without, those of families whose area exists. Strict: the families whose compiles the hook refuses
     (those the cache covers: entries filed in the index)."""
     out = []
-    for fam in FAMILIES:
+    for fam in CAPTURED:
         area = fam.area_dir(root)
         if capture or area.is_dir():
             why = (f"{fam.label}: capture what the job builds into {fam.area}/" if capture
                    else f"{fam.label}: what an earlier capture or warm left in {fam.area}/")
             out += [(name, value, why) for name, value in fam.launch_env(root)]
     if strict and not capture:
-        refused = [f.id for f in FAMILIES if f.strict_by == "hook" and indexed(index, f)]
+        refused = [f.id for f in CAPTURED if f.strict_by == "hook" and indexed(index, f)]
         if refused:
             out.append((STRICT_FAMILIES_ENV, ",".join(refused),
                         "strict: the startup hook refuses runtime compiles of " + ", ".join(refused)))
@@ -54,7 +53,7 @@ def relocate(store: CacheStore) -> list[str]:
     An entry reached through a link (the area replaced by one) is left alone: nothing outside the cache is written."""
     index = store.read_index()
     moved = []
-    for fam in FAMILIES:
+    for fam in CAPTURED:
         for name, rec in sorted(index.extra.items()):
             if (rec.area == fam.area and fam.filed and confine.link_problem(store.root, rec.member_dir) is None
                     and fam.relocate(fam.area_dir(store.root) / rec.entry)):
@@ -70,7 +69,7 @@ def relocate(store: CacheStore) -> list[str]:
 
 
 def snapshot(root: str | Path) -> dict[str, dict[str, str | None]]:
-    return {fam.id: fam.entries(fam.area_dir(root)) for fam in FAMILIES}
+    return {fam.id: fam.entries(fam.area_dir(root)) for fam in CAPTURED}
 
 
 @dataclass
@@ -93,7 +92,7 @@ def compiled_during(root: str | Path, before: Mapping[str, Mapping[str, str | No
     """Per family, what appeared in its area during the run (non-strict: everything compiled at run time)."""
     after = snapshot(root)
     out = []
-    for fam in FAMILIES:
+    for fam in CAPTURED:
         old = before.get(fam.id, {})
         rep = FamilyReport(fam.id, fam.label)
         for name, problem in sorted(after[fam.id].items()):
@@ -128,13 +127,13 @@ def job_versions(env: Mapping[str, str]) -> dict[str, str | None]:
     import json
     import sys
 
-    import dgprecompile.families as fam_module
-
-    code = "import json, sys; sys.path.insert(0, sys.argv[1]); from dgprecompile.families import versions; " \
-           "print(json.dumps(versions()))"
-    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(fam_module.__file__)))
+    # runtimes/captured.py versions(), in the job's environment, read from the distributions' metadata alone
+    code = ("import json, sys\nfrom importlib import metadata\nout = {}\nfor d in json.loads(sys.argv[1]):\n"
+            "    try:\n        out[d] = metadata.version(d)\n    except metadata.PackageNotFoundError:\n"
+            "        out[d] = None\nprint(json.dumps(out))")
+    dists = json.dumps([d for fam in CAPTURED for d in fam.packages])
     try:
-        res = subprocess.run([sys.executable, "-c", code, package_parent], env=dict(env), capture_output=True,
+        res = subprocess.run([sys.executable, "-c", code, dists], env=dict(env), capture_output=True,
                              text=True, timeout=60, check=False)
         return json.loads(res.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
@@ -144,7 +143,7 @@ def job_versions(env: Mapping[str, str]) -> dict[str, str | None]:
 def planned_kernels(plan: Any) -> set[str]:
     """The kernels the plan's warm compiles in a filed family's area (the Triton fused MoE items' kernel): a
     capture that built one found a warm's miss, and filing it would hide that miss from every later check."""
-    from dgprecompile.families import TRITON_MOE
+    from dgprecompile.runtimes.triton_moe import TRITON_MOE
 
     return {TRITON_MOE.kernel} if getattr(plan, "triton_moe", None) else set()
 
@@ -156,7 +155,7 @@ def file_captured(store: CacheStore, reports: list[FamilyReport], env: Mapping[s
     files with one link each, within the entry cap (``entry_mib``, default data/limits.yaml; cache/confine.py). An
     entry holding a ``planned`` kernel (:func:`planned_kernels`) is never filed and is removed (it is new: this run
     built it): it goes to the report's ``hidden``, and the launch fails naming it."""
-    todo = [(fam, rep) for fam, rep in zip(FAMILIES, reports, strict=True) if fam.filed]
+    todo = [(fam, rep) for fam, rep in zip(CAPTURED, reports, strict=True) if fam.filed]
     limits = Limits.of(entry_mib)
     records = []
     for fam, rep in todo:

@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dgprecompile.errors import EnvironmentProblem
+from dgprecompile.host.toolchain import KEY_ENV_VARS, default_nvcc_path
+from dgprecompile.keys.schemes import name_stem
 from dgprecompile.launch.hook import HOOK_DIR, NVCC_STANDIN
 from dgprecompile.planning.plan import Plan
-from dgprecompile.toolchain import KEY_ENV_VARS, default_nvcc_path
 
 FALSY = ("0", "false", "no", "off", "n", "f")
 GUARD_DIR = "guard"  # under the launch's scratch: one "guard installed" record per Python process (strict)
@@ -252,7 +253,7 @@ def _hook_vars(c: _EnvComposer, plan: Plan, cache_dir: str, *, strict: bool, tra
                run_dir: str | None, warm_hint: str, python: str | None,
                families: list[tuple[str, str, str]] | tuple[()]) -> dict[str, str]:
     """What the startup hook reads: strict mode, the plan's kernels and where to record events, guards and calls."""
-    from dgprecompile.jit_families import hook_targets
+    from dgprecompile.runtimes import hook_targets
 
     hook_vars = {"DGPRECOMPILE_STRICT": "1" if strict else "0", "DGPRECOMPILE_GENERATION": plan.profile.deepgemm.id,
                  "DGPRECOMPILE_JIT_HOOKS": ",".join(hook_targets()),
@@ -275,7 +276,7 @@ def _hook_vars(c: _EnvComposer, plan: Plan, cache_dir: str, *, strict: bool, tra
 
 def _hook_pythonpath(c: _EnvComposer, plan: Plan, *, strict: bool, trace_dir: str | None, hook_dir: str) -> None:
     """PYTHONPATH starts with the startup hook; its settings row says what the hook does in this launch."""
-    from dgprecompile.jit_families import hook_targets
+    from dgprecompile.runtimes import hook_targets
 
     generation = plan.profile.deepgemm.id
     old = c.base_env.get("PYTHONPATH")
@@ -289,7 +290,7 @@ def _hook_pythonpath(c: _EnvComposer, plan: Plan, *, strict: bool, trace_dir: st
 
 def plan_jit_family(plan: Plan):
     """The JitFamily of the plan's modules, else of its exact sglang release (None: no JIT of its own)."""
-    from dgprecompile.jit_families import family_for, get_family
+    from dgprecompile.runtimes import family_for, get_family
 
     ids = sorted({m.family for m in plan.jit_modules.values()})
     return get_family(ids[0]) if ids else family_for(plan.sglang_version)
@@ -301,7 +302,7 @@ def jit_name_prefixes(plan: Plan) -> list[str]:
     family = plan_jit_family(plan)
     if family is None or not plan.jit_modules:
         return []
-    return [family.name_stem(plan.sglang_version or "", m) for m in plan.jit_modules.values()]
+    return [name_stem(family, plan.sglang_version or "", m) for m in plan.jit_modules.values()]
 
 
 def triton_cache_dir(env: Mapping[str, str]) -> str:

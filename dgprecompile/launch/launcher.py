@@ -18,10 +18,10 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dgprecompile import scratch
 from dgprecompile.cache.store import CacheStore, resolve_cache_dir
 from dgprecompile.cache.verify import VerifyReport
 from dgprecompile.errors import InputError
+from dgprecompile.host import scratch
 from dgprecompile.launch.environment import (
     GUARD_DIR,
     LaunchEnv,
@@ -88,7 +88,7 @@ def prepare_launch(opts: LaunchOptions) -> PreparedLaunch:
     if not opts.command:
         raise InputError("no command to launch", hint="dgprecompile launch --manifest plan.yaml -- torchrun ...")
     if not opts.strict:  # a job inside a strict launch must not start one that compiles
-        from dgprecompile import lifeline
+        from dgprecompile.host import lifeline
 
         lifeline.refuse_inside_strict_launch("dgprecompile launch --no-strict")
     store = CacheStore(resolve_cache_dir(plan, opts.cache_dir))

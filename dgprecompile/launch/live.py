@@ -27,11 +27,12 @@ from importlib import util
 from pathlib import Path
 from typing import Any
 
-from dgprecompile import scratch
 from dgprecompile.cache.store import CacheStore
 from dgprecompile.errors import EXIT_CHECK_FAILED, EXIT_ENVIRONMENT, EnvironmentProblem, InputError
-from dgprecompile.kernels import KernelType
+from dgprecompile.host import scratch
+from dgprecompile.keys.schemes import key_context
 from dgprecompile.planning.plan import Plan, PlannedKey
+from dgprecompile.runtimes.items import KernelType
 
 DRIVER = Path(__file__).with_name("live_driver.py")
 M_MODES = ("edges", "all")
@@ -294,15 +295,15 @@ def _name_refusals(report: LiveReport, plan: Plan, store: CacheStore) -> None:
     by_template: dict[str, str] = {}
     generation = plan.profile.deepgemm
     try:
+        from dgprecompile.host.toolchain import find_deepgemm, find_nvcc
         from dgprecompile.launch.hook._dgprecompile_hook import describe_source
-        from dgprecompile.toolchain import find_deepgemm, find_nvcc
 
         install = find_deepgemm()
         if install is None or install.generation != plan.profile.generation:
             report.naming_error = (f"the DeepGEMM here ({install.generation if install else 'none'}) is not the "
                                    f"plan's {plan.profile.generation}")
         elif generation.computes_keys(install.version):
-            ctx = generation.key_context(install, find_nvcc((index.fingerprint.get("nvcc") or {}).get("path")))
+            ctx = key_context(generation, install, find_nvcc((index.fingerprint.get("nvcc") or {}).get("path")))
             if hasattr(ctx, "source"):
                 by_template = {describe_source(ctx.source(spec)) or "": kid for kid, spec in plan.kernels.items()}
     except Exception as exc:  # naming is a courtesy: the refusal itself is already reported

@@ -104,7 +104,7 @@ def all_entries(store: CacheStore) -> list[str]:
     """Every runtime entry of the cache: DeepGEMM's by name, SGLang's JIT modules as tvm-ffi/<name> (the other
     families' entries are reported per family: launch/capture.py)."""
     from dgprecompile.cache.store import AREAS, ENTRIES
-    from dgprecompile.families import FILED_AREAS
+    from dgprecompile.runtimes.captured import FILED_AREAS
 
     return [e if area == ENTRIES else f"{area}/{e}" for area in AREAS if area not in FILED_AREAS
             for e in store.list_entries(area)]
@@ -119,15 +119,15 @@ def listdir(path: str) -> set[str]:
 
 
 def jit_areas() -> list[str]:
-    from dgprecompile.jit_families import FAMILIES
+    from dgprecompile.runtimes import JIT_FAMILIES
 
-    return sorted({f.area for f in FAMILIES.values()})
+    return sorted({f.area for f in JIT_FAMILIES.values()})
 
 
 def names_planned_kernels(event: Mapping[str, Any]) -> bool:
     """Whether a refusal names the kernel by its plan id: the runtimes the startup hook refuses (strict_by "hook")
     report the kernel they were asked for; the nvcc stand-in and the other families name what they would build."""
-    from dgprecompile.generations import GENERATIONS
+    from dgprecompile.runtimes import GENERATIONS
 
     generation = GENERATIONS.get(str(event.get("generation")))
     return generation is not None and generation.strict_by == "hook"

@@ -16,7 +16,7 @@ writable cgroup tree, which containers and CI runners mostly do not give.
   launcher died (SIGKILL included): the supervisor ends every process below it the same way, then exits.
 
 The launcher and the supervisor are single-threaded (the supervisor is a fork without exec, which is safe only
-without threads). In a strict launch the supervisor names itself ``dgp-strict`` (dgprecompile.lifeline), which is
+without threads). In a strict launch the supervisor names itself ``dgp-strict`` (dgprecompile.host.lifeline), which is
 how a `dgprecompile warm` started inside the job knows it must not compile, whatever the job did to its
 environment.
 """
@@ -36,9 +36,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dgprecompile import lifeline
 from dgprecompile.errors import InputError
-from dgprecompile.procfs import command_line, descendants, proc_stats
+from dgprecompile.host import lifeline
+from dgprecompile.host.procfs import command_line, descendants, proc_stats
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 DEFAULT_KILL_GRACE = 10.0  # seconds between the signal a launcher forwards and the SIGKILL of what is left of the job
@@ -331,7 +331,7 @@ def _wait_job(sup: _Supervisor, watch: JobWatch, kill_grace: float) -> int:
 def _supervisor_lost(sup: _Supervisor, watch: JobWatch) -> int:
     """The supervisor died before it reported: its orphans went to init; SIGKILL the job's session and what is
     still found below the job's first process, and fail the run."""
-    from dgprecompile.procfs import job_processes
+    from dgprecompile.host.procfs import job_processes
 
     watch.lost = "the launch's supervisor process died before the job ended"
     if sup.job is not None:

@@ -11,9 +11,9 @@ from dgprecompile import schemas
 from dgprecompile.documents import load_yaml_text
 from dgprecompile.errors import InputError
 from dgprecompile.fsutil import atomic_write_text, read_input
-from dgprecompile.kernels import GemmKey, JitModule, KernelSpec, KernelType, TritonMoeItem
 from dgprecompile.planning.plan import MANIFEST_SCHEMA, Bucket, Plan, PlannedKey
 from dgprecompile.planning.profiles import resolve_profile
+from dgprecompile.runtimes.items import GemmKey, JitModule, KernelSpec, KernelType, TritonMoeItem
 
 
 def write_manifest(plan: Plan, path: Path) -> None:

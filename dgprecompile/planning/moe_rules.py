@@ -187,7 +187,7 @@ def apply(par, model_config: dict, profile_range: SpecifierSet, gpu: str | None,
     the notes that say which rule applied, with its file:line."""
     from dataclasses import replace
 
-    from dgprecompile.families import gpu_device
+    from dgprecompile.runtimes.triton_moe import gpu_device
 
     capability = int(gpu_device(gpu)["capability"])
     layout = resolve(sglang_version, profile_range, options, model_config, par.tp, par.ep, capability)

@@ -14,10 +14,11 @@ from typing import Any
 from dgprecompile import __version__, schemas
 from dgprecompile.data import load_yaml
 from dgprecompile.errors import InputError
-from dgprecompile.kernels import GemmKey, JitModule, KernelSpec, TritonMoeItem
+from dgprecompile.planning.heuristics.registry import heuristic_for
 from dgprecompile.planning.models import ModelConfig
 from dgprecompile.planning.profiles import Profile
 from dgprecompile.planning.shapes import Parallel, model_shapes
+from dgprecompile.runtimes.items import GemmKey, JitModule, KernelSpec, TritonMoeItem
 
 MANIFEST_SCHEMA = 1
 DEFAULT_NUM_SMS = 132
@@ -238,7 +239,7 @@ def plan_key(key: GemmKey, profile: Profile, num_sms: int, kernels: dict[str, Ke
     """A key with its m-buckets and the layout kernels the runtime compiles beside it (with ``sglang_warmup``
     also those SGLang's own precompile builds); adds its kernels."""
     pk = PlannedKey(key, _buckets(key, profile, num_sms, kernels))
-    heuristic = profile.deepgemm.heuristic()
+    heuristic = heuristic_for(profile.deepgemm)
     aux = getattr(heuristic, "aux_kernels", lambda *a, **kw: [])
     for spec in aux(key.kernel_type, key.n, key.k, key.num_groups, sglang_warmup=sglang_warmup):
         kernels.setdefault(spec.id, spec)
@@ -272,7 +273,7 @@ def _buckets(key: GemmKey, profile: Profile, num_sms: int, kernels: dict[str, Ke
                          f"{MODELLED_M_MAX:,} the kernel model is evaluated for (one DeepGEMM choice per 64 m)",
                          hint=f"plan a largest forward of at most {MODELLED_M_MAX:,} tokens, or plan with --keys-only "
                               "(warm --backend sweep then lets DeepGEMM choose on a GPU)")
-    heuristic = profile.deepgemm.heuristic()
+    heuristic = heuristic_for(profile.deepgemm)
     out: list[Bucket] = []
     start = key.m_min
     for end in heuristic.breakpoints(key.kernel_type, key.m_max):
@@ -293,14 +294,14 @@ def plan_jit_modules(model: ModelConfig, keys: list[GemmKey], sglang_version: st
                      profile: Profile, par: Parallel | None = None,
                      options: dict[str, Any] | None = None) -> tuple[dict[str, JitModule], list[str]]:
     """SGLang's own JIT modules the server builds from process start to its first decode step: asked of the
-    release's loader family (dgprecompile/jit_families.py) for this path; modules on the DeepGEMM paths carry
+    release's loader family (dgprecompile/runtimes/jit_loader.py) for this path; modules on the DeepGEMM paths carry
     the keys whose layers use them."""
-    from dgprecompile.jit_families import FAMILIES, family_for
     from dgprecompile.planning.sglang_jit import server_path
+    from dgprecompile.runtimes import JIT_FAMILIES, family_for
 
     notes: list[str] = []
     if sglang_version is None:
-        covered = [v for f in FAMILIES.values() for v in f.modelled_versions() if profile.contains(v)]
+        covered = [v for f in JIT_FAMILIES.values() for v in f.modelled_versions() if profile.contains(v)]
         if covered:
             notes.append(f"SGLang's own JIT modules depend on the exact release: plan with --sglang {covered[0]} "
                          "(not a profile id) to plan and warm them too")
@@ -361,7 +362,7 @@ def build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: int
 
 def _build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: int, gpu: str | None,
                 profile_reason: str, sglang_version: str | None, keys_only: bool) -> Plan:
-    from dgprecompile.families import TRITON_MOE
+    from dgprecompile.runtimes.triton_moe import TRITON_MOE
 
     shapes = model_shapes(model, profile, par)
     triton, triton_notes = TRITON_MOE.plan_items(shapes.triton_moe, config=model.config,

@@ -13,7 +13,7 @@ from packaging.version import InvalidVersion, Version
 
 from dgprecompile.data import load_yaml
 from dgprecompile.errors import InputError
-from dgprecompile.generations import Generation, get_generation
+from dgprecompile.runtimes import Generation, get_generation
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ class ProfileChoice:
 
 def _by_installed_deepgemm(profiles: list[Profile]) -> ProfileChoice | None:
     """The newest profile whose DeepGEMM is the one installed here (found without importing it)."""
-    from dgprecompile.toolchain import find_deepgemm
+    from dgprecompile.host.toolchain import find_deepgemm
 
     install = find_deepgemm()
     if install is None:

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dgprecompile.errors import InputError
-from dgprecompile.kernels import GemmKey, KernelType, ceil_div
 from dgprecompile.planning.models import ModelConfig
 from dgprecompile.planning.profiles import Profile
+from dgprecompile.runtimes.items import GemmKey, KernelType, ceil_div
 
 MOE_BACKENDS = ("auto", "deep_gemm", "triton")
 

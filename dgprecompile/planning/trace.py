@@ -26,7 +26,7 @@ from typing import Any
 from dgprecompile.documents import MAX_DEPTH, deeper_than
 from dgprecompile.errors import InputError
 from dgprecompile.fsutil import read_input
-from dgprecompile.kernels import GemmKey, KernelSpec, KernelType
+from dgprecompile.planning.heuristics.registry import heuristic_for
 from dgprecompile.planning.plan import MAX_M, Plan, PlanRequest, plan_key, resolve_num_sms
 from dgprecompile.planning.profiles import (
     ProfileChoice,
@@ -34,6 +34,7 @@ from dgprecompile.planning.profiles import (
     installed_sglang_version,
     resolve_profile,
 )
+from dgprecompile.runtimes.items import GemmKey, KernelSpec, KernelType
 from dgprecompile.schemas import shown
 
 TRACE_GLOB = "trace-*.jsonl"
@@ -189,7 +190,7 @@ def plan_from_trace(trace_dir: Path, request: PlanRequest) -> Plan:
 
 def kernels_of_call(plan: Plan, call: Call) -> list[str]:
     """The kernel ids a call compiles under the plan's profile and SM count (GEMM plus layout kernels)."""
-    heuristic = plan.profile.deepgemm.heuristic()
+    heuristic = heuristic_for(plan.profile.deepgemm)
     ids = [heuristic.kernel(call.kernel_type, call.m, call.n, call.k, call.num_groups, plan.num_sms).id]
     for spec in getattr(heuristic, "aux_kernels", lambda *a: [])(call.kernel_type, call.n, call.k, call.num_groups):
         ids.append(spec.id)

@@ -26,11 +26,14 @@ from pathlib import Path
 
 WORKER = """
 import json, sys, time
-from dgprecompile.compile.backends import WorkItem, load_worker_backend, preload
-from dgprecompile.jit_families import ServerPath, family_for
+from dgprecompile.compile.backends import WorkItem
+from dgprecompile.compile.backends.workers import load_worker_backend, preload
+from dgprecompile.keys.schemes import naming_for
+from dgprecompile.runtimes import family_for
+from dgprecompile.runtimes.jit_loader import ServerPath
 version = sys.argv[2]
 family = family_for(version)
-naming = family.naming(version)
+naming = naming_for(family, version)
 mods = {m.id: m for m in family.plan_modules(version, ServerPath("qwen3_moe", quant="fp8", tp=8, ep=8))[0]}
 want = json.loads(sys.argv[3])
 job = {"cache_dir": sys.argv[1], "arch": "sm_90a", **family.worker_job(naming, [mods[w] for w in want])}

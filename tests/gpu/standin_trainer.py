@@ -91,7 +91,7 @@ def thread_names():
 
 
 def live_children():
-    from dgprecompile.procfs import proc_stats
+    from dgprecompile.host.procfs import proc_stats
 
     me = os.getpid()
     return {st.pid: st.comm for st in proc_stats() if st.ppid == me}

@@ -31,7 +31,7 @@ plan=(--model Qwen3-Coder-480B --tp 8 --ep 8 --sglang 0.5.11 --moe-runner-backen
   echo "date: $(date -u +%FT%TZ) git: $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1
   python3 -c 'import torch; print("torch", torch.__version__, "sms", torch.cuda.get_device_properties(0).multi_processor_count)'
-  python3 -c 'from dgprecompile.toolchain import find_deepgemm; print("deep_gemm:", find_deepgemm())'
+  python3 -c 'from dgprecompile.host.toolchain import find_deepgemm; print("deep_gemm:", find_deepgemm())'
   echo "nvcc: $(command -v nvcc) nproc: $(nproc) jobs: $jobs"
 } > "$out/machine.txt" 2>&1
 cat "$out/machine.txt"

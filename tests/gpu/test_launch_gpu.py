@@ -32,7 +32,7 @@ def _gpu_generation() -> str | None:
         return None
     if not torch.cuda.is_available():
         return None
-    from dgprecompile.toolchain import find_deepgemm
+    from dgprecompile.host.toolchain import find_deepgemm
 
     install = find_deepgemm()
     return install.generation if install else None

@@ -37,7 +37,7 @@ python3 -m dgprecompile plan --sglang-cmd "$SERVER" --sglang 0.5.23 --no-sglang-
 echo "plan rc=$?" | tee -a "$OUT/summary.txt"
 python3 - "$w/plan.yaml" "$w/root" > "$w/argv.txt" <<'PY'
 import sys
-from dgprecompile.families import TRITON_MOE
+from dgprecompile.runtimes.triton_moe import TRITON_MOE
 from dgprecompile.planning.manifest import read_manifest
 plan = read_manifest(sys.argv[1])
 item = plan.triton_moe[0] if isinstance(plan.triton_moe, list) else next(iter(plan.triton_moe.values()))

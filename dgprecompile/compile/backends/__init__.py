@@ -1,5 +1,5 @@
-"""Compile backends: one interface, chosen by the installed DeepGEMM generation; each backend's worker class and
-zygote preload are named by its :class:`dgprecompile.generations.Backend`.
+"""Compile backends: one interface, chosen by the installed DeepGEMM generation; each backend's facts are its
+:class:`dgprecompile.runtimes.Backend`, its worker class and zygote preload are in workers.py.
 
 A backend has a parent side (checks, key context, fingerprint; no torch import) and a worker side that
 runs in a worker process and compiles one kernel at a time in its main thread.
@@ -7,13 +7,12 @@ runs in a worker process and compiles one kernel at a time in its main thread.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from dgprecompile.errors import EnvironmentProblem
-from dgprecompile.generations import get_backend, get_generation
-from dgprecompile.toolchain import DeepGemmInstall
+from dgprecompile.host.toolchain import DeepGemmInstall
+from dgprecompile.runtimes import get_generation
 
 
 @dataclass
@@ -53,19 +52,3 @@ def backend_for(name: str | None, install: DeepGemmInstall | None, plan_generati
                   "install the plan's DeepGEMM, ")
             + f"or plan with the --sglang version that runs the installed {install.distribution} {install.version}")
     return get_generation(install.generation).choose_backend(name, install)
-
-
-def preload(name: str, job: dict[str, Any]) -> None:
-    """Import what every worker of this backend needs, before the zygote forks them. Must not initialise CUDA."""
-    target = get_backend(name).preload
-    if target is not None:
-        _load(target)(job)
-
-
-def load_worker_backend(name: str, job: dict[str, Any]) -> WorkerBackend:
-    return _load(get_backend(name).worker)(job)
-
-
-def _load(target: str):
-    module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)

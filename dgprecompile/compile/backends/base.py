@@ -8,7 +8,7 @@ from typing import Any
 
 from dgprecompile.cache.store import UNVOUCHED, CacheStore
 from dgprecompile.compile.backends import WorkItem
-from dgprecompile.kernels import KernelSpec
+from dgprecompile.runtimes.items import KernelSpec
 
 UNVOUCHED_WHY = "not recorded in the index, and its bytes differ from a fresh build"
 

@@ -22,7 +22,7 @@ from dgprecompile.cache.store import ADOPTED
 from dgprecompile.compile.backends import WorkItem
 from dgprecompile.compile.backends.base import StagingWorker
 from dgprecompile.errors import CompileFailed, EnvironmentProblem
-from dgprecompile.kernels import TRANSPOSE_FAMILY, ceil_div
+from dgprecompile.runtimes.items import TRANSPOSE_FAMILY, ceil_div
 
 
 def preload(job: dict[str, Any]) -> None:

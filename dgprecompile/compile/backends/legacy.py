@@ -18,8 +18,8 @@ from typing import Any
 from dgprecompile.compile.backends import WorkItem
 from dgprecompile.compile.backends.base import KeyedWorker
 from dgprecompile.errors import CompileFailed, EnvironmentProblem
-from dgprecompile.kernels import KernelSpec
 from dgprecompile.keys.legacy import LegacyKeyContext
+from dgprecompile.runtimes.items import KernelSpec
 
 
 def preload(job: dict[str, Any]) -> None:

@@ -19,14 +19,14 @@ from typing import Any
 from dgprecompile.compile.backends import WorkItem
 from dgprecompile.compile.backends.base import KeyedWorker
 from dgprecompile.errors import CompileFailed
-from dgprecompile.generations import load_key_class
-from dgprecompile.kernels import KernelSpec
+from dgprecompile.keys.schemes import key_class
+from dgprecompile.runtimes.items import KernelSpec
 
 
 class NvccCxxWorker(KeyedWorker):
     def __init__(self, job: dict[str, Any]):
         super().__init__(job)
-        self.ctx = load_key_class(job["key_class"])(**job["key_context"])
+        self.ctx = key_class(job["key_scheme"])(**job["key_context"])
         self.naming = self.ctx
         self.nvcc = job["nvcc"]
         self.scratch = tempfile.mkdtemp(prefix="nvcc-", dir=self.staging)

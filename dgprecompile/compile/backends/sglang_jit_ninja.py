@@ -22,8 +22,10 @@ from typing import Any
 from dgprecompile.compile.backends import WorkItem
 from dgprecompile.compile.backends.base import StagingWorker
 from dgprecompile.errors import CompileFailed
-from dgprecompile.kernels import JitModule
+from dgprecompile.keys.schemes import naming_for
 from dgprecompile.keys.sglang_jit_ninja import AREA, LEAF_PREFIX, toolkit_home
+from dgprecompile.runtimes import get_family
+from dgprecompile.runtimes.items import JitModule
 
 # files a build leaves in its leaf that the runtime never reads (it reads sgl_deps.json and <name>.so)
 NOT_RECORDED = ("build.ninja", "cuda.cu", "cuda_0.o", "cuda_0.o.d", ".ninja_log", ".ninja_deps")
@@ -75,9 +77,7 @@ class SglangNinjaWorker(StagingWorker):
 
     def _naming(self, version: str | None):
         if self.naming is None:
-            from dgprecompile.jit_families import get_family
-
-            self.naming = get_family(self.family_id).naming(version or _installed_version())
+            self.naming = naming_for(get_family(self.family_id), version or _installed_version())
         return self.naming
 
     def _hit(self, scope: str, module: JitModule) -> str | None:

@@ -2,7 +2,7 @@
 
 Each heuristic answers two questions: which kernel does a call with this m select, and at which m can
 that answer change (so a plan evaluates one m per interval instead of every m). Which generation uses which
-heuristic is recorded in dgprecompile.generations.
+heuristic is recorded in dgprecompile.runtimes (Generation.heuristic; the table: registry.py).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import heapq
 from collections.abc import Iterable, Iterator
 from typing import Protocol
 
-from dgprecompile.kernels import KernelSpec, KernelType
+from dgprecompile.runtimes.items import KernelSpec, KernelType
 
 # the shared memory one SM90 (Hopper) thread block may use, 227 KiB: every generation's stage choice fits its
 # kernels under it (the legacy jit_kernels/gemm.py sm90_capacity; CUTLASS sm90_smem_capacity_bytes in the C++ JITs)

@@ -22,8 +22,8 @@ import math
 from collections.abc import Iterable
 from functools import lru_cache
 
-from dgprecompile.kernels import KernelSpec, KernelType, ceil_div
 from dgprecompile.planning.heuristics import SMEM_CAPACITY, grid_breakpoints
+from dgprecompile.runtimes.items import KernelSpec, KernelType, ceil_div
 
 BLOCK_K = 128
 

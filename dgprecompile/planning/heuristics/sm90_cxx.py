@@ -26,8 +26,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 
-from dgprecompile.kernels import TRANSPOSE_FAMILY, KernelSpec, KernelType, ceil_div
 from dgprecompile.planning.heuristics import SMEM_CAPACITY, grid_breakpoints
+from dgprecompile.runtimes.items import TRANSPOSE_FAMILY, KernelSpec, KernelType, ceil_div
 
 MAX_STAGES = 16
 INT64_MAX = 2**63 - 1

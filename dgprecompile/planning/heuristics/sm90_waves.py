@@ -31,9 +31,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from math import gcd
 
-from dgprecompile.kernels import KernelSpec, KernelType, ceil_div
 from dgprecompile.planning.heuristics import SMEM_CAPACITY, grid_breakpoints, with_points
 from dgprecompile.planning.heuristics.sm90_cxx import FAMILY, Sm90CxxHeuristic, _align, _swizzle
+from dgprecompile.runtimes.items import KernelSpec, KernelType, ceil_div
 
 BLOCK_K = 128
 BLOCK_NS = tuple(range(16, 257, 16))

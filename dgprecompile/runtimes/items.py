@@ -72,7 +72,7 @@ def ceil_div(a: int, b: int) -> int:
 
 @dataclass(frozen=True)
 class JitModule:
-    """One of SGLang's own JIT modules a server's path builds at first use (dgprecompile/jit_families.py).
+    """One of SGLang's own JIT modules a server's path builds at first use (dgprecompile/runtimes/jit_loader.py).
 
     ``marker + template`` are the strings sglang joins into the module's name; ``python:builder(*args, **kwargs)``
     is the installed sglang's own function that builds it; ``family`` the JitFamily id of its loader; ``keys``

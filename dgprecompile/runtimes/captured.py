@@ -1,0 +1,214 @@
+"""The captured-only runtimes: JIT families beside DeepGEMM whose caches a job fills at its first forward, one object
+each (their entries are filed from a `launch --capture` run, not planned).
+
+Stages never branch on a family's name; they ask its :class:`CacheFamily`:
+
+* launch: ``cache_env`` (the variable(s) the library reads for its cache root) and ``launch_env(root)``, where
+  `launch --capture` points them inside the dgprecompile cache; ``hook_target`` (the module whose compile entry the
+  startup hook wraps so that strict mode refuses a runtime compile; None: not refused) and ``strict_by``;
+* cache: ``area`` (its directory under the cache root), ``entries(area_dir)`` (what the library built, each with
+  the reason it is not whole, or None), ``entry_files(entry_dir)`` (the files filed in the index);
+* artifact: ``filed`` (True: whole entries are filed in the index and travel with pack/push/pull; the artifact's
+  members are ``<area>/<entry>/<file>``, so a family whose entries nest deeper is counted and named only);
+* fingerprint: ``packages`` (the distributions whose versions the capture records).
+
+Whole, per family, is defined from the library's own writer (cited on each):
+
+* Triton 3.x (``triton/runtime/cache.py`` FileCacheManager.put: each file via a tmp dir and os.replace;
+  ``triton/compiler/compiler.py`` compile(): ``put_group(f"{name}.json", ...)`` last, after every stage's file;
+  ``get_group`` counts a child only where its absolute path exists): an entry ``<hash>/`` is whole when it holds
+  a ``__grp__<kernel>.json`` whose ``child_paths`` all exist in that directory, and no ``tmp.pid_*`` write is in
+  flight. The group file names absolute paths, so the cache must sit at the same path where it is used.
+  Triton's host modules (``triton/runtime/build.py`` compile_module_from_src: the driver's ``cuda_utils`` once per
+  machine, a ``__triton_launcher`` per kernel signature at its first launch; one ``put`` of
+  ``<name><EXT_SUFFIX>`` under ``sha256(source + platform_key())``, no group file) are whole when the entry holds
+  only such non-empty ``.so`` files: each was written in one atomic ``put``.
+* FlashInfer 0.6 (``flashinfer/jit/core.py`` JitSpec: ``jit_library_path`` =
+  ``FLASHINFER_JIT_DIR/<name>/<name>.so``, ``is_compiled`` = that file exists; ``jit/env.py``:
+  ``FLASHINFER_JIT_DIR = $FLASHINFER_WORKSPACE_BASE/.cache/flashinfer/<version>/<archs>/cached_ops``): a module
+  is built when ``<name>.so`` is there. Not filed: its entries lie four directories below the area.
+* torch inductor (``TORCHINDUCTOR_CACHE_DIR``; files written with ``write_atomic``): counted per file. Not filed:
+  its FX-graph and Triton entries nest two and three levels deep.
+* CuTe-DSL (``cutlass/base_dsl/cache_helpers.py``: ``CUTE_DSL_CACHE_DIR``, else ``$TMPDIR/<user>/
+  cutlass_python_cache``): counted per file. Not filed.
+
+The field names follow runtimes/jit_loader.py's JitFamily (SGLang's own JIT loaders):
+``area``, ``cache_env``, ``launch_env``, ``hook_target``, ``strict_switch``, ``strict_by``. These families are
+smaller objects, not JitFamily instances: their entries are not planned module by module or named ahead of time
+(Triton's names are hashes of the compile), except Triton's fused MoE kernel (runtimes/triton_moe.py).
+
+Importing this module imports nothing of the package but the foundation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from dgprecompile.data import load_yaml
+from dgprecompile.fsutil import atomic_write_text
+from dgprecompile.runtimes.base import StrictBy
+
+IN_FLIGHT = "tmp."  # Triton's FileCacheManager.put writes into <entry>/tmp.pid_<pid>_<uuid>/ first
+
+
+@dataclass(frozen=True)
+class CacheFamily:
+    id: str
+    label: str
+    area: str  # directory under the cache root
+    cache_env: tuple[str, ...]  # the variable(s) the library reads for its cache root
+    packages: tuple[str, ...]  # distributions whose versions a capture records
+    layout: str  # "triton-groups" | "flashinfer-ops" | "files"
+    filed: bool  # whole entries go into the index (artifact members <area>/<entry>/<file>)
+    hook_target: str | None  # module whose compile entry the startup hook wraps in strict mode; None: not refused
+    strict_switch: tuple[tuple[str, str], ...] = ()  # the library's own "refuse to compile" variable (none usable)
+
+    def area_dir(self, root: str | Path) -> Path:
+        return Path(root) / self.area
+
+    def launch_env(self, root: str | Path) -> list[tuple[str, str]]:
+        """(variable, value): where launch points the library so it writes into this family's area of the root."""
+        return [(name, str(self.area_dir(root))) for name in self.cache_env]
+
+    @property
+    def strict_by(self) -> StrictBy:
+        """SWITCH (the library's own variable refuses compiles), HOOK (the startup hook wraps its compile entry)
+        or COUNTED (a runtime compile is counted and named, not refused)."""
+        return StrictBy.SWITCH if self.strict_switch else StrictBy.HOOK if self.hook_target else StrictBy.COUNTED
+
+    # -- what the library built --
+    def entries(self, area_dir: str | Path) -> dict[str, str | None]:
+        """Every entry under ``area_dir`` -> None when whole, else why not. Names are relative to the area."""
+        area_dir = Path(area_dir)
+        out: dict[str, str | None] = {}
+        if self.layout == "triton-groups":
+            for d in _subdirs(area_dir):
+                out[d.name] = triton_entry_problem(d)
+        elif self.layout == "flashinfer-ops":
+            for ops in sorted(area_dir.glob(".cache/flashinfer/*/*/cached_ops")):
+                for d in _subdirs(ops):
+                    if d.name == "tmp":  # FlashInfer's lock directory (core.py get_tmpdir)
+                        continue
+                    so = d / f"{d.name}.so"
+                    out[str(d.relative_to(area_dir))] = (None if so.is_file() and so.stat().st_size > 0
+                                                         else f"{so.name} not built")
+        else:
+            for f in sorted(p for p in area_dir.rglob("*") if p.is_file()):  # written atomically (locks: empty)
+                out[str(f.relative_to(area_dir))] = None
+        return out
+
+    def entry_files(self, entry_dir: Path) -> list[str]:
+        """The files of a whole entry that the index records (only for ``filed`` families)."""
+        return sorted(p.name for p in entry_dir.iterdir() if p.is_file())
+
+    def entry_problem(self, entry_dir: Path) -> str | None:
+        """None when the entry on disk is whole and usable where it lies, else what is wrong."""
+        if self.layout == "triton-groups":
+            return triton_entry_problem(entry_dir, here=True)
+        return None if entry_dir.exists() else "missing"
+
+    def relocate(self, entry_dir: Path) -> bool:
+        """Point a whole entry's own references at where it lies now (Triton: rewrite each group file's absolute
+        child paths into ``entry_dir``, in Triton's own format, atomically); True when something was rewritten."""
+        if self.layout != "triton-groups" or triton_entry_problem(entry_dir) is not None:
+            return False
+        changed = False
+        for grp in sorted(entry_dir.glob("__grp__*.json")):
+            children = json.loads(grp.read_text())["child_paths"]
+            here = {name: str(entry_dir / os.path.basename(str(path))) for name, path in children.items()}
+            if here != children:
+                atomic_write_text(grp, json.dumps({"child_paths": here}))  # FileCacheManager.put_group's format
+                changed = True
+        return changed
+
+    def kernel_names(self, entry_dir: Path) -> list[str]:
+        """The kernels an entry holds, as the library names them (Triton: its group files' kernel names)."""
+        if self.layout == "triton-groups":
+            return sorted(p.name[len("__grp__"):-len(".json")] for p in entry_dir.glob("__grp__*.json"))
+        return [entry_dir.name]
+
+
+def _subdirs(path: Path) -> list[Path]:
+    try:
+        return sorted(p for p in path.iterdir() if p.is_dir())
+    except OSError:
+        return []
+
+
+def triton_entry_problem(entry_dir: Path, here: bool = False) -> str | None:
+    """None when the Triton cache entry ``entry_dir`` is whole (see the module docstring), else why not.
+
+    ``here``: also require the group file's absolute paths to point into ``entry_dir`` itself, as Triton's
+    get_group does (a moved entry is a miss to Triton, which then compiles the kernel again)."""
+    if not entry_dir.is_dir():
+        return "missing"
+    if any(p.name.startswith(IN_FLIGHT) for p in entry_dir.iterdir()):
+        return "a write is in flight (tmp.pid_* directory)"
+    groups = sorted(entry_dir.glob("__grp__*.json"))
+    if not groups:
+        files = [p for p in entry_dir.iterdir()]
+        if files and all(p.is_file() and p.name.endswith(".so") and p.stat().st_size > 0 for p in files):
+            return None  # a host module compile_module_from_src put in one atomic write (module docstring)
+        return "no __grp__*.json (Triton writes the group file last: the compile did not finish)"
+    for grp in groups:
+        try:
+            children = json.loads(grp.read_text()).get("child_paths")
+        except (OSError, ValueError, AttributeError) as exc:
+            return f"{grp.name} unreadable ({exc})"
+        if not isinstance(children, dict) or not children:
+            return f"{grp.name} lists no files"
+        for name, path in sorted(children.items()):
+            base = os.path.basename(str(path))
+            f = entry_dir / base
+            if not f.is_file() or f.stat().st_size == 0:
+                return f"{grp.name} lists {base}, which is missing or empty"
+            if here and os.path.realpath(str(path)) != os.path.realpath(f):
+                return (f"{grp.name} names {path}, not this directory: Triton would compile {name} again "
+                        "(its group files hold absolute paths: use the cache at the path it was filled at)")
+    return None
+
+
+CAPTURED: tuple[CacheFamily, ...] = (
+    # compile() looks the key up and calls backend.add_stages only on a miss (triton/compiler/compiler.py)
+    CacheFamily("triton", "Triton", "triton", ("TRITON_CACHE_DIR",), ("triton",), "triton-groups", filed=True,
+                hook_target="triton.compiler.compiler"),
+    # FLASHINFER_DISABLE_JIT is no strict switch: JitSpec.build raises on it even when <name>.so is built, and
+    # build_and_load calls build for every non-AOT module (flashinfer/jit/core.py, 0.6.12)
+    CacheFamily("flashinfer", "FlashInfer JIT", "flashinfer", ("FLASHINFER_WORKSPACE_BASE",), ("flashinfer-python",),
+                "flashinfer-ops", filed=False, hook_target=None),
+    CacheFamily("inductor", "torch.compile (inductor)", "inductor", ("TORCHINDUCTOR_CACHE_DIR",), ("torch",),
+                "files", filed=False, hook_target=None),
+    CacheFamily("cute-dsl", "CuTe-DSL", "cute-dsl", ("CUTE_DSL_CACHE_DIR",), ("nvidia-cutlass-dsl",), "files",
+                filed=False, hook_target=None),
+)
+FILED_AREAS: tuple[str, ...] = tuple(f.area for f in CAPTURED if f.filed)
+
+
+def family_for_area(area: str) -> CacheFamily | None:
+    return next((f for f in CAPTURED if f.area == area), None)
+
+
+def versions(families: tuple[CacheFamily, ...] = CAPTURED) -> dict[str, str | None]:
+    """The installed version of each family's packages (None: not installed), read from their metadata."""
+    out: dict[str, str | None] = {}
+    for fam in families:
+        for dist in fam.packages:
+            try:
+                out[dist] = metadata.version(dist)
+            except metadata.PackageNotFoundError:
+                out[dist] = None
+    return out
+
+
+def coverage(profile=None, planned: frozenset[str] | set[str] = frozenset()) -> dict | None:
+    """The per-family coverage table `plan` prints (data/families.yaml): for ``profile`` (a planning Profile), None
+    where the table was not read for its sglang releases; rows of a planned family (``planned: triton_moe``) only
+    where the plan holds such items (``planned`` names the plan's non-empty sections)."""
+    table = load_yaml("families.yaml")
+    if profile is not None and not profile.contains(table["read_for"]):
+        return None
+    return {**table, "rows": [r for r in table["rows"] if r.get("planned") in (None, *planned)]}

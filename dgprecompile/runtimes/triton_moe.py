@@ -1,0 +1,210 @@
+"""SGLang's Triton fused MoE kernel: the one Triton kernel planned and warmed ahead of time (its entries live in the
+captured Triton family's area, runtimes/captured.py)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from importlib import metadata
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from dgprecompile.data import load_yaml
+from dgprecompile.runtimes.base import StrictBy
+from dgprecompile.runtimes.captured import versions
+from dgprecompile.runtimes.items import TritonMoeItem
+
+
+@dataclass(frozen=True)
+class TritonMoeFamily:
+    """SGLang's Triton fused MoE kernel (``fused_moe_kernel``), the one Triton kernel planned and warmed ahead of
+    time: every fact the stages need, in one object (no stage names it).
+
+    * planning: ``plan_items(shapes, ...)`` -- one :class:`~dgprecompile.runtimes.items.TritonMoeItem` per distinct MoE
+      shape on a rank, for a block-FP8 model (``quantization``) of a release whose fused MoE path was read
+      (``data_file``: per release, how many tokens one kernel call sees, with the file:line it was read from);
+    * compile: ``backend`` (the kind of warm's jobs for it) -- warm's parent runs ``warm_argv(item, root)``
+      (``python -m <warm_module> ...``, SGLang's own fused_experts_impl on meta tensors, Triton's own JIT with a
+      compile-only driver), once per chunk of the item's m set (compile/triton_chunks.py), in subprocesses with
+      ``warm_env`` (no GPU), which needs ``imports`` importable (``missing()``);
+    * cache: ``area`` -- Triton's own cache area (the entries are whole Triton entries, filed in the index's
+      ``extra``); the index's ``triton_moe`` section holds one record per item (cache/triton_moe.py);
+    * staleness: ``installed()`` -- what Triton's own cache key holds that is readable without importing it: the
+      wheel's version and the RECORD hashes of ``fingerprint_files`` (libtriton.so's bytes are in the key, so is
+      the bundled ptxas's version), TRITON_PTXAS_PATH, and the sglang release (its tuned configs).
+    """
+
+    id: str
+    label: str
+    area: str
+    backend: str
+    warm_module: str
+    packages: tuple[str, ...]  # distributions whose versions a record holds
+    imports: tuple[str, ...]  # the distributions the warm subprocess imports (each its top-level module)
+    data_file: str  # under dgprecompile/data
+    fingerprint_files: tuple[str, ...]  # files of the triton wheel whose RECORD sha256 the record holds
+    fingerprint_env: tuple[str, ...] = ()  # variables Triton's key or compiler reads
+    kernel: str = "fused_moe_kernel"  # the kernel its items warm (a capture must never file one: launch/capture.py)
+
+    @property
+    def strict_by(self) -> StrictBy:
+        """Its entries are Triton's: the startup hook wraps Triton's compile (runtimes/captured.py) and refuses it."""
+        return StrictBy.HOOK
+
+    def data(self) -> dict:
+        return _yaml_data(self.data_file)
+
+    def release(self, version: str | None) -> dict | None:
+        """The data file's entry for ``version`` (an exact sglang release), or None."""
+        if not version:
+            return None
+        try:
+            v = Version(version)
+        except InvalidVersion:
+            return None
+        return next((r for r in self.data()["releases"] if v in SpecifierSet(r["sglang"], prereleases=True)), None)
+
+    def quantization_problem(self, config: dict) -> str | None:
+        """None when the model's quantization is the one the warm's call models, else what it is."""
+        q = config.get("quantization_config") or {}
+        want = self.data()["quantization"]
+        got = {"quant_method": q.get("quant_method"), "weight_block_size": list(q.get("weight_block_size") or [])}
+        if got == {k: (list(v) if isinstance(v, list) else v) for k, v in want.items()}:
+            return None
+        return f"quant_method={got['quant_method']!r}, weight_block_size={q.get('weight_block_size')!r}"
+
+    def plan_items(self, shapes, *, config: dict, sglang_version: str | None, max_tokens: int,
+                   gpu: str | None) -> tuple[list, list[str]]:
+        """(items, notes) for the MoE layers that run on Triton fused MoE (``shapes``: planning.shapes'
+        TritonMoeShape); one item per distinct shape, its layers merged."""
+        if not shapes:
+            return [], []
+        where = ", ".join(f"{s.layer} (x{s.count})" for s in shapes)
+        bad = self.quantization_problem(config)
+        if bad is not None:
+            return [], [f"{where}: {self.label} for {bad}: not planned (the warm models block-FP8 experts)"]
+        rel = self.release(sglang_version)
+        if rel is None:
+            read = ", ".join(r["sglang"] for r in self.data()["releases"])
+            return [], [f"{where}: {self.label} not planned: " + (
+                f"dgprecompile read the fused MoE path of sglang {read}, not {sglang_version}" if sglang_version
+                else "its kernels depend on the exact release: plan with --sglang X.Y.Z")]
+        if not rel.get("warm"):
+            return [], [f"{where}: {self.label} not planned for sglang {sglang_version}: {rel['not_warmed']}"]
+        chunk = rel.get("chunk_size")
+        m_max = max_tokens if chunk is None else min(max_tokens, int(chunk))
+        how = ("one call per forward, no chunks" if chunk is None
+               else f"chunks of {chunk} tokens ({rel.get('env') or 'fixed'})")
+        why = f"m 1..{m_max}: every forward of 1..{max_tokens} tokens on a rank; {how} ({rel['evidence']})"
+        device = gpu_device(gpu)
+        period = int(self.data()["m_set"]["period"])
+        items: dict[str, TritonMoeItem] = {}
+        for s in shapes:
+            bound, bound_why = self.m_bound(rel, s, device["name"])
+            shown = (f"; warmed: every m up to {bound} ({bound_why}), then one m per residue mod {period} above it "
+                     f"and {m_max} (data/triton_moe.yaml m_set)") if m_max > bound + period else ""
+            item = TritonMoeItem(s.experts, s.global_experts, s.hidden, s.intermediate, s.topk, 1, m_max,
+                                 device["name"], int(device["capability"]), (f"{s.layer} x{s.count}",),
+                                 why + shown, bound if shown else 0, period if shown else 0)
+            prev = items.get(item.id)
+            if prev is not None:
+                item = TritonMoeItem(**{**item.__dict__, "layers": prev.layers + item.layers})
+            items[item.id] = item
+        notes = [f"{where}: {len(items)} {self.label} warm item(s), m 1..{m_max} on {device['name']} "
+                 f"(sm_{device['capability']}; {how}): `warm` compiles them GPU-free with the installed sglang and "
+                 "Triton"]
+        if gpu is None:
+            notes.append(f"{self.label}: no --gpu, so SGLang's tuned config is looked up for {device['name']}; "
+                         "pass the job's --gpu")
+        return list(items.values()), notes
+
+    def m_bound(self, rel: dict, shape, device_name: str) -> tuple[int, str]:
+        """(B, why): the m above which no fused_moe_kernel argument but two integers' residues mod the period
+        changes (data/triton_moe.yaml ``m_set``): the shape's largest tuned-config key for the device, the release's
+        m-dependent constexpr's bound, and the m from which moe_align_block_size sizes its buffer linearly."""
+        parts = {"tuned config's largest m": self.tuned_up_to(rel, shape, device_name),
+                 "m-dependent constexpr": int(rel.get("m_constexpr") or 0),
+                 "linear align buffer": -(-(max(shape.experts, shape.global_experts) + 1) // shape.topk)}
+        return max(1, *parts.values()), "the largest of: " + ", ".join(f"{k} {v}" for k, v in parts.items() if v)
+
+    def tuned_up_to(self, rel: dict | None, shape, device_name: str) -> int:
+        """The largest m the release's tuned configs name for the shape on the device (0: none ships, SGLang's
+        default config runs for every m; data/triton_moe_tuned.yaml)."""
+        tuned = _yaml_data("triton_moe_tuned.yaml")["releases"].get(str((rel or {}).get("tuned")), {})
+        return int(tuned.get(f"E={shape.experts},N={shape.intermediate},device_name={device_name.replace(' ', '_')}",
+                             0))
+
+    def host_modules_note(self, planned: bool) -> str:
+        """What `plan` says of Triton's host modules (compile/triton_host.py): built by warm for the planned
+        kernels, or left to one `launch --capture` run, and why."""
+        if planned:
+            return (f"Triton's host modules (cuda_utils, one __triton_launcher per {self.kernel} signature): `warm` "
+                    "builds them GPU-free with Triton's own build (the C compiler and Python headers here, a libcuda "
+                    "stand-in to link; the driver's libcuda.so.1 at load). Their key holds the platform and their "
+                    "file name the Python (EXT_SUFFIX): warm with the job's Python on its platform. Other Triton "
+                    "kernels' launchers are left to one `launch --capture` run")
+        return ("Triton's host modules (cuda_utils, a __triton_launcher per kernel signature) are left to one "
+                "`launch --capture` run: no Triton kernel is planned here, so no launcher signature is known "
+                "ahead of time")
+
+    # -- compile --
+    def warm_argv(self, item, cache_dir: str, python: str) -> list[str]:
+        return [python, "-m", self.warm_module, "--experts", str(item.experts), "--global-experts",
+                str(item.global_experts), "--hidden", str(item.hidden), "--intermediate", str(item.intermediate),
+                "--topk", str(item.topk), "--m", item.m_text, "--capability", str(item.capability),
+                "--device-name", item.device_name, "--cache-dir", str(cache_dir),
+                *(["--m-bound", str(item.m_bound)] if item.m_bound else [])]
+
+    @property
+    def warm_env(self) -> dict[str, str]:
+        """Set for the warm subprocess: no GPU (it compiles for the planned target through a compile-only driver)."""
+        return {"CUDA_VISIBLE_DEVICES": ""}
+
+    def missing(self) -> str | None:
+        """What to install so that the warm can run here (None: each distribution it imports is installed, read
+        from its metadata, nothing imported: a stand-in module without a distribution counts as absent)."""
+        absent = []
+        for name in self.imports:
+            try:
+                metadata.distribution(name)
+            except metadata.PackageNotFoundError:
+                absent.append(name)
+        return None if not absent else f"install {', '.join(absent)} (the job's own releases)"
+
+    # -- staleness --
+    def installed(self) -> dict | None:
+        """This machine's values of what the record holds (None: triton is not installed), from metadata only."""
+        try:
+            dist = metadata.distribution("triton")
+        except metadata.PackageNotFoundError:
+            return None
+        hashes = {str(f): (f.hash.value if f.hash else None) for f in (dist.files or [])
+                  if str(f) in self.fingerprint_files}
+        others = {name: v for name, v in versions((self,)).items() if name != "triton"}  # type: ignore[arg-type]
+        return {"triton": dist.version, "files": {f: hashes.get(f) for f in self.fingerprint_files},
+                "env": {name: os.environ.get(name) for name in self.fingerprint_env}, **others}
+
+    def stale_fields(self, recorded: dict, current: dict | None) -> list[str]:
+        """The fields of an item's record whose values differ here ([] when none); every field when triton is
+        not installed here."""
+        if current is None:
+            return ["triton"]
+        return [k for k in current if recorded.get(k) != current[k]]
+
+
+def _yaml_data(name: str) -> dict:
+    return load_yaml(name)
+
+
+def gpu_device(gpu: str | None) -> dict:
+    """The device name and compute capability of ``--gpu`` (its row of data/gpus.yaml; None: the default GPU)."""
+    table = _yaml_data("gpus.yaml")
+    return table["gpus"][(gpu or table["default"]).lower()]
+
+
+TRITON_MOE = TritonMoeFamily(
+    "triton-moe", "Triton fused MoE", "triton", "triton-moe", "dgprecompile.compile.triton_moe",
+    ("triton", "sglang"), ("torch", "triton", "sglang"), "triton_moe.yaml",
+    # triton/runtime/cache.py triton_key: libtriton.so's bytes; the CUDA backend's hash: its ptxas's version
+    ("triton/_C/libtriton.so", "triton/backends/nvidia/bin/ptxas"), ("TRITON_PTXAS_PATH",))
