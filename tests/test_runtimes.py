@@ -53,3 +53,39 @@ def test_every_backend_has_a_worker_and_a_preload_where_it_says_so():
     assert set(PRELOADS) == {name for name, b in BACKENDS.items() if b.preload}
     assert {f.backend for f in JIT_FAMILIES.values()} <= set(BACKENDS)
     assert set(NAMINGS) == set(JIT_FAMILIES)
+
+
+def test_the_cxx_generations_are_the_data_files_entries():
+    """The C++ DeepGEMM generations are read from data/deepgemm_cxx.yaml (issue 30 item 1): one Generation per
+    entry, shared fields taken by `uses`, release lists by name."""
+    from dgprecompile.data import load_yaml
+    from dgprecompile.runtimes.deepgemm_cxx import CXX_GENERATIONS, SK_KEY_VERSIONS
+
+    doc = load_yaml("deepgemm_cxx.yaml")
+    assert [g.id for g in CXX_GENERATIONS] == [e["id"] for e in doc["generations"]]
+    waves = GENERATIONS["sgl-kernel-waves"]
+    assert waves.key_versions == SK_KEY_VERSIONS == tuple(doc["key_versions"]["sk"])
+    assert waves.strict_by is StrictBy.STANDIN and waves.backends == ("nvcc", "cxx", "sweep")  # from `uses`
+    assert dict(waves.gpu_checked_m) == {"GEMM_NT_F8F8BF16": 65473, "GROUPED_GEMM_NT_F8F8BF16_MASKED": 8200}
+    assert GENERATIONS["sgl-deep-gemm-0.2"].root_separator == ":" and GENERATIONS["sgl-kernel-cxx"].key_versions is None
+
+
+def test_a_broken_generations_document_is_one_error_naming_the_field():
+    import pytest
+
+    from dgprecompile.data import load_yaml
+    from dgprecompile.errors import InputError
+    from dgprecompile.runtimes.deepgemm_cxx import generations_from
+
+    doc = load_yaml("deepgemm_cxx.yaml")
+    doc["generations"][1]["strict_by"] = "nvcc"
+    with pytest.raises(InputError, match=r"generations\[1\]\.strict_by"):
+        generations_from(doc, "g.yaml")
+    doc = load_yaml("deepgemm_cxx.yaml")
+    doc["generations"][2]["key_versions"] = "sk-9"
+    with pytest.raises(InputError, match=r"g.yaml: generations\[2\]\.key_versions: no release list named 'sk-9'"):
+        generations_from(doc, "g.yaml")
+    doc = load_yaml("deepgemm_cxx.yaml")
+    doc["generations"][0]["cubins"] = ["x"]
+    with pytest.raises(InputError, match=r"generations\[0\]"):
+        generations_from(doc, "g.yaml")
