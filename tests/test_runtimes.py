@@ -32,7 +32,8 @@ def test_the_strict_vocabulary_is_what_each_runtime_has():
     assert {g.id for g in GENERATIONS.values() if g.strict_by is StrictBy.HOOK} == {"legacy"}
     assert {f.id: f.strict_by for f in JIT_FAMILIES.values()} == {"tvm-ffi": StrictBy.HOOK,
                                                                   "sglang-ninja": StrictBy.SWITCH}
-    assert {f.id for f in CAPTURED if f.strict_by is StrictBy.COUNTED} == {"flashinfer", "inductor", "cute-dsl"}
+    assert {f.id for f in CAPTURED if f.strict_by is StrictBy.COUNTED} == {"flashinfer", "inductor", "cute-dsl",
+                                                                         "cuda-driver"}
     assert StrictBy.STANDIN == "standin" and str(StrictBy.HOOK) == "hook"  # what manifests and messages show
 
 
@@ -89,3 +90,81 @@ def test_a_broken_generations_document_is_one_error_naming_the_field():
     doc["generations"][0]["cubins"] = ["x"]
     with pytest.raises(InputError, match=r"generations\[0\]"):
         generations_from(doc, "g.yaml")
+
+
+def test_each_stage_has_what_every_planning_runtime_kind_names():
+    """warm's PREPARE, pack's FILED_IN and verify --live's LIVE_UNITS hold every kind and live unit a runtime names
+    (the DeepGEMM generation's kernels are warm's own first stream, not a PREPARE entry)."""
+    from dgprecompile.cache.pack import FILED_IN
+    from dgprecompile.compile.warm_setup import CUT, PREPARE
+    from dgprecompile.launch.live import LIVE_UNITS
+
+    planning = {r.kind for r in RUNTIMES if r not in CAPTURED}
+    assert set(PREPARE) == planning - {"deepgemm"} and set(CUT) <= set(PREPARE)
+    assert set(FILED_IN) == planning
+    assert {u for r in RUNTIMES for u in r.live} <= set(LIVE_UNITS)
+    assert all(r.live == () for r in CAPTURED)
+
+
+def test_verify_live_drives_what_the_generation_says(monkeypatch):
+    """launch/live.py asks each runtime what it drives: a generation that drove dense layers only would leave
+    its masked keys out, named in a note."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from dgprecompile.launch.live import LiveOptions, live_units
+    from dgprecompile.planning.manifest import read_manifest
+
+    plan = read_manifest(Path(__file__).parent.parent / "shapes"
+                         / "Qwen3-Coder-480B-A35B-Instruct-FP8.tp8.ep8.sglang-0.5.12-0.5.16.deep_gemm.yaml")
+    units, notes = live_units(plan, LiveOptions(sample=2), topk=8)
+    assert {u["kind"] for u in units} == {"dense", "masked", "jit"}
+    gen = plan.profile.deepgemm
+    monkeypatch.setitem(GENERATIONS, gen.id, replace(gen, live=("dense",)))
+    units, notes = live_units(plan, LiveOptions(sample=2), topk=8)
+    assert {u["kind"] for u in units} == {"dense", "jit"}
+    assert any(n.startswith("masked key n=") and "not exercised" in n for n in notes), notes
+
+
+def test_the_cuda_driver_cache_is_a_counted_family_launch_capture_points_into_the_cache(tmp_path):
+    """The runtime added in its own module (runtimes/cuda_driver.py) reaches launch through the registry alone:
+    `launch --capture` points CUDA_CACHE_PATH into its area, and what the driver leaves there is counted per file,
+    its root `index` (the driver's bookkeeping) not."""
+    from dgprecompile.cache.store import CacheStore
+    from dgprecompile.launch.capture import compiled_during, family_env, snapshot
+    from dgprecompile.runtimes.cuda_driver import CUDA_DRIVER
+
+    assert CUDA_DRIVER in CAPTURED and CUDA_DRIVER in RUNTIMES and CUDA_DRIVER.strict_by is StrictBy.COUNTED
+    store = CacheStore(tmp_path / "c")
+    env = family_env(store.root, store.read_index(), capture=True, strict=False)
+    area = store.root / "cuda-driver"
+    assert ("CUDA_CACHE_PATH", str(area), "CUDA driver PTX JIT: capture what the job builds into cuda-driver/") in env
+    before = snapshot(store.root)
+    (area / "a" / "3f").mkdir(parents=True)
+    (area / "index").write_bytes(b"\0" * 64)
+    (area / "a" / "3f" / "9c2e41d0").write_bytes(b"\x7fELF module")
+    report = next(r for r in compiled_during(store.root, before) if r.family == "cuda-driver")
+    assert report.new == ["a/3f/9c2e41d0"] and report.note.startswith("not filed")
+    later = family_env(store.root, store.read_index(), capture=False, strict=True)  # a later launch: the area is there
+    assert ("CUDA_CACHE_PATH", str(area), "CUDA driver PTX JIT: what an earlier capture or warm left in cuda-driver/") \
+        in later
+
+
+def test_a_manifest_naming_a_runtime_of_another_kind_for_an_item_is_refused():
+    """A JIT module whose `family` names no JIT loader (here the Triton MoE runtime, or nothing known) is one
+    error naming the module, not a check of the wrong kind."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    import pytest
+
+    from dgprecompile.errors import InputError
+    from dgprecompile.planning.manifest import read_manifest
+
+    plan = read_manifest(Path(__file__).parent.parent / "shapes"
+                         / "Qwen3-Coder-480B-A35B-Instruct-FP8.tp8.ep8.sglang-0.5.12-0.5.16.deep_gemm.yaml")
+    module = next(iter(plan.jit_modules.values()))
+    with pytest.raises(InputError, match=r"'triton-moe' is a triton-moe runtime, not a sglang-jit one"):
+        plan.runtime_of(replace(module, family="triton-moe"))
+    with pytest.raises(InputError, match=r"unknown runtime 'nosuch'"):
+        plan.runtime_of(replace(module, family="nosuch"))

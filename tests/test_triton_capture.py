@@ -20,7 +20,8 @@ from dgprecompile.cli.main import cli
 from dgprecompile.planning.manifest import write_manifest
 from dgprecompile.planning.plan import PlanRequest
 from dgprecompile.planning.trace import plan_from_calls
-from dgprecompile.runtimes.captured import CAPTURED, family_for_area, triton_entry_problem
+from dgprecompile.runtimes import CAPTURED, family_for_area
+from dgprecompile.runtimes.captured import triton_entry_problem
 
 REPO = Path(__file__).resolve().parent.parent
 TRITON = Path(os.environ.get("DGP_TRITON_DIR", REPO / ".venv" / "triton-3.6.0"))

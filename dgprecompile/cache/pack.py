@@ -55,12 +55,24 @@ def output_path(template: str, fingerprint: dict[str, Any]) -> Path:
     return Path(template.replace("{fingerprint}", short_id(fingerprint))).expanduser()
 
 
+# where the index files each runtime's planned items, by its kind (runtimes/base.py Runtime.kind): an entry of
+# its own in ``kernels`` (packed with its record), or a record in ``triton_moe`` naming extra entries (packed with
+# every intact extra entry); tests/test_runtimes.py keeps it in step with the runtimes
+FILED_IN = {"deepgemm": "kernels", "sglang-jit": "kernels", "triton-moe": "triton_moe"}
+
+
+def _planned(plan: Plan, section: str) -> list[str]:
+    """The ids of the plan's items whose runtime files them in the index's ``section``, runtime by runtime."""
+    return [i for runtime, items in plan.by_runtime() if FILED_IN[runtime.kind] == section
+            for i in sorted(it.id for it in items)]
+
+
 def _planned_entries(plan: Plan, store: CacheStore, index: Index, arch: str | None):
     """(intact records by kernel id, missing kernel ids, (id, member, problem) of entries that are not intact)."""
     kernels: dict[str, EntryRecord] = {}
     missing: list[str] = []
     changed: list[tuple[str, str, str]] = []
-    for kid in sorted(plan.kernels) + sorted(plan.jit_modules):
+    for kid in _planned(plan, "kernels"):
         record = index.kernels.get(kid)
         problem = "missing" if record is None else store.check_entry(record, arch)
         if problem is None:
@@ -88,14 +100,15 @@ def pack_cache(plan: Plan, store: CacheStore, output: str, *, allow_missing: boo
         raise CheckFailed(f"{len(changed)} cache entries {what}, e.g. {entry}: {problem}; nothing was packed",
                           hint="run `dgprecompile warm` with the same plan again: it rebuilds and replaces them")
     if missing and not allow_missing:
-        raise CheckFailed(f"{len(missing)} of {len(plan.kernels) + len(plan.jit_modules)} planned kernels are not "
+        raise CheckFailed(f"{len(missing)} of {len(_planned(plan, 'kernels'))} planned kernels are not "
                           "in the cache "
                           f"(e.g. {missing[0]})",
                           hint="run `dgprecompile warm` with the same plan first, or pass --allow-missing")
     # the index does not say which planned kernel an extra entry belongs to, so every intact one travels
     extra = {name: rec for name, rec in sorted(index.extra.items()) if store.check_entry(rec, arch) is None}
     # + swept m ranges, + the plan's Triton fused-MoE records (their entries are extra entries, packed above)
-    triton_moe = {i: r for i, r in sorted(index.triton_moe.items()) if i in plan.triton_moe}
+    recorded = set(_planned(plan, "triton_moe"))
+    triton_moe = {i: r for i, r in sorted(index.triton_moe.items()) if i in recorded}
     packed = Index(index.fingerprint, kernels, extra, [plan.summary()], list(index.sweeps), triton_moe)
     entries = sorted({r.member_dir: r for r in [*kernels.values(), *extra.values()]}.values(),
                      key=lambda r: r.member_dir)

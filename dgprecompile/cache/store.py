@@ -43,8 +43,7 @@ from dgprecompile.fsutil import (
     tree_size,
 )
 from dgprecompile.host import scratch
-from dgprecompile.runtimes import JIT_FAMILIES
-from dgprecompile.runtimes.captured import FILED_AREAS, family_for_area
+from dgprecompile.runtimes import FILED_AREAS, JIT_FAMILIES, family_for_area
 
 INDEX_SCHEMA = 1
 OURS = "dgprecompile"

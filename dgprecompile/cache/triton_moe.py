@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dgprecompile.cache.store import CacheStore, Index
-from dgprecompile.runtimes.captured import family_for_area
+from dgprecompile.runtimes import family_for_area
 from dgprecompile.runtimes.triton_moe import TRITON_MOE
 
 COVERED, MISSING, STALE, BROKEN = "ok", "missing", "stale", "broken"

@@ -274,24 +274,60 @@ def verify_cache(plan: Plan, store: CacheStore, *, nvcc: str | None = None,
 
     jit_install: list[str] = []
     jit_names = _jit_names(plan, warnings, jit_install)
-    if with_jit_fingerprint(index.fingerprint, env.fingerprint, jit_names[0].fingerprint().get("arch") if jit_names else None,
-                            jit_names[2] if jit_names else None):
+    if with_jit_fingerprint(index.fingerprint, env.fingerprint, jit_names.naming.fingerprint().get("arch")
+                            if jit_names else None, jit_names.family if jit_names else None):
         stale = differences(index.fingerprint, env.fingerprint)
-
-    named = _runtime_names(plan, env, warnings)
-    names, naming = named if named is not None else (None, None)
-    files = plan.profile.deepgemm.entry_files
-    arch = plan.profile.sm_arch
-    if names is None and plan.profile.deepgemm.key_scheme is not None:
-        warnings.append("falling back to index-only checks: coverage is as recorded, not proved")
+    ctx = Checking(plan, store, index, env, warnings, jit_install, jit_names)
     checks: list[KernelCheck] = []
+    for runtime, items in plan.by_runtime():  # each runtime's items, checked as its kind says (CHECKS)
+        checks += CHECKS[runtime.kind](ctx, runtime, items)
+    coverage = COVERED_BY_SWEEP if ctx.by_sweep else "proved" if ctx.proved else "index"
+    return VerifyReport(plan, str(store.root), generation, checks, index.fingerprint, env.fingerprint, stale,
+                        coverage, warnings, jit_install[0] if jit_install else None)
+
+
+@dataclass
+class JitNames:
+    """The plan's SGLang JIT modules as the sglang installed here names them."""
+
+    naming: Any  # keys/schemes.py naming_for: the release's naming
+    entries: dict[str, str]  # module id -> the entry the runtime looks up
+    family: Any  # its runtimes.JitFamily
+
+
+@dataclass
+class Checking:
+    """What every runtime's check (CHECKS) reads, and what it found about how the cache was checked."""
+
+    plan: Plan
+    store: CacheStore
+    index: Index
+    env: Environment
+    warnings: list[str]
+    install: list[str]  # what to install to check (or build) what could not be checked here
+    jit: JitNames | None
+    proved: bool = True  # False once a runtime's items were checked against the index only
+    by_sweep: bool = False  # DeepGEMM's keys checked against sweep records
+
+
+def _check_deepgemm(ctx: Checking, generation, kernels) -> list[KernelCheck]:
+    """The plan's DeepGEMM kernels (or, keys only, its keys' m ranges against sweep records): each under the entry
+    name the runtime computes here (proved) where dgprecompile computes it, else as the index records it."""
+    plan, store, index = ctx.plan, ctx.store, ctx.index
+    named = _runtime_names(plan, ctx.env, ctx.warnings)
+    names, naming = named if named is not None else (None, None)
+    ctx.proved = names is not None
+    files, arch = generation.entry_files, plan.profile.sm_arch
+    if names is None and generation.key_scheme is not None:
+        ctx.warnings.append("falling back to index-only checks: coverage is as recorded, not proved")
     # keys only, or a plan swept with --backend sweep whose names cannot be computed here (its kernels are not in
     # the index, sweep records are): the library chose, so the sweep records must cover every key's m range
-    by_sweep = not plan.heuristic or (names is None and bool(index.sweeps)
-                                      and any(kid not in index.kernels for kid in plan.kernels))
-    if by_sweep:
-        checks += _check_sweeps(plan, store, index, arch)
-    for kid in sorted(plan.kernels) if not by_sweep else ():
+    ctx.by_sweep = not plan.heuristic or (names is None and bool(index.sweeps)
+                                          and any(k.id not in index.kernels for k in kernels))
+    if ctx.by_sweep:
+        return _check_sweeps(plan, store, index, arch)
+    checks: list[KernelCheck] = []
+    for kid in sorted(k.id for k in kernels):
         record = index.kernels.get(kid)
         expected = names.get(kid) if names else None
         if expected is not None:
@@ -299,22 +335,19 @@ def verify_cache(plan: Plan, store: CacheStore, *, nvcc: str | None = None,
         elif record is None:
             checks.append(KernelCheck(kid, MISSING, None, "not in the index"))
         else:
-            problem = store.check_entry(record, arch)
-            if problem is None and record.by == ADOPTED:
-                checks.append(KernelCheck(kid, UNCHECKED, record.entry, ADOPTED_DETAIL))
-            elif problem is None:
-                checks.append(KernelCheck(kid, OK, record.entry))
-            elif problem == "missing":
-                checks.append(KernelCheck(kid, MISSING, record.entry, "indexed entry is not in the cache"))
-            else:
-                checks.append(KernelCheck(kid, _status(problem), record.entry, problem))
-    checks += _check_jit(plan, store, index, jit_names)
-    checks += _check_triton_moe(plan, store, index, warnings, jit_install)
-    coverage = "proved" if names is not None and (not plan.jit_modules or jit_names is not None) else "index"
-    if by_sweep:
-        coverage = COVERED_BY_SWEEP
-    return VerifyReport(plan, str(store.root), generation, checks, index.fingerprint, env.fingerprint, stale,
-                        coverage, warnings, jit_install[0] if jit_install else None)
+            checks.append(_check_recorded(store, kid, record, arch))
+    return checks
+
+
+def _check_recorded(store: CacheStore, kid: str, record, arch: str) -> KernelCheck:
+    problem = store.check_entry(record, arch)
+    if problem is None and record.by == ADOPTED:
+        return KernelCheck(kid, UNCHECKED, record.entry, ADOPTED_DETAIL)
+    if problem is None:
+        return KernelCheck(kid, OK, record.entry)
+    if problem == "missing":
+        return KernelCheck(kid, MISSING, record.entry, "indexed entry is not in the cache")
+    return KernelCheck(kid, _status(problem), record.entry, problem)
 
 
 def verify_roots(plan: Plan, store: CacheStore, shared: list[CacheStore] | tuple[CacheStore, ...] = (), *,
@@ -373,10 +406,9 @@ def with_jit_fingerprint(recorded: dict[str, Any], current: dict[str, Any] | Non
 
 
 def _plan_family(plan: Plan):
-    from dgprecompile.runtimes import get_family
-
-    ids = sorted({m.family for m in plan.jit_modules.values()})
-    return get_family(ids[0]) if ids else None
+    """The runtime of the plan's SGLang JIT modules (their JitFamily), or None."""
+    modules = sorted(plan.jit_modules.values(), key=lambda m: m.runtime_id)
+    return plan.runtime_of(modules[0]) if modules else None
 
 
 def _jit_names(plan: Plan, warnings: list[str], install: list[str]):
@@ -387,7 +419,7 @@ def _jit_names(plan: Plan, warnings: list[str], install: list[str]):
         return None
     try:
         naming = naming_for(family, plan.sglang_version or "")
-        return naming, {mid: naming.entry_name(m) for mid, m in plan.jit_modules.items()}, family
+        return JitNames(naming, {mid: naming.entry_name(m) for mid, m in plan.jit_modules.items()}, family)
     except (DGError, OSError) as exc:
         warnings.append(f"cannot name SGLang's JIT modules here ({getattr(exc, 'message', exc)}): checking them "
                         "against the index only")
@@ -396,14 +428,17 @@ def _jit_names(plan: Plan, warnings: list[str], install: list[str]):
         return None
 
 
-def _check_jit(plan: Plan, store: CacheStore, index: Index, jit_names) -> list[KernelCheck]:
+def _check_jit(ctx: Checking, family, modules) -> list[KernelCheck]:
     """Each planned SGLang JIT module: the files its family needs under the directory the runtime looks in (when
     sglang is installed here), with the bytes the index recorded."""
-    family = _plan_family(plan)
+    store, index, jit_names = ctx.store, ctx.index, ctx.jit
+    if jit_names is None:
+        ctx.proved = False
     out = []
-    for mid, module in sorted(plan.jit_modules.items()):
+    for module in sorted(modules, key=lambda m: m.id):
+        mid = module.id
         record = index.kernels.get(mid)
-        expected = jit_names[1][mid] if jit_names else None
+        expected = jit_names.entries[mid] if jit_names else None
         name = expected or (record.entry if record else None)
         # a family whose name is a prefix of the entry (the ninja loader's build key before its deps key) asks its
         # own installed_entry below; a whole name is never followed through a link
@@ -413,10 +448,10 @@ def _check_jit(plan: Plan, store: CacheStore, index: Index, jit_names) -> list[K
             out.append(KernelCheck(mid, CHANGED, expected or record.entry, f"changed: {linked}"))
             continue
         if expected is not None:
-            files = family.entry_files(jit_names[0], module)
-            found = family.installed_entry(jit_names[0], module, store.area_dir(family.area))
+            files = family.entry_files(jit_names.naming, module)
+            found = family.installed_entry(jit_names.naming, module, store.area_dir(family.area))
             if found is None:
-                why = family.missing_detail(jit_names[0], module, store.area_dir(family.area))
+                why = family.missing_detail(jit_names.naming, module, store.area_dir(family.area))
                 detail = (f"the index records {record.entry}, but sglang here looks for {expected}"
                           + (f" ({why})" if why else "") if record is not None and not record.entry.startswith(expected)
                           else why or f"no {' + '.join(files)} under the runtime's directory {family.area}/{expected}")
@@ -461,26 +496,27 @@ def _check_sweeps(plan: Plan, store: CacheStore, index: Index, arch: str) -> lis
     return out
 
 
-def _check_triton_moe(plan: Plan, store: CacheStore, index: Index, warnings: list[str],
-                      install: list[str]) -> list[KernelCheck]:
+def _check_triton_moe(ctx: Checking, runtime, items) -> list[KernelCheck]:
     """Each Triton fused-MoE item: covered only while its record exists, was made with the Triton installed here
     (read from its metadata, never imported) and names entries that are all whole (cache/triton_moe.py)."""
-    if not plan.triton_moe:
-        return []
     from dgprecompile.cache import triton_moe as records
-    from dgprecompile.runtimes.triton_moe import TRITON_MOE
 
-    current = TRITON_MOE.installed()
+    current = runtime.installed()
     if current is None:
-        warnings.append(f"triton is not installed here: the plan's {TRITON_MOE.label} items cannot be checked "
-                        "against it")
-        install.append("install triton (the job's own release)")
+        ctx.warnings.append(f"triton is not installed here: the plan's {runtime.label} items cannot be checked "
+                            "against it")
+        ctx.install.append("install triton (the job's own release)")
     status = {records.COVERED: OK, records.MISSING: MISSING, records.STALE: STALE, records.BROKEN: CHANGED}
     out = []
-    for item_id in sorted(plan.triton_moe):
-        cov = records.item_coverage(store, index, item_id, current)
+    for item_id in sorted(it.id for it in items):
+        cov = records.item_coverage(ctx.store, ctx.index, item_id, current)
         out.append(KernelCheck(item_id, status[cov.status], cov.entry, cov.detail))
     return out
+
+
+# each runtime's items are checked by the check its kind names (runtimes/base.py Runtime.kind; tests/test_runtimes.py
+# keeps this table in step with the runtimes that plan items)
+CHECKS = {"deepgemm": _check_deepgemm, "sglang-jit": _check_jit, "triton-moe": _check_triton_moe}
 
 
 def _status(problem: str) -> str:

@@ -80,8 +80,7 @@ def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc
     setup = prepare_warm(plan, WarmOptions(cache_dir=cache_dir, backend=backend, jobs=jobs, gpus=_parse_gpus(gpus),
                                            nvcc=nvcc, sglang_jit=sglang_jit))
     _announce(out, plan, setup)
-    progress = out.progress(len(setup.items) + len(setup.jit_items) + len(setup.triton_items) - len(setup.triton_cached),
-                            "warming",
+    progress = out.progress(len(setup.items) + sum(len(p.built) - len(p.cached) for p in setup.parts), "warming",
                             seconds_per_item=plan.profile.seconds_per_kernel, workers=setup.workers)
 
     def on_event(event):
@@ -105,27 +104,37 @@ def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc
     return out.report(result, render)
 
 
+def _jit_line(plan, setup: WarmSetup, part) -> str:
+    area = setup.store.root / part.job["area"]
+    names = " and ".join(f"{name}={value}" for name, value in part.job.get("launch_env", []))
+    return (f"SGLang JIT modules: built with the installed sglang {plan.sglang_version}'s own builders into "
+            f"{area} (one ninja job per worker: MAX_JOBS=1); the runtime reads them with {names} (launch sets it)")
+
+
+def _triton_moe_line(plan, setup: WarmSetup, part) -> str:
+    runtime = part.runtime
+    return (f"{runtime.label}: each item's m set is cut into {len(part.work)} chunk(s) in all, each "
+            f"`python -m {runtime.warm_module}` started at once within the --jobs budget "
+            f"(this interpreter, no GPU: CUDA_VISIBLE_DEVICES=\"\"), Triton "
+            f"{part.job['installed']['triton']} writing into {setup.store.root / runtime.area}")
+
+
+# what warm says about each runtime's items beside DeepGEMM's kernels, by its kind (runtimes/base.py Runtime.kind)
+PLURAL = {"sglang-jit": "SGLang JIT modules", "triton-moe": "Triton fused-MoE items"}
+ANNOUNCE = {"sglang-jit": _jit_line, "triton-moe": _triton_moe_line}
+
+
 def _announce(out: Output, plan, setup: WarmSetup) -> None:
     """What is about to be built, where, with which budget; what the user should know first."""
     unit = "sweep chunks" if BACKENDS[setup.backend].sweeps else "kernels"
+    built = [(p, len(p.built)) for p in setup.parts if p.built]
     out.info(f"plan: {plan.model} tp={plan.tp} ep={plan.ep} sglang {plan.profile.id}: {len(setup.items)} {unit}"
-             + (f" + {len(setup.jit_items)} SGLang JIT modules" if setup.jit_items else "")
-             + (f" + {len(setup.triton_items)} Triton fused-MoE items" if setup.triton_items else "")
+             + "".join(f" + {n} {PLURAL[p.runtime.kind]}" for p, n in built)
              + (f" (rank {setup.rank} of {setup.world})" if setup.world > 1 else ""))
-    if setup.jit_items:
-        area = setup.store.root / setup.jit_job["area"]
-        names = " and ".join(f"{name}={value}" for name, value in setup.jit_job.get("launch_env", []))
-        out.info(f"SGLang JIT modules: built with the installed sglang {plan.sglang_version}'s own builders into "
-                 f"{area} (one ninja job per worker: MAX_JOBS=1); the runtime reads them with {names} (launch sets it)")
-    if setup.triton_items:
-        from dgprecompile.runtimes.triton_moe import TRITON_MOE
-
-        out.info(f"{TRITON_MOE.label}: each item's m set is cut into {len(setup.triton_chunks)} chunk(s) in all, each "
-                 f"`python -m {TRITON_MOE.warm_module}` started at once within the --jobs budget "
-                 f"(this interpreter, no GPU: CUDA_VISIBLE_DEVICES=\"\"), Triton "
-                 f"{setup.triton_job['installed']['triton']} writing into {setup.store.root / TRITON_MOE.area}")
-    for module, why in setup.jit_skipped.items():
-        if setup.jit_missing is None:  # --sglang-jit off: asked for
+    for part, _ in built:
+        out.info(ANNOUNCE[part.runtime.kind](plan, setup, part))
+    for module, why in setup.skipped.items():
+        if setup.missing is None:  # --sglang-jit off: asked for
             out.note(f"not built ({why}): {module}")
         else:
             out.warn(f"not built: {module}: {why}")

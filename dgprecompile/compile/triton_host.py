@@ -219,7 +219,7 @@ def build(root: str | Path, kernels: Mapping[str, Mapping[str, Any]], scratch: P
     Returns ``{"cuda_utils": entry, "launchers": {kernel entry: entry}, "entries", "built", "machine"}``."""
     from triton.backends.nvidia.driver import CudaLauncher, CudaUtils
 
-    from dgprecompile.runtimes.captured import family_for_area
+    from dgprecompile.runtimes import family_for_area
 
     triton_dir = family_for_area("triton").area_dir(root).resolve()
     libcuda_dir, linked = link_libcuda(scratch)

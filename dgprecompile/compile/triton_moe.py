@@ -310,7 +310,7 @@ def check_bound(config, args: argparse.Namespace) -> None:
 
 def warm(args: argparse.Namespace) -> dict[str, Any]:
     from dgprecompile.cache.triton_moe import file_warmed
-    from dgprecompile.runtimes.captured import family_for_area
+    from dgprecompile.runtimes import family_for_area
 
     triton_dir = str(family_for_area("triton").area_dir(args.cache_dir))
     os.environ["TRITON_CACHE_DIR"] = triton_dir

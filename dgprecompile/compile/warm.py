@@ -47,19 +47,21 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
     store = setup.store
     if setup.in_place:  # nothing to build in a cache we may not write: touch nothing
         return WarmResult(workers=0, cache_dir=str(store.root), backend=setup.backend, kernels=len(setup.in_place),
-                          skipped=dict(setup.jit_skipped), cached=list(setup.in_place),
+                          skipped=setup.skipped, cached=list(setup.in_place),
                           cache_bytes=store.size_bytes())
     store.ensure()
     store.clean_stale_staging()
     _record_plan(setup)
+    jit, triton = setup.part("sglang-jit"), setup.part("triton-moe")  # the result's sections, by kind
     result = WarmResult(workers=setup.workers, cache_dir=str(store.root), backend=setup.backend,
-                        kernels=len(setup.items), jit_modules=len(setup.jit_items),
-                        jit_ids=[it.kernel for it in setup.jit_items], skipped=dict(setup.jit_skipped),
-                        triton_ids=[it.kernel for it in setup.triton_items], triton_planned=list(setup.plan.triton_moe),
-                        missing=setup.jit_missing, cached=list(setup.swept) + setup.triton_cached)
+                        kernels=len(setup.items), jit_modules=len(jit.work) if jit else 0,
+                        jit_ids=[w.id for w in jit.work] if jit else [], skipped=setup.skipped,
+                        triton_ids=[it.id for it in triton.built] if triton else [],
+                        triton_planned=list(setup.plan.triton_moe), missing=setup.missing,
+                        cached=list(setup.swept) + [c for p in setup.parts for c in p.cached])
     start = time.perf_counter()
     try:
-        if setup.items or setup.jit_items or setup.triton_chunks:
+        if setup.items or any(p.work for p in setup.parts):
             run_pool(setup, on_event, result, start)
     finally:
         store.clean_stale_staging()

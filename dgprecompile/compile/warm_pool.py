@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dgprecompile.compile.backends import WorkItem
+from dgprecompile.compile.backends import ModuleWork, WorkItem
 from dgprecompile.compile.schedule import NO_SPACE, Action, Close, Lost, Scheduler, Send
 from dgprecompile.compile.triton_chunks import Chunk, ChunkedItem
 from dgprecompile.compile.warm_result import WarmResult, record_event
@@ -48,8 +48,9 @@ def run_pool(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None], resul
     try:
         if workers:
             procs.start(worker_job(setup), setup.gpus)
+        chunk_kinds = sorted({p.backend for p in setup.parts if not p.in_workers})
         for slot in range(workers, workers + setup.runners):  # the chunks need no zygote: they start now
-            run.apply(sched.ready(slot, [setup.triton_job["backend_name"]]))
+            run.apply(sched.ready(slot, chunk_kinds))
         run.drive()
         failure = procs.zygote_done() if workers else None
         if failure:
@@ -202,7 +203,7 @@ class _Run:
 
     sched: Scheduler
     procs: Processes
-    items: dict[str, WorkItem | Chunk]
+    items: dict[str, WorkItem | ModuleWork | Chunk]
     result: WarmResult
     on_event: Callable[[dict[str, Any]], None]
     start: float
@@ -211,7 +212,7 @@ class _Run:
     chunk_started: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for chunk in self.setup.triton_chunks:
+        for chunk in self.setup.chunks:
             self.chunked.setdefault(chunk.item, ChunkedItem(chunk.item, [])).chunks.append(chunk.id)
 
     def drive(self) -> None:
@@ -252,16 +253,17 @@ class _Run:
 
     def _start_chunk(self, slot: int, chunk: Chunk) -> None:
         from dgprecompile.compile.triton_chunks import chunk_argv
-        from dgprecompile.runtimes.items import TritonMoeItem
 
         item = self.chunked[chunk.item]
         if not item.reports and not item.failures and not any(c in self.chunk_started for c in item.chunks):
             self.on_event({"event": "start", "kernel": chunk.item})
-        work = next(it for it in self.setup.triton_items if it.kernel == chunk.item)
-        moe = TritonMoeItem.from_dict({**work.params, "id": work.kernel})
+        part = self._part_of(chunk)
+        moe = next(it for it in part.items if it.id == chunk.item)
         self.chunk_started[chunk.id] = time.perf_counter()
-        self.procs.start_chunk(slot, chunk_argv(moe, chunk, str(self.setup.store.root),
-                                                self.setup.triton_job["python"]))
+        self.procs.start_chunk(slot, chunk_argv(moe, chunk, str(self.setup.store.root), part.job["python"]))
+
+    def _part_of(self, chunk: Chunk):
+        return next(p for p in self.setup.parts if not p.in_workers and chunk in p.work)
 
     def _chunk_ended(self, slot: int) -> list[Action]:
         """A chunk's subprocess ended: its report (or why it failed) goes to its item, which is recorded (or
@@ -288,7 +290,8 @@ class _Run:
         else:
             item.reports[chunk_id], item.seconds[chunk_id] = report, seconds
         if item.done:
-            record_event(item.finish(self.setup.store, self.setup.triton_job["installed"]), self.result, self.on_event)
+            installed = self._part_of(self.items[chunk_id]).job["installed"]
+            record_event(item.finish(self.setup.store, installed), self.result, self.on_event)
 
     def apply(self, actions: list[Action]) -> None:
         for action in actions:

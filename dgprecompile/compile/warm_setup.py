@@ -1,9 +1,10 @@
 """warm's setup: everything decided before a worker starts, and the jobs the workers are handed.
 
-The toolchain and the fingerprint (and whether the cache's differs), this rank's share of the plan's kernels, SGLang
-JIT modules and Triton MoE items (the latter cut into chunks, compile/triton_chunks.py), the worker count within
---jobs, a read-only or full cache refused up front; then each item as a scheduler job with its estimated cost
-(:func:`work`) and what every worker is told (:func:`worker_job`). compile/warm.py runs it.
+The toolchain and the fingerprint (and whether the cache's differs), this rank's share of the plan's items (one list,
+``Plan.by_runtime``: DeepGEMM's kernels here, every other runtime's items as one :class:`RuntimePart` each, prepared
+by the function its kind names in ``PREPARE``; Triton MoE items cut into chunks, compile/triton_chunks.py), the
+worker count within --jobs, a read-only or full cache refused up front; then each item as a scheduler job with its
+estimated cost (:func:`work`) and what every worker is told (:func:`worker_job`). compile/warm.py runs it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from dgprecompile.cache.store import CacheStore, resolve_cache_dir
-from dgprecompile.compile.backends import WorkItem, backend_for
+from dgprecompile.compile.backends import ModuleWork, WorkItem, backend_for
 from dgprecompile.compile.schedule import Job
 from dgprecompile.compile.triton_chunks import Chunk
 from dgprecompile.errors import DGError, EnvironmentProblem, InputError
@@ -29,8 +30,7 @@ from dgprecompile.keys.fingerprint import differences, make_fingerprint, short_i
 from dgprecompile.keys.schemes import key_context, naming_for
 from dgprecompile.planning.plan import Plan
 from dgprecompile.runtimes import get_backend
-from dgprecompile.runtimes.deepgemm import SGLANG_JIT_BACKEND
-from dgprecompile.runtimes.items import TRANSPOSE_FAMILY
+from dgprecompile.runtimes.items import TRANSPOSE_FAMILY, PlanItem
 
 # Tasks (threads + processes) one worker holds at its peak: its own main thread, plus the compiler's process
 # tree. nvcc runs its stages (cudafe++, cicc, ptxas, the host compiler) one at a time under one driver; one
@@ -56,6 +56,29 @@ class WarmOptions:
 
 
 @dataclass
+class RuntimePart:
+    """One runtime's share of a warm beside DeepGEMM's kernels: its own planned items on this rank, the work they
+    become (``ModuleWork`` for the zygote's workers, or chunks the parent runs: ``in_workers`` False), what that
+    work's backend is told (``job``), and what of the plan it leaves out and why."""
+
+    runtime: Any  # the runtimes.Runtime whose items these are
+    items: list[PlanItem]  # its own typed items on this rank (runtimes/items.py)
+    backend: str = ""  # the scheduler kind of its work (a worker backend, or the chunks' kind)
+    in_workers: bool = True
+    work: list[Any] = field(default_factory=list)  # in the order they are handed out
+    job: dict[str, Any] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)  # item id -> why it is not built here
+    missing: str | None = None  # this machine lacks what builds them: what to install (None: turned off, or none)
+    fingerprint: dict[str, Any] = field(default_factory=dict)  # {its fingerprint section: what its names hold}
+    cached: list[str] = field(default_factory=list)  # items a record covers already
+
+    @property
+    def built(self) -> list[PlanItem]:
+        """The items this warm builds (those not skipped)."""
+        return [it for it in self.items if it.id not in self.skipped]
+
+
+@dataclass
 class WarmSetup:
     plan: Plan
     backend: str
@@ -69,23 +92,37 @@ class WarmSetup:
     rank: int = 0
     world: int = 1
     notes: list[str] = field(default_factory=list)  # what the user should know about this warm
-    jit_items: list[WorkItem] = field(default_factory=list)  # SGLang's own JIT modules (sglang-jit workers)
-    jit_job: dict[str, Any] = field(default_factory=dict)
-    jit_skipped: dict[str, str] = field(default_factory=dict)  # module id -> why it is not built here
-    # this machine lacks what builds them (sglang, tvm-ffi, ninja): what to install; None when they were turned off
-    jit_missing: str | None = None
+    parts: list[RuntimePart] = field(default_factory=list)  # every other runtime's share, in the plan's order
     swept: list[str] = field(default_factory=list)  # sweep backend: key ranges already covered (cached)
-    jit_seconds: float = 0.0  # the estimated build time of one SGLang JIT module (the queue's order)
     in_place: list[str] = field(default_factory=list)  # a read-only cache holding every kernel: nothing to do
-    triton_items: list[WorkItem] = field(default_factory=list)  # SGLang's Triton fused MoE, one per MoE shape
-    triton_job: dict[str, Any] = field(default_factory=dict)
-    triton_chunks: list[Chunk] = field(default_factory=list)  # the items not yet covered, cut for the budget
-    triton_cached: list[str] = field(default_factory=list)  # items whose record covers them already
     runners: int = 0  # slots for the chunks' subprocesses (within the budget, ``workers``)
 
     @property
     def task_budget(self) -> int:
         return self.workers * (WORKER_BASE_TASKS + COMPILER_TREE_TASKS)
+
+    def part(self, kind: str) -> RuntimePart | None:
+        """The share of the runtime of ``kind`` (runtimes/base.py Runtime.kind), or None."""
+        return next((p for p in self.parts if p.runtime.kind == kind), None)
+
+    @property
+    def skipped(self) -> dict[str, str]:
+        return {k: v for p in self.parts for k, v in p.skipped.items()}
+
+    @property
+    def missing(self) -> str | None:
+        """What to install for the items skipped because this machine lacks what builds them (None: none)."""
+        return next((p.missing for p in self.parts if p.missing), None)
+
+    @property
+    def worker_work(self) -> list[ModuleWork]:
+        """The other runtimes' work the zygote's workers build (beside DeepGEMM's ``items``)."""
+        return [w for p in self.parts if p.in_workers for w in p.work]
+
+    @property
+    def chunks(self) -> list[Chunk]:
+        """The work the parent runs in subprocesses of their own (Triton MoE chunks)."""
+        return [w for p in self.parts if not p.in_workers for w in p.work]
 
 
 def _visible_gpus() -> list[int]:
@@ -147,15 +184,13 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
                      "miss at once (or use --backend cxx on a GPU)")
     job_common, gpus = _backend_job(plan, opts, install, nvcc, needs_gpu, world)
     jobs = _worker_count(opts, backend, needs_gpu, notes)
-    jit_items, jit_job, jit_skipped, jit_fp, jit_missing = _prepare_jit(plan, opts, nvcc, store.root)
-    triton_items, triton_job = _prepare_triton(plan, opts, jit_skipped)
-    if triton_items is None:  # what this machine lacks to run the Triton MoE warm (--sglang-jit auto)
-        triton_items, jit_missing = [], jit_missing or triton_job["missing"]
-    if world > 1:
-        jit_items = jit_items[rank::world]
-        triton_items = triton_items[rank::world]
-    if jit_fp is not None:
-        fingerprint.update(jit_fp)  # {the family's fingerprint section: its fields}
+    parts = [PREPARE[runtime.kind](plan, opts, runtime, items, nvcc, store.root)
+             for runtime, items in plan.by_runtime()[1:]]  # every runtime beside the DeepGEMM generation's kernels
+    for part in parts:
+        part.items, part.work = (part.items[rank::world], part.work[rank::world]) if world > 1 else (part.items,
+                                                                                                        part.work)
+        fingerprint.update(part.fingerprint)  # {the runtime's fingerprint section: its fields}
+    if any(p.fingerprint for p in parts):
         stale = differences(recorded, fingerprint) if recorded else []
     swept: list[str] = []
     if sweeps:  # chunks come largest first already; their entries are not known in advance
@@ -165,27 +200,41 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
                      "call (every m up to 16,384, then 64q+1, 64q+32, 64q+64; masked: every expected_m)")
     else:
         items = sorted(_kernel_items(plan, rank, world), key=_estimated_cost, reverse=True)
-    cached, chunks, slots = _triton_chunks(store, plan, triton_items, triton_job, jobs, items + jit_items, stale)
-    jobs = max(1, min(jobs, len(items) + len(jit_items) + len(chunks)))
-    zygote_workers = _zygote_workers(backend, jobs, items, jit_items, jit_job)
-    _require_readable(store, items + jit_items)
+    setup = WarmSetup(plan, backend, store, fingerprint, stale, items, jobs, [None], job_common, rank, world, notes,
+                      parts, swept)
+    return _finish_setup(setup, gpus, sweeps)
+
+
+def _finish_setup(setup: WarmSetup, gpus: list[int | None], sweeps: bool) -> WarmSetup:
+    """The chunks of the parts that run outside the workers (CUT), the worker count, and a cache refused up front
+    where it is not writable (unless it holds every item already) or cannot hold what is left to build."""
+    store, plan, items, jobs = setup.store, setup.plan, setup.items, setup.workers
+    slots = jobs
+    for part in setup.parts:
+        if not part.in_workers:
+            slots = CUT[part.runtime.kind](setup, part, jobs, items + setup.worker_work)
+    chunks, work = setup.chunks, items + setup.worker_work
+    setup.workers = jobs = max(1, min(jobs, len(work) + len(chunks)))
+    _require_readable(store, work)
     try:
         store.require_writable("write to")
     except DGError:
-        if sweeps or stale or not _all_in_place(store, plan, items + jit_items, triton_items, triton_job):
+        if sweeps or setup.stale or not _all_in_place(store, plan, work, setup.parts):
             raise
-        notes.append(f"{store.root} is not writable here, and every kernel of the plan is already in it: "
-                     "nothing to do")
-        return WarmSetup(plan, backend, store, fingerprint, stale, [], 1, [None], job_common, rank, world, notes,
-                         [], {}, jit_skipped, jit_missing, swept,
-                         in_place=[it.kernel for it in items + jit_items + triton_items])
+        setup.notes.append(f"{store.root} is not writable here, and every kernel of the plan is already in it: "
+                           "nothing to do")
+        setup.in_place = [w.kernel for w in work] + [it.id for p in setup.parts if not p.in_workers
+                                                      for it in p.built]
+        setup.items, setup.workers = [], 1
+        for part in setup.parts:
+            part.work = []
+        return setup
     if not sweeps:
-        _check_space(store, plan, items, [] if stale else None)
-    return WarmSetup(plan, backend, store, fingerprint, stale, items, jobs,
-                     [gpus[i % len(gpus)] for i in range(zygote_workers)], job_common, rank, world, notes,
-                     jit_items, jit_job, jit_skipped, jit_missing, swept, float(jit_job.get("build_seconds", 0.0)),
-                     triton_items=triton_items, triton_job=triton_job, triton_chunks=chunks, triton_cached=cached,
-                     runners=min(len(chunks), slots))
+        _check_space(store, plan, items, [] if setup.stale else None)
+    zygote_workers = _zygote_workers(setup.backend, jobs, items, setup.parts)
+    setup.gpus = [gpus[i % len(gpus)] for i in range(zygote_workers)]
+    setup.runners = min(len(chunks), slots)
+    return setup
 
 
 def _worker_count(opts: WarmOptions, backend: str, needs_gpu: bool, notes: list[str]) -> int:
@@ -257,18 +306,14 @@ def _require_readable(store: CacheStore, items: list[WorkItem]) -> None:
                 raise os_error(PermissionError(errno.EACCES, "Permission denied", str(path / name)), "read")
 
 
-def _all_in_place(store: CacheStore, plan: Plan, items: list[WorkItem], triton_items: list[WorkItem] = (),
-                  triton_job: dict[str, Any] | None = None) -> bool:
+def _all_in_place(store: CacheStore, plan: Plan, work: list[WorkItem | ModuleWork], parts: list[RuntimePart]) -> bool:
     """Whether the index records every item and each recorded entry is there with its recorded, loadable bytes
-    (a Triton MoE item: its record covers it, cache/triton_moe.py): a warm with nothing to build, which needs no
-    write access."""
-    from dgprecompile.cache.triton_moe import COVERED, item_coverage
-
+    (the items of a part run outside the workers: each covered by its record, CUT), a warm with nothing to build,
+    which needs no write access."""
     index = store.read_index()
     return all(it.kernel in index.kernels and store.check_entry(index.kernels[it.kernel], plan.profile.sm_arch)
-               is None for it in items) and all(
-        item_coverage(store, index, it.kernel, (triton_job or {}).get("installed")).status == COVERED
-        for it in triton_items)
+               is None for it in work) and all(set(p.cached) >= {it.id for it in p.built}
+                                               for p in parts if not p.in_workers)
 
 
 def _kernel_items(plan: Plan, rank: int, world: int) -> list[WorkItem]:
@@ -332,23 +377,19 @@ def _cuda_home(nvcc_path: str) -> str | None:
     return None
 
 
-def _prepare_jit(plan: Plan, opts: WarmOptions, nvcc, cache_root: Path) -> tuple[
-        list[WorkItem], dict[str, Any], dict[str, str], dict[str, Any] | None, str | None]:
-    """Work items for the plan's SGLang JIT modules, their family's workers' job, what is skipped and why, the
-    fingerprint section naming what their runtime names hold (all asked of the modules' JitFamily), and what to
-    install when this machine lacks what builds them."""
-    from dgprecompile.runtimes import get_family
-
-    modules = list(plan.jit_modules.values())
-    if not modules:
-        return [], {}, {}, None, None
+def _prepare_jit(plan: Plan, opts: WarmOptions, family, modules: list[PlanItem], nvcc,
+                 cache_root: Path) -> RuntimePart:
+    """The plan's SGLang JIT modules as work for their family's workers, what those are told, what is skipped and
+    why, the fingerprint section naming what their runtime names hold (all asked of the modules' JitFamily), and
+    what to install when this machine lacks what builds them."""
+    part = RuntimePart(family, modules, family.backend)
     if opts.sglang_jit == "off":
-        return [], {}, {m.id: "--sglang-jit off" for m in modules}, None, None
-    families = sorted({m.family for m in modules})
-    if len(families) != 1:
-        raise InputError(f"the plan mixes SGLang JIT families {', '.join(families)}",
+        part.skipped = {m.id: "--sglang-jit off" for m in modules}
+        return part
+    mixed = sorted({m.runtime_id for m in plan.jit_modules.values()})
+    if len(mixed) != 1:
+        raise InputError(f"the plan mixes SGLang JIT families {', '.join(mixed)}",
                          hint="regenerate the manifest with `dgprecompile plan -o`")
-    family = get_family(families[0])
     try:
         naming = naming_for(family, plan.sglang_version or "")
         ninja = shutil.which("ninja", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
@@ -358,37 +399,34 @@ def _prepare_jit(plan: Plan, opts: WarmOptions, nvcc, cache_root: Path) -> tuple
     except EnvironmentProblem as exc:
         if opts.sglang_jit == "on":
             raise
-        return [], {}, {m.id: exc.message for m in modules}, None, exc.hint or exc.message
-    items = [WorkItem(m.id, family.backend, family.build_params(naming, m), "SGLANG_JIT", 0, 0, 0, 0)
-             for m in modules]
-    job = {**family.worker_job(naming, modules), "cuda_home": _cuda_home(nvcc.path),
-           "ninja_dir": os.path.dirname(ninja), "jit_backend": family.backend, "area": family.area,
-           "not_recorded": list(family.not_recorded),
-           "launch_env": [list(e) for e in family.launch_env(str(cache_root))],
-           "build_seconds": naming.spec.build_seconds}
-    return items, job, {}, {family.fingerprint_section: naming.fingerprint()}, None
+        part.skipped, part.missing = {m.id: exc.message for m in modules}, exc.hint or exc.message
+        return part
+    part.work = [ModuleWork(m.id, family.build_params(naming, m), naming.spec.build_seconds) for m in modules]
+    part.job = {**family.worker_job(naming, modules), "cuda_home": _cuda_home(nvcc.path),
+                "ninja_dir": os.path.dirname(ninja), "jit_backend": family.backend, "area": family.area,
+                "not_recorded": list(family.not_recorded),
+                "launch_env": [list(e) for e in family.launch_env(str(cache_root))],
+                "build_seconds": naming.spec.build_seconds}
+    part.fingerprint = {family.fingerprint_section: naming.fingerprint()}
+    return part
 
 
-def _prepare_triton(plan: Plan, opts: WarmOptions, skipped: dict[str, str]) -> tuple[list[WorkItem] | None,
-                                                                                    dict[str, Any]]:
-    """Work items for the plan's Triton fused-MoE shapes and their workers' job (families.TRITON_MOE). Run with
-    the installed sglang and Triton, so they follow --sglang-jit as SGLang's own JIT modules do: off leaves them
-    out, on refuses at once when this machine cannot run them, auto skips them (``skipped``: why) and returns
-    None items with ``{"missing": what to install}``."""
+def _prepare_triton(plan: Plan, opts: WarmOptions, runtime, moe: list[PlanItem], nvcc=None,
+                    cache_root: Path | None = None) -> RuntimePart:
+    """The plan's Triton fused-MoE shapes (their own TritonMoeItems: the parent cuts them into chunks, CUT) and
+    what their subprocesses are told. Run with the installed sglang and Triton, so they follow --sglang-jit as
+    SGLang's own JIT modules do: off leaves them out, on refuses at once when this machine cannot run them, auto
+    skips them (``skipped``: why; ``missing``: what to install)."""
     from importlib import metadata
 
-    from dgprecompile.runtimes.triton_moe import TRITON_MOE
-
-    moe = list(plan.triton_moe.values())
-    if not moe:
-        return [], {}
+    part = RuntimePart(runtime, moe, runtime.backend, in_workers=False)
     if opts.sglang_jit == "off":
-        skipped.update({t.id: "--sglang-jit off" for t in moe})
-        return [], {}
+        part.skipped = {t.id: "--sglang-jit off" for t in moe}
+        return part
     try:
-        missing = TRITON_MOE.missing()
+        missing = runtime.missing()
         if missing is not None:
-            raise EnvironmentProblem(f"the {TRITON_MOE.label} warm needs {', '.join(TRITON_MOE.imports)} importable "
+            raise EnvironmentProblem(f"the {runtime.label} warm needs {', '.join(runtime.imports)} importable "
                                      "here", hint=missing)
         try:
             installed_sglang = metadata.version("sglang")
@@ -396,70 +434,69 @@ def _prepare_triton(plan: Plan, opts: WarmOptions, skipped: dict[str, str]) -> t
             installed_sglang = None
         if plan.sglang_version and installed_sglang != plan.sglang_version:
             raise EnvironmentProblem(f"the installed sglang is {installed_sglang}, not the plan's {plan.sglang_version}: "
-                                     f"its {TRITON_MOE.label} configs and kernels may differ",
+                                     f"its {runtime.label} configs and kernels may differ",
                                      hint=f"install sglang {plan.sglang_version} (the job's own), or plan for "
                                           f"--sglang {installed_sglang}")
     except EnvironmentProblem as exc:
         if opts.sglang_jit == "on":
             raise
-        skipped.update({t.id: exc.message for t in moe})
-        return None, {"missing": exc.hint or exc.message}
-    items = [WorkItem(t.id, "triton_moe", {k: v for k, v in t.to_dict().items() if k != "id"}, "TRITON_MOE", t.hidden,
-                      t.intermediate, t.experts, t.m_count) for t in moe]  # m: the calls it makes (its cost)
+        part.skipped, part.missing = {t.id: exc.message for t in moe}, exc.hint or exc.message
+        return part
     # the record's Triton: read here from metadata, the interpreter the workers' subprocesses run
-    return items, {"installed": TRITON_MOE.installed(), "python": sys.executable, "backend_name": TRITON_MOE.backend}
+    part.job = {"installed": runtime.installed(), "python": sys.executable, "backend_name": runtime.backend}
+    return part
 
 
-def _triton_chunks(store: CacheStore, plan: Plan, items: list[WorkItem], job: dict[str, Any], jobs: int,
-                   others: list[WorkItem], stale) -> tuple[list[str], list[Chunk], int]:
-    """(items already covered by their record, the chunks of the others, the slots the chunks may take): one
-    budget for the zygote's workers and the chunks; while a zygote imports (``others``: its workers' items), the
-    chunks take all of it but one slot. Each item is cut for those slots (compile/triton_chunks.py). A stale
-    fingerprint covers nothing (the warm clears the records first)."""
+def _triton_chunks(setup: WarmSetup, part: RuntimePart, jobs: int, others: list) -> int:
+    """The part's items already covered by their record (``cached``), the chunks of the others (``work``), and the
+    slots the chunks may take: one budget for the zygote's workers and the chunks; while a zygote imports
+    (``others``: its workers' work), the chunks take all of it but one slot. Each item is cut for those slots
+    (compile/triton_chunks.py). A stale fingerprint covers nothing (the warm clears the records first)."""
     from dgprecompile.cache.triton_moe import COVERED, item_coverage
     from dgprecompile.compile.triton_chunks import chunks_for
-    from dgprecompile.runtimes.items import TritonMoeItem
-    from dgprecompile.runtimes.triton_moe import TRITON_MOE
 
+    runtime, store = part.runtime, setup.store
     budget = max(1, jobs - 1) if others else jobs
-    index = store.read_index() if items else None
-    cached, chunks = [], []
-    rel = TRITON_MOE.release(plan.sglang_version)
-    for it in items:
-        if not stale and item_coverage(store, index, it.kernel, job.get("installed")).status == COVERED:
-            cached.append(it.kernel)
+    index = store.read_index() if part.built else None
+    rel = runtime.release(setup.plan.sglang_version)
+    for moe in part.built:
+        if not setup.stale and item_coverage(store, index, moe.id, part.job.get("installed")).status == COVERED:
+            part.cached.append(moe.id)
             continue
-        moe = TritonMoeItem.from_dict({**it.params, "id": it.kernel})
-        chunks += chunks_for(moe, budget, TRITON_MOE.tuned_up_to(rel, moe, moe.device_name),
-                             TRITON_MOE_SECONDS_PER_KERNEL)
-    return cached, chunks, budget
+        part.work += chunks_for(moe, budget, runtime.tuned_up_to(rel, moe, moe.device_name),
+                                TRITON_MOE_SECONDS_PER_KERNEL)
+    return budget
 
 
-def _zygote_workers(backend: str, jobs: int, items: list[WorkItem], jit_items: list[WorkItem],
-                    jit_job: dict[str, Any]) -> int:
+# how each runtime's items become a warm's work, by its kind (runtimes/base.py Runtime.kind): its part, prepared
+# from the plan (PREPARE); for a part whose work runs outside the workers, its work cut for the budget (CUT)
+PREPARE = {"sglang-jit": _prepare_jit, "triton-moe": _prepare_triton}
+CUT = {"triton-moe": _triton_chunks}
+
+
+def _zygote_workers(backend: str, jobs: int, items: list[WorkItem], parts: list[RuntimePart]) -> int:
     """The zygote's workers: one per slot of the budget that its items can use, and, when the DeepGEMM backend
-    needs no preload and SGLang's JIT builders do, as many as the kernels can use again, forked before the imports
-    and serving the DeepGEMM backend only (compile/worker.py ``zygote``; ``early_workers`` in the job). The
+    needs no preload and another runtime's builders do, as many as the kernels can use again, forked before the
+    imports and serving the DeepGEMM backend only (compile/worker.py ``zygote``; ``early_workers`` in the job). The
     scheduler's budget keeps all of them within --jobs."""
-    workers = min(jobs, len(items) + len(jit_items))
-    jit_backend = jit_job.get("jit_backend") if jit_items else None
-    if not items or jit_backend is None or get_backend(backend).preload:
+    others = [p for p in parts if p.in_workers and p.work]
+    workers = min(jobs, len(items) + sum(len(p.work) for p in others))
+    if not items or not others or get_backend(backend).preload:
         return workers
-    return workers + (min(workers, len(items)) if get_backend(jit_backend).preload else 0)
+    return workers + (min(workers, len(items)) if any(get_backend(p.backend).preload for p in others) else 0)
 
 
-def work(setup: WarmSetup) -> list[tuple[Job, WorkItem | Chunk]]:
-    """Every item with the worker backend that builds it and its estimated seconds: DeepGEMM's kernels from
-    their tiles (:func:`_estimated_cost`), sweep chunks in the order they come (largest first), SGLang's JIT
-    modules from the measured build time of one (the JIT family's ``build_seconds``); Triton MoE chunks (no
-    WorkItem: the parent runs them) with their estimates."""
-    out = []
+def work(setup: WarmSetup) -> list[tuple[Job, WorkItem | ModuleWork | Chunk]]:
+    """Every item with the backend that builds it and its estimated seconds: DeepGEMM's kernels from their tiles
+    (:func:`_estimated_cost`), sweep chunks in the order they come (largest first); every other runtime's work with
+    its own estimate (SGLang's JIT modules: the measured build time of one; Triton MoE chunks, which the parent
+    runs, from their kernels)."""
+    out: list[tuple[Job, WorkItem | ModuleWork | Chunk]] = []
     for pos, item in enumerate(setup.items):
         cost = float(len(setup.items) - pos) if get_backend(setup.backend).sweeps else _estimated_cost(item)
         out.append((Job(item.kernel, setup.backend, cost), item))
-    jit_backend = setup.jit_job.get("jit_backend", SGLANG_JIT_BACKEND)  # the modules' JitFamily's backend
-    out += [(Job(item.kernel, jit_backend, setup.jit_seconds), item) for item in setup.jit_items]
-    out += [(Job(c.id, setup.triton_job["backend_name"], c.cost), c) for c in setup.triton_chunks]
+    for part in setup.parts:
+        out += [(Job(w.id, part.backend, w.cost), w) for w in part.work]
     return out
 
 
@@ -470,8 +507,8 @@ def worker_job(setup: WarmSetup) -> dict[str, Any]:
     backends = {}
     if setup.items:
         backends[setup.backend] = {**common, "backend": setup.backend, **setup.job_common}
-    if setup.jit_items:
-        jit_backend = setup.jit_job.get("jit_backend", SGLANG_JIT_BACKEND)
-        backends[jit_backend] = {**common, "backend": jit_backend, **setup.jit_job}
-    early = len(setup.gpus) - min(setup.workers, len(setup.items) + len(setup.jit_items))
+    for part in setup.parts:
+        if part.in_workers and part.work:
+            backends[part.backend] = {**common, "backend": part.backend, **part.job}
+    early = len(setup.gpus) - min(setup.workers, len(setup.items) + len(setup.worker_work))
     return {"cache_dir": str(setup.store.root), "backends": backends, "early_workers": max(0, early)}

@@ -124,7 +124,7 @@ def startup_failure(log_path) -> str:
 def serve(job: dict) -> int:
     """One worker: set up each backend of the job, then compile what arrives on stdin until it closes.
 
-    Each line names the backend that builds it ({"backend": NAME, "item": WorkItem}); a backend that cannot be
+    Each line names the backend that builds it ({"backend": NAME, "item": a WorkItem or ModuleWork}); a backend that cannot be
     set up is reported as ``fatal`` (with its name) and the worker serves the others; ``ready`` lists those it
     serves. Exit 3 when it serves none, 1 when an item failed."""
     event_fd = os.dup(1)
@@ -138,7 +138,7 @@ def serve(job: dict) -> int:
             raise _Stop(signal.SIGPIPE) from None
 
     from dgprecompile.cache.store import CacheStore
-    from dgprecompile.compile.backends import WorkItem
+    from dgprecompile.compile.backends import work_from
 
     backends = _set_up(job, emit)
     if not backends:
@@ -152,7 +152,8 @@ def serve(job: dict) -> int:
             if not line.strip():
                 continue
             message = json.loads(line)
-            kind, item = message["backend"], WorkItem(**message["item"])
+            kind = message["backend"]
+            item = work_from(kind, message["item"])
             emit(event="start", kernel=item.kernel, t=time.time())
             failures += not _compile_one(backends[kind], store, item, job["backends"][kind], emit)
     finally:

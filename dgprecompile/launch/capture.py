@@ -19,7 +19,8 @@ from typing import Any
 from dgprecompile.cache import confine
 from dgprecompile.cache.confine import Limits
 from dgprecompile.cache.store import CacheStore, Index
-from dgprecompile.runtimes.captured import CAPTURED, CacheFamily, versions
+from dgprecompile.runtimes import CAPTURED, CacheFamily
+from dgprecompile.runtimes.captured import versions
 
 STRICT_FAMILIES_ENV = "DGPRECOMPILE_STRICT_FAMILIES"
 
@@ -137,7 +138,7 @@ def job_versions(env: Mapping[str, str]) -> dict[str, str | None]:
                              text=True, timeout=60, check=False)
         return json.loads(res.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
-        return versions()
+        return versions(CAPTURED)
 
 
 def planned_kernels(plan: Any) -> set[str]:

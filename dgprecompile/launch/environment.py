@@ -290,10 +290,10 @@ def _hook_pythonpath(c: _EnvComposer, plan: Plan, *, strict: bool, trace_dir: st
 
 def plan_jit_family(plan: Plan):
     """The JitFamily of the plan's modules, else of its exact sglang release (None: no JIT of its own)."""
-    from dgprecompile.runtimes import family_for, get_family
+    from dgprecompile.runtimes import family_for
 
-    ids = sorted({m.family for m in plan.jit_modules.values()})
-    return get_family(ids[0]) if ids else family_for(plan.sglang_version)
+    modules = sorted(plan.jit_modules.values(), key=lambda m: m.runtime_id)  # a plan has one family's (warm refuses two)
+    return plan.runtime_of(modules[0]) if modules else family_for(plan.sglang_version)
 
 
 def jit_name_prefixes(plan: Plan) -> list[str]:

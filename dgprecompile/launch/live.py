@@ -131,23 +131,37 @@ def m_values(keys: list[PlannedKey], mode: str, sample: int, rng: random.Random)
 
 
 def live_units(plan: Plan, opts: LiveOptions, topk: int) -> tuple[list[dict[str, Any]], list[str]]:
-    """One unit per layer kind to build: a dense key, or a masked MoE pair (w13 + w2) of one group count."""
+    """One unit per layer kind to build, as each runtime of the plan says it is driven (its ``live``: LIVE_UNITS):
+    a dense key, a masked MoE pair (w13 + w2) of one group count, one SGLang JIT module."""
     rng = random.Random(opts.seed)
     units: list[dict[str, Any]] = []
     notes: list[str] = []
+    for runtime, items in plan.by_runtime():
+        driven = {LIVE_KERNEL_TYPE.get(kind) for kind in runtime.live}
+        for pk in plan.keys if runtime is plan.profile.deepgemm else ():
+            if pk.key.kernel_type not in driven:
+                notes.append(f"{pk.key.kernel_type.short} key n={pk.key.n} k={pk.key.k}: not exercised (the live "
+                             "check builds SGLang's dense FP8 linear and its masked DeepGEMM MoE runner only)")
+        for kind in runtime.live:
+            if opts.units == "all" or kind in JIT_UNITS:  # --live-units jit: the JIT modules only
+                units += LIVE_UNITS[kind](plan, items, opts, rng, topk, notes)
+    return units, notes
+
+
+def _dense_units(plan: Plan, items, opts: LiveOptions, rng: random.Random, topk: int,
+                 notes: list[str]) -> list[dict[str, Any]]:
+    return [{"kind": "dense", "keys": [list(pk.key.ident)], "n": pk.key.n, "k": pk.key.k,
+             "layers": list(pk.key.layers), "ms": m_values([pk], opts.m_mode, opts.sample, rng)}
+            for pk in plan.keys if pk.key.kernel_type == KernelType.GEMM_NT_F8F8BF16]
+
+
+def _masked_units(plan: Plan, items, opts: LiveOptions, rng: random.Random, topk: int,
+                  notes: list[str]) -> list[dict[str, Any]]:
     masked: dict[int, list[PlannedKey]] = {}
     for pk in plan.keys:
-        kt = pk.key.kernel_type
-        if kt == KernelType.GEMM_NT_F8F8BF16:
-            units.append({"kind": "dense", "keys": [list(pk.key.ident)], "n": pk.key.n, "k": pk.key.k,
-                          "layers": list(pk.key.layers), "ms": m_values([pk], opts.m_mode, opts.sample, rng)})
-        elif kt == KernelType.GROUPED_GEMM_NT_F8F8BF16_MASKED:
+        if pk.key.kernel_type == KernelType.GROUPED_GEMM_NT_F8F8BF16_MASKED:
             masked.setdefault(pk.key.num_groups, []).append(pk)
-        else:
-            notes.append(f"{kt.short} key n={pk.key.n} k={pk.key.k}: not exercised (the live check builds "
-                         "SGLang's dense FP8 linear and its masked DeepGEMM MoE runner only)")
-    if opts.units == "jit":
-        units, masked = [], {}
+    units = []
     for groups, pks in sorted(masked.items()):
         w13 = next((a for a in pks for b in pks if a.key.n == 2 * b.key.k and b.key.n == a.key.k), None)
         w2 = next((b for b in pks if w13 is not None and b is not w13 and b.key.n == w13.key.k
@@ -159,10 +173,21 @@ def live_units(plan: Plan, opts: LiveOptions, topk: int) -> tuple[list[dict[str,
                       "hidden": w13.key.k, "width": w2.key.k, "topk": topk,
                       "layers": list(w13.key.layers) + list(w2.key.layers),
                       "ms": m_values([w13, w2], opts.m_mode, opts.sample, rng)})
-    for module in plan.jit_modules.values():  # each SGLang JIT module through its own entry point (or builder)
-        units.append({"kind": "jit", "keys": [list(k) for k in module.keys], "module": module.to_dict(),
-                      "layers": [module.path], "ms": list(opts.jit_ms)})
-    return units, notes
+    return units
+
+
+def _jit_units(plan: Plan, modules, opts: LiveOptions, rng: random.Random, topk: int,
+               notes: list[str]) -> list[dict[str, Any]]:
+    """Each SGLang JIT module through its own entry point (or builder)."""
+    return [{"kind": "jit", "keys": [list(k) for k in module.keys], "module": module.to_dict(),
+             "layers": [module.path], "ms": list(opts.jit_ms)} for module in modules]
+
+
+# the units `verify --live` can drive, by the name a runtime gives in its ``live`` (runtimes/base.py); the kernel
+# type each DeepGEMM unit kind drives; the unit kinds `--live-units jit` keeps
+LIVE_UNITS = {"dense": _dense_units, "masked": _masked_units, "jit": _jit_units}
+LIVE_KERNEL_TYPE = {"dense": KernelType.GEMM_NT_F8F8BF16, "masked": KernelType.GROUPED_GEMM_NT_F8F8BF16_MASKED}
+JIT_UNITS = ("jit",)
 
 
 def _topk(plan: Plan) -> int:

@@ -104,7 +104,7 @@ def all_entries(store: CacheStore) -> list[str]:
     """Every runtime entry of the cache: DeepGEMM's by name, SGLang's JIT modules as tvm-ffi/<name> (the other
     families' entries are reported per family: launch/capture.py)."""
     from dgprecompile.cache.store import AREAS, ENTRIES
-    from dgprecompile.runtimes.captured import FILED_AREAS
+    from dgprecompile.runtimes import FILED_AREAS
 
     return [e if area == ENTRIES else f"{area}/{e}" for area in AREAS if area not in FILED_AREAS
             for e in store.list_entries(area)]

@@ -18,7 +18,8 @@ from dgprecompile.planning.heuristics.registry import heuristic_for
 from dgprecompile.planning.models import ModelConfig
 from dgprecompile.planning.profiles import Profile
 from dgprecompile.planning.shapes import Parallel, model_shapes
-from dgprecompile.runtimes.items import GemmKey, JitModule, KernelSpec, TritonMoeItem
+from dgprecompile.runtimes import Runtime, get_runtime
+from dgprecompile.runtimes.items import GemmKey, JitModule, KernelSpec, PlanItem, TritonMoeItem
 
 MANIFEST_SCHEMA = 1
 DEFAULT_NUM_SMS = 132
@@ -76,6 +77,30 @@ class Plan:
     assumed: list[str] = field(default_factory=list)
     # MoE shapes on SGLang's Triton fused MoE: warmed GPU-free per item (families.TRITON_MOE)
     triton_moe: dict[str, TritonMoeItem] = field(default_factory=dict)
+
+    @property
+    def items(self) -> list[PlanItem]:
+        """The plan's one list of typed work items: DeepGEMM's kernels, SGLang's JIT modules, Triton MoE shapes
+        (each type its runtime's own fields; runtimes/items.py). Stages loop over it and ask ``runtime_of``."""
+        return [*self.kernels.values(), *self.jit_modules.values(), *self.triton_moe.values()]
+
+    def runtime_of(self, item: PlanItem) -> Runtime:
+        """The runtime that builds and checks ``item`` (a DeepGEMM kernel: the plan's generation); one error where
+        a manifest names a runtime of another kind for it."""
+        runtime = self.profile.deepgemm if item.runtime_id is None else get_runtime(item.runtime_id)
+        if runtime.kind != item.kind:
+            raise InputError(f"{item.id}: {item.runtime_id!r} is a {runtime.kind} runtime, not a {item.kind} one",
+                             hint="regenerate the manifest with `dgprecompile plan -o`")
+        return runtime
+
+    def by_runtime(self) -> list[tuple[Runtime, list[PlanItem]]]:
+        """The plan's items grouped by their runtime, in the order of ``items`` (the DeepGEMM generation always)."""
+        generation = self.profile.deepgemm  # always first: a keys-only plan's keys are its work (no kernels)
+        groups: dict[str, tuple[Runtime, list[PlanItem]]] = {generation.id: (generation, [])}
+        for item in self.items:
+            runtime = self.runtime_of(item)
+            groups.setdefault(runtime.id, (runtime, []))[1].append(item)
+        return list(groups.values())
 
     @property
     def total_kernels(self) -> int | None:

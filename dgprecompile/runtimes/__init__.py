@@ -10,6 +10,7 @@ per runtime:
   loader families share, and their modules per release, read from data files);
 * triton_moe.py: SGLang's Triton fused MoE kernel, warmed ahead of time;
 * captured.py: the families whose caches are only captured from a real run (Triton, FlashInfer, inductor, CuTe-DSL);
+  cuda_driver.py: the CUDA driver's PTX JIT cache, one more such family in a module of its own;
 * items.py: what the runtimes plan (GEMM keys and kernel specs, JIT modules, Triton MoE items).
 
 The registry below is the set the stages ask: ``GENERATIONS`` (the DeepGEMM generations by id), ``JIT_FAMILIES``
@@ -20,7 +21,8 @@ from __future__ import annotations
 
 from dgprecompile.errors import InputError
 from dgprecompile.runtimes.base import Runtime, StrictBy
-from dgprecompile.runtimes.captured import CAPTURED, CacheFamily
+from dgprecompile.runtimes.captured import CACHE_FAMILIES, CacheFamily
+from dgprecompile.runtimes.cuda_driver import CUDA_DRIVER
 from dgprecompile.runtimes.deepgemm import BACKENDS, Backend, Generation, get_backend
 from dgprecompile.runtimes.deepgemm_cxx import CXX_GENERATIONS
 from dgprecompile.runtimes.deepgemm_legacy import LEGACY
@@ -31,11 +33,13 @@ from dgprecompile.runtimes.tvm_ffi import TVM_FFI
 
 GENERATIONS: dict[str, Generation] = {g.id: g for g in (LEGACY, *CXX_GENERATIONS)}
 JIT_FAMILIES: dict[str, JitFamily] = {f.id: f for f in (TVM_FFI, SGLANG_NINJA)}
+CAPTURED: tuple[CacheFamily, ...] = (*CACHE_FAMILIES, CUDA_DRIVER)
+FILED_AREAS: tuple[str, ...] = tuple(f.area for f in CAPTURED if f.filed)  # whole entries travel in artifacts
 RUNTIMES: tuple[Runtime, ...] = (*GENERATIONS.values(), *JIT_FAMILIES.values(), TRITON_MOE, *CAPTURED)
 
-__all__ = ["BACKENDS", "CAPTURED", "GENERATIONS", "JIT_FAMILIES", "RUNTIMES", "TRITON_MOE", "Backend",
+__all__ = ["BACKENDS", "CAPTURED", "FILED_AREAS", "family_for_area", "GENERATIONS", "JIT_FAMILIES", "RUNTIMES", "TRITON_MOE", "Backend",
            "CacheFamily", "Generation", "JitFamily", "Runtime", "StrictBy", "TritonMoeFamily", "family_for",
-           "get_backend", "get_family", "get_generation", "hook_targets"]
+           "get_backend", "get_family", "get_generation", "get_runtime", "hook_targets"]
 
 
 def get_generation(generation_id: str) -> Generation:
@@ -44,6 +48,20 @@ def get_generation(generation_id: str) -> Generation:
     except KeyError:
         raise InputError(f"unknown DeepGEMM generation {generation_id!r}; known: {', '.join(GENERATIONS)}",
                          hint="regenerate the manifest with `dgprecompile plan -o`") from None
+
+
+def get_runtime(runtime_id: str) -> Runtime:
+    """The runtime a planned item names (its ``runtime_id``), or one error naming the known ones."""
+    found = next((r for r in RUNTIMES if r.id == runtime_id), None)
+    if found is None:
+        raise InputError(f"unknown runtime {runtime_id!r}; known: {', '.join(r.id for r in RUNTIMES)}",
+                         hint="regenerate the manifest with `dgprecompile plan -o`")
+    return found
+
+
+def family_for_area(area: str) -> CacheFamily | None:
+    """The captured family whose entries live in ``area`` of a cache root, or None."""
+    return next((f for f in CAPTURED if f.area == area), None)
 
 
 def family_for(sglang_version: str | None) -> JitFamily | None:

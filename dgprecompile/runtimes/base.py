@@ -11,6 +11,10 @@ captured from a real run. No stage branches on a runtime's name: it asks the obj
 * launch: what ``launch`` sets (``launch_env``) and how a runtime compile is refused (``strict_by``);
 * verify --live: what drives it (``live``).
 
+Each runtime's planned items are one type of runtimes/items.py (a :class:`~dgprecompile.runtimes.items.PlanItem`
+naming its runtime); the plan carries them in one list (``Plan.items``, ``Plan.by_runtime``) and each stage looks
+up what to do with a runtime's items in its own table under the runtime's ``kind``.
+
 The runtimes package is the floor of the stages: it imports only the foundation (errors, fsutil, documents,
 schemas, data). Code that computes from a runtime's facts with a stage's own means (the key calculators in keys/,
 the kernel choices in planning/heuristics, the workers in compile/backends) stays in that stage, in a table keyed
@@ -42,6 +46,11 @@ class Runtime(Protocol):
     id: str
     label: str
     area: str  # its directory under a dgprecompile cache root
+    # the key of every stage's table that handles the runtime's planned items (verify's CHECKS, warm's PREPARE,
+    # launch/live.py's LIVE_UNITS): a stage asks the item's runtime for it, never branches on the item's type
+    kind: str
+    # what `verify --live` drives for the runtime's items: unit kinds of launch/live.py's LIVE_UNITS (() none)
+    live: tuple[str, ...]
 
     @property
     def strict_by(self) -> StrictBy:

@@ -32,6 +32,9 @@ Whole, per family, is defined from the library's own writer (cited on each):
 * CuTe-DSL (``cutlass/base_dsl/cache_helpers.py``: ``CUTE_DSL_CACHE_DIR``, else ``$TMPDIR/<user>/
   cutlass_python_cache``): counted per file. Not filed.
 
+A family may also live in a module of its own (runtimes/cuda_driver.py: the CUDA driver's PTX JIT cache); the
+registry (runtimes/__init__.py ``CAPTURED``) holds them all, with ``FILED_AREAS`` and ``family_for_area``.
+
 The field names follow runtimes/jit_loader.py's JitFamily (SGLang's own JIT loaders):
 ``area``, ``cache_env``, ``launch_env``, ``hook_target``, ``strict_switch``, ``strict_by``. These families are
 smaller objects, not JitFamily instances: their entries are not planned module by module or named ahead of time
@@ -66,6 +69,9 @@ class CacheFamily:
     filed: bool  # whole entries go into the index (artifact members <area>/<entry>/<file>)
     hook_target: str | None  # module whose compile entry the startup hook wraps in strict mode; None: not refused
     strict_switch: tuple[tuple[str, str], ...] = ()  # the library's own "refuse to compile" variable (none usable)
+    kind: str = "captured"  # plans no items: its entries are filed from a capture (runtimes/base.py)
+    not_entries: tuple[str, ...] = ()  # files the library keeps beside its entries (its bookkeeping): not counted
+    live: tuple[str, ...] = ()  # `verify --live` drives none: their new entries are counted, not driven
 
     def area_dir(self, root: str | Path) -> Path:
         return Path(root) / self.area
@@ -98,7 +104,8 @@ class CacheFamily:
                                                          else f"{so.name} not built")
         else:
             for f in sorted(p for p in area_dir.rglob("*") if p.is_file()):  # written atomically (locks: empty)
-                out[str(f.relative_to(area_dir))] = None
+                if str(f.relative_to(area_dir)) not in self.not_entries:
+                    out[str(f.relative_to(area_dir))] = None
         return out
 
     def entry_files(self, entry_dir: Path) -> list[str]:
@@ -172,7 +179,7 @@ def triton_entry_problem(entry_dir: Path, here: bool = False) -> str | None:
     return None
 
 
-CAPTURED: tuple[CacheFamily, ...] = (
+CACHE_FAMILIES: tuple[CacheFamily, ...] = (
     # compile() looks the key up and calls backend.add_stages only on a miss (triton/compiler/compiler.py)
     CacheFamily("triton", "Triton", "triton", ("TRITON_CACHE_DIR",), ("triton",), "triton-groups", filed=True,
                 hook_target="triton.compiler.compiler"),
@@ -185,14 +192,9 @@ CAPTURED: tuple[CacheFamily, ...] = (
     CacheFamily("cute-dsl", "CuTe-DSL", "cute-dsl", ("CUTE_DSL_CACHE_DIR",), ("nvidia-cutlass-dsl",), "files",
                 filed=False, hook_target=None),
 )
-FILED_AREAS: tuple[str, ...] = tuple(f.area for f in CAPTURED if f.filed)
 
 
-def family_for_area(area: str) -> CacheFamily | None:
-    return next((f for f in CAPTURED if f.area == area), None)
-
-
-def versions(families: tuple[CacheFamily, ...] = CAPTURED) -> dict[str, str | None]:
+def versions(families: tuple[CacheFamily, ...] = CACHE_FAMILIES) -> dict[str, str | None]:
     """The installed version of each family's packages (None: not installed), read from their metadata."""
     out: dict[str, str | None] = {}
     for fam in families:

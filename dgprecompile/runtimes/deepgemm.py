@@ -92,6 +92,10 @@ class Generation:
     # the switch that makes its runtime compile with NVRTC, under keys dgprecompile does not compute; None: none
     nvrtc_switch: str | None = "DG_JIT_USE_NVRTC"
     area: str = "cache"  # DeepGEMM's own layout under a cache root: <root>/cache/<entry> (cache/store.py ENTRIES)
+    kind: str = "deepgemm"  # the key of each stage's table that handles its items (runtimes/base.py)
+    # what `verify --live` drives for its keys (launch/live.py LIVE_UNITS): SGLang's dense FP8 linear for the dense
+    # keys and its masked DeepGEMM MoE runner for each pair of masked keys; contiguous keys are not driven
+    live: tuple[str, ...] = ("dense", "masked")
 
     # -- planning --
     @property

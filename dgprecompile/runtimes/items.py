@@ -1,9 +1,33 @@
-"""What a DeepGEMM call is (a GEMM key) and what it compiles to (a kernel spec)."""
+"""What the runtimes plan: one small base type (:class:`PlanItem`) and each runtime's own item type.
+
+A plan carries one list of items (``Plan.items``): DeepGEMM's kernels (:class:`KernelSpec`, reached from a GEMM
+key: :class:`GemmKey`), SGLang's JIT modules (:class:`JitModule`) and Triton MoE shapes (:class:`TritonMoeItem`).
+Each type holds its own runtime's fields, none borrowed from another's; every stage asks the runtime an item names
+(``runtime_id``, resolved by ``Plan.runtime_of``) what to do with it.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import ClassVar
+
+
+class PlanItem:
+    """The base of every planned item: an ``id`` unique in the plan, the manifest ``section`` its type is written
+    in, and the runtime that plans, builds and checks it (``runtime_id``: a runtimes.RUNTIMES id; None: the plan's
+    DeepGEMM generation, which the plan's profile names, not the kernel)."""
+
+    section: ClassVar[str]
+    kind: ClassVar[str]  # the kind of runtime that handles it (runtimes/base.py Runtime.kind)
+
+    @property
+    def id(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def runtime_id(self) -> str | None:
+        return None
 
 
 class KernelType(str, Enum):
@@ -49,9 +73,11 @@ TRANSPOSE_FAMILY = "transpose_fp32"
 
 
 @dataclass(frozen=True)
-class KernelSpec:
-    """One compiled kernel: the cache-entry family name plus the values that make it distinct."""
+class KernelSpec(PlanItem):
+    """One compiled DeepGEMM kernel: the cache-entry family name plus the values that make it distinct."""
 
+    section: ClassVar[str] = "kernels"
+    kind: ClassVar[str] = "deepgemm"
     family: str
     params: tuple[tuple[str, object], ...]
 
@@ -71,7 +97,7 @@ def ceil_div(a: int, b: int) -> int:
 
 
 @dataclass(frozen=True)
-class JitModule:
+class JitModule(PlanItem):
     """One of SGLang's own JIT modules a server's path builds at first use (dgprecompile/runtimes/jit_loader.py).
 
     ``marker + template`` are the strings sglang joins into the module's name; ``python:builder(*args, **kwargs)``
@@ -79,6 +105,8 @@ class JitModule:
     the planned GEMM keys whose layers use it (none for modules off the DeepGEMM paths).
     """
 
+    section: ClassVar[str] = "sglang_jit_modules"
+    kind: ClassVar[str] = "sglang-jit"
     name: str  # e.g. per_token_group_quant_8bit_v2 (data/sglang_jit.yaml id)
     path: str  # where on the server's path: dense | masked | model | attention | all_reduce | decode ...
     python: str
@@ -96,6 +124,10 @@ class JitModule:
     def id(self) -> str:
         return f"sglang_jit:{self.name}<{','.join(self.template)}>"
 
+    @property
+    def runtime_id(self) -> str:
+        return self.family
+
     def to_dict(self) -> dict[str, object]:
         return {"id": self.id, "name": self.name, "path": self.path, "python": self.python,
                 "builder": self.builder, "args": list(self.args), "marker": list(self.marker),
@@ -112,7 +144,7 @@ class JitModule:
 
 
 @dataclass(frozen=True)
-class TritonMoeItem:
+class TritonMoeItem(PlanItem):
     """One MoE shape on a rank whose experts run on SGLang's Triton fused MoE (``fused_moe_kernel``): what the
     GPU-free Triton warm (dgprecompile/compile/triton_moe.py) calls SGLang's own fused_experts_impl with, for each
     m of ``m_text`` (decided once in the plan: ``why``): every m in ``m_min..m_max`` up to ``m_bound``, above it one
@@ -120,6 +152,9 @@ class TritonMoeItem:
     data/triton_moe.yaml ``m_set``; ``m_bound`` 0: every m). SGLang picks its tuned config by ``device_name`` and
     Triton compiles for ``capability``; all of them are part of the id."""
 
+    section: ClassVar[str] = "triton_moe"
+    kind: ClassVar[str] = "triton-moe"
+    RUNTIME: ClassVar[str] = "triton-moe"  # runtimes/triton_moe.py TRITON_MOE.id
     experts: int  # local experts on a rank (E of w13/w2)
     global_experts: int  # the model's experts (ep > 1: SGLang filters the others' ids)
     hidden: int
@@ -140,6 +175,10 @@ class TritonMoeItem:
         return (f"triton_moe:E{self.experts}.G{self.global_experts}.H{self.hidden}.I{self.intermediate}."
                 f"K{self.topk}.m{self.m_min}-{self.m_max}{bound}.{self.device_name.replace(' ', '_')}"
                 f".sm{self.capability}")
+
+    @property
+    def runtime_id(self) -> str:
+        return self.RUNTIME
 
     def m_spans(self) -> list[tuple[int, int]]:
         """The planned m as inclusive spans: m_min..B, B+1..B+period (one m per residue class), m_max."""

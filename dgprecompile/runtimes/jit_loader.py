@@ -229,6 +229,8 @@ class JitFamily:
     hook_target: str | None = None  # module whose build functions the startup hook wraps (no switch)
     not_recorded: tuple[str, ...] = ()  # files a build leaves that are no part of the module
     entry_depth: int = 1  # path components of one entry's name under the area (the store nests that deep)
+    kind: str = "sglang-jit"  # the key of each stage's table that handles its modules (runtimes/base.py)
+    live: tuple[str, ...] = ("jit",)  # `verify --live`: each module through its own entry point (or builder)
 
     # -- planning --
     def covers(self, version: str | None) -> bool:

@@ -46,6 +46,10 @@ class TritonMoeFamily:
     fingerprint_files: tuple[str, ...]  # files of the triton wheel whose RECORD sha256 the record holds
     fingerprint_env: tuple[str, ...] = ()  # variables Triton's key or compiler reads
     kernel: str = "fused_moe_kernel"  # the kernel its items warm (a capture must never file one: launch/capture.py)
+    kind: str = "triton-moe"  # the key of each stage's table that handles its items (runtimes/base.py)
+    # `verify --live` drives none of its own: its kernels run inside the masked MoE layers' calls only where the
+    # plan's MoE runner is Triton, and a new Triton entry is counted there (launch/live.py)
+    live: tuple[str, ...] = ()
 
     @property
     def strict_by(self) -> StrictBy:
@@ -204,7 +208,7 @@ def gpu_device(gpu: str | None) -> dict:
 
 
 TRITON_MOE = TritonMoeFamily(
-    "triton-moe", "Triton fused MoE", "triton", "triton-moe", "dgprecompile.compile.triton_moe",
+    TritonMoeItem.RUNTIME, "Triton fused MoE", "triton", "triton-moe", "dgprecompile.compile.triton_moe",
     ("triton", "sglang"), ("torch", "triton", "sglang"), "triton_moe.yaml",
     # triton/runtime/cache.py triton_key: libtriton.so's bytes; the CUDA backend's hash: its ptxas's version
     ("triton/_C/libtriton.so", "triton/backends/nvidia/bin/ptxas"), ("TRITON_PTXAS_PATH",))

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from dgprecompile.errors import EnvironmentProblem
 from dgprecompile.host.toolchain import DeepGemmInstall
-from dgprecompile.runtimes import get_generation
+from dgprecompile.runtimes import get_backend, get_generation
 
 
 @dataclass
@@ -28,6 +28,28 @@ class WorkItem:
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+@dataclass
+class ModuleWork:
+    """What a worker builds for one of SGLang's JIT modules (no GEMM fields): the module id, and how its
+    family's backend builds it (runtimes/jit_loader.py JitFamily.build_params)."""
+
+    kernel: str  # the JitModule id
+    params: dict[str, Any]
+    cost: float = 0.0  # estimated seconds (the queue's order): the family's measured build time of one module
+
+    @property
+    def id(self) -> str:
+        return self.kernel
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kernel": self.kernel, "params": self.params}
+
+
+def work_from(backend: str, item: dict[str, Any]) -> WorkItem | ModuleWork:
+    """A worker's item from the parent's message: a DeepGEMM backend's kernel, else a JIT module."""
+    return WorkItem(**item) if get_backend(backend).deepgemm else ModuleWork(**item)
 
 
 class WorkerBackend(Protocol):

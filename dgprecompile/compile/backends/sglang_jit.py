@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from dgprecompile.cache.entrycheck import link_problem
-from dgprecompile.compile.backends import WorkItem
+from dgprecompile.compile.backends import ModuleWork
 from dgprecompile.compile.backends.base import StagingWorker
 from dgprecompile.errors import CompileFailed
 from dgprecompile.keys.sglang_jit import JIT_AREA
@@ -133,11 +133,11 @@ class SglangJitWorker(StagingWorker):
             return "missing" if not path.exists() else f"{library} missing"
         return self.store.recorded_problem(kernel, entry, area=self.area)
 
-    def compile(self, item: WorkItem) -> tuple[str, list[str], float]:
+    def compile(self, item: ModuleWork) -> tuple[str, list[str], float]:
         with _environ(self.env):
             return self._compile(item)
 
-    def _compile(self, item: WorkItem) -> tuple[str, list[str], float]:
+    def _compile(self, item: ModuleWork) -> tuple[str, list[str], float]:
         p = item.params
         entry, library = p["entry"], p["library"]
         if self._problem(item.kernel, entry, library) is None:

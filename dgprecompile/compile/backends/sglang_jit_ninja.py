@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dgprecompile.compile.backends import WorkItem
+from dgprecompile.compile.backends import ModuleWork
 from dgprecompile.compile.backends.base import StagingWorker
 from dgprecompile.errors import CompileFailed
 from dgprecompile.keys.schemes import naming_for
@@ -85,7 +85,7 @@ class SglangNinjaWorker(StagingWorker):
         leaf = self._naming(None).hit(self.store.area_dir(self.area) / scope, module)
         return f"{scope}/{leaf.name}" if leaf is not None else None
 
-    def compile(self, item: WorkItem) -> tuple[str, list[str], float]:
+    def compile(self, item: ModuleWork) -> tuple[str, list[str], float]:
         p = item.params
         scope, library = p["entry"], p["library"]
         module = JitModule.from_dict(p["module"])
