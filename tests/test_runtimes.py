@@ -93,15 +93,17 @@ def test_a_broken_generations_document_is_one_error_naming_the_field():
 
 
 def test_each_stage_has_what_every_planning_runtime_kind_names():
-    """warm's PREPARE, pack's FILED_IN and verify --live's LIVE_UNITS hold every kind and live unit a runtime names
+    """warm's PREPARE, pack's FILED_IN, launch's RUNTIME_ENV and verify --live's LIVE_UNITS hold every kind and live unit a runtime names
     (the DeepGEMM generation's kernels are warm's own first stream, not a PREPARE entry)."""
     from dgprecompile.cache.pack import FILED_IN
     from dgprecompile.compile.warm_setup import CUT, PREPARE
+    from dgprecompile.launch.environment import RUNTIME_ENV
     from dgprecompile.launch.live import LIVE_UNITS
 
     planning = {r.kind for r in RUNTIMES if r not in CAPTURED}
     assert set(PREPARE) == planning - {"deepgemm"} and set(CUT) <= set(PREPARE)
     assert set(FILED_IN) == planning
+    assert set(RUNTIME_ENV) == {r.kind for r in (*GENERATIONS.values(), *JIT_FAMILIES.values())}
     assert {u for r in RUNTIMES for u in r.live} <= set(LIVE_UNITS)
     assert all(r.live == () for r in CAPTURED)
 

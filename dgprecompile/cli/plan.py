@@ -22,6 +22,26 @@ def _human_bytes(n: int) -> str:
     return str(n)
 
 
+def _jit_table(out: Output, plan: Plan, family, modules) -> None:
+    out.table(f"SGLang's own JIT modules (sglang {plan.sglang_version}, {family.label}; built at first use, "
+              f"looked up under ${' / $'.join(family.cache_env)})",
+              ["module", "template args", "used by", "builder"],
+              [[m.name, ", ".join(m.template) or "-", m.path + (f" ({len(m.keys)} keys)" if m.keys else ""),
+                f"{m.python}:{m.builder}"] for m in modules])
+
+
+def _triton_moe_table(out: Output, plan: Plan, runtime, items) -> None:
+    out.table(f"{runtime.label} (sglang {plan.sglang_version}; warm compiles each GPU-free, "
+              f"python -m {runtime.warm_module})",
+              ["experts (local/global)", "hidden", "intermediate", "topk", "m", "device", "layers"],
+              [[f"{t.experts}/{t.global_experts}", t.hidden, t.intermediate, t.topk, t.m_text,
+                f"{t.device_name} (sm_{t.capability})", "\n".join(t.layers)] for t in items])
+
+
+# how `plan` shows each runtime's items beside DeepGEMM's keys, by its kind (runtimes/base.py Runtime.kind)
+TABLES = {"sglang-jit": _jit_table, "triton-moe": _triton_moe_table}
+
+
 def render_plan(out: Output, plan: Plan, show_buckets: bool) -> None:
     rows = []
     for pk in plan.keys:
@@ -46,23 +66,8 @@ def render_plan(out: Output, plan: Plan, show_buckets: bool) -> None:
                       f"cache about {_human_bytes(plan.estimate_bytes())}")
     else:
         out.data_text(f"{len(plan.keys)} keys, keys only: DeepGEMM chooses the kernels at warm (sweep, on a GPU)")
-    if plan.jit_modules:
-        from dgprecompile.runtimes import get_family
-
-        family = get_family(next(iter(plan.jit_modules.values())).family)
-        out.table(f"SGLang's own JIT modules (sglang {plan.sglang_version}, {family.label}; built at first use, "
-                  f"looked up under ${' / $'.join(family.cache_env)})",
-                  ["module", "template args", "used by", "builder"],
-                  [[m.name, ", ".join(m.template) or "-", m.path + (f" ({len(m.keys)} keys)" if m.keys else ""),
-                    f"{m.python}:{m.builder}"] for m in plan.jit_modules.values()])
-    if plan.triton_moe:
-        from dgprecompile.runtimes.triton_moe import TRITON_MOE
-
-        out.table(f"{TRITON_MOE.label} (sglang {plan.sglang_version}; warm compiles each GPU-free, "
-                  f"python -m {TRITON_MOE.warm_module})",
-                  ["experts (local/global)", "hidden", "intermediate", "topk", "m", "device", "layers"],
-                  [[f"{t.experts}/{t.global_experts}", t.hidden, t.intermediate, t.topk, t.m_text,
-                    f"{t.device_name} (sm_{t.capability})", "\n".join(t.layers)] for t in plan.triton_moe.values()])
+    for runtime, items in plan.by_runtime()[1:]:  # every runtime's items beside DeepGEMM's (above), as its kind shows
+        TABLES[runtime.kind](out, plan, runtime, items)
     from dgprecompile.runtimes.captured import coverage
 
     table = coverage(plan.profile, {"triton_moe"} if plan.triton_moe else set())

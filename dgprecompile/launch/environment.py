@@ -116,8 +116,8 @@ def compose_env(plan: Plan, cache_dir: str, fingerprint: Mapping[str, Any], base
     last the startup hook's variables and PYTHONPATH."""
     c = _EnvComposer(base_env, dict(base_env))
     _precompile_env(c, plan)
-    _deepgemm_cache_env(c, plan, cache_dir, shared)
-    _jit_loader_env(c, plan, cache_dir, strict)
+    for runtime in job_runtimes(plan):  # each runtime the job runs, as its kind sets it up (RUNTIME_ENV)
+        RUNTIME_ENV[runtime.kind](c, plan, runtime, cache_dir, strict=strict, shared=shared)
     _family_cache_env(c, families)
     _recorded_key_env(c, fingerprint)
     _nvcc_env(c, plan, fingerprint, strict, standin)
@@ -139,10 +139,10 @@ def _precompile_env(c: _EnvComposer, plan: Plan) -> None:
                                "turning the runtime precompile back on; unset it")
 
 
-def _deepgemm_cache_env(c: _EnvComposer, plan: Plan, cache_dir: str, shared: list[str] | tuple[str, ...]) -> None:
+def _deepgemm_cache_env(c: _EnvComposer, plan: Plan, deepgemm, cache_dir: str, *, strict: bool,
+                        shared: list[str] | tuple[str, ...]) -> None:
     """The profile's cache-dir variable(s) and DG_JIT_CACHE_DIR at the warmed cache (then the shared roots)."""
     profile = plan.profile
-    deepgemm = profile.deepgemm
     base_env = c.base_env
     cache_names = profile.env_names("cache_dir") + ["DG_JIT_CACHE_DIR"]
     roots = deepgemm.cache_dir_value(cache_dir, shared)  # the warmed cache, then any read-only shared roots
@@ -156,18 +156,28 @@ def _deepgemm_cache_env(c: _EnvComposer, plan: Plan, cache_dir: str, shared: lis
                                f"the warmed cache {cache_dir}; unset it")
 
 
-def _jit_loader_env(c: _EnvComposer, plan: Plan, cache_dir: str, strict: bool) -> None:
+def _jit_loader_env(c: _EnvComposer, plan: Plan, family, cache_dir: str, *, strict: bool,
+                    shared: list[str] | tuple[str, ...]) -> None:
     """SGLang's own JIT loader: its cache variable(s) at the family's area of the cache, and (strict) the
     release's own switch that refuses runtime builds."""
-    family = plan_jit_family(plan)
-    if family is None:
-        return
     for name, value in family.launch_env(cache_dir):
         c.put(name, value, f"SGLang's own JIT modules ({family.label}): loaded from here, warmed"
               if plan.jit_modules else f"SGLang's own JIT modules ({family.label}): built here once", same=_same_path)
     if strict:
         for name, value in family.strict_env().items():
             c.put(name, value, "strict: the release's own switch refuses runtime JIT builds")
+
+
+# how launch sets up each runtime the job runs, by its kind (runtimes/base.py Runtime.kind): the captured families
+# are set up from the cache's areas (launch/capture.py family_env), the Triton MoE's entries are Triton's (ditto)
+RUNTIME_ENV = {"deepgemm": _deepgemm_cache_env, "sglang-jit": _jit_loader_env}
+
+
+def job_runtimes(plan: Plan) -> list:
+    """The runtimes of the plan's job whose caches launch points at the warmed cache: its DeepGEMM generation, and
+    the JIT family of its planned modules (else of its exact sglang release, which builds its modules once)."""
+    family = plan_jit_family(plan)
+    return [plan.profile.deepgemm, *([family] if family is not None else [])]
 
 
 def _family_cache_env(c: _EnvComposer, families: list[tuple[str, str, str]] | tuple[()]) -> None:
