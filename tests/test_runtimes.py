@@ -170,3 +170,29 @@ def test_a_manifest_naming_a_runtime_of_another_kind_for_an_item_is_refused():
         plan.runtime_of(replace(module, family="triton-moe"))
     with pytest.raises(InputError, match=r"unknown runtime 'nosuch'"):
         plan.runtime_of(replace(module, family="nosuch"))
+
+
+def test_the_plan_carries_one_list_of_typed_items_each_naming_its_runtime():
+    """Plan.items is the one list every stage loops over (issue 30 item 2): each item's runtime answers through
+    Plan.runtime_of, no item borrows another runtime's fields, and verify has a check for every kind of runtime
+    that plans items (a runtime whose kind no stage table holds would fail only when one of its items is planned)."""
+    from pathlib import Path
+
+    from dgprecompile.cache.verify import CHECKS
+    from dgprecompile.planning.manifest import read_manifest
+    from dgprecompile.runtimes.items import GemmKey, JitModule, KernelSpec, PlanItem, TritonMoeItem
+
+    plan = read_manifest(Path(__file__).parent.parent / "shapes"
+                         / "Qwen3-Coder-480B-A35B-Instruct-FP8.tp8.ep8.sglang-0.5.20-0.5.23.auto.yaml")
+    groups = {runtime.id: items for runtime, items in plan.by_runtime()}
+    assert list(groups) == ["sgl-deep-gemm-0.2", "sglang-ninja", "triton-moe"]
+    assert [it.id for it in plan.items] == [*plan.kernels, *plan.jit_modules, *plan.triton_moe]
+    for item in plan.items:
+        assert isinstance(item, PlanItem) and plan.runtime_of(item).kind == item.kind
+    assert {type(it) for it in groups["triton-moe"]} == {TritonMoeItem}
+    assert not {"n", "k", "num_groups", "kernel_type"} & set(TritonMoeItem.__dataclass_fields__)
+    assert {KernelSpec.section, JitModule.section, TritonMoeItem.section} == {"kernels", "sglang_jit_modules",
+                                                                              "triton_moe"}
+    assert not issubclass(GemmKey, PlanItem)  # a key is what a kernel is reached from, not a work item
+    assert TritonMoeItem.RUNTIME == TRITON_MOE.id
+    assert {r.kind for r in RUNTIMES if r not in CAPTURED} == set(CHECKS)
