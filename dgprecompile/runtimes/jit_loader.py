@@ -128,11 +128,16 @@ _FIELDS = ("source_root", "include_dir", "name_prefix", "build_dir", "cache_dir_
            "arch_override")
 
 
+def _spliced(modules: list) -> tuple[dict[str, Any], ...]:
+    """A release's modules: an item that is a list (another release's list, by YAML alias) is spliced in."""
+    return tuple(x for m in modules for x in (m if isinstance(m, list) else [m]))
+
+
 @lru_cache(maxsize=4)
 def _releases(data_file: str = "sglang_jit.yaml") -> tuple[JitVersionSpec, ...]:
     data = load_yaml(data_file)
     return tuple(JitVersionSpec(SpecifierSet(v["sglang"]), *(v[f] for f in _FIELDS), tuple(v["arch"]),
-                                tuple(v["modules"]), bool(v.get("source_hash", True)),
+                                _spliced(v["modules"]), bool(v.get("source_hash", True)),
                                 tuple((k, x) for k, x in v.items() if k != "modules"),
                                 tuple(v.get("build_requires", ())), float(v.get("build_seconds", 45.0)))
                  for v in data["versions"])

@@ -1,0 +1,88 @@
+"""SGLang's tvm-ffi JIT modules of the releases beside 0.5.14 (data/sglang_jit.yaml), held against each release's
+own wheel: planned for the Qwen3-MoE FP8 tp8/ep8 and DeepSeek-V3 FP8 tp8 servers, named as that release's own
+builders name them (called under its own ``override_jit_cuda_arch(9, 0)``, tvm-ffi's build stopped before it
+writes a file), built GPU-free with its own builder and real nvcc, and refused by name by launch's startup hook
+when missing. `make setup` installs each release's wheel alone (--no-deps) beside the venv; its import chain comes
+from sglang 0.5.14's folder behind it, sgl-kernel, triton and torchvision from tests/standins (named as such)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import NVCC, STANDINS, beside_venv, needs_nvcc, sglang_014_dir
+from test_sglang_jit_inventory import CHILD, DEEPSEEK_V3
+
+from dgprecompile.planning.plan import PlanRequest
+from dgprecompile.planning.request import plan_from_request
+from dgprecompile.runtimes import family_for
+
+REPO = Path(__file__).resolve().parent.parent
+
+# each release's folder (made by `make setup`), the file that marks it whole, its override variable
+RELEASES = {"0.5.15": ("sglang-0.5.15", "sglang/jit_kernel/dsv3_router_gemm.py", "DGP_SGLANG_015")}
+
+
+def release_dir(version: str) -> str | None:
+    folder, marker, override = RELEASES[version]
+    return beside_venv(folder, marker, override)
+
+
+def needs_release(version: str):
+    return pytest.mark.skipif(release_dir(version) is None or sglang_014_dir() is None,
+                              reason=f"sglang {version} (and 0.5.14's import chain) not installed beside the venv "
+                                     "(make setup)")
+
+
+def plans(version: str, tmp_path) -> dict:
+    (tmp_path / "config.json").write_text(json.dumps(DEEPSEEK_V3))
+    return {"qwen3 tp8 ep8": plan_from_request(PlanRequest(model="Qwen3-Coder-480B", tp=8, ep=8, sglang=version)),
+            "deepseek_v3 tp8": plan_from_request(PlanRequest(model=str(tmp_path), tp=8, ep=8, sglang=version))}
+
+
+def child_env(version: str, cache) -> dict:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([release_dir(version), sglang_014_dir(), STANDINS, str(REPO)]),
+            "TVM_FFI_CACHE_DIR": str(cache), "SGLANG_VERSION": version, "MAX_JOBS": "2",
+            "CUDA_HOME": os.path.dirname(os.path.dirname(NVCC)),
+            "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
+
+
+def run_builders(version: str, modules, cache, build=False) -> dict:
+    proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps([m.to_dict() for m in modules]),
+                           "build" if build else "name"], capture_output=True, text=True,
+                          env=child_env(version, cache), timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])
+
+
+# ---- planning: the data's modules per server -------------------------------------------------------------
+
+
+def test_0_5_15_is_modelled_and_adds_deepseeks_router_gemm(tmp_path):
+    assert family_for("0.5.15").modelled("0.5.15")
+    by_server = {k: {m.name: m for m in p.jit_modules.values()} for k, p in plans("0.5.15", tmp_path).items()}
+    qwen, dsv3 = by_server["qwen3 tp8 ep8"], by_server["deepseek_v3 tp8"]
+    assert set(qwen) == {"per_token_group_quant_8bit_v2", "activation", "qknorm", "fused_rope", "clamp_position",
+                         "custom_all_reduce_base", "custom_all_reduce_push", "custom_all_reduce_pull"}
+    assert "dsv3_router_gemm" not in qwen and dsv3["dsv3_router_gemm"].template == ("256", "7168", "true", "true")
+    assert {"set_mla_kv_buffer", "fused_rope"} <= set(dsv3) and "qknorm" not in dsv3
+    old = {m.name for m in plans("0.5.14", tmp_path)["deepseek_v3 tp8"].jit_modules.values()}
+    assert set(dsv3) - old == {"dsv3_router_gemm"}  # 0.5.14 ran sgl-kernel's AOT router GEMM
+
+
+# ---- the release's own builders name every planned module as dgprecompile does ---------------------------
+
+
+@needs_release("0.5.15")
+def test_0_5_15_modules_are_named_as_its_own_builders_name_them(tmp_path):
+    modules = {m.id: m for p in plans("0.5.15", tmp_path).values() for m in p.jit_modules.values()}
+    result = run_builders("0.5.15", list(modules.values()), tmp_path / "tvm-ffi")
+    assert sorted(result) == sorted(modules)
+    for mid, r in result.items():
+        assert r["sglang"] == r["computed"], (mid, r)
+    assert not (tmp_path / "tvm-ffi").exists()
