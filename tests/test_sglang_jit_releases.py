@@ -9,14 +9,24 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import NVCC, STANDINS, beside_venv, needs_nvcc, sglang_014_dir
+from helpers import (
+    NVCC,
+    STANDINS,
+    beside_venv,
+    needs_dg013,
+    needs_nvcc,
+    sgl_deep_gemm_013_dir,
+    sglang_014_dir,
+)
 from test_sglang_jit_inventory import CHILD, DEEPSEEK_V3
 
+from dgprecompile.planning.manifest import plan_from_dict, write_manifest
 from dgprecompile.planning.plan import PlanRequest
 from dgprecompile.planning.request import plan_from_request
 from dgprecompile.runtimes import family_for
@@ -81,8 +91,78 @@ def test_0_5_15_is_modelled_and_adds_deepseeks_router_gemm(tmp_path):
 @needs_release("0.5.15")
 def test_0_5_15_modules_are_named_as_its_own_builders_name_them(tmp_path):
     modules = {m.id: m for p in plans("0.5.15", tmp_path).values() for m in p.jit_modules.values()}
+    assert len(modules) == 11  # Qwen3's 8, DeepSeek's router GEMM, 64-wide interleaved rope and MLA KV write
     result = run_builders("0.5.15", list(modules.values()), tmp_path / "tvm-ffi")
     assert sorted(result) == sorted(modules)
     for mid, r in result.items():
         assert r["sglang"] == r["computed"], (mid, r)
     assert not (tmp_path / "tvm-ffi").exists()
+
+
+# ---- through the CLI: warm GPU-free, verify, strict launch loads it and refuses it once deleted ------------
+
+LOAD = r"""
+import sys
+from sglang.jit_kernel.utils import override_jit_cuda_arch
+import sglang.jit_kernel.dsv3_router_gemm as gemm
+with override_jit_cuda_arch(9, 0):
+    try:
+        gemm._jit_dsv3_router_gemm_module(256, 7168, True, True)
+        print("LOADED")
+    except RuntimeError as exc:
+        print("REFUSED", str(exc).splitlines()[0])
+"""
+
+
+def cli(version, *args, env_extra=None):
+    env = {**child_env(version, "unused"), **(env_extra or {})}
+    # the plan's DeepGEMM generation must be installed for warm/verify/launch to accept it (it has no kernels)
+    env["PYTHONPATH"] += os.pathsep + sgl_deep_gemm_013_dir()
+    env.pop("TVM_FFI_CACHE_DIR")  # launch sets it; warm and verify use their own
+    return subprocess.run([sys.executable, "-m", "dgprecompile", *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=900)
+
+
+def router_only_manifest(version, tmp_path) -> Path:
+    """The DeepSeek-V3 tp8 plan trimmed to its router GEMM module (no DeepGEMM or Triton kernels: those have their tests)."""
+    data = plans(version, tmp_path)["deepseek_v3 tp8"].to_dict()
+    for shape in data["shapes"]:
+        shape["buckets"], shape["aux_kernels"] = [], []
+    data["kernels"], data["total_kernels"] = [], 0
+    data.pop("triton_moe", None)  # the Triton MoE runner's kernels: tests/test_triton_moe_plan.py
+    data["sglang_jit_modules"] = [m for m in data["sglang_jit_modules"] if m["name"] == "dsv3_router_gemm"]
+    path = tmp_path / "router.yaml"
+    write_manifest(plan_from_dict(data), path)
+    return path
+
+
+@pytest.mark.slow
+@needs_release("0.5.15")
+@needs_dg013
+@needs_nvcc
+def test_0_5_15_router_gemm_warmed_gpu_free_verified_and_refused_by_name_when_missing(tmp_path):
+    manifest, cache = router_only_manifest("0.5.15", tmp_path), tmp_path / "cache"
+    warm = cli("0.5.15", "warm", "--manifest", manifest, "--cache-dir", cache, "--nvcc", NVCC, "--sglang-jit", "on",
+               "--json")
+    assert warm.returncode == 0, warm.stdout + warm.stderr
+    assert (json.loads(warm.stdout)["compiled"], json.loads(warm.stdout)["failed"]) == (1, 0)
+    [entry] = os.listdir(cache / "tvm-ffi")
+    assert entry.startswith("sgl_kernel_jit_dsv3_router_gemm_256_7168_true_true_") and "__arch_9.0__" in entry
+    ok = cli("0.5.15", "verify", "--manifest", manifest, "--cache-dir", cache, "--json")
+    assert ok.returncode == 0 and json.loads(ok.stdout)["coverage"] == "proved", ok.stdout + ok.stderr
+
+    child = tmp_path / "child.py"
+    child.write_text(LOAD)
+    hit = cli("0.5.15", "launch", "--manifest", manifest, "--cache-dir", cache, "--", sys.executable, child)
+    assert hit.returncode == 0 and "LOADED" in hit.stdout, hit.stdout + hit.stderr
+
+    shutil.rmtree(cache / "tvm-ffi" / entry)
+    bad = cli("0.5.15", "verify", "--manifest", manifest, "--cache-dir", cache, "--json")
+    assert bad.returncode == 1 and json.loads(bad.stdout)["missing"] == [
+        "sglang_jit:dsv3_router_gemm<256,7168,true,true>"], bad.stdout + bad.stderr
+    miss = cli("0.5.15", "launch", "--manifest", manifest, "--cache-dir", cache, "--allow-missing", "--",
+               sys.executable, child)
+    assert "REFUSED dgprecompile strict mode: SGLang tried to build its JIT module " \
+           "sgl_kernel_jit_dsv3_router_gemm_256_7168_true_true_" in miss.stdout, miss.stdout + miss.stderr
+    assert "strict mode refused 1 runtime compile(s)" in miss.stderr
+    assert os.listdir(cache / "tvm-ffi") == []  # refused before tvm-ffi wrote anything
