@@ -24,7 +24,7 @@ from helpers import (
     sgl_deep_gemm_013_dir,
     sglang_014_dir,
 )
-from test_sglang_jit_inventory import CHILD, DEEPSEEK_V3
+from test_sglang_jit_inventory import DEEPSEEK_V3
 
 from dgprecompile.planning.manifest import plan_from_dict, write_manifest
 from dgprecompile.planning.plan import PlanRequest
@@ -34,7 +34,65 @@ from dgprecompile.runtimes import family_for
 REPO = Path(__file__).resolve().parent.parent
 
 # each release's folder (made by `make setup`), the file that marks it whole, its override variable
-RELEASES = {"0.5.15": ("sglang-0.5.15", "sglang/jit_kernel/dsv3_router_gemm.py", "DGP_SGLANG_015")}
+RELEASES = {"0.5.15": ("sglang-0.5.15", "sglang/jit_kernel/dsv3_router_gemm.py", "DGP_SGLANG_015"),
+            "0.5.16": ("sglang-0.5.16", "sglang/jit_kernel/utils/compile.py", "DGP_SGLANG_016")}
+
+# The child: each module's builder of the release, under the release's own arch override for a Hopper GPU (the
+# suffix its own _cuda_arch_suffix gives 9.0 where it has one), tvm-ffi's build stopped before it writes a file
+# (or run, with "build"). Where the data builds through load_jit (the builder registers a class right after),
+# OWN names the release's own function, called too: it must pass the same name and directory.
+CHILD = r"""
+import json, os, sys
+mods = json.loads(sys.argv[1]); really = sys.argv[2] == "build"; own = json.loads(sys.argv[3])
+import importlib, torch
+import tvm_ffi.cpp.extension as ext
+from sglang.jit_kernel.utils import override_jit_cuda_arch
+try:
+    from sglang.jit_kernel.utils.arch import _cuda_arch_suffix
+    suffix = (_cuda_arch_suffix(9, 0),)
+except ImportError:  # releases before the suffix
+    suffix = ()
+from dgprecompile.keys.schemes import naming_for
+from dgprecompile.runtimes import get_family
+from dgprecompile.runtimes.items import JitModule
+from dgprecompile.compile.backends.sglang_jit import resolve_args
+seen = {}
+class Stop(Exception):
+    pass
+if not really:
+    def stop(name, *a, build_directory=None, **k):
+        seen["last"] = [name, os.path.basename(str(build_directory))]
+        raise Stop()
+    ext.build_inline = stop
+    ext.build = stop
+def call(python, builder, args, kwargs):
+    seen.clear()
+    try:
+        with override_jit_cuda_arch(9, 0, *suffix):
+            getattr(importlib.import_module(python), builder)(*resolve_args(list(args)), **kwargs)
+    except Stop:
+        pass
+    except Exception as exc:  # after a real build: loading may need a GPU
+        seen.setdefault("error", repr(exc)[:300])
+    return seen.get("last")
+out = {}
+for d in mods:
+    m = JitModule.from_dict(d)
+    naming = naming_for(get_family(m.family), os.environ["SGLANG_VERSION"])
+    kwargs = {k: resolve_args(v) if isinstance(v, list) else v for k, v in dict(m.kwargs).items()}
+    got = call(m.python, m.builder, m.args, kwargs)
+    error = seen.get("error")
+    if m.name in own and not really:
+        assert call(*own[m.name], [], {}) == got, (m.name, seen)
+    cache = os.environ["TVM_FFI_CACHE_DIR"]
+    made = sorted(os.listdir(cache)) if os.path.isdir(cache) else []
+    out[m.id] = {"sglang": got, "computed": [naming.module_name(m), naming.entry_name(m)], "made": made,
+                 "error": error, "suffix": list(suffix)}
+print("RESULT " + json.dumps(out))
+"""
+# the release's own functions for the modules the data builds through load_jit
+OWN = {"0.5.16": {"communicator": ["sglang.jit_kernel.all_reduce", "_init_communicator"],
+                  "cuda_ipc": ["sglang.jit_kernel.all_reduce", "_init_ipc_manager"]}}
 
 
 def release_dir(version: str) -> str | None:
@@ -63,7 +121,7 @@ def child_env(version: str, cache) -> dict:
 
 def run_builders(version: str, modules, cache, build=False) -> dict:
     proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps([m.to_dict() for m in modules]),
-                           "build" if build else "name"], capture_output=True, text=True,
+                           "build" if build else "name", json.dumps(OWN.get(version, {}))], capture_output=True, text=True,
                           env=child_env(version, cache), timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
@@ -95,6 +153,29 @@ def test_0_5_15_modules_are_named_as_its_own_builders_name_them(tmp_path):
     result = run_builders("0.5.15", list(modules.values()), tmp_path / "tvm-ffi")
     assert sorted(result) == sorted(modules)
     for mid, r in result.items():
+        assert r["sglang"] == r["computed"], (mid, r)
+    assert not (tmp_path / "tvm-ffi").exists()
+
+
+
+def test_0_5_16_plans_the_rebuilt_all_reduce_and_names_hoppers_arch_a(tmp_path):
+    by_server = {k: {m.name: m for m in p.jit_modules.values()} for k, p in plans("0.5.16", tmp_path).items()}
+    qwen, dsv3 = by_server["qwen3 tp8 ep8"], by_server["deepseek_v3 tp8"]
+    assert set(qwen) == {"per_token_group_quant_8bit_v2", "activation", "qknorm", "fused_rope", "clamp_position",
+                         "communicator", "cuda_ipc", "custom_all_reduce"}
+    assert qwen["custom_all_reduce"].template == ("bf16_t", "8", "true")
+    assert {"dsv3_router_gemm", "set_mla_kv_buffer"} <= set(dsv3) and not any("push" in n for n in dsv3)
+    assert family_for("0.5.16").release("0.5.16").arch_name == "9.0a"
+
+
+@needs_release("0.5.16")
+def test_0_5_16_modules_are_named_as_its_own_builders_name_them(tmp_path):
+    modules = {m.id: m for p in plans("0.5.16", tmp_path).values() for m in p.jit_modules.values()}
+    assert len(modules) == 11
+    result = run_builders("0.5.16", list(modules.values()), tmp_path / "tvm-ffi")
+    assert sorted(result) == sorted(modules)
+    for mid, r in result.items():
+        assert r["suffix"] == ["a"] and r["sglang"][1].split("__")[1] == "arch_9.0a", (mid, r)
         assert r["sglang"] == r["computed"], (mid, r)
     assert not (tmp_path / "tvm-ffi").exists()
 

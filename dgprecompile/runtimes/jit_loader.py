@@ -104,7 +104,7 @@ class JitVersionSpec:
     cache_dir_env: str
     cache_dir_default: str
     arch_override: str
-    arch: tuple[int, int]
+    arch: tuple  # (major, minor) or (major, minor, suffix): the target the release's arch override is given
     modules: tuple[dict[str, Any], ...]
     source_hash: bool = True  # the module name ends in the sources' hash (0.5.14 on; 0.5.9 has none)
     raw: tuple[tuple[str, Any], ...] = ()
@@ -113,7 +113,7 @@ class JitVersionSpec:
 
     @property
     def arch_name(self) -> str:
-        return f"{self.arch[0]}.{self.arch[1]}"
+        return f"{self.arch[0]}.{self.arch[1]}" + "".join(str(x) for x in self.arch[2:])
 
     def requirements(self) -> dict[str, dict[str, int]]:
         """Each module's ``requires:`` (what the device must have for SGLang to build it), by module id."""
