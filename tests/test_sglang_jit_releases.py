@@ -182,13 +182,22 @@ def test_0_5_16_modules_are_named_as_its_own_builders_name_them(tmp_path):
 
 # ---- through the CLI: warm GPU-free, verify, strict launch loads it and refuses it once deleted ------------
 
-LOAD = r"""
-import sys
+# per release: the server, the one module warmed (a kind new in that release) and the release's own call that
+# loads it as the GPU runtime does (its arch override standing in for the Hopper GPU it would detect)
+CLI_CASES = {
+    "0.5.15": ("deepseek_v3 tp8", "dsv3_router_gemm", "sglang_jit:dsv3_router_gemm<256,7168,true,true>",
+               "sgl_kernel_jit_dsv3_router_gemm_256_7168_true_true_", "__arch_9.0__", (9, 0),
+               "import sglang.jit_kernel.dsv3_router_gemm as m; m._jit_dsv3_router_gemm_module(256, 7168, True, True)"),
+    "0.5.16": ("qwen3 tp8 ep8", "custom_all_reduce", "sglang_jit:custom_all_reduce<bf16_t,8,true>",
+               "sgl_kernel_jit_custom_all_reduce_bf16_t_8_true_", "__arch_9.0a__", (9, 0, "a"),
+               "import torch, sglang.jit_kernel.all_reduce as m; m.get_all_reduce_module(torch.bfloat16, 8)"),
+}
+
+LOAD = """
 from sglang.jit_kernel.utils import override_jit_cuda_arch
-import sglang.jit_kernel.dsv3_router_gemm as gemm
-with override_jit_cuda_arch(9, 0):
+with override_jit_cuda_arch{arch}:
     try:
-        gemm._jit_dsv3_router_gemm_module(256, 7168, True, True)
+        {call}
         print("LOADED")
     except RuntimeError as exc:
         print("REFUSED", str(exc).splitlines()[0])
@@ -204,46 +213,46 @@ def cli(version, *args, env_extra=None):
                           env=env, timeout=900)
 
 
-def router_only_manifest(version, tmp_path) -> Path:
-    """The DeepSeek-V3 tp8 plan trimmed to its router GEMM module (no DeepGEMM or Triton kernels: those have their tests)."""
-    data = plans(version, tmp_path)["deepseek_v3 tp8"].to_dict()
+def one_module_manifest(version, server, name, tmp_path) -> Path:
+    """A server's plan trimmed to one JIT module (no DeepGEMM or Triton kernels: those have their own tests)."""
+    data = plans(version, tmp_path)[server].to_dict()
     for shape in data["shapes"]:
         shape["buckets"], shape["aux_kernels"] = [], []
     data["kernels"], data["total_kernels"] = [], 0
-    data.pop("triton_moe", None)  # the Triton MoE runner's kernels: tests/test_triton_moe_plan.py
-    data["sglang_jit_modules"] = [m for m in data["sglang_jit_modules"] if m["name"] == "dsv3_router_gemm"]
-    path = tmp_path / "router.yaml"
+    data.pop("triton_moe", None)
+    data["sglang_jit_modules"] = [m for m in data["sglang_jit_modules"] if m["name"] == name]
+    path = tmp_path / "one.yaml"
     write_manifest(plan_from_dict(data), path)
     return path
 
 
 @pytest.mark.slow
-@needs_release("0.5.15")
 @needs_dg013
 @needs_nvcc
-def test_0_5_15_router_gemm_warmed_gpu_free_verified_and_refused_by_name_when_missing(tmp_path):
-    manifest, cache = router_only_manifest("0.5.15", tmp_path), tmp_path / "cache"
-    warm = cli("0.5.15", "warm", "--manifest", manifest, "--cache-dir", cache, "--nvcc", NVCC, "--sglang-jit", "on",
+@pytest.mark.parametrize("version", [pytest.param(v, marks=needs_release(v)) for v in CLI_CASES])
+def test_a_module_warmed_gpu_free_verified_loaded_and_refused_by_name_when_missing(version, tmp_path):
+    server, name, module_id, prefix, arch_part, arch, call = CLI_CASES[version]
+    manifest, cache = one_module_manifest(version, server, name, tmp_path), tmp_path / "cache"
+    warm = cli(version, "warm", "--manifest", manifest, "--cache-dir", cache, "--nvcc", NVCC, "--sglang-jit", "on",
                "--json")
     assert warm.returncode == 0, warm.stdout + warm.stderr
     assert (json.loads(warm.stdout)["compiled"], json.loads(warm.stdout)["failed"]) == (1, 0)
     [entry] = os.listdir(cache / "tvm-ffi")
-    assert entry.startswith("sgl_kernel_jit_dsv3_router_gemm_256_7168_true_true_") and "__arch_9.0__" in entry
-    ok = cli("0.5.15", "verify", "--manifest", manifest, "--cache-dir", cache, "--json")
+    assert entry.startswith(prefix) and arch_part in entry
+    ok = cli(version, "verify", "--manifest", manifest, "--cache-dir", cache, "--json")
     assert ok.returncode == 0 and json.loads(ok.stdout)["coverage"] == "proved", ok.stdout + ok.stderr
 
     child = tmp_path / "child.py"
-    child.write_text(LOAD)
-    hit = cli("0.5.15", "launch", "--manifest", manifest, "--cache-dir", cache, "--", sys.executable, child)
+    child.write_text(LOAD.format(arch=tuple(arch), call=call))
+    hit = cli(version, "launch", "--manifest", manifest, "--cache-dir", cache, "--", sys.executable, child)
     assert hit.returncode == 0 and "LOADED" in hit.stdout, hit.stdout + hit.stderr
 
     shutil.rmtree(cache / "tvm-ffi" / entry)
-    bad = cli("0.5.15", "verify", "--manifest", manifest, "--cache-dir", cache, "--json")
-    assert bad.returncode == 1 and json.loads(bad.stdout)["missing"] == [
-        "sglang_jit:dsv3_router_gemm<256,7168,true,true>"], bad.stdout + bad.stderr
-    miss = cli("0.5.15", "launch", "--manifest", manifest, "--cache-dir", cache, "--allow-missing", "--",
+    bad = cli(version, "verify", "--manifest", manifest, "--cache-dir", cache, "--json")
+    assert bad.returncode == 1 and json.loads(bad.stdout)["missing"] == [module_id], bad.stdout + bad.stderr
+    miss = cli(version, "launch", "--manifest", manifest, "--cache-dir", cache, "--allow-missing", "--",
                sys.executable, child)
-    assert "REFUSED dgprecompile strict mode: SGLang tried to build its JIT module " \
-           "sgl_kernel_jit_dsv3_router_gemm_256_7168_true_true_" in miss.stdout, miss.stdout + miss.stderr
+    assert "REFUSED dgprecompile strict mode: SGLang tried to build its JIT module " + prefix in miss.stdout, \
+        miss.stdout + miss.stderr
     assert "strict mode refused 1 runtime compile(s)" in miss.stderr
     assert os.listdir(cache / "tvm-ffi") == []  # refused before tvm-ffi wrote anything
