@@ -35,7 +35,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 # each release's folder (made by `make setup`), the file that marks it whole, its override variable
 RELEASES = {"0.5.15": ("sglang-0.5.15", "sglang/jit_kernel/dsv3_router_gemm.py", "DGP_SGLANG_015"),
-            "0.5.16": ("sglang-0.5.16", "sglang/jit_kernel/utils/compile.py", "DGP_SGLANG_016")}
+            "0.5.16": ("sglang-0.5.16", "sglang/jit_kernel/utils/compile.py", "DGP_SGLANG_016"),
+            "0.5.17": ("sglang-0.5.17", "sglang/kernels/jit/utils/compile.py", "DGP_SGLANG_017")}
+# what a release imports beyond 0.5.14's folder (0.5.17's sglang.kernels package imports msgspec): 0.5.23's folder
 
 # The child: each module's builder of the release, under the release's own arch override for a Hopper GPU (the
 # suffix its own _cuda_arch_suffix gives 9.0 where it has one), tvm-ffi's build stopped before it writes a file
@@ -46,10 +48,11 @@ import json, os, sys
 mods = json.loads(sys.argv[1]); really = sys.argv[2] == "build"; own = json.loads(sys.argv[3])
 import importlib, torch
 import tvm_ffi.cpp.extension as ext
-from sglang.jit_kernel.utils import override_jit_cuda_arch
+from dgprecompile.runtimes import family_for
+where, _, name = family_for(os.environ["SGLANG_VERSION"]).release(os.environ["SGLANG_VERSION"]).arch_override.partition(":")
+override_jit_cuda_arch = getattr(importlib.import_module(where), name)
 try:
-    from sglang.jit_kernel.utils.arch import _cuda_arch_suffix
-    suffix = (_cuda_arch_suffix(9, 0),)
+    suffix = (importlib.import_module(where + ".arch")._cuda_arch_suffix(9, 0),)
 except ImportError:  # releases before the suffix
     suffix = ()
 from dgprecompile.keys.schemes import naming_for
@@ -92,7 +95,9 @@ print("RESULT " + json.dumps(out))
 """
 # the release's own functions for the modules the data builds through load_jit
 OWN = {"0.5.16": {"communicator": ["sglang.jit_kernel.all_reduce", "_init_communicator"],
-                  "cuda_ipc": ["sglang.jit_kernel.all_reduce", "_init_ipc_manager"]}}
+                  "cuda_ipc": ["sglang.jit_kernel.all_reduce", "_init_ipc_manager"]},
+       "0.5.17": {"communicator": ["sglang.kernels.ops.communication.all_reduce", "_init_communicator"],
+                  "cuda_ipc": ["sglang.kernels.ops.communication.all_reduce", "_init_ipc_manager"]}}
 
 
 def release_dir(version: str) -> str | None:
@@ -100,8 +105,12 @@ def release_dir(version: str) -> str | None:
     return beside_venv(folder, marker, override)
 
 
+def sglang_023_dir() -> str | None:
+    return beside_venv("sglang-0.5.23", "sglang/kernels/jit/utils/compile/loader.py", "DGP_SGLANG_023")
+
+
 def needs_release(version: str):
-    return pytest.mark.skipif(release_dir(version) is None or sglang_014_dir() is None,
+    return pytest.mark.skipif(release_dir(version) is None or sglang_014_dir() is None or sglang_023_dir() is None,
                               reason=f"sglang {version} (and 0.5.14's import chain) not installed beside the venv "
                                      "(make setup)")
 
@@ -113,7 +122,8 @@ def plans(version: str, tmp_path) -> dict:
 
 
 def child_env(version: str, cache) -> dict:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([release_dir(version), sglang_014_dir(), STANDINS, str(REPO)]),
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([release_dir(version), sglang_014_dir(), sglang_023_dir(),
+                                                     STANDINS, str(REPO)]),
             "TVM_FFI_CACHE_DIR": str(cache), "SGLANG_VERSION": version, "MAX_JOBS": "2",
             "CUDA_HOME": os.path.dirname(os.path.dirname(NVCC)),
             "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
@@ -173,6 +183,31 @@ def test_0_5_16_modules_are_named_as_its_own_builders_name_them(tmp_path):
     modules = {m.id: m for p in plans("0.5.16", tmp_path).values() for m in p.jit_modules.values()}
     assert len(modules) == 11
     result = run_builders("0.5.16", list(modules.values()), tmp_path / "tvm-ffi")
+    assert sorted(result) == sorted(modules)
+    for mid, r in result.items():
+        assert r["suffix"] == ["a"] and r["sglang"][1].split("__")[1] == "arch_9.0a", (mid, r)
+        assert r["sglang"] == r["computed"], (mid, r)
+    assert not (tmp_path / "tvm-ffi").exists()
+
+
+
+def test_0_5_17_plans_the_moved_builders_and_the_new_quantiser(tmp_path):
+    by_server = {k: {m.id: m for m in p.jit_modules.values()} for k, p in plans("0.5.17", tmp_path).items()}
+    qwen, dsv3 = by_server["qwen3 tp8 ep8"], by_server["deepseek_v3 tp8"]
+    dense = "sglang_jit:per_token_group_quant<bf16_t,fp8_e4m3_t,128,false,false,true,false,true,flat>"
+    rows = "sglang_jit:per_token_group_quant<bf16_t,fp8_e4m3_t,128,false,true,true,false,true,flat>"
+    assert {dense, rows, "sglang_jit:qknorm<128,true,bf16_t>", "sglang_jit:communicator<>"} <= set(qwen)
+    assert qwen[dense].python == "sglang.kernels.ops.quantization.per_token_group_quant"
+    assert {"sglang_jit:dsv3_router_gemm<256,7168,true,true>", "sglang_jit:fused_rope<false,64,true,bf16_t,bf16_t>",
+            "sglang_jit:set_mla_kv_buffer<1024,128,true>"} <= set(dsv3)
+    assert (len(qwen), len(dsv3)) == (9, 10)
+
+
+@needs_release("0.5.17")
+def test_0_5_17_modules_are_named_as_its_own_builders_name_them(tmp_path):
+    modules = {m.id: m for p in plans("0.5.17", tmp_path).values() for m in p.jit_modules.values()}
+    assert len(modules) == 12
+    result = run_builders("0.5.17", list(modules.values()), tmp_path / "tvm-ffi")
     assert sorted(result) == sorted(modules)
     for mid, r in result.items():
         assert r["suffix"] == ["a"] and r["sglang"][1].split("__")[1] == "arch_9.0a", (mid, r)
