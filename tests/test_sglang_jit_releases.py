@@ -226,10 +226,16 @@ CLI_CASES = {
     "0.5.16": ("qwen3 tp8 ep8", "custom_all_reduce", "sglang_jit:custom_all_reduce<bf16_t,8,true>",
                "sgl_kernel_jit_custom_all_reduce_bf16_t_8_true_", "__arch_9.0a__", (9, 0, "a"),
                "import torch, sglang.jit_kernel.all_reduce as m; m.get_all_reduce_module(torch.bfloat16, 8)"),
+    "0.5.17": ("qwen3 tp8 ep8", "per_token_group_quant",
+               "sglang_jit:per_token_group_quant<bf16_t,fp8_e4m3_t,128,false,false,true,false,true,flat>",
+               "sgl_kernel_jit_per_token_group_quant_bf16_t_fp8_e4m3_t_128_false_false_true_false_true_flat_",
+               "__arch_9.0a__", (9, 0, "a"),
+               "import torch, sglang.kernels.ops.quantization.per_token_group_quant as m; "
+               "m._jit_module(torch.bfloat16, torch.float8_e4m3fn, 128, False, False, True, False, False, True)"),
 }
 
 LOAD = """
-from sglang.jit_kernel.utils import override_jit_cuda_arch
+from {override_module} import override_jit_cuda_arch
 with override_jit_cuda_arch{arch}:
     try:
         {call}
@@ -255,7 +261,7 @@ def one_module_manifest(version, server, name, tmp_path) -> Path:
         shape["buckets"], shape["aux_kernels"] = [], []
     data["kernels"], data["total_kernels"] = [], 0
     data.pop("triton_moe", None)
-    data["sglang_jit_modules"] = [m for m in data["sglang_jit_modules"] if m["name"] == name]
+    data["sglang_jit_modules"] = [m for m in data["sglang_jit_modules"] if m["name"] == name][:1]
     path = tmp_path / "one.yaml"
     write_manifest(plan_from_dict(data), path)
     return path
@@ -278,7 +284,8 @@ def test_a_module_warmed_gpu_free_verified_loaded_and_refused_by_name_when_missi
     assert ok.returncode == 0 and json.loads(ok.stdout)["coverage"] == "proved", ok.stdout + ok.stderr
 
     child = tmp_path / "child.py"
-    child.write_text(LOAD.format(arch=tuple(arch), call=call))
+    override_module = family_for(version).release(version).arch_override.split(":")[0]
+    child.write_text(LOAD.format(override_module=override_module, arch=tuple(arch), call=call))
     hit = cli(version, "launch", "--manifest", manifest, "--cache-dir", cache, "--", sys.executable, child)
     assert hit.returncode == 0 and "LOADED" in hit.stdout, hit.stdout + hit.stderr
 
