@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -110,4 +110,14 @@ SGLANG_NINJA = NinjaJitFamily(
     # a leaf keeps only what the runtime reads (cache.py:369-418): the build's objects, sources and logs go
     not_recorded=("build.ninja", "cuda.cu", "cuda_0.o", "cuda_0.o.d", ".ninja_log", ".ninja_deps"),
     entry_depth=4,  # <target>/<module>/build-<key>/deps-<key>
+)
+
+
+# 0.5.18-0.5.19: the same loader, build key and cache layout for CUDA (docs/sglang-jit-ninja.md), but no
+# SGLANG_CRASH_ON_JIT_COMPILE: strict mode refuses through the startup hook, which wraps the loader's ninja.build
+# (loader.py calls it by module attribute, only on a miss: after find_prebuilt, inside the scope's build lock)
+SGLANG_NINJA_HOOK = replace(
+    SGLANG_NINJA, id="sglang-ninja-hook",
+    label="SGLang's own ninja JIT loader without a strict switch (sglang/kernels/jit, 0.5.18-0.5.19)",
+    releases=">=0.5.18,<0.5.20", strict_switch=(), hook_target="sglang.kernels.jit.utils.compile.ninja",
 )

@@ -349,14 +349,14 @@ def patch_legacy_compiler(module):
         raise RuntimeError(f"{module.__name__} has neither NVCCCompiler nor NVRTCCompiler")
 
 
-def jit_refusal_message(name, build_dir):
-    """For a refused tvm-ffi build of SGLang's own JIT module ``name``."""
+def jit_refusal_message(name, build_dir, how="tvm-ffi, nvcc through ninja"):
+    """For a refused build of SGLang's own JIT module ``name`` (into ``build_dir``, by ``how``)."""
     info = _plan_info()
     warm = info.get("warm") or os.environ.get(ENV_WARM_HINT) or "dgprecompile warm --manifest PLAN --cache-dir DIR"
     where = os.path.dirname(build_dir) if build_dir else (os.environ.get("TVM_FFI_CACHE_DIR") or "~/.cache/tvm-ffi")
     entry = os.path.basename(build_dir) if build_dir else None
-    lines = [f"dgprecompile strict mode: SGLang tried to build its JIT module {name} at run time (tvm-ffi, nvcc "
-             f"through ninja), but runtime JIT is off under `dgprecompile launch` and {where} does not hold "
+    lines = [f"dgprecompile strict mode: SGLang tried to build its JIT module {name} at run time ({how}), "
+             f"but runtime JIT is off under `dgprecompile launch` and {where} does not hold "
              + (f"{entry}/{name}.so." if entry else "it.")]
     planned = info.get("jit_modules")
     if planned is not None and not any(name.startswith(p) for p in planned):
@@ -397,6 +397,32 @@ def patch_tvm_ffi(module):
             patched += 1
     if not patched:
         raise RuntimeError(f"{module.__name__} has neither build_inline nor build")
+
+
+def patch_sglang_ninja(module):
+    """Make SGLang's own ninja loader (sglang/kernels/jit/utils/compile/ninja.py, 0.5.18-0.5.19: no strict switch)
+    raise instead of compiling. loader.py looks for a usable cached build first and calls ``ninja.build`` (by module
+    attribute) only on a miss, into a staging directory it removes after; so warmed modules load untouched."""
+    real = getattr(module, "build", None)
+    if not callable(real):  # not the loader the guard knows: it would compile unguarded
+        raise RuntimeError(f"{module.__name__} has no build")
+
+    def build(*args, spec=None, build_dir=None, **kwargs):
+        name = str(getattr(spec, "module_name", None) or "?")
+        scope = os.path.dirname(str(build_dir)) if build_dir else None
+        message = jit_refusal_message(name, scope, "SGLang's ninja loader, nvcc")
+        log_event({"event": "refused", "generation": "sglang-jit", "kernel": name,
+                   "entry": os.path.basename(scope) if scope else None, "pid": os.getpid(),
+                   "rank": os.environ.get("RANK"), "time": time.time()})
+        sys.stderr.write(message + "\n")
+        sys.stderr.flush()
+        raise RuntimeError(message)
+
+    build.__dgprecompile_refuses__ = "build"
+    module.build = build
+
+
+JIT_PATCHES = {"tvm_ffi.cpp.extension": patch_tvm_ffi, "sglang.kernels.jit.utils.compile.ninja": patch_sglang_ninja}
 
 
 def triton_refusal_message(kernel):
@@ -508,6 +534,7 @@ def patch_triton_build(module):
 
 patch_legacy_compiler.guard = True  # a strict-mode guard: if it cannot be applied, the import fails
 patch_tvm_ffi.guard = True
+patch_sglang_ninja.guard = True
 
 
 def install():
@@ -525,8 +552,8 @@ def install():
         callbacks["deep_gemm.jit.compiler"] = patch_legacy_compiler
     if os.environ.get(ENV_STRICT) == "1":  # the JIT families without a strict switch of their own
         for target in (os.environ.get(ENV_JIT_HOOKS, "tvm_ffi.cpp.extension") or "").split(","):
-            if target.strip() == "tvm_ffi.cpp.extension":
-                callbacks[target.strip()] = patch_tvm_ffi
+            if target.strip() in JIT_PATCHES:
+                callbacks[target.strip()] = JIT_PATCHES[target.strip()]
     if os.environ.get(ENV_STRICT) == "1" and "triton" in os.environ.get(ENV_STRICT_FAMILIES, "").split(","):
         callbacks["triton.compiler.compiler"] = patch_triton_compiler
         callbacks["triton.runtime.build"] = patch_triton_build
