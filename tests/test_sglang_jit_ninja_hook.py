@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
-from helpers import STANDINS, beside_venv
+from helpers import STANDINS, beside_venv, sgl_deep_gemm_dir
 
+from dgprecompile.planning.manifest import plan_from_dict, write_manifest
 from dgprecompile.planning.plan import PlanRequest
 from dgprecompile.planning.request import plan_from_request
 from dgprecompile.runtimes import JIT_FAMILIES, family_for
@@ -157,3 +160,66 @@ def test_every_module_is_named_as_the_releases_own_builders_name_it(version, tmp
     ours = json.loads(names.stdout.strip().splitlines()[-1])
     assert ours == theirs and len(ours) == 12, (ours, theirs)
     assert all(d.startswith("sm90a/sgl_kernel_jit_") and "/build-" in d for d in ours.values())
+
+
+# ---- through the CLI: warm GPU-free, verify, strict launch loads it and refuses it (the hook) once deleted ------
+
+CLAMP = "sglang_jit:clamp_position<int64_t>"
+DG = "0.1.5.post1"  # the sgl-deep-gemm generation 0.5.18 plans for (it pins 0.1.5.post3; the same headers' family)
+LAUNCHED = """
+import os, torch
+from sglang.kernels.jit.utils import override_jit_cuda_arch
+from sglang.kernels.ops.attention.clamp_position import _jit_clamp_position_module
+print("ENV", os.environ.get("SGLANG_JIT_CACHE_DIR"), os.environ.get("SGLANG_CRASH_ON_JIT_COMPILE"))
+with override_jit_cuda_arch(9, 0):  # the GPU's arch, as the H200 detects it (this machine has none)
+    try:
+        _jit_clamp_position_module(torch.int64)
+        print("LOADED")
+    except RuntimeError as exc:
+        print("REFUSED", str(exc).splitlines()[0])
+"""
+
+
+def cli(version, *args) -> subprocess.CompletedProcess:
+    env = env_for(version, "/nonexistent")
+    env["PYTHONPATH"] += os.pathsep + (sgl_deep_gemm_dir(DG) or "")  # the plan's DeepGEMM generation (no kernels)
+    env.pop("SGLANG_JIT_CACHE_DIR")
+    return subprocess.run([sys.executable, "-m", "dgprecompile", *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=900, cwd=tempfile.gettempdir())  # launch writes its misses file there
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isfile(os.path.join(CUDA_HOME, "bin", "nvcc")), reason="no nvcc")
+@pytest.mark.skipif(sgl_deep_gemm_dir(DG) is None, reason=f"sgl-deep-gemm {DG} not beside the venv (make setup)")
+@needs("0.5.18")
+def test_0_5_18_module_warmed_verified_loaded_and_refused_by_the_hook_when_missing(tmp_path):
+    data = plans("0.5.18", tmp_path)["qwen3 tp8 ep8"].to_dict()
+    for shape in data["shapes"]:
+        shape["buckets"], shape["aux_kernels"] = [], []
+    data["kernels"], data["total_kernels"] = [], 0
+    data.pop("triton_moe", None)  # the Triton MoE runner's kernels: tests/test_triton_moe_plan.py
+    data["sglang_jit_modules"] = [m for m in data["sglang_jit_modules"] if m["id"] == CLAMP]
+    manifest, cache = tmp_path / "clamp.yaml", tmp_path / "cache"
+    write_manifest(plan_from_dict(data), manifest)
+    w = cli("0.5.18", "warm", "--manifest", manifest, "--cache-dir", cache, "--sglang-jit", "on", "--json")
+    assert w.returncode == 0 and json.loads(w.stdout)["compiled"] == 1, w.stdout + w.stderr
+    v = cli("0.5.18", "verify", "--manifest", manifest, "--cache-dir", cache, "--json")
+    assert v.returncode == 0 and json.loads(v.stdout)["coverage"] == "proved", v.stdout + v.stderr
+
+    child = tmp_path / "child.py"
+    child.write_text(LAUNCHED)
+    hit = cli("0.5.18", "launch", "--manifest", manifest, "--cache-dir", cache, "--", sys.executable, child)
+    assert hit.returncode == 0 and "LOADED" in hit.stdout, hit.stdout + hit.stderr
+    assert f"ENV {cache / 'sglang-jit'} None" in hit.stdout  # no switch in this release: the hook refuses
+
+    leaf = next((cache / "sglang-jit").glob("sm90a/*/build-*/deps-*"))
+    shutil.rmtree(leaf)
+    bad = cli("0.5.18", "verify", "--manifest", manifest, "--cache-dir", cache, "--json")
+    assert bad.returncode == 1 and json.loads(bad.stdout)["missing"] == [CLAMP], bad.stdout
+    miss = cli("0.5.18", "launch", "--manifest", manifest, "--cache-dir", cache, "--allow-missing", "--",
+               sys.executable, child)
+    assert "REFUSED dgprecompile strict mode: SGLang tried to build its JIT module " \
+           "sgl_kernel_jit_clamp_position_int64_t at run time (SGLang's ninja loader, nvcc)" in miss.stdout, \
+        miss.stdout + miss.stderr
+    assert "strict mode refused 1 runtime compile(s)" in miss.stderr
+    assert not list(leaf.parent.glob("deps-*")) and not list(leaf.parent.glob(".staging-*"))  # nothing built
