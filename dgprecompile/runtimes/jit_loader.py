@@ -155,8 +155,10 @@ def release_spec(family, sglang_version: str | None) -> JitVersionSpec | None:
 
 
 def modelled_versions(family) -> list[str]:
-    """The exact sglang releases a family's data file models (its '==X' entries)."""
-    return [str(spec).lstrip("=") for s in _releases(family.data_file) for spec in s.sglang if spec.operator == "=="]
+    """The exact sglang releases a family's data file models (its '==X' entries in the family's range: two
+    families may share a data file)."""
+    return [v for s in _releases(family.data_file) for spec in s.sglang if spec.operator == "=="
+            for v in [str(spec).lstrip("=")] if family.covers(v)]
 
 
 

@@ -1,5 +1,6 @@
-"""SGLang's own ninja JIT loader (sglang/kernels/jit, 0.5.20 on): one loader family (runtimes/jit_loader.py); its
-modules per release are data (data/sglang_jit_ninja.yaml), its names computed by keys/sglang_jit_ninja.py."""
+"""SGLang's own ninja JIT loader (sglang/kernels/jit, 0.5.18 on): two loader families (runtimes/jit_loader.py), with
+(0.5.20 on) and without (0.5.18-0.5.19) its strict switch; their modules per release are data
+(data/sglang_jit_ninja.yaml), their names computed by keys/sglang_jit_ninja.py."""
 
 from __future__ import annotations
 
@@ -98,7 +99,7 @@ class NinjaJitFamily(JitFamily):
 SGLANG_NINJA = NinjaJitFamily(
     id="sglang-ninja", label="SGLang's own ninja JIT loader (sglang/kernels/jit, 0.5.20-0.5.23)",
     # 0.5.17 is still tvm-ffi load_inline under kernels/jit; 0.5.18-0.5.19 have this loader but no strict
-    # switch (SGLANG_CRASH_ON_JIT_COMPILE arrives in 0.5.20): neither is this family (docs/sglang-jit-ninja.md)
+    # switch (SGLANG_CRASH_ON_JIT_COMPILE arrives in 0.5.20): SGLANG_NINJA_HOOK below (docs/sglang-jit-ninja.md)
     releases=">=0.5.20,<0.5.24", data_file="sglang_jit_ninja.yaml",
     backend="kernels-jit", area="sglang-jit",
     cache_env=("SGLANG_JIT_CACHE_DIR",), cache_default="~/.cache/sglang/jit", fingerprint_section="sglang_ninja",

@@ -279,6 +279,15 @@ def log_event(event):
         pass
 
 
+def stop_build(message, generation, kernel, entry):
+    """Log a strict-mode refusal, print its message and raise (where every guard below ends)."""
+    log_event({"event": "refused", "generation": generation, "kernel": kernel, "entry": entry, "pid": os.getpid(),
+               "rank": os.environ.get("RANK"), "time": time.time()})
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+    raise RuntimeError(message)
+
+
 def refusal_message(kernel, entry=None, kernel_id=None):
     info = _plan_info()
     warm = info.get("warm") or os.environ.get(ENV_WARM_HINT) or "dgprecompile warm --manifest PLAN --cache-dir DIR"
@@ -332,12 +341,7 @@ def patch_legacy_compiler(module):
         except Exception:
             pass
         kid = legacy_kernel_id(name, code)
-        message = refusal_message(kid or name, entry=name, kernel_id=kid)
-        log_event({"event": "refused", "generation": "legacy", "kernel": kid, "entry": name, "pid": os.getpid(),
-                   "rank": os.environ.get("RANK"), "time": time.time()})
-        sys.stderr.write(message + "\n")
-        sys.stderr.flush()
-        raise RuntimeError(message)
+        stop_build(refusal_message(kid or name, entry=name, kernel_id=kid), "legacy", kid, name)
 
     patched = 0
     for cls_name in ("NVCCCompiler", "NVRTCCompiler"):
@@ -376,19 +380,13 @@ def patch_tvm_ffi(module):
     miss fails here, before any file is written.
     """
     def make(fname):
-        def refuse(*args, **kwargs):
-            name = kwargs.get("name") or (args[0] if args else "?")
-            build_dir = kwargs.get("build_directory")
-            message = jit_refusal_message(str(name), str(build_dir) if build_dir else None)
-            log_event({"event": "refused", "generation": "sglang-jit", "kernel": str(name),
-                       "entry": os.path.basename(str(build_dir)) if build_dir else None, "pid": os.getpid(),
-                       "rank": os.environ.get("RANK"), "time": time.time()})
-            sys.stderr.write(message + "\n")
-            sys.stderr.flush()
-            raise RuntimeError(message)
+        def refused(*args, **kwargs):
+            name, where = str(kwargs.get("name") or (args[0] if args else "?")), kwargs.get("build_directory")
+            stop_build(jit_refusal_message(name, where and str(where), "tvm-ffi, nvcc through ninja"), "sglang-jit",
+                       name, where and os.path.basename(str(where)))
 
-        refuse.__dgprecompile_refuses__ = fname
-        return refuse
+        refused.__dgprecompile_refuses__ = fname
+        return refused
 
     patched = 0
     for fname in ("build_inline", "build"):
@@ -400,23 +398,14 @@ def patch_tvm_ffi(module):
 
 
 def patch_sglang_ninja(module):
-    """Make SGLang's own ninja loader (sglang/kernels/jit/utils/compile/ninja.py, 0.5.18-0.5.19: no strict switch)
-    raise instead of compiling. loader.py looks for a usable cached build first and calls ``ninja.build`` (by module
-    attribute) only on a miss, into a staging directory it removes after; so warmed modules load untouched."""
-    real = getattr(module, "build", None)
-    if not callable(real):  # not the loader the guard knows: it would compile unguarded
+    """SGLang's ninja loader without a switch (0.5.18-0.5.19) calls ``ninja.build`` only on a miss: refuse there."""
+    if not callable(getattr(module, "build", None)):  # not the loader the guard knows: it would compile unguarded
         raise RuntimeError(f"{module.__name__} has no build")
 
     def build(*args, spec=None, build_dir=None, **kwargs):
-        name = str(getattr(spec, "module_name", None) or "?")
-        scope = os.path.dirname(str(build_dir)) if build_dir else None
-        message = jit_refusal_message(name, scope, "SGLang's ninja loader, nvcc")
-        log_event({"event": "refused", "generation": "sglang-jit", "kernel": name,
-                   "entry": os.path.basename(scope) if scope else None, "pid": os.getpid(),
-                   "rank": os.environ.get("RANK"), "time": time.time()})
-        sys.stderr.write(message + "\n")
-        sys.stderr.flush()
-        raise RuntimeError(message)
+        name, scope = str(getattr(spec, "module_name", None) or "?"), build_dir and os.path.dirname(str(build_dir))
+        stop_build(jit_refusal_message(name, scope, "SGLang's ninja loader, nvcc"), "sglang-jit", name,
+                   scope and os.path.basename(scope))
 
     build.__dgprecompile_refuses__ = "build"
     module.build = build
@@ -465,12 +454,7 @@ def patch_triton_compiler(module):
                     os.rmdir(entry_dirs[-1])
                 except (OSError, TypeError, IndexError):
                     pass
-                message = triton_refusal_message(kernel)
-                log_event({"event": "refused", "generation": "triton", "kernel": kernel, "entry": None,
-                           "pid": os.getpid(), "rank": os.environ.get("RANK"), "time": time.time()})
-                sys.stderr.write(message + "\n")
-                sys.stderr.flush()
-                raise RuntimeError(message)
+                stop_build(triton_refusal_message(kernel), "triton", kernel, None)
 
             backend.add_stages = refuse
         return backend
@@ -520,12 +504,7 @@ def patch_triton_build(module):
                 os.rmdir(getattr(manager, "cache_dir", None))
             except (OSError, TypeError):
                 pass
-            message = triton_refusal_message(f"{name} (Triton's host module, {key[:16]})")
-            log_event({"event": "refused", "generation": "triton", "kernel": name, "entry": key,
-                       "pid": os.getpid(), "rank": os.environ.get("RANK"), "time": time.time()})
-            sys.stderr.write(message + "\n")
-            sys.stderr.flush()
-            raise RuntimeError(message)
+            stop_build(triton_refusal_message(f"{name} (Triton's host module, {key[:16]})"), "triton", name, key)
         return real(src, name, *args, **kwargs)
 
     compile_module_from_src.__dgprecompile_refuses__ = "triton"
@@ -533,8 +512,7 @@ def patch_triton_build(module):
 
 
 patch_legacy_compiler.guard = True  # a strict-mode guard: if it cannot be applied, the import fails
-patch_tvm_ffi.guard = True
-patch_sglang_ninja.guard = True
+patch_tvm_ffi.guard = patch_sglang_ninja.guard = True
 
 
 def install():
