@@ -11,7 +11,7 @@ Configured by `dgprecompile launch` through the environment:
   DGPRECOMPILE_GUARD_DIR    strict: where each process (forked ones too) writes its "guard installed" record, a file
                             named by its pid; the launcher fails a strict job in which a Python process had none
   DGPRECOMPILE_STRICT_FAMILIES  with STRICT=1, e.g. "triton,inductor": a Triton cache miss raises, naming the
-                            kernel; an inductor graph the FX graph cache does not hold raises, naming the graph
+                            kernel; an inductor FX graph cache miss, naming the graph (_dgprecompile_inductor.py)
 
 Both hooks act when the module they concern is imported (a ``sys.meta_path`` post-import hook), before the
 importer (e.g. sglang's ``from deep_gemm import fp8_gemm_nt``) sees the module.
@@ -40,6 +40,7 @@ ENV_WARM_HINT = "DGPRECOMPILE_WARM_HINT"
 ENV_GUARD_DIR = "DGPRECOMPILE_GUARD_DIR"
 ENV_STRICT_FAMILIES = "DGPRECOMPILE_STRICT_FAMILIES"  # JIT families beside DeepGEMM whose compiles strict refuses
 ENV_JIT_HOOKS = "DGPRECOMPILE_JIT_HOOKS"  # modules whose builds strict mode refuses (jit_families.hook_targets)
+TVM = "tvm_ffi.cpp.extension"
 REFUSED_EXIT = 97
 
 # SGLang's kernel-type names for each DeepGEMM entry point (legacy API, then the C++ API and its fp8_fp4 aliases)
@@ -464,63 +465,6 @@ def patch_triton_compiler(module):
     module.compile = compile
 
 
-def inductor_graph_name(kwargs):
-    """The function whose graph inductor was asked to compile, as Dynamo traced it: its name, file and first line
-    (the InstructionTranslator Dynamo keeps current while its graph compiles), with Dynamo's compile id."""
-    where = "?"
-    try:
-        from torch._dynamo.symbolic_convert import InstructionTranslator
-
-        code = InstructionTranslator.current_tx().f_code
-        where = f"{code.co_name} ({code.co_filename}:{code.co_firstlineno})"
-    except Exception:
-        pass
-    try:
-        import torch._guards
-
-        compile_id = torch._guards.CompileContext.current_compile_id()
-    except Exception:
-        compile_id = None
-    parts = [f"compile id {compile_id}"] if compile_id is not None else []
-    if kwargs.get("is_backward"):
-        parts.append("backward")
-    return where + (f" [{', '.join(parts)}]" if parts else "")
-
-
-def inductor_refusal_message(graph):
-    """For a refused inductor compile of ``graph`` (not in the FX graph cache under strict mode)."""
-    where = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or "the inductor cache"
-    return "\n".join([
-        f"dgprecompile strict mode: torch.compile (inductor) tried to compile the graph of {graph} at run time, but "
-        f"runtime JIT is off under `dgprecompile launch` and {where} holds no FX graph cache entry for it.",
-        "  Let the job compile it once with `dgprecompile launch --capture ...`: the graph is filed in the cache and "
-        "later strict launches load it (inductor's graphs are not planned)."])
-
-
-def patch_inductor(module):
-    """Make an inductor compile that the FX graph cache does not answer raise, naming the graph.
-
-    torch._inductor.compile_fx._compile_fx_inner looks the graph up in the FX graph cache and calls the module
-    global ``fx_codegen_and_compile`` only when no entry answers (a miss, a bypass, the cache off, or the bundled
-    AOTAutograd cache missing); a hit, and an AOTAutograd cache hit, never reach it. We wrap that global."""
-    real = getattr(module, "fx_codegen_and_compile", None)
-    if not callable(real):  # not the inductor the guard knows: it would compile unguarded
-        raise RuntimeError(f"{module.__name__} has no fx_codegen_and_compile")
-
-    @functools.wraps(real)
-    def fx_codegen_and_compile(gm, *args, **kwargs):
-        graph = inductor_graph_name(kwargs)
-        message = inductor_refusal_message(graph)
-        log_event({"event": "refused", "generation": "inductor", "kernel": graph, "entry": None,
-                   "pid": os.getpid(), "rank": os.environ.get("RANK"), "time": time.time()})
-        sys.stderr.write(message + "\n")
-        sys.stderr.flush()
-        raise RuntimeError(message)
-
-    fx_codegen_and_compile.__dgprecompile_refuses__ = "inductor"
-    module.fx_codegen_and_compile = fx_codegen_and_compile
-
-
 # ---- install ---------------------------------------------------------------------------------------------
 
 _state = {}
@@ -566,7 +510,6 @@ def patch_triton_build(module):
 
 patch_legacy_compiler.guard = True  # a strict-mode guard: if it cannot be applied, the import fails
 patch_tvm_ffi.guard = True
-patch_inductor.guard = True
 
 
 def install():
@@ -580,17 +523,19 @@ def install():
             _state["wrapped"] = wrap_entry_points(module, recorder)
 
         callbacks["deep_gemm"] = on_deep_gemm
-    if os.environ.get(ENV_STRICT) == "1" and os.environ.get(ENV_GENERATION) == "legacy":
+    strict = os.environ.get(ENV_STRICT) == "1"
+    families = os.environ.get(ENV_STRICT_FAMILIES, "").split(",") if strict else []
+    if strict and os.environ.get(ENV_GENERATION) == "legacy":
         callbacks["deep_gemm.jit.compiler"] = patch_legacy_compiler
-    if os.environ.get(ENV_STRICT) == "1":  # the JIT families without a strict switch of their own
-        for target in (os.environ.get(ENV_JIT_HOOKS, "tvm_ffi.cpp.extension") or "").split(","):
-            if target.strip() == "tvm_ffi.cpp.extension":
-                callbacks[target.strip()] = patch_tvm_ffi
-    if os.environ.get(ENV_STRICT) == "1" and "triton" in os.environ.get(ENV_STRICT_FAMILIES, "").split(","):
-        callbacks["triton.compiler.compiler"] = patch_triton_compiler
-        callbacks["triton.runtime.build"] = patch_triton_build
-    if os.environ.get(ENV_STRICT) == "1" and "inductor" in os.environ.get(ENV_STRICT_FAMILIES, "").split(","):
-        callbacks["torch._inductor.compile_fx"] = patch_inductor
+    # the JIT families without a strict switch of their own
+    if strict and "tvm_ffi.cpp.extension" in [t.strip() for t in os.environ.get(ENV_JIT_HOOKS, TVM).split(",")]:
+        callbacks["tvm_ffi.cpp.extension"] = patch_tvm_ffi
+    if "triton" in families:
+        callbacks.update({"triton.compiler.compiler": patch_triton_compiler, "triton.runtime.build": patch_triton_build})
+    if "inductor" in families:  # its refusal lives beside this file, on the PYTHONPATH launch sets
+        from _dgprecompile_inductor import guard
+
+        callbacks["torch._inductor.compile_fx"] = guard(log_event)
     if callbacks:
         for name in [n for n in callbacks if n in sys.modules]:  # already imported (not at startup, but be safe)
             callbacks.pop(name)(sys.modules[name])
