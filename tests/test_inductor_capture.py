@@ -7,6 +7,7 @@ does not hold, naming it."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -29,7 +30,8 @@ from dgprecompile.planning.trace import plan_from_calls
 from dgprecompile.runtimes.captured import CAPTURED, family_for_area
 
 REPO = Path(__file__).resolve().parent.parent
-torch_here = pytest.mark.skipif(__import__("importlib").util.find_spec("torch") is None, reason="no torch here")
+torch_here = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                                reason="no torch in the venv (make setup installs it)")
 
 # A job's first forward, in miniature: our own function of the shape of SGLang's vocab-parallel mask (ints in,
 # a masked index and a mask out), compiled with dynamic shapes as SGLang does at tp > 1; the job writes what
