@@ -137,7 +137,10 @@ def test_a_capture_files_inductors_graphs_whole_in_the_nested_area(job):
     assert all(v["by"] == "capture" for v in filed.values())
     store = CacheStore(cache)
     assert all(store.check_entry(rec) is None for rec in store.read_index().extra.values())
-    assert "not filed" not in (job / "capture-output.txt").read_text()
+    output = (job / "capture-output.txt").read_text()
+    assert "not filed" not in output
+    fx = [e.split("/")[-1] for e in entries if e.startswith("fxgraph/")]
+    assert f"kernels=FX graph {fx[0]}" in output and len(fx) == 1  # one graph, named by its FX graph cache key
 
 
 @torch_here

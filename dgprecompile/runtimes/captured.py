@@ -168,6 +168,8 @@ class CacheFamily:
         """The kernels an entry holds, as the library names them (Triton: its group files' kernel names)."""
         if self.layout == "triton-groups":
             return sorted(p.name[len("__grp__"):-len(".json")] for p in entry_dir.glob("__grp__*.json"))
+        if self.layout == "inductor":  # one compiled graph per FX graph cache entry; the rest is its code
+            return [f"FX graph {entry_dir.name}"] if entry_dir.parent.parent.name == "fxgraph" else []
         return [entry_dir.name]
 
 
