@@ -10,10 +10,10 @@ Configured by `dgprecompile launch` through the environment:
   DGPRECOMPILE_CACHE_DIR    the warmed cache, for messages
   DGPRECOMPILE_GUARD_DIR    strict: where each process (forked ones too) writes its "guard installed" record, a file
                             named by its pid; the launcher fails a strict job in which a Python process had none
-  DGPRECOMPILE_STRICT_FAMILIES  with STRICT=1, e.g. "triton": a Triton cache miss raises, naming the kernel
+  DGPRECOMPILE_STRICT_FAMILIES  with STRICT=1, e.g. "triton,inductor": a Triton cache miss raises, naming the
+                            kernel; an inductor FX graph cache miss, naming the graph (_dgprecompile_inductor.py)
 
-Both hooks act when the module they concern is imported (a ``sys.meta_path`` post-import hook), before the
-importer (e.g. sglang's ``from deep_gemm import fp8_gemm_nt``) sees the module.
+Each hook acts when its module is imported (a ``sys.meta_path`` post-import hook), before the importer sees it.
 
 Run as a script (``python _dgprecompile_hook.py nvcc-refuse ARGS``) it is the refusing half of ``bin/nvcc``.
 """
@@ -526,15 +526,20 @@ def install():
             _state["wrapped"] = wrap_entry_points(module, recorder)
 
         callbacks["deep_gemm"] = on_deep_gemm
-    if os.environ.get(ENV_STRICT) == "1" and os.environ.get(ENV_GENERATION) == "legacy":
+    strict = os.environ.get(ENV_STRICT) == "1"
+    families = os.environ.get(ENV_STRICT_FAMILIES, "").split(",") if strict else []
+    if strict and os.environ.get(ENV_GENERATION) == "legacy":
         callbacks["deep_gemm.jit.compiler"] = patch_legacy_compiler
-    if os.environ.get(ENV_STRICT) == "1":  # the JIT families without a strict switch of their own
+    if strict:  # the JIT families without a strict switch of their own
         for target in (os.environ.get(ENV_JIT_HOOKS, "tvm_ffi.cpp.extension") or "").split(","):
             if target.strip() in JIT_PATCHES:
                 callbacks[target.strip()] = JIT_PATCHES[target.strip()]
-    if os.environ.get(ENV_STRICT) == "1" and "triton" in os.environ.get(ENV_STRICT_FAMILIES, "").split(","):
-        callbacks["triton.compiler.compiler"] = patch_triton_compiler
-        callbacks["triton.runtime.build"] = patch_triton_build
+    if "triton" in families:
+        callbacks.update({"triton.compiler.compiler": patch_triton_compiler, "triton.runtime.build": patch_triton_build})
+    if "inductor" in families:  # its refusal lives beside this file, on the PYTHONPATH launch sets
+        from _dgprecompile_inductor import guard
+
+        callbacks["torch._inductor.compile_fx"] = guard(log_event)
     if callbacks:
         for name in [n for n in callbacks if n in sys.modules]:  # already imported (not at startup, but be safe)
             callbacks.pop(name)(sys.modules[name])
@@ -563,18 +568,14 @@ def describe_cu(path):
     """'name<args>' of the kernel a generated kernel.cu instantiates (best effort)."""
     try:
         with open(path, errors="replace") as f:
-            code = f.read()
+            return describe_source(f.read())
     except OSError:
         return None
-    return describe_source(code)
 
 
 def describe_source(code):
     match = _INSTANTIATION.search(code)
-    if not match:
-        return None
-    args = " ".join(match.group(2).split())
-    return f"{match.group(1)}<{args}>"
+    return f"{match.group(1)}<{' '.join(match.group(2).split())}>" if match else None
 
 
 def nvcc_refuse(argv):
