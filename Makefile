@@ -50,6 +50,11 @@ SGL023_PKGS := sglang==0.5.23 apache-tvm-ffi==0.1.11 msgspec==0.23.0 numpy==2.4.
 	pybase64==1.5.1 pillow==13.0.0 starlette==1.10.0 anyio==4.16.0 pyzmq==27.3.0 tqdm==4.70.1 ipython==9.18.1 \
 	traitlets==5.16.1 transformers==5.19.0 huggingface-hub==1.33.0 tokenizers==0.23.3 safetensors==0.8.0 \
 	httpx==0.28.1 httpcore==1.0.9 h11==0.16.0 dill==0.4.1 sentencepiece==0.2.3
+# the sglang releases whose JIT modules are modelled beside 0.5.14 and 0.5.23 (data/sglang_jit.yaml: 0.5.15-0.5.17,
+# data/sglang_jit_ninja.yaml: 0.5.18-0.5.19), each wheel alone (--no-deps, 12-26 MB) in a folder of its own:
+# tests/test_sglang_jit_releases.py and test_sglang_jit_ninja_hook.py call its own builders with 0.5.14's and
+# 0.5.23's import chains behind it
+SGL_JIT_RELEASES := 0.5.15 0.5.16 0.5.17 0.5.18 0.5.19
 TORCH ?= 2.13.0
 # Triton 3.6.0 (what the H200's torch 2.11 pairs with) in a folder of its own, NOT on the venv's path (the sglang
 # tests stand in for it): tests/test_triton_capture.py compiles real kernels for sm_90 with it on this GPU-less machine,
@@ -90,6 +95,7 @@ $(TEST_STAMP): $(RUN_STAMP)
 	$(BIN)/python scripts/update_sglang_args.py --fetch $(SGL_WHEELS)
 	$(BIN)/pip download -q --no-deps --only-binary :all: -d .cache/wheels sgl-deep-gemm==0.1.3  # tests/test_unpack_tool.py: a real wheel (4.6 MB), outside the venv
 	$(BIN)/pip install -q --no-deps --target $(SGL023) $(SGL023_PKGS)
+	for v in $(SGL_JIT_RELEASES); do $(BIN)/pip install -q --no-deps --target $(VENV)/sglang-$$v sglang==$$v || exit 1; done
 	touch $@
 
 setup: $(TEST_STAMP)

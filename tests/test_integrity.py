@@ -290,6 +290,32 @@ def test_warm_rebuilds_a_changed_sglang_jit_module(jit_warmed, tmp_path, how):
 
 
 @needs_dg013
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux unshare")
+def test_a_fresh_build_in_a_pid_namespace_is_the_same_build(nvcc_cache, tmp_path):
+    """nvcc puts the compiling process's id into its unique symbol names (``..._<hash>_<pid><mangled>``): a build
+    whose pid has another number of digits (a busy machine past 99999 processes; here a fresh pid namespace, pids
+    of 1-3 digits) moves the string table, its offsets and every file offset after it. The CI machine met this in
+    the test below (its fresh build was taken for a different one). With the index removed, a warm inside a pid
+    namespace rebuilds every unrecorded entry and must find each the same build as the one on disk: all kept."""
+    manifest, pristine = nvcc_cache
+    cache = tmp_path / "dg"
+    shutil.copytree(pristine, cache, symlinks=True)
+    (cache / "dgprecompile" / "index.json").unlink()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([sgl_deep_gemm_013_dir(), str(REPO)])}
+    probe = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"unshare --pid is not allowed here: {probe.stderr.decode(errors='replace').strip()}")
+    warm = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-m", "dgprecompile", "warm",
+                           "--manifest", str(manifest), "--cache-dir", str(cache), "--nvcc", NVCC, "--json"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert warm.returncode == 0, warm.stderr
+    summary = json.loads(warm.stdout)
+    assert summary["compiled"] == 0 and summary["already_cached"] == 3, (summary, warm.stderr)
+    for entry in (pristine / "cache").iterdir():  # kept as they were
+        assert (cache / "cache" / entry.name / "kernel.cubin").read_bytes() == (entry / "kernel.cubin").read_bytes()
+
+
+@needs_dg013
 def test_an_entry_the_index_does_not_record_is_checked_against_a_fresh_build(nvcc_cache, tmp_path):
     """Issue 29 item 7: index.json removed (what the damaged-index hint says to do) and one cubin's code flipped.
     warm must not re-index the flipped entry as good: it rebuilds every unrecorded entry in staging, replaces the

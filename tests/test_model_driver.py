@@ -97,13 +97,16 @@ def _summary():
 
 def test_the_summary_names_each_family_from_the_hooks_own_refusal_messages(tmp_path):
     from dgprecompile.launch.hook import _dgprecompile_hook as hook
+    from dgprecompile.launch.hook import _dgprecompile_inductor as inductor
 
     s = _summary()
     lines = [hook.triton_refusal_message("fused_moe_kernel").splitlines()[0],
              hook.triton_refusal_message("cuda_utils (Triton's host module, bd3a39e80ee847d0)").splitlines()[0],
              hook.triton_refusal_message("triton_per_fused_copy__mul_sum_0").splitlines()[0],
-             "dgprecompile strict mode: refused a DeepGEMM runtime compile (nvcc -o x); warm the cache with: x"]
-    assert [s.family_of_message(line) for line in lines] == ["triton-moe", "triton-host", "inductor", "deepgemm"]
+             "dgprecompile strict mode: refused a DeepGEMM runtime compile (nvcc -o x); warm the cache with: x",
+             inductor.inductor_refusal_message("moe_sum_reduce_torch_compile (/x/fused_moe.py:320)").splitlines()[0]]
+    assert [s.family_of_message(line) for line in lines] == ["triton-moe", "triton-host", "inductor", "deepgemm",
+                                                             "inductor"]
     assert s.family_of_path("./cache/kernel.sm90_fp8_gemm_1d2d.00/kernel.cubin") == "deepgemm"
     assert s.family_of_path("./tvm-ffi/sgl_kernel_jit_x/x.so") == "sglang-jit"
     assert s.family_of_path("./triton/ABC/__grp__fused_moe_kernel.json") == "triton-moe"
@@ -124,7 +127,7 @@ def test_the_summary_names_each_family_from_the_hooks_own_refusal_messages(tmp_p
                           "--deleted", str(victims)], capture_output=True, text=True, timeout=60)
     out = res.stdout.splitlines()
     assert "family triton-moe: refused 1, new 1" in out and "family deepgemm: refused 1, new 0" in out
-    assert "family inductor: refused 1, new 1" in out  # the torch.compile frames count as new inductor work
+    assert "family inductor: refused 2, new 1" in out  # the torch.compile frames count as new inductor work
     assert "family sglang-jit: refused 0, new 0" in out
     assert "deleted triton-moe refused by name" in out and "deleted sglang-jit NOT refused" in out
 

@@ -31,9 +31,10 @@ def test_every_runtime_answers_the_protocol_once():
 def test_the_strict_vocabulary_is_what_each_runtime_has():
     assert {g.id for g in GENERATIONS.values() if g.strict_by is StrictBy.HOOK} == {"legacy"}
     assert {f.id: f.strict_by for f in JIT_FAMILIES.values()} == {"tvm-ffi": StrictBy.HOOK,
-                                                                  "sglang-ninja": StrictBy.SWITCH}
-    assert {f.id for f in CAPTURED if f.strict_by is StrictBy.COUNTED} == {"flashinfer", "inductor", "cute-dsl",
-                                                                         "cuda-driver"}
+                                                                  "sglang-ninja": StrictBy.SWITCH,
+                                                                  "sglang-ninja-hook": StrictBy.HOOK}
+    assert {f.id for f in CAPTURED if f.strict_by is StrictBy.COUNTED} == {"flashinfer", "cute-dsl", "cuda-driver"}
+    assert {f.id for f in CAPTURED if f.strict_by is StrictBy.HOOK} == {"triton", "inductor"}
     assert StrictBy.STANDIN == "standin" and str(StrictBy.HOOK) == "hook"  # what manifests and messages show
 
 

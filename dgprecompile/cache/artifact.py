@@ -6,6 +6,8 @@ An artifact is a gzip-compressed tar with::
     dgprecompile/index.json        the cache index restricted to the packed kernels (and the index's extra entries)
     cache/<entry>/<file>           the entry files, exactly as DeepGEMM wrote them
     tvm-ffi/<entry>/<file>         SGLang's own JIT modules (sglang 0.5.14), as its build left them
+    inductor/<entry>/<file>        torch.compile's captured caches; <entry> nests by its first component
+                                   (fxgraph/<k>/<key>, aotautograd/<key>, <bucket>: store.AREA_NESTING)
 
 cache/pack.py writes one; cache/unpack.py installs one. Reading (:func:`read_artifact`) takes the whole archive
 and checks it (format, member names and types, every sha256, the index against the members) and writes nothing:
@@ -94,7 +96,8 @@ def check_member(path: Path, info: tarfile.TarInfo) -> None:
         raise _refuse(path, name, "not a regular file or directory")
     if any(p in ("", ".") for p in parts):
         raise _refuse(path, name, "an empty or '.' path component")
-    depth = area_depth(parts[0]) if parts[0] in AREAS else 1  # an area's entry names may nest (store.AREA_DEPTH)
+    # an area's entry names may nest (store.AREA_DEPTH), in inductor's by their first component (store.AREA_NESTING)
+    depth = area_depth(parts[0], parts[1] if len(parts) > 1 else None) if parts[0] in AREAS else 1
     if info.isdir():
         ok = parts == ["dgprecompile"] or (parts[0] in AREAS and 1 <= len(parts) <= 1 + depth
                                            and all(_valid_entry_name(p) for p in parts[1:]))

@@ -1,7 +1,7 @@
 """What a cache root holds, cheaply, to tell what a run added, changed or removed (strict `launch`).
 
-One record per file, link and directory under the root (dgprecompile's own folder left out: its locks and staging
-change as a matter of course): its kind, size, mtime_ns, ctime_ns and inode, and for a small file the sha256 of
+One record per file, link and directory under the root (dgprecompile's own folder and inductor's locks/ left out:
+their locks and staging change as a matter of course): its kind, size, mtime_ns, ctime_ns and inode, and for a small file the sha256 of
 its bytes. ctime cannot be set back by a user (an in-place `cp` over a cubin, then `touch -d` to the old time,
 still changes it), so large files need no hashing; thousands of entries take a stat each.
 """
@@ -14,7 +14,12 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dgprecompile.cache.store import AREAS, ENTRIES, OURS, _depths
+from dgprecompile.cache.store import AREAS, ENTRIES, OURS, area_depth
+from dgprecompile.runtimes import CAPTURED
+
+# folders of a family's area that hold no entries, only the library's lock files (inductor's locks/, which a cache
+# hit creates too): a run that takes a lock there compiled nothing
+LOCKS = frozenset(f"{f.area}/{name}" for f in CAPTURED for name in f.ignore)
 
 SMALL_FILE = 64 * 1024  # files up to this size are hashed as well
 
@@ -42,7 +47,7 @@ def take(root: str | Path) -> dict[str, tuple]:
             continue
         for entry in entries:
             path = f"{rel}/{entry.name}" if rel else entry.name
-            if path == OURS:
+            if path == OURS or path in LOCKS:
                 continue
             try:
                 st = entry.stat(follow_symlinks=False)
@@ -68,7 +73,7 @@ def entry_of(path: str) -> str:
     area = parts[0]
     if area not in AREAS or len(parts) == 1:
         return path
-    name = "/".join(parts[:1 + _depths().get(area, 1)])
+    name = "/".join(parts[:1 + area_depth(area, parts[1])])
     return name[len(ENTRIES) + 1:] if area == ENTRIES else name
 
 
@@ -90,7 +95,7 @@ def _container(path: str, record: tuple | None) -> bool:
     if record is None or record[0] != "dir":
         return False
     parts = path.split("/")
-    return len(parts) < 1 + (_depths().get(parts[0], 1) if parts[0] in AREAS else 0) or len(parts) == 1
+    return len(parts) == 1 or len(parts) < 1 + (area_depth(parts[0], parts[1]) if parts[0] in AREAS else 0)
 
 
 def diff(before: dict[str, tuple], after: dict[str, tuple]) -> Changes:

@@ -5,6 +5,8 @@ Layout (the runtime's own part is untouched; ours lives beside it under ``dgprec
     <root>/cache/<entry>/...              entries written by DeepGEMM (legacy and C++ JITs alike)
     <root>/tvm-ffi/<entry>/...            SGLang's own tvm-ffi JIT modules (launch sets TVM_FFI_CACHE_DIR here)
     <root>/triton/<hash>/...              Triton's kernels (launch sets TRITON_CACHE_DIR here; dgprecompile.runtimes.captured)
+    <root>/inductor/fxgraph/<k>/<key>/... torch.compile's caches (launch sets TORCHINDUCTOR_CACHE_DIR here), nested by
+                                          the first component: fxgraph 3, aotautograd 2, code buckets 1
     <root>/sglang-jit/<t>/<m>/<b>/<d>/... SGLang's own ninja JIT modules, 0.5.20 on (launch sets SGLANG_JIT_CACHE_DIR
                                           here): an entry is one leaf <target>/<module>/build-<key>/deps-<key>
     <root>/dgprecompile/index.json        fingerprint + one record per warmed kernel (entry, sha256 of each file)
@@ -43,7 +45,7 @@ from dgprecompile.fsutil import (
     tree_size,
 )
 from dgprecompile.host import scratch
-from dgprecompile.runtimes import FILED_AREAS, JIT_FAMILIES, family_for_area
+from dgprecompile.runtimes import CAPTURED, FILED_AREAS, JIT_FAMILIES, family_for_area
 
 INDEX_SCHEMA = 1
 OURS = "dgprecompile"
@@ -79,17 +81,22 @@ def _depths() -> dict[str, int]:
 # path components of one entry's name, per area (default 1; a JitFamily's entry_depth): SGLang's ninja JIT
 # nests its leaves 4 deep (<target>/<module>/build-<key>/deps-<key>, kernels/jit/utils/compile/cache.py:15-21)
 AREA_DEPTH = _depths()
+# areas whose entries nest by their first component (a filed CacheFamily's ``nesting``): inductor's
+# fxgraph/<k>/<key>, aotautograd/<key> and <bucket> (dgprecompile/runtimes/captured.py)
+AREA_NESTING = {f.area: f for f in CAPTURED if f.filed and f.nesting}
 
 
-def area_depth(area: str) -> int:
-    return AREA_DEPTH.get(area, 1)
+def area_depth(area: str, first: str | None = None) -> int:
+    """Path components of an entry's name in ``area``; where it depends on the name's first component, that one's."""
+    nested = AREA_NESTING.get(area)
+    return nested.depth_of(first) if nested is not None else AREA_DEPTH.get(area, 1)
 
 
 def valid_entry_name(entry: str, area: str = ENTRIES) -> bool:
     """An entry name of this area: as many path components as the area nests, none empty, '.', '..' or hidden."""
     parts = entry.split("/")
-    return len(parts) == area_depth(area) and all(p and p not in (".", "..") and not p.startswith(".")
-                                                  for p in parts)
+    return len(parts) == area_depth(area, parts[0]) and all(p and p not in (".", "..") and not p.startswith(".")
+                                                             for p in parts)
 
 
 def sha256_file(path: Path) -> str:
@@ -289,6 +296,8 @@ class CacheStore:
         """The entry names of an area; in an area that nests, only complete names (a runtime's hidden
         .staging-* build directories are no entries)."""
         base = self.area_dir(area)
+        if area in AREA_NESTING:
+            return sorted(name for name, _ in AREA_NESTING[area]._leaves(base))
         level = [base]
         for _ in range(area_depth(area)):
             found = []

@@ -390,7 +390,7 @@ def _extract(art: Artifact, to_add: dict[str, EntryRecord], staging: Path) -> No
                 if info.size != (listing.get(info.name) or {}).get("bytes"):
                     raise InputError(f"{art.path} changed while it was being unpacked ({info.name}); the cache is "
                                      "unchanged", hint="unpack it again once nothing is writing the file")
-                entry_dir = "/".join(parts[:1 + area_depth(parts[0])])
+                entry_dir = "/".join(parts[:1 + area_depth(parts[0], parts[1])])
                 (staging / entry_dir).mkdir(parents=True, exist_ok=True)
                 digest = _copy_stream(tar.extractfile(info), staging / info.name)
                 if digest != art.members.get(info.name):

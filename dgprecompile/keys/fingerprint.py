@@ -24,7 +24,7 @@ def _jit_fields(recorded: dict[str, Any], current: dict[str, Any] | None = None)
     for family in JIT_FAMILIES.values():
         section = family.fingerprint_section
         if recorded.get(section) and (current is None or current.get(section)):
-            out += family.key_fields()
+            out += tuple(f for f in family.key_fields() if f not in out)  # two families may share a section
     return out
 
 

@@ -22,7 +22,8 @@ KEY_SCHEMES: dict[str, type] = {
     "sdg-01": CxxKeyContext,  # sgl-deep-gemm 0.1.x (keys/sgl_deep_gemm_01.py)
     "deepjit": DeepJitKeyContext,  # sgl-deep-gemm 0.2.x (keys/deepjit.py)
 }
-NAMINGS: dict[str, type] = {"tvm-ffi": JitNaming, "sglang-ninja": NinjaNaming}  # by JitFamily id
+NAMINGS: dict[str, type] = {"tvm-ffi": JitNaming, "sglang-ninja": NinjaNaming,  # by JitFamily id
+                            "sglang-ninja-hook": NinjaNaming}
 
 
 def key_class(scheme: str) -> type:

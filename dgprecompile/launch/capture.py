@@ -69,8 +69,9 @@ def relocate(store: CacheStore) -> list[str]:
     return moved
 
 
-def snapshot(root: str | Path) -> dict[str, dict[str, str | None]]:
-    return {fam.id: fam.entries(fam.area_dir(root)) for fam in CAPTURED}
+def snapshot(root: str | Path) -> dict[str, dict[str, tuple[str | None, tuple[str, ...]]]]:
+    """Per family, every entry -> (why it is not whole or None, its files where entries grow: CacheFamily.state)."""
+    return {fam.id: fam.state(fam.area_dir(root)) for fam in CAPTURED}
 
 
 @dataclass
@@ -89,22 +90,24 @@ class FamilyReport:
                 "not_whole": self.not_whole, "note": self.note, "hidden_misses": self.hidden}
 
 
-def compiled_during(root: str | Path, before: Mapping[str, Mapping[str, str | None]]) -> list[FamilyReport]:
-    """Per family, what appeared in its area during the run (non-strict: everything compiled at run time)."""
+def compiled_during(root: str | Path, before: Mapping[str, Mapping[str, tuple]]) -> list[FamilyReport]:
+    """Per family, what appeared in its area during the run (non-strict: everything compiled at run time); an
+    entry that grew (inductor's buckets) counts as new, so that a capture files it again with every file."""
     after = snapshot(root)
     out = []
     for fam in CAPTURED:
         old = before.get(fam.id, {})
         rep = FamilyReport(fam.id, fam.label)
-        for name, problem in sorted(after[fam.id].items()):
-            if name in old and (old[name] is None or problem is not None):
-                continue  # there before: whole, or still not whole (a left-over of an earlier run)
+        for name, (problem, files) in sorted(after[fam.id].items()):
+            was, had = old.get(name, ("missing", None))
+            if name in old and had == files and (was is None or problem is not None):
+                continue  # there before, the same files: whole, or still not whole (a left-over of an earlier run)
             rep.new.append(name)
             rep.kernels += fam.kernel_names(fam.area_dir(root) / name)
             if problem is not None:
                 rep.not_whole[name] = problem
         if not fam.filed and rep.new:
-            rep.note = f"not filed: {fam.label} entries nest deeper than the artifact's <area>/<entry>/<file>"
+            rep.note = f"not filed: {fam.label} entries are counted and named only (docs/families.md)"
         out.append(rep)
     return out
 

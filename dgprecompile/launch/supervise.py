@@ -56,6 +56,9 @@ class JobWatch:
 
     scan: bool = True  # look for Python processes at all (strict mode); False: signals only
     python: dict[int, str] = field(default_factory=dict)
+    # Python processes seen with their parent's command line: forks, maybe on their way to exec another program
+    # (subprocess forks in C, where no at-fork handler writes a guard record); looked at again until they change
+    forked: set[int] = field(default_factory=set)
     signals: list[int] = field(default_factory=list)  # signals the launcher received and forwarded
     killed: bool = False  # the grace ran out: what was left of the job got SIGKILL
     left_behind: list[str] = field(default_factory=list)  # "pid N: command" still running when the job ended
@@ -65,14 +68,30 @@ class JobWatch:
         if not self.scan:
             return
         for st in descendants(supervisor):
-            if st.pid in self.python:
+            if st.pid in self.python and st.pid not in self.forked:
                 continue
             try:
                 exe = os.path.basename(os.readlink(f"/proc/{st.pid}/exe"))
             except OSError:  # gone meanwhile, or not ours to read
                 continue
-            if _PYTHON_EXE.match(exe):
-                self.python[st.pid] = command_line(st.pid)
+            if not _PYTHON_EXE.match(exe):  # a fork that exec'd another program was no Python process
+                if st.pid in self.forked:
+                    self.forked.discard(st.pid)
+                    self.python.pop(st.pid, None)
+                continue
+            command = command_line(st.pid)
+            if self.python.get(st.pid) == command:
+                continue  # still the fork it was
+            if st.pid not in self.python and command == command_line(st.ppid):
+                self.forked.add(st.pid)
+            else:  # its own program (a fork seen before that exec'd Python counts from now on)
+                self.forked.discard(st.pid)
+            self.python[st.pid] = command
+
+    def unguarded_forks(self) -> set[int]:
+        """Forks never seen to exec: the parent's interpreter (a guarded parent's guard is theirs too: its
+        patches are in their memory) or a program started by a fork that ended before a look saw it change."""
+        return set(self.forked)
 
 
 def find_command(name: str, env: Mapping[str, str]) -> str:

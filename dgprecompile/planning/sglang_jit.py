@@ -51,6 +51,9 @@ def server_path(model, by_path: dict[str, list], par, options: dict[str, Any], d
             facts["rope_neox"] = not bool(cfg["rope_interleave"])
     else:
         facts["rope_dim"] = int(head_dim * float(cfg.get("partial_rotary_factor") or 1.0))
+    hidden = int(cfg.get("hidden_size") or 0)  # DeepSeek's router GEMM (0.5.15 on) is templated on both
+    facts.update({"hidden_size": hidden, "hidden_1024_aligned": hidden > 0 and hidden % 1024 == 0,
+                  "router_experts": int(cfg.get("n_routed_experts") or cfg.get("num_experts") or 0)})
     scaling = cfg.get("rope_scaling") or {}
     facts["rope_yarn"] = str(scaling.get("rope_type") or scaling.get("type") or "") == "yarn"
     facts["rope_neox_int"] = int(bool(facts.get("rope_neox")))

@@ -27,12 +27,12 @@ from dgprecompile.runtimes.deepgemm import BACKENDS, Backend, Generation, get_ba
 from dgprecompile.runtimes.deepgemm_cxx import CXX_GENERATIONS
 from dgprecompile.runtimes.deepgemm_legacy import LEGACY
 from dgprecompile.runtimes.jit_loader import JitFamily
-from dgprecompile.runtimes.sglang_ninja import SGLANG_NINJA
+from dgprecompile.runtimes.sglang_ninja import SGLANG_NINJA, SGLANG_NINJA_HOOK
 from dgprecompile.runtimes.triton_moe import TRITON_MOE, TritonMoeFamily
 from dgprecompile.runtimes.tvm_ffi import TVM_FFI
 
 GENERATIONS: dict[str, Generation] = {g.id: g for g in (LEGACY, *CXX_GENERATIONS)}
-JIT_FAMILIES: dict[str, JitFamily] = {f.id: f for f in (TVM_FFI, SGLANG_NINJA)}
+JIT_FAMILIES: dict[str, JitFamily] = {f.id: f for f in (TVM_FFI, SGLANG_NINJA, SGLANG_NINJA_HOOK)}
 CAPTURED: tuple[CacheFamily, ...] = (*CACHE_FAMILIES, CUDA_DRIVER)
 FILED_AREAS: tuple[str, ...] = tuple(f.area for f in CAPTURED if f.filed)  # whole entries travel in artifacts
 RUNTIMES: tuple[Runtime, ...] = (*GENERATIONS.values(), *JIT_FAMILIES.values(), TRITON_MOE, *CAPTURED)

@@ -9,7 +9,8 @@ Stages never branch on a family's name; they ask its :class:`CacheFamily`:
 * cache: ``area`` (its directory under the cache root), ``entries(area_dir)`` (what the library built, each with
   the reason it is not whole, or None), ``entry_files(entry_dir)`` (the files filed in the index);
 * artifact: ``filed`` (True: whole entries are filed in the index and travel with pack/push/pull; the artifact's
-  members are ``<area>/<entry>/<file>``, so a family whose entries nest deeper is counted and named only);
+  members are ``<area>/<entry>/<file>``, ``<entry>`` as many components deep as ``nesting`` says for its first one;
+  a family not filed is counted and named only);
 * fingerprint: ``packages`` (the distributions whose versions the capture records).
 
 Whole, per family, is defined from the library's own writer (cited on each):
@@ -27,8 +28,15 @@ Whole, per family, is defined from the library's own writer (cited on each):
   ``FLASHINFER_JIT_DIR/<name>/<name>.so``, ``is_compiled`` = that file exists; ``jit/env.py``:
   ``FLASHINFER_JIT_DIR = $FLASHINFER_WORKSPACE_BASE/.cache/flashinfer/<version>/<archs>/cached_ops``): a module
   is built when ``<name>.so`` is there. Not filed: its entries lie four directories below the area.
-* torch inductor (``TORCHINDUCTOR_CACHE_DIR``; files written with ``write_atomic``): counted per file. Not filed:
-  its FX-graph and Triton entries nest two and three levels deep.
+* torch inductor 2.x (``TORCHINDUCTOR_CACHE_DIR``; ``torch/_inductor/codecache.py``): the FX graph cache's entries
+  ``fxgraph/<key[1:3]>/<key>/<file>``, AOTAutograd's ``aotautograd/<key>/<file>``, and the code caches' buckets
+  ``<hash[1:3]>/<file>`` (the generated module, and on the CPU its C++ kernels' sources and ``.so``); ``locks/``
+  holds only FileLock's files. Every file but a C++ ``.so`` is written with ``write_atomic`` (a hidden
+  ``.<pid>.<tid>.tmp`` renamed into place); the ``.so`` is linked in place under its lock, so an ELF whose section
+  table ends past the file is a link cut short. An entry is the leaf directory at its sub-area's depth, whole when it
+  holds only such files and no directory. A bucket grows (every compile whose hash starts with its two characters
+  adds files): a capture re-files a bucket whose files changed. Filed: the artifact's inductor area nests by its
+  first component (``nesting``).
 * CuTe-DSL (``cutlass/base_dsl/cache_helpers.py``: ``CUTE_DSL_CACHE_DIR``, else ``$TMPDIR/<user>/
   cutlass_python_cache``): counted per file. Not filed.
 
@@ -72,6 +80,13 @@ class CacheFamily:
     kind: str = "captured"  # plans no items: its entries are filed from a capture (runtimes/base.py)
     not_entries: tuple[str, ...] = ()  # files the library keeps beside its entries (its bookkeeping): not counted
     live: tuple[str, ...] = ()  # `verify --live` drives none: their new entries are counted, not driven
+    # path components of an entry's name by its first one (default 1), and first components that hold no entries
+    nesting: tuple[tuple[str, int], ...] = ()
+    ignore: tuple[str, ...] = ()
+
+    def depth_of(self, first: str | None) -> int:
+        """Path components of the name of an entry whose first component is ``first``."""
+        return dict(self.nesting).get(first or "", 1)
 
     def area_dir(self, root: str | Path) -> Path:
         return Path(root) / self.area
@@ -102,11 +117,33 @@ class CacheFamily:
                     so = d / f"{d.name}.so"
                     out[str(d.relative_to(area_dir))] = (None if so.is_file() and so.stat().st_size > 0
                                                          else f"{so.name} not built")
+        elif self.layout == "inductor":
+            out = {name: tree_entry_problem(d) for name, d in self._leaves(area_dir)}
         else:
             for f in sorted(p for p in area_dir.rglob("*") if p.is_file()):  # written atomically (locks: empty)
                 if str(f.relative_to(area_dir)) not in self.not_entries:
                     out[str(f.relative_to(area_dir))] = None
         return out
+
+    def _leaves(self, area_dir: Path) -> list[tuple[str, Path]]:
+        """(name, directory) of every entry of a nesting layout: each first-level directory not ignored, walked
+        down to its depth."""
+        out = []
+        for top in _subdirs(area_dir):
+            if top.name in self.ignore or top.name.startswith("."):
+                continue
+            level = [top]
+            for _ in range(self.depth_of(top.name) - 1):
+                level = [d for parent in level for d in _subdirs(parent) if not d.name.startswith(".")]
+            out += [(str(d.relative_to(area_dir)), d) for d in level]
+        return out
+
+    def state(self, area_dir: str | Path) -> dict[str, tuple[str | None, tuple[str, ...]]]:
+        """Every entry -> (why it is not whole or None, its file names where entries grow (inductor's buckets),
+        else ()): what a capture compares before and after the job."""
+        grows = self.layout == "inductor"
+        return {name: (problem, tuple(self.entry_files(Path(area_dir) / name)) if grows and problem is None else ())
+                for name, problem in self.entries(area_dir).items()}
 
     def entry_files(self, entry_dir: Path) -> list[str]:
         """The files of a whole entry that the index records (only for ``filed`` families)."""
@@ -116,6 +153,8 @@ class CacheFamily:
         """None when the entry on disk is whole and usable where it lies, else what is wrong."""
         if self.layout == "triton-groups":
             return triton_entry_problem(entry_dir, here=True)
+        if self.layout == "inductor":
+            return tree_entry_problem(entry_dir)
         return None if entry_dir.exists() else "missing"
 
     def relocate(self, entry_dir: Path) -> bool:
@@ -136,6 +175,8 @@ class CacheFamily:
         """The kernels an entry holds, as the library names them (Triton: its group files' kernel names)."""
         if self.layout == "triton-groups":
             return sorted(p.name[len("__grp__"):-len(".json")] for p in entry_dir.glob("__grp__*.json"))
+        if self.layout == "inductor":  # one compiled graph per FX graph cache entry; the rest is its code
+            return [f"FX graph {entry_dir.name}"] if entry_dir.parent.parent.name == "fxgraph" else []
         return [entry_dir.name]
 
 
@@ -179,6 +220,48 @@ def triton_entry_problem(entry_dir: Path, here: bool = False) -> str | None:
     return None
 
 
+ELF_SO = ".so"
+
+
+def tree_entry_problem(entry_dir: Path) -> str | None:
+    """None when a leaf of inductor's cache (see the module docstring) is whole, else why not."""
+    try:
+        children = sorted(entry_dir.iterdir())
+    except OSError:
+        return "missing"
+    if not children:
+        return "empty"
+    for p in children:
+        if p.name.startswith("."):
+            return f"a write is in flight ({p.name})"
+        if p.is_symlink() or not p.is_file():
+            return f"{p.name} is not a regular file (deeper than inductor's layout)"
+        if p.stat().st_size == 0:
+            return f"{p.name} is empty"
+        if p.name.endswith(ELF_SO):
+            problem = elf_problem(p)
+            if problem:
+                return f"{p.name}: {problem}"
+    return None
+
+
+def elf_problem(path: Path) -> str | None:
+    """None when ``path`` is a 64-bit little-endian ELF whose section table lies inside it (the linker writes it
+    last), else what is wrong."""
+    import struct
+
+    with open(path, "rb") as f:
+        head = f.read(64)
+        size = os.fstat(f.fileno()).st_size
+    if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+        return "not a 64-bit little-endian ELF file"
+    shoff = struct.unpack_from("<Q", head, 0x28)[0]
+    shentsize, shnum = struct.unpack_from("<HH", head, 0x3A)
+    if shnum == 0 or shoff + shnum * shentsize > size:
+        return f"cut short ({size} bytes; its section table ends past the end)"
+    return None
+
+
 CACHE_FAMILIES: tuple[CacheFamily, ...] = (
     # compile() looks the key up and calls backend.add_stages only on a miss (triton/compiler/compiler.py)
     CacheFamily("triton", "Triton", "triton", ("TRITON_CACHE_DIR",), ("triton",), "triton-groups", filed=True,
@@ -187,8 +270,12 @@ CACHE_FAMILIES: tuple[CacheFamily, ...] = (
     # build_and_load calls build for every non-AOT module (flashinfer/jit/core.py, 0.6.12)
     CacheFamily("flashinfer", "FlashInfer JIT", "flashinfer", ("FLASHINFER_WORKSPACE_BASE",), ("flashinfer-python",),
                 "flashinfer-ops", filed=False, hook_target=None),
+    # _compile_fx_inner calls the module global fx_codegen_and_compile only when the FX graph cache has no entry
+    # (miss, bypass, or AOTAutograd's bundled cache missed); an AOTAutograd cache hit never gets there
+    # (torch/_inductor/compile_fx.py, torch 2.13 and pytorch main 001077c)
     CacheFamily("inductor", "torch.compile (inductor)", "inductor", ("TORCHINDUCTOR_CACHE_DIR",), ("torch",),
-                "files", filed=False, hook_target=None),
+                "inductor", filed=True, hook_target="torch._inductor.compile_fx",
+                nesting=(("fxgraph", 3), ("aotautograd", 2)), ignore=("locks",)),
     CacheFamily("cute-dsl", "CuTe-DSL", "cute-dsl", ("CUTE_DSL_CACHE_DIR",), ("nvidia-cutlass-dsl",), "files",
                 filed=False, hook_target=None),
 )

@@ -104,7 +104,7 @@ class JitVersionSpec:
     cache_dir_env: str
     cache_dir_default: str
     arch_override: str
-    arch: tuple[int, int]
+    arch: tuple  # (major, minor) or (major, minor, suffix): the target the release's arch override is given
     modules: tuple[dict[str, Any], ...]
     source_hash: bool = True  # the module name ends in the sources' hash (0.5.14 on; 0.5.9 has none)
     raw: tuple[tuple[str, Any], ...] = ()
@@ -113,7 +113,7 @@ class JitVersionSpec:
 
     @property
     def arch_name(self) -> str:
-        return f"{self.arch[0]}.{self.arch[1]}"
+        return f"{self.arch[0]}.{self.arch[1]}" + "".join(str(x) for x in self.arch[2:])
 
     def requirements(self) -> dict[str, dict[str, int]]:
         """Each module's ``requires:`` (what the device must have for SGLang to build it), by module id."""
@@ -128,11 +128,16 @@ _FIELDS = ("source_root", "include_dir", "name_prefix", "build_dir", "cache_dir_
            "arch_override")
 
 
+def _spliced(modules: list) -> tuple[dict[str, Any], ...]:
+    """A release's modules: an item that is a list (another release's list, by YAML alias) is spliced in."""
+    return tuple(x for m in modules for x in (m if isinstance(m, list) else [m]))
+
+
 @lru_cache(maxsize=4)
 def _releases(data_file: str = "sglang_jit.yaml") -> tuple[JitVersionSpec, ...]:
     data = load_yaml(data_file)
     return tuple(JitVersionSpec(SpecifierSet(v["sglang"]), *(v[f] for f in _FIELDS), tuple(v["arch"]),
-                                tuple(v["modules"]), bool(v.get("source_hash", True)),
+                                _spliced(v["modules"]), bool(v.get("source_hash", True)),
                                 tuple((k, x) for k, x in v.items() if k != "modules"),
                                 tuple(v.get("build_requires", ())), float(v.get("build_seconds", 45.0)))
                  for v in data["versions"])
@@ -150,8 +155,10 @@ def release_spec(family, sglang_version: str | None) -> JitVersionSpec | None:
 
 
 def modelled_versions(family) -> list[str]:
-    """The exact sglang releases a family's data file models (its '==X' entries)."""
-    return [str(spec).lstrip("=") for s in _releases(family.data_file) for spec in s.sglang if spec.operator == "=="]
+    """The exact sglang releases a family's data file models (its '==X' entries in the family's range: two
+    families may share a data file)."""
+    return [v for s in _releases(family.data_file) for spec in s.sglang if spec.operator == "=="
+            for v in [str(spec).lstrip("=")] if family.covers(v)]
 
 
 

@@ -1,11 +1,12 @@
-"""SGLang's own ninja JIT loader (sglang/kernels/jit, 0.5.20 on): one loader family (runtimes/jit_loader.py); its
-modules per release are data (data/sglang_jit_ninja.yaml), its names computed by keys/sglang_jit_ninja.py."""
+"""SGLang's own ninja JIT loader (sglang/kernels/jit, 0.5.18 on): two loader families (runtimes/jit_loader.py), with
+(0.5.20 on) and without (0.5.18-0.5.19) its strict switch; their modules per release are data
+(data/sglang_jit_ninja.yaml), their names computed by keys/sglang_jit_ninja.py."""
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +99,7 @@ class NinjaJitFamily(JitFamily):
 SGLANG_NINJA = NinjaJitFamily(
     id="sglang-ninja", label="SGLang's own ninja JIT loader (sglang/kernels/jit, 0.5.20-0.5.23)",
     # 0.5.17 is still tvm-ffi load_inline under kernels/jit; 0.5.18-0.5.19 have this loader but no strict
-    # switch (SGLANG_CRASH_ON_JIT_COMPILE arrives in 0.5.20): neither is this family (docs/sglang-jit-ninja.md)
+    # switch (SGLANG_CRASH_ON_JIT_COMPILE arrives in 0.5.20): SGLANG_NINJA_HOOK below (docs/sglang-jit-ninja.md)
     releases=">=0.5.20,<0.5.24", data_file="sglang_jit_ninja.yaml",
     backend="kernels-jit", area="sglang-jit",
     cache_env=("SGLANG_JIT_CACHE_DIR",), cache_default="~/.cache/sglang/jit", fingerprint_section="sglang_ninja",
@@ -110,4 +111,14 @@ SGLANG_NINJA = NinjaJitFamily(
     # a leaf keeps only what the runtime reads (cache.py:369-418): the build's objects, sources and logs go
     not_recorded=("build.ninja", "cuda.cu", "cuda_0.o", "cuda_0.o.d", ".ninja_log", ".ninja_deps"),
     entry_depth=4,  # <target>/<module>/build-<key>/deps-<key>
+)
+
+
+# 0.5.18-0.5.19: the same loader, build key and cache layout for CUDA (docs/sglang-jit-ninja.md), but no
+# SGLANG_CRASH_ON_JIT_COMPILE: strict mode refuses through the startup hook, which wraps the loader's ninja.build
+# (loader.py calls it by module attribute, only on a miss: after find_prebuilt, inside the scope's build lock)
+SGLANG_NINJA_HOOK = replace(
+    SGLANG_NINJA, id="sglang-ninja-hook",
+    label="SGLang's own ninja JIT loader without a strict switch (sglang/kernels/jit, 0.5.18-0.5.19)",
+    releases=">=0.5.18,<0.5.20", strict_switch=(), hook_target="sglang.kernels.jit.utils.compile.ninja",
 )

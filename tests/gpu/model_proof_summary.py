@@ -27,6 +27,8 @@ def family_of_message(line: str) -> str:
         return "deepgemm"
     if "SGLang tried to build its JIT module" in line or "tvm_ffi" in line or "SGLANG_CRASH_ON_JIT" in line:
         return "sglang-jit"
+    if "torch.compile (inductor) tried to compile" in line:  # an FX graph cache miss (the hook's inductor refusal)
+        return "inductor"
     kernel = re.search(r"compile kernel (\S+)", line)
     name = kernel.group(1) if kernel else line
     if "fused_moe_kernel" in name:

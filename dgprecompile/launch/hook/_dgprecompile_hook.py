@@ -10,10 +10,10 @@ Configured by `dgprecompile launch` through the environment:
   DGPRECOMPILE_CACHE_DIR    the warmed cache, for messages
   DGPRECOMPILE_GUARD_DIR    strict: where each process (forked ones too) writes its "guard installed" record, a file
                             named by its pid; the launcher fails a strict job in which a Python process had none
-  DGPRECOMPILE_STRICT_FAMILIES  with STRICT=1, e.g. "triton": a Triton cache miss raises, naming the kernel
+  DGPRECOMPILE_STRICT_FAMILIES  with STRICT=1, e.g. "triton,inductor": a Triton cache miss raises, naming the
+                            kernel; an inductor FX graph cache miss, naming the graph (_dgprecompile_inductor.py)
 
-Both hooks act when the module they concern is imported (a ``sys.meta_path`` post-import hook), before the
-importer (e.g. sglang's ``from deep_gemm import fp8_gemm_nt``) sees the module.
+Each hook acts when its module is imported (a ``sys.meta_path`` post-import hook), before the importer sees it.
 
 Run as a script (``python _dgprecompile_hook.py nvcc-refuse ARGS``) it is the refusing half of ``bin/nvcc``.
 """
@@ -279,6 +279,15 @@ def log_event(event):
         pass
 
 
+def stop_build(message, generation, kernel, entry):
+    """Log a strict-mode refusal, print its message and raise (where every guard below ends)."""
+    log_event({"event": "refused", "generation": generation, "kernel": kernel, "entry": entry, "pid": os.getpid(),
+               "rank": os.environ.get("RANK"), "time": time.time()})
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+    raise RuntimeError(message)
+
+
 def refusal_message(kernel, entry=None, kernel_id=None):
     info = _plan_info()
     warm = info.get("warm") or os.environ.get(ENV_WARM_HINT) or "dgprecompile warm --manifest PLAN --cache-dir DIR"
@@ -332,12 +341,7 @@ def patch_legacy_compiler(module):
         except Exception:
             pass
         kid = legacy_kernel_id(name, code)
-        message = refusal_message(kid or name, entry=name, kernel_id=kid)
-        log_event({"event": "refused", "generation": "legacy", "kernel": kid, "entry": name, "pid": os.getpid(),
-                   "rank": os.environ.get("RANK"), "time": time.time()})
-        sys.stderr.write(message + "\n")
-        sys.stderr.flush()
-        raise RuntimeError(message)
+        stop_build(refusal_message(kid or name, entry=name, kernel_id=kid), "legacy", kid, name)
 
     patched = 0
     for cls_name in ("NVCCCompiler", "NVRTCCompiler"):
@@ -349,14 +353,14 @@ def patch_legacy_compiler(module):
         raise RuntimeError(f"{module.__name__} has neither NVCCCompiler nor NVRTCCompiler")
 
 
-def jit_refusal_message(name, build_dir):
-    """For a refused tvm-ffi build of SGLang's own JIT module ``name``."""
+def jit_refusal_message(name, build_dir, how="tvm-ffi, nvcc through ninja"):
+    """For a refused build of SGLang's own JIT module ``name`` (into ``build_dir``, by ``how``)."""
     info = _plan_info()
     warm = info.get("warm") or os.environ.get(ENV_WARM_HINT) or "dgprecompile warm --manifest PLAN --cache-dir DIR"
     where = os.path.dirname(build_dir) if build_dir else (os.environ.get("TVM_FFI_CACHE_DIR") or "~/.cache/tvm-ffi")
     entry = os.path.basename(build_dir) if build_dir else None
-    lines = [f"dgprecompile strict mode: SGLang tried to build its JIT module {name} at run time (tvm-ffi, nvcc "
-             f"through ninja), but runtime JIT is off under `dgprecompile launch` and {where} does not hold "
+    lines = [f"dgprecompile strict mode: SGLang tried to build its JIT module {name} at run time ({how}), "
+             f"but runtime JIT is off under `dgprecompile launch` and {where} does not hold "
              + (f"{entry}/{name}.so." if entry else "it.")]
     planned = info.get("jit_modules")
     if planned is not None and not any(name.startswith(p) for p in planned):
@@ -376,19 +380,13 @@ def patch_tvm_ffi(module):
     miss fails here, before any file is written.
     """
     def make(fname):
-        def refuse(*args, **kwargs):
-            name = kwargs.get("name") or (args[0] if args else "?")
-            build_dir = kwargs.get("build_directory")
-            message = jit_refusal_message(str(name), str(build_dir) if build_dir else None)
-            log_event({"event": "refused", "generation": "sglang-jit", "kernel": str(name),
-                       "entry": os.path.basename(str(build_dir)) if build_dir else None, "pid": os.getpid(),
-                       "rank": os.environ.get("RANK"), "time": time.time()})
-            sys.stderr.write(message + "\n")
-            sys.stderr.flush()
-            raise RuntimeError(message)
+        def refused(*args, **kwargs):
+            name, where = str(kwargs.get("name") or (args[0] if args else "?")), kwargs.get("build_directory")
+            stop_build(jit_refusal_message(name, where and str(where), "tvm-ffi, nvcc through ninja"), "sglang-jit",
+                       name, where and os.path.basename(str(where)))
 
-        refuse.__dgprecompile_refuses__ = fname
-        return refuse
+        refused.__dgprecompile_refuses__ = fname
+        return refused
 
     patched = 0
     for fname in ("build_inline", "build"):
@@ -397,6 +395,23 @@ def patch_tvm_ffi(module):
             patched += 1
     if not patched:
         raise RuntimeError(f"{module.__name__} has neither build_inline nor build")
+
+
+def patch_sglang_ninja(module):
+    """SGLang's ninja loader without a switch (0.5.18-0.5.19) calls ``ninja.build`` only on a miss: refuse there."""
+    if not callable(getattr(module, "build", None)):  # not the loader the guard knows: it would compile unguarded
+        raise RuntimeError(f"{module.__name__} has no build")
+
+    def build(*args, spec=None, build_dir=None, **kwargs):
+        name, scope = str(getattr(spec, "module_name", None) or "?"), build_dir and os.path.dirname(str(build_dir))
+        stop_build(jit_refusal_message(name, scope, "SGLang's ninja loader, nvcc"), "sglang-jit", name,
+                   scope and os.path.basename(scope))
+
+    build.__dgprecompile_refuses__ = "build"
+    module.build = build
+
+
+JIT_PATCHES = {"tvm_ffi.cpp.extension": patch_tvm_ffi, "sglang.kernels.jit.utils.compile.ninja": patch_sglang_ninja}
 
 
 def triton_refusal_message(kernel):
@@ -439,12 +454,7 @@ def patch_triton_compiler(module):
                     os.rmdir(entry_dirs[-1])
                 except (OSError, TypeError, IndexError):
                     pass
-                message = triton_refusal_message(kernel)
-                log_event({"event": "refused", "generation": "triton", "kernel": kernel, "entry": None,
-                           "pid": os.getpid(), "rank": os.environ.get("RANK"), "time": time.time()})
-                sys.stderr.write(message + "\n")
-                sys.stderr.flush()
-                raise RuntimeError(message)
+                stop_build(triton_refusal_message(kernel), "triton", kernel, None)
 
             backend.add_stages = refuse
         return backend
@@ -494,12 +504,7 @@ def patch_triton_build(module):
                 os.rmdir(getattr(manager, "cache_dir", None))
             except (OSError, TypeError):
                 pass
-            message = triton_refusal_message(f"{name} (Triton's host module, {key[:16]})")
-            log_event({"event": "refused", "generation": "triton", "kernel": name, "entry": key,
-                       "pid": os.getpid(), "rank": os.environ.get("RANK"), "time": time.time()})
-            sys.stderr.write(message + "\n")
-            sys.stderr.flush()
-            raise RuntimeError(message)
+            stop_build(triton_refusal_message(f"{name} (Triton's host module, {key[:16]})"), "triton", name, key)
         return real(src, name, *args, **kwargs)
 
     compile_module_from_src.__dgprecompile_refuses__ = "triton"
@@ -507,7 +512,7 @@ def patch_triton_build(module):
 
 
 patch_legacy_compiler.guard = True  # a strict-mode guard: if it cannot be applied, the import fails
-patch_tvm_ffi.guard = True
+patch_tvm_ffi.guard = patch_sglang_ninja.guard = True
 
 
 def install():
@@ -521,15 +526,20 @@ def install():
             _state["wrapped"] = wrap_entry_points(module, recorder)
 
         callbacks["deep_gemm"] = on_deep_gemm
-    if os.environ.get(ENV_STRICT) == "1" and os.environ.get(ENV_GENERATION) == "legacy":
+    strict = os.environ.get(ENV_STRICT) == "1"
+    families = os.environ.get(ENV_STRICT_FAMILIES, "").split(",") if strict else []
+    if strict and os.environ.get(ENV_GENERATION) == "legacy":
         callbacks["deep_gemm.jit.compiler"] = patch_legacy_compiler
-    if os.environ.get(ENV_STRICT) == "1":  # the JIT families without a strict switch of their own
+    if strict:  # the JIT families without a strict switch of their own
         for target in (os.environ.get(ENV_JIT_HOOKS, "tvm_ffi.cpp.extension") or "").split(","):
-            if target.strip() == "tvm_ffi.cpp.extension":
-                callbacks[target.strip()] = patch_tvm_ffi
-    if os.environ.get(ENV_STRICT) == "1" and "triton" in os.environ.get(ENV_STRICT_FAMILIES, "").split(","):
-        callbacks["triton.compiler.compiler"] = patch_triton_compiler
-        callbacks["triton.runtime.build"] = patch_triton_build
+            if target.strip() in JIT_PATCHES:
+                callbacks[target.strip()] = JIT_PATCHES[target.strip()]
+    if "triton" in families:
+        callbacks.update({"triton.compiler.compiler": patch_triton_compiler, "triton.runtime.build": patch_triton_build})
+    if "inductor" in families:  # its refusal lives beside this file, on the PYTHONPATH launch sets
+        from _dgprecompile_inductor import guard
+
+        callbacks["torch._inductor.compile_fx"] = guard(log_event)
     if callbacks:
         for name in [n for n in callbacks if n in sys.modules]:  # already imported (not at startup, but be safe)
             callbacks.pop(name)(sys.modules[name])
@@ -558,18 +568,14 @@ def describe_cu(path):
     """'name<args>' of the kernel a generated kernel.cu instantiates (best effort)."""
     try:
         with open(path, errors="replace") as f:
-            code = f.read()
+            return describe_source(f.read())
     except OSError:
         return None
-    return describe_source(code)
 
 
 def describe_source(code):
     match = _INSTANTIATION.search(code)
-    if not match:
-        return None
-    args = " ".join(match.group(2).split())
-    return f"{match.group(1)}<{args}>"
+    return f"{match.group(1)}<{' '.join(match.group(2).split())}>" if match else None
 
 
 def nvcc_refuse(argv):
