@@ -101,3 +101,21 @@ def test_repro_legacy_backend():
     tail = pool["traceback_tail"]
     assert "can't start new thread" in tail or "Resource temporarily unavailable" in tail
     assert data["phases"]["warm"]["ok"] and data["phases"]["jit-off"]["ok"]
+
+
+def test_the_traceback_shown_is_of_the_rank_the_task_limit_stopped():
+    """Which clone() the limit refuses first, and so which rank, is timing (the CI machine under load: rank 0 failed on
+    what followed, a compile, rank 1 on the thread): the report's traceback is the one that names the limit."""
+    from dgprecompile.diagnostics.repro import PhaseResult, RankResult
+
+    compile_fail = ("Traceback (most recent call last):\n  File \"compiler.py\", line 284, in build\n"
+                    "RuntimeError: Failed to compile kernel.cu")
+    thread_fail = ("Traceback (most recent call last):\n  File \"thread.py\", line 971, in start\n"
+                   "RuntimeError: can't start new thread")
+    ranks = [RankResult(0, 1, {"ok": False, "error": "RuntimeError: Failed to compile kernel.cu"}, compile_fail),
+             RankResult(1, 1, {"ok": False, "error": "RuntimeError: can't start new thread"},
+                        thread_fail + "\n" + compile_fail)]
+    tail = PhaseResult("pool", ranks, 1.0, None).traceback_tail()
+    assert tail is not None and tail.endswith("RuntimeError: can't start new thread") and "thread.py" in tail
+    assert PhaseResult("pool", ranks[:1], 1.0, None).traceback_tail().endswith("Failed to compile kernel.cu")
+    assert PhaseResult("pool", [RankResult(0, 0, {"ok": True}, "")], 1.0, None).traceback_tail() is None

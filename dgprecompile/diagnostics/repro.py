@@ -32,6 +32,7 @@ from dgprecompile.errors import EXIT_CHECK_FAILED, EXIT_OK, EnvironmentProblem, 
 from dgprecompile.host import scratch
 
 MARGIN_PER_RANK = 2  # tasks beyond a rank's base: room for a transient subprocess (cuobjdump, nvcc --version)
+OUT_OF_TASKS = ("can't start new thread", "Resource temporarily unavailable")  # a refused thread / fork (EAGAIN)
 
 
 @dataclass
@@ -45,10 +46,17 @@ class RankResult:
     def ok(self) -> bool:
         return self.returncode == 0 and bool(self.result.get("ok"))
 
+    @property
+    def out_of_tasks(self) -> bool:
+        """Its error is the task limit's: a thread (the user's error) or a process (EAGAIN) refused."""
+        return any(m in str(self.result.get("error", "")) for m in OUT_OF_TASKS)
+
     def last_frames(self, lines: int = 8) -> str:
+        """The end of the last traceback this rank printed that names the task limit's refusal, else of its last."""
         tb = self.stderr.strip().splitlines()
         starts = [i for i, line in enumerate(tb) if line.startswith("Traceback")]
-        block = tb[starts[-1]:] if starts else tb
+        blocks = [tb[a:b] for a, b in zip(starts, starts[1:] + [len(tb)], strict=True)] or [tb]
+        block = next((b for b in reversed(blocks) if any(m in line for line in b for m in OUT_OF_TASKS)), blocks[-1])
         return "\n".join(block[-lines:])
 
 
@@ -65,6 +73,13 @@ class PhaseResult:
 
     def errors(self) -> list[str]:
         return sorted({r.result.get("error", f"exit {r.returncode}") for r in self.ranks if not r.ok})
+
+    def traceback_tail(self) -> str | None:
+        """The traceback to show: of a rank the task limit stopped, where one was (which clone() fails first, and
+        so which rank, is a matter of timing; another rank may have failed on what followed), else the first."""
+        failed = [r for r in self.ranks if not r.ok]
+        shown = next((r for r in failed if r.out_of_tasks), failed[0] if failed else None)
+        return shown.last_frames() if shown else None
 
 
 @dataclass
@@ -120,7 +135,7 @@ class ReproReport:
             "phases": {name: {"ok": p.ok, "seconds": round(p.seconds, 2), "peak_tasks": p.peak_tasks,
                               "errors": p.errors(),
                               "ranks": [{"rank": r.rank, "returncode": r.returncode, **r.result} for r in p.ranks],
-                              "traceback_tail": next((r.last_frames() for r in p.ranks if not r.ok), None)}
+                              "traceback_tail": p.traceback_tail()}
                        for name, p in self.phases.items()},
         }
 
