@@ -42,6 +42,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from dgprecompile.host.environ import environ
+
 HOST_MODULES = ("cuda_utils", "__triton_launcher")  # the names compile_module_from_src builds for the CUDA driver
 STUB_SONAME = "libcuda.so.1"  # the driver's soname; Triton links ``-l:libcuda.so.1`` (driver.py ``libraries``)
 
@@ -92,17 +94,6 @@ class NotLoaded:
 
 
 @contextlib.contextmanager
-def _environ(values: Mapping[str, str]) -> Iterator[None]:
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            os.environ.pop(k, None) if v is None else os.environ.update({k: v})
-
-
-@contextlib.contextmanager
 def _building(env: Mapping[str, str]) -> Iterator[list[dict[str, Any]]]:
     """Around Triton's own builds: the loader stand-in, ``env`` (TRITON_CACHE_DIR, TRITON_LIBCUDA_PATH where a
     link directory is given), and an observer of each module Triton looks up (its cache manager's key and
@@ -130,7 +121,7 @@ def _building(env: Mapping[str, str]) -> Iterator[list[dict[str, Any]]]:
     driver.libcuda_dirs.cache_clear()
     driver.library_dirs.cache_clear()
     try:
-        with _environ(env):
+        with environ(env):
             yield modules
     finally:
         build._load_module_from_path, build._build, build.get_cache_manager = real

@@ -11,7 +11,6 @@ finished build directory is checked against the name dgprecompile computes (keys
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import os
 import shutil
@@ -24,6 +23,7 @@ from dgprecompile.cache.entrycheck import link_problem
 from dgprecompile.compile.backends import ModuleWork
 from dgprecompile.compile.backends.base import StagingWorker
 from dgprecompile.errors import CompileFailed
+from dgprecompile.host.environ import environ
 from dgprecompile.keys.sglang_jit import JIT_AREA
 
 # Files of a build directory that are not part of the module: tvm-ffi's FileLock and ninja's own logs.
@@ -58,21 +58,6 @@ def _import(name: str):
         return importlib.import_module(name)
     except Exception as exc:  # sglang's import chain failing is the user's environment, say where
         raise CompileFailed(f"cannot import {name} from the installed sglang: {type(exc).__name__}: {exc}") from None
-
-
-@contextlib.contextmanager
-def _environ(values: dict[str, str]):
-    """``values`` in os.environ for the duration, then what was there before."""
-    before = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 class SglangJitWorker(StagingWorker):
@@ -134,7 +119,7 @@ class SglangJitWorker(StagingWorker):
         return self.store.recorded_problem(kernel, entry, area=self.area)
 
     def compile(self, item: ModuleWork) -> tuple[str, list[str], float]:
-        with _environ(self.env):
+        with environ(self.env):
             return self._compile(item)
 
     def _compile(self, item: ModuleWork) -> tuple[str, list[str], float]:
