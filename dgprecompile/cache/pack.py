@@ -56,9 +56,9 @@ def output_path(template: str, fingerprint: dict[str, Any]) -> Path:
 
 
 # where the index files each runtime's planned items, by its kind (runtimes/base.py Runtime.kind): an entry of
-# its own in ``kernels`` (packed with its record), or a record in ``triton_moe`` naming extra entries (packed with
+# its own in ``kernels`` (packed with its record), or a record in ``triton_moe``/``inductor`` naming extra entries (packed with
 # every intact extra entry); tests/test_runtimes.py keeps it in step with the runtimes
-FILED_IN = {"deepgemm": "kernels", "sglang-jit": "kernels", "triton-moe": "triton_moe"}
+FILED_IN = {"deepgemm": "kernels", "sglang-jit": "kernels", "triton-moe": "triton_moe", "inductor-graph": "inductor"}
 
 
 def _planned(plan: Plan, section: str) -> list[str]:
@@ -109,7 +109,9 @@ def pack_cache(plan: Plan, store: CacheStore, output: str, *, allow_missing: boo
     # + swept m ranges, + the plan's Triton fused-MoE records (their entries are extra entries, packed above)
     recorded = set(_planned(plan, "triton_moe"))
     triton_moe = {i: r for i, r in sorted(index.triton_moe.items()) if i in recorded}
-    packed = Index(index.fingerprint, kernels, extra, [plan.summary()], list(index.sweeps), triton_moe)
+    graphs = set(_planned(plan, "inductor"))
+    inductor = {i: r for i, r in sorted(index.inductor.items()) if i in graphs}
+    packed = Index(index.fingerprint, kernels, extra, [plan.summary()], list(index.sweeps), triton_moe, inductor)
     entries = sorted({r.member_dir: r for r in [*kernels.values(), *extra.values()]}.values(),
                      key=lambda r: r.member_dir)
 

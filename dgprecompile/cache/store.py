@@ -147,13 +147,16 @@ class Index:
     sweeps: list[dict[str, Any]] = field(default_factory=list)
     # Triton fused-MoE items warm ran: item id -> its record (the Triton it ran with, its entries; cache/triton_moe.py)
     triton_moe: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # torch.compile graph items warm built: item id -> its record (the torch and GPU, its entries; cache/inductor_graphs.py)
+    inductor: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": INDEX_SCHEMA, "fingerprint": self.fingerprint,
                 "kernels": {k: v.to_dict() for k, v in sorted(self.kernels.items())},
                 "extra": {k: v.to_dict() for k, v in sorted(self.extra.items())},
                 "plans": self.plans, **({"sweeps": self.sweeps} if self.sweeps else {}),
-                **({"triton_moe": dict(sorted(self.triton_moe.items()))} if self.triton_moe else {})}
+                **({"triton_moe": dict(sorted(self.triton_moe.items()))} if self.triton_moe else {}),
+                **({"inductor": dict(sorted(self.inductor.items()))} if self.inductor else {})}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str) -> Index:
@@ -162,7 +165,8 @@ class Index:
         return cls(dict(d.get("fingerprint", {})),
                    {k: EntryRecord.from_dict(v) for k, v in d.get("kernels", {}).items()},
                    {k: EntryRecord.from_dict(v) for k, v in d.get("extra", {}).items()},
-                   list(d.get("plans", [])), list(d.get("sweeps", [])), dict(d.get("triton_moe", {})))
+                   list(d.get("plans", [])), list(d.get("sweeps", [])), dict(d.get("triton_moe", {})),
+                   dict(d.get("inductor", {})))
 
 
 INDEX_DAMAGED = "move it away and run `dgprecompile warm` again: it re-indexes what is there"

@@ -265,7 +265,18 @@ def _merge_index(index: Index, art: Artifact, store: CacheStore, changed: dict[s
         if index.triton_moe.get(item) != record and (item not in index.triton_moe
                                                      or not _covers_here(store, index, item)):
             index.triton_moe[item] = record  # a record that still covers the item here is kept
+    for item, record in art.index.inductor.items():  # verify checks its torch and entries (cache/inductor_graphs.py)
+        if index.inductor.get(item) != record and (item not in index.inductor or not _graphs_here(store, index, item)):
+            index.inductor[item] = record
     return added
+
+
+def _graphs_here(store: CacheStore, index: Index, item: str) -> bool:
+    """Whether the index's record of a torch.compile item covers it here (this torch, its entries whole)."""
+    from dgprecompile.cache.inductor_graphs import COVERED, item_coverage
+    from dgprecompile.runtimes.inductor import INDUCTOR_GRAPHS
+
+    return item_coverage(store, index, item, INDUCTOR_GRAPHS.installed()).status == COVERED
 
 
 def _covers_here(store: CacheStore, index: Index, item: str) -> bool:

@@ -514,9 +514,24 @@ def _check_triton_moe(ctx: Checking, runtime, items) -> list[KernelCheck]:
     return out
 
 
+def _check_inductor(ctx: Checking, runtime, items) -> list[KernelCheck]:
+    """Each torch.compile item: covered only while its record exists, was made with the torch installed here (read
+    from its metadata, never imported) and names entries that are all whole (cache/inductor_graphs.py)."""
+    from dgprecompile.cache import inductor_graphs as records
+
+    installed = runtime.installed()
+    status = {records.COVERED: OK, records.MISSING: MISSING, records.STALE: STALE, records.BROKEN: CHANGED}
+    out = []
+    for item_id in sorted(it.id for it in items):
+        cov = records.item_coverage(ctx.store, ctx.index, item_id, installed)
+        out.append(KernelCheck(item_id, status[cov.status], cov.entry, cov.detail))
+    return out
+
+
 # each runtime's items are checked by the check its kind names (runtimes/base.py Runtime.kind; tests/test_runtimes.py
 # keeps this table in step with the runtimes that plan items)
-CHECKS = {"deepgemm": _check_deepgemm, "sglang-jit": _check_jit, "triton-moe": _check_triton_moe}
+CHECKS = {"deepgemm": _check_deepgemm, "sglang-jit": _check_jit, "triton-moe": _check_triton_moe,
+          "inductor-graph": _check_inductor}
 
 
 def _status(problem: str) -> str:

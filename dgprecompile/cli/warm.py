@@ -119,9 +119,16 @@ def _triton_moe_line(plan, setup: WarmSetup, part) -> str:
             f"{part.job['installed']['triton']} writing into {setup.store.root / runtime.area}")
 
 
+def _inductor_line(plan, setup: WarmSetup, part) -> str:
+    return (f"{part.runtime.label}: each item's graphs built by `python -m {part.runtime.warm_module}` on the "
+            f"visible GPU after the rest (SGLang's own compiled functions), into {setup.store.root / 'inductor'} "
+            f"and {setup.store.root / 'triton'}")
+
+
 # what warm says about each runtime's items beside DeepGEMM's kernels, by its kind (runtimes/base.py Runtime.kind)
-PLURAL = {"sglang-jit": "SGLang JIT modules", "triton-moe": "Triton fused-MoE items"}
-ANNOUNCE = {"sglang-jit": _jit_line, "triton-moe": _triton_moe_line}
+PLURAL = {"sglang-jit": "SGLang JIT modules", "triton-moe": "Triton fused-MoE items",
+          "inductor-graph": "torch.compile items"}
+ANNOUNCE = {"sglang-jit": _jit_line, "triton-moe": _triton_moe_line, "inductor-graph": _inductor_line}
 
 
 def _announce(out: Output, plan, setup: WarmSetup) -> None:

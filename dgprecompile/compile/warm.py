@@ -32,6 +32,7 @@ def _record_plan(setup: WarmSetup) -> None:
             index.extra.clear()
             index.sweeps.clear()
             index.triton_moe.clear()  # their entries were extra entries
+            index.inductor.clear()
         index.fingerprint = setup.fingerprint
         entry = plan.summary()
         if entry not in index.plans:
@@ -63,6 +64,11 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
     try:
         if setup.items or any(p.work for p in setup.parts):
             run_pool(setup, on_event, result, start)
+        graphs = setup.part("inductor-graph")
+        if graphs is not None and graphs.built:  # after the pool: on the GPU, one item at a time
+            from dgprecompile.compile.inductor_warm import run_items
+
+            run_items(setup, graphs, on_event, result)
     finally:
         store.clean_stale_staging()
     result.wall_seconds = time.perf_counter() - start

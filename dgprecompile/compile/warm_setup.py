@@ -64,6 +64,8 @@ class RuntimePart:
     runtime: Any  # the runtimes.Runtime whose items these are
     items: list[PlanItem]  # its own typed items on this rank (runtimes/items.py)
     backend: str = ""  # the scheduler kind of its work (a worker backend, or the chunks' kind)
+    # False: its work runs outside the workers, as chunks the parent cuts (CUT) and runs in the pool, or, for a kind
+    # CUT does not hold (torch.compile graphs: compile/inductor_warm.py), built by the parent after the pool
     in_workers: bool = True
     work: list[Any] = field(default_factory=list)  # in the order they are handed out
     job: dict[str, Any] = field(default_factory=dict)
@@ -96,6 +98,7 @@ class WarmSetup:
     swept: list[str] = field(default_factory=list)  # sweep backend: key ranges already covered (cached)
     in_place: list[str] = field(default_factory=list)  # a read-only cache holding every kernel: nothing to do
     runners: int = 0  # slots for the chunks' subprocesses (within the budget, ``workers``)
+    budget: int = 0  # the --jobs budget before it was cut to the pool's work (the torch.compile items' parts use it)
 
     @property
     def task_budget(self) -> int:
@@ -211,9 +214,10 @@ def _finish_setup(setup: WarmSetup, gpus: list[int | None], sweeps: bool) -> War
     store, plan, items, jobs = setup.store, setup.plan, setup.items, setup.workers
     slots = jobs
     for part in setup.parts:
-        if not part.in_workers:
+        if not part.in_workers and part.runtime.kind in CUT:
             slots = CUT[part.runtime.kind](setup, part, jobs, items + setup.worker_work)
     chunks, work = setup.chunks, items + setup.worker_work
+    setup.budget = jobs
     setup.workers = jobs = max(1, min(jobs, len(work) + len(chunks)))
     _require_readable(store, work)
     try:
@@ -468,9 +472,36 @@ def _triton_chunks(setup: WarmSetup, part: RuntimePart, jobs: int, others: list)
     return budget
 
 
+def _prepare_inductor(plan: Plan, opts: WarmOptions, runtime, items: list[PlanItem], nvcc=None,
+                      cache_root: Path | None = None) -> RuntimePart:
+    """SGLang's torch.compile graphs: built by the parent after the pool, where the job's GPU kind is visible
+    (compile/inductor_warm.py); as Triton's items, they follow --sglang-jit (off leaves them, on refuses at once
+    when this machine cannot import what builds them, auto skips them saying why)."""
+    from dgprecompile.compile.inductor_warm import gpu_problem, visible_gpu_names
+
+    part = RuntimePart(runtime, items, runtime.kind, in_workers=False, job={"python": sys.executable})
+    missing = None if opts.sglang_jit == "off" else runtime.missing()
+    if opts.sglang_jit == "off" or missing is not None:
+        if missing is not None and opts.sglang_jit == "on":
+            raise EnvironmentProblem(f"the {runtime.label} warm needs {', '.join(runtime.imports)} importable here",
+                                     hint=missing)
+        part.skipped = {it.id: missing or "--sglang-jit off" for it in items}
+        part.missing = missing
+        return part
+    from dgprecompile.cache.inductor_graphs import COVERED, item_coverage
+
+    gpus = visible_gpu_names()
+    part.skipped = {it.id: why for it in items if (why := gpu_problem(it, gpus, runtime.needs_gpu)) is not None}
+    if cache_root is not None and part.built:  # what its records cover now (run_items asks again: a stale warm clears)
+        store = CacheStore(cache_root)
+        index, installed = store.read_index(), runtime.installed()
+        part.cached = [it.id for it in part.built if item_coverage(store, index, it.id, installed).status == COVERED]
+    return part
+
+
 # how each runtime's items become a warm's work, by its kind (runtimes/base.py Runtime.kind): its part, prepared
 # from the plan (PREPARE); for a part whose work runs outside the workers, its work cut for the budget (CUT)
-PREPARE = {"sglang-jit": _prepare_jit, "triton-moe": _prepare_triton}
+PREPARE = {"sglang-jit": _prepare_jit, "triton-moe": _prepare_triton, "inductor-graph": _prepare_inductor}
 CUT = {"triton-moe": _triton_chunks}
 
 

@@ -117,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     model_standins.install(report)
     model, sa = build(args, report)
     ms = parse_ms(args.m)
-    drive(model, ms, report)
+    with grad_mode(report):
+        drive(model, ms, report)
     out = {"sglang_cmd": args.sglang_cmd, "m": [ms[0], ms[-1]], "ms": len(ms), "seconds": round(time.time() - t0, 1),
            "server_args": {k: str(getattr(sa, k, None)) for k in ("tp_size", "ep_size", "moe_runner_backend",
                                                                   "moe_a2a_backend", "attention_backend",
@@ -129,7 +130,21 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.report, "w") as f:
             f.write(text + "\n")
     print(text)
-    return 1 if (report.failed or out["new_cache_files"] or out["dynamo"].get("compiled", 0)) else 0
+    return 1 if (report.failed or out["new_cache_files"] or out["dynamo"].get("inductor_compiled", 0)) else 0
+
+
+def grad_mode(report: Report):
+    """SGLang's own grad mode of its scheduler's forward (DynamicGradMode: no_grad unless
+    SGLANG_ENABLE_TORCH_INFERENCE_MODE), as a server runs the model."""
+    import torch
+
+    try:
+        from sglang.srt.utils import DynamicGradMode
+    except ImportError:
+        report.notes.append("no DynamicGradMode in this release: torch.no_grad")
+        return torch.no_grad()
+    report.notes.append("SGLang's own DynamicGradMode around the forward")
+    return DynamicGradMode()
 
 
 def build(args, report: Report):
@@ -323,12 +338,17 @@ def new_files(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
 
 
 def dynamo_counts() -> dict[str, int]:
-    """torch.compile's own counters: frames it compiled in this process (inductor or any backend)."""
+    """torch.compile's own counters in this process: frames Dynamo traced (``traced``: every process traces the
+    Python of a compiled function again, a cache hit or not), graphs inductor compiled (``inductor_compiled``: its
+    FX graph cache's misses, the compiles) and loaded (``inductor_loaded``: its hits)."""
     try:
         from torch._dynamo.utils import counters
     except ImportError:
         return {}
-    return {"compiled": int(counters["frames"].get("ok", 0)) if "frames" in counters else 0,
+    inductor = counters.get("inductor", {})
+    return {"traced": int(counters["frames"].get("ok", 0)) if "frames" in counters else 0,
+            "inductor_compiled": int(inductor.get("fxgraph_cache_miss", 0)),
+            "inductor_loaded": int(inductor.get("fxgraph_cache_hit", 0)),
             **{f"stats.{k}": int(v) for k, v in counters.get("stats", {}).items()}}
 
 

@@ -13,7 +13,14 @@ from dgprecompile.errors import InputError
 from dgprecompile.fsutil import atomic_write_text, read_input
 from dgprecompile.planning.plan import MANIFEST_SCHEMA, Bucket, Plan, PlannedKey
 from dgprecompile.planning.profiles import resolve_profile
-from dgprecompile.runtimes.items import GemmKey, JitModule, KernelSpec, KernelType, TritonMoeItem
+from dgprecompile.runtimes.items import (
+    GemmKey,
+    InductorGraphItem,
+    JitModule,
+    KernelSpec,
+    KernelType,
+    TritonMoeItem,
+)
 
 
 def write_manifest(plan: Plan, path: Path) -> None:
@@ -71,6 +78,7 @@ def plan_from_dict(data: Any, where: str = "manifest") -> Plan:
         raise InputError(f"{where}: sglang_jit_modules: malformed module ({schemas.shown(str(exc))})",
                          hint=REGENERATE) from None
     triton_moe = _triton_moe(data.get("triton_moe", []), where)  # manifests before it have no section
+    inductor = _inductor(data.get("inductor", []), where)
     if not keys and not jit_modules and not triton_moe:
         raise InputError(f"{where} plans no kernel at all (no shapes, no SGLang JIT modules): there is nothing to "
                          "warm or verify", hint=REGENERATE)
@@ -81,7 +89,18 @@ def plan_from_dict(data: Any, where: str = "manifest") -> Plan:
                 gpu=data.get("gpu"), keys=keys, kernels=kernels, notes=list(data.get("notes", [])),
                 heuristic=bool(heuristic), sglang_version=None if sglang_version is None else str(sglang_version),
                 sweep_m_max=data.get("sglang_precompile_m_max", 0), server=data.get("server"),
-                jit_modules=jit_modules, triton_moe=triton_moe)
+                jit_modules=jit_modules, triton_moe=triton_moe, inductor=inductor)
+
+
+def _inductor(items: list[dict[str, Any]], where: str) -> dict[str, InductorGraphItem]:
+    out: dict[str, InductorGraphItem] = {}
+    for i, d in enumerate(items):
+        item = InductorGraphItem.from_dict(d)
+        if item.id != d["id"] or item.id in out:
+            problem = "does not match its fields" if item.id != d["id"] else "is listed twice"
+            raise InputError(f"{where}: inductor[{i}].id {schemas.shown(d['id'])} {problem}", hint=REGENERATE)
+        out[item.id] = item
+    return out
 
 
 def _triton_moe(items: list[dict[str, Any]], where: str) -> dict[str, TritonMoeItem]:

@@ -19,7 +19,14 @@ from dgprecompile.planning.models import ModelConfig
 from dgprecompile.planning.profiles import Profile
 from dgprecompile.planning.shapes import Parallel, model_shapes
 from dgprecompile.runtimes import Runtime, get_runtime
-from dgprecompile.runtimes.items import GemmKey, JitModule, KernelSpec, PlanItem, TritonMoeItem
+from dgprecompile.runtimes.items import (
+    GemmKey,
+    InductorGraphItem,
+    JitModule,
+    KernelSpec,
+    PlanItem,
+    TritonMoeItem,
+)
 
 MANIFEST_SCHEMA = 1
 DEFAULT_NUM_SMS = 132
@@ -77,12 +84,16 @@ class Plan:
     assumed: list[str] = field(default_factory=list)
     # MoE shapes on SGLang's Triton fused MoE: warmed GPU-free per item (families.TRITON_MOE)
     triton_moe: dict[str, TritonMoeItem] = field(default_factory=dict)
+    # SGLang's torch.compile'd functions on these paths: warmed on the job's GPU kind per item (runtimes/inductor.py)
+    inductor: dict[str, InductorGraphItem] = field(default_factory=dict)
 
     @property
     def items(self) -> list[PlanItem]:
         """The plan's one list of typed work items: DeepGEMM's kernels, SGLang's JIT modules, Triton MoE shapes
-        (each type its runtime's own fields; runtimes/items.py). Stages loop over it and ask ``runtime_of``."""
-        return [*self.kernels.values(), *self.jit_modules.values(), *self.triton_moe.values()]
+        and SGLang's torch.compile graphs (each type its runtime's own fields; runtimes/items.py). Stages loop over
+        it and ask ``runtime_of``."""
+        return [*self.kernels.values(), *self.jit_modules.values(), *self.triton_moe.values(),
+                *self.inductor.values()]
 
     def runtime_of(self, item: PlanItem) -> Runtime:
         """The runtime that builds and checks ``item`` (a DeepGEMM kernel: the plan's generation); one error where
@@ -175,6 +186,8 @@ class Plan:
             **({"sglang_jit_modules": [m.to_dict() for m in self.jit_modules.values()]} if self.jit_modules else {}),
             # SGLang's Triton fused-MoE kernels per MoE shape (a third kind of work), where the plan has them
             **({"triton_moe": [t.to_dict() for t in self.triton_moe.values()]} if self.triton_moe else {}),
+            # SGLang's torch.compile (inductor) graphs, built by warm on the job's GPU kind
+            **({"inductor": [g.to_dict() for g in self.inductor.values()]} if self.inductor else {}),
         }
 
 
@@ -382,7 +395,20 @@ def build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: int
     plan.jit_modules, notes = plan_jit_modules(model, [pk.key for pk in plan.keys], sglang_version, profile, par,
                                                server_options)
     plan.notes += notes
+    plan.inductor, notes = plan_inductor(model, par, sglang_version, plan)
+    plan.notes += notes
     return plan
+
+
+def plan_inductor(model: ModelConfig, par: Parallel, sglang_version: str | None, plan: Plan):
+    """SGLang's torch.compile graphs on this plan's paths (runtimes/inductor.py), by id, and the notes."""
+    from dgprecompile.runtimes.inductor import INDUCTOR_GRAPHS
+    from dgprecompile.runtimes.triton_moe import gpu_device
+
+    items, notes = INDUCTOR_GRAPHS.plan_items(model.config, tp=par.tp, sglang_version=sglang_version,
+                                              triton_moe=list(plan.triton_moe.values()),
+                                              device_name=str(gpu_device(plan.gpu)["name"]))
+    return {it.id: it for it in items}, notes
 
 
 def _build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: int, gpu: str | None,

@@ -9,12 +9,13 @@ per runtime:
 * tvm_ffi.py: SGLang's tvm-ffi load_inline JIT; sglang_ninja.py: SGLang's own ninja JIT (jit_loader.py: what the
   loader families share, and their modules per release, read from data files);
 * triton_moe.py: SGLang's Triton fused MoE kernel, warmed ahead of time;
+* inductor.py: the torch.compile graphs SGLang compiles at its first forwards, warmed on the job's GPU kind;
 * captured.py: the families whose caches are only captured from a real run (Triton, FlashInfer, inductor, CuTe-DSL);
   cuda_driver.py: the CUDA driver's PTX JIT cache, one more such family in a module of its own;
 * items.py: what the runtimes plan (GEMM keys and kernel specs, JIT modules, Triton MoE items).
 
 The registry below is the set the stages ask: ``GENERATIONS`` (the DeepGEMM generations by id), ``JIT_FAMILIES``
-(SGLang's loaders by id), ``TRITON_MOE`` and ``CAPTURED``; ``RUNTIMES`` is all of them.
+(SGLang's loaders by id), ``TRITON_MOE``, ``INDUCTOR_GRAPHS`` and ``CAPTURED``; ``RUNTIMES`` is all of them.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dgprecompile.runtimes.cuda_driver import CUDA_DRIVER
 from dgprecompile.runtimes.deepgemm import BACKENDS, Backend, Generation, get_backend
 from dgprecompile.runtimes.deepgemm_cxx import CXX_GENERATIONS
 from dgprecompile.runtimes.deepgemm_legacy import LEGACY
+from dgprecompile.runtimes.inductor import INDUCTOR_GRAPHS, InductorGraphs
 from dgprecompile.runtimes.jit_loader import JitFamily
 from dgprecompile.runtimes.sglang_ninja import SGLANG_NINJA, SGLANG_NINJA_HOOK
 from dgprecompile.runtimes.triton_moe import TRITON_MOE, TritonMoeFamily
@@ -35,9 +37,11 @@ GENERATIONS: dict[str, Generation] = {g.id: g for g in (LEGACY, *CXX_GENERATIONS
 JIT_FAMILIES: dict[str, JitFamily] = {f.id: f for f in (TVM_FFI, SGLANG_NINJA, SGLANG_NINJA_HOOK)}
 CAPTURED: tuple[CacheFamily, ...] = (*CACHE_FAMILIES, CUDA_DRIVER)
 FILED_AREAS: tuple[str, ...] = tuple(f.area for f in CAPTURED if f.filed)  # whole entries travel in artifacts
-RUNTIMES: tuple[Runtime, ...] = (*GENERATIONS.values(), *JIT_FAMILIES.values(), TRITON_MOE, *CAPTURED)
+RUNTIMES: tuple[Runtime, ...] = (*GENERATIONS.values(), *JIT_FAMILIES.values(), TRITON_MOE, INDUCTOR_GRAPHS,
+                                  *CAPTURED)
 
-__all__ = ["BACKENDS", "CAPTURED", "FILED_AREAS", "family_for_area", "GENERATIONS", "JIT_FAMILIES", "RUNTIMES", "TRITON_MOE", "Backend",
+__all__ = ["BACKENDS", "CAPTURED", "FILED_AREAS", "family_for_area", "GENERATIONS", "INDUCTOR_GRAPHS", "JIT_FAMILIES", "RUNTIMES", "TRITON_MOE", "Backend",
+           "InductorGraphs",
            "CacheFamily", "Generation", "JitFamily", "Runtime", "StrictBy", "TritonMoeFamily", "family_for",
            "get_backend", "get_family", "get_generation", "get_runtime", "hook_targets"]
 

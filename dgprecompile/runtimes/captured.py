@@ -293,6 +293,18 @@ def versions(families: tuple[CacheFamily, ...] = CACHE_FAMILIES) -> dict[str, st
     return out
 
 
+def not_installed(imports: tuple[str, ...]) -> str | None:
+    """What to install so that a warm importing ``imports`` can run here (None: each distribution is installed,
+    read from its metadata, nothing imported: a stand-in module without a distribution counts as absent)."""
+    absent = []
+    for name in imports:
+        try:
+            metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            absent.append(name)
+    return None if not absent else f"install {', '.join(absent)} (the job's own releases)"
+
+
 def coverage(profile=None, planned: frozenset[str] | set[str] = frozenset()) -> dict | None:
     """The per-family coverage table `plan` prints (data/families.yaml): for ``profile`` (a planning Profile), None
     where the table was not read for its sglang releases; rows of a planned family (``planned: triton_moe``) only

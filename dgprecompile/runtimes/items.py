@@ -210,3 +210,41 @@ class TritonMoeItem(PlanItem):
                    int(d["topk"]), int(d["m_min"]), int(d["m_max"]), str(d["device_name"]), int(d["capability"]),
                    tuple(map(str, d.get("layers", ()))), str(d.get("why", "")), int(d.get("m_bound") or 0),
                    int(d.get("m_period") or 0))
+
+
+@dataclass(frozen=True)
+class InductorGraphItem(PlanItem):
+    """One torch.compile'd function of SGLang's at one shape family: the graphs a job's first forwards compile
+    with inductor (data/inductor_graphs.yaml ``graph``), which warm builds on the job's GPU kind by calling that
+    function (compile/inductor_graphs.py) for every specialisation the function's compile mode allows.
+    ``params`` are the function's shape facts (moe_sum_reduce: topk, hidden, dtype, scale, m_max; vocab_mask:
+    vocab, tp, dtype), ``device_name`` the GPU the graphs' cache key holds; all of them are part of the id."""
+
+    section: ClassVar[str] = "inductor"
+    kind: ClassVar[str] = "inductor-graph"
+    RUNTIME: ClassVar[str] = "inductor-graph"  # runtimes/inductor.py INDUCTOR_GRAPHS.id
+    graph: str
+    params: tuple[tuple[str, object], ...]
+    device_name: str
+    why: str = field(default="", compare=False)  # the file:line the graph was read from
+
+    @property
+    def id(self) -> str:
+        shown = ".".join(f"{k}{_fmt(v)}" for k, v in self.params)
+        return f"inductor:{self.graph}.{shown}.{self.device_name.replace(' ', '_')}"
+
+    @property
+    def runtime_id(self) -> str:
+        return self.RUNTIME
+
+    def param(self, name: str) -> object:
+        return dict(self.params)[name]
+
+    def to_dict(self) -> dict[str, object]:
+        return {"id": self.id, "graph": self.graph, "params": dict(self.params), "device_name": self.device_name,
+                "why": self.why}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> InductorGraphItem:
+        return cls(str(d["graph"]), tuple((str(k), v) for k, v in dict(d["params"]).items()), str(d["device_name"]),
+                   str(d.get("why", "")))

@@ -12,7 +12,7 @@ from packaging.version import InvalidVersion, Version
 
 from dgprecompile.data import load_yaml
 from dgprecompile.runtimes.base import StrictBy
-from dgprecompile.runtimes.captured import versions
+from dgprecompile.runtimes.captured import not_installed, versions
 from dgprecompile.runtimes.items import TritonMoeItem
 
 
@@ -166,15 +166,8 @@ class TritonMoeFamily:
         return {"CUDA_VISIBLE_DEVICES": ""}
 
     def missing(self) -> str | None:
-        """What to install so that the warm can run here (None: each distribution it imports is installed, read
-        from its metadata, nothing imported: a stand-in module without a distribution counts as absent)."""
-        absent = []
-        for name in self.imports:
-            try:
-                metadata.distribution(name)
-            except metadata.PackageNotFoundError:
-                absent.append(name)
-        return None if not absent else f"install {', '.join(absent)} (the job's own releases)"
+        """What to install so that the warm can run here (runtimes/captured.py not_installed)."""
+        return not_installed(self.imports)
 
     # -- staleness --
     def installed(self) -> dict | None:

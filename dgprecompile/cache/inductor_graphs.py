@@ -1,0 +1,90 @@
+"""torch.compile graph records: what each planned inductor item was built with, and the entries it produced.
+
+The index (``index.json``, key ``inductor``) holds one record per item id: the torch the warm ran (its version:
+inductor's key holds the torch build), the GPU (its name: the key holds it too), how many graphs it compiled, and
+the entries its compiles left (inductor's FX graph, AOTAutograd and generated-code entries, area ``inductor``, and
+the Triton kernels inductor generated, area ``triton``; their checksums are in ``index.extra``). An item counts as
+covered only while its record exists, the torch installed here is the recorded one, and every entry it names is on
+disk, whole and with the recorded bytes. Pattern: cache/triton_moe.py.
+No torch import: verify and warm's parent both use this.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dgprecompile.cache.store import CacheStore, Index
+from dgprecompile.runtimes import family_for_area
+
+COVERED, MISSING, STALE, BROKEN = "ok", "missing", "stale", "broken"
+
+
+@dataclass
+class ItemCoverage:
+    item: str
+    status: str  # ok | missing | stale | broken
+    detail: str = ""
+    entry: str | None = None  # the first entry that is not usable
+
+
+def item_coverage(store: CacheStore, index: Index, item_id: str, installed: dict[str, Any] | None) -> ItemCoverage:
+    """Whether ``item_id`` is covered in ``store``: recorded, for the torch installed here (``installed``:
+    INDUCTOR_GRAPHS.installed()), and every entry it names whole with the recorded bytes."""
+    record = index.inductor.get(item_id)
+    if record is None:
+        return ItemCoverage(item_id, MISSING, "no torch.compile record in the index: not warmed (a GPU-free warm "
+                                              "leaves it: warm where the job's GPU kind is visible)")
+    if installed is not None and record.get("torch") != installed.get("torch"):
+        return ItemCoverage(item_id, STALE, f"built with torch {record.get('torch')}, here "
+                                            f"{installed.get('torch')}: inductor's key holds the torch build")
+    if not record.get("entries"):
+        return ItemCoverage(item_id, BROKEN, "the record names no entry")
+    for entry in record["entries"]:
+        rec = index.extra.get(entry)
+        problem = "not in the index" if rec is None else store.check_entry(rec)
+        if problem is not None:
+            return ItemCoverage(item_id, MISSING if problem == "missing" else BROKEN, f"entry {entry}: {problem}",
+                                entry)
+    return ItemCoverage(item_id, COVERED, f"{record.get('graphs', 0)} graphs, {len(record['entries'])} entries, "
+                                          f"torch {record.get('torch')} on {record.get('gpu')}")
+
+
+def file_entries(store: CacheStore, entries: list[str]) -> tuple[list[str], list[str]]:
+    """File the whole new entries (``<area>/<name>``) in the index's ``extra`` (by warm), so verify/pack/push/pull
+    carry them and a strict launch turns the families' refusal on; returns (filed, not whole)."""
+    whole, broken = [], []
+    for member in entries:
+        area, name = member.split("/", 1)
+        fam = family_for_area(area)
+        if fam is not None and fam.entry_problem(fam.area_dir(store.root) / name) is None:
+            whole.append((name, area))
+        else:
+            broken.append(member)
+    records = [store.record_entry(name, by="warm", area=area) for name, area in whole]
+    if records:
+        def mutate(index: Index) -> None:
+            for rec in records:
+                index.extra[rec.member_dir] = rec
+
+        store.update_index(mutate)
+    return [r.member_dir for r in records], broken
+
+
+AREAS = ("inductor", "triton")  # where an item's compiles land: inductor's caches and the Triton kernels it generates
+
+
+def snapshot(root: str) -> dict[str, dict[str, tuple[str | None, tuple[str, ...]]]]:
+    """Per area of :data:`AREAS`, every entry -> its state (runtimes/captured.py CacheFamily.state)."""
+    out = {}
+    for area in AREAS:
+        fam = family_for_area(area)
+        out[area] = fam.state(fam.area_dir(root)) if fam is not None else {}
+    return out
+
+
+def appeared(root: str, before: dict[str, dict[str, tuple[str | None, tuple[str, ...]]]]) -> list[str]:
+    """The entries (``<area>/<name>``) that appeared or grew (inductor's buckets) since ``before``."""
+    after = snapshot(root)
+    return sorted(f"{area}/{name}" for area, entries in after.items() for name, state in entries.items()
+                  if before.get(area, {}).get(name) != state)

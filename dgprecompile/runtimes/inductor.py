@@ -1,0 +1,124 @@
+"""The torch.compile (inductor) graphs SGLang compiles at a server's first forwards: planned per shape, built by
+`warm` on the job's GPU kind, refused under strict by the startup hook on inductor's FX-graph-cache miss.
+
+Facts come from ``data/inductor_graphs.yaml`` (checked against ``data/schemas/inductor-graphs.json``): per graph,
+SGLang's module and function, how it is compiled (``automatic``: a bare ``@torch.compile``; ``dynamic``:
+``dynamic=True``), which plans list it, and per release the file:line it was read from.
+
+* planning: ``plan_items(...)`` -- one :class:`~dgprecompile.runtimes.items.InductorGraphItem` per graph and shape;
+* compile: ``warm_argv(item, root, python)`` (``python -m dgprecompile.compile.inductor_graphs``: SGLang's own
+  compiled function called at every specialisation, in one process with the GPU visible), ``needs_gpu`` (why a
+  GPU-free warm leaves them);
+* cache: its entries are inductor's (area ``inductor``: the FX graph cache, AOTAutograd's and the generated code)
+  and the Triton kernels inductor generates (area ``triton``), whole entries filed in the index's ``extra``; the
+  index's ``inductor`` section holds one record per item (cache/inductor_graphs.py);
+* staleness: ``installed()`` -- the torch the graphs were built with (its version, from metadata only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+from dgprecompile.data import load_yaml
+from dgprecompile.runtimes.base import StrictBy
+from dgprecompile.runtimes.captured import not_installed
+from dgprecompile.runtimes.items import InductorGraphItem
+
+DATA = "inductor_graphs.yaml"
+SCHEMA = "inductor-graphs"
+
+
+@dataclass(frozen=True)
+class InductorGraphs:
+    id: str = InductorGraphItem.RUNTIME
+    label: str = "torch.compile (inductor) graphs"
+    area: str = "inductor"
+    kind: str = InductorGraphItem.kind
+    warm_module: str = "dgprecompile.compile.inductor_graphs"
+    areas: tuple[str, ...] = ("inductor", "triton")  # where its builds land (launch_env of both families)
+    imports: tuple[str, ...] = ("torch", "triton", "sglang")
+    live: tuple[str, ...] = ()
+    needs_gpu: str = ("inductor's graph key holds the torch build and the GPU's name: warm where the job's GPU kind "
+                      "is visible")
+
+    @property
+    def strict_by(self) -> StrictBy:
+        """The startup hook refuses inductor's FX-graph-cache miss and Triton's compile (runtimes/captured.py)."""
+        return StrictBy.HOOK
+
+    def data(self) -> dict[str, Any]:
+        from dgprecompile import schemas
+
+        doc = load_yaml(DATA)
+        schemas.check(doc, SCHEMA, DATA, hint=f"fix {DATA} (data/schemas/{SCHEMA}.json says what each field holds)")
+        return doc
+
+    def graph(self, name: str) -> dict[str, Any]:
+        return self.data()["graphs"][name]
+
+    # -- planning --
+    def plan_items(self, config: dict, *, tp: int, sglang_version: str | None, triton_moe: list,
+                   device_name: str) -> tuple[list[InductorGraphItem], list[str]]:
+        """The items of a plan (its Triton MoE items, tensor-parallel size, release) and notes saying what was left
+        out and why. Nothing is planned for a release whose source was not read."""
+        items: list[InductorGraphItem] = []
+        notes: list[str] = []
+        for name, g in self.data()["graphs"].items():
+            wanted = bool(triton_moe) if g["when"] == "triton-moe" else tp > 1
+            if not wanted:
+                continue
+            where = g["releases"].get(sglang_version or "")
+            if where is None:
+                replaced = (g.get("replaced") or {}).get(sglang_version or "")
+                notes.append(f"{self.label}: {g['label']}: " + (f"not compiled in sglang {sglang_version}: {replaced}"
+                             if replaced else f"not planned: sglang {sglang_version}'s source was not read for it"))
+                continue
+            if g["when"] == "tp" and not isinstance(config.get("vocab_size"), int):
+                notes.append(f"{self.label}: {g['label']}: not planned: config.json has no vocab_size")
+                continue
+            items += (_moe_sum_items(g, name, config, triton_moe, device_name, where) if g["when"] == "triton-moe"
+                      else [_vocab_item(name, config, tp, device_name, where)])
+        if items:
+            notes.append(f"{self.label}: {len(items)} planned; {self.needs_gpu}")
+        return items, notes
+
+    def warm_argv(self, item: InductorGraphItem, cache_dir: str, python: str) -> list[str]:
+        return [python, "-m", self.warm_module, "--item", item.id, "--graph", item.graph, "--params",
+                ",".join(f"{k}={v}" for k, v in item.params), "--device-name", item.device_name,
+                "--cache-dir", str(cache_dir)]
+
+    def missing(self) -> str | None:
+        """What to install so that the warm can run here (runtimes/captured.py not_installed)."""
+        return not_installed(self.imports)
+
+    # -- staleness --
+    def installed(self) -> dict[str, Any] | None:
+        """The torch the graphs' key holds, read from metadata (None: torch is not installed here)."""
+        try:
+            return {"torch": metadata.version("torch")}
+        except metadata.PackageNotFoundError:
+            return None
+
+
+def _moe_sum_items(g: dict, name: str, config: dict, triton_moe: list, device_name: str,
+                   where: str) -> list[InductorGraphItem]:
+    scale = float(config.get("routed_scaling_factor") or 1.0)
+    dtype = "bfloat16"
+    out: dict[str, InductorGraphItem] = {}
+    for moe in triton_moe:
+        if moe.topk in g.get("skip_topk_at_unit_scale", ()) and scale == 1.0:
+            continue
+        item = InductorGraphItem(name, (("topk", moe.topk), ("hidden", moe.hidden), ("dtype", dtype),
+                                        ("scale", scale), ("m_max", int(g["m_max"]))), device_name, where)
+        out.setdefault(item.id, item)
+    return list(out.values())
+
+
+def _vocab_item(name: str, config: dict, tp: int, device_name: str, where: str) -> InductorGraphItem:
+    return InductorGraphItem(name, (("vocab", int(config["vocab_size"])), ("tp", tp), ("dtype", "int64")),
+                             device_name, where)
+
+
+INDUCTOR_GRAPHS = InductorGraphs()

@@ -1,0 +1,247 @@
+"""SGLang's torch.compile (inductor) graphs as planned work: `plan` lists one item per compiled function and shape
+(data/inductor_graphs.yaml, read per release), the manifest carries them, warm builds them by calling SGLang's OWN
+compiled function at every specialisation its compile mode allows (compile/inductor_graphs.py), files what inductor
+wrote, and verify names an item that is missing, stale or has lost an entry.
+
+The build runs here on inductor's CPU backend with the real torch of the venv and sglang 0.5.14's real functions
+(``--device cpu``: the CPU stand-in for the job's GPU, whose graphs only a GPU can build; the calls, the
+specialisations and inductor's own cache are the same). The check that matters: a later process that calls SGLang's
+function in another order (another first m, the other ranks' arguments) finds every graph in inductor's FX graph
+cache, and a first m outside the planned set does not (the test can fail)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from helpers import NVCC, STANDINS, beside_venv, sglang_014_dir
+from test_moe_rules import DEEPSEEK_V3
+from test_triton_moe_plan import _full_env, _run, needs_all
+
+from dgprecompile.cache import inductor_graphs as records
+from dgprecompile.cache.store import CacheStore
+from dgprecompile.compile import inductor_warm
+from dgprecompile.errors import InputError
+from dgprecompile.planning.manifest import plan_from_dict, write_manifest
+from dgprecompile.planning.plan import PlanRequest
+from dgprecompile.planning.server_plan import plan_from_server
+from dgprecompile.runtimes import CAPTURED, INDUCTOR_GRAPHS
+from dgprecompile.runtimes.items import InductorGraphItem
+
+REPO = Path(__file__).resolve().parent.parent
+QWEN = "python -m sglang.launch_server --model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 --tp 8 --ep 8"
+TRITON = beside_venv("triton-3.6.0", "triton/__init__.py")
+needs_build = pytest.mark.skipif(sglang_014_dir() is None or TRITON is None or importlib.util.find_spec("torch") is None,
+                                 reason="sglang 0.5.14, Triton 3.6.0 and torch beside the venv (make setup)")
+
+
+def _plan(cmd: str, sglang: str = "0.5.14"):
+    return plan_from_server(PlanRequest(sglang_cmd=cmd, sglang=sglang, sglang_precompile=False))
+
+
+def _graphs(plan) -> dict[str, dict]:
+    return {it.graph: dict(it.params) for it in plan.inductor.values()}
+
+
+def test_the_480b_server_plans_the_moe_sum_at_its_topk_and_the_embedding_mask_at_tp8():
+    plan = _plan(QWEN)
+    assert _graphs(plan) == {
+        "moe_sum_reduce": {"topk": 8, "hidden": 6144, "dtype": "bfloat16", "scale": 1.0, "m_max": 32},
+        "vocab_mask": {"vocab": 151936, "tp": 8, "dtype": "int64"}}
+    assert all(it.device_name == "NVIDIA H200" and it.why.startswith(("layers/moe/", "layers/vocab"))
+               for it in plan.inductor.values())
+    assert [it.id for it in plan.items][-2:] == list(plan.inductor)  # one list of typed items
+    assert any("warm where the job's GPU kind is visible" in n for n in plan.notes)
+
+
+def test_deepseek_v3_tp8_sums_the_fused_shared_expert_with_its_scale(tmp_path):
+    (tmp_path / "config.json").write_text((REPO / "tests" / "gpu" / "models" / "DeepSeek-V3.json").read_text())
+    graphs = _graphs(_plan(f"python -m sglang.launch_server --model-path {tmp_path} --tp 8"))
+    assert graphs == {"moe_sum_reduce": {"topk": 9, "hidden": 7168, "dtype": "bfloat16", "scale": 2.5, "m_max": 32},
+                      "vocab_mask": {"vocab": 129280, "tp": 8, "dtype": "int64"}}
+    # a config.json without a vocab size plans no mask, saying so
+    (tmp_path / "config.json").write_text(json.dumps(DEEPSEEK_V3))
+    plan = _plan(f"python -m sglang.launch_server --model-path {tmp_path} --tp 8")
+    assert set(_graphs(plan)) == {"moe_sum_reduce"} and any("no vocab_size" in n for n in plan.notes)
+
+
+def test_from_0_5_16_a_triton_kernel_replaces_the_mask_and_an_unread_release_plans_nothing():
+    plan = _plan(QWEN, "0.5.23")  # its experts run on Triton again (0.5.17-0.5.19: on DeepGEMM, no sum graph)
+    assert set(_graphs(plan)) == {"moe_sum_reduce"}
+    assert any("not compiled in sglang 0.5.23" in n and "_use_triton_embedding" in n for n in plan.notes)
+    assert _plan(QWEN, "0.5.17").inductor == {}
+    old = _plan(QWEN, "0.5.9")
+    assert old.inductor == {} or set(_graphs(old)) <= {"moe_sum_reduce"}
+    assert any("0.5.9's source was not read" in n for n in old.notes)
+
+
+def test_the_manifest_carries_the_items_and_refuses_a_changed_or_unbounded_one():
+    data = json.loads(json.dumps(_plan(QWEN).to_dict()))
+    again = plan_from_dict(json.loads(json.dumps(data)))
+    assert list(again.inductor) == list(_plan(QWEN).inductor)
+    data["inductor"][0]["params"]["topk"] = 2  # changed without its id
+    with pytest.raises(InputError, match="does not match its fields"):
+        plan_from_dict(json.loads(json.dumps(data)))
+    data["inductor"][0]["params"].update(topk=8, m_max=10**9)  # warm builds one graph per m: bounded by the schema
+    with pytest.raises(InputError, match="m_max"):
+        plan_from_dict(data)
+
+
+def test_without_a_gpu_of_the_planned_kind_warm_leaves_them_saying_why(monkeypatch):
+    item = next(iter(_plan(QWEN).inductor.values()))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert inductor_warm.visible_gpu_names() == []
+    why = inductor_warm.gpu_problem(item, inductor_warm.visible_gpu_names(), INDUCTOR_GRAPHS.needs_gpu)
+    assert why.startswith("needs a visible NVIDIA H200 (no GPU here)") and "holds the torch build and the GPU's name" in why
+    assert inductor_warm.gpu_problem(item, ["NVIDIA H100 80GB HBM3"], "").startswith("needs a visible NVIDIA H200")
+    assert inductor_warm.gpu_problem(item, ["NVIDIA H200"], "") is None
+
+
+# ---- the build, on inductor's CPU backend (real torch, sglang 0.5.14's own functions) ----------------------
+
+
+class CpuGraphs:
+    """STAND-IN for the job's GPU: the real runtime's warm command with ``--device cpu`` (inductor's CPU backend)."""
+
+    def __init__(self) -> None:
+        self.runtime = INDUCTOR_GRAPHS
+
+    def warm_argv(self, item, root, python):
+        return [*self.runtime.warm_argv(item, root, python), "--device", "cpu"]
+
+    def installed(self):
+        return self.runtime.installed()
+
+
+def _env() -> dict[str, str]:
+    return {"PYTHONPATH": os.pathsep.join([sglang_014_dir(), STANDINS, TRITON, str(REPO)]),
+            "DGP_STANDINS": "sgl_kernel,torchvision", "DGP_TRANSFORMERS_EXIST_OK": "1"}
+
+
+JOB = textwrap.dedent("""
+    import importlib, json, sys, torch
+    from torch._dynamo.utils import counters
+    from dgprecompile.compile.triton_moe import publish_standins
+    publish_standins()
+    fused = importlib.import_module("sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe")
+    vpe = importlib.import_module("sglang.srt.layers.vocab_parallel_embedding")
+    rank = int(sys.argv[2])
+    s = vpe.VocabParallelEmbedding._get_indices(1024, 1024, 1000, 1000, rank, 4)
+    with torch.no_grad():
+        for m in map(int, sys.argv[1].split(",")):
+            fused.moe_sum_reduce_torch_compile(torch.randn(m, 3, 16), torch.empty(m, 16), 1.0)
+            vpe.get_masked_input_and_mask(torch.randint(0, 1000, (m,)), s.org_vocab_start_index,
+                                          s.org_vocab_end_index, s.num_org_vocab_padding,
+                                          s.added_vocab_start_index, s.added_vocab_end_index)
+    print(json.dumps({k: v for k, v in counters["inductor"].items() if k.startswith("fxgraph")}))
+""")
+
+
+def _job(root: Path, ms: str, rank: int) -> dict[str, int]:
+    env = {**os.environ, **_env(), "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
+           "TRITON_CACHE_DIR": str(root / "triton")}
+    res = subprocess.run([sys.executable, "-c", JOB, ms, str(rank)], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cache")
+    store = CacheStore(root)
+    store.ensure()
+    items = [InductorGraphItem("moe_sum_reduce", (("topk", 3), ("hidden", 16), ("dtype", "float32"), ("scale", 1.0),
+                                                  ("m_max", 3)), "cpu"),
+             InductorGraphItem("vocab_mask", (("vocab", 1000), ("tp", 4), ("dtype", "int64")), "cpu")]
+    saved = dict(os.environ)
+    os.environ.update(_env())
+    for name in [e for f in CAPTURED for e in f.cache_env]:
+        os.environ.pop(name, None)
+    try:
+        part = SimpleNamespace(runtime=CpuGraphs(), built=items, job={"python": sys.executable})
+        setup = SimpleNamespace(store=store, workers=1, budget=2)
+        result = SimpleNamespace(failed={}, compiled={}, cached=[])
+        events: list[dict] = []
+        inductor_warm.run_items(setup, part, events.append, result)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return SimpleNamespace(root=root, store=store, items=items, result=result, events=events)
+
+
+@needs_build
+def test_warm_builds_every_specialisation_and_files_what_inductor_wrote(built):
+    assert built.result.failed == {} and set(built.result.compiled) == {it.id for it in built.items}
+    index = built.store.read_index()
+    for item in built.items:
+        rec = index.inductor[item.id]
+        assert rec["torch"] == INDUCTOR_GRAPHS.installed()["torch"] and rec["graphs"] >= 2
+        assert any(e.startswith("inductor/fxgraph/") for e in rec["entries"])
+        assert all(index.extra[e].by == "warm" for e in rec["entries"])
+        cov = records.item_coverage(built.store, index, item.id, INDUCTOR_GRAPHS.installed())
+        assert cov.status == records.COVERED, cov.detail
+
+
+@needs_build
+def test_a_later_process_in_another_order_compiles_nothing_and_an_unplanned_first_m_does(built):
+    for ms, rank in (("3,2,1,17", 0), ("2,9", 3), ("1,5", 1)):  # any first m up to m_max, any rank
+        assert _job(built.root, ms, rank).get("fxgraph_cache_miss", 0) == 0, (ms, rank)
+    # a first m above the planned m_max (3 here; SGLang's own bound is 32) is a static graph nobody built
+    assert _job(built.root, "5,6", 0).get("fxgraph_cache_miss", 0) >= 1
+
+
+@needs_build
+def test_a_second_warm_finds_them_and_a_lost_entry_is_named(built):
+    result = SimpleNamespace(failed={}, compiled={}, cached=[])
+    part = SimpleNamespace(runtime=CpuGraphs(), built=built.items, job={"python": sys.executable})
+    inductor_warm.run_items(SimpleNamespace(store=built.store, workers=1, budget=2), part, lambda e: None, result)
+    assert sorted(result.cached) == sorted(it.id for it in built.items) and result.compiled == {}
+    index = built.store.read_index()
+    item = built.items[0].id
+    stale = records.item_coverage(built.store, index, item, {"torch": "0.0"})
+    assert stale.status == records.STALE and "inductor's key holds the torch build" in stale.detail
+    lost = next(e for e in index.inductor[item]["entries"] if e.startswith("inductor/fxgraph/"))
+    import shutil
+
+    shutil.rmtree(built.root / lost)
+    cov = records.item_coverage(built.store, built.store.read_index(), item, INDUCTOR_GRAPHS.installed())
+    assert cov.status == records.MISSING and cov.entry == lost
+
+
+@needs_all
+def test_a_gpu_free_warm_leaves_them_naming_the_gpu_verify_names_them_and_launch_will_not_start(tmp_path):
+    """The CLI end to end without a GPU: warm passes for what it can build and names the graphs it leaves, verify
+    fails naming them missing, and a strict launch refuses to start without them (exit 1, one error line)."""
+    data = _plan(QWEN).to_dict()
+    for shape in data["shapes"]:
+        shape["buckets"], shape["aux_kernels"] = [], []
+    data["kernels"], data["total_kernels"] = [], 0
+    for section in ("sglang_jit_modules", "triton_moe"):
+        data.pop(section, None)
+    manifest = tmp_path / "plan.yaml"
+    write_manifest(plan_from_dict(data), manifest)
+    env = {**_full_env(), "CUDA_VISIBLE_DEVICES": ""}
+    cache = tmp_path / "cache"
+    w = _run("warm", "--manifest", manifest, "--cache-dir", cache, "--nvcc", NVCC, "--sglang-jit", "on", "--json",
+             env=env)
+    assert w.returncode == 0, w.stdout + w.stderr
+    skipped = json.loads(w.stdout)["skipped"]
+    assert set(skipped) == set(data_ids(data)) and all("needs a visible NVIDIA H200 (no GPU here)" in why
+                                                       for why in skipped.values())
+    v = _run("verify", "--manifest", manifest, "--cache-dir", cache, "--json", env=env)
+    assert v.returncode == 1 and set(json.loads(v.stdout)["missing"]) == set(data_ids(data)), v.stdout
+    launch = _run("launch", "--manifest", manifest, "--cache-dir", cache, "--", sys.executable, "-c", "pass", env=env)
+    assert launch.returncode == 1 and "inductor:" in launch.stderr, launch.stderr
+    assert "Traceback" not in launch.stderr
+
+
+def data_ids(data: dict) -> list[str]:
+    return [d["id"] for d in data["inductor"]]
