@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The independent live proof (issue 33), for one SGLang server command on the H200:
 #   plan (from the command and config.json) -> warm with the GPU hidden (no capture, nothing run on the GPU first)
-#   -> verify -> strict `dgprecompile launch` of python -m dgprecompile.launch.model_driver, which builds SGLang's OWN
+#   -> warm with the GPU visible (only the torch.compile graphs are left: SGLang's own compiled functions at the plan's
+#   shapes, runtimes/inductor.py) -> verify -> strict `dgprecompile launch` of python -m dgprecompile.launch.model_driver, which builds SGLang's OWN
 #   model for one rank from the SAME command and config.json (its prepare_server_args, its dummy loader) and runs
 #   every m of MS through the embedding, norms, attention linears, q/k norm + rope and the MLP / MoE block;
 #   nothing the driver runs is derived from the plan. Expect: launch rc 0, 0 refusals, 0 new cache files, 0
-#   torch.compile frames. Then one planned entry of each family deleted (DeepGEMM kernel, SGLang JIT module, Triton
-#   fused_moe_kernel): the same proof must exit 1 naming each.
+#   torch.compile graphs compiled. Then one planned entry of each family deleted (DeepGEMM kernel, SGLang JIT module,
+#   Triton fused_moe_kernel, one FX graph of a torch.compile item): the same proof must exit 1 naming each.
 # usage: SGLANG=0.5.14 SERVER="python -m sglang.launch_server --model-path M --tp 8 --ep 8" CONFIG=config.json \
 #        [MS=1-8192] [MS_DELETED=...] [NAME=model-480b] DGP_GIT=<sha> bash tests/gpu/model_proof.sh
 # writes $OUT/$NAME/{summary.txt,record.json,driver.json,driver_deleted.json,logs.txt}
@@ -28,6 +29,7 @@ export PYTHONPATH="$site:$root/tests/standins:$root" DGP_STANDINS=sgl_kernel,fla
 LOCAL=$(python3 -c "import shlex,sys; w=shlex.split(sys.argv[1]); i=w.index('--model-path'); w[i+1]=sys.argv[2]; print(shlex.join(w))" "$SERVER" "$model")
 { echo "tests/gpu/model_proof.sh $(date -u +%FT%TZ) git ${DGP_GIT:-?} sglang $SGLANG MS=$MS"; echo "server: $SERVER";
   python3 -c "import torch, sys, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'python', sys.version.split()[0])";
+  python3 -c "import torch._inductor.compile_fx as c; print('inductor hook point fx_codegen_and_compile:', hasattr(c, 'fx_codegen_and_compile'))";
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } >> "$d/summary.txt" 2>&1
 dg() { python3 -m dgprecompile "$@"; }
 stamp plan
@@ -46,6 +48,14 @@ print(f'warm speed: wall {wall:.1f} s, limit {lim[\"limit_s\"]} s (sum/workers {
 # where warm's parent spent its time (cumulative, the 20 costliest calls): the bound above counts all of it
 python3 -c "import pstats, sys; pstats.Stats(sys.argv[1], stream=sys.stdout).sort_stats('cumulative').print_stats(20)" \
   "$w/warm.prof" 2>&1 | tail -32 > "$d/warm_profile.txt"
+# the torch.compile graphs: inductor's key holds the live GPU's name, so warm builds them where the GPU is visible
+# (by SGLang's own compiled functions at the plan's shapes; the other families are cached from the run above)
+stamp warm-gpu
+tg=$(date +%s.%N)
+python3 -m dgprecompile warm --manifest "$w/plan.yaml" --cache-dir "$cache" --backend nvcc --sglang-jit on --json \
+  > "$d/warm_gpu.json" 2> "$w/warm_gpu.err"
+echo "warm (GPU visible: torch.compile graphs) rc=$? in $(python3 -c "import time,sys; print(round(time.time()-float(sys.argv[1]),1))" "$tg") s" >> "$d/summary.txt"
+tail -8 "$w/warm_gpu.err" >> "$d/logs.txt"
 dg verify --manifest "$w/plan.yaml" --cache-dir "$cache" > "$w/verify.txt" 2>&1
 echo "verify rc=$?" >> "$d/summary.txt"; tail -5 "$w/verify.txt" >> "$d/logs.txt"
 DRIVER=(python3 -m dgprecompile.launch.model_driver --sglang-cmd "$LOCAL" --model-dir "$model" --m "$MS")
@@ -74,7 +84,7 @@ for f in deepgemm sglang-jit triton-moe triton-host inductor; do  # each family:
             --expect "$f=summary.txt:^driver failures other than refusals: 0$" \
             --expect "$f=summary.txt:^family $f: refused 0, new 0$")
 done
-for f in deepgemm sglang-jit triton-moe; do expects+=(--expect "$f=summary.txt:^deleted-run: deleted $f refused by name$"); done
+for f in deepgemm sglang-jit triton-moe inductor; do expects+=(--expect "$f=summary.txt:^deleted-run: deleted $f refused by name$"); done
 python3 tests/gpu/proof_record.py --name "$NAME" --dir "$d" --out "$d/record.json" --sglang "$SGLANG" --server "$SERVER" \
   --command "SGLANG=$SGLANG SERVER=\"$SERVER\" CONFIG=$CONFIG MS=$MS bash tests/gpu/model_proof.sh" --wheels .whl \
   "${expects[@]}" >> "$d/summary.txt" 2>&1

@@ -109,8 +109,9 @@ def summarise(args) -> int:
             fam = family_of_path(path)
             if fam:
                 new.setdefault(fam, []).append(path)
-    if driver.get("dynamo", {}).get("compiled"):
-        new.setdefault("inductor", []).append(f"{driver['dynamo']['compiled']} torch.compile frame(s) compiled")
+    compiled = driver.get("dynamo", {}).get("inductor_compiled") or driver.get("dynamo", {}).get("compiled")
+    if compiled:  # inductor's own FX graph cache misses (older drivers: Dynamo's frames)
+        new.setdefault("inductor", []).append(f"{compiled} torch.compile graph(s) compiled")
     say(f"driver: {len(driver.get('calls', {}))} modules, {sum(driver.get('calls', {}).values())} calls, "
           f"{driver.get('ms')} m in {driver.get('seconds')} s; stand-ins: {'; '.join(driver.get('standins', []))}")
     for fam in FAMILIES:
@@ -143,6 +144,12 @@ def pick_victims(root: str) -> int:
     moe = next((p.parent for p in sorted(Path(root).glob("triton/*/__grp__fused_moe_kernel.json"))), None)
     if moe is not None:
         print(f"triton-moe {moe.relative_to(root)}")
+    # one FX graph of a planned torch.compile item (the vocab-parallel mask's where planned: every forward runs it)
+    records = sorted(index.get("inductor", {}).items(), key=lambda kv: "vocab_mask" not in kv[0])
+    graph = next((e for _, rec in records for e in sorted(rec.get("entries", [])) if e.startswith("inductor/fxgraph/")),
+                 None)
+    if graph is not None:
+        print(f"inductor {graph}")
     return 0
 
 
