@@ -33,7 +33,8 @@ bash tests/gpu/carry_torch.sh join "$base/joined" "$base/torch" || fail "join/in
 ls "$base/joined"/sgl_deep_gemm-*.whl "$base/joined"/apache_tvm_ffi-*.whl || fail "sgl-deep-gemm wheels not among the joined files"
 
 say "2. build the NCCL stand-in and the 0.2.0 shim"
-cc -shared -fPIC -O2 -o "$base/lib/libnccl_standin.so" tests/gpu/nccl_standin.c || fail "cc nccl_standin.c"
+cc=$(command -v cc || command -v gcc) || fail "no C compiler (cc, gcc)"
+"$cc" -shared -fPIC -O2 -o "$base/lib/libnccl_standin.so" tests/gpu/nccl_standin.c || fail "cc nccl_standin.c"
 g++ -shared -fPIC -O2 -Wl,--as-needed -o "$base/lib/libdg020_check_shim.so" tests/gpu/dg020_check_shim.cpp -ldl \
   || fail "g++ dg020_check_shim.cpp"
 nm -D --defined-only "$base/lib/libdg020_check_shim.so" | grep -q ' _ZN3c104cuda29c10_cuda_check_implementationEiPKcS2_jb$' \
