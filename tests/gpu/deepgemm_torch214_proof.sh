@@ -45,21 +45,22 @@ export LD_PRELOAD="$base/lib/libnccl_standin.so:$base/lib/libdg020_check_shim.so
 echo "stand-ins preloaded in every process of this proof: LD_PRELOAD=$LD_PRELOAD (NCCL STAND-IN, 0.2.0 SHIM)"
 
 say "3. torch 2.14.1 on the GPU, and each release's deep_gemm with every symbol bound"
-python3 - > "$base/torch-check.txt" 2>&1 <<'PY' || { cat "$base/torch-check.txt"; fail "torch 2.14.1 does not run here"; }
-import torch
-assert torch.__version__.startswith("2.14.1"), torch.__version__
-x = torch.randn(256, 256, device="cuda")
-torch.cuda.synchronize()
-print("torch", torch.__version__, torch.__file__, "cuda", torch.version.cuda, torch.cuda.get_device_name(),
-      "matmul ok", float((x @ x).sum()) == float((x @ x).sum()))
-PY
-cat "$base/torch-check.txt"
+python3 -c 'import torch; assert torch.__version__.startswith("2.14.1"), torch.__version__; print("torch", torch.__version__, torch.__file__, "cuda", torch.version.cuda)' \
+  > "$base/torch-check.txt" 2>&1 || { cat "$base/torch-check.txt"; fail "torch 2.14.1 does not import here"; }
 for v in 0.1.5.post3 0.1.7 0.2.0 0.2.2 0.2.3.post2; do
   site=$base/import-$v
   python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" "$base/joined"/sgl_deep_gemm-"$v"-*.whl \
     "$base/joined"/apache_tvm_ffi-*.whl > /dev/null 2>&1
-  PYTHONPATH="$site:$PYTHONPATH" LD_BIND_NOW=1 python3 -c 'import torch, deep_gemm, sys; print(sys.argv[1], "import ok:", deep_gemm.__file__, "torch", torch.__version__, "sms", deep_gemm.get_num_sms())' "$v" 2>&1 | tail -2
-done | tee -a "$base/torch-check.txt"
+  PYTHONPATH="$site:$PYTHONPATH" LD_BIND_NOW=1 python3 -c 'import torch, deep_gemm, sys; print(sys.argv[1], "import ok (LD_BIND_NOW=1):", deep_gemm.__file__, "torch", torch.__version__)' "$v" 2>&1 | tail -1
+done >> "$base/torch-check.txt"
+python3 - >> "$base/torch-check.txt" 2>&1 <<'PY' || { cat "$base/torch-check.txt"; fail "torch 2.14.1 does not run on the GPU"; }
+import torch
+x = torch.randn(256, 256, device="cuda")
+y = (x @ x).sum()
+torch.cuda.synchronize()
+print("cuda matmul ok on", torch.cuda.get_device_name(), float(y) == float((x @ x).sum()))
+PY
+cat "$base/torch-check.txt"
 
 left=$(( 545 - ($(date +%s) - t0) ))
 budget=${1:-420}; [ "$budget" -gt "$left" ] && budget=$left

@@ -558,9 +558,10 @@ def shared_roots_sweep(specs: list[dict], warm_cache: str, scratch: str, out: st
     json.dump(job, open(path, "w"))
     step = run([sys.executable, os.path.abspath(__file__), "keys", path], env,
                os.path.join(out, "shared-roots-sweep.stdout"), deadline - time.time())
+    unchanged = _tree(warm_cache) == before  # before write permission comes back (the tree holds the modes)
     subprocess.run(["chmod", "-R", "u+w", warm_cache], check=False)
     written = [os.path.relpath(os.path.join(d, f), writable) for d, _, files in os.walk(writable) for f in files]
-    return {"step": step, "roots": job["cache_roots"], "shared_unchanged": _tree(warm_cache) == before,
+    return {"step": step, "roots": job["cache_roots"], "shared_unchanged": unchanged,
             "shared_files": len(before), "files_in_writable_root": written[:50], "writable_count": len(written)}
 
 
