@@ -65,9 +65,11 @@ cat "$base/torch-check.txt"
 left=$(( 545 - ($(date +%s) - t0) ))
 budget=${1:-420}; [ "$budget" -gt "$left" ] && budget=$left
 say "4. the sweep: budget $budget s"
-# release:sglang that pins it (METADATA):warm backend; nvcc everywhere: issue 32 asks for a GPU-free warm per release
+# release:sglang that pins it (METADATA):warm backend; nvcc everywhere: issue 32 asks for a GPU-free warm per release.
+# The cold pass gets 58 % of the budget (five releases' library compiles side by side, 15 processes on 16 cores);
+# the GPU-free warms after it are 54 kernels each, 3 workers per release
 RELEASES="0.1.5.post3:0.5.18:nvcc 0.1.7:0.5.19:nvcc 0.2.0:0.5.20:nvcc 0.2.2:0.5.22:nvcc 0.2.3.post2:0.5.23:nvcc" \
-  WHEELS="$base/joined" OUT="$ret" bash tests/gpu/sweep_generations.sh "$budget"
+  WHEELS="$base/joined" OUT="$ret" SWEEP_COLD_PCT=${SWEEP_COLD_PCT:-58} bash tests/gpu/sweep_generations.sh "$budget"
 { echo "torch: private torch 2.14.1 at $base/torch (carried, sha256 checked), PYTHONPATH first in every process"
   echo "preloaded: NCCL STAND-IN (tests/gpu/nccl_standin.c) and sgl-deep-gemm 0.2.0 SHIM (tests/gpu/dg020_check_shim.cpp)"
   cat "$base/torch-check.txt"; } >> "$ret/machine.txt"

@@ -9,6 +9,7 @@
 # everything is written under a scratch folder and packed into $OUT/results.tar.gz; SUMMARY.txt and machine.txt
 # come back beside it.
 # usage: bash tests/gpu/sweep_generations.sh [BUDGET_SECONDS]        (default 450; the run ends before it)
+# SWEEP_COLD_PCT: the share of the budget the cold pass may take (default 50)
 set -uo pipefail
 budget=${1:-450}
 export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1
@@ -75,7 +76,7 @@ for item in $releases; do
   fi
   timeout $((budget + 15)) python3 tests/gpu/sweep_generations.py version --dg-version "$v" --sglang "$s" \
     --site "$site" --out "$out/$v" --scratch /tmp/dgsweep-scratch \
-    --cold-deadline $((t0 + budget * 50 / 100)) --deadline $((t0 + budget)) --jobs "${SWEEP_JOBS:-3}" --par "${SWEEP_PAR:-$par}" \
+    --cold-deadline $((t0 + budget * ${SWEEP_COLD_PCT:-50} / 100)) --deadline $((t0 + budget)) --jobs "${SWEEP_JOBS:-3}" --par "${SWEEP_PAR:-$par}" \
     --backend "$backend" --repo "$dgp" \
     > "$out/$v/version.log" 2>&1 &
   pids+=($!)
