@@ -74,3 +74,26 @@ f = ctypes.CDLL(None)["_ZN3c104cuda29c10_cuda_check_implementationEiPKcS2_jb"]
 f.argtypes, f.restype = [ctypes.c_int32, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint32, ctypes.c_bool], None
 f(0, b"check.cpp", b"fn", 1, False)
 print("returned normally")'
+# an error thrown by the 6-argument function reaches the caller through the shim (a C++ harness; no torch needed)
+mkdir -p shimexc && cat > shimexc/fake6.cpp <<'CPP'
+#include <cstdint>
+#include <stdexcept>
+namespace c10 { namespace cuda { class CUDAErrorLogCapture;
+void c10_cuda_check_implementation(int32_t err, const char*, const char*, uint32_t, bool, CUDAErrorLogCapture* c) {
+  if (err != 0) throw std::runtime_error(c == nullptr ? "thrown by the 6-argument function (capture nullptr)" : "?");
+}}}
+CPP
+cat > shimexc/main.cpp <<'CPP'
+#include <cstdint>
+#include <cstdio>
+#include <stdexcept>
+namespace c10 { namespace cuda { void c10_cuda_check_implementation(int32_t, const char*, const char*, uint32_t, bool); }}
+int main() {
+  c10::cuda::c10_cuda_check_implementation(0, "f", "fn", 1, true);
+  try { c10::cuda::c10_cuda_check_implementation(2, "f", "fn", 1, true); std::puts("err=2: no exception"); return 1; }
+  catch (const std::exception& e) { std::printf("err=2: caught through the shim: %s\n", e.what()); }
+  return 0;
+}
+CPP
+(cd shimexc && g++ -shared -fPIC -o libfake6.so fake6.cpp && cp ../libdg020_check_shim.so . &&
+ g++ -o main main.cpp -Wl,--no-as-needed -L. -lfake6 -ldg020_check_shim -Wl,-rpath,"$PWD" && ./main)
