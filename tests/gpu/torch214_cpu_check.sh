@@ -6,6 +6,10 @@
 #   WHEELS: torch-2.14.1-cp312 wheel, nvidia_nccl_cu13-2.28.9, apache_tvm_ffi-0.1.11, the five sgl_deep_gemm wheels
 #   NVWHEELS: folder(s), space-separated, holding the other nvidia-*-cu13 wheels torch 2.14.1 pins (cublas, cuda_cupti, cuda_nvrtc, cuda_runtime,
 #             cudnn_cu13, cufft, cufile, curand, cusolver, cusparse, cusparselt_cu13, nvjitlink, nvshmem_cu13, nvtx)
+#   NV211 (optional): folder of the nvidia wheels torch 2.11.0 pins where they differ from 2.14.1's (nvidia-cublas
+#             13.1.0.3, nvidia-nvjitlink 13.0.88, nvidia-cudnn-cu13 9.19.0.56, nvidia-cusparselt-cu13 0.8.0; read with
+#             `pip install --dry-run --report` of torch==2.11.0 and of its cuda-toolkit[...]==13.0.2): then the imports
+#             run again against exactly the libraries the H200 has beside its torch 2.11
 # usage: PY=python3.12 WHEELS=/tmp/t1-wheels NVWHEELS="/opt/pypi-more/files /opt/pypi/files" WORK=/tmp/t214-cpu \
 #        bash tests/gpu/torch214_cpu_check.sh
 set -uo pipefail
@@ -97,3 +101,19 @@ int main() {
 CPP
 (cd shimexc && g++ -shared -fPIC -o libfake6.so fake6.cpp && cp ../libdg020_check_shim.so . &&
  g++ -o main main.cpp -Wl,--no-as-needed -L. -lfake6 -ldg020_check_shim -Wl,-rpath,"$PWD" && ./main)
+if [ -n "${NV211:-}" ]; then
+  if [ ! -d sys211/nvidia ]; then
+    nv=("$NV211"/*.whl)
+    for n in cuda_cupti cuda_nvrtc cuda_runtime cufft cufile curand cusolver cusparse nvshmem_cu13 nvtx; do
+      nv+=("$(for d in $nvw; do ls "$d"/nvidia_"$n"-*.whl 2>/dev/null; done | tail -1)")
+    done
+    pipt sys211 "${nv[@]}" "$whl"/nvidia_nccl_cu13-2.28.9-*.whl
+  fi
+  ln -sfn "$work/sys211/nvidia" torch/nvidia
+  for v in "${sites[@]}"; do
+    printf '%s against the nvidia libraries torch 2.11.0 pins, LD_BIND_NOW=1, both preloaded: ' "$v"
+    PYTHONPATH=$work/site-$v:$base LD_BIND_NOW=1 LD_PRELOAD=$work/libnccl_standin.so:$work/libdg020_check_shim.so \
+      "$py" -c 'import torch, deep_gemm; print("import ok", torch.__version__, deep_gemm.__version__)' 2>&1 | tail -1
+  done
+  ln -sfn "$work/sys/nvidia" torch/nvidia
+fi
