@@ -141,3 +141,16 @@ def test_usage_errors_exit_2(tmp_path):
     for args in ((), ("split",), ("split", str(tmp_path / "absent.whl")), ("join",)):
         res = _run(tmp_path, *args)
         assert res.returncode == 2 and res.stderr.startswith("error: ") and "hint: " in res.stderr, (args, res)
+
+
+def test_a_piece_of_another_split_is_refused(split, tmp_path):
+    here, _, _ = split
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "torch-0.0.1-py3-none-any.whl").write_bytes(os.urandom(PIECE + 10))
+    assert _run(other, "split", str(other / "torch-0.0.1-py3-none-any.whl")).returncode == 0
+    device = tmp_path / "device"
+    device.mkdir()
+    assert _call(device, here, "p01").returncode == 0
+    _refused(_call(device, other, "p02"), "belongs to another split", "remove .carry-held/")
+    assert sorted(p.name for p in (device / ".carry-held").iterdir()) == ["MANIFEST.json", "p01.piece"]
