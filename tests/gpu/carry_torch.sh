@@ -35,8 +35,20 @@ if [ -z "$whl" ]; then
 fi
 rm -rf "$target"
 "$py" -m pip install -q --no-deps --no-index --no-compile --target "$target" "$whl"
-# the nvidia-*-cu13 packages beside the machine's own torch (PYTHONPATH cleared, so the system's are found)
-nv=$(PYTHONPATH= "$py" -c 'import nvidia, os; print([p for p in nvidia.__path__ if os.path.isdir(p)][0])' 2>/dev/null || true)
+# the nvidia-*-cu13 folder the machine's own torch finds through the same RPATH: <its site-packages>/nvidia (found
+# without importing it, PYTHONPATH cleared); else the first nvidia/ on the path that holds cu13/lib
+nv=$(PYTHONPATH= "$py" - <<'PY' 2>/dev/null || true
+import importlib.util, os
+spec = importlib.util.find_spec("torch")
+found = [os.path.join(os.path.dirname(os.path.dirname(spec.origin)), "nvidia")] if spec and spec.origin else []
+try:
+    import nvidia
+    found += list(nvidia.__path__)
+except ImportError:
+    pass
+print(next((p for p in found if os.path.isdir(os.path.join(p, "cu13", "lib"))), ""))
+PY
+)
 if [ -n "$nv" ] && [ ! -e "$target/nvidia" ]; then
   ln -s "$nv" "$target/nvidia"
   echo "linked $target/nvidia -> $nv"
