@@ -8,8 +8,8 @@
 #      2.28.9 lacks, each returning ncclInternalError if called) and the sgl-deep-gemm 0.2.0 SHIM
 #      (tests/gpu/dg020_check_shim.cpp: the 5-argument c10_cuda_check_implementation 0.2.0 imports, forwarded to
 #      torch 2.14.1's 6-argument one); both preloaded into every process below, and named so in every record
-#   3. check torch 2.14.1 is the torch every process gets (PYTHONPATH first) and runs a CUDA matmul; then each
-#      release's `import deep_gemm` with LD_BIND_NOW=1 (every symbol bound at load, so a missing one shows here)
+#   3. check torch 2.14.1 is the torch every process gets (PYTHONPATH first); each release's `import deep_gemm`
+#      with LD_BIND_NOW=1 (every symbol bound at load, so a missing one shows here); then a CUDA matmul
 #   4. the sweep the older generations passed (tests/gpu/sweep_generations.sh / .py), all five releases in
 #      parallel, GPU-free nvcc warm for each (dgprecompile computes the names: the sweep after it proves the names
 #      and the kernel choice); for the 0.2.x releases also DeepJIT's read-only shared roots
@@ -24,7 +24,7 @@ mkdir -p "$ret"
 exec > >(tee "$ret/proof.log") 2>&1
 base=/tmp/t214
 say() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
-fail() { say "FAILED: $*"; echo "FAILED: $*" > "$ret/SUMMARY.txt"; exit 1; }
+fail() { say "FAILED: $*"; echo "FAILED: $*" > "$ret/SUMMARY.txt"; sleep 1; exit 1; }  # sleep: let tee finish
 
 say "1. keep, join, install torch 2.14.1 into $base/torch"
 bash tests/gpu/carry_torch.sh keep || fail "keep (a piece arrived corrupt or none was carried: see above)"
