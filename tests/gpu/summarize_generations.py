@@ -85,6 +85,16 @@ def release(vdir: str) -> dict:
             "truncated_at": [k["truncated_at"] for k in sweep.get("keys", []) if k["truncated_at"]],
             "keys": [[f"{GEMM_TYPE[k['kind']]}/{k['n']}/{k['k']}/{k['num_groups']}", k["m_first"], k["m_last"],
                       k["calls"]] for k in sweep.get("keys", [])]}
+    shared = _load(os.path.join(vdir, "shared-roots-sweep.json"))
+    if shared:  # DeepJIT (0.2.x): the warmed cache as a read-only second root behind an empty writable one
+        info = version.get("shared_roots") or {}
+        out["shared_roots"] = {
+            "roots": info.get("roots"), "shared_unchanged": info.get("shared_unchanged"),
+            "files_in_writable_root": info.get("writable_count"),
+            "calls": sum(k["calls"] for k in shared.get("keys", [])),
+            "new_entries": [e[:2] for k in shared.get("keys", []) for e in k["new_entries"]],
+            "errors": [e for k in shared.get("keys", []) for e in k["errors"][:2]],
+            "truncated_at": [k["truncated_at"] for k in shared.get("keys", []) if k["truncated_at"]]}
     out["probe"] = _load(os.path.join(vdir, "probe.json"))
     return out
 

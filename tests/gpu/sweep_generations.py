@@ -181,7 +181,8 @@ def runs_of(per_m: dict[int, list]) -> list[list]:
 def sweep_keys(spec_path: str) -> int:
     job = json.load(open(spec_path))
     cache, out_path, log_path, deadline = job["cache"], job["out"], job["log"], job["deadline"]
-    os.environ["DG_JIT_CACHE_DIR"] = cache
+    # cache_roots: DeepJIT's several roots ("writable:shared..."); entries are counted in the first, `cache`
+    os.environ["DG_JIT_CACHE_DIR"] = job.get("cache_roots", cache)
     if job.get("print_configs", True):
         os.environ["DG_PRINT_CONFIGS"] = "1"
     else:
@@ -429,7 +430,10 @@ def version(args: dict) -> int:
     os.makedirs(out, exist_ok=True)
     scratch = os.path.join(args["scratch"], dg_version)
     os.makedirs(scratch, exist_ok=True)
-    env = dict(os.environ, PYTHONPATH=f"{site}:{args['repo']}", PYTHONUNBUFFERED="1", OPENBLAS_NUM_THREADS="1")
+    # the caller's PYTHONPATH stays last: issue 32's proof puts a private torch 2.14.1 there for every process
+    # (the sweeps, plan, warm and its workers), ahead of the machine's own torch in site-packages
+    paths = [site, args["repo"], *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths), PYTHONUNBUFFERED="1", OPENBLAS_NUM_THREADS="1")
     env.pop("DG_PRINT_CONFIGS", None)
     summary: dict = {"dg_version": dg_version, "sglang": sglang, "site": site, "started": time.time(),
                      "steps": {}}
@@ -510,19 +514,55 @@ def version(args: dict) -> int:
     copy_entries(warm_cache, os.path.join(out, "entries"))
     specs = [{"kind": s["kernel_type"], "n": int(s["n"]), "k": int(s["k"]), "g": int(s["num_groups"]),
               "ms": plan_samples(s)} for s in plan["shapes"]]
+    deepjit = dg_version.startswith("0.2.")  # DeepJIT: then the shared-roots pass below gets the last 30 s
     job = {"specs": specs, "cache": warm_cache, "out": os.path.join(out, "warm-sweep.json"),
-           "log": os.path.join(out, "warm-sweep.configs.txt"), "deadline": args["deadline"] - 10,
+           "log": os.path.join(out, "warm-sweep.configs.txt"), "deadline": args["deadline"] - (40 if deepjit else 10),
            "print_configs": False}  # the cold pass recorded the configurations; this pass counts entries
     path = os.path.join(scratch, "warm.job.json")
     json.dump(job, open(path, "w"))
     summary["steps"]["warm-sweep"] = run([sys.executable, os.path.abspath(__file__), "keys", path], env,
-                                         os.path.join(out, "warm-sweep.stdout"), args["deadline"] - time.time())
+                                         os.path.join(out, "warm-sweep.stdout"),
+                                         args["deadline"] - (30 if deepjit else 0) - time.time())
+    if deepjit:
+        save()
+        summary["shared_roots"] = shared_roots_sweep(specs, warm_cache, scratch, out, env, args["deadline"])
     summary["dgprecompile_file"] = subprocess.run(
         [sys.executable, "-c", "import dgprecompile; print(dgprecompile.__file__)"], env=env, cwd=args["repo"],
         capture_output=True, text=True).stdout.strip()
     summary["finished"] = time.time()
     save()
     return 0
+
+
+def _tree(root: str) -> list[list]:
+    """(relative path, size, mode) of every file under root: the shared root must come out of a sweep unchanged."""
+    return sorted([os.path.relpath(os.path.join(d, f), root), os.path.getsize(os.path.join(d, f)),
+                   os.stat(os.path.join(d, f)).st_mode] for d, _, files in os.walk(root) for f in files)
+
+
+def shared_roots_sweep(specs: list[dict], warm_cache: str, scratch: str, out: str, env: dict, deadline: float) -> dict:
+    """DeepJIT's read-only shared roots as the runtime reads them (issue 32 item 2): DG_JIT_CACHE_DIR set to
+    "<empty writable root>:<the warmed cache, made read-only>", the same samples swept again in a fresh process.
+    Every kernel must be found in the shared root: no entry may appear in the writable root, and the shared root
+    must be byte-for-byte what it was (mode bits off for writing; the device runs as root, so the tree is compared
+    too). The layout read from DeepJIT's headers is in tests/test_deepjit_roots.py."""
+    writable = os.path.join(scratch, "shared-writable")
+    shutil.rmtree(writable, ignore_errors=True)
+    os.makedirs(writable)
+    subprocess.run(["chmod", "-R", "a-w", warm_cache], check=False)
+    before = _tree(warm_cache)
+    job = {"specs": specs, "cache": writable, "cache_roots": f"{writable}:{warm_cache}",
+           "out": os.path.join(out, "shared-roots-sweep.json"), "log": os.path.join(out, "shared-roots.configs.txt"),
+           "deadline": deadline - 5, "print_configs": False}
+    path = os.path.join(scratch, "shared.job.json")
+    json.dump(job, open(path, "w"))
+    step = run([sys.executable, os.path.abspath(__file__), "keys", path], env,
+               os.path.join(out, "shared-roots-sweep.stdout"), deadline - time.time())
+    unchanged = _tree(warm_cache) == before  # before write permission comes back (the tree holds the modes)
+    subprocess.run(["chmod", "-R", "u+w", warm_cache], check=False)
+    written = [os.path.relpath(os.path.join(d, f), writable) for d, _, files in os.walk(writable) for f in files]
+    return {"step": step, "roots": job["cache_roots"], "shared_unchanged": unchanged,
+            "shared_files": len(before), "files_in_writable_root": written[:50], "writable_count": len(written)}
 
 
 # ---------------------------------------------------------------- summary over all releases
@@ -559,11 +599,23 @@ def summary(out: str) -> int:
                 if key["errors"] or key["truncated_at"]:
                     problems.append(f"warm-sweep {key['kind']} {key['n']}x{key['k']}: "
                                     f"{str(key['errors'][:1])[:120]} trunc={key['truncated_at']}")
+        shared = "-"
+        if os.path.isfile(os.path.join(vdir, "shared-roots-sweep.json")):
+            sr = json.load(open(os.path.join(vdir, "shared-roots-sweep.json")))
+            sr_new = sum(len(e[1]) for k in sr.get("keys", []) for e in k["new_entries"])
+            sr_info = v.get("shared_roots", {})
+            shared = (f"{sum(k['calls'] for k in sr.get('keys', []))} calls, {sr_new} new entries, "
+                      f"shared root unchanged: {sr_info.get('shared_unchanged')}")
+            for key in sr.get("keys", []):
+                if key["errors"] or key["truncated_at"]:
+                    problems.append(f"shared-roots {key['kind']} {key['n']}x{key['k']}: "
+                                    f"{str(key['errors'][:1])[:120]} trunc={key['truncated_at']}")
         probe = json.load(open(os.path.join(vdir, "probe.json"))) if os.path.isfile(os.path.join(vdir, "probe.json")) else {}
         ok = [k for k, val in probe.items() if val == "ok"]
         lines.append(f"{name} (sglang {v['sglang']}): cold {cold_calls} calls, {len(cold_entries)} distinct entries; warm rc="
                      f"{v['steps'].get('warm', {}).get('rc')} entries={len(v.get('warm_entries', []))}; "
-                     f"sweep after warm {warm_calls} calls, {warm_new} new entries; probe ok: {ok}")
+                     f"sweep after warm {warm_calls} calls, {warm_new} new entries; probe ok: {ok}"
+                     + (f"; DeepJIT shared-roots sweep {shared}" if shared != "-" else ""))
         lines += [f"    ! {p}" for p in problems[:8]]
     text = "\n".join(lines)
     with open(os.path.join(out, "SUMMARY.txt"), "w") as f:

@@ -9,6 +9,7 @@
 # everything is written under a scratch folder and packed into $OUT/results.tar.gz; SUMMARY.txt and machine.txt
 # come back beside it.
 # usage: bash tests/gpu/sweep_generations.sh [BUDGET_SECONDS]        (default 450; the run ends before it)
+# SWEEP_COLD_PCT: the share of the budget the cold pass may take (default 50)
 set -uo pipefail
 budget=${1:-450}
 export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1
@@ -34,6 +35,9 @@ t0=$(date +%s)
 # sglang-kernel 0.4.2 alone (modelled since: heuristics/sm90_waves.py, keys/sglang_kernel.py), GPU-free warm:
 #   WHEELS=<dir with sglang_kernel-0.4.2-deep_gemm.tgz> RELEASES="sk-0.4.2:0.5.11:nvcc" SWEEP_PAR=6 SWEEP_JOBS=12
 #   bash tests/gpu/sweep_generations.sh 400
+# Issue 32 (tests/gpu/deepgemm_torch214_proof.sh): the same sweep under a carried torch 2.14.1 (PYTHONPATH first,
+# passed on to every process; NCCL stand-in and 0.2.0 shim preloaded), GPU-free nvcc warm for each release:
+#   RELEASES="0.1.5.post3:0.5.18:nvcc 0.1.7:0.5.19:nvcc 0.2.0:0.5.20:nvcc 0.2.2:0.5.22:nvcc 0.2.3.post2:0.5.23:nvcc"
 releases=${RELEASES:-"0.1.3:0.5.14:auto 0.1.5.post3:0.5.18:cxx 0.1.7:0.5.19:nvcc 0.2.0:0.5.20:nvcc 0.2.2:0.5.22:cxx sk-0.4.2:0.5.11:auto"}
 # the dgprecompile that plans and warms: a snapshot carried in $wheels/dgprecompile.tgz if there, else this checkout
 dgp=$root
@@ -72,7 +76,7 @@ for item in $releases; do
   fi
   timeout $((budget + 15)) python3 tests/gpu/sweep_generations.py version --dg-version "$v" --sglang "$s" \
     --site "$site" --out "$out/$v" --scratch /tmp/dgsweep-scratch \
-    --cold-deadline $((t0 + budget * 50 / 100)) --deadline $((t0 + budget)) --jobs "${SWEEP_JOBS:-3}" --par "${SWEEP_PAR:-$par}" \
+    --cold-deadline $((t0 + budget * ${SWEEP_COLD_PCT:-50} / 100)) --deadline $((t0 + budget)) --jobs "${SWEEP_JOBS:-3}" --par "${SWEEP_PAR:-$par}" \
     --backend "$backend" --repo "$dgp" \
     > "$out/$v/version.log" 2>&1 &
   pids+=($!)
