@@ -41,6 +41,8 @@ nm -D --defined-only "$base/lib/libdg020_check_shim.so" | grep -q ' _ZN3c104cuda
   || fail "the shim does not define the 5-argument symbol"
 [ "$(nm -D --defined-only "$base/lib/libnccl_standin.so" | grep -c ' T nccl')" = 11 ] || fail "stand-in: not 11 functions"
 export PYTHONPATH="$base/torch" PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1
+# dgprecompile's own dependencies the device lacks (jsonschema and the wheels it needs: .whl/extra, carried beside the last piece)
+if [ -d .whl/extra ]; then python3 -m pip install -q --no-index --no-deps --no-compile --target "$base/extra" .whl/extra/*.whl && export PYTHONPATH="$PYTHONPATH:$base/extra"; fi
 export LD_PRELOAD="$base/lib/libnccl_standin.so:$base/lib/libdg020_check_shim.so"
 echo "stand-ins preloaded in every process of this proof: LD_PRELOAD=$LD_PRELOAD (NCCL STAND-IN, 0.2.0 SHIM)"
 
