@@ -379,3 +379,17 @@ def test_standin_trainer_cli_and_gpu_guard(tmp_path):
     assert run.returncode == 2
     assert "needs a CUDA GPU" in run.stderr
 
+
+
+def test_the_closing_line_names_each_refused_compile_once_with_its_count():
+    """An inductor graph refused at every m carries Dynamo's compile id in each refusal: the closing line names it
+    once with its count, so the other families' names (a DeepGEMM kernel) are not pushed out of the line."""
+    from dgprecompile.cli.launch import refused_names
+
+    graph = "get_masked_input_and_mask (vocab_parallel_embedding.py:135)"
+    refusals = ([{"kernel": f"{graph} [compile id 0/{i}]"} for i in range(180)] + [{"kernel": "fused_moe_kernel"}] * 3
+                + [{"kernel": "sm90_fp8_gemm_1d2d_impl<0, 0, 64, 16>"}])
+    assert refused_names(refusals) == (f"fused_moe_kernel (x3), {graph} (x180), "
+                                       "sm90_fp8_gemm_1d2d_impl<0, 0, 64, 16>")
+    many = [{"kernel": f"k{i:02d}"} for i in range(12)]
+    assert refused_names(many).endswith("k09, and 2 more")

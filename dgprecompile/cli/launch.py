@@ -207,6 +207,17 @@ def render_families(out: Output, result: LaunchResult) -> None:
             out.note(f"{f.label}: {f.note}")
 
 
+def refused_names(refusals: list[dict[str, Any]], shown: int = 10) -> str:
+    """The distinct names strict mode refused, each with its count where it was refused more than once (inductor's
+    names carry Dynamo's compile id, one per attempt: dropped, so a graph refused at every m is one name)."""
+    import re
+    from collections import Counter
+
+    counts = Counter(re.sub(r" \[compile id [^\]]*\]", "", str(e.get("kernel") or e.get("entry"))) for e in refusals)
+    names = [f"{name} (x{n})" if n > 1 else name for name, n in sorted(counts.items())]
+    return ", ".join(names[:shown]) + (f", and {len(names) - shown} more" if len(names) > shown else "")
+
+
 def render_result(out: Output, result: LaunchResult) -> None:
     render_families(out, result)
     if result.hidden_misses:
@@ -219,8 +230,7 @@ def render_result(out: Output, result: LaunchResult) -> None:
         out.warn(f"{len(result.new_triton)} Triton kernel(s) compiled at run time into {result.triton_cache_dir} "
                  "(file them in the cache with one `dgprecompile launch --capture` run)")
     if result.refusals:
-        seen = sorted({str(e.get("kernel") or e.get("entry")) for e in result.refusals})
-        out.error(f"strict mode refused {len(result.refusals)} runtime compile(s): " + ", ".join(seen[:10]),
+        out.error(f"strict mode refused {len(result.refusals)} runtime compile(s): " + refused_names(result.refusals),
                   hint=("those kernels are outside the plan: record the job's shapes with --no-strict (misses "
                         "file) or --trace, then warm them" if result.refusals_outside_plan
                         else f"warm the cache: {result.warm_hint}"))
