@@ -100,7 +100,7 @@ def test_warm_that_cannot_build_the_plans_jit_modules_fails_naming_the_install(j
     error, hint = _one_error(warm)
     modules = len(read_manifest(jit_plan).jit_modules)
     assert modules >= 2, modules
-    assert f"{modules} of the plan's SGLang JIT modules not built" in error and "sglang is not importable" in error
+    assert f"of the plan's items not built ({modules} SGLang JIT modules" in error and "sglang is not importable" in error
     assert INSTALL in hint, hint
     verify = _without_sglang("verify", "--manifest", str(jit_plan), "--cache-dir", str(tmp_path))
     assert verify.returncode == 1, verify.stderr

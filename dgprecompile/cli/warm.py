@@ -184,9 +184,8 @@ def render(out: Output, result: WarmResult) -> None:
                   + ", ".join(sorted(result.failed)[:5]), "the compiler's output for each is printed above")
     elif result.missing:
         why = next(iter(result.skipped.values()), "")
-        what = "SGLang JIT modules" + (" / Triton fused-MoE items" if set(result.skipped) & set(result.triton_planned)
-                                       else "")
-        out.error(f"{len(result.skipped)} of the plan's {what} not built: {why}",
+        what = ", ".join(f"{n} {PLURAL.get(kind, kind)}" for kind, n in result.skipped_kinds.items())
+        out.error(f"{len(result.skipped)} of the plan's items not built ({what}): {why}",
                   f"{result.missing}, then warm again (`verify` fails until they are built; --sglang-jit off warms "
                   "DeepGEMM's kernels only)")
 

@@ -41,6 +41,10 @@ def _record_plan(setup: WarmSetup) -> None:
     setup.store.update_index(mutate)
 
 
+def _skipped_kinds(setup: WarmSetup) -> dict[str, int]:
+    return {p.runtime.kind: len(p.skipped) for p in setup.parts if p.skipped}
+
+
 def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lambda e: None) -> WarmResult:
     """Compile ``setup``'s kernels and SGLang JIT modules in one budget of ``setup.workers`` worker processes,
     the costliest first (see compile/warm_setup.py's ``work``). An interrupt (Ctrl-C; SIGTERM and SIGHUP, which the
@@ -48,7 +52,7 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
     store = setup.store
     if setup.in_place:  # nothing to build in a cache we may not write: touch nothing
         return WarmResult(workers=0, cache_dir=str(store.root), backend=setup.backend, kernels=len(setup.in_place),
-                          skipped=setup.skipped, cached=list(setup.in_place),
+                          skipped=setup.skipped, skipped_kinds=_skipped_kinds(setup), cached=list(setup.in_place),
                           cache_bytes=store.size_bytes())
     store.ensure()
     store.clean_stale_staging()
@@ -57,6 +61,7 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
     result = WarmResult(workers=setup.workers, cache_dir=str(store.root), backend=setup.backend,
                         kernels=len(setup.items), jit_modules=len(jit.work) if jit else 0,
                         jit_ids=[w.id for w in jit.work] if jit else [], skipped=setup.skipped,
+                        skipped_kinds=_skipped_kinds(setup),
                         triton_ids=[it.id for it in triton.built] if triton else [],
                         triton_planned=list(setup.plan.triton_moe), missing=setup.missing,
                         cached=list(setup.swept) + [c for p in setup.parts for c in p.cached])

@@ -18,7 +18,8 @@ class WarmResult:
     compiled: dict[str, float] = field(default_factory=dict)  # kernel -> seconds
     cached: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
-    skipped: dict[str, str] = field(default_factory=dict)  # planned SGLang JIT modules not built here, and why
+    skipped: dict[str, str] = field(default_factory=dict)  # planned items of other runtimes not built here, and why
+    skipped_kinds: dict[str, int] = field(default_factory=dict)  # how many of them, by their runtime's kind
     missing: str | None = None  # what to install so that the skipped modules can be built (exit 3)
     fatal: list[str] = field(default_factory=list)  # workers that could not start
     no_space: str | None = None  # the first "no space left on <mount>" a worker met; the rest was not started
