@@ -11,21 +11,13 @@ No torch import: verify and warm's parent both use this.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from dgprecompile.cache.store import CacheStore, Index
+from dgprecompile.cache.triton_moe import BROKEN, COVERED, MISSING, STALE, ItemCoverage, entries_problem
 from dgprecompile.runtimes import family_for_area
 
-COVERED, MISSING, STALE, BROKEN = "ok", "missing", "stale", "broken"
-
-
-@dataclass
-class ItemCoverage:
-    item: str
-    status: str  # ok | missing | stale | broken
-    detail: str = ""
-    entry: str | None = None  # the first entry that is not usable
+__all__ = ["BROKEN", "COVERED", "MISSING", "STALE", "appeared", "file_entries", "item_coverage", "snapshot"]
 
 
 def item_coverage(store: CacheStore, index: Index, item_id: str, installed: dict[str, Any] | None) -> ItemCoverage:
@@ -40,12 +32,9 @@ def item_coverage(store: CacheStore, index: Index, item_id: str, installed: dict
                                             f"{installed.get('torch')}: inductor's key holds the torch build")
     if not record.get("entries"):
         return ItemCoverage(item_id, BROKEN, "the record names no entry")
-    for entry in record["entries"]:
-        rec = index.extra.get(entry)
-        problem = "not in the index" if rec is None else store.check_entry(rec)
-        if problem is not None:
-            return ItemCoverage(item_id, MISSING if problem == "missing" else BROKEN, f"entry {entry}: {problem}",
-                                entry)
+    lost = entries_problem(store, index, item_id, record["entries"])
+    if lost is not None:
+        return lost
     return ItemCoverage(item_id, COVERED, f"{record.get('graphs', 0)} graphs, {len(record['entries'])} entries, "
                                           f"torch {record.get('torch')} on {record.get('gpu')}")
 

@@ -77,6 +77,18 @@ class ItemCoverage:
     entry: str | None = None  # the first entry that is not usable (broken)
 
 
+def entries_problem(store: CacheStore, index: Index, item_id: str, entries: list[str]) -> ItemCoverage | None:
+    """The first of a record's ``entries`` (index.extra names) that is not usable: not in the index, not on disk
+    (missing) or not the recorded bytes, not whole as its library reads it (broken); None when all are."""
+    for entry in entries:
+        rec = index.extra.get(entry)
+        problem = "not in the index" if rec is None else store.check_entry(rec)
+        if problem is not None:
+            return ItemCoverage(item_id, MISSING if problem == "missing" else BROKEN, f"entry {entry}: {problem}",
+                                entry)
+    return None
+
+
 def item_coverage(store: CacheStore, index: Index, item_id: str, current: dict[str, Any] | None) -> ItemCoverage:
     """Whether ``item_id`` is covered in ``store``: recorded, recorded for the Triton installed here (``current``:
     TRITON_MOE.installed()), and every entry it names whole (with the bytes the index recorded)."""
@@ -89,13 +101,9 @@ def item_coverage(store: CacheStore, index: Index, item_id: str, current: dict[s
         return ItemCoverage(item_id, STALE, f"recorded for another Triton ({shown})")
     if not record.get("entries"):
         return ItemCoverage(item_id, BROKEN, "the record names no entry")
-    for entry in record["entries"]:
-        rec = index.extra.get(entry)
-        # the recorded bytes, and whole as Triton reads it (families.triton_entry_problem, through the area's family)
-        problem = "not in the index" if rec is None else store.check_entry(rec)
-        if problem is not None:
-            return ItemCoverage(item_id, MISSING if problem == "missing" else BROKEN, f"entry {entry}: {problem}",
-                                entry)
+    lost = entries_problem(store, index, item_id, record["entries"])
+    if lost is not None:
+        return lost
     host = record.get("host_modules")
     bad = host_problem(store, index, host)
     if bad is not None:

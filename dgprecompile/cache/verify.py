@@ -506,12 +506,7 @@ def _check_triton_moe(ctx: Checking, runtime, items) -> list[KernelCheck]:
         ctx.warnings.append(f"triton is not installed here: the plan's {runtime.label} items cannot be checked "
                             "against it")
         ctx.install.append("install triton (the job's own release)")
-    status = {records.COVERED: OK, records.MISSING: MISSING, records.STALE: STALE, records.BROKEN: CHANGED}
-    out = []
-    for item_id in sorted(it.id for it in items):
-        cov = records.item_coverage(ctx.store, ctx.index, item_id, current)
-        out.append(KernelCheck(item_id, status[cov.status], cov.entry, cov.detail))
-    return out
+    return _record_checks(ctx, records.item_coverage, items, current)
 
 
 def _check_inductor(ctx: Checking, runtime, items) -> list[KernelCheck]:
@@ -519,11 +514,18 @@ def _check_inductor(ctx: Checking, runtime, items) -> list[KernelCheck]:
     from its metadata, never imported) and names entries that are all whole (cache/inductor_graphs.py)."""
     from dgprecompile.cache import inductor_graphs as records
 
-    installed = runtime.installed()
+    return _record_checks(ctx, records.item_coverage, items, runtime.installed())
+
+
+def _record_checks(ctx: Checking, coverage, items, installed) -> list[KernelCheck]:
+    """One check per item whose record (the index's triton_moe / inductor section) says whether it is covered
+    (cache/triton_moe.py's statuses, which cache/inductor_graphs.py shares)."""
+    from dgprecompile.cache import triton_moe as records
+
     status = {records.COVERED: OK, records.MISSING: MISSING, records.STALE: STALE, records.BROKEN: CHANGED}
     out = []
     for item_id in sorted(it.id for it in items):
-        cov = records.item_coverage(ctx.store, ctx.index, item_id, installed)
+        cov = coverage(ctx.store, ctx.index, item_id, installed)
         out.append(KernelCheck(item_id, status[cov.status], cov.entry, cov.detail))
     return out
 
