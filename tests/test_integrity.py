@@ -62,6 +62,7 @@ def nvcc_cache(tmp_path_factory):
     data["shapes"], data["kernels"] = [shape], [k for k in data["kernels"] if k["id"] in keep]
     data["total_kernels"] = len(data["kernels"])  # a trimmed manifest states its own count
     data.pop("sglang_jit_modules", None)
+    data.pop("inductor", None)  # the torch.compile items need the job's GPU: tests/test_inductor_graphs.py
     base = tmp_path_factory.mktemp("nvcc")
     manifest = base / "w2.yaml"
     write_manifest(plan_from_dict(data), manifest)
@@ -244,6 +245,7 @@ def jit_warmed(tmp_path_factory):
     data["kernels"], data["total_kernels"] = [], 0  # a trimmed manifest states its own count
     # the two quantisers on the DeepGEMM paths only, as test_sglang_jit's plan keeps them
     data["sglang_jit_modules"] = [m for m in data["sglang_jit_modules"] if m["id"] in (V2, ACT)]
+    data.pop("inductor", None)  # the torch.compile items need the job's GPU: tests/test_inductor_graphs.py
     base = tmp_path_factory.mktemp("jit")
     write_manifest(plan_from_dict(data), base / "jit.yaml")
     r = _run("warm", "--manifest", base / "jit.yaml", "--cache-dir", base / "cache", "--nvcc", NVCC, "--sglang-jit",

@@ -475,23 +475,22 @@ def _triton_chunks(setup: WarmSetup, part: RuntimePart, jobs: int, others: list)
 def _prepare_inductor(plan: Plan, opts: WarmOptions, runtime, items: list[PlanItem], nvcc=None,
                       cache_root: Path | None = None) -> RuntimePart:
     """SGLang's torch.compile graphs: built by the parent after the pool, where the job's GPU kind is visible
-    (compile/inductor_warm.py); as Triton's items, they follow --sglang-jit (off leaves them, on refuses at once
-    when this machine cannot import what builds them, auto skips them saying why)."""
+    (compile/inductor_warm.py): --sglang-jit off leaves them; without the planned GPU they are skipped saying so;
+    with it but without torch, Triton or sglang importable, skipped naming the install (the warm exits 3)."""
     from dgprecompile.compile.inductor_warm import gpu_problem, visible_gpu_names
 
     part = RuntimePart(runtime, items, runtime.kind, in_workers=False, job={"python": sys.executable})
-    missing = None if opts.sglang_jit == "off" else runtime.missing()
-    if opts.sglang_jit == "off" or missing is not None:
-        if missing is not None and opts.sglang_jit == "on":
-            raise EnvironmentProblem(f"the {runtime.label} warm needs {', '.join(runtime.imports)} importable here",
-                                     hint=missing)
-        part.skipped = {it.id: missing or "--sglang-jit off" for it in items}
-        part.missing = missing
+    if opts.sglang_jit == "off":
+        part.skipped = {it.id: "--sglang-jit off" for it in items}
         return part
-    from dgprecompile.cache.inductor_graphs import COVERED, item_coverage
-
+    # the GPU first: where none of the planned kind is visible nothing here could build them, whatever is installed
     gpus = visible_gpu_names()
     part.skipped = {it.id: why for it in items if (why := gpu_problem(it, gpus, runtime.needs_gpu)) is not None}
+    missing = runtime.missing() if part.built else None
+    if missing is not None:  # a GPU is here but not what builds them: the warm says what to install (exit 3)
+        part.skipped.update({it.id: missing for it in part.built})
+        part.missing = missing
+        return part
     if cache_root is not None and part.built:  # what its records cover now (run_items asks again: a stale warm clears)
         store = CacheStore(cache_root)
         index, installed = store.read_index(), runtime.installed()
