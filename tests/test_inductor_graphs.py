@@ -245,3 +245,25 @@ def test_a_gpu_free_warm_leaves_them_naming_the_gpu_verify_names_them_and_launch
 
 def data_ids(data: dict) -> list[str]:
     return [d["id"] for d in data["inductor"]]
+
+
+@needs_build
+def test_warm_with_the_planned_gpu_visible_counts_recorded_items_as_cached(built, monkeypatch):
+    """warm's prepare where the planned GPU is visible (nvidia-smi's answer stood in: this machine has none, and
+    the CPU items' device is "cpu"): an item its record covers is cached, an unrecorded one is built."""
+    from dgprecompile.compile.warm_setup import WarmOptions, _prepare_inductor
+
+    class Visible(CpuGraphs):
+        kind, label, imports, needs_gpu = INDUCTOR_GRAPHS.kind, INDUCTOR_GRAPHS.label, (), ""
+
+        def missing(self):
+            return None
+
+    monkeypatch.setattr(inductor_warm, "visible_gpu_names", lambda: ["cpu"])
+    other = InductorGraphItem("vocab_mask", (("vocab", 2000), ("tp", 2), ("dtype", "int64")), "cpu")
+    part = _prepare_inductor(None, WarmOptions(), Visible(), [*built.items, other], cache_root=built.root)
+    assert part.skipped == {} and part.missing is None
+    index = built.store.read_index()
+    covered = [it.id for it in built.items
+               if records.item_coverage(built.store, index, it.id, INDUCTOR_GRAPHS.installed()).status == records.COVERED]
+    assert covered and sorted(part.cached) == sorted(covered) and other.id not in part.cached

@@ -492,6 +492,8 @@ def _prepare_inductor(plan: Plan, opts: WarmOptions, runtime, items: list[PlanIt
         part.missing = missing
         return part
     if cache_root is not None and part.built:  # what its records cover now (run_items asks again: a stale warm clears)
+        from dgprecompile.cache.inductor_graphs import COVERED, item_coverage
+
         store = CacheStore(cache_root)
         index, installed = store.read_index(), runtime.installed()
         part.cached = [it.id for it in part.built if item_coverage(store, index, it.id, installed).status == COVERED]
