@@ -14,7 +14,15 @@ from __future__ import annotations
 from typing import Any
 
 from dgprecompile.cache.store import CacheStore, Index
-from dgprecompile.cache.triton_moe import BROKEN, COVERED, MISSING, STALE, ItemCoverage, entries_problem
+from dgprecompile.cache.triton_moe import (
+    BROKEN,
+    COVERED,
+    MISSING,
+    STALE,
+    ItemCoverage,
+    entries_problem,
+    file_entries,
+)
 from dgprecompile.runtimes import family_for_area
 
 __all__ = ["BROKEN", "COVERED", "MISSING", "STALE", "appeared", "file_entries", "item_coverage", "snapshot"]
@@ -37,27 +45,6 @@ def item_coverage(store: CacheStore, index: Index, item_id: str, installed: dict
         return lost
     return ItemCoverage(item_id, COVERED, f"{record.get('graphs', 0)} graphs, {len(record['entries'])} entries, "
                                           f"torch {record.get('torch')} on {record.get('gpu')}")
-
-
-def file_entries(store: CacheStore, entries: list[str]) -> tuple[list[str], list[str]]:
-    """File the whole new entries (``<area>/<name>``) in the index's ``extra`` (by warm), so verify/pack/push/pull
-    carry them and a strict launch turns the families' refusal on; returns (filed, not whole)."""
-    whole, broken = [], []
-    for member in entries:
-        area, name = member.split("/", 1)
-        fam = family_for_area(area)
-        if fam is not None and fam.entry_problem(fam.area_dir(store.root) / name) is None:
-            whole.append((name, area))
-        else:
-            broken.append(member)
-    records = [store.record_entry(name, by="warm", area=area) for name, area in whole]
-    if records:
-        def mutate(index: Index) -> None:
-            for rec in records:
-                index.extra[rec.member_dir] = rec
-
-        store.update_index(mutate)
-    return [r.member_dir for r in records], broken
 
 
 AREAS = ("inductor", "triton")  # where an item's compiles land: inductor's caches and the Triton kernels it generates

@@ -116,14 +116,27 @@ def item_coverage(store: CacheStore, index: Index, item_id: str, current: dict[s
 def file_warmed(root: str, entries: list[str]) -> list[str]:
     """File the whole warmed entries in the cache index (``extra``, by warm, area triton), so verify/pack/push/pull
     carry them and a strict launch turns Triton's refusal on; returns the entries that were not whole."""
-    store = CacheStore(root)
-    fam = family_for_area("triton")
-    whole = [e for e in entries if fam.entry_problem(fam.area_dir(root) / e) is None]
-    records = [store.record_entry(e, by="warm", area=fam.area) for e in whole]
+    area = TRITON_MOE.area
+    _, broken = file_entries(CacheStore(root), [f"{area}/{e}" for e in entries])
+    return sorted(b.split("/", 1)[1] for b in broken)
+
+
+def file_entries(store: CacheStore, members: list[str]) -> tuple[list[str], list[str]]:
+    """File the whole entries among ``members`` (``<area>/<name>``, each area a captured family's) in the index's
+    ``extra`` (by warm), in one index update; returns (filed, not whole)."""
+    whole, broken = [], []
+    for member in members:
+        area, name = member.split("/", 1)
+        fam = family_for_area(area)
+        if fam is not None and fam.entry_problem(fam.area_dir(store.root) / name) is None:
+            whole.append((name, area))
+        else:
+            broken.append(member)
+    records = [store.record_entry(name, by="warm", area=area) for name, area in whole]
     if records:
-        def mutate(index):
+        def mutate(index: Index) -> None:
             for rec in records:
                 index.extra[rec.member_dir] = rec
 
         store.update_index(mutate)
-    return sorted(set(entries) - set(whole))
+    return [r.member_dir for r in records], broken

@@ -16,7 +16,8 @@ job's process meets them (data/inductor_graphs.yaml ``compile``):
 ``--part i/n`` takes every n-th sequence from the i-th (the parent runs an item's parts side by side). The report
 (the last stdout line, JSON) holds the torch version, the GPU, the sequences run and inductor's own cache counters.
 Exit 3 where no GPU of the planned kind is visible. ``--device cpu`` runs the same calls on inductor's CPU
-backend: the CPU tests' way to check the specialisations against real torch (those graphs are not the job's). This module imports torch and sglang; nothing imports it.
+backend: the CPU tests' way to check the specialisations against real torch (those graphs are not the job's).
+This module imports torch and sglang; nothing imports it.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import sys
 import time
 from typing import Any
 
-from dgprecompile.data import load_yaml
+from dgprecompile.runtimes.inductor import INDUCTOR_GRAPHS
 
 
 def parse_params(text: str) -> dict[str, Any]:
@@ -126,7 +127,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if gpu != args.device_name:
             print(f"the visible GPU is {gpu}, the item is planned for {args.device_name}", file=sys.stderr)
             raise SystemExit(3)
-    graph = load_yaml("inductor_graphs.yaml")["graphs"][args.graph]
+    graph = INDUCTOR_GRAPHS.graph(args.graph)  # the data file as plan read it (schema-checked)
     params = parse_params(args.params)
     call = CALLS[args.graph](load_function(graph), params, args.device)
     index, count = (int(x) for x in args.part.split("/"))
@@ -141,7 +142,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         torch.cuda.synchronize()
     from importlib import metadata
 
-    return {"item": args.item, "torch": metadata.version("torch"), "gpu": gpu, "sequences": len(mine), "seconds": round(time.time() - t0, 1), "counters": counters()}
+    return {"item": args.item, "torch": metadata.version("torch"), "gpu": gpu, "sequences": len(mine),
+            "seconds": round(time.time() - t0, 1), "counters": counters()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,6 +18,7 @@ SGLang's module and function, how it is compiled (``automatic``: a bare ``@torch
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from importlib import metadata
 from typing import Any
 
@@ -49,11 +50,7 @@ class InductorGraphs:
         return StrictBy.HOOK
 
     def data(self) -> dict[str, Any]:
-        from dgprecompile import schemas
-
-        doc = load_yaml(DATA)
-        schemas.check(doc, SCHEMA, DATA, hint=f"fix {DATA} (data/schemas/{SCHEMA}.json says what each field holds)")
-        return doc
+        return _document()
 
     def graph(self, name: str) -> dict[str, Any]:
         return self.data()["graphs"][name]
@@ -100,6 +97,16 @@ class InductorGraphs:
             return {"torch": metadata.version("torch")}
         except metadata.PackageNotFoundError:
             return None
+
+
+@cache
+def _document() -> dict[str, Any]:
+    """data/inductor_graphs.yaml, checked against its schema once per process."""
+    from dgprecompile import schemas
+
+    doc = load_yaml(DATA)
+    schemas.check(doc, SCHEMA, DATA, hint=f"fix {DATA} (data/schemas/{SCHEMA}.json says what each field holds)")
+    return doc
 
 
 def _moe_sum_items(g: dict, name: str, config: dict, triton_moe: list, device_name: str,
