@@ -160,3 +160,18 @@ def test_verify_live_server_reads_the_model_from_the_command_not_the_plan(tmp_pa
                  "--cache-dir", tmp_path / "c", "--live", "--live-server", "python -m sglang.launch_server --tp 8")
     assert res.exit_code == 2 and "--live-server has no --model-path" in res.output
     assert sum(line.startswith("error:") for line in res.output.splitlines()) == 1 and "Traceback" not in res.output
+
+
+def test_only_distinct_layers_are_driven_and_a_shape_or_module_change_makes_a_layer_distinct():
+    torch = pytest.importorskip("torch")
+    from dgprecompile.launch.model_driver import distinct_layers
+
+    def dense(inter=64):
+        return torch.nn.ModuleDict({"self_attn": torch.nn.Linear(32, 32), "mlp": torch.nn.Linear(32, inter)})
+
+    moe = torch.nn.ModuleDict({"self_attn": torch.nn.Linear(32, 32), "mlp": torch.nn.Bilinear(32, 32, 64)})
+    assert distinct_layers([dense(), dense(), dense(), moe]) == [0, 3]  # DeepSeek-V3's prefix: one dense, one MoE
+    assert distinct_layers([dense(), dense(128), dense()]) == [0, 1]  # another intermediate size is another kernel
+    half = dense()
+    half.mlp.to(torch.float16)
+    assert distinct_layers([dense(), half]) == [0, 1]  # another dtype too

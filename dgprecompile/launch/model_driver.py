@@ -11,7 +11,8 @@ module, the first m it happened at) and the launch's own checks see every entry 
 
 STAND-INS, each named in the report (what one GPU cannot run, or what is not a JIT and is not carried):
 * the layer count: SGLang's own ``--json-model-override-args`` keeps the layers up to the first MoE layer (the
-  dense prefix and one MoE layer; later layers are the same modules with other weights);
+  dense prefix and one MoE layer; later layers are the same modules with other weights), and of those only each
+  distinct one is driven (DeepSeek-V3's second and third dense layers equal its first: same modules, same shapes);
 * the collectives of tp/ep ranks: SGLang's own 1-rank process groups, wrapped so that they report the command's
   tp/ep/attention sizes and ranks 0 (their all-reduce returns its input; the shapes are one rank's of the command);
 * the attention core (FA3 / FlashMLA, ahead-of-time kernels of sgl-kernel): not run; its inputs and the o_proj
@@ -209,6 +210,10 @@ def drive(model, ms: list[int], report: Report) -> None:
     inner = getattr(model, "model", model)
     hidden = model.config.hidden_size if hasattr(model, "config") else inner.config.hidden_size
     report.notes.append("attention core (FA3 / FlashMLA, sgl-kernel ahead-of-time kernels): not run")
+    driven = distinct_layers(inner.layers)
+    if len(driven) < len(inner.layers):
+        report.notes.append(f"layers driven: {', '.join(map(str, driven))} of the {len(inner.layers)} built (a layer "
+                            "whose modules and parameter shapes equal an earlier one's runs the same kernels)")
     for m in ms:
         positions = torch.arange(m, device="cuda", dtype=torch.int64)
         embed = getattr(inner, "embed_tokens", None)
@@ -217,11 +222,29 @@ def drive(model, ms: list[int], report: Report) -> None:
                                 device="cuda")
             report.call("embed_tokens", m, embed, ids)
         x = (torch.randn(m, hidden, device="cuda") * 0.1).to(torch.bfloat16)
-        for i, layer in enumerate(inner.layers):
-            drive_layer(f"layers.{i}", layer, x, positions, m, report)
+        for i in driven:
+            drive_layer(f"layers.{i}", inner.layers[i], x, positions, m, report)
         if getattr(inner, "norm", None) is not None:
             report.call("norm", m, inner.norm, x.clone())
         torch.cuda.synchronize()
+
+
+def layer_signature(layer) -> tuple:
+    """What decides the kernels a layer runs: its modules' classes and its parameters' names, shapes and dtypes."""
+    return (tuple((name, type(mod).__qualname__) for name, mod in layer.named_modules()),
+            tuple((name, tuple(p.shape), str(p.dtype)) for name, p in layer.named_parameters()))
+
+
+def distinct_layers(layers) -> list[int]:
+    """The index of each layer whose signature no earlier layer has (DeepSeek-V3's three dense layers: the first)."""
+    seen: set[tuple] = set()
+    out = []
+    for i, layer in enumerate(layers):
+        sig = layer_signature(layer)
+        if sig not in seen:
+            seen.add(sig)
+            out.append(i)
+    return out
 
 
 def drive_layer(name: str, layer, x, positions, m: int, report: Report) -> None:
