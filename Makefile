@@ -60,6 +60,11 @@ TORCH ?= 2.13.0
 # tests stand in for it): tests/test_triton_capture.py compiles real kernels for sm_90 with it on this GPU-less machine,
 # SGLang 0.5.14's fused_moe_kernel among them (its MoE runner package imports einops, hence einops beside it).
 TRITON_DIR := $(VENV)/triton-3.6.0
+# flashinfer-python 0.6.12 (what sglang 0.5.14 and 0.5.15 pin; a 14 MB wheel with FlashInfer's sources and headers)
+# in a folder of its own with the small packages its import needs: tests/test_flashinfer_modules.py builds one of its
+# JIT modules GPU-free with FlashInfer's own JitSpec and builder (apache-tvm-ffi comes from SGL014).
+FLASHINFER_DIR := $(VENV)/flashinfer-0.6.12
+FLASHINFER_PKGS := flashinfer-python==0.6.12 einops==0.8.2 tabulate==0.10.0 nvidia-ml-py==13.615.71
 
 MODEL ?= Qwen3-Coder-480B
 TP ?= 8
@@ -91,6 +96,7 @@ $(TEST_STAMP): $(RUN_STAMP)
 	for v in $(DG_RELEASES); do $(BIN)/pip install -q --no-deps --target $(VENV)/sgl-deep-gemm-$$v sgl-deep-gemm==$$v || exit 1; done
 	$(BIN)/pip install -q --no-deps --target $(SGL014) $(SGL014_PKGS)
 	$(BIN)/pip install -q --no-deps --target $(TRITON_DIR) triton==3.6.0 einops==0.8.1
+	$(BIN)/pip install -q --no-deps --target $(FLASHINFER_DIR) $(FLASHINFER_PKGS)
 	for w in $(SK_DG); do $(UNPACK) $$w $(VENV)/$$(echo $$w | sed 's/==/-/') || exit 1; done  # one each: two sgl-kernel versions in one call conflict
 	$(BIN)/python scripts/update_sglang_args.py --fetch $(SGL_WHEELS)
 	$(BIN)/pip download -q --no-deps --only-binary :all: -d .cache/wheels sgl-deep-gemm==0.1.3  # tests/test_unpack_tool.py: a real wheel (4.6 MB), outside the venv

@@ -27,7 +27,7 @@ from test_triton_moe_plan import _full_env, _run, needs_all
 
 from dgprecompile.cache import inductor_graphs as records
 from dgprecompile.cache.store import CacheStore
-from dgprecompile.compile import inductor_warm
+from dgprecompile.compile import recorded_items as inductor_warm
 from dgprecompile.errors import InputError
 from dgprecompile.planning.manifest import plan_from_dict, write_manifest
 from dgprecompile.planning.plan import PlanRequest
@@ -116,8 +116,8 @@ class CpuGraphs:
     def warm_argv(self, item, root, python):
         return [*self.runtime.warm_argv(item, root, python), "--device", "cpu"]
 
-    def installed(self):
-        return self.runtime.installed()
+    def __getattr__(self, name):  # everything else is the real runtime's
+        return getattr(self.runtime, name)
 
 
 def _env() -> dict[str, str]:
@@ -224,7 +224,7 @@ def test_a_gpu_free_warm_leaves_them_naming_the_gpu_verify_names_them_and_launch
     for shape in data["shapes"]:
         shape["buckets"], shape["aux_kernels"] = [], []
     data["kernels"], data["total_kernels"] = [], 0
-    for section in ("sglang_jit_modules", "triton_moe"):
+    for section in ("sglang_jit_modules", "triton_moe", "flashinfer"):
         data.pop(section, None)
     manifest = tmp_path / "plan.yaml"
     write_manifest(plan_from_dict(data), manifest)
@@ -251,7 +251,7 @@ def data_ids(data: dict) -> list[str]:
 def test_warm_with_the_planned_gpu_visible_counts_recorded_items_as_cached(built, monkeypatch):
     """warm's prepare where the planned GPU is visible (nvidia-smi's answer stood in: this machine has none, and
     the CPU items' device is "cpu"): an item its record covers is cached, an unrecorded one is built."""
-    from dgprecompile.compile.warm_setup import WarmOptions, _prepare_inductor
+    from dgprecompile.compile.warm_setup import WarmOptions, _prepare_recorded
 
     class Visible(CpuGraphs):
         kind, label, imports, needs_gpu = INDUCTOR_GRAPHS.kind, INDUCTOR_GRAPHS.label, (), ""
@@ -261,7 +261,7 @@ def test_warm_with_the_planned_gpu_visible_counts_recorded_items_as_cached(built
 
     monkeypatch.setattr(inductor_warm, "visible_gpu_names", lambda: ["cpu"])
     other = InductorGraphItem("vocab_mask", (("vocab", 2000), ("tp", 2), ("dtype", "int64")), "cpu")
-    part = _prepare_inductor(None, WarmOptions(), Visible(), [*built.items, other], cache_root=built.root)
+    part = _prepare_recorded(None, WarmOptions(), Visible(), [*built.items, other], cache_root=built.root)
     assert part.skipped == {} and part.missing is None
     index = built.store.read_index()
     covered = [it.id for it in built.items

@@ -63,6 +63,7 @@ def nvcc_cache(tmp_path_factory):
     data["total_kernels"] = len(data["kernels"])  # a trimmed manifest states its own count
     data.pop("sglang_jit_modules", None)
     data.pop("inductor", None)  # the torch.compile items need the job's GPU: tests/test_inductor_graphs.py
+    data.pop("flashinfer", None)  # FlashInfer's modules: tests/test_flashinfer_modules.py
     base = tmp_path_factory.mktemp("nvcc")
     manifest = base / "w2.yaml"
     write_manifest(plan_from_dict(data), manifest)
@@ -246,6 +247,7 @@ def jit_warmed(tmp_path_factory):
     # the two quantisers on the DeepGEMM paths only, as test_sglang_jit's plan keeps them
     data["sglang_jit_modules"] = [m for m in data["sglang_jit_modules"] if m["id"] in (V2, ACT)]
     data.pop("inductor", None)  # the torch.compile items need the job's GPU: tests/test_inductor_graphs.py
+    data.pop("flashinfer", None)  # FlashInfer's modules: tests/test_flashinfer_modules.py
     base = tmp_path_factory.mktemp("jit")
     write_manifest(plan_from_dict(data), base / "jit.yaml")
     r = _run("warm", "--manifest", base / "jit.yaml", "--cache-dir", base / "cache", "--nvcc", NVCC, "--sglang-jit",

@@ -10,6 +10,7 @@ from dgprecompile.planning.heuristics.registry import HEURISTICS, heuristic_for
 from dgprecompile.runtimes import (
     BACKENDS,
     CAPTURED,
+    FLASHINFER_MODULES,
     GENERATIONS,
     JIT_FAMILIES,
     RUNTIMES,
@@ -33,8 +34,8 @@ def test_the_strict_vocabulary_is_what_each_runtime_has():
     assert {f.id: f.strict_by for f in JIT_FAMILIES.values()} == {"tvm-ffi": StrictBy.HOOK,
                                                                   "sglang-ninja": StrictBy.SWITCH,
                                                                   "sglang-ninja-hook": StrictBy.HOOK}
-    assert {f.id for f in CAPTURED if f.strict_by is StrictBy.COUNTED} == {"flashinfer", "cute-dsl", "cuda-driver"}
-    assert {f.id for f in CAPTURED if f.strict_by is StrictBy.HOOK} == {"triton", "inductor"}
+    assert {f.id for f in CAPTURED if f.strict_by is StrictBy.COUNTED} == {"cute-dsl", "cuda-driver"}
+    assert {f.id for f in CAPTURED if f.strict_by is StrictBy.HOOK} == {"triton", "inductor", "flashinfer"}
     assert StrictBy.STANDIN == "standin" and str(StrictBy.HOOK) == "hook"  # what manifests and messages show
 
 
@@ -104,7 +105,7 @@ def test_each_stage_has_what_every_planning_runtime_kind_names():
     planning = {r.kind for r in RUNTIMES if r not in CAPTURED}
     assert set(PREPARE) == planning - {"deepgemm"} and set(CUT) <= set(PREPARE)
     assert set(FILED_IN) == planning
-    assert set(RUNTIME_ENV) == {r.kind for r in (*GENERATIONS.values(), *JIT_FAMILIES.values())}
+    assert set(RUNTIME_ENV) == {r.kind for r in (*GENERATIONS.values(), *JIT_FAMILIES.values(), FLASHINFER_MODULES)}
     assert {u for r in RUNTIMES for u in r.live} <= set(LIVE_UNITS)
     assert all(r.live == () for r in CAPTURED)
 

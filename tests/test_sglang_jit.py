@@ -148,6 +148,7 @@ def jit_only(tmp_path_factory):
     # the two quantisers on the DeepGEMM paths only: the other modules' builds are in test_sglang_jit_inventory.py
     data["sglang_jit_modules"] = [m for m in data["sglang_jit_modules"] if m["id"] in (V2, ACT)]
     data.pop("inductor", None)  # the torch.compile items need the job's GPU: tests/test_inductor_graphs.py
+    data.pop("flashinfer", None)  # FlashInfer's modules: tests/test_flashinfer_modules.py
     data["total_kernels"] = len(data["kernels"])  # a trimmed manifest states its own count
     path = tmp_path_factory.mktemp("plan") / "jit.yaml"
     write_manifest(plan_from_dict(data), path)
@@ -197,6 +198,7 @@ def test_kernels_and_modules_share_one_worker_budget(tmp_path):
     data = _plan(max_tokens=32).to_dict()  # the two quantisers beside the kernels (each module is a 40-50 s build)
     data["sglang_jit_modules"] = [m for m in data["sglang_jit_modules"] if m["id"] in (V2, ACT)]
     data.pop("inductor", None)  # the torch.compile items need the job's GPU: tests/test_inductor_graphs.py
+    data.pop("flashinfer", None)  # FlashInfer's modules: tests/test_flashinfer_modules.py
     write_manifest(plan_from_dict(data), manifest)
     r = _run("warm", "--manifest", manifest, "--cache-dir", tmp_path / "c", "--nvcc", NVCC, "--sglang-jit", "on",
              "--backend", "nvcc", "--jobs", "2", "--json", pythonpath=_sgl_path())
@@ -241,6 +243,7 @@ def test_the_kernels_workers_are_forked_before_the_zygote_imports_sglang(tmp_pat
     data = _plan(max_tokens=32).to_dict()
     data["sglang_jit_modules"] = [m for m in data["sglang_jit_modules"] if m["id"] in (V2, ACT)]
     data.pop("inductor", None)  # the torch.compile items need the job's GPU: tests/test_inductor_graphs.py
+    data.pop("flashinfer", None)  # FlashInfer's modules: tests/test_flashinfer_modules.py
     write_manifest(plan_from_dict(data), manifest)
     (tmp_path / "run").mkdir()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([*_sgl_path(), str(REPO)])}

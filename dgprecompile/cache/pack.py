@@ -58,7 +58,8 @@ def output_path(template: str, fingerprint: dict[str, Any]) -> Path:
 # where the index files each runtime's planned items, by its kind (runtimes/base.py Runtime.kind): an entry of
 # its own in ``kernels`` (packed with its record), or a record in ``triton_moe``/``inductor`` naming extra entries (packed with
 # every intact extra entry); tests/test_runtimes.py keeps it in step with the runtimes
-FILED_IN = {"deepgemm": "kernels", "sglang-jit": "kernels", "triton-moe": "triton_moe", "inductor-graph": "inductor"}
+FILED_IN = {"deepgemm": "kernels", "sglang-jit": "kernels", "triton-moe": "triton_moe", "inductor-graph": "inductor",
+            "flashinfer-module": "flashinfer"}
 
 
 def _planned(plan: Plan, section: str) -> list[str]:
@@ -109,9 +110,10 @@ def pack_cache(plan: Plan, store: CacheStore, output: str, *, allow_missing: boo
     # + swept m ranges, + the plan's Triton fused-MoE records (their entries are extra entries, packed above)
     recorded = set(_planned(plan, "triton_moe"))
     triton_moe = {i: r for i, r in sorted(index.triton_moe.items()) if i in recorded}
-    graphs = set(_planned(plan, "inductor"))
-    inductor = {i: r for i, r in sorted(index.inductor.items()) if i in graphs}
-    packed = Index(index.fingerprint, kernels, extra, [plan.summary()], list(index.sweeps), triton_moe, inductor)
+    inductor, flashinfer = ({i: r for i, r in sorted(getattr(index, s).items()) if i in set(_planned(plan, s))}
+                            for s in ("inductor", "flashinfer"))
+    packed = Index(index.fingerprint, kernels, extra, [plan.summary()], list(index.sweeps), triton_moe, inductor,
+                   flashinfer)
     entries = sorted({r.member_dir: r for r in [*kernels.values(), *extra.values()]}.values(),
                      key=lambda r: r.member_dir)
 

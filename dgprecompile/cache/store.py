@@ -83,7 +83,7 @@ def _depths() -> dict[str, int]:
 AREA_DEPTH = _depths()
 # areas whose entries nest by their first component (a filed CacheFamily's ``nesting``): inductor's
 # fxgraph/<k>/<key>, aotautograd/<key> and <bucket> (dgprecompile/runtimes/captured.py)
-AREA_NESTING = {f.area: f for f in CAPTURED if f.filed and f.nesting}
+AREA_NESTING = {f.area: f for f in CAPTURED if f.filed and (f.nesting or f.depth != 1)}
 
 
 def area_depth(area: str, first: str | None = None) -> int:
@@ -149,6 +149,8 @@ class Index:
     triton_moe: dict[str, dict[str, Any]] = field(default_factory=dict)
     # torch.compile graph items warm built: item id -> its record (the torch and GPU, its entries; cache/inductor_graphs.py)
     inductor: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # FlashInfer JIT module items warm built: item id -> its record (the flashinfer-python, its entry; ditto)
+    flashinfer: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": INDEX_SCHEMA, "fingerprint": self.fingerprint,
@@ -156,7 +158,8 @@ class Index:
                 "extra": {k: v.to_dict() for k, v in sorted(self.extra.items())},
                 "plans": self.plans, **({"sweeps": self.sweeps} if self.sweeps else {}),
                 **({"triton_moe": dict(sorted(self.triton_moe.items()))} if self.triton_moe else {}),
-                **({"inductor": dict(sorted(self.inductor.items()))} if self.inductor else {})}
+                **({"inductor": dict(sorted(self.inductor.items()))} if self.inductor else {}),
+                **({"flashinfer": dict(sorted(self.flashinfer.items()))} if self.flashinfer else {})}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str) -> Index:
@@ -166,7 +169,7 @@ class Index:
                    {k: EntryRecord.from_dict(v) for k, v in d.get("kernels", {}).items()},
                    {k: EntryRecord.from_dict(v) for k, v in d.get("extra", {}).items()},
                    list(d.get("plans", [])), list(d.get("sweeps", [])), dict(d.get("triton_moe", {})),
-                   dict(d.get("inductor", {})))
+                   dict(d.get("inductor", {})), dict(d.get("flashinfer", {})))
 
 
 INDEX_DAMAGED = "move it away and run `dgprecompile warm` again: it re-indexes what is there"
@@ -318,7 +321,10 @@ class CacheStore:
                      area: str = ENTRIES, skip: tuple[str, ...] = ()) -> EntryRecord:
         """Checksum every file of an entry (except the names in ``skip``, e.g. a JIT's lock file)."""
         path = self.entry_path(entry, area)
-        files = {p.name: sha256_file(p) for p in sorted(path.iterdir()) if p.is_file() and p.name not in skip}
+        family = family_for_area(area)
+        kept = set(family.entry_files(path)) if family is not None and family.filed else None  # what it loads
+        files = {p.name: sha256_file(p) for p in sorted(path.iterdir())
+                 if p.is_file() and p.name not in skip and (kept is None or p.name in kept)}
         size = sum((path / n).stat().st_size for n in files)
         return EntryRecord(entry, files, size, seconds, by, area)
 

@@ -265,18 +265,22 @@ def _merge_index(index: Index, art: Artifact, store: CacheStore, changed: dict[s
         if index.triton_moe.get(item) != record and (item not in index.triton_moe
                                                      or not _covers_here(store, index, item)):
             index.triton_moe[item] = record  # a record that still covers the item here is kept
-    for item, record in art.index.inductor.items():  # verify checks its torch and entries (cache/inductor_graphs.py)
-        if index.inductor.get(item) != record and (item not in index.inductor or not _graphs_here(store, index, item)):
-            index.inductor[item] = record
+    from dgprecompile.runtimes import FLASHINFER_MODULES, INDUCTOR_GRAPHS
+
+    for runtime in (INDUCTOR_GRAPHS, FLASHINFER_MODULES):  # verify checks their records (cache/item_records.py)
+        mine = getattr(index, runtime.section)
+        for item, record in getattr(art.index, runtime.section).items():
+            if mine.get(item) != record and (item not in mine or not _recorded_here(store, index, runtime, item)):
+                mine[item] = record  # a record that still covers the item here is kept
     return added
 
 
-def _graphs_here(store: CacheStore, index: Index, item: str) -> bool:
-    """Whether the index's record of a torch.compile item covers it here (this torch, its entries whole)."""
-    from dgprecompile.cache.inductor_graphs import COVERED, item_coverage
-    from dgprecompile.runtimes.inductor import INDUCTOR_GRAPHS
+def _recorded_here(store: CacheStore, index: Index, runtime, item: str) -> bool:
+    """Whether the index's record of an item built outside the pool (torch.compile graphs, FlashInfer modules)
+    covers it here (what is installed here, its entries whole)."""
+    from dgprecompile.cache.item_records import COVERED, item_coverage
 
-    return item_coverage(store, index, item, INDUCTOR_GRAPHS.installed()).status == COVERED
+    return item_coverage(store, index, runtime, item, runtime.installed()).status == COVERED
 
 
 def _covers_here(store: CacheStore, index: Index, item: str) -> bool:

@@ -509,17 +509,21 @@ def _check_triton_moe(ctx: Checking, runtime, items) -> list[KernelCheck]:
     return _record_checks(ctx, records.item_coverage, items, current)
 
 
-def _check_inductor(ctx: Checking, runtime, items) -> list[KernelCheck]:
-    """Each torch.compile item: covered only while its record exists, was made with the torch installed here (read
-    from its metadata, never imported) and names entries that are all whole (cache/inductor_graphs.py)."""
-    from dgprecompile.cache import inductor_graphs as records
+def _check_item_records(ctx: Checking, runtime, items) -> list[KernelCheck]:
+    """Each torch.compile item or FlashInfer module: covered only while its record exists, was made with what is
+    installed here (the torch, the flashinfer-python: read from metadata, never imported) and names entries that
+    are all whole (cache/item_records.py)."""
+    from dgprecompile.cache import item_records
 
-    return _record_checks(ctx, records.item_coverage, items, runtime.installed())
+    def coverage(store, index, item_id, installed):
+        return item_records.item_coverage(store, index, runtime, item_id, installed)
+
+    return _record_checks(ctx, coverage, items, runtime.installed())
 
 
 def _record_checks(ctx: Checking, coverage, items, installed) -> list[KernelCheck]:
-    """One check per item whose record (the index's triton_moe / inductor section) says whether it is covered
-    (cache/triton_moe.py's statuses, which cache/inductor_graphs.py shares)."""
+    """One check per item whose record (the index's triton_moe / inductor / flashinfer section) says whether it is
+    covered (cache/triton_moe.py's statuses, which cache/item_records.py shares)."""
     from dgprecompile.cache import triton_moe as records
 
     status = {records.COVERED: OK, records.MISSING: MISSING, records.STALE: STALE, records.BROKEN: CHANGED}
@@ -533,7 +537,7 @@ def _record_checks(ctx: Checking, coverage, items, installed) -> list[KernelChec
 # each runtime's items are checked by the check its kind names (runtimes/base.py Runtime.kind; tests/test_runtimes.py
 # keeps this table in step with the runtimes that plan items)
 CHECKS = {"deepgemm": _check_deepgemm, "sglang-jit": _check_jit, "triton-moe": _check_triton_moe,
-          "inductor-graph": _check_inductor}
+          "inductor-graph": _check_item_records, "flashinfer-module": _check_item_records}
 
 
 def _status(problem: str) -> str:

@@ -45,8 +45,16 @@ def _inductor_table(out: Output, plan: Plan, runtime, items) -> None:
               [[g.graph, ", ".join(f"{k}={v}" for k, v in g.params), g.device_name, g.why] for g in items])
 
 
+def _flashinfer_table(out: Output, plan: Plan, runtime, items) -> None:
+    out.table(f"{runtime.label} (sglang {plan.sglang_version}; warm builds each GPU-free with FlashInfer's own "
+              f"builder, python -m {runtime.warm_module})",
+              ["module", "flashinfer", "arch", "read from"],
+              [[m.module, m.flashinfer, m.arch, m.why] for m in items])
+
+
 # how `plan` shows each runtime's items beside DeepGEMM's keys, by its kind (runtimes/base.py Runtime.kind)
-TABLES = {"sglang-jit": _jit_table, "triton-moe": _triton_moe_table, "inductor-graph": _inductor_table}
+TABLES = {"sglang-jit": _jit_table, "triton-moe": _triton_moe_table, "inductor-graph": _inductor_table,
+          "flashinfer-module": _flashinfer_table}
 
 
 def render_plan(out: Output, plan: Plan, show_buckets: bool) -> None:
@@ -77,8 +85,8 @@ def render_plan(out: Output, plan: Plan, show_buckets: bool) -> None:
         TABLES[runtime.kind](out, plan, runtime, items)
     from dgprecompile.runtimes.captured import coverage
 
-    table = coverage(plan.profile, {s for s, items in (("triton_moe", plan.triton_moe), ("inductor", plan.inductor))
-                                    if items})
+    table = coverage(plan.profile, {s for s, items in (("triton_moe", plan.triton_moe), ("inductor", plan.inductor),
+                                                       ("flashinfer", plan.flashinfer)) if items})
     if table is None:
         out.note(f"other JIT families at the first forward (Triton, FlashInfer, inductor, CuTe-DSL) were read for "
                  f"sglang {coverage()['read_for']} only, not for sglang {plan.profile.id}: not listed")

@@ -125,10 +125,17 @@ def _inductor_line(plan, setup: WarmSetup, part) -> str:
             f"and {setup.store.root / 'triton'}")
 
 
+def _flashinfer_line(plan, setup: WarmSetup, part) -> str:
+    return (f"{part.runtime.label}: each built by `python -m {part.runtime.warm_module}` after the rest, "
+            f"GPU-free (FlashInfer's own builder, target {', '.join(sorted({m.arch for m in part.built}))}), into "
+            f"{setup.store.root / part.runtime.area}")
+
+
 # what warm says about each runtime's items beside DeepGEMM's kernels, by its kind (runtimes/base.py Runtime.kind)
 PLURAL = {"sglang-jit": "SGLang JIT modules", "triton-moe": "Triton fused-MoE items",
-          "inductor-graph": "torch.compile items"}
-ANNOUNCE = {"sglang-jit": _jit_line, "triton-moe": _triton_moe_line, "inductor-graph": _inductor_line}
+          "inductor-graph": "torch.compile items", "flashinfer-module": "FlashInfer modules"}
+ANNOUNCE = {"sglang-jit": _jit_line, "triton-moe": _triton_moe_line, "inductor-graph": _inductor_line,
+            "flashinfer-module": _flashinfer_line}
 
 
 def _announce(out: Output, plan, setup: WarmSetup) -> None:

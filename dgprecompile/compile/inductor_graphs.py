@@ -1,7 +1,7 @@
 """Build one planned torch.compile item's graphs by calling SGLang's own compiled function on the GPU.
 
 ``python -m dgprecompile.compile.inductor_graphs --item ID --graph G --params k=v,... --device-name N --cache-dir
-ROOT [--part i/n]``, run by warm's parent (compile/inductor_warm.py) with TORCHINDUCTOR_CACHE_DIR and
+ROOT [--part i/n]``, run by warm's parent (compile/recorded_items.py) with TORCHINDUCTOR_CACHE_DIR and
 TRITON_CACHE_DIR pointing into ROOT, the way `launch` points the job. It imports SGLang's module, takes the function
 as SGLang compiled it (its own ``torch.compile`` decorator, backend and options), and calls it under SGLang's own
 grad mode (``DynamicGradMode``: no_grad unless SGLANG_ENABLE_TORCH_INFERENCE_MODE) on inputs of the dtype, layout
@@ -142,8 +142,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         torch.cuda.synchronize()
     from importlib import metadata
 
-    return {"item": args.item, "torch": metadata.version("torch"), "gpu": gpu, "sequences": len(mine),
-            "seconds": round(time.time() - t0, 1), "counters": counters()}
+    seen = counters()
+    return {"item": args.item, "sequences": len(mine), "seconds": round(time.time() - t0, 1), "counters": seen,
+            # what the item's record keeps (compile/recorded_items.py): what inductor's key holds, what it compiled
+            "record": {"torch": metadata.version("torch"), "gpu": gpu, "graphs": int(seen.get("fxgraph_cache_miss", 0))}}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,6 +22,10 @@ from dgprecompile.compile.warm_result import WarmResult
 from dgprecompile.compile.warm_setup import WarmSetup
 from dgprecompile.fsutil import human_bytes
 
+# the kinds whose items warm builds after the pool, in this order (compile/recorded_items.py): FlashInfer's
+# GPU-free modules, then the torch.compile graphs that need the GPU
+AFTER_POOL = ("flashinfer-module", "inductor-graph")
+
 
 def _record_plan(setup: WarmSetup) -> None:
     plan = setup.plan
@@ -33,6 +37,7 @@ def _record_plan(setup: WarmSetup) -> None:
             index.sweeps.clear()
             index.triton_moe.clear()  # their entries were extra entries
             index.inductor.clear()
+            index.flashinfer.clear()
         index.fingerprint = setup.fingerprint
         entry = plan.summary()
         if entry not in index.plans:
@@ -69,11 +74,12 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
     try:
         if setup.items or any(p.work for p in setup.parts):
             run_pool(setup, on_event, result, start)
-        graphs = setup.part("inductor-graph")
-        if graphs is not None and graphs.built:  # after the pool: on the GPU, one item at a time
-            from dgprecompile.compile.inductor_warm import run_items
+        for kind in AFTER_POOL:  # built by their own subprocesses after the pool, one item at a time
+            part = setup.part(kind)
+            if part is not None and part.built:
+                from dgprecompile.compile.recorded_items import run_items
 
-            run_items(setup, graphs, on_event, result)
+                run_items(setup, part, on_event, result)
     finally:
         store.clean_stale_staging()
     result.wall_seconds = time.perf_counter() - start

@@ -65,7 +65,7 @@ class RuntimePart:
     items: list[PlanItem]  # its own typed items on this rank (runtimes/items.py)
     backend: str = ""  # the scheduler kind of its work (a worker backend, or the chunks' kind)
     # False: its work runs outside the workers, as chunks the parent cuts (CUT) and runs in the pool, or, for a kind
-    # CUT does not hold (torch.compile graphs: compile/inductor_warm.py), built by the parent after the pool
+    # CUT does not hold (torch.compile graphs, FlashInfer modules: compile/recorded_items.py), built by the parent after the pool
     in_workers: bool = True
     work: list[Any] = field(default_factory=list)  # in the order they are handed out
     job: dict[str, Any] = field(default_factory=dict)
@@ -472,37 +472,45 @@ def _triton_chunks(setup: WarmSetup, part: RuntimePart, jobs: int, others: list)
     return budget
 
 
-def _prepare_inductor(plan: Plan, opts: WarmOptions, runtime, items: list[PlanItem], nvcc=None,
+def _prepare_recorded(plan: Plan, opts: WarmOptions, runtime, items: list[PlanItem], nvcc=None,
                       cache_root: Path | None = None) -> RuntimePart:
-    """SGLang's torch.compile graphs: built by the parent after the pool, where the job's GPU kind is visible
-    (compile/inductor_warm.py): --sglang-jit off leaves them; without the planned GPU they are skipped saying so;
-    with it but without torch, Triton or sglang importable, skipped naming the install (the warm exits 3)."""
-    from dgprecompile.compile.inductor_warm import gpu_problem, visible_gpu_names
+    """The items built by the parent after the pool, each by the runtime's own subprocess (compile/recorded_items.py):
+    SGLang's torch.compile graphs (where the job's GPU kind is visible) and FlashInfer's JIT modules (GPU-free).
+    --sglang-jit off leaves them; a runtime that needs a GPU skips them without the planned one, saying so; without
+    what builds them importable here, or with another release of it than planned, they are skipped naming the
+    install (the warm exits 3)."""
+    from dgprecompile.compile.recorded_items import gpu_problem, visible_gpu_names
 
     part = RuntimePart(runtime, items, runtime.kind, in_workers=False, job={"python": sys.executable})
     if opts.sglang_jit == "off":
         part.skipped = {it.id: "--sglang-jit off" for it in items}
         return part
-    # the GPU first: where none of the planned kind is visible nothing here could build them, whatever is installed
-    gpus = visible_gpu_names()
-    part.skipped = {it.id: why for it in items if (why := gpu_problem(it, gpus, runtime.needs_gpu)) is not None}
+    if runtime.needs_gpu:  # the GPU first: where none of the planned kind is visible nothing here could build them
+        gpus = visible_gpu_names()
+        part.skipped = {it.id: why for it in items if (why := gpu_problem(it, gpus, runtime.needs_gpu)) is not None}
     missing = runtime.missing() if part.built else None
-    if missing is not None:  # a GPU is here but not what builds them: the warm says what to install (exit 3)
+    if missing is None and part.built:
+        missing = runtime.release_problem(part.built)
+    if missing is not None:  # what builds them is not here: the warm says what to install (exit 3)
         part.skipped.update({it.id: missing for it in part.built})
         part.missing = missing
         return part
+    part.job["env"] = runtime.build_env(part.built, opts.jobs or os.cpu_count() or 1,
+                                        _cuda_home(nvcc.path) if nvcc is not None else None)
     if cache_root is not None and part.built:  # what its records cover now (run_items asks again: a stale warm clears)
-        from dgprecompile.cache.inductor_graphs import COVERED, item_coverage
+        from dgprecompile.cache.item_records import COVERED, item_coverage
 
         store = CacheStore(cache_root)
         index, installed = store.read_index(), runtime.installed()
-        part.cached = [it.id for it in part.built if item_coverage(store, index, it.id, installed).status == COVERED]
+        part.cached = [it.id for it in part.built
+                       if item_coverage(store, index, runtime, it.id, installed).status == COVERED]
     return part
 
 
 # how each runtime's items become a warm's work, by its kind (runtimes/base.py Runtime.kind): its part, prepared
 # from the plan (PREPARE); for a part whose work runs outside the workers, its work cut for the budget (CUT)
-PREPARE = {"sglang-jit": _prepare_jit, "triton-moe": _prepare_triton, "inductor-graph": _prepare_inductor}
+PREPARE = {"sglang-jit": _prepare_jit, "triton-moe": _prepare_triton, "inductor-graph": _prepare_recorded,
+           "flashinfer-module": _prepare_recorded}
 CUT = {"triton-moe": _triton_chunks}
 
 

@@ -23,6 +23,7 @@ from dgprecompile.runtimes import CAPTURED, CacheFamily
 from dgprecompile.runtimes.captured import versions
 
 STRICT_FAMILIES_ENV = "DGPRECOMPILE_STRICT_FAMILIES"
+LOAD_FAMILIES_ENV = "DGPRECOMPILE_LOAD_FAMILIES"  # the families whose cached builds the hook loads without rebuilding
 
 
 def indexed(index: Index, family: CacheFamily) -> list[str]:
@@ -37,9 +38,14 @@ def family_env(root: str | Path, index: Index, *, capture: bool, strict: bool) -
     for fam in CAPTURED:
         area = fam.area_dir(root)
         if capture or area.is_dir():
+            fam.workspace(root)  # FlashInfer's hidden base, linked to its area (best effort: the cache may be read-only)
             why = (f"{fam.label}: capture what the job builds into {fam.area}/" if capture
                    else f"{fam.label}: what an earlier capture or warm left in {fam.area}/")
             out += [(name, value, why) for name, value in fam.launch_env(root)]
+    loaded = [f.id for f in CAPTURED if f.layout == "flashinfer-ops" and indexed(index, f)]
+    if loaded:
+        out.append((LOAD_FAMILIES_ENV, ",".join(loaded), "the startup hook loads the cache's builds of "
+                    + ", ".join(loaded) + " without rebuilding them"))
     if strict and not capture:
         refused = [f.id for f in CAPTURED if f.strict_by == "hook" and indexed(index, f)]
         if refused:

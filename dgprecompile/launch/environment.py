@@ -168,16 +168,30 @@ def _jit_loader_env(c: _EnvComposer, plan: Plan, family, cache_dir: str, *, stri
             c.put(name, value, "strict: the release's own switch refuses runtime JIT builds")
 
 
+def _flashinfer_env(c: _EnvComposer, plan: Plan, runtime, cache_dir: str, *, strict: bool,
+                    shared: list[str] | tuple[str, ...]) -> None:
+    """FlashInfer's target archs as the warm built its modules for: they name the modules' directory (jit/env.py),
+    which FlashInfer would otherwise take from the GPUs it sees. Its workspace variable is the captured family's
+    (launch/capture.py family_env)."""
+    archs = " ".join(sorted({it.arch for it in plan.flashinfer.values()}))
+    c.put("FLASHINFER_CUDA_ARCH_LIST", archs, f"{runtime.label}: the archs the cache's modules were built for "
+          "(part of their directory)")
+
+
 # how launch sets up each runtime the job runs, by its kind (runtimes/base.py Runtime.kind): the captured families
 # are set up from the cache's areas (launch/capture.py family_env), the Triton MoE's entries are Triton's (ditto)
-RUNTIME_ENV = {"deepgemm": _deepgemm_cache_env, "sglang-jit": _jit_loader_env}
+RUNTIME_ENV = {"deepgemm": _deepgemm_cache_env, "sglang-jit": _jit_loader_env, "flashinfer-module": _flashinfer_env}
 
 
 def job_runtimes(plan: Plan) -> list:
-    """The runtimes of the plan's job whose caches launch points at the warmed cache: its DeepGEMM generation, and
-    the JIT family of its planned modules (else of its exact sglang release, which builds its modules once)."""
+    """The runtimes of the plan's job whose caches launch points at the warmed cache: its DeepGEMM generation, the
+    JIT family of its planned modules (else of its exact sglang release, which builds its modules once), and
+    FlashInfer's modules where it plans them."""
+    from dgprecompile.runtimes import FLASHINFER_MODULES
+
     family = plan_jit_family(plan)
-    return [plan.profile.deepgemm, *([family] if family is not None else [])]
+    return [plan.profile.deepgemm, *([family] if family is not None else []),
+            *([FLASHINFER_MODULES] if plan.flashinfer else [])]
 
 
 def _family_cache_env(c: _EnvComposer, families: list[tuple[str, str, str]] | tuple[()]) -> None:

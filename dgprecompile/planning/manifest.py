@@ -14,6 +14,7 @@ from dgprecompile.fsutil import atomic_write_text, read_input
 from dgprecompile.planning.plan import MANIFEST_SCHEMA, Bucket, Plan, PlannedKey
 from dgprecompile.planning.profiles import resolve_profile
 from dgprecompile.runtimes.items import (
+    FlashInferItem,
     GemmKey,
     InductorGraphItem,
     JitModule,
@@ -78,7 +79,8 @@ def plan_from_dict(data: Any, where: str = "manifest") -> Plan:
         raise InputError(f"{where}: sglang_jit_modules: malformed module ({schemas.shown(str(exc))})",
                          hint=REGENERATE) from None
     triton_moe = _triton_moe(data.get("triton_moe", []), where)  # manifests before it have no section
-    inductor = _inductor(data.get("inductor", []), where)
+    inductor = _items(InductorGraphItem, data, where)
+    flashinfer = _items(FlashInferItem, data, where)
     if not keys and not jit_modules and not triton_moe:
         raise InputError(f"{where} plans no kernel at all (no shapes, no SGLang JIT modules): there is nothing to "
                          "warm or verify", hint=REGENERATE)
@@ -89,16 +91,18 @@ def plan_from_dict(data: Any, where: str = "manifest") -> Plan:
                 gpu=data.get("gpu"), keys=keys, kernels=kernels, notes=list(data.get("notes", [])),
                 heuristic=bool(heuristic), sglang_version=None if sglang_version is None else str(sglang_version),
                 sweep_m_max=data.get("sglang_precompile_m_max", 0), server=data.get("server"),
-                jit_modules=jit_modules, triton_moe=triton_moe, inductor=inductor)
+                jit_modules=jit_modules, triton_moe=triton_moe, inductor=inductor, flashinfer=flashinfer)
 
 
-def _inductor(items: list[dict[str, Any]], where: str) -> dict[str, InductorGraphItem]:
-    out: dict[str, InductorGraphItem] = {}
-    for i, d in enumerate(items):
-        item = InductorGraphItem.from_dict(d)
+def _items(cls, data: dict[str, Any], where: str) -> dict:
+    """The items of the manifest section of ``cls`` (an item type with from_dict and a ``section``), by id; one
+    error where an id does not match its fields or is listed twice (manifests before the section have none)."""
+    out: dict = {}
+    for i, d in enumerate(data.get(cls.section, [])):
+        item = cls.from_dict(d)
         if item.id != d["id"] or item.id in out:
             problem = "does not match its fields" if item.id != d["id"] else "is listed twice"
-            raise InputError(f"{where}: inductor[{i}].id {schemas.shown(d['id'])} {problem}", hint=REGENERATE)
+            raise InputError(f"{where}: {cls.section}[{i}].id {schemas.shown(d['id'])} {problem}", hint=REGENERATE)
         out[item.id] = item
     return out
 

@@ -20,6 +20,7 @@ from dgprecompile.planning.profiles import Profile
 from dgprecompile.planning.shapes import Parallel, model_shapes
 from dgprecompile.runtimes import Runtime, get_runtime
 from dgprecompile.runtimes.items import (
+    FlashInferItem,
     GemmKey,
     InductorGraphItem,
     JitModule,
@@ -86,6 +87,8 @@ class Plan:
     triton_moe: dict[str, TritonMoeItem] = field(default_factory=dict)
     # SGLang's torch.compile'd functions on these paths: warmed on the job's GPU kind per item (runtimes/inductor.py)
     inductor: dict[str, InductorGraphItem] = field(default_factory=dict)
+    # the FlashInfer JIT modules on these paths: warmed GPU-free per module (runtimes/flashinfer.py)
+    flashinfer: dict[str, FlashInferItem] = field(default_factory=dict)
 
     @property
     def items(self) -> list[PlanItem]:
@@ -93,7 +96,7 @@ class Plan:
         and SGLang's torch.compile graphs (each type its runtime's own fields; runtimes/items.py). Stages loop over
         it and ask ``runtime_of``."""
         return [*self.kernels.values(), *self.jit_modules.values(), *self.triton_moe.values(),
-                *self.inductor.values()]
+                *self.flashinfer.values(), *self.inductor.values()]
 
     def runtime_of(self, item: PlanItem) -> Runtime:
         """The runtime that builds and checks ``item`` (a DeepGEMM kernel: the plan's generation); one error where
@@ -188,6 +191,8 @@ class Plan:
             **({"triton_moe": [t.to_dict() for t in self.triton_moe.values()]} if self.triton_moe else {}),
             # SGLang's torch.compile (inductor) graphs, built by warm on the job's GPU kind
             **({"inductor": [g.to_dict() for g in self.inductor.values()]} if self.inductor else {}),
+            # FlashInfer's JIT modules, built GPU-free by warm with FlashInfer's own builder
+            **({"flashinfer": [m.to_dict() for m in self.flashinfer.values()]} if self.flashinfer else {}),
         }
 
 
@@ -397,7 +402,18 @@ def build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: int
     plan.notes += notes
     plan.inductor, notes = plan_inductor(model, par, sglang_version, plan)
     plan.notes += notes
+    plan.flashinfer, notes = plan_flashinfer(model, par, sglang_version, moe_options or server_options or {})
+    plan.notes += notes
     return plan
+
+
+def plan_flashinfer(model: ModelConfig, par: Parallel, sglang_version: str | None, options: dict[str, Any]):
+    """The FlashInfer JIT modules this server builds (runtimes/flashinfer.py), by id, and the notes."""
+    from dgprecompile.runtimes.flashinfer import FLASHINFER_MODULES
+
+    items, notes = FLASHINFER_MODULES.plan_items(model.config, tp=par.tp, sglang_version=sglang_version,
+                                                 options=options)
+    return {it.id: it for it in items}, notes
 
 
 def plan_inductor(model: ModelConfig, par: Parallel, sglang_version: str | None, plan: Plan):

@@ -10,6 +10,8 @@ per runtime:
   loader families share, and their modules per release, read from data files);
 * triton_moe.py: SGLang's Triton fused MoE kernel, warmed ahead of time;
 * inductor.py: the torch.compile graphs SGLang compiles at its first forwards, warmed on the job's GPU kind;
+* flashinfer.py: the FlashInfer JIT modules SGLang builds at its first forward, warmed GPU-free with FlashInfer's own
+  builder;
 * captured.py: the families whose caches are only captured from a real run (Triton, FlashInfer, inductor, CuTe-DSL);
   cuda_driver.py: the CUDA driver's PTX JIT cache, one more such family in a module of its own;
 * items.py: what the runtimes plan (GEMM keys and kernel specs, JIT modules, Triton MoE items).
@@ -27,6 +29,7 @@ from dgprecompile.runtimes.cuda_driver import CUDA_DRIVER
 from dgprecompile.runtimes.deepgemm import BACKENDS, Backend, Generation, get_backend
 from dgprecompile.runtimes.deepgemm_cxx import CXX_GENERATIONS
 from dgprecompile.runtimes.deepgemm_legacy import LEGACY
+from dgprecompile.runtimes.flashinfer import FLASHINFER_MODULES, FlashInferModules
 from dgprecompile.runtimes.inductor import INDUCTOR_GRAPHS, InductorGraphs
 from dgprecompile.runtimes.jit_loader import JitFamily
 from dgprecompile.runtimes.sglang_ninja import SGLANG_NINJA, SGLANG_NINJA_HOOK
@@ -38,9 +41,9 @@ JIT_FAMILIES: dict[str, JitFamily] = {f.id: f for f in (TVM_FFI, SGLANG_NINJA, S
 CAPTURED: tuple[CacheFamily, ...] = (*CACHE_FAMILIES, CUDA_DRIVER)
 FILED_AREAS: tuple[str, ...] = tuple(f.area for f in CAPTURED if f.filed)  # whole entries travel in artifacts
 RUNTIMES: tuple[Runtime, ...] = (*GENERATIONS.values(), *JIT_FAMILIES.values(), TRITON_MOE, INDUCTOR_GRAPHS,
-                                  *CAPTURED)
+                                  FLASHINFER_MODULES, *CAPTURED)
 
-__all__ = ["BACKENDS", "CAPTURED", "FILED_AREAS", "family_for_area", "GENERATIONS", "INDUCTOR_GRAPHS", "JIT_FAMILIES", "RUNTIMES", "TRITON_MOE", "Backend",
+__all__ = ["BACKENDS", "CAPTURED", "FILED_AREAS", "FLASHINFER_MODULES", "FlashInferModules", "family_for_area", "GENERATIONS", "INDUCTOR_GRAPHS", "JIT_FAMILIES", "RUNTIMES", "TRITON_MOE", "Backend",
            "InductorGraphs",
            "CacheFamily", "Generation", "JitFamily", "Runtime", "StrictBy", "TritonMoeFamily", "family_for",
            "get_backend", "get_family", "get_generation", "get_runtime", "hook_targets"]

@@ -83,17 +83,43 @@ class CacheFamily:
     # path components of an entry's name by its first one (default 1), and first components that hold no entries
     nesting: tuple[tuple[str, int], ...] = ()
     ignore: tuple[str, ...] = ()
+    depth: int = 1  # path components of every entry's name where ``nesting`` does not say
+    # the library's fixed sub-path under the directory its variable names, in front of every entry (FlashInfer's
+    # .cache/flashinfer): the variable names a hidden base beside the area (.<area>-base) whose sub-path is a link
+    # to the area, so that entries lie at <area>/<entry> with no hidden component (``workspace``; outside the area:
+    # a copy that follows links meets no cycle)
+    base_prefix: str = ""
 
     def depth_of(self, first: str | None) -> int:
         """Path components of the name of an entry whose first component is ``first``."""
-        return dict(self.nesting).get(first or "", 1)
+        return dict(self.nesting).get(first or "", self.depth)
 
     def area_dir(self, root: str | Path) -> Path:
         return Path(root) / self.area
 
+    def base_dir(self, root: str | Path) -> Path:
+        """What the library's variable names: the area, or the hidden base beside it (``base_prefix``)."""
+        return Path(root) / f".{self.area}-base" if self.base_prefix else self.area_dir(root)
+
     def launch_env(self, root: str | Path) -> list[tuple[str, str]]:
         """(variable, value): where launch points the library so it writes into this family's area of the root."""
-        return [(name, str(self.area_dir(root))) for name in self.cache_env]
+        return [(name, str(self.base_dir(root))) for name in self.cache_env]
+
+    def workspace(self, root: str | Path) -> None:
+        """Make the area (and, with a ``base_prefix``, the hidden base whose prefix is a relative link to the area),
+        so that what the library writes under its variable lands at <area>/<entry>. Best effort: a cache that may
+        not be written is left as it is (the library then makes its own directories)."""
+        area = self.area_dir(root)
+        try:
+            area.mkdir(parents=True, exist_ok=True)
+            if not self.base_prefix:
+                return
+            link = self.base_dir(root) / self.base_prefix
+            if not link.is_symlink():
+                link.parent.mkdir(parents=True, exist_ok=True)
+                link.symlink_to(os.path.relpath(area, link.parent))
+        except OSError:
+            pass
 
     @property
     def strict_by(self) -> StrictBy:
@@ -110,13 +136,11 @@ class CacheFamily:
             for d in _subdirs(area_dir):
                 out[d.name] = triton_entry_problem(d)
         elif self.layout == "flashinfer-ops":
-            for ops in sorted(area_dir.glob(".cache/flashinfer/*/*/cached_ops")):
+            for ops in sorted(area_dir.glob("*/*/cached_ops")):
                 for d in _subdirs(ops):
                     if d.name == "tmp":  # FlashInfer's lock directory (core.py get_tmpdir)
                         continue
-                    so = d / f"{d.name}.so"
-                    out[str(d.relative_to(area_dir))] = (None if so.is_file() and so.stat().st_size > 0
-                                                         else f"{so.name} not built")
+                    out[str(d.relative_to(area_dir))] = flashinfer_entry_problem(d)
         elif self.layout == "inductor":
             out = {name: tree_entry_problem(d) for name, d in self._leaves(area_dir)}
         else:
@@ -128,6 +152,8 @@ class CacheFamily:
     def _leaves(self, area_dir: Path) -> list[tuple[str, Path]]:
         """(name, directory) of every entry of a nesting layout: each first-level directory not ignored, walked
         down to its depth."""
+        if self.layout == "flashinfer-ops":  # <version>/<archs>/cached_ops/<name> (not its locks or generated/)
+            return [(name, area_dir / name) for name in self.entries(area_dir)]
         out = []
         for top in _subdirs(area_dir):
             if top.name in self.ignore or top.name.startswith("."):
@@ -146,7 +172,10 @@ class CacheFamily:
                 for name, problem in self.entries(area_dir).items()}
 
     def entry_files(self, entry_dir: Path) -> list[str]:
-        """The files of a whole entry that the index records (only for ``filed`` families)."""
+        """The files of a whole entry that the index records (only for ``filed`` families): FlashInfer's module
+        is its <name>.so (what JitSpec.load reads; the build's objects and ninja files stay behind)."""
+        if self.layout == "flashinfer-ops":
+            return [f"{entry_dir.name}{ELF_SO}"]
         return sorted(p.name for p in entry_dir.iterdir() if p.is_file())
 
     def entry_problem(self, entry_dir: Path) -> str | None:
@@ -155,6 +184,8 @@ class CacheFamily:
             return triton_entry_problem(entry_dir, here=True)
         if self.layout == "inductor":
             return tree_entry_problem(entry_dir)
+        if self.layout == "flashinfer-ops":
+            return flashinfer_entry_problem(entry_dir)
         return None if entry_dir.exists() else "missing"
 
     def relocate(self, entry_dir: Path) -> bool:
@@ -245,6 +276,16 @@ def tree_entry_problem(entry_dir: Path) -> str | None:
     return None
 
 
+def flashinfer_entry_problem(entry_dir: Path) -> str | None:
+    """None when a FlashInfer module directory holds its <name>.so, linked whole (JitSpec.is_compiled tests only
+    that the file exists), else why not."""
+    so = entry_dir / f"{entry_dir.name}{ELF_SO}"
+    if so.is_symlink() or not so.is_file() or so.stat().st_size == 0:
+        return f"{so.name} not built"
+    problem = elf_problem(so)
+    return f"{so.name}: {problem}" if problem else None
+
+
 def elf_problem(path: Path) -> str | None:
     """None when ``path`` is a 64-bit little-endian ELF whose section table lies inside it (the linker writes it
     last), else what is wrong."""
@@ -267,9 +308,12 @@ CACHE_FAMILIES: tuple[CacheFamily, ...] = (
     CacheFamily("triton", "Triton", "triton", ("TRITON_CACHE_DIR",), ("triton",), "triton-groups", filed=True,
                 hook_target="triton.compiler.compiler"),
     # FLASHINFER_DISABLE_JIT is no strict switch: JitSpec.build raises on it even when <name>.so is built, and
-    # build_and_load calls build for every non-AOT module (flashinfer/jit/core.py, 0.6.12)
+    # build_and_load calls build for every non-AOT module (flashinfer/jit/core.py, 0.6.12): the hook loads a built
+    # module without building and refuses a missing one. FlashInfer puts its modules under
+    # $FLASHINFER_WORKSPACE_BASE/.cache/flashinfer/<version>/<archs>/cached_ops/<name>/ (jit/env.py)
     CacheFamily("flashinfer", "FlashInfer JIT", "flashinfer", ("FLASHINFER_WORKSPACE_BASE",), ("flashinfer-python",),
-                "flashinfer-ops", filed=False, hook_target=None),
+                "flashinfer-ops", filed=True, hook_target="flashinfer.jit.core", depth=4,
+                base_prefix=".cache/flashinfer"),
     # _compile_fx_inner calls the module global fx_codegen_and_compile only when the FX graph cache has no entry
     # (miss, bypass, or AOTAutograd's bundled cache missed); an AOTAutograd cache hit never gets there
     # (torch/_inductor/compile_fx.py, torch 2.13 and pytorch main 001077c)

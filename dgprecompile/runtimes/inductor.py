@@ -43,6 +43,8 @@ class InductorGraphs:
     live: tuple[str, ...] = ()
     needs_gpu: str = ("inductor's graph key holds the torch build and the GPU's name: warm where the job's GPU kind "
                       "is visible")
+    section: str = InductorGraphItem.section  # the index section of its records (cache/item_records.py)
+    parts: int = 8  # most subprocesses of one item side by side (within --jobs; compile/recorded_items.py)
 
     @property
     def strict_by(self) -> StrictBy:
@@ -90,6 +92,13 @@ class InductorGraphs:
         """What to install so that the warm can run here (runtimes/captured.py not_installed)."""
         return not_installed(self.imports)
 
+    def release_problem(self, items: list) -> str | None:
+        """The graphs are built with whatever torch is here; their records name it (``stale``)."""
+        return None
+
+    def build_env(self, items: list, jobs: int, cuda_home: str | None) -> dict[str, str]:
+        return {}
+
     # -- staleness --
     def installed(self) -> dict[str, Any] | None:
         """The torch the graphs' key holds, read from metadata (None: torch is not installed here)."""
@@ -97,6 +106,17 @@ class InductorGraphs:
             return {"torch": metadata.version("torch")}
         except metadata.PackageNotFoundError:
             return None
+
+    def stale(self, record: dict[str, Any], installed: dict[str, Any]) -> str | None:
+        """Why a record made with another torch does not serve this one (None: it does)."""
+        if record.get("torch") != installed.get("torch"):
+            return (f"built with torch {record.get('torch')}, here {installed.get('torch')}: inductor's key holds "
+                    "the torch build")
+        return None
+
+    def covered(self, record: dict[str, Any]) -> str:
+        return (f"{record.get('graphs', 0)} graphs, {len(record['entries'])} entries, torch {record.get('torch')} "
+                f"on {record.get('gpu')}")
 
 
 @cache

@@ -248,3 +248,46 @@ class InductorGraphItem(PlanItem):
     def from_dict(cls, d: dict) -> InductorGraphItem:
         return cls(str(d["graph"]), tuple((str(k), v) for k, v in dict(d["params"]).items()), str(d["device_name"]),
                    str(d.get("why", "")))
+
+
+@dataclass(frozen=True)
+class FlashInferItem(PlanItem):
+    """One FlashInfer JIT module a server builds at its first forward (data/flashinfer_modules.yaml ``module``):
+    FlashInfer's own spec function (``spec``, module:function returning its JitSpec), the flashinfer-python release
+    the job's sglang pins and the target arch FlashInfer builds for (``arch``: 9.0a). Warm builds it GPU-free with
+    FlashInfer's own builder (compile/flashinfer_modules.py)."""
+
+    section: ClassVar[str] = "flashinfer"
+    kind: ClassVar[str] = "flashinfer-module"
+    RUNTIME: ClassVar[str] = "flashinfer-module"  # runtimes/flashinfer.py FLASHINFER_MODULES.id
+    module: str
+    spec: str
+    flashinfer: str
+    arch: str
+    why: str = field(default="", compare=False)  # the file:line it was read from
+
+    @property
+    def id(self) -> str:
+        return f"flashinfer:{self.module}@{self.flashinfer}.sm{self.arch_dir}"
+
+    @property
+    def runtime_id(self) -> str:
+        return self.RUNTIME
+
+    @property
+    def arch_dir(self) -> str:
+        """FlashInfer's directory name for the target archs (jit/env.py: major and minor run together, 90a)."""
+        return self.arch.replace(".", "")
+
+    @property
+    def entry(self) -> str:
+        """Its directory under the cache's flashinfer area: <version>/<archs>/cached_ops/<name>."""
+        return f"{self.flashinfer}/{self.arch_dir}/cached_ops/{self.module}"
+
+    def to_dict(self) -> dict[str, object]:
+        return {"id": self.id, "module": self.module, "spec": self.spec, "flashinfer": self.flashinfer,
+                "arch": self.arch, "why": self.why}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> FlashInferItem:
+        return cls(str(d["module"]), str(d["spec"]), str(d["flashinfer"]), str(d["arch"]), str(d.get("why", "")))

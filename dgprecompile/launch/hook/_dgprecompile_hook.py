@@ -11,7 +11,10 @@ Configured by `dgprecompile launch` through the environment:
   DGPRECOMPILE_GUARD_DIR    strict: where each process (forked ones too) writes its "guard installed" record, a file
                             named by its pid; the launcher fails a strict job in which a Python process had none
   DGPRECOMPILE_STRICT_FAMILIES  with STRICT=1, e.g. "triton,inductor": a Triton cache miss raises, naming the
-                            kernel; an inductor FX graph cache miss, naming the graph (_dgprecompile_inductor.py)
+                            kernel; an inductor FX graph cache miss, naming the graph (_dgprecompile_inductor.py);
+                            a FlashInfer module not in the cache, naming it (_dgprecompile_flashinfer.py)
+  DGPRECOMPILE_LOAD_FAMILIES  e.g. "flashinfer": the cache holds its modules; the hook loads a built one without
+                            running its ninja file (strict or not)
 
 Each hook acts when its module is imported (a ``sys.meta_path`` post-import hook), before the importer sees it.
 
@@ -38,6 +41,7 @@ ENV_CACHE_DIR = "DGPRECOMPILE_CACHE_DIR"
 ENV_WARM_HINT = "DGPRECOMPILE_WARM_HINT"
 ENV_GUARD_DIR = "DGPRECOMPILE_GUARD_DIR"
 ENV_STRICT_FAMILIES = "DGPRECOMPILE_STRICT_FAMILIES"  # JIT families beside DeepGEMM whose compiles strict refuses
+ENV_LOAD_FAMILIES = "DGPRECOMPILE_LOAD_FAMILIES"  # families whose cached builds the hook loads without rebuilding
 ENV_JIT_HOOKS = "DGPRECOMPILE_JIT_HOOKS"  # modules whose builds strict mode refuses (jit_families.hook_targets)
 REFUSED_EXIT = 97
 
@@ -540,6 +544,10 @@ def install():
         from _dgprecompile_inductor import guard
 
         callbacks["torch._inductor.compile_fx"] = guard(log_event)
+    if "flashinfer" in families or "flashinfer" in os.environ.get(ENV_LOAD_FAMILIES, "").split(","):
+        from _dgprecompile_flashinfer import guard as flashinfer_guard
+
+        callbacks["flashinfer.jit.core"] = flashinfer_guard(stop_build if "flashinfer" in families else None)
     if callbacks:
         for name in [n for n in callbacks if n in sys.modules]:  # already imported (not at startup, but be safe)
             callbacks.pop(name)(sys.modules[name])

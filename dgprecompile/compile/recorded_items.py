@@ -1,12 +1,13 @@
-"""warm's share for SGLang's torch.compile graphs (runtimes/inductor.py): prepared with the other runtimes' parts
-(warm_setup's PREPARE, which asks :func:`gpu_problem`), run by the parent after the pool (:func:`run_items`).
+"""warm's share for the runtimes whose items are built by subprocesses writing the runtime's own cache, after the
+pool: SGLang's torch.compile graphs (runtimes/inductor.py, on the job's GPU kind) and FlashInfer's JIT modules
+(runtimes/flashinfer.py, GPU-free). Prepared with the other runtimes' parts (warm_setup's PREPARE, which asks
+:func:`gpu_problem` where a runtime needs a GPU), run by the parent after the pool (:func:`run_items`).
 
-The graphs need the job's GPU kind (inductor's key holds the live GPU's name): where none of the planned kind is
-visible, the items are skipped with that reason and the warm goes on (verify then names them missing, and a strict
-launch refuses to start without them). Items run one after another, each as ``parts`` subprocesses side by side
-(compile/inductor_graphs.py ``--part i/n``), so that what appeared in the cache during an item is that item's: its
-whole new entries are filed in the index (``extra``, by warm) and its record written (cache/inductor_graphs.py).
-No threads: subprocesses in their own sessions, read one after another (each prints one line).
+Items run one after another, each as ``parts`` subprocesses side by side (the runtime's ``warm_argv`` plus
+``--part i/n`` where it splits an item: ``parts`` > 1), so that what appeared in the runtime's areas during an item
+is that item's: its whole new entries are filed in the index (``extra``, by warm) and its record written in the
+runtime's index section (cache/item_records.py). No threads: subprocesses in their own sessions, read one after
+another (each prints one line of JSON last).
 """
 
 from __future__ import annotations
@@ -20,11 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dgprecompile.cache import inductor_graphs as records
+from dgprecompile.cache import item_records as records
 from dgprecompile.errors import CompileFailed, DGError
 from dgprecompile.runtimes import family_for_area
-
-PARTS = 8  # most subprocesses of one item side by side (within --jobs)
 
 
 def visible_gpu_names() -> list[str]:
@@ -54,45 +53,51 @@ def gpu_problem(item, gpus: list[str], needs_gpu: str) -> str | None:
 def run_items(setup, part, on_event, result) -> None:
     """Build each item of ``part`` not covered yet (its record, read now: a stale fingerprint cleared it), one after
     another; record its entries and its event."""
-    installed = part.runtime.installed()
+    runtime = part.runtime
+    installed = runtime.installed()
     for item in part.built:
-        if records.item_coverage(setup.store, setup.store.read_index(), item.id, installed).status == records.COVERED:
+        index = setup.store.read_index()
+        if records.item_coverage(setup.store, index, runtime, item.id, installed).status == records.COVERED:
             if item.id not in result.cached:  # counted as cached up front where prepare saw its record
                 result.cached.append(item.id)
             continue
         on_event({"event": "start", "kernel": item.id})
         t0 = time.perf_counter()
         try:
-            record = build_item(setup, part, item)
+            build_item(setup, part, item)
         except DGError as exc:
             result.failed[item.id] = exc.message
             on_event({"event": "failed", "kernel": item.id, "error": exc.message})
             continue
         seconds = round(time.perf_counter() - t0, 2)
         result.compiled[item.id] = seconds
-        on_event({"event": "done", "kernel": item.id, "status": "compiled", "seconds": seconds,
-                  "graphs": record["graphs"]})
+        on_event({"event": "done", "kernel": item.id, "status": "compiled", "seconds": seconds})
 
 
 def build_item(setup, part, item) -> dict[str, Any]:
+    """Run the item's subprocesses with the runtime's areas set up as launch sets them, file what appeared, write
+    its record: what the subprocesses reported (``record`` of the first report, each runtime's own fields), its
+    entries and the seconds they took."""
+    runtime = part.runtime
     root = str(setup.store.root)
-    env = dict(os.environ)
-    for area in records.AREAS:
+    env = {**os.environ, **dict(part.job.get("env", {}))}
+    for area in runtime.areas:
         fam = family_for_area(area)
         env.update(dict(fam.launch_env(root)))
-        fam.area_dir(root).mkdir(parents=True, exist_ok=True)
-    before = records.snapshot(root)
-    argv = part.runtime.warm_argv(item, root, part.job["python"])
-    reports = run_parts(argv, env, max(1, min(PARTS, setup.budget or setup.workers)))
+        fam.workspace(root)
+    before = records.snapshot(root, runtime.areas)
+    parts = max(1, min(runtime.parts, setup.budget or setup.workers))
+    reports = run_parts(runtime.warm_argv(item, root, part.job["python"]), env, parts)
     new = records.appeared(root, before)
     filed, broken = records.file_entries(setup.store, new)
     if broken or not filed:
         raise CompileFailed(f"{item.id}: " + (f"entries not whole: {', '.join(broken[:3])}" if broken
-                                                  else "its calls compiled nothing and found nothing new"))
-    record = {"item": item.id, "torch": reports[0]["torch"], "gpu": reports[0]["gpu"],
-              "graphs": sum(int(r.get("counters", {}).get("fxgraph_cache_miss", 0)) for r in reports),
-              "entries": filed, "seconds": round(sum(float(r.get("seconds") or 0) for r in reports), 2)}
-    setup.store.update_index(lambda index: index.inductor.__setitem__(item.id, record))
+                                                  else "its build made nothing new in the cache"))
+    record = {"item": item.id, **reports[0]["record"], "entries": filed,
+              "seconds": round(sum(float(r.get("seconds") or 0) for r in reports), 2)}
+    if "graphs" in record:  # inductor: the graphs every part compiled
+        record["graphs"] = sum(int(r["record"].get("graphs", 0)) for r in reports)
+    setup.store.update_index(lambda index: records.records(index, runtime).__setitem__(item.id, record))
     return record
 
 
@@ -101,13 +106,14 @@ def run_parts(argv: list[str], env: dict[str, str], parts: int) -> list[dict[str
     failed (the others are stopped with their process groups)."""
     import json
 
-    with tempfile.TemporaryDirectory(prefix="dgprecompile-inductor-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="dgprecompile-items-") as tmp:
         env = {**env, "SGLANG_CACHE_DIR": str(Path(tmp) / "sglang-cache")}
         procs = []
         try:
             for i in range(parts):
                 log = open(Path(tmp) / f"part-{i}.log", "wb")  # noqa: SIM115 - closed below
-                procs.append((subprocess.Popen([*argv, "--part", f"{i}/{parts}"], stdin=subprocess.DEVNULL,
+                procs.append((subprocess.Popen([*argv, *(["--part", f"{i}/{parts}"] if parts > 1 else [])],
+                                               stdin=subprocess.DEVNULL,
                                                stdout=subprocess.PIPE, stderr=log, env=env,
                                                start_new_session=True), log))
             reports = []

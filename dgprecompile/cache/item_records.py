@@ -1,0 +1,70 @@
+"""Records of the items a warm builds outside the worker pool, in subprocesses that write the runtime's own cache
+(torch.compile graphs: runtimes/inductor.py; FlashInfer modules: runtimes/flashinfer.py).
+
+The index holds one record per item under the runtime's ``section`` (``inductor``, ``flashinfer``): what the build
+ran with (the package whose version the runtime's key holds, and more where the runtime keeps it) and the entries it
+produced (``<area>/<name>``, filed in ``index.extra`` with their checksums). An item counts as covered only while its
+record exists, the runtime finds nothing stale in it for what is installed here (``runtime.stale``), and every entry
+it names is on disk, whole and with the recorded bytes. Pattern: cache/triton_moe.py, whose statuses these share.
+No torch, no flashinfer import: verify and warm's parent both use this.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dgprecompile.cache.store import CacheStore, Index
+from dgprecompile.cache.triton_moe import (
+    BROKEN,
+    COVERED,
+    MISSING,
+    STALE,
+    ItemCoverage,
+    entries_problem,
+    file_entries,
+)
+from dgprecompile.runtimes import family_for_area
+
+__all__ = ["BROKEN", "COVERED", "MISSING", "STALE", "appeared", "file_entries", "item_coverage", "records",
+           "snapshot"]
+
+
+def records(index: Index, runtime) -> dict[str, dict[str, Any]]:
+    """The runtime's section of the index (item id -> record)."""
+    return getattr(index, runtime.section)
+
+
+def item_coverage(store: CacheStore, index: Index, runtime, item_id: str,
+                  installed: dict[str, Any] | None) -> ItemCoverage:
+    """Whether ``item_id`` is covered in ``store``: recorded, not stale for what is installed here (``installed``:
+    runtime.installed(); None: nothing to compare) and every entry it names whole with the recorded bytes."""
+    record = records(index, runtime).get(item_id)
+    if record is None:
+        return ItemCoverage(item_id, MISSING, f"no {runtime.label} record in the index: not warmed"
+                            + (f" ({runtime.needs_gpu})" if runtime.needs_gpu else ""))
+    if installed is not None:
+        stale = runtime.stale(record, installed)
+        if stale:
+            return ItemCoverage(item_id, STALE, stale)
+    if not record.get("entries"):
+        return ItemCoverage(item_id, BROKEN, "the record names no entry")
+    lost = entries_problem(store, index, item_id, record["entries"])
+    if lost is not None:
+        return lost
+    return ItemCoverage(item_id, COVERED, runtime.covered(record))
+
+
+def snapshot(root: str, areas: tuple[str, ...]) -> dict[str, dict[str, tuple[str | None, tuple[str, ...]]]]:
+    """Per area, every entry -> its state (runtimes/captured.py CacheFamily.state)."""
+    out = {}
+    for area in areas:
+        fam = family_for_area(area)
+        out[area] = fam.state(fam.area_dir(root)) if fam is not None else {}
+    return out
+
+
+def appeared(root: str, before: dict[str, dict[str, tuple[str | None, tuple[str, ...]]]]) -> list[str]:
+    """The entries (``<area>/<name>``) that appeared or grew (inductor's buckets) since ``before``."""
+    after = snapshot(root, tuple(before))
+    return sorted(f"{area}/{name}" for area, entries in after.items() for name, state in entries.items()
+                  if before.get(area, {}).get(name) != state)

@@ -1,0 +1,160 @@
+"""The FlashInfer JIT modules an SGLang server builds at its first forward: planned per module, built GPU-free by
+`warm` with FlashInfer's own JitSpec and builder, loaded (never rebuilt) and, under strict, refused by name by the
+startup hook.
+
+Facts come from ``data/flashinfer_modules.yaml`` (checked against ``data/schemas/flashinfer-modules.json``): per
+sglang release the flashinfer-python it pins, per module FlashInfer's spec function, the call site in sglang and
+when the server builds it.
+
+* planning: ``plan_items(config, tp, sglang_version, options)`` -- one
+  :class:`~dgprecompile.runtimes.items.FlashInferItem` per module the server's path builds, notes for the rest;
+* compile: ``warm_argv(item, root, python)`` (``python -m dgprecompile.compile.flashinfer_modules``: the spec's
+  ``build()`` with FLASHINFER_CUDA_ARCH_LIST set to the item's arch, no GPU needed);
+* cache: area ``flashinfer`` (runtimes/captured.py: the module's directory <version>/<archs>/cached_ops/<name>,
+  filed in the index's ``extra``); the index's ``flashinfer`` section holds one record per item
+  (cache/item_records.py);
+* staleness: ``installed()`` -- the flashinfer-python installed here (metadata only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from importlib import metadata
+from typing import Any
+
+from dgprecompile.data import load_yaml
+from dgprecompile.runtimes.base import StrictBy
+from dgprecompile.runtimes.captured import not_installed
+from dgprecompile.runtimes.items import FlashInferItem
+
+DATA = "flashinfer_modules.yaml"
+SCHEMA = "flashinfer-modules"
+
+
+@dataclass(frozen=True)
+class FlashInferModules:
+    id: str = FlashInferItem.RUNTIME
+    label: str = "FlashInfer JIT modules"
+    area: str = "flashinfer"
+    kind: str = FlashInferItem.kind
+    section: str = FlashInferItem.section  # the index section of its records
+    package: str = "flashinfer-python"  # whose version a record holds (installed())
+    warm_module: str = "dgprecompile.compile.flashinfer_modules"
+    areas: tuple[str, ...] = ("flashinfer",)  # where its builds land
+    imports: tuple[str, ...] = ("flashinfer-python", "apache-tvm-ffi", "ninja")
+    live: tuple[str, ...] = ()
+    needs_gpu: str | None = None  # FlashInfer's build asks no GPU when the target arch is given
+    parts: int = 1  # one subprocess an item: FlashInfer's own ninja runs its sources side by side (MAX_JOBS)
+
+    @property
+    def strict_by(self) -> StrictBy:
+        """The startup hook loads a built module without building and refuses a missing one (runtimes/captured.py
+        FlashInfer family: FLASHINFER_DISABLE_JIT would also refuse loading a built module)."""
+        return StrictBy.HOOK
+
+    def data(self) -> dict[str, Any]:
+        return _document()
+
+    # -- planning --
+    def plan_items(self, config: dict, *, tp: int, sglang_version: str | None,
+                   options: dict[str, Any] | None = None) -> tuple[list[FlashInferItem], list[str]]:
+        """The modules the server's path builds (its config.json, tensor-parallel size, release, options), and
+        notes saying what was left out and why."""
+        doc = self.data()
+        release = doc["releases"].get(sglang_version or "")
+        if release is None:
+            return [], ([f"{self.label}: not planned: sglang {sglang_version}'s source was not read for them "
+                         "(data/flashinfer_modules.yaml)"] if sglang_version else [])
+        facts = path_facts(config, tp, doc["fusion_architectures"], options or {})
+        items, notes = [], []
+        for name, m in doc["modules"].items():
+            why_not = facts.get(m["when"])
+            if why_not:
+                notes.append(f"{self.label}: {name}: not built by this server ({why_not})")
+                continue
+            items.append(FlashInferItem(name, m["spec"], release["flashinfer"], doc["arch"],
+                                        m["releases"].get(sglang_version, release["where"])))
+        if items:
+            notes.append(f"{self.label}: {len(items)} planned for flashinfer-python {release['flashinfer']} "
+                         f"(sm_{doc['arch'].replace('.', '')}), built GPU-free with FlashInfer's own builder")
+        return items, notes
+
+    def warm_argv(self, item: FlashInferItem, cache_dir: str, python: str) -> list[str]:
+        return [python, "-m", self.warm_module, "--item", item.id, "--spec", item.spec, "--module", item.module,
+                "--flashinfer", item.flashinfer, "--arch", item.arch, "--cache-dir", str(cache_dir)]
+
+    def missing(self) -> str | None:
+        """What to install so that the warm can run here."""
+        return not_installed(self.imports)
+
+    def release_problem(self, items: list[FlashInferItem]) -> str | None:
+        """What to install where the flashinfer-python here is not the one the plan's sglang pins (its version is
+        part of every module's directory: another release's modules are not the job's)."""
+        wanted = sorted({it.flashinfer for it in items})
+        here = (self.installed() or {}).get("flashinfer")
+        if here not in wanted or len(wanted) > 1:
+            return (f"install flashinfer-python=={wanted[0]} (the job's sglang pins it; here: "
+                    f"{here or 'not installed'})")
+        return None
+
+    def build_env(self, items: list[FlashInferItem], jobs: int, cuda_home: str | None) -> dict[str, str]:
+        """What FlashInfer's builder is told: the target archs (no GPU is asked), its ninja's parallelism, and the
+        toolkit its nvcc and link come from."""
+        env = {"FLASHINFER_CUDA_ARCH_LIST": " ".join(sorted({it.arch for it in items})), "MAX_JOBS": str(jobs)}
+        if cuda_home:
+            env["CUDA_HOME"] = cuda_home
+        return env
+
+    # -- staleness --
+    def installed(self) -> dict[str, Any] | None:
+        try:
+            return {"flashinfer": metadata.version(self.package)}
+        except metadata.PackageNotFoundError:
+            return None
+
+    def stale(self, record: dict[str, Any], installed: dict[str, Any]) -> str | None:
+        """Why a record made with another flashinfer does not serve this one (None: it does)."""
+        if record.get("flashinfer") != installed.get("flashinfer"):
+            return (f"built with flashinfer-python {record.get('flashinfer')}, here {installed.get('flashinfer')}: "
+                    "its module directory holds the version")
+        return None
+
+    def covered(self, record: dict[str, Any]) -> str:
+        return f"{', '.join(record['entries'])} (flashinfer-python {record.get('flashinfer')}, {record.get('arch')})"
+
+
+def path_facts(config: dict, tp: int, fusion_architectures: list[str], options: dict[str, Any]) -> dict[str, str]:
+    """Per ``when`` of the data file: why this server does not build such a module ('' where it does)."""
+    arch = (config.get("architectures") or ["?"])[0]
+    fusion = ("" if tp > 1 and arch in fusion_architectures and not options.get("enable_dp_attention")
+              and int(options.get("nnodes") or 1) == 1 and options.get("moe_a2a_backend", "none") in (None, "none")
+              and not options.get("disable_flashinfer_allreduce_fusion")
+              else f"the all-reduce fusion is off: tp {tp}, {arch}")
+    return {"always": "", "allreduce_fusion": fusion, "grouped_topk": grouped_topk_problem(config)}
+
+
+def grouped_topk_problem(config: dict) -> str:
+    """Why FlashInfer's fused DeepSeek routing is not used for this config ('' where it is: layers/moe/topk.py's
+    limits on the routed experts)."""
+    experts, groups = config.get("n_routed_experts"), config.get("n_group")
+    topk, topk_group = config.get("num_experts_per_tok"), config.get("topk_group")
+    if not all(isinstance(v, int) and v > 0 for v in (experts, groups, topk, topk_group)):
+        return "no grouped top-k in config.json"
+    per_group = experts // groups
+    fits = (experts & (experts - 1) == 0 and topk <= 8 and topk_group <= groups and topk_group * groups >= topk
+            and ((per_group <= 32 and per_group * topk_group <= 128) if groups > 1 else experts <= 384))
+    return "" if fits else f"{experts} experts in {groups} groups, top-{topk}: outside its limits"
+
+
+@cache
+def _document() -> dict[str, Any]:
+    """data/flashinfer_modules.yaml, checked against its schema once per process."""
+    from dgprecompile import schemas
+
+    doc = load_yaml(DATA)
+    schemas.check(doc, SCHEMA, DATA, hint=f"fix {DATA} (data/schemas/{SCHEMA}.json says what each field holds)")
+    return doc
+
+
+FLASHINFER_MODULES = FlashInferModules()

@@ -1,0 +1,185 @@
+"""FlashInfer's JIT modules as a planned runtime (runtimes/flashinfer.py, data/flashinfer_modules.yaml): `plan` lists
+the modules a server's path builds; `warm` builds one GPU-free with flashinfer-python 0.6.12's own JitSpec and
+builder (real nvcc for sm_90a) into the cache's flashinfer area; verify, a second warm and a strict launch (the
+startup hook: a built module is loaded without FlashInfer's ninja, a missing one refused by name) against it.
+
+This machine has no GPU and no driver: where a module links libcuda, it links against a named STAND-IN libcuda.so
+(compile/flashinfer_modules.py). The module built is FlashInfer's dsv3 router GEMM (one source file, ~15 s
+here), not one the H200 plans (SGLang calls it on sm 100/103 only): the planned ones need headers (curand.h,
+cublasLt.h) that this machine's nvcc-only toolkit lacks, or minutes of compiling (trtllm_comm)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import NVCC, beside_venv, sgl_deep_gemm_013_dir, sglang_014_dir
+
+from dgprecompile.errors import InputError
+from dgprecompile.planning.manifest import plan_from_dict, write_manifest
+from dgprecompile.planning.plan import PlanRequest
+from dgprecompile.planning.server_plan import plan_from_server
+from dgprecompile.runtimes import FLASHINFER_MODULES
+from dgprecompile.runtimes.flashinfer import grouped_topk_problem
+
+REPO = Path(__file__).resolve().parent.parent
+QWEN = "python -m sglang.launch_server --model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 --tp 8 --ep 8"
+DSV3 = json.loads((REPO / "tests" / "gpu" / "models" / "DeepSeek-V3.json").read_text())
+FLASHINFER = beside_venv("flashinfer-0.6.12", "flashinfer/__init__.py")
+needs_flashinfer = pytest.mark.skipif(FLASHINFER is None or sglang_014_dir() is None or sgl_deep_gemm_013_dir() is None
+                                      or not os.path.exists(NVCC),
+                                      reason="flashinfer-python 0.6.12 and sglang 0.5.14 beside the venv, and nvcc "
+                                             "(make setup)")
+
+
+def _plan(cmd: str, sglang: str = "0.5.14"):
+    return plan_from_server(PlanRequest(sglang_cmd=cmd, sglang=sglang, sglang_precompile=False))
+
+
+def _modules(plan) -> list[str]:
+    return [it.module for it in plan.flashinfer.values()]
+
+
+def test_each_server_plans_the_modules_its_path_builds(tmp_path):
+    qwen = _plan(QWEN)
+    assert _modules(qwen) == ["sampling", "trtllm_comm"]  # sampling backend; all-reduce fusion at tp 8
+    assert all(it.flashinfer == "0.6.12" and it.arch == "9.0a" and it.id.endswith("@0.6.12.sm90a")
+               for it in qwen.flashinfer.values())
+    assert any("dsv3_fused_routing: not built by this server (no grouped top-k" in n for n in qwen.notes)
+    (tmp_path / "config.json").write_text(json.dumps(DSV3))
+    dsv3 = _plan(f"python -m sglang.launch_server --model-path {tmp_path} --tp 8")
+    assert _modules(dsv3) == ["sampling", "trtllm_comm", "dsv3_fused_routing"]
+    one = _plan(f"python -m sglang.launch_server --model-path {tmp_path} --tp 1")
+    assert _modules(one) == ["sampling", "dsv3_fused_routing"]  # no all-reduce on one GPU
+    assert any("all-reduce fusion is off: tp 1" in n for n in one.notes)
+    old = _plan(QWEN, "0.5.23")
+    assert old.flashinfer == {} and any("0.5.23's source was not read" in n for n in old.notes)
+
+
+def test_fused_routing_follows_sglangs_limits():
+    assert grouped_topk_problem(DSV3) == ""
+    assert "outside its limits" in grouped_topk_problem({**DSV3, "n_routed_experts": 384})  # not a power of two
+    assert "outside its limits" in grouped_topk_problem({**DSV3, "num_experts_per_tok": 9})
+    assert "no grouped top-k" in grouped_topk_problem({"num_experts": 128})
+
+
+def test_the_manifest_carries_the_items_and_refuses_a_changed_one():
+    data = json.loads(json.dumps(_plan(QWEN).to_dict()))
+    assert list(plan_from_dict(json.loads(json.dumps(data))).flashinfer) == list(_plan(QWEN).flashinfer)
+    data["flashinfer"][0]["module"] = "other"
+    with pytest.raises(InputError, match="does not match its fields"):
+        plan_from_dict(json.loads(json.dumps(data)))
+    data["flashinfer"][0].update(module="sampling", spec="os:system")  # only FlashInfer's own spec functions
+    with pytest.raises(InputError, match="spec"):
+        plan_from_dict(data)
+
+
+# ---- the build, with flashinfer-python 0.6.12's own builder and real nvcc ----------------------------------
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FLASHINFER_", "DGPRECOMPILE_"))}
+    env.update({"PYTHONPATH": os.pathsep.join([FLASHINFER, sglang_014_dir(), sgl_deep_gemm_013_dir(), str(REPO)]),
+                "CUDA_VISIBLE_DEVICES": "",
+                "PATH": os.path.dirname(NVCC) + os.pathsep + os.environ.get("PATH", "")})
+    env.pop("CUDA_HOME", None)
+    return env
+
+
+def _dgp(*args, env=None, timeout=900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dgprecompile", *map(str, args)], capture_output=True, text=True,
+                          env=env or _env(), timeout=timeout)
+
+
+ROUTER = {"id": "flashinfer:dsv3_router_gemm@0.6.12.sm90a", "module": "dsv3_router_gemm",
+          "spec": "flashinfer.jit.dsv3_optimizations:gen_dsv3_router_gemm_module", "flashinfer": "0.6.12",
+          "arch": "9.0a", "why": "a test's item (flashinfer/gemm/routergemm.py:122)"}
+
+
+@pytest.fixture(scope="module")
+def warmed(tmp_path_factory):
+    """The 480B server plan with its other items dropped (a test's trim) and one FlashInfer module, warmed."""
+    tmp = tmp_path_factory.mktemp("fi")
+    data = _plan(QWEN).to_dict()
+    for shape in data["shapes"]:
+        shape["buckets"], shape["aux_kernels"] = [], []
+    data["kernels"], data["total_kernels"] = [], 0
+    for section in ("sglang_jit_modules", "triton_moe", "inductor"):
+        data.pop(section, None)
+    data["flashinfer"] = [ROUTER]
+    manifest = tmp / "plan.yaml"
+    write_manifest(plan_from_dict(data), manifest)
+    cache = tmp / "cache"
+    w = _dgp("warm", "--manifest", manifest, "--cache-dir", cache, "--nvcc", NVCC, "--sglang-jit", "on", "--json")
+    return tmp, manifest, cache, w
+
+
+@needs_flashinfer
+def test_warm_builds_the_module_gpu_free_and_files_it_where_flashinfer_looks(warmed):
+    _, manifest, cache, w = warmed
+    assert w.returncode == 0, w.stdout + w.stderr
+    report = json.loads(w.stdout)
+    assert report["compiled"] == 1 and ROUTER["id"] in report["item_seconds"], report
+    so = cache / "flashinfer" / "0.6.12" / "90a" / "cached_ops" / "dsv3_router_gemm" / "dsv3_router_gemm.so"
+    assert so.read_bytes()[:4] == b"\x7fELF" and sorted(p.name for p in so.parent.iterdir()) == [so.name]
+    # FlashInfer's own path for it, under the variable launch sets, is this file (through the hidden base's link)
+    index = json.loads((cache / "dgprecompile" / "index.json").read_text())
+    record = index["flashinfer"][ROUTER["id"]]
+    assert record["flashinfer"] == "0.6.12" and record["entries"] == ["flashinfer/0.6.12/90a/cached_ops/dsv3_router_gemm"]
+    assert set(index["extra"]["flashinfer/0.6.12/90a/cached_ops/dsv3_router_gemm"]["files"]) == {so.name}
+    probe = subprocess.run([sys.executable, "-c", "from flashinfer.jit.dsv3_optimizations import "
+                            "gen_dsv3_router_gemm_module as g; print(g().jit_library_path)"],
+                           env={**_env(), "FLASHINFER_WORKSPACE_BASE": str(cache / ".flashinfer-base"),
+                                "FLASHINFER_CUDA_ARCH_LIST": "9.0a"},
+                           capture_output=True, text=True, timeout=300)
+    assert Path(probe.stdout.strip()).resolve() == so.resolve(), probe.stderr
+    v = _dgp("verify", "--manifest", manifest, "--cache-dir", cache, "--json")
+    assert v.returncode == 0, v.stdout + v.stderr
+    again = _dgp("warm", "--manifest", manifest, "--cache-dir", cache, "--nvcc", NVCC, "--sglang-jit", "on", "--json")
+    assert again.returncode == 0 and json.loads(again.stdout)["already_cached"] == 1, again.stdout
+    assert json.loads(again.stdout)["compiled"] == 0
+
+
+JOB = ("from flashinfer.jit.dsv3_optimizations import gen_dsv3_router_gemm_module as g\n"
+       "from flashinfer.jit.sampling import gen_sampling_module as s\n"
+       "print('router:', type(g().build_and_load()).__name__, flush=True)\n"
+       "s().build_and_load()\n")
+
+
+@needs_flashinfer
+def test_a_strict_launch_loads_the_warmed_module_without_building_and_refuses_an_unwarmed_one(warmed):
+    _, manifest, cache, w = warmed
+    assert w.returncode == 0, w.stderr
+    ops = cache / "flashinfer" / "0.6.12" / "90a" / "cached_ops"
+    res = _dgp("launch", "--manifest", manifest, "--cache-dir", cache, "--", sys.executable, "-c", JOB)
+    # the warmed module: loaded as FlashInfer loads it (tvm-ffi; it needs no driver to load), not built: its
+    # directory still holds only the .so (FlashInfer's ninja would have written its build file and objects there)
+    assert "router: Module" in res.stdout, res.stdout + res.stderr
+    assert sorted(p.name for p in (ops / "dsv3_router_gemm").iterdir()) == ["dsv3_router_gemm.so"]
+    # the unplanned sampling module: refused by name before FlashInfer wrote anything
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "dgprecompile strict mode: FlashInfer tried to build its JIT module sampling" in res.stderr
+    assert not (ops / "sampling").exists() or not any((ops / "sampling").iterdir())
+
+
+@needs_flashinfer
+def test_a_lost_module_is_named_by_verify_and_a_strict_launch_will_not_start(warmed, tmp_path):
+    tmp, manifest, cache, w = warmed
+    assert w.returncode == 0, w.stderr
+    copy = tmp_path / "cache"
+    shutil.copytree(cache, copy, symlinks=True)
+    (copy / "flashinfer" / "0.6.12" / "90a" / "cached_ops" / "dsv3_router_gemm" / "dsv3_router_gemm.so").unlink()
+    v = _dgp("verify", "--manifest", manifest, "--cache-dir", copy, "--json")
+    assert v.returncode == 1 and ROUTER["id"] in json.dumps(json.loads(v.stdout)), v.stdout
+    launch = _dgp("launch", "--manifest", manifest, "--cache-dir", copy, "--", sys.executable, "-c", "pass")
+    assert launch.returncode == 1 and "flashinfer:dsv3_router_gemm" in launch.stderr, launch.stderr
+    assert "Traceback" not in launch.stderr
+
+
+def test_the_runtime_is_planned_and_refused_by_the_hook():
+    assert FLASHINFER_MODULES.strict_by == "hook" and FLASHINFER_MODULES.needs_gpu is None
