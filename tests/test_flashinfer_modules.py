@@ -57,6 +57,10 @@ def test_each_server_plans_the_modules_its_path_builds(tmp_path):
     one = _plan(f"python -m sglang.launch_server --model-path {tmp_path} --tp 1")
     assert _modules(one) == ["sampling", "dsv3_fused_routing"]  # no all-reduce on one GPU
     assert any("all-reduce fusion is off: tp 1" in n for n in one.notes)
+    off = _plan(QWEN + " --sampling-backend pytorch --enforce-disable-flashinfer-allreduce-fusion")
+    assert off.flashinfer == {}  # the command's own switches
+    assert any("--sampling-backend pytorch" in n for n in off.notes)
+    assert any("--enforce-disable-flashinfer-allreduce-fusion" in n for n in off.notes)
     old = _plan(QWEN, "0.5.23")
     assert old.flashinfer == {} and any("0.5.23's source was not read" in n for n in old.notes)
 

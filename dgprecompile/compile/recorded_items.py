@@ -52,15 +52,22 @@ def gpu_problem(item, gpus: list[str], needs_gpu: str) -> str | None:
 
 def run_items(setup, part, on_event, result) -> None:
     """Build each item of ``part`` not covered yet (its record, read now: a stale fingerprint cleared it), one after
-    another; record its entries and its event."""
+    another, or, for a runtime that names each item's entry itself (``entry_of``), all side by side; record its
+    entries and its event."""
     runtime = part.runtime
     installed = runtime.installed()
+    pending = []
     for item in part.built:
         index = setup.store.read_index()
         if records.item_coverage(setup.store, index, runtime, item.id, installed).status == records.COVERED:
             if item.id not in result.cached:  # counted as cached up front where prepare saw its record
                 result.cached.append(item.id)
             continue
+        pending.append(item)
+    if hasattr(runtime, "entry_of"):
+        _side_by_side(setup, part, pending, on_event, result)
+        return
+    for item in pending:
         on_event({"event": "start", "kernel": item.id})
         t0 = time.perf_counter()
         try:
@@ -80,11 +87,7 @@ def build_item(setup, part, item) -> dict[str, Any]:
     entries and the seconds they took."""
     runtime = part.runtime
     root = str(setup.store.root)
-    env = {**os.environ, **dict(part.job.get("env", {}))}
-    for area in runtime.areas:
-        fam = family_for_area(area)
-        env.update(dict(fam.launch_env(root)))
-        fam.workspace(root)
+    env = _areas_env(root, runtime, part)
     before = records.snapshot(root, runtime.areas)
     parts = max(1, min(runtime.parts, setup.budget or setup.workers))
     reports = run_parts(runtime.warm_argv(item, root, part.job["python"]), env, parts)
@@ -99,6 +102,77 @@ def build_item(setup, part, item) -> dict[str, Any]:
         record["graphs"] = sum(int(r["record"].get("graphs", 0)) for r in reports)
     setup.store.update_index(lambda index: records.records(index, runtime).__setitem__(item.id, record))
     return record
+
+
+def _side_by_side(setup, part, items, on_event, result) -> None:
+    """Items whose entries their runtime names (FlashInfer's module directories): every item's subprocess at once,
+    the --jobs budget shared among them (MAX_JOBS each), then each item's own entry filed and recorded."""
+    if not items:
+        return
+    runtime = part.runtime
+    root = str(setup.store.root)
+    env = _areas_env(root, runtime, part)
+    env["MAX_JOBS"] = str(max(1, (setup.budget or setup.workers or 1) // len(items)))
+    t0 = time.perf_counter()
+    for item in items:
+        on_event({"event": "start", "kernel": item.id})
+    outcomes = run_each([runtime.warm_argv(item, root, part.job["python"]) for item in items], env)
+    for item, (report, error) in zip(items, outcomes, strict=True):
+        try:
+            if error is not None:
+                raise CompileFailed(f"{item.id}: {error}")
+            filed, broken = records.file_entries(setup.store, [f"{runtime.area}/{runtime.entry_of(item)}"])
+            if broken or not filed:
+                raise CompileFailed(f"{item.id}: its entry {runtime.area}/{runtime.entry_of(item)} is not whole")
+            record = {"item": item.id, **report["record"], "entries": filed, "seconds": report.get("seconds")}
+            setup.store.update_index(lambda index, i=item.id, r=record: records.records(index, runtime).__setitem__(i, r))
+        except DGError as exc:
+            result.failed[item.id] = exc.message
+            on_event({"event": "failed", "kernel": item.id, "error": exc.message})
+            continue
+        seconds = round(time.perf_counter() - t0, 2)
+        result.compiled[item.id] = seconds
+        on_event({"event": "done", "kernel": item.id, "status": "compiled", "seconds": seconds})
+
+
+def _areas_env(root: str, runtime, part) -> dict[str, str]:
+    """The environment of an item's subprocess: the runtime's areas as launch sets them, and its job's own."""
+    env = {**os.environ, **dict(part.job.get("env", {}))}
+    for area in runtime.areas:
+        fam = family_for_area(area)
+        env.update(dict(fam.launch_env(root)))
+        fam.workspace(root)
+    return env
+
+
+def run_each(argvs: list[list[str]], env: dict[str, str]) -> list[tuple[dict[str, Any] | None, str | None]]:
+    """Every command side by side, each in its own session; per command its report (its last stdout line, JSON)
+    or why it failed (an interrupt stops them all with their process groups)."""
+    import json
+
+    with tempfile.TemporaryDirectory(prefix="dgprecompile-items-") as tmp:
+        procs = []
+        try:
+            for i, argv in enumerate(argvs):
+                log = open(Path(tmp) / f"item-{i}.log", "wb")  # noqa: SIM115 - closed below
+                procs.append((subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
+                                               env=env, start_new_session=True), log))
+            out = []
+            for i, (proc, log) in enumerate(procs):
+                text, _ = proc.communicate()
+                log.close()
+                if proc.returncode != 0:
+                    tail = (Path(tmp) / f"item-{i}.log").read_text(errors="replace").strip().splitlines()[-1:]
+                    out.append((None, f"exited with code {proc.returncode}: {(tail or ['no output'])[0][:600]}"))
+                else:
+                    out.append((json.loads(text.decode().strip().splitlines()[-1]), None))
+            return out
+        finally:
+            for proc, log in procs:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                log.close()
 
 
 def run_parts(argv: list[str], env: dict[str, str], parts: int) -> list[dict[str, Any]]:

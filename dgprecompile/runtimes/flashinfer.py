@@ -80,6 +80,11 @@ class FlashInferModules:
                          f"(sm_{doc['arch'].replace('.', '')}), built GPU-free with FlashInfer's own builder")
         return items, notes
 
+    def entry_of(self, item: FlashInferItem) -> str:
+        """The item's directory under the area, as FlashInfer names it (its warms run side by side: each files its
+        own entry; compile/recorded_items.py)."""
+        return item.entry
+
     def warm_argv(self, item: FlashInferItem, cache_dir: str, python: str) -> list[str]:
         return [python, "-m", self.warm_module, "--item", item.id, "--spec", item.spec, "--module", item.module,
                 "--flashinfer", item.flashinfer, "--arch", item.arch, "--cache-dir", str(cache_dir)]
@@ -127,11 +132,16 @@ class FlashInferModules:
 def path_facts(config: dict, tp: int, fusion_architectures: list[str], options: dict[str, Any]) -> dict[str, str]:
     """Per ``when`` of the data file: why this server does not build such a module ('' where it does)."""
     arch = (config.get("architectures") or ["?"])[0]
-    fusion = ("" if tp > 1 and arch in fusion_architectures and not options.get("enable_dp_attention")
-              and int(options.get("nnodes") or 1) == 1 and options.get("moe_a2a_backend", "none") in (None, "none")
-              and not options.get("disable_flashinfer_allreduce_fusion")
-              else f"the all-reduce fusion is off: tp {tp}, {arch}")
-    return {"always": "", "allreduce_fusion": fusion, "grouped_topk": grouped_topk_problem(config)}
+    given = options.get("flashinfer_allreduce_fusion_backend")  # the command's own choice wins over the auto rule
+    auto = (given is None and tp > 1 and arch in fusion_architectures and not options.get("enable_dp_attention")
+            and int(options.get("nnodes") or 1) == 1 and options.get("moe_a2a_backend") in (None, "none"))
+    fusion = ("" if (given in ("auto", "trtllm") or auto) and not options.get("enforce_disable_flashinfer_allreduce_fusion")
+              else f"the all-reduce fusion is off: tp {tp}, {arch}"
+              + (", --enforce-disable-flashinfer-allreduce-fusion" if options.get("enforce_disable_flashinfer_allreduce_fusion")
+                 else ""))
+    sampling = options.get("sampling_backend")
+    return {"always": "" if sampling in (None, "flashinfer") else f"--sampling-backend {sampling}",
+            "allreduce_fusion": fusion, "grouped_topk": grouped_topk_problem(config)}
 
 
 def grouped_topk_problem(config: dict) -> str:
