@@ -11,7 +11,8 @@
 # usage: SGLANG=0.5.14 SERVER="python -m sglang.launch_server --model-path M --tp 8 --ep 8" CONFIG=config.json \
 #        [MS=1-8192] [MS_DELETED=...] [NAME=model-480b] DGP_GIT=<sha> bash tests/gpu/model_proof.sh
 # writes $OUT/$NAME/{summary.txt,record.json,driver.json,driver_deleted.json,logs.txt}
-# Carry .whl: ../shared/device/fetch-wheels.sh + fetch-sglang.sh + .whl/extra (jsonschema and its 4 wheels, msgspec).
+# Carry .whl: ../shared/device/fetch-wheels.sh + fetch-sglang.sh + .whl/extra (jsonschema and its 4 wheels, msgspec;
+# with flashinfer_python-0.6.12 and tabulate the real FlashInfer runs; .whl/legacy is not needed: leave it out of the 64 MiB).
 # sgl-kernel and flashinfer (not carried) are tests/standins' named stand-ins; the driver names its own (dgprecompile/launch/model_driver.py).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
@@ -24,11 +25,19 @@ site=$(mktemp -d); w=$(mktemp -d); cache=$w/cache; model=$w/model; mkdir -p "$mo
 stamp install
 python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" .whl/sgl_deep_gemm-0.1.3-*.whl \
   .whl/apache_tvm_ffi-*.whl .whl/sglang/*.whl .whl/extra/*.whl >> "$d/logs.txt" 2>&1
-export PYTHONPATH="$site:$root/tests/standins:$root" DGP_STANDINS=sgl_kernel,flashinfer DGP_TRANSFORMERS_EXIST_OK=1
+# FlashInfer: the real flashinfer-python where .whl/extra carries its wheel (its modules are planned, warmed GPU-free,
+# and the driver's DeepSeek routing runs its JIT module), else tests/standins' named stand-in
+if PYTHONPATH="$site" python3 -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('flashinfer') is None)"; then
+  FLASHINFER=real; STANDINS=sgl_kernel
+else
+  FLASHINFER=standin; STANDINS=sgl_kernel,flashinfer
+fi
+export PYTHONPATH="$site:$root/tests/standins:$root" DGP_STANDINS=$STANDINS DGP_TRANSFORMERS_EXIST_OK=1
 # the command as the user gives it, with its model path at the folder that holds config.json
 LOCAL=$(python3 -c "import shlex,sys; w=shlex.split(sys.argv[1]); i=w.index('--model-path'); w[i+1]=sys.argv[2]; print(shlex.join(w))" "$SERVER" "$model")
 { echo "tests/gpu/model_proof.sh $(date -u +%FT%TZ) git ${DGP_GIT:-?} sglang $SGLANG MS=$MS"; echo "server: $SERVER";
   python3 -c "import torch, sys, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'python', sys.version.split()[0])";
+  echo "flashinfer: $FLASHINFER";
   python3 -c "import torch._inductor.compile_fx as c; print('inductor hook point fx_codegen_and_compile:', hasattr(c, 'fx_codegen_and_compile'))";
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } >> "$d/summary.txt" 2>&1
 dg() { python3 -m dgprecompile "$@"; }
@@ -85,6 +94,11 @@ for f in deepgemm sglang-jit triton-moe triton-host inductor; do  # each family:
             --expect "$f=summary.txt:^family $f: refused 0, new 0$")
 done
 for f in deepgemm sglang-jit triton-moe inductor; do expects+=(--expect "$f=summary.txt:^deleted-run: deleted $f refused by name$"); done
+if [ "$FLASHINFER" = real ]; then  # its planned modules warmed GPU-free; the one the driver runs deleted and refused
+  expects+=(--expect "flashinfer=summary.txt:^family flashinfer: refused 0, new 0$"
+            --expect "flashinfer=summary.txt:^driver failures other than refusals: 0$"
+            --expect "flashinfer=summary.txt:^deleted-run: deleted flashinfer refused by name$")
+fi
 python3 tests/gpu/proof_record.py --name "$NAME" --dir "$d" --out "$d/record.json" --sglang "$SGLANG" --server "$SERVER" \
   --command "SGLANG=$SGLANG SERVER=\"$SERVER\" CONFIG=$CONFIG MS=$MS bash tests/gpu/model_proof.sh" --wheels .whl \
   "${expects[@]}" >> "$d/summary.txt" 2>&1

@@ -150,6 +150,11 @@ def pick_victims(root: str) -> int:
                  None)
     if graph is not None:
         print(f"inductor {graph}")
+    # the FlashInfer module the driver runs (DeepSeek's fused routing; sampling and the all-reduce fusion it does not)
+    fused = next((e for item, rec in sorted(index.get("flashinfer", {}).items()) if "dsv3_fused_routing" in item
+                  for e in rec.get("entries", [])), None)
+    if fused is not None:
+        print(f"flashinfer {fused}")
     return 0
 
 
