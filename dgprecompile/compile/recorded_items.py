@@ -69,16 +69,20 @@ def run_items(setup, part, on_event, result) -> None:
         return
     for item in pending:
         on_event({"event": "start", "kernel": item.id})
-        t0 = time.perf_counter()
-        try:
-            build_item(setup, part, item)
-        except DGError as exc:
-            result.failed[item.id] = exc.message
-            on_event({"event": "failed", "kernel": item.id, "error": exc.message})
-            continue
-        seconds = round(time.perf_counter() - t0, 2)
-        result.compiled[item.id] = seconds
-        on_event({"event": "done", "kernel": item.id, "status": "compiled", "seconds": seconds})
+        _settle(item, time.perf_counter(), lambda it=item: build_item(setup, part, it), on_event, result)
+
+
+def _settle(item, t0: float, work, on_event, result) -> None:
+    """Run ``work`` (what finishes the item) and count the item compiled or failed, with its event."""
+    try:
+        work()
+    except DGError as exc:
+        result.failed[item.id] = exc.message
+        on_event({"event": "failed", "kernel": item.id, "error": exc.message})
+        return
+    seconds = round(time.perf_counter() - t0, 2)
+    result.compiled[item.id] = seconds
+    on_event({"event": "done", "kernel": item.id, "status": "compiled", "seconds": seconds})
 
 
 def build_item(setup, part, item) -> dict[str, Any]:
@@ -117,22 +121,18 @@ def _side_by_side(setup, part, items, on_event, result) -> None:
     for item in items:
         on_event({"event": "start", "kernel": item.id})
     outcomes = run_each([runtime.warm_argv(item, root, part.job["python"]) for item in items], env)
+
+    def file_one(item, report, error) -> None:
+        if error is not None:
+            raise CompileFailed(f"{item.id}: {error}")
+        filed, broken = records.file_entries(setup.store, [f"{runtime.area}/{runtime.entry_of(item)}"])
+        if broken or not filed:
+            raise CompileFailed(f"{item.id}: its entry {runtime.area}/{runtime.entry_of(item)} is not whole")
+        record = {"item": item.id, **report["record"], "entries": filed, "seconds": report.get("seconds")}
+        setup.store.update_index(lambda index: records.records(index, runtime).__setitem__(item.id, record))
+
     for item, (report, error) in zip(items, outcomes, strict=True):
-        try:
-            if error is not None:
-                raise CompileFailed(f"{item.id}: {error}")
-            filed, broken = records.file_entries(setup.store, [f"{runtime.area}/{runtime.entry_of(item)}"])
-            if broken or not filed:
-                raise CompileFailed(f"{item.id}: its entry {runtime.area}/{runtime.entry_of(item)} is not whole")
-            record = {"item": item.id, **report["record"], "entries": filed, "seconds": report.get("seconds")}
-            setup.store.update_index(lambda index, i=item.id, r=record: records.records(index, runtime).__setitem__(i, r))
-        except DGError as exc:
-            result.failed[item.id] = exc.message
-            on_event({"event": "failed", "kernel": item.id, "error": exc.message})
-            continue
-        seconds = round(time.perf_counter() - t0, 2)
-        result.compiled[item.id] = seconds
-        on_event({"event": "done", "kernel": item.id, "status": "compiled", "seconds": seconds})
+        _settle(item, t0, lambda it=item, r=report, e=error: file_one(it, r, e), on_event, result)
 
 
 def _areas_env(root: str, runtime, part) -> dict[str, str]:
@@ -176,33 +176,12 @@ def run_each(argvs: list[list[str]], env: dict[str, str]) -> list[tuple[dict[str
 
 
 def run_parts(argv: list[str], env: dict[str, str], parts: int) -> list[dict[str, Any]]:
-    """The item's parts side by side, each in its own session; their reports, or one error naming the first that
-    failed (the others are stopped with their process groups)."""
-    import json
-
-    with tempfile.TemporaryDirectory(prefix="dgprecompile-items-") as tmp:
-        env = {**env, "SGLANG_CACHE_DIR": str(Path(tmp) / "sglang-cache")}
-        procs = []
-        try:
-            for i in range(parts):
-                log = open(Path(tmp) / f"part-{i}.log", "wb")  # noqa: SIM115 - closed below
-                procs.append((subprocess.Popen([*argv, *(["--part", f"{i}/{parts}"] if parts > 1 else [])],
-                                               stdin=subprocess.DEVNULL,
-                                               stdout=subprocess.PIPE, stderr=log, env=env,
-                                               start_new_session=True), log))
-            reports = []
-            for i, (proc, log) in enumerate(procs):
-                out, _ = proc.communicate()
-                log.close()
-                if proc.returncode != 0:
-                    tail = (Path(tmp) / f"part-{i}.log").read_text(errors="replace").strip().splitlines()[-1:]
-                    raise CompileFailed(f"python -m {argv[2]} part {i}/{parts} exited with code "
-                                             f"{proc.returncode}: {(tail or ['no output'])[0][:600]}")
-                reports.append(json.loads(out.decode().strip().splitlines()[-1]))
-            return reports
-        finally:
-            for proc, log in procs:
-                if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
-                log.close()
+    """The item's parts side by side (:func:`run_each`); their reports, or one error naming the first that failed.
+    SGLang's own cache (its compiled functions' other files) goes to a scratch folder of this run."""
+    with tempfile.TemporaryDirectory(prefix="dgprecompile-sglang-cache-") as tmp:
+        outcomes = run_each([[*argv, *(["--part", f"{i}/{parts}"] if parts > 1 else [])] for i in range(parts)],
+                            {**env, "SGLANG_CACHE_DIR": tmp})
+    for i, (_, error) in enumerate(outcomes):
+        if error is not None:
+            raise CompileFailed(f"python -m {argv[2]} part {i}/{parts} {error}")
+    return [report for report, _ in outcomes]

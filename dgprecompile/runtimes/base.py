@@ -55,3 +55,30 @@ class Runtime(Protocol):
     @property
     def strict_by(self) -> StrictBy:
         """How a strict launch refuses this runtime's compiles."""
+
+
+class PackageKeyed:
+    """A runtime whose items are built outside the pool and recorded (cache/item_records.py) with the version of the
+    one package their cache keys hold: ``package`` (the distribution), ``record_key`` (its field in a record) and
+    ``key_why`` (what a version change does to the entries)."""
+
+    package: str
+    record_key: str
+    key_why: str
+
+    def installed(self) -> dict | None:
+        """The package's version here, read from its metadata (None: not installed)."""
+        from importlib import metadata
+
+        try:
+            return {self.record_key: metadata.version(self.package)}
+        except metadata.PackageNotFoundError:
+            return None
+
+    def stale(self, record: dict, installed: dict) -> str | None:
+        """Why a record made with another version does not serve this one (None: it does)."""
+        if record.get(self.record_key) != installed.get(self.record_key):
+            return (f"built with {self.package} {record.get(self.record_key)}, here "
+                    f"{installed.get(self.record_key)}: {self.key_why}")
+        return None
+

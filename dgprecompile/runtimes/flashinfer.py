@@ -20,11 +20,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from importlib import metadata
 from typing import Any
 
 from dgprecompile.data import load_yaml
-from dgprecompile.runtimes.base import StrictBy
+from dgprecompile.runtimes.base import PackageKeyed, StrictBy
 from dgprecompile.runtimes.captured import not_installed
 from dgprecompile.runtimes.items import FlashInferItem
 
@@ -33,13 +32,16 @@ SCHEMA = "flashinfer-modules"
 
 
 @dataclass(frozen=True)
-class FlashInferModules:
+class FlashInferModules(PackageKeyed):
     id: str = FlashInferItem.RUNTIME
     label: str = "FlashInfer JIT modules"
     area: str = "flashinfer"
     kind: str = FlashInferItem.kind
     section: str = FlashInferItem.section  # the index section of its records
-    package: str = "flashinfer-python"  # whose version a record holds (installed())
+    # -- staleness: the flashinfer-python its modules' directory holds (runtimes/base.py PackageKeyed) --
+    package: str = "flashinfer-python"
+    record_key: str = "flashinfer"
+    key_why: str = "its module directory holds the version"
     warm_module: str = "dgprecompile.compile.flashinfer_modules"
     areas: tuple[str, ...] = ("flashinfer",)  # where its builds land
     imports: tuple[str, ...] = ("flashinfer-python", "apache-tvm-ffi", "ninja")
@@ -110,20 +112,6 @@ class FlashInferModules:
         if cuda_home:
             env["CUDA_HOME"] = cuda_home
         return env
-
-    # -- staleness --
-    def installed(self) -> dict[str, Any] | None:
-        try:
-            return {"flashinfer": metadata.version(self.package)}
-        except metadata.PackageNotFoundError:
-            return None
-
-    def stale(self, record: dict[str, Any], installed: dict[str, Any]) -> str | None:
-        """Why a record made with another flashinfer does not serve this one (None: it does)."""
-        if record.get("flashinfer") != installed.get("flashinfer"):
-            return (f"built with flashinfer-python {record.get('flashinfer')}, here {installed.get('flashinfer')}: "
-                    "its module directory holds the version")
-        return None
 
     def covered(self, record: dict[str, Any]) -> str:
         return f"{', '.join(record['entries'])} (flashinfer-python {record.get('flashinfer')}, {record.get('arch')})"

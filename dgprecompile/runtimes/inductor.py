@@ -19,11 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from importlib import metadata
 from typing import Any
 
 from dgprecompile.data import load_yaml
-from dgprecompile.runtimes.base import StrictBy
+from dgprecompile.runtimes.base import PackageKeyed, StrictBy
 from dgprecompile.runtimes.captured import not_installed
 from dgprecompile.runtimes.items import InductorGraphItem
 
@@ -32,7 +31,7 @@ SCHEMA = "inductor-graphs"
 
 
 @dataclass(frozen=True)
-class InductorGraphs:
+class InductorGraphs(PackageKeyed):
     id: str = InductorGraphItem.RUNTIME
     label: str = "torch.compile (inductor) graphs"
     area: str = "inductor"
@@ -45,6 +44,10 @@ class InductorGraphs:
                       "is visible")
     section: str = InductorGraphItem.section  # the index section of its records (cache/item_records.py)
     parts: int = 8  # most subprocesses of one item side by side (within --jobs; compile/recorded_items.py)
+    # -- staleness: the torch the graphs' key holds (runtimes/base.py PackageKeyed) --
+    package: str = "torch"
+    record_key: str = "torch"
+    key_why: str = "inductor's key holds the torch build"
 
     @property
     def strict_by(self) -> StrictBy:
@@ -98,21 +101,6 @@ class InductorGraphs:
 
     def build_env(self, items: list, jobs: int, cuda_home: str | None) -> dict[str, str]:
         return {}
-
-    # -- staleness --
-    def installed(self) -> dict[str, Any] | None:
-        """The torch the graphs' key holds, read from metadata (None: torch is not installed here)."""
-        try:
-            return {"torch": metadata.version("torch")}
-        except metadata.PackageNotFoundError:
-            return None
-
-    def stale(self, record: dict[str, Any], installed: dict[str, Any]) -> str | None:
-        """Why a record made with another torch does not serve this one (None: it does)."""
-        if record.get("torch") != installed.get("torch"):
-            return (f"built with torch {record.get('torch')}, here {installed.get('torch')}: inductor's key holds "
-                    "the torch build")
-        return None
 
     def covered(self, record: dict[str, Any]) -> str:
         return (f"{record.get('graphs', 0)} graphs, {len(record['entries'])} entries, torch {record.get('torch')} "
