@@ -219,3 +219,32 @@ def test_the_02_plan_names_exactly_the_entries_the_cold_runtime_made(release):
     # the five entries the sweep after the 0.1.x warm compiled are planned now
     assert {e for _key, _m, entries in rel["sweep_after_warm"]["new_entries"] for e in entries} <= planned
     assert ctx.entry_name(transpose_kernel(6144)) in planned
+
+
+def _device_script():
+    import importlib.util
+
+    path = Path(__file__).resolve().parent / "gpu" / "dg02_compiled_n.py"
+    spec = importlib.util.spec_from_file_location("dg02_compiled_n", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # standard library only at import: torch and deep_gemm load in main()
+    return module
+
+
+def test_the_device_shapes_are_the_configurations_they_name():
+    """tests/gpu/dg02_compiled_n.py's shapes (a later device call, issue 32's open question): each is the model's
+    configuration it is named for, the 0.2 model's SHAPE_N is the one listed, and the script reads that slot back
+    from the kernel.cu the 0.2.2 key context generates."""
+    script = _device_script()
+    heuristic = heuristic_for(get_generation("sgl-deep-gemm-0.2"))
+    ctx = _context("0.2.2")
+    configs = set()
+    for name, m, n, k, config, n_const in script.SHAPES:
+        assert best_config(KernelType.GEMM_NT_F8F8BF16, m, n, k, 1, 132)[:4] == config, name
+        spec = heuristic.kernel(KernelType.GEMM_NT_F8F8BF16, m, n, k, 1, 132)
+        assert dict(spec.params)["N"] == n_const, name
+        args = script.kernel_args(ctx.source(spec))
+        assert (args[2], args[5], args[6]) == (str(n_const), str(config[0]), str(config[1])), (name, args)
+        configs.add(config)
+    # the three configurations the record lacks are all there
+    assert {(64, 144, 2, 1), (64, 160, 2, 1), (64, 192, 2, 1)} <= configs
