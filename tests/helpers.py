@@ -110,7 +110,7 @@ def run_in_fresh_python(argv: list[str]) -> tuple[subprocess.CompletedProcess, l
 
 
 def sgl_deep_gemm_dir(version: str) -> str | None:
-    """A folder holding that sgl-deep-gemm release's deep_gemm (`make setup` puts 0.1.3, 0.1.4.post1, 0.1.5.post1, 0.1.7, 0.2.0 and 0.2.2 in
+    """A folder holding that sgl-deep-gemm release's deep_gemm (`make setup` puts 0.1.3, 0.1.4.post1, 0.1.5.post1, 0.1.7, 0.2.0, 0.2.2 and 0.2.3.post2 in
     .venv/sgl-deep-gemm-<version>), or $DGP_SGL_DEEP_GEMM_DIRS/sgl-deep-gemm-<version>."""
     if version == "0.1.3" and sgl_deep_gemm_013_dir():
         return sgl_deep_gemm_013_dir()

@@ -27,7 +27,7 @@ pytestmark = [needs_nvcc, pytest.mark.nvcc, pytest.mark.slow]
 # an entry, and whether the device record holds entries that release's runtime made (then warm says nothing about
 # unobserved names)
 CASES = [("0.1.7", "0.5.19", ["kernel.cu", "kernel.cubin"], False),
-         ("0.2.0", "0.5.20", [".committed", "kernel.cu", "kernel.cubin", "meta.json"], False),
+         ("0.2.0", "0.5.20", [".committed", "kernel.cu", "kernel.cubin", "meta.json"], True),
          ("sk-0.4.2", "0.5.11", ["kernel.cu", "kernel.cubin"], True),
          ("sk-0.3.16.post3", "0.5.4", ["kernel.cu", "kernel.cubin"], True),
          ("sk-0.3.9.post2", "0.5.2", ["kernel.cu", "kernel.cubin"], True),
@@ -74,8 +74,9 @@ def test_nvcc_backend_builds_entries_for_the_release(tmp_path, release, sglang, 
     assert first.returncode == 0, first.stderr
     summary = json.loads(first.stdout)
     assert (summary["backend"], summary["compiled"], summary["failed"]) == ("nvcc", 2, 0)
-    # 0.1.7 and 0.2.0 did not run on the device (tests/data/sweep_generations_h200.json): warm says their names are
-    # unobserved; sglang-kernel 0.4.2's runtime and sgl-kernel 0.3.21's, 0.3.16.post3's and 0.3.9.post2's (their host
+    # 0.1.7 did not run on the device under torch 2.11 (tests/data/sweep_generations_h200.json): warm says its names
+    # are unobserved; 0.2.0's runtime made entries under the computed names under torch 2.14.1
+    # (tests/data/torch214_generations_h200.json); sglang-kernel 0.4.2's runtime and sgl-kernel 0.3.21's, 0.3.16.post3's and 0.3.9.post2's (their host
     # code rebuilt from source there) made entries under the computed names
     assert ("were not yet compared with entries its runtime made on a GPU" in first.stderr) is not observed
 

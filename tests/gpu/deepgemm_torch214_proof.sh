@@ -63,6 +63,8 @@ torch.cuda.synchronize()
 print("cuda matmul ok on", torch.cuda.get_device_name(), float(y) == float((x @ x).sum()))
 PY
 cat "$base/torch-check.txt"
+# T214_SETUP_ONLY=1: stop here, torch 2.14.1 and the five releases installed under $base (tests/gpu/deepgemm_02_compiled_n.sh)
+if [ -n "${T214_SETUP_ONLY:-}" ]; then say "setup only (T214_SETUP_ONLY)"; sleep 1; exit 0; fi
 
 left=$(( 545 - ($(date +%s) - t0) ))
 budget=${1:-420}; [ "$budget" -gt "$left" ] && budget=$left

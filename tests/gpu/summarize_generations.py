@@ -4,7 +4,8 @@ entries that appeared at which m, the warm index (kernel id -> the entry name th
 sweep-after-warm counts, the calling-convention probe, and every entry's kernel.cu as sha256 (one full text per
 kernel family as a sample).
 
-usage: python tests/gpu/summarize_generations.py OUT.json RUN_NAME RESULTS_DIR "<provenance text>" [RUN_NAME DIR TEXT ...]
+usage: python tests/gpu/summarize_generations.py [--slim] OUT.json RUN_NAME RESULTS_DIR "<provenance text>" [RUN_NAME DIR TEXT ...]
+--slim leaves out each entry's meta.json and the kernel.cu samples (the sha256 of every kernel.cu stays).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def _load(path: str):
         return None
 
 
-def release(vdir: str) -> dict:
+def release(vdir: str, slim: bool = False) -> dict:
     version = _load(os.path.join(vdir, "version.json")) or {}
     out: dict = {"dg_version": version.get("dg_version"), "sglang": version.get("sglang"), "site": version.get("site"),
                  "keys": {}, "info": None, "problems": []}
@@ -60,7 +61,7 @@ def release(vdir: str) -> dict:
         cu = os.path.join(path, "kernel.cu")
         text = open(cu, "rb").read() if os.path.isfile(cu) else b""
         rec = {"files": files, "kernel_cu_sha256": hashlib.sha256(text).hexdigest()}
-        meta = _load(os.path.join(path, "meta.json"))
+        meta = None if slim else _load(os.path.join(path, "meta.json"))
         if meta is not None:
             rec["meta"] = meta
         out["entries"][name] = rec
@@ -68,7 +69,8 @@ def release(vdir: str) -> dict:
         if family not in seen_family:
             seen_family.add(family)
             sample[name] = text.decode(errors="replace")
-    out["kernel_cu_samples"] = sample
+    if not slim:
+        out["kernel_cu_samples"] = sample
     index = _load(os.path.join(vdir, "warm-index.json"))
     out["warm_index"] = {kid: r["entry"] for kid, r in (index or {}).get("kernels", {}).items()}
     warm = _load(os.path.join(vdir, "warm.json"))
@@ -100,7 +102,9 @@ def release(vdir: str) -> dict:
 
 
 def main() -> None:
-    out_path, pairs = sys.argv[1], sys.argv[2:]
+    slim = sys.argv[1:2] == ["--slim"]
+    args = sys.argv[2:] if slim else sys.argv[1:]
+    out_path, pairs = args[0], args[1:]
     record = {"columns": ["m_first", "m_last", "block_m", "block_n", "cluster_m", "cluster_n", "stages", "swizzle_d",
                           "smem", "num_sms"],
               "columns_sgl_kernel": ["m_first", "m_last", "block_m", "block_n", "multicast", "multicast_on_a",
@@ -115,7 +119,7 @@ def main() -> None:
                                     "nvcc_version": text("nvcc_version.txt")}
         for name in sorted(os.listdir(root)):
             if os.path.isfile(os.path.join(root, name, "version.json")):
-                rel = release(os.path.join(root, name))
+                rel = release(os.path.join(root, name), slim)
                 rel["run"] = run_name
                 record["releases"][f"{name}@{run_name}" if name in record["releases"] else name] = rel
     with open(out_path, "w") as f:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from dgprecompile.planning.heuristics import SMEM_CAPACITY, grid_breakpoints
 from dgprecompile.runtimes.items import TRANSPOSE_FAMILY, KernelSpec, KernelType, ceil_div
@@ -116,12 +117,36 @@ def best_config(kind: KernelType, m: int, n: int, k: int, num_groups: int, num_s
     return bm, bn, cm, cn, stages, smem
 
 
+@dataclass(frozen=True)
+class CompiledN:
+    """Which dense kernels a release builds with n as a template constant (SHAPE_N = n, not 0) although SGLang
+    passes compiled_dims '' for the dense GEMM: the kernel then serves one n only, so two dense keys that pick one
+    configuration get two entries. The configuration is a block_m in ``block_ms``, a block_n above
+    ``block_n_above`` and a cluster of ``cluster_size``."""
+
+    block_ms: tuple[int, ...]
+    block_n_above: int
+    cluster_size: int
+
+    def applies(self, bm: int, bn: int, cluster: int) -> bool:
+        return bm in self.block_ms and bn > self.block_n_above and cluster == self.cluster_size
+
+
+# sgl-deep-gemm 0.2.0-0.2.3.post2 (their host code is compiled into _C.so only; no source of these releases is
+# public): observed on an H200, not read. Every dense kernel those releases built for the 480B tp8/ep8 keys, m 1 to
+# 65,536, has N = 0 except the three block 128 x {144, 160, 192} single-cluster ones, which have N = n (1792 and
+# 6144 both); the same blocks with a cluster of 2 and block 64 x 144 keep N = 0
+# (tests/data/torch214_generations_h200.json; docs/heuristics.md "sgl-deep-gemm 0.2.x").
+COMPILED_N_02 = CompiledN(block_ms=(128,), block_n_above=128, cluster_size=1)
+
+
 def transpose_kernel(k: int) -> KernelSpec:
     return KernelSpec(TRANSPOSE_FAMILY, (("TH", 512), ("BMN", 64), ("SFK", ceil_div(k, 128))))
 
 
 class Sm90CxxHeuristic:
     generation = "sgl-deep-gemm-0.1"
+    compiled_n: CompiledN | None = None  # 0.1.x: every dense kernel has N = 0
 
     def breakpoints(self, kernel_type: KernelType, m_max: int) -> Iterable[int]:
         if kernel_type is KernelType.GEMM_NT_F8F8BF16:
@@ -132,8 +157,9 @@ class Sm90CxxHeuristic:
         bm, bn, cm, cn, stages, _ = best_config(kernel_type, m, n, k, num_groups, num_sms)
         family, gemm_type = FAMILY[kernel_type]
         dense = kernel_type is KernelType.GEMM_NT_F8F8BF16
+        n_const = n if not dense or (self.compiled_n and self.compiled_n.applies(bm, bn, cm * cn)) else 0
         params = (
-            ("SFB", "K"), ("N", 0 if dense else n), ("K", 0 if dense else k), ("G", 1 if dense else num_groups),
+            ("SFB", "K"), ("N", n_const), ("K", 0 if dense else k), ("G", 1 if dense else num_groups),
             ("BM", bm), ("BN", bn), ("SWD", _swizzle(bn * 2)), ("ST", stages),
             ("MATH", 128 if bm <= 64 else 256), ("MC", cm * cn), ("A", cn > 1), ("SMS", num_sms), ("T", gemm_type),
         )
@@ -148,3 +174,12 @@ class Sm90CxxHeuristic:
         if kernel_type is KernelType.GROUPED_GEMM_NT_F8F8BF16_MASKED or sglang_warmup:
             return [transpose_kernel(k)]
         return []
+
+
+class Sm90Cxx02Heuristic(Sm90CxxHeuristic):
+    """sgl-deep-gemm 0.2.x (DeepJIT): 0.1.x's configuration choice (the same L1/L2 cycle score; every printed
+    configuration of the H200 record equals it), and COMPILED_N_02's dense kernels carry n. The rule depends on the
+    configuration alone, so 0.1.x's breakpoints hold."""
+
+    generation = "sgl-deep-gemm-0.2"
+    compiled_n = COMPILED_N_02
