@@ -238,6 +238,10 @@ class TvmHashNaming(JitNaming):
     def entry_name(self, module: JitModule) -> str:
         return self.spec.build_dir.format(name=self.module_name(module), tvm_hash=self.tvm_hash(module))
 
+    def worker_job(self, pythons: list[str]) -> dict[str, Any]:
+        """No arch override in the release: the worker presets its variable (``arch_env``) instead."""
+        return {**super().worker_job(pythons), "arch_env": dict(self.spec.raw)["arch_env"]}
+
 
 def current_jit_fingerprint(arch: str) -> dict[str, Any]:
     """This machine's values of the fingerprint's sglang_jit fields (None where a package is absent)."""
