@@ -372,10 +372,6 @@ def jit_refusal_message(name, build_dir, how="tvm-ffi, nvcc through ninja"):
     return "\n".join(lines)
 
 
-_INLINE_ARGS = ("name", "cpp_sources", "cuda_sources", "functions", "extra_cflags", "extra_cuda_cflags",
-                "extra_ldflags", "extra_include_paths", "build_directory", "embed_cubin")
-
-
 def tvm_ffi_inline_dir(module, kwargs):
     """The directory tvm-ffi's build_inline builds in when it is given none (sglang 0.5.9's load_jit passes none
     and calls load_inline on every load): ``$TVM_FFI_CACHE_DIR/<name>_<hash>``, computed as build_inline does
@@ -416,7 +412,7 @@ def patch_tvm_ffi(module):
         def refused(*args, **kwargs):
             name, where = str(kwargs.get("name") or (args[0] if args else "?")), kwargs.get("build_directory")
             if fname == "build_inline" and where is None:
-                where = tvm_ffi_inline_dir(module, {**dict(zip(_INLINE_ARGS, args)), **kwargs})
+                where = tvm_ffi_inline_dir(module, {**kwargs, "name": name})  # build_inline(name, *, ...)
                 library = os.path.join(where, f"{name}.so")
                 if os.path.isfile(library):
                     return library
