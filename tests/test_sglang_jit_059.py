@@ -193,3 +193,57 @@ def test_qknorm_warmed_gpu_free_verified_loaded_without_a_build_and_refused_by_n
             "bf16_t at run time") in miss.stdout, miss.stdout + miss.stderr
     assert entry in miss.stdout and "strict mode refused 1 runtime compile(s)" in miss.stderr
     assert os.listdir(cache / "tvm-ffi") == []  # refused before tvm-ffi wrote anything
+
+
+# ---- the strict hook against the real tvm-ffi, without sglang ----------------------------------------------
+
+HOOK_CHILD = r"""
+import json, os, sys
+import tvm_ffi.cpp.extension as ext
+from dgprecompile.launch.hook import _dgprecompile_hook as hook
+kw = dict(cuda_sources=['#include "/nowhere/a.cuh"', "TVM_FFI_DLL_EXPORT_TYPED_FUNC(f, (K<1, true>::run));"],
+          extra_cflags=["-O3"], extra_cuda_cflags=["-O3", "--expt-relaxed-constexpr"], extra_include_paths=["/x"])
+seen = {}
+class Stop(Exception):
+    pass
+def stop(name, *a, build_directory=None, **k):
+    seen["dir"] = build_directory
+    raise Stop()
+original, ext._build_impl = ext._build_impl, stop
+try:
+    ext.build_inline("sgl_kernel_jit_probe", **kw)  # tvm-ffi's own choice (it writes its sources there first)
+except Stop:
+    pass
+tvm_dir = seen["dir"]
+for f in os.listdir(tvm_dir):
+    os.unlink(os.path.join(tvm_dir, f))
+os.rmdir(tvm_dir)
+ext._build_impl = original
+hook.patch_tvm_ffi(ext)
+out = {"tvm": os.path.basename(tvm_dir)}
+try:
+    ext.build_inline("sgl_kernel_jit_probe", **kw)
+except RuntimeError as exc:
+    out["refused"] = str(exc)
+out["written"] = os.listdir(os.environ["TVM_FFI_CACHE_DIR"])
+os.makedirs(tvm_dir)
+open(os.path.join(tvm_dir, "sgl_kernel_jit_probe.so"), "w").close()
+out["hit"] = ext.build_inline("sgl_kernel_jit_probe", **kw)
+out["after"] = sorted(os.listdir(tvm_dir))
+print("RESULT " + json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(sglang_014_dir() is None, reason="tvm-ffi 0.1.11 (sglang 0.5.14's folder) not beside the venv")
+def test_strict_hook_returns_a_warmed_inline_build_and_refuses_a_missing_one_by_tvm_ffis_own_directory(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([sglang_014_dir(), str(REPO)]),
+           "TVM_FFI_CACHE_DIR": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-c", HOOK_CHILD], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):])
+    assert out["tvm"].startswith("sgl_kernel_jit_probe_")
+    assert ("SGLang tried to build its JIT module sgl_kernel_jit_probe at run time" in out["refused"]
+            and f"does not hold {out['tvm']}/sgl_kernel_jit_probe.so" in out["refused"])
+    assert out["written"] == []  # refused before tvm-ffi made its directory
+    assert out["hit"] == str(tmp_path / out["tvm"] / "sgl_kernel_jit_probe.so")
+    assert out["after"] == ["sgl_kernel_jit_probe.so"]  # handed back: no sources, no build.ninja, no lock
