@@ -8,6 +8,10 @@ relative to jit_kernel, a NUL, the bytes, a NUL; quoted includes relative to the
 includes relative to jit_kernel/include; a depth-first walk, last pushed first), cut to 16 hex digits. This
 module computes the same name from the installed sglang's files without importing sglang; `warm` cross-checks
 it against what sglang's own build produced.
+
+sglang 0.5.9 (``naming: tvm-ffi-hash`` in the data) names a module without the source hash and lets tvm-ffi pick
+``$TVM_FFI_CACHE_DIR/<name>_<hash of the build>``: :class:`TvmHashNaming` rebuilds what its load_jit hands
+load_inline and asks the installed tvm-ffi's own functions for the hash.
 """
 
 from __future__ import annotations

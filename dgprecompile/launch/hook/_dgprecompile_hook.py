@@ -412,9 +412,12 @@ def patch_tvm_ffi(module):
         def refused(*args, **kwargs):
             name, where = str(kwargs.get("name") or (args[0] if args else "?")), kwargs.get("build_directory")
             if fname == "build_inline" and where is None:
-                where = tvm_ffi_inline_dir(module, {**kwargs, "name": name})  # build_inline(name, *, ...)
-                library = os.path.join(where, f"{name}.so")
-                if os.path.isfile(library):
+                try:
+                    where = tvm_ffi_inline_dir(module, {**kwargs, "name": name})  # build_inline(name, *, ...)
+                except Exception:  # a tvm-ffi whose build_inline the hook does not know: refuse, unnamed
+                    where = None
+                library = where and os.path.join(where, f"{name}.so")
+                if library and os.path.isfile(library):
                     return library
             stop_build(jit_refusal_message(name, where and str(where), "tvm-ffi, nvcc through ninja"), "sglang-jit",
                        name, where and os.path.basename(str(where)))
