@@ -200,7 +200,9 @@ def test_qknorm_warmed_gpu_free_verified_loaded_without_a_build_and_refused_by_n
 HOOK_CHILD = r"""
 import json, os, sys
 import tvm_ffi.cpp.extension as ext
-from dgprecompile.launch.hook import _dgprecompile_hook as hook
+from dgprecompile.launch.hook import HOOK_DIR
+sys.path.insert(0, HOOK_DIR)  # as launch puts it first on the job's PYTHONPATH
+import _dgprecompile_hook as hook
 kw = dict(cuda_sources=['#include "/nowhere/a.cuh"', "TVM_FFI_DLL_EXPORT_TYPED_FUNC(f, (K<1, true>::run));"],
           extra_cflags=["-O3"], extra_cuda_cflags=["-O3", "--expt-relaxed-constexpr"], extra_include_paths=["/x"])
 seen = {}

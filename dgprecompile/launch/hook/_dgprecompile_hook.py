@@ -372,66 +372,16 @@ def jit_refusal_message(name, build_dir, how="tvm-ffi, nvcc through ninja"):
     return "\n".join(lines)
 
 
-def tvm_ffi_inline_dir(module, kwargs):
-    """The directory tvm-ffi's build_inline builds in when it is given none (sglang 0.5.9's load_jit passes none
-    and calls load_inline on every load): ``$TVM_FFI_CACHE_DIR/<name>_<hash>``, computed as build_inline does
-    (tvm-ffi 0.1.11 cpp/extension.py l.901-946) with its own ``_decorate_with_tvm_ffi`` and ``_hash_sources``."""
-    def joined(x):
-        return "\n".join([x] if isinstance(x, str) else list(x or []))
-
-    functions = kwargs.get("functions")
-    if functions is None:
-        fmap = {}
-    elif isinstance(functions, str):
-        fmap = {functions: ""}
-    elif hasattr(functions, "items"):
-        fmap = dict(functions)
-    else:
-        fmap = {f: "" for f in functions}
-    cpp, cuda = joined(kwargs.get("cpp_sources")), joined(kwargs.get("cuda_sources"))
-    with_cpp = bool(kwargs.get("cpp_sources"))
-    cpp = module._decorate_with_tvm_ffi(cpp, fmap if with_cpp else {})
-    cuda = module._decorate_with_tvm_ffi(cuda, {} if with_cpp else fmap)
-    digest = module._hash_sources(cpp, cuda, None, None, fmap, list(kwargs.get("extra_cflags") or []),
-                                  list(kwargs.get("extra_cuda_cflags") or []), list(kwargs.get("extra_ldflags") or []),
-                                  list(kwargs.get("extra_include_paths") or []), kwargs.get("embed_cubin"))
-    cache = os.environ.get("TVM_FFI_CACHE_DIR") or os.path.expanduser("~/.cache/tvm-ffi")
-    return os.path.join(os.path.expanduser(cache), f"{kwargs['name']}_{digest}")
-
-
 def patch_tvm_ffi(module):
-    """Make tvm-ffi's C++/CUDA builds (build_inline, build) raise instead of writing sources and running ninja.
+    """Make tvm-ffi's C++/CUDA builds (build_inline, build) raise instead of writing sources and running ninja,
+    naming the module (_dgprecompile_tvm_ffi.py: where a warmed module is handed back instead)."""
+    from _dgprecompile_tvm_ffi import refuse_builds
 
-    SGLang's load_jit (0.5.14 on) looks for the finished ``<build dir>/<name>.so`` first and calls load_inline/load
-    only when it is missing; those call build_inline/build by module-global name, so warmed modules load untouched
-    and a miss fails here, before any file is written. sglang 0.5.9-0.5.13 call load_inline on every load with no
-    build directory: there build_inline computes tvm-ffi's own directory and hands back an existing ``<name>.so``
-    without building (load_inline loads it), and refuses a missing one by that directory's name.
-    """
-    def make(fname):
-        def refused(*args, **kwargs):
-            name, where = str(kwargs.get("name") or (args[0] if args else "?")), kwargs.get("build_directory")
-            if fname == "build_inline" and where is None:
-                try:
-                    where = tvm_ffi_inline_dir(module, {**kwargs, "name": name})  # build_inline(name, *, ...)
-                except Exception:  # a tvm-ffi whose build_inline the hook does not know: refuse, unnamed
-                    where = None
-                library = where and os.path.join(where, f"{name}.so")
-                if library and os.path.isfile(library):
-                    return library
-            stop_build(jit_refusal_message(name, where and str(where), "tvm-ffi, nvcc through ninja"), "sglang-jit",
-                       name, where and os.path.basename(str(where)))
+    def stop(name, where):
+        stop_build(jit_refusal_message(name, where and str(where), "tvm-ffi, nvcc through ninja"), "sglang-jit",
+                   name, where and os.path.basename(str(where)))
 
-        refused.__dgprecompile_refuses__ = fname
-        return refused
-
-    patched = 0
-    for fname in ("build_inline", "build"):
-        if callable(getattr(module, fname, None)):
-            setattr(module, fname, make(fname))
-            patched += 1
-    if not patched:
-        raise RuntimeError(f"{module.__name__} has neither build_inline nor build")
+    refuse_builds(module, stop)
 
 
 def patch_sglang_ninja(module):
