@@ -136,13 +136,18 @@ LOAD = """
 import torch
 torch.cuda.current_device = lambda: 0  # the Hopper GPU the runtime would ask (is_arch_support_pdl)
 torch.cuda.get_device_capability = lambda device=None: (9, 0)
-import sglang.jit_kernel.norm as m
 try:
-    m._jit_qknorm_module(128, torch.bfloat16)
+    {call}
     print("LOADED")
 except RuntimeError as exc:
     print("REFUSED", str(exc).splitlines()[0])
 """
+# module name -> its id, its runtime name, the release's own call that loads it as the GPU runtime does
+CLI_CASES = {"qknorm": (QKNORM, "sgl_kernel_jit_qknorm_128_true_bf16_t",
+                        "import sglang.jit_kernel.norm as m; m._jit_qknorm_module(128, torch.bfloat16)"),
+             "apply_rope_pos_ids_cos_sin_cache": (ROPE, "sgl_kernel_jit_apply_rope_pos_ids_cos_sin_cache",
+                                                  "import sglang.jit_kernel.rope as m; "
+                                                  "m._jit_apply_rope_pos_ids_cos_sin_cache_module()")}
 
 
 def cli(*args):
@@ -157,28 +162,30 @@ def cli(*args):
 @pytest.mark.skipif(sgl_kernel_0321_dir() is None, reason="sgl-kernel 0.3.21 not beside the venv (make setup)")
 @needs_nvcc
 @needs_059
-def test_qknorm_warmed_gpu_free_verified_loaded_without_a_build_and_refused_by_name_when_missing(tmp_path):
+@pytest.mark.parametrize("name", sorted(CLI_CASES))
+def test_a_module_warmed_gpu_free_verified_loaded_without_a_build_and_refused_by_name_when_missing(name, tmp_path):
+    module_id, runtime_name, call = CLI_CASES[name]
     data = plans(tmp_path)["qwen3 tp8 ep8"].to_dict()
     for shape in data["shapes"]:
         shape["buckets"], shape["aux_kernels"] = [], []
     data["kernels"], data["total_kernels"] = [], 0
     for section in ("triton_moe", "inductor"):
         data.pop(section, None)
-    data["sglang_jit_modules"] = [m for m in data["sglang_jit_modules"] if m["name"] == "qknorm"]
+    data["sglang_jit_modules"] = [m for m in data["sglang_jit_modules"] if m["name"] == name]
     manifest, cache = tmp_path / "one.yaml", tmp_path / "cache"
     write_manifest(plan_from_dict(data), manifest)
     warm = cli("warm", "--manifest", manifest, "--cache-dir", cache, "--nvcc", NVCC, "--sglang-jit", "on", "--json")
     assert warm.returncode == 0, warm.stdout + warm.stderr
     assert (json.loads(warm.stdout)["compiled"], json.loads(warm.stdout)["failed"]) == (1, 0)
     [entry] = os.listdir(cache / "tvm-ffi")
-    assert entry.startswith("sgl_kernel_jit_qknorm_128_true_bf16_t_")
+    assert entry.startswith(runtime_name + "_") and len(entry) == len(runtime_name) + 17
     built = cache / "tvm-ffi" / entry
     assert "-gencode=arch=compute_90,code=sm_90" in (built / "build.ninja").read_text().replace(" ", "")
     ok = cli("verify", "--manifest", manifest, "--cache-dir", cache, "--json")
     assert ok.returncode == 0 and json.loads(ok.stdout)["coverage"] == "proved", ok.stdout + ok.stderr
 
     child = tmp_path / "child.py"
-    child.write_text(LOAD)
+    child.write_text(LOAD.format(call=call))
     before = {p.name: p.stat().st_mtime_ns for p in built.iterdir()}
     hit = cli("launch", "--manifest", manifest, "--cache-dir", cache, "--", sys.executable, child)
     assert hit.returncode == 0 and "LOADED" in hit.stdout, hit.stdout + hit.stderr
@@ -186,11 +193,11 @@ def test_qknorm_warmed_gpu_free_verified_loaded_without_a_build_and_refused_by_n
 
     shutil.rmtree(built)
     bad = cli("verify", "--manifest", manifest, "--cache-dir", cache, "--json")
-    assert bad.returncode == 1 and json.loads(bad.stdout)["missing"] == [QKNORM], bad.stdout + bad.stderr
+    assert bad.returncode == 1 and json.loads(bad.stdout)["missing"] == [module_id], bad.stdout + bad.stderr
     miss = cli("launch", "--manifest", manifest, "--cache-dir", cache, "--allow-missing", "--",
                sys.executable, child)
-    assert ("REFUSED dgprecompile strict mode: SGLang tried to build its JIT module sgl_kernel_jit_qknorm_128_true_"
-            "bf16_t at run time") in miss.stdout, miss.stdout + miss.stderr
+    assert (f"REFUSED dgprecompile strict mode: SGLang tried to build its JIT module {runtime_name} at run time"
+            in miss.stdout), miss.stdout + miss.stderr
     assert entry in miss.stdout and "strict mode refused 1 runtime compile(s)" in miss.stderr
     assert os.listdir(cache / "tvm-ffi") == []  # refused before tvm-ffi wrote anything
 
