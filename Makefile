@@ -55,6 +55,9 @@ SGL023_PKGS := sglang==0.5.23 apache-tvm-ffi==0.1.11 msgspec==0.23.0 numpy==2.4.
 # tests/test_sglang_jit_releases.py and test_sglang_jit_ninja_hook.py call its own builders with 0.5.14's and
 # 0.5.23's import chains behind it
 SGL_JIT_RELEASES := 0.5.15 0.5.16 0.5.17 0.5.18 0.5.19
+# sglang 0.5.9's JIT (tests/test_sglang_jit_059.py): its wheel the same way, and flashinfer-python 0.6.3 (its pin,
+# --no-deps, about 57 MB) beside it for the rope module's headers, whose location is part of that module's name
+SGL059_FLASHINFER := $(VENV)/flashinfer-0.6.3
 TORCH ?= 2.13.0
 # Triton 3.6.0 (what the H200's torch 2.11 pairs with) in a folder of its own, NOT on the venv's path (the sglang
 # tests stand in for it): tests/test_triton_capture.py compiles real kernels for sm_90 with it on this GPU-less machine,
@@ -102,6 +105,8 @@ $(TEST_STAMP): $(RUN_STAMP)
 	$(BIN)/pip download -q --no-deps --only-binary :all: -d .cache/wheels sgl-deep-gemm==0.1.3  # tests/test_unpack_tool.py: a real wheel (4.6 MB), outside the venv
 	$(BIN)/pip install -q --no-deps --target $(SGL023) $(SGL023_PKGS)
 	for v in $(SGL_JIT_RELEASES); do $(BIN)/pip install -q --no-deps --target $(VENV)/sglang-$$v sglang==$$v || exit 1; done
+	$(BIN)/pip install -q --no-deps --target $(VENV)/sglang-0.5.9 sglang==0.5.9
+	$(BIN)/pip install -q --no-deps --target $(SGL059_FLASHINFER) flashinfer-python==0.6.3
 	touch $@
 
 setup: $(TEST_STAMP)

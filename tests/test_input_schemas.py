@@ -64,7 +64,7 @@ def manifest(tmp_path: Path, change) -> Path:
     (lambda d: d["shapes"][0].update(m_min=99999), ["shapes[0]: m_min 99999 is above m_max"]),
     (lambda d: d["shapes"][0]["buckets"][0].update(m_min=50, m_max=10), ["shapes[0].buckets[0]"]),
     (lambda d: d["shapes"][0].update(n="wide"), ["shapes[0].n: 'wide' is not an integer"]),
-    (lambda d: d.update(shapes=[], kernels=[], total_kernels=0), ["plans no kernel at all"]),
+    (lambda d: d.update(shapes=[], kernels=[], total_kernels=0, sglang_jit_modules=[]), ["plans no kernel at all"]),
 ])
 def test_invalid_manifests_are_refused_by_verify(tmp_path, change, words):
     path = manifest(tmp_path, change)

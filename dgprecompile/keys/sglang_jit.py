@@ -8,14 +8,21 @@ relative to jit_kernel, a NUL, the bytes, a NUL; quoted includes relative to the
 includes relative to jit_kernel/include; a depth-first walk, last pushed first), cut to 16 hex digits. This
 module computes the same name from the installed sglang's files without importing sglang; `warm` cross-checks
 it against what sglang's own build produced.
+
+sglang 0.5.9 (``naming: tvm-ffi-hash`` in the data) names a module without the source hash and lets tvm-ffi pick
+``$TVM_FFI_CACHE_DIR/<name>_<hash of the build>``: :class:`TvmHashNaming` rebuilds what its load_jit hands
+load_inline and asks the installed tvm-ffi's own functions for the hash.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
-from dataclasses import dataclass
+import subprocess
+import sys
+from dataclasses import dataclass, field
 from importlib import metadata, util
 from pathlib import Path
 from typing import Any
@@ -121,7 +128,8 @@ class JitNaming:
         if tvm is None:
             raise EnvironmentProblem("apache-tvm-ffi is not installed: sglang builds its JIT modules with it",
                                      hint=spec.install_command(sglang_version))
-        return cls(spec, install, tvm)
+        klass = TvmHashNaming if dict(spec.raw).get("naming") == "tvm-ffi-hash" else cls
+        return klass(spec, install, tvm)
 
     @property
     def root(self) -> Path:
@@ -157,6 +165,86 @@ class JitNaming:
     @staticmethod
     def current_fingerprint(family, arch: str) -> dict[str, Any]:
         return current_jit_fingerprint(arch)
+
+
+# The child that hashes a build as tvm-ffi's build_inline does when no build directory is given (tvm-ffi 0.1.11
+# cpp/extension.py l.901-946: the joined sources, each decorated by _decorate_with_tvm_ffi, then _hash_sources over
+# them, the functions map, the flags and include paths), with the installed tvm-ffi's own two functions. A child
+# process: importing tvm_ffi imports torch, which plan/verify do not.
+_TVM_HASH_CHILD = r"""
+import json, sys
+from tvm_ffi.cpp import extension as ext
+out = []
+for b in json.loads(sys.stdin.read()):
+    cpp, cuda = "\n".join(b["cpp_sources"]), "\n".join(b["cuda_sources"])
+    out.append(ext._hash_sources(ext._decorate_with_tvm_ffi(cpp, {}), ext._decorate_with_tvm_ffi(cuda, {}), None,
+                                 None, {}, b["cflags"], b["cuda_cflags"], b["ldflags"], b["include_paths"], None))
+print("TVMHASH " + json.dumps(out))
+"""
+
+
+def _package_dir(name: str) -> Path | None:
+    spec = util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0]).resolve()
+
+
+@dataclass(frozen=True)
+class TvmHashNaming(JitNaming):
+    """A release whose load_jit passes no build directory (0.5.9, ``naming: tvm-ffi-hash``): tvm-ffi names the
+    directory ``<name>_<hash of the build>``. ``load_inline_args`` is what the release's load_jit hands
+    load_inline (from the data: its default flags and include paths, each module's wrappers and include paths);
+    the hash is the installed tvm-ffi's own (a child process: ``_TVM_HASH_CHILD``)."""
+
+    _hashes: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def _data(self, module: JitModule) -> dict[str, Any]:
+        for m in self.spec.modules:
+            if m["id"] == module.name and list(m["cuda_files"]) == list(module.cuda_files):
+                return m
+        raise EnvironmentProblem(f"SGLang {self.sglang.version}'s data has no module {module.name}")
+
+    def load_inline_args(self, module: JitModule) -> dict[str, Any]:
+        defaults = dict(self.spec.raw)["load_jit"]
+        data = self._data(module)
+        template = ", ".join(module.template)
+        includes = [str(self.root / p) for p in defaults.get("include_paths", [])]
+        for path in data.get("include_paths", []):
+            package, _, sub = path.partition(":")
+            where = _package_dir(package)
+            if where is None:
+                raise EnvironmentProblem(f"{package} is not installed: sglang {self.sglang.version} builds its "
+                                         f"{module.name} module with its headers", hint=self.spec.install_command(
+                                             self.sglang.version))
+            includes.append(str((where / sub).resolve()))
+        sources = [f'#include "{(self.root / "csrc" / f).resolve()}"' for f in module.cuda_files]
+        sources += [f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({export}, ({kernel.replace('{args}', template)}));"
+                    for export, kernel in data.get("wrappers", [])]
+        return {"name": self.module_name(module), "cpp_sources": [], "cuda_sources": sources,
+                "cflags": list(defaults.get("cflags", [])), "cuda_cflags": list(defaults.get("cuda_cflags", [])),
+                "ldflags": list(defaults.get("ldflags", [])), "include_paths": includes}
+
+    def tvm_hash(self, module: JitModule) -> str:
+        args = self.load_inline_args(module)
+        key = json.dumps(args, sort_keys=True)
+        if key not in self._hashes:
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+            proc = subprocess.run([sys.executable, "-c", _TVM_HASH_CHILD], input=json.dumps([args]), text=True,
+                                  capture_output=True, env=env, timeout=300)
+            line = next((x for x in proc.stdout.splitlines() if x.startswith("TVMHASH ")), None)
+            if proc.returncode != 0 or line is None:
+                raise EnvironmentProblem(f"tvm-ffi {self.tvm_ffi} could not name sglang's {module.name} module "
+                                         f"(its _hash_sources/_decorate_with_tvm_ffi): {proc.stderr.strip()[-400:]}")
+            self._hashes[key] = json.loads(line[len("TVMHASH "):])[0]
+        return self._hashes[key]
+
+    def entry_name(self, module: JitModule) -> str:
+        return self.spec.build_dir.format(name=self.module_name(module), tvm_hash=self.tvm_hash(module))
+
+    def worker_job(self, pythons: list[str]) -> dict[str, Any]:
+        """No arch override in the release: the worker presets its variable (``arch_env``) instead."""
+        return {**super().worker_job(pythons), "arch_env": dict(self.spec.raw)["arch_env"]}
 
 
 def current_jit_fingerprint(arch: str) -> dict[str, Any]:

@@ -51,6 +51,9 @@ def server_path(model, by_path: dict[str, list], par, options: dict[str, Any], d
             facts["rope_neox"] = not bool(cfg["rope_interleave"])
     else:
         facts["rope_dim"] = int(head_dim * float(cfg.get("partial_rotary_factor") or 1.0))
+    # the head size SGLang's RotaryEmbedding is made with (MLA: the rope part; else the head): 0.5.9 takes its JIT
+    # rope for 64/128/256/512 only
+    facts["rope_head_size"] = facts["rope_dim"] if "qk_rope_head_dim" in cfg else head_dim
     hidden = int(cfg.get("hidden_size") or 0)  # DeepSeek's router GEMM (0.5.15 on) is templated on both
     facts.update({"hidden_size": hidden, "hidden_1024_aligned": hidden > 0 and hidden % 1024 == 0,
                   "router_experts": int(cfg.get("n_routed_experts") or cfg.get("num_experts") or 0)})

@@ -11,6 +11,8 @@ finished build directory is checked against the name dgprecompile computes (keys
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
 import os
 import shutil
@@ -48,7 +50,8 @@ def resolve_args(args: list[Any]) -> list[Any]:
 
 def preload(job: dict[str, Any]) -> None:
     """Import sglang's arch override and every builder module once, before the zygote forks."""
-    _import(job["arch_override"].split(":")[0])
+    if job.get("arch_override"):
+        _import(job["arch_override"].split(":")[0])
     for python in job.get("modules", []):
         _import(python)
 
@@ -58,6 +61,24 @@ def _import(name: str):
         return importlib.import_module(name)
     except Exception as exc:  # sglang's import chain failing is the user's environment, say where
         raise CompileFailed(f"cannot import {name} from the installed sglang: {type(exc).__name__}: {exc}") from None
+
+
+@contextlib.contextmanager
+def target_device(arch_env: str, *arch):
+    """For a release with no arch override of its own (0.5.9): the build's target without a GPU. Its load_jit
+    honours a preset ``arch_env`` (TVM_FFI_CUDA_ARCH_LIST, the arch tvm-ffi compiles for) and its builders ask the
+    device's capability only to choose their pdl template argument (is_arch_support_pdl: major >= 9); inside this
+    context both answer ``arch`` (torch.cuda.current_device/get_device_capability report the target GPU)."""
+    import torch
+
+    saved = (torch.cuda.current_device, torch.cuda.get_device_capability)
+    torch.cuda.current_device = lambda: 0
+    torch.cuda.get_device_capability = lambda device=None: (int(arch[0]), int(arch[1]))
+    try:
+        with environ({arch_env: f"{arch[0]}.{arch[1]}"}):
+            yield
+    finally:
+        torch.cuda.current_device, torch.cuda.get_device_capability = saved
 
 
 class SglangJitWorker(StagingWorker):
@@ -74,9 +95,12 @@ class SglangJitWorker(StagingWorker):
             self.env["CUDA_HOME"] = job["cuda_home"]
         if job.get("ninja_dir"):
             self.env["PATH"] = job["ninja_dir"] + os.pathsep + os.environ.get("PATH", "")
-        module, _, name = job["arch_override"].partition(":")
-        self.override = getattr(_import(module), name)
         self.arch = tuple(job["arch"])
+        if job.get("arch_override"):
+            module, _, name = job["arch_override"].partition(":")
+            self.override = getattr(_import(module), name)
+        else:  # a release without an override (0.5.9): its preset variable and its device question answered
+            self.override = functools.partial(target_device, job["arch_env"])
         self._stub_dir: str | None = None
 
     def _link_stub(self) -> None:

@@ -377,28 +377,15 @@ def jit_refusal_message(name, build_dir, how="tvm-ffi, nvcc through ninja"):
 
 
 def patch_tvm_ffi(module):
-    """Make tvm-ffi's C++/CUDA builds (build_inline, build) raise instead of writing sources and running ninja.
+    """Make tvm-ffi's C++/CUDA builds (build_inline, build) raise instead of writing sources and running ninja,
+    naming the module (_dgprecompile_tvm_ffi.py: where a warmed module is handed back instead)."""
+    from _dgprecompile_tvm_ffi import refuse_builds
 
-    SGLang's load_jit looks for the finished ``<build dir>/<name>.so`` first and calls load_inline/load only when
-    it is missing; those call build_inline/build by module-global name, so warmed modules load untouched and a
-    miss fails here, before any file is written.
-    """
-    def make(fname):
-        def refused(*args, **kwargs):
-            name, where = str(kwargs.get("name") or (args[0] if args else "?")), kwargs.get("build_directory")
-            stop_build(jit_refusal_message(name, where and str(where), "tvm-ffi, nvcc through ninja"), "sglang-jit",
-                       name, where and os.path.basename(str(where)))
+    def stop(name, where):
+        stop_build(jit_refusal_message(name, where and str(where), "tvm-ffi, nvcc through ninja"), "sglang-jit",
+                   name, where and os.path.basename(str(where)))
 
-        refused.__dgprecompile_refuses__ = fname
-        return refused
-
-    patched = 0
-    for fname in ("build_inline", "build"):
-        if callable(getattr(module, fname, None)):
-            setattr(module, fname, make(fname))
-            patched += 1
-    if not patched:
-        raise RuntimeError(f"{module.__name__} has neither build_inline nor build")
+    refuse_builds(module, stop)
 
 
 def patch_sglang_ninja(module):
