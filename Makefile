@@ -19,7 +19,7 @@ LEGACY_DG := sgl-kernel==0.3.5
 DG013 := $(VENV)/sgl-deep-gemm-0.1.3
 # Newer sgl-deep-gemm releases, the same light way (headers + _C.so, never imported): one per generated-code
 # template the GPU-free nvcc backend reproduces and the device sweep checked (keys/cxx_templates.py).
-DG_RELEASES := 0.1.4.post1 0.1.5.post1 0.1.7 0.2.0 0.2.2 0.2.3.post2
+DG_RELEASES := 0.1.4.post1 0.1.5.post1 0.1.5.post3 0.1.7 0.2.0 0.2.2 0.2.3.post2
 # The deep_gemm of sglang-kernel 0.4.2 (sglang 0.5.11; 330 MB wheel), of sgl-kernel 0.3.16.post3 (sglang 0.5.4,
 # SpecForge's pin; 550 MB wheel), of sgl-kernel 0.3.9.post2 (sglang 0.5.2; 379 MB wheel) and of sgl-kernel 0.3.21
 # (sglang 0.5.9, SpecForge's later pin; 536 MB wheel), 28 MB deep_gemm/ each, unpacked the same way as the legacy

@@ -29,7 +29,7 @@ from dgprecompile.planning.manifest import read_manifest
 
 DENSE, MASKED = "GEMM_NT_F8F8BF16", "GROUPED_GEMM_NT_F8F8BF16_MASKED"
 RECORD = json.loads((Path(__file__).resolve().parent / "data" / "sweep_generations_h200.json").read_text())
-PLAN = ["--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8", "--sglang", "0.5.9",
+PLAN = ["--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8", "--sglang", "0.5.8",
         "--moe-runner-backend", "deep_gemm", "--max-tokens", "4096", "--keys-only"]
 ROOT = Path(__file__).resolve().parent.parent
 
