@@ -7,10 +7,11 @@
 #   every m of MS through the embedding, norms, attention linears, q/k norm + rope and the MLP / MoE block;
 #   nothing the driver runs is derived from the plan. Expect: launch rc 0, 0 refusals, 0 new cache files, 0
 #   torch.compile graphs compiled. Then one planned entry of each family deleted (DeepGEMM kernel, SGLang JIT module,
-#   Triton fused_moe_kernel, one FX graph of a torch.compile item): the same proof must exit 1 naming each.
+#   Triton fused_moe_kernel, one FX graph of a torch.compile item; FlashInfer's routing module in a run of its own):
+#   the same proof must exit 1 naming each.
 # usage: SGLANG=0.5.14 SERVER="python -m sglang.launch_server --model-path M --tp 8 --ep 8" CONFIG=config.json \
 #        [MS=1-8192] [MS_DELETED=...] [NAME=model-480b] DGP_GIT=<sha> bash tests/gpu/model_proof.sh
-# writes $OUT/$NAME/{summary.txt,record.json,driver.json,driver_deleted.json,logs.txt}
+# writes $OUT/$NAME/{summary.txt,record.json,driver.json,driver_deleted-run.json,logs.txt}
 # Carry .whl: ../shared/device/fetch-wheels.sh + fetch-sglang.sh + .whl/extra (jsonschema and its 4 wheels, msgspec;
 # with flashinfer_python-0.6.12 and tabulate the real FlashInfer runs; .whl/legacy is not needed: leave it out of the 64 MiB).
 # sgl-kernel and flashinfer (not carried) are tests/standins' named stand-ins; the driver names its own (dgprecompile/launch/model_driver.py).
@@ -79,13 +80,23 @@ python3 tests/gpu/model_proof_summary.py --driver "$d/driver.json" --stderr "$w/
 tail -c 3000 "$w/strict.err" >> "$d/logs.txt"
 stamp deleted
 python3 tests/gpu/model_proof_summary.py --pick-victims "$cache" > "$w/victims.txt" 2>> "$d/logs.txt"
-while read -r fam path; do echo "deleted $fam $path" >> "$d/summary.txt"; rm -rf "$cache/$path"; done < "$w/victims.txt"
-dg launch --manifest "$w/plan.yaml" --cache-dir "$cache" --allow-missing -- "${DRIVER[@]}" --m "$MS_DELETED" \
-  --report "$d/driver_deleted.json" > "$w/del.out" 2> "$w/del.err"
-echo "deleted-entry proof rc=$?" >> "$d/summary.txt"
-python3 tests/gpu/model_proof_summary.py --driver "$d/driver_deleted.json" --stderr "$w/del.err" \
-  --deleted "$w/victims.txt" --label "deleted-run:" >> "$d/summary.txt" 2>&1
-tail -c 2000 "$w/del.err" >> "$d/logs.txt"
+# two deleted-entry runs: FlashInfer's victim (the MoE's top-k routing) runs first in the same MoE call as the Triton
+# MoE victim, so it would hide that one's refusal; it is deleted alone in a second run, the others put back first
+grep -v '^flashinfer ' "$w/victims.txt" > "$w/victims.a"; grep '^flashinfer ' "$w/victims.txt" > "$w/victims.b"
+deleted_run() {  # $1 victims file, $2 label, $3 m range: move the victims aside, run, put them back
+  local aside=$w/aside.$2; mkdir -p "$aside"
+  while read -r fam path; do echo "deleted $fam $path" >> "$d/summary.txt"; mkdir -p "$aside/$(dirname "$path")"
+    mv "$cache/$path" "$aside/$path"; done < "$1"
+  dg launch --manifest "$w/plan.yaml" --cache-dir "$cache" --allow-missing -- "${DRIVER[@]}" --m "$3" \
+    --report "$d/driver_$2.json" > "$w/$2.out" 2> "$w/$2.err"
+  echo "$2 proof rc=$?" >> "$d/summary.txt"
+  python3 tests/gpu/model_proof_summary.py --driver "$d/driver_$2.json" --stderr "$w/$2.err" \
+    --deleted "$1" --label "$2:" >> "$d/summary.txt" 2>&1
+  tail -c 2000 "$w/$2.err" >> "$d/logs.txt"
+  while read -r fam path; do rm -rf "${cache:?}/$path"; mv "$aside/$path" "$cache/$path"; done < "$1"
+}
+deleted_run "$w/victims.a" deleted-run "$MS_DELETED"
+if [ -s "$w/victims.b" ]; then deleted_run "$w/victims.b" deleted-flashinfer-run "${MS_DELETED_FI:-1-8,8192}"; fi
 stamp done
 expects=()
 for f in deepgemm sglang-jit triton-moe triton-host inductor; do  # each family: the driver ran, failed only by refusals
@@ -97,7 +108,7 @@ for f in deepgemm sglang-jit triton-moe inductor; do expects+=(--expect "$f=summ
 if [ "$FLASHINFER" = real ]; then  # its planned modules warmed GPU-free; the one the driver runs deleted and refused
   expects+=(--expect "flashinfer=summary.txt:^family flashinfer: refused 0, new 0$"
             --expect "flashinfer=summary.txt:^driver failures other than refusals: 0$"
-            --expect "flashinfer=summary.txt:^deleted-run: deleted flashinfer refused by name$")
+            --expect "flashinfer=summary.txt:^deleted-flashinfer-run: deleted flashinfer refused by name$")
 fi
 python3 tests/gpu/proof_record.py --name "$NAME" --dir "$d" --out "$d/record.json" --sglang "$SGLANG" --server "$SERVER" \
   --command "SGLANG=$SGLANG SERVER=\"$SERVER\" CONFIG=$CONFIG MS=$MS bash tests/gpu/model_proof.sh" --wheels .whl \
