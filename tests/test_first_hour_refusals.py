@@ -222,18 +222,30 @@ def test_verify_for_another_sm_count_says_what_differs(tmp_path_factory):
 # ---- plan's family table is the profile's own -------------------------------------------------------------------
 
 
-def test_plan_for_an_older_sglang_prints_no_other_releases_family_table():
-    proc = cli("plan", "--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8", "--sglang", "0.5.1")
+def test_plan_for_any_release_names_every_family_and_what_covers_it():
+    # 0.5.1 (read for the rows' paths: 0.5.14): every family is named, the planned ones' rows in their unplanned
+    # form (capture, a note says why), and a note says the release may build other kernels, refused under strict
+    proc = cli("plan", "--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8", "--sglang", "0.5.1", "--json")
     assert proc.returncode == 0, proc.stderr
-    assert "0.5.14" not in proc.stdout and "fused_moe_kernel" not in proc.stdout, proc.stdout
-    assert "other JIT families" not in proc.stdout
-    assert "were read for sglang 0.5.14 only, not for sglang 0.5.0-0.5.1" in " ".join(proc.stderr.split())
-    # 0.5.14 with the DeepGEMM MoE runner plans no Triton MoE item: the table has no Triton MoE row
+    fams = json.loads(proc.stdout)["families"]
+    assert not fams["read_here"]
+    assert {r["family"] for r in fams["rows"]} == {"triton", "flashinfer", "inductor", "cute-dsl", "cuda-driver"}
+    moe = next(r for r in fams["rows"] if r["what"].startswith("fused_moe_kernel"))
+    assert moe["cover"] == "capture" and "none planned for this command" in moe["how"], moe
+    cute = next(r for r in fams["rows"] if r["family"] == "cute-dsl")
+    assert cute["cover"] == "none" and "ExecutionEngine" in cute["how"]  # the reason it is not refused, stated
+    proc = cli("plan", "--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8", "--sglang", "0.5.1")
+    assert "may build other kernels of these families" in " ".join(proc.stderr.split())
+    # 0.5.14 with the DeepGEMM MoE runner plans no Triton MoE item: its row says none was planned
     proc = cli("plan", "--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8", "--sglang", "0.5.14",
-               "--moe-runner-backend", "deep_gemm")
-    assert "other JIT families" in proc.stdout and "fused_moe_kernel" not in proc.stdout, proc.stdout
-    proc = cli("plan", "--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8", "--sglang", "0.5.14")
-    assert "fused_moe_kernel" in proc.stdout
+               "--moe-runner-backend", "deep_gemm", "--json")
+    moe = next(r for r in json.loads(proc.stdout)["families"]["rows"] if r["what"].startswith("fused_moe_kernel"))
+    assert moe["cover"] == "capture", moe
+    proc = cli("plan", "--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8", "--sglang", "0.5.14", "--json")
+    fams = json.loads(proc.stdout)["families"]
+    assert fams["read_here"]
+    moe = next(r for r in fams["rows"] if r["what"].startswith("fused_moe_kernel"))
+    assert moe["cover"] == "warm" and "dgprecompile.compile.triton_moe" in moe["how"], moe
 
 
 # ---- tables at 80 columns, piped: no word split inside a parenthesis; doctor's fix column filled --------------

@@ -29,7 +29,7 @@ from dgprecompile.runtimes.flashinfer import grouped_topk_problem
 
 REPO = Path(__file__).resolve().parent.parent
 QWEN = "python -m sglang.launch_server --model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 --tp 8 --ep 8"
-DSV3 = json.loads((REPO / "tests" / "gpu" / "models" / "DeepSeek-V3.json").read_text())
+DSV3 = json.loads((REPO / "dgprecompile" / "data" / "models" / "DeepSeek-V3.json").read_text())
 FLASHINFER = beside_venv("flashinfer-0.6.12", "flashinfer/__init__.py")
 needs_flashinfer = pytest.mark.skipif(FLASHINFER is None or sglang_014_dir() is None or sgl_deep_gemm_013_dir() is None
                                       or not os.path.exists(NVCC),

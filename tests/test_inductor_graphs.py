@@ -62,7 +62,7 @@ def test_the_480b_server_plans_the_moe_sum_at_its_topk_and_the_embedding_mask_at
 
 
 def test_deepseek_v3_tp8_sums_the_fused_shared_expert_with_its_scale(tmp_path):
-    (tmp_path / "config.json").write_text((REPO / "tests" / "gpu" / "models" / "DeepSeek-V3.json").read_text())
+    (tmp_path / "config.json").write_text((REPO / "dgprecompile" / "data" / "models" / "DeepSeek-V3.json").read_text())
     graphs = _graphs(_plan(f"python -m sglang.launch_server --model-path {tmp_path} --tp 8"))
     assert graphs == {"moe_sum_reduce": {"topk": 9, "hidden": 7168, "dtype": "bfloat16", "scale": 2.5, "m_max": 32},
                       "vocab_mask": {"vocab": 129280, "tp": 8, "dtype": "int64"}}

@@ -18,7 +18,7 @@ from dgprecompile.launch.model_driver import Report, layers_to_keep, new_files, 
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = REPO / "dgprecompile" / "data" / "models"
-DSV3 = REPO / "tests" / "gpu" / "models" / "DeepSeek-V3.json"
+DSV3 = REPO / "dgprecompile" / "data" / "models" / "DeepSeek-V3.json"
 
 
 def test_the_server_command_is_kept_but_its_model_path_and_the_layer_override():

@@ -83,18 +83,14 @@ def render_plan(out: Output, plan: Plan, show_buckets: bool) -> None:
         out.data_text(f"{len(plan.keys)} keys, keys only: DeepGEMM chooses the kernels at warm (sweep, on a GPU)")
     for runtime, items in plan.by_runtime()[1:]:  # every runtime's items beside DeepGEMM's (above), as its kind shows
         TABLES[runtime.kind](out, plan, runtime, items)
-    from dgprecompile.runtimes.captured import coverage
-
-    table = coverage(plan.profile, {s for s, items in (("triton_moe", plan.triton_moe), ("inductor", plan.inductor),
-                                                       ("flashinfer", plan.flashinfer)) if items})
-    if table is None:
-        out.note(f"other JIT families at the first forward (Triton, FlashInfer, inductor, CuTe-DSL) were read for "
-                 f"sglang {coverage()['read_for']} only, not for sglang {plan.profile.id}: not listed")
-    else:
-        out.table(f"other JIT families at the first forward ({table['read_from']})",
-                  ["family", "kernels", "covered by", "strict"],
-                  [[r["family"], r["what"], f"{r['cover']}: {r['how']}", r["strict"]] for r in table["rows"]],
-                  no_wrap=("family",))
+    table = plan.families()
+    out.table(f"every JIT family at the first forward ({table['read_from']})", ["family", "kernels", "covered by",
+              "strict"], [[r["family"], r["what"], f"{r['cover']}: {r['how']}", r["strict"]] for r in table["rows"]],
+              no_wrap=("family",))
+    if not table["read_here"]:
+        out.note(f"the rows' paths were read from sglang {table['read_for']}; sglang {plan.profile.id} may build other "
+                 "kernels of these families: a strict launch refuses each one the cache lacks, by name, and one "
+                 "`launch --capture` run files them")
     for note in plan.notes:
         out.note(note)
 
@@ -129,8 +125,8 @@ def command(plan_request, manifest, config, fmt, show_buckets, output, from_trac
         raise InputError("--format yaml and --json contradict each other", hint="pass --format yaml or --json")
     plan = resolve_plan(plan_request, manifest, trace=from_trace)
     out.info("sglang profile ", styled(plan.profile.id, "bold"), f" ({plan.profile_reason}): {plan.profile.summary}")
-    if fmt == "json" or out.json_mode:
-        out.data_json(plan.to_dict())
+    if fmt == "json" or out.json_mode:  # the manifest, and how each JIT family is covered
+        out.data_json({**plan.to_dict(), "families": plan.families()})
     elif fmt == "yaml":
         out.data_text(dump_yaml(plan.to_dict()))
     else:

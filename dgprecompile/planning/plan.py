@@ -19,6 +19,7 @@ from dgprecompile.planning.models import ModelConfig
 from dgprecompile.planning.profiles import Profile
 from dgprecompile.planning.shapes import Parallel, model_shapes
 from dgprecompile.runtimes import Runtime, get_runtime
+from dgprecompile.runtimes.captured import coverage
 from dgprecompile.runtimes.items import (
     FlashInferItem,
     GemmKey,
@@ -135,6 +136,11 @@ class Plan:
             for aux in pk.aux:
                 out.setdefault(aux, (pk.key, 1))
         return out
+
+    def families(self) -> dict[str, Any]:
+        """Every JIT family a server's first forward meets, each row saying how this plan covers it: its planned
+        items, or what covers them where none is planned (the plan's notes say why)."""
+        return coverage(self.profile, {s for s in ("triton_moe", "inductor", "flashinfer") if getattr(self, s)})
 
     def summary(self) -> dict[str, Any]:
         """The short record of this plan that the cache index (`plans`) and artifacts keep."""

@@ -349,11 +349,13 @@ def not_installed(imports: tuple[str, ...]) -> str | None:
     return None if not absent else f"install {', '.join(absent)} (the job's own releases)"
 
 
-def coverage(profile=None, planned: frozenset[str] | set[str] = frozenset()) -> dict | None:
-    """The per-family coverage table `plan` prints (data/families.yaml): for ``profile`` (a planning Profile), None
-    where the table was not read for its sglang releases; rows of a planned family (``planned: triton_moe``) only
-    where the plan holds such items (``planned`` names the plan's non-empty sections)."""
+def coverage(profile=None, planned: frozenset[str] | set[str] = frozenset()) -> dict:
+    """The per-family coverage table `plan` prints and carries (data/families.yaml), one row per kind of kernel:
+    a planned family's row (``planned: triton_moe``) where the plan holds such items (``planned`` names the plan's
+    non-empty sections), else its ``unplanned`` form (what covers them then; the plan's notes say why none was
+    planned). ``read_here`` says whether the rows' paths were read from ``profile``'s releases: another release
+    may build other kernels of these families (a strict launch refuses any the cache lacks)."""
     table = load_yaml("families.yaml")
-    if profile is not None and not profile.contains(table["read_for"]):
-        return None
-    return {**table, "rows": [r for r in table["rows"] if r.get("planned") in (None, *planned)]}
+    rows = [r if r.get("planned") in (None, *planned) else {**r, **r["unplanned"]}
+            for r in table["rows"] if r.get("planned") in (None, *planned) or "unplanned" in r]
+    return {**table, "rows": rows, "read_here": profile is None or profile.contains(table["read_for"])}
