@@ -47,7 +47,9 @@ dg plan --sglang "$SGLANG" --sglang-cmd "$LOCAL" -o "$w/plan.yaml" > "$d/plan.tx
 echo "plan rc=$?" >> "$d/summary.txt"
 stamp warm
 tw=$(date +%s.%N)
-CUDA_VISIBLE_DEVICES= python3 -m cProfile -o "$w/warm.prof" -m dgprecompile warm --manifest "$w/plan.yaml" \
+# (PROFILE=1: warm's parent under cProfile, which slows it: the speed line below then overstates its wall)
+prof=(); [ "${PROFILE:-0}" = 1 ] && prof=(-m cProfile -o "$w/warm.prof")
+CUDA_VISIBLE_DEVICES= python3 "${prof[@]}" -m dgprecompile warm --manifest "$w/plan.yaml" \
   --cache-dir "$cache" --backend nvcc --sglang-jit on --json > "$d/warm.json" 2> "$w/warm.err"
 echo "warm (GPU hidden) rc=$?" >> "$d/summary.txt"; tail -25 "$w/warm.err" >> "$d/logs.txt"
 # issue 33's speed bound, from warm's own report (bench/bench_triton_warm.py limits): wall / max(sum/workers, longest)
@@ -56,7 +58,7 @@ wall = time.time() - float(sys.argv[2]); lim = limits(json.load(open(sys.argv[1]
 print(f'warm speed: wall {wall:.1f} s, limit {lim[\"limit_s\"]} s (sum/workers {lim[\"sum_over_workers_s\"]} s, longest {lim[\"longest_unit_s\"]} s {lim[\"longest_unit\"]}), ratio {wall / max(lim[\"limit_s\"], 1e-9):.2f}')" \
   "$d/warm.json" "$tw" >> "$d/summary.txt" 2>> "$d/logs.txt"
 # where warm's parent spent its time (cumulative, the 20 costliest calls): the bound above counts all of it
-python3 -c "import pstats, sys; pstats.Stats(sys.argv[1], stream=sys.stdout).sort_stats('cumulative').print_stats(20)" \
+[ -f "$w/warm.prof" ] && python3 -c "import pstats, sys; pstats.Stats(sys.argv[1], stream=sys.stdout).sort_stats('cumulative').print_stats(20)" \
   "$w/warm.prof" 2>&1 | tail -32 > "$d/warm_profile.txt"
 # the torch.compile graphs: inductor's key holds the live GPU's name, so warm builds them where the GPU is visible
 # (by SGLang's own compiled functions at the plan's shapes; the other families are cached from the run above)
