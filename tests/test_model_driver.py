@@ -175,3 +175,54 @@ def test_only_distinct_layers_are_driven_and_a_shape_or_module_change_makes_a_la
     half = dense()
     half.mlp.to(torch.float16)
     assert distinct_layers([dense(), half]) == [0, 1]  # another dtype too
+
+
+def _sampler_reads(source: str) -> set[str]:
+    """The SamplingBatchInfo fields SGLang's Sampler reads on the decode path the driver runs (forward, the logits'
+    preprocessing, sampling from probabilities, the token-id sync), from the release's own sampler.py."""
+    import ast
+
+    tree = ast.parse(source)
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Sampler")
+    wanted = {"forward", "_preprocess_logits", "_sample_from_probs", "_sync_token_ids_across_tp"}
+    reads = set()
+    for fn in cls.body:
+        if isinstance(fn, ast.FunctionDef) and fn.name in wanted:
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
+                        node.value.id == "sampling_info":
+                    reads.add(node.attr)
+    return reads
+
+
+@pytest.mark.parametrize("release", ["0.5.9", "0.5.14", "0.5.17", "0.5.23"])
+def test_the_decode_steps_sampling_standin_has_every_field_the_releases_sampler_reads(release):
+    src = REPO / ".venv" / f"sglang-{release}" / "sglang" / "srt" / "layers" / "sampler.py"
+    if not src.is_file():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"make setup installs sglang {release} beside the venv; {src} is missing")
+        pytest.skip(f"no sglang {release} beside the venv (make setup)")
+    from dgprecompile.launch.model_driver import sampling_standin
+
+    reads = _sampler_reads(src.read_text())
+    assert {"temperatures", "top_ks", "top_ps", "need_top_k_sampling"} <= reads, reads  # the parse found the path
+    info = sampling_standin(3, device="cpu")
+    assert sorted(reads - set(vars(info))) == [], f"sglang {release}'s Sampler reads fields the stand-in lacks"
+    assert info.top_ks.shape == (3,) and info.temperatures.shape == (3, 1)
+
+
+def test_the_flashinfer_victim_is_a_module_the_driver_runs(tmp_path, capsys):
+    # DeepSeek's fused routing where planned, else the decode step's sampling; never the all-reduce fusion, which
+    # one GPU does not run
+    summary = _summary()
+    (tmp_path / "dgprecompile").mkdir()
+    entries = {m: {"entries": [f"flashinfer/0.6.12/90a/cached_ops/{m}"]} for m in ("trtllm_comm", "sampling")}
+    index = {"flashinfer": {f"flashinfer:{m}@0.6.12.sm90a": rec for m, rec in entries.items()}}
+    (tmp_path / "dgprecompile" / "index.json").write_text(json.dumps(index))
+    summary.pick_victims(str(tmp_path))
+    assert capsys.readouterr().out.splitlines() == ["flashinfer flashinfer/0.6.12/90a/cached_ops/sampling"]
+    index["flashinfer"]["flashinfer:dsv3_fused_routing@0.6.12.sm90a"] = {
+        "entries": ["flashinfer/0.6.12/90a/cached_ops/dsv3_fused_routing"]}
+    (tmp_path / "dgprecompile" / "index.json").write_text(json.dumps(index))
+    summary.pick_victims(str(tmp_path))
+    assert capsys.readouterr().out.splitlines() == ["flashinfer flashinfer/0.6.12/90a/cached_ops/dsv3_fused_routing"]

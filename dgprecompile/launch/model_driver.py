@@ -6,7 +6,8 @@ it builds the model with SGLang's own loader (``get_model`` with the ``dummy`` l
 random weights, each quant method's ``process_weights_after_loading``), then runs, for every m of the range, the
 embedding, each decoder layer's norms, its attention block's linears, q/k norm and rope, and its MLP or MoE block
 (the model class's own module with its own gate, top-k and the MoE runner the arguments choose), and the final
-norm. Run it as the job of a strict ``dgprecompile launch``: a refused compile is an error here (reported per
+norm; then a decode step at a few batch sizes (:func:`decode_step`: SGLang's own position clamp, the layers at the
+batch's width, the LM head and SGLang's own Sampler with top-k / top-p). Run it as the job of a strict ``dgprecompile launch``: a refused compile is an error here (reported per
 module, the first m it happened at) and the launch's own checks see every entry a compile would add.
 
 STAND-INS, each named in the report (what one GPU cannot run, or what is not a JIT and is not carried):
@@ -17,6 +18,9 @@ STAND-INS, each named in the report (what one GPU cannot run, or what is not a J
   tp/ep/attention sizes and ranks 0 (their all-reduce returns its input; the shapes are one rank's of the command);
 * the attention core (FA3 / FlashMLA, ahead-of-time kernels of sgl-kernel): not run; its inputs and the o_proj
   after it are;
+* a decode step's requests: sequence lengths drawn at random, one sampling parameter set for all (temperature 0.7,
+  top-k 20, top-p 0.8: Qwen3-Coder's generation_config.json), the LM head's logits of this rank's vocabulary shard
+  (a server gathers the shards first);
 * sgl-kernel's ahead-of-time ops where sgl-kernel itself is a stand-in (rmsnorm, fused_add_rmsnorm, topk_softmax,
   moe_fused_gate, moe_align_block_size, moe_sum_reduce, silu_and_mul): torch code with the same outputs' shapes.
 
@@ -106,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sglang-cmd", required=True)
     p.add_argument("--model-dir", required=True, help="a folder with the model's config.json (no weights)")
     p.add_argument("--m", default="1-8192")
+    p.add_argument("--decode", default="1,8,64", help="a decode step's batch sizes, comma-separated ('': none)")
     p.add_argument("--report", default=None)
     args = p.parse_args(argv)
     from dgprecompile.compile.triton_moe import parse_ms
@@ -120,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     ms = parse_ms(args.m)
     with grad_mode(report):
         drive(model, ms, report)
+        decode_step(model, [int(b) for b in args.decode.split(",") if b], report)
     out = {"sglang_cmd": args.sglang_cmd, "m": [ms[0], ms[-1]], "ms": len(ms), "seconds": round(time.time() - t0, 1),
            "server_args": {k: str(getattr(sa, k, None)) for k in ("tp_size", "ep_size", "moe_runner_backend",
                                                                   "moe_a2a_backend", "attention_backend",
@@ -227,6 +233,80 @@ def drive(model, ms: list[int], report: Report) -> None:
         if getattr(inner, "norm", None) is not None:
             report.call("norm", m, inner.norm, x.clone())
         torch.cuda.synchronize()
+
+
+def decode_step(model, batches: list[int], report: Report) -> None:
+    """One decode step for each batch size, as SGLang's scheduler runs it for that many running requests: the
+    positions from their sequence lengths (forward_batch_info.clamp_position: on CUDA SGLang's own JIT module), each
+    distinct layer at m = batch size with those positions, the LM head's logits and SGLang's own Sampler for
+    requests with top-k / top-p (its sampling backend's kernels: FlashInfer's sampling module by default)."""
+    import torch
+
+    inner = getattr(model, "model", model)
+    hidden = model.config.hidden_size if hasattr(model, "config") else inner.config.hidden_size
+    try:
+        from sglang.srt.model_executor.forward_batch_info import clamp_position
+    except ImportError as exc:
+        clamp_position = None
+        report.notes.append(f"decode: no clamp_position in this release ({exc}): positions by torch")
+    sampler = report.call("decode.Sampler()", 0, _sampler)
+    for bs in batches:
+        seq_lens = torch.randint(2, 4096, (bs,), device="cuda", dtype=torch.int64)  # ScheduleBatch's dtype
+        positions = report.call("decode.clamp_position", bs, clamp_position, seq_lens) if clamp_position else None
+        if positions is None:
+            positions = torch.clamp(seq_lens - 1, min=0)
+        x = (torch.randn(bs, hidden, device="cuda") * 0.1).to(torch.bfloat16)
+        for i in distinct_layers(inner.layers):
+            drive_layer(f"decode.layers.{i}", inner.layers[i], x, positions, bs, report)
+        head = getattr(model, "lm_head", None)
+        if head is None or sampler is None:
+            continue
+        logits = report.call("decode.lm_head", bs, _logits, x, head)
+        if logits is not None:
+            report.call("decode.sampler", bs, _sample, sampler, logits, positions)
+        torch.cuda.synchronize()
+    report.standins.append(f"decode: batches {','.join(map(str, batches))}, random sequence lengths, temperature "
+                           "0.7 / top-k 20 / top-p 0.8 for every request, this rank's vocabulary shard of logits")
+
+
+def _logits(x, head):
+    """The LM head's logits (float32, as SGLang's LogitsProcessor hands the sampler) of this rank's shard."""
+    import torch
+
+    return torch.matmul(x, head.weight.t()).float()
+
+
+def _sampler():
+    from sglang.srt.layers.sampler import Sampler
+
+    return Sampler()
+
+
+def _sample(sampler, logits, positions):
+    """SGLang's own Sampler.forward on the logits of requests that sample with top-k and top-p (the sampling
+    parameters as a SamplingBatchInfo carries them: STAND-IN for the scheduler's batch, the fields it reads)."""
+    from sglang.srt.layers.logits_processor import LogitsProcessorOutput
+
+    info = sampling_standin(logits.shape[0], logits.device)
+    return sampler(LogitsProcessorOutput(next_token_logits=logits), info, False, [], [], positions)
+
+
+def sampling_standin(bs: int, device="cuda"):
+    """STAND-IN for the scheduler's SamplingBatchInfo of ``bs`` requests that all sample with temperature 0.7,
+    top-k 20 and top-p 0.8: the fields SGLang's Sampler reads (tests/test_model_driver.py checks them against each
+    installed release's sampler.py)."""
+    import types
+
+    import torch
+
+    return types.SimpleNamespace(
+        has_custom_logit_processor=False, is_all_greedy=False, need_top_p_sampling=True, need_top_k_sampling=True,
+        need_min_p_sampling=False, temperatures=torch.full((bs, 1), 0.7, device=device),
+        top_ks=torch.full((bs,), 20, dtype=torch.int32, device=device),
+        top_ps=torch.full((bs,), 0.8, device=device), min_ps=torch.zeros(bs, device=device), sampling_seed=None,
+        grammars=None, vocab_mask=None, logit_bias=None, max_top_k=20,
+        # no request asks for its sampling mask or logprobs (0.5.17's and 0.5.23's capture of them)
+        return_sampling_masks=False, sampling_mask_batch_indices=None, sampling_support_logprobs_capture_indices=None)
 
 
 def layer_signature(layer) -> tuple:

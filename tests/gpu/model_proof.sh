@@ -4,7 +4,8 @@
 #   -> warm with the GPU visible (only the torch.compile graphs are left: SGLang's own compiled functions at the plan's
 #   shapes, runtimes/inductor.py) -> verify -> strict `dgprecompile launch` of python -m dgprecompile.launch.model_driver, which builds SGLang's OWN
 #   model for one rank from the SAME command and config.json (its prepare_server_args, its dummy loader) and runs
-#   every m of MS through the embedding, norms, attention linears, q/k norm + rope and the MLP / MoE block;
+#   every m of MS through the embedding, norms, attention linears, q/k norm + rope and the MLP / MoE block, then a
+#   decode step at batches 1, 8, 64 (SGLang's position clamp, the layers, the LM head, SGLang's own Sampler);
 #   nothing the driver runs is derived from the plan. Expect: launch rc 0, 0 refusals, 0 new cache files, 0
 #   torch.compile graphs compiled. Then one planned entry of each family deleted (DeepGEMM kernel, SGLang JIT module,
 #   Triton fused_moe_kernel, one FX graph of a torch.compile item; FlashInfer's routing module in a run of its own):
@@ -104,7 +105,8 @@ expects=()
 for f in deepgemm sglang-jit triton-moe triton-host inductor; do  # each family: the driver ran, failed only by refusals
   expects+=(--expect "$f=summary.txt:^driver: [1-9][0-9]* modules" \
             --expect "$f=summary.txt:^driver failures other than refusals: 0$" \
-            --expect "$f=summary.txt:^family $f: refused 0, new 0$")
+            --expect "$f=summary.txt:^family $f: refused 0, new 0$"
+            --expect "$f=summary.txt:^decode step: [1-9][0-9]* calls; sampler [1-9]")
 done
 for f in deepgemm sglang-jit triton-moe inductor; do expects+=(--expect "$f=summary.txt:^deleted-run: deleted $f refused by name$"); done
 if [ "$FLASHINFER" = real ]; then  # its planned modules warmed GPU-free; the one the driver runs deleted and refused

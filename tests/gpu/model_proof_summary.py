@@ -114,6 +114,10 @@ def summarise(args) -> int:
         new.setdefault("inductor", []).append(f"{compiled} torch.compile graph(s) compiled")
     say(f"driver: {len(driver.get('calls', {}))} modules, {sum(driver.get('calls', {}).values())} calls, "
           f"{driver.get('ms')} m in {driver.get('seconds')} s; stand-ins: {'; '.join(driver.get('standins', []))}")
+    calls = driver.get("calls", {})
+    decode = {k: v for k, v in calls.items() if k.startswith("decode.")}
+    say(f"decode step: {sum(decode.values())} calls; sampler {calls.get('decode.sampler', 0)}, clamp_position "
+        f"{calls.get('decode.clamp_position', 0)}, layers' modules {sum(v for k, v in decode.items() if '.layers.' in k)}")
     for fam in FAMILIES:
         say(f"family {fam}: refused {len(refused.get(fam, []))}, new {len(new.get(fam, []))}")
         for line in (refused.get(fam, []) + new.get(fam, []))[:3]:
@@ -150,8 +154,10 @@ def pick_victims(root: str) -> int:
                  None)
     if graph is not None:
         print(f"inductor {graph}")
-    # the FlashInfer module the driver runs (DeepSeek's fused routing; sampling and the all-reduce fusion it does not)
-    fused = next((e for item, rec in sorted(index.get("flashinfer", {}).items()) if "dsv3_fused_routing" in item
+    # a FlashInfer module the driver runs: DeepSeek's fused routing where planned, else the decode step's sampling
+    # (the all-reduce fusion it does not run: one GPU has no collectives)
+    modules = sorted(index.get("flashinfer", {}).items(), key=lambda kv: "dsv3_fused_routing" not in kv[0])
+    fused = next((e for item, rec in modules if "dsv3_fused_routing" in item or "sampling" in item
                   for e in rec.get("entries", [])), None)
     if fused is not None:
         print(f"flashinfer {fused}")
