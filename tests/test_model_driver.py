@@ -212,8 +212,8 @@ def test_the_decode_steps_sampling_standin_has_every_field_the_releases_sampler_
 
 
 def test_the_flashinfer_victim_is_a_module_the_driver_runs(tmp_path, capsys):
-    # DeepSeek's fused routing where planned, else the decode step's sampling; never the all-reduce fusion, which
-    # one GPU does not run
+    # the decode step's sampling (on no other victim's call path), else DeepSeek's fused routing; never the all-reduce
+    # fusion, which one GPU does not run
     summary = _summary()
     (tmp_path / "dgprecompile").mkdir()
     entries = {m: {"entries": [f"flashinfer/0.6.12/90a/cached_ops/{m}"]} for m in ("trtllm_comm", "sampling")}
@@ -223,6 +223,10 @@ def test_the_flashinfer_victim_is_a_module_the_driver_runs(tmp_path, capsys):
     assert capsys.readouterr().out.splitlines() == ["flashinfer flashinfer/0.6.12/90a/cached_ops/sampling"]
     index["flashinfer"]["flashinfer:dsv3_fused_routing@0.6.12.sm90a"] = {
         "entries": ["flashinfer/0.6.12/90a/cached_ops/dsv3_fused_routing"]}
+    (tmp_path / "dgprecompile" / "index.json").write_text(json.dumps(index))
+    summary.pick_victims(str(tmp_path))
+    assert capsys.readouterr().out.splitlines() == ["flashinfer flashinfer/0.6.12/90a/cached_ops/sampling"]
+    del index["flashinfer"]["flashinfer:sampling@0.6.12.sm90a"]  # --sampling-backend pytorch: the routing module
     (tmp_path / "dgprecompile" / "index.json").write_text(json.dumps(index))
     summary.pick_victims(str(tmp_path))
     assert capsys.readouterr().out.splitlines() == ["flashinfer flashinfer/0.6.12/90a/cached_ops/dsv3_fused_routing"]

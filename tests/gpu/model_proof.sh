@@ -83,9 +83,11 @@ python3 tests/gpu/model_proof_summary.py --driver "$d/driver.json" --stderr "$w/
 tail -c 3000 "$w/strict.err" >> "$d/logs.txt"
 stamp deleted
 python3 tests/gpu/model_proof_summary.py --pick-victims "$cache" > "$w/victims.txt" 2>> "$d/logs.txt"
-# two deleted-entry runs: FlashInfer's victim (the MoE's top-k routing) runs first in the same MoE call as the Triton
-# MoE victim, so it would hide that one's refusal; it is deleted alone in a second run, the others put back first
-grep -v '^flashinfer ' "$w/victims.txt" > "$w/victims.a"; grep '^flashinfer ' "$w/victims.txt" > "$w/victims.b"
+# FlashInfer's victim is the decode step's sampling module; where it is DeepSeek's routing instead (no sampling module
+# planned), that one runs before the Triton MoE victim in the same MoE call and would hide its refusal: it is then
+# deleted alone in a second run, the others put back first
+grep -v '^flashinfer .*dsv3_fused_routing' "$w/victims.txt" > "$w/victims.a"
+grep '^flashinfer .*dsv3_fused_routing' "$w/victims.txt" > "$w/victims.b"
 deleted_run() {  # $1 victims file, $2 label, $3 m range: move the victims aside, run, put them back
   local aside=$w/aside.$2; mkdir -p "$aside"
   while read -r fam path; do echo "deleted $fam $path" >> "$d/summary.txt"; mkdir -p "$aside/$(dirname "$path")"
@@ -112,7 +114,7 @@ for f in deepgemm sglang-jit triton-moe inductor; do expects+=(--expect "$f=summ
 if [ "$FLASHINFER" = real ]; then  # its planned modules warmed GPU-free; the one the driver runs deleted and refused
   expects+=(--expect "flashinfer=summary.txt:^family flashinfer: refused 0, new 0$"
             --expect "flashinfer=summary.txt:^driver failures other than refusals: 0$"
-            --expect "flashinfer=summary.txt:^deleted-flashinfer-run: deleted flashinfer refused by name$")
+            --expect "flashinfer=summary.txt:^deleted(-flashinfer)?-run: deleted flashinfer refused by name$")
 fi
 python3 tests/gpu/proof_record.py --name "$NAME" --dir "$d" --out "$d/record.json" --sglang "$SGLANG" --server "$SERVER" \
   --command "SGLANG=$SGLANG SERVER=\"$SERVER\" CONFIG=$CONFIG MS=$MS bash tests/gpu/model_proof.sh" --wheels .whl \

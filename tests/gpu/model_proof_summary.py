@@ -154,9 +154,10 @@ def pick_victims(root: str) -> int:
                  None)
     if graph is not None:
         print(f"inductor {graph}")
-    # a FlashInfer module the driver runs: DeepSeek's fused routing where planned, else the decode step's sampling
-    # (the all-reduce fusion it does not run: one GPU has no collectives)
-    modules = sorted(index.get("flashinfer", {}).items(), key=lambda kv: "dsv3_fused_routing" not in kv[0])
+    # a FlashInfer module the driver runs: the decode step's sampling, which shares no call with another victim,
+    # else DeepSeek's fused routing (model_proof.sh deletes that one in a run of its own: it runs before the Triton
+    # MoE victim in the same MoE call); never the all-reduce fusion, which one GPU does not run
+    modules = sorted(index.get("flashinfer", {}).items(), key=lambda kv: "sampling" not in kv[0])
     fused = next((e for item, rec in modules if "dsv3_fused_routing" in item or "sampling" in item
                   for e in rec.get("entries", [])), None)
     if fused is not None:
