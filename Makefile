@@ -117,7 +117,7 @@ run: $(RUN_STAMP)
 	$(BIN)/dgprecompile verify --manifest $(MANIFEST) --cache-dir $(CACHE_DIR)
 
 test: $(TEST_STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=15
 
 plan: $(RUN_STAMP)
 	$(BIN)/dgprecompile plan --model $(MODEL) --tp $(TP) --ep $(EP) --sglang $(SGLANG)
