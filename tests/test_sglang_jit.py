@@ -209,6 +209,12 @@ def test_kernels_and_modules_share_one_worker_budget(tmp_path):
     assert sorted(summary["sglang_jit_module_ids"]) == sorted([V2, ACT])
     assert set(summary["item_seconds"]) >= {V2, ACT} and len(summary["item_seconds"]) == summary["compiled"]
     assert "worker failed to start" not in r.stderr
+    # the timeline says when each item was handed out and when the zygote's imports (sglang's builders) were done:
+    # the modules, which need those imports, start after them
+    line = summary["timeline"]
+    assert set(line["unit_started_s"]) == set(summary["item_seconds"]), line
+    assert 0 < line["zygote_import_s"] <= line["zygote_preloaded_s"] <= line["last_kernel_done_s"], line
+    assert min(line["unit_started_s"][m] for m in (V2, ACT)) >= line["zygote_preloaded_s"] - 0.5, line
 
 
 ZYGOTE_PROBE = r"""

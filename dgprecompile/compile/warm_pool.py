@@ -229,6 +229,9 @@ class _Run:
         if event is None:
             return []
         i = event["worker"]
+        if event.get("event") == "preloaded":  # the zygote's imports are done: its other workers fork now
+            self.result.preloaded_seconds = (time.perf_counter() - self.start, event["seconds"])
+            return []
         if event.get("event") == "spawned":
             self.procs.pids[i] = event["pid"]
         elif event.get("event") == "exit":
@@ -296,6 +299,8 @@ class _Run:
     def apply(self, actions: list[Action]) -> None:
         for action in actions:
             target = self.items[action.job.id] if isinstance(action, Send) else None
+            if isinstance(action, Send):  # when each unit was handed out (the timeline's critical path)
+                self.result.started[action.job.id] = time.perf_counter() - self.start
             if isinstance(target, Chunk):
                 self._start_chunk(action.worker, target)
             elif isinstance(action, Send):

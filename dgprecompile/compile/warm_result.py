@@ -27,6 +27,8 @@ class WarmResult:
     no_space_tmpdir: bool = False  # the full filesystem is TMPDIR's (the compilers' scratch), not the cache's
     unindexed: list[str] = field(default_factory=list)  # installed, not yet in the index (the next warm adds them)
     ready_seconds: list[float] = field(default_factory=list)  # when each worker was set up, from the start
+    started: dict[str, float] = field(default_factory=dict)  # when each unit was handed out, from the start
+    preloaded_seconds: tuple[float, float] | None = None  # when the zygote's imports were done, and how long they took
     last_result_seconds: float = 0.0  # when the last kernel finished, from the start
     wall_seconds: float = 0.0
     cache_bytes: int = 0
@@ -66,7 +68,10 @@ class WarmResult:
                 "triton_moe_chunk_seconds": {k: round(v, 2) for k, v in sorted(self.chunk_seconds.items())},
                 "timeline": {"workers_ready_first_s": round(min(self.ready_seconds), 2) if self.ready_seconds else None,
                              "workers_ready_last_s": round(max(self.ready_seconds), 2) if self.ready_seconds else None,
-                             "last_kernel_done_s": round(self.last_result_seconds, 2)}}
+                             "last_kernel_done_s": round(self.last_result_seconds, 2),
+                             **({"zygote_preloaded_s": round(self.preloaded_seconds[0], 2),
+                                 "zygote_import_s": self.preloaded_seconds[1]} if self.preloaded_seconds else {}),
+                             "unit_started_s": {k: round(v, 2) for k, v in sorted(self.started.items())}}}
 
 
 def record_event(event: dict[str, Any], result: WarmResult, on_event: Callable[[dict[str, Any]], None]) -> None:

@@ -316,7 +316,9 @@ def zygote(job: dict, workers: list[dict]) -> int:
     early = int(job.get("early_workers") or 0)
     light = {**job, "backends": {k: v for k, v in job["backends"].items() if not get_backend(k).preload}}
     _fork(light, workers[:early], 0, own_fds, children, out)
+    t0 = time.monotonic()
     _preload(job)  # no CUDA here: children initialise their own device after the fork
+    _tell(out, {"event": "preloaded", "worker": -1, "seconds": round(time.monotonic() - t0, 2)})
     _fork(job, workers[early:], early, own_fds, children, out)
     for fd in own_fds:
         os.close(fd)
