@@ -1,5 +1,5 @@
-"""FlashInfer's JIT modules for the sglang releases after 0.5.15 (data/flashinfer_modules.yaml, runtimes/flashinfer.py):
-what `plan` lists for the 0.5.17 and 0.5.23 server commands of Qwen3-MoE FP8 (--tp 8 --ep 8) and DeepSeek-V3 FP8
+"""FlashInfer's JIT modules for sglang releases other than 0.5.14 (data/flashinfer_modules.yaml, runtimes/flashinfer.py):
+what `plan` lists for the 0.5.9, 0.5.17 and 0.5.23 server commands of Qwen3-MoE FP8 (--tp 8 --ep 8) and DeepSeek-V3 FP8
 (--tp 8), what it names as not built and why, and the data file checked against the real wheels beside the venv
 (each sglang's METADATA pin and its all-reduce fusion's architectures; each flashinfer-python's spec class)."""
 
@@ -67,6 +67,18 @@ def test_the_two_models_plan_the_modules_their_path_builds(sglang, tmp_path):
     assert all(it.why == DATA["modules"][it.module]["releases"][sglang] for it in dsv3.flashinfer.values())
 
 
+def test_059_samples_with_sgl_kernel_and_routes_dsv3_with_its_fused_shared_expert(tmp_path):
+    qwen = _plan(QWEN, "0.5.9")
+    assert _modules(qwen) == ["trtllm_comm"] and qwen.flashinfer["flashinfer:trtllm_comm@0.6.3.sm90a"]
+    assert any("sampling: not used by sglang 0.5.9 (layers/sampler.py:21-26" in n for n in qwen.notes)
+    dsv3 = _plan(_dsv3(tmp_path), "0.5.9")
+    assert _modules(dsv3) == ["trtllm_comm"]  # --tp 8 fuses the shared expert: FlashInfer's routing is skipped
+    assert any("dsv3_fused_routing: not built by this server (1 shared expert(s) fused into the routed MoE" in n
+               for n in dsv3.notes)
+    unfused = _plan(_dsv3(tmp_path) + " --disable-shared-experts-fusion", "0.5.9")
+    assert _modules(unfused) == ["trtllm_comm", "dsv3_fused_routing"]
+
+
 @pytest.mark.parametrize("sglang", ["0.5.17", "0.5.23"])
 def test_the_commands_own_switches_name_what_is_not_built(sglang, tmp_path):
     off = _plan(QWEN + " --sampling-backend pytorch --enforce-disable-flashinfer-allreduce-fusion", sglang)
@@ -130,10 +142,11 @@ def test_the_data_matches_each_installed_sglang_release():
         topk = (where / "sglang" / "srt" / "layers" / "moe" / "topk.py").read_text()
         assert ("        and renormalize\n" in topk) == release.get("routing_needs_renormalize", False), version
         checked.append(version)
-    assert {"0.5.14", "0.5.15", "0.5.16", "0.5.17", "0.5.23"} <= set(checked) or not _sglang("0.5.23"), checked
+    assert {"0.5.9", "0.5.14", "0.5.15", "0.5.16", "0.5.17", "0.5.23"} <= set(checked) or not _sglang("0.5.23"), \
+        checked
 
 
-@pytest.mark.parametrize("version", ["0.6.12", "0.7.2"])
+@pytest.mark.parametrize("version", ["0.6.3", "0.6.12", "0.7.2"])
 def test_the_spec_class_and_prebuilt_modules_match_each_installed_flashinfer(version):
     here = beside_venv(f"flashinfer-{version}", "flashinfer/jit/core.py")
     if here is None:

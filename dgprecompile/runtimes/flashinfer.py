@@ -61,19 +61,23 @@ class FlashInferModules(PackageKeyed):
 
     # -- planning --
     def plan_items(self, config: dict, *, tp: int, sglang_version: str | None,
-                   options: dict[str, Any] | None = None) -> tuple[list[FlashInferItem], list[str]]:
-        """The modules the server's path builds (its config.json, tensor-parallel size, release, options), and
-        notes saying what was left out and why."""
+                   options: dict[str, Any] | None = None,
+                   fused_shared_experts: int = 0) -> tuple[list[FlashInferItem], list[str]]:
+        """The modules the server's path builds (its config.json, tensor-parallel size, release, options, the shared
+        experts planning fused into the routed MoE), and notes saying what was left out and why."""
         doc = self.data()
         release = doc["releases"].get(sglang_version or "")
         if release is None:
             return [], ([f"{self.label}: not planned: sglang {sglang_version}'s source was not read for them "
                          f"(data/flashinfer_modules.yaml reads {release_span(doc)})"] if sglang_version else [])
-        facts = path_facts(config, tp, doc["fusion_architectures"][release["fusion"]], options or {},
-                           needs_renormalize=release.get("routing_needs_renormalize", False))
+        facts = path_facts(config, tp, doc["fusion_architectures"][release["fusion"]], options or {}, release,
+                           fused_shared_experts)
         prebuilt = doc["flashinfer"][release["flashinfer"]].get("prebuilt", {})
         items, notes = [], []
         for name, m in doc["modules"].items():
+            if sglang_version in m.get("absent", {}):
+                notes.append(f"{self.label}: {name}: not used by sglang {sglang_version} ({m['absent'][sglang_version]})")
+                continue
             why_not = facts.get(m["when"])
             if why_not:
                 notes.append(f"{self.label}: {name}: not built by this server ({why_not})")
@@ -124,17 +128,22 @@ class FlashInferModules(PackageKeyed):
         return f"{', '.join(record['entries'])} (flashinfer-python {record.get('flashinfer')}, {record.get('arch')})"
 
 
+FUSION_OFF_BY = ("enforce_disable_flashinfer_allreduce_fusion", "enable_deterministic_inference")
+
+
 def path_facts(config: dict, tp: int, fusion_architectures: list[str], options: dict[str, Any],
-               needs_renormalize: bool = False) -> dict[str, str]:
-    """Per ``when`` of the data file: why this server does not build such a module ('' where it does)."""
+               release: dict[str, Any] | None = None, fused_shared_experts: int = 0) -> dict[str, str]:
+    """Per ``when`` of the data file: why this server does not build such a module ('' where it does). ``release``:
+    the data file's facts of the sglang release (which switches turn the fusion off, the routing's extra limits)."""
+    release = release or {}
     arch = (config.get("architectures") or ["?"])[0]
     given = options.get("flashinfer_allreduce_fusion_backend")  # the command's own choice wins over the auto rule
     if given is None and options.get("enable_flashinfer_allreduce_fusion"):
-        given = "auto"  # the deprecated switch: auto (0.5.14 server_args.py:2731-2740, later arg_groups)
+        given = "auto"  # 0.5.9-0.5.13's switch; from 0.5.14 deprecated to auto (server_args.py:2731-2740)
     auto = (given is None and tp > 1 and arch in fusion_architectures and not options.get("enable_dp_attention")
-            and int(options.get("nnodes") or 1) == 1 and options.get("moe_a2a_backend") in (None, "none"))
-    off = [s for s in ("enforce_disable_flashinfer_allreduce_fusion", "enable_deterministic_inference")
-           if options.get(s)]  # both win over the auto rule and a given backend
+            and int(options.get("nnodes") or 1) == 1 and options.get("moe_a2a_backend") in (None, "none")
+            and not (release.get("fusion_off_with_attn_cp") and int(options.get("attn_cp_size") or 1) > 1))
+    off = [s for s in release.get("fusion_off_by", FUSION_OFF_BY) if options.get(s)]  # wins over auto and given
     fusion = ("" if (given in ("auto", "trtllm") or auto) and not off
               else f"the all-reduce fusion is off: tp {tp}, {arch}"
               + (f", backend {given} (not trtllm on sm_90)" if given not in (None, "auto", "trtllm") else "")
@@ -143,8 +152,11 @@ def path_facts(config: dict, tp: int, fusion_architectures: list[str], options: 
     sampling_off = ("" if sampling in (None, "flashinfer") else f"--sampling-backend {sampling}")
     if options.get("enable_deterministic_inference") and sampling != "ascend":
         sampling_off = "--enable-deterministic-inference: sampling backend pytorch"
-    return {"always": sampling_off,
-            "allreduce_fusion": fusion, "grouped_topk": grouped_topk_problem(config, needs_renormalize)}
+    routing = grouped_topk_problem(config, release.get("routing_needs_renormalize", False))
+    if not routing and release.get("routing_needs_no_fused_shared") and fused_shared_experts:
+        routing = (f"{fused_shared_experts} shared expert(s) fused into the routed MoE: its fused routing asks "
+                   "num_fused_shared_experts == 0")
+    return {"always": sampling_off, "allreduce_fusion": fusion, "grouped_topk": routing}
 
 
 def grouped_topk_problem(config: dict, needs_renormalize: bool = False) -> str:
