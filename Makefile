@@ -68,6 +68,10 @@ TRITON_DIR := $(VENV)/triton-3.6.0
 # JIT modules GPU-free with FlashInfer's own JitSpec and builder (apache-tvm-ffi comes from SGL014).
 FLASHINFER_DIR := $(VENV)/flashinfer-0.6.12
 FLASHINFER_PKGS := flashinfer-python==0.6.12 einops==0.8.2 tabulate==0.10.0 nvidia-ml-py==13.615.71
+# flashinfer-python 0.7.2 (what sglang 0.5.23 pins: the first FlashInfer whose nvcc modules are JitSpecNvcc under an
+# abstract JitSpec; a 65 MB wheel, about 600 MB installed) the same way, for the same tests against its own builder
+FLASHINFER_072 := $(VENV)/flashinfer-0.7.2
+FLASHINFER_072_PKGS := flashinfer-python==0.7.2 einops==0.8.2 tabulate==0.10.0 nvidia-ml-py==13.615.71
 
 MODEL ?= Qwen3-Coder-480B
 TP ?= 8
@@ -100,6 +104,7 @@ $(TEST_STAMP): $(RUN_STAMP)
 	$(BIN)/pip install -q --no-deps --target $(SGL014) $(SGL014_PKGS)
 	$(BIN)/pip install -q --no-deps --target $(TRITON_DIR) triton==3.6.0 einops==0.8.1
 	$(BIN)/pip install -q --no-deps --target $(FLASHINFER_DIR) $(FLASHINFER_PKGS)
+	$(BIN)/pip install -q --no-deps --target $(FLASHINFER_072) $(FLASHINFER_072_PKGS)
 	for w in $(SK_DG); do $(UNPACK) $$w $(VENV)/$$(echo $$w | sed 's/==/-/') || exit 1; done  # one each: two sgl-kernel versions in one call conflict
 	$(BIN)/python scripts/update_sglang_args.py --fetch $(SGL_WHEELS)
 	$(BIN)/pip download -q --no-deps --only-binary :all: -d .cache/wheels sgl-deep-gemm==0.1.3  # tests/test_unpack_tool.py: a real wheel (4.6 MB), outside the venv

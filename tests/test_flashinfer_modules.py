@@ -1,11 +1,12 @@
 """FlashInfer's JIT modules as a planned runtime (runtimes/flashinfer.py, data/flashinfer_modules.yaml): `plan` lists
 the modules a server's path builds; `warm` builds one GPU-free with flashinfer-python 0.6.12's own JitSpec and
-builder (real nvcc for sm_90a) into the cache's flashinfer area; verify, a second warm and a strict launch (the
-startup hook: a built module is loaded without FlashInfer's ninja, a missing one refused by name) against it.
+builder (sglang 0.5.14's pin) and with 0.7.2's JitSpecNvcc (sglang 0.5.23's pin: the restructured JitSpec), real
+nvcc for sm_90a, into the cache's flashinfer area; verify, a second warm and a strict launch (the startup hook: a
+built module is loaded without FlashInfer's ninja, a missing one refused by name) against it, per version.
 
 This machine has no GPU and no driver: where a module links libcuda, it links against a named STAND-IN libcuda.so
 (compile/flashinfer_modules.py). The module built is FlashInfer's dsv3 router GEMM (one source file, ~15 s
-here), not one the H200 plans (SGLang calls it on sm 100/103 only): the planned ones need headers (curand.h,
+here with 0.6.12, ~25 s with 0.7.2), not one the H200 plans (SGLang calls it on sm 100/103 only): the planned ones need headers (curand.h,
 cublasLt.h) that this machine's nvcc-only toolkit lacks, or minutes of compiling (trtllm_comm)."""
 
 from __future__ import annotations
@@ -30,11 +31,19 @@ from dgprecompile.runtimes.flashinfer import grouped_topk_problem
 REPO = Path(__file__).resolve().parent.parent
 QWEN = "python -m sglang.launch_server --model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 --tp 8 --ep 8"
 DSV3 = json.loads((REPO / "dgprecompile" / "data" / "models" / "DeepSeek-V3.json").read_text())
-FLASHINFER = beside_venv("flashinfer-0.6.12", "flashinfer/__init__.py")
-needs_flashinfer = pytest.mark.skipif(FLASHINFER is None or sglang_014_dir() is None or sgl_deep_gemm_013_dir() is None
-                                      or not os.path.exists(NVCC),
-                                      reason="flashinfer-python 0.6.12 and sglang 0.5.14 beside the venv, and nvcc "
-                                             "(make setup)")
+# each flashinfer-python the tests build with, the sglang release that pins it, and its folder beside the venv
+PINS = {"0.6.12": "0.5.14", "0.7.2": "0.5.23"}
+FLASHINFER = {v: beside_venv(f"flashinfer-{v}", "flashinfer/__init__.py") for v in PINS}
+# the sgl-deep-gemm that release runs (warm checks the installed DeepGEMM against the plan's; never imported here)
+DEEP_GEMM = {"0.6.12": sgl_deep_gemm_013_dir(),
+             "0.7.2": beside_venv("sgl-deep-gemm-0.2.3.post2", "deep_gemm/include/deep_gemm")}
+
+
+def _missing(version: str) -> str | None:
+    if FLASHINFER[version] is None or sglang_014_dir() is None or DEEP_GEMM[version] is None:
+        return (f"flashinfer-python {version}, sglang 0.5.14 and sglang {PINS[version]}'s sgl-deep-gemm beside the "
+                "venv (make setup)")
+    return None if os.path.exists(NVCC) else "nvcc (make setup)"
 
 
 def _plan(cmd: str, sglang: str = "0.5.14"):
@@ -61,8 +70,9 @@ def test_each_server_plans_the_modules_its_path_builds(tmp_path):
     assert off.flashinfer == {}  # the command's own switches
     assert any("--sampling-backend pytorch" in n for n in off.notes)
     assert any("--enforce-disable-flashinfer-allreduce-fusion" in n for n in off.notes)
-    old = _plan(QWEN, "0.5.23")
-    assert old.flashinfer == {} and any("0.5.23's source was not read" in n for n in old.notes)
+    old = _plan(QWEN, "0.5.8")
+    assert old.flashinfer == {} and any("0.5.8's source was not read" in n and "reads 0.5.9-0.5.23" in n
+                                        for n in old.notes)
 
 
 def test_fused_routing_follows_sglangs_limits():
@@ -83,84 +93,99 @@ def test_the_manifest_carries_the_items_and_refuses_a_changed_one():
         plan_from_dict(data)
 
 
-# ---- the build, with flashinfer-python 0.6.12's own builder and real nvcc ----------------------------------
+# ---- the build, with each flashinfer-python's own builder and real nvcc --------------------------------------
 
 
-def _env() -> dict[str, str]:
+def _env(version: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FLASHINFER_", "DGPRECOMPILE_"))}
-    env.update({"PYTHONPATH": os.pathsep.join([FLASHINFER, sglang_014_dir(), sgl_deep_gemm_013_dir(), str(REPO)]),
+    env.update({"PYTHONPATH": os.pathsep.join([FLASHINFER[version], sglang_014_dir(), DEEP_GEMM[version],
+                                               str(REPO)]),
                 "CUDA_VISIBLE_DEVICES": "",
                 "PATH": os.path.dirname(NVCC) + os.pathsep + os.environ.get("PATH", "")})
     env.pop("CUDA_HOME", None)
     return env
 
 
-def _dgp(*args, env=None, timeout=900) -> subprocess.CompletedProcess:
+def _dgp(*args, env, timeout=900) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "dgprecompile", *map(str, args)], capture_output=True, text=True,
-                          env=env or _env(), timeout=timeout)
+                          env=env, timeout=timeout)
 
 
-ROUTER = {"id": "flashinfer:dsv3_router_gemm@0.6.12.sm90a", "module": "dsv3_router_gemm",
-          "spec": "flashinfer.jit.dsv3_optimizations:gen_dsv3_router_gemm_module", "flashinfer": "0.6.12",
-          "arch": "9.0a", "why": "a test's item (flashinfer/gemm/routergemm.py:122)"}
+def _router(version: str) -> dict[str, str]:
+    return {"id": f"flashinfer:dsv3_router_gemm@{version}.sm90a", "module": "dsv3_router_gemm",
+            "spec": "flashinfer.jit.dsv3_optimizations:gen_dsv3_router_gemm_module", "flashinfer": version,
+            "arch": "9.0a", "why": "a test's item (flashinfer/gemm/routergemm.py)"}
 
 
-@pytest.fixture(scope="module")
-def warmed(tmp_path_factory):
-    """The 480B server plan with its other items dropped (a test's trim) and one FlashInfer module, warmed."""
-    tmp = tmp_path_factory.mktemp("fi")
-    data = _plan(QWEN).to_dict()
+@pytest.fixture(scope="module", params=list(PINS))
+def warmed(request, tmp_path_factory):
+    """The 480B server plan of the sglang release that pins this flashinfer-python, its other items dropped (a
+    test's trim) and one FlashInfer module, warmed."""
+    version = request.param
+    if _missing(version):
+        pytest.skip(_missing(version))
+    tmp = tmp_path_factory.mktemp(f"fi-{version}")
+    data = _plan(QWEN, PINS[version]).to_dict()
     for shape in data["shapes"]:
         shape["buckets"], shape["aux_kernels"] = [], []
     data["kernels"], data["total_kernels"] = [], 0
     for section in ("sglang_jit_modules", "triton_moe", "inductor"):
         data.pop(section, None)
-    data["flashinfer"] = [ROUTER]
+    data["flashinfer"] = [_router(version)]
     manifest = tmp / "plan.yaml"
     write_manifest(plan_from_dict(data), manifest)
     cache = tmp / "cache"
-    w = _dgp("warm", "--manifest", manifest, "--cache-dir", cache, "--nvcc", NVCC, "--sglang-jit", "on", "--json")
-    return tmp, manifest, cache, w
+    w = _dgp("warm", "--manifest", manifest, "--cache-dir", cache, "--nvcc", NVCC, "--sglang-jit", "on", "--json",
+             env=_env(version))
+    return version, tmp, manifest, cache, w
 
 
-@needs_flashinfer
 def test_warm_builds_the_module_gpu_free_and_files_it_where_flashinfer_looks(warmed):
-    _, manifest, cache, w = warmed
+    version, _, manifest, cache, w = warmed
+    router = _router(version)
     assert w.returncode == 0, w.stdout + w.stderr
     report = json.loads(w.stdout)
-    assert report["compiled"] == 1 and ROUTER["id"] in report["item_seconds"], report
-    so = cache / "flashinfer" / "0.6.12" / "90a" / "cached_ops" / "dsv3_router_gemm" / "dsv3_router_gemm.so"
+    assert report["compiled"] == 1 and router["id"] in report["item_seconds"], report
+    entry = f"flashinfer/{version}/90a/cached_ops/dsv3_router_gemm"
+    so = cache / entry / "dsv3_router_gemm.so"
     assert so.read_bytes()[:4] == b"\x7fELF" and sorted(p.name for p in so.parent.iterdir()) == [so.name]
     # FlashInfer's own path for it, under the variable launch sets, is this file (through the hidden base's link)
     index = json.loads((cache / "dgprecompile" / "index.json").read_text())
-    record = index["flashinfer"][ROUTER["id"]]
-    assert record["flashinfer"] == "0.6.12" and record["entries"] == ["flashinfer/0.6.12/90a/cached_ops/dsv3_router_gemm"]
-    assert set(index["extra"]["flashinfer/0.6.12/90a/cached_ops/dsv3_router_gemm"]["files"]) == {so.name}
+    record = index["flashinfer"][router["id"]]
+    assert record["flashinfer"] == version and record["entries"] == [entry]
+    assert set(index["extra"][entry]["files"]) == {so.name}
     probe = subprocess.run([sys.executable, "-c", "from flashinfer.jit.dsv3_optimizations import "
                             "gen_dsv3_router_gemm_module as g; print(g().jit_library_path)"],
-                           env={**_env(), "FLASHINFER_WORKSPACE_BASE": str(cache / ".flashinfer-base"),
+                           env={**_env(version), "FLASHINFER_WORKSPACE_BASE": str(cache / ".flashinfer-base"),
                                 "FLASHINFER_CUDA_ARCH_LIST": "9.0a"},
                            capture_output=True, text=True, timeout=300)
-    assert Path(probe.stdout.strip()).resolve() == so.resolve(), probe.stderr
-    v = _dgp("verify", "--manifest", manifest, "--cache-dir", cache, "--json")
+    assert Path(probe.stdout.strip().splitlines()[-1]).resolve() == so.resolve(), probe.stdout + probe.stderr
+    v = _dgp("verify", "--manifest", manifest, "--cache-dir", cache, "--json", env=_env(version))
     assert v.returncode == 0, v.stdout + v.stderr
-    again = _dgp("warm", "--manifest", manifest, "--cache-dir", cache, "--nvcc", NVCC, "--sglang-jit", "on", "--json")
+    again = _dgp("warm", "--manifest", manifest, "--cache-dir", cache, "--nvcc", NVCC, "--sglang-jit", "on", "--json",
+                 env=_env(version))
     assert again.returncode == 0 and json.loads(again.stdout)["already_cached"] == 1, again.stdout
     assert json.loads(again.stdout)["compiled"] == 0
 
 
+# build_and_load and a direct build (FlashInfer's own callers make both) of the warmed module, then the unwarmed one
 JOB = ("from flashinfer.jit.dsv3_optimizations import gen_dsv3_router_gemm_module as g\n"
        "from flashinfer.jit.sampling import gen_sampling_module as s\n"
+       "print('spec:', type(g()).__name__, flush=True)\n"
        "print('router:', type(g().build_and_load()).__name__, flush=True)\n"
+       "g().build()\n"
        "s().build_and_load()\n")
 
 
-@needs_flashinfer
 def test_a_strict_launch_loads_the_warmed_module_without_building_and_refuses_an_unwarmed_one(warmed):
-    _, manifest, cache, w = warmed
+    version, _, manifest, cache, w = warmed
     assert w.returncode == 0, w.stderr
-    ops = cache / "flashinfer" / "0.6.12" / "90a" / "cached_ops"
-    res = _dgp("launch", "--manifest", manifest, "--cache-dir", cache, "--", sys.executable, "-c", JOB)
+    ops = cache / "flashinfer" / version / "90a" / "cached_ops"
+    res = _dgp("launch", "--manifest", manifest, "--cache-dir", cache, "--", sys.executable, "-c", JOB,
+               env=_env(version))
+    # the class that builds it is the one the data file names for this version (JitSpec / JitSpecNvcc)
+    spec_class = FLASHINFER_MODULES.data()["flashinfer"][version]["spec_class"]
+    assert f"spec: {spec_class}\n" in res.stdout, res.stdout + res.stderr
     # the warmed module: loaded as FlashInfer loads it (tvm-ffi; it needs no driver to load), not built: its
     # directory still holds only the .so (FlashInfer's ninja would have written its build file and objects there)
     assert "router: Module" in res.stdout, res.stdout + res.stderr
@@ -171,16 +196,16 @@ def test_a_strict_launch_loads_the_warmed_module_without_building_and_refuses_an
     assert not (ops / "sampling").exists() or not any((ops / "sampling").iterdir())
 
 
-@needs_flashinfer
 def test_a_lost_module_is_named_by_verify_and_a_strict_launch_will_not_start(warmed, tmp_path):
-    tmp, manifest, cache, w = warmed
+    version, tmp, manifest, cache, w = warmed
     assert w.returncode == 0, w.stderr
     copy = tmp_path / "cache"
     shutil.copytree(cache, copy, symlinks=True)
-    (copy / "flashinfer" / "0.6.12" / "90a" / "cached_ops" / "dsv3_router_gemm" / "dsv3_router_gemm.so").unlink()
-    v = _dgp("verify", "--manifest", manifest, "--cache-dir", copy, "--json")
-    assert v.returncode == 1 and ROUTER["id"] in json.dumps(json.loads(v.stdout)), v.stdout
-    launch = _dgp("launch", "--manifest", manifest, "--cache-dir", copy, "--", sys.executable, "-c", "pass")
+    (copy / "flashinfer" / version / "90a" / "cached_ops" / "dsv3_router_gemm" / "dsv3_router_gemm.so").unlink()
+    v = _dgp("verify", "--manifest", manifest, "--cache-dir", copy, "--json", env=_env(version))
+    assert v.returncode == 1 and _router(version)["id"] in json.dumps(json.loads(v.stdout)), v.stdout
+    launch = _dgp("launch", "--manifest", manifest, "--cache-dir", copy, "--", sys.executable, "-c", "pass",
+                  env=_env(version))
     assert launch.returncode == 1 and "flashinfer:dsv3_router_gemm" in launch.stderr, launch.stderr
     assert "Traceback" not in launch.stderr
 

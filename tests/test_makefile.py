@@ -28,7 +28,7 @@ def _dry(target: str) -> list[str]:
 
 
 TEST_ONLY = ["sgl-deep-gemm", "sglang-0.5.14", "sglang-kernel==0.4.2", "sgl-kernel==0.3.21", "[dev", "test]",
-             "update_sglang_args.py --fetch"]
+             "update_sglang_args.py --fetch", "flashinfer-python==0.7.2"]
 
 
 def _downloads_into_venv(lines: list[str]) -> list[str]:

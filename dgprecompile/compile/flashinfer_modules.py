@@ -7,7 +7,9 @@ Run by warm's parent (compile/recorded_items.py) with FLASHINFER_WORKSPACE_BASE 
 flashinfer area: runtimes/captured.py), FLASHINFER_CUDA_ARCH_LIST (the item's arch: FlashInfer then asks no GPU
 for its target or its directory name), MAX_JOBS and CUDA_HOME. It calls the spec function FlashInfer's own loader
 calls, checks that the module's directory is the one dgprecompile computed, and runs the spec's ``build``
-(FlashInfer's ninja file, nvcc for the target). What the runtime loads is ``<name>.so``: the build's objects and
+(FlashInfer's ninja file, nvcc for the target). The same calls in flashinfer-python 0.6.3-0.7.2: the spec is a
+``JitSpec`` up to 0.6.15, a ``JitSpecNvcc`` from 0.6.17, with the same ``name``, ``jit_library_path``, ``is_aot``
+and ``build(verbose)`` (data/flashinfer_modules.yaml ``flashinfer``: file:line per version). What the runtime loads is ``<name>.so``: the build's objects and
 ninja files are removed (the launch hook loads the module without building: launch/hook/_dgprecompile_flashinfer.py).
 
 Where the toolkit has no ``libcuda.so`` to link against (a machine without a driver and a toolkit without its

@@ -418,7 +418,7 @@ def plan_flashinfer(model: ModelConfig, par: Parallel, sglang_version: str | Non
     from dgprecompile.runtimes.flashinfer import FLASHINFER_MODULES
 
     items, notes = FLASHINFER_MODULES.plan_items(model.config, tp=par.tp, sglang_version=sglang_version,
-                                                 options=options)
+                                                 options=options, fused_shared_experts=par.fused_shared_experts)
     return {it.id: it for it in items}, notes
 
 

@@ -3,8 +3,9 @@
 startup hook.
 
 Facts come from ``data/flashinfer_modules.yaml`` (checked against ``data/schemas/flashinfer-modules.json``): per
-sglang release the flashinfer-python it pins, per module FlashInfer's spec function, the call site in sglang and
-when the server builds it.
+sglang release the flashinfer-python it pins and the architectures its all-reduce fusion auto-enables for, per
+flashinfer-python the class that builds a module and what it ships prebuilt, per module FlashInfer's spec function,
+the call site in sglang and when the server builds it.
 
 * planning: ``plan_items(config, tp, sglang_version, options)`` -- one
   :class:`~dgprecompile.runtimes.items.FlashInferItem` per module the server's path builds, notes for the rest;
@@ -60,20 +61,30 @@ class FlashInferModules(PackageKeyed):
 
     # -- planning --
     def plan_items(self, config: dict, *, tp: int, sglang_version: str | None,
-                   options: dict[str, Any] | None = None) -> tuple[list[FlashInferItem], list[str]]:
-        """The modules the server's path builds (its config.json, tensor-parallel size, release, options), and
-        notes saying what was left out and why."""
+                   options: dict[str, Any] | None = None,
+                   fused_shared_experts: int = 0) -> tuple[list[FlashInferItem], list[str]]:
+        """The modules the server's path builds (its config.json, tensor-parallel size, release, options, the shared
+        experts planning fused into the routed MoE), and notes saying what was left out and why."""
         doc = self.data()
         release = doc["releases"].get(sglang_version or "")
         if release is None:
             return [], ([f"{self.label}: not planned: sglang {sglang_version}'s source was not read for them "
-                         "(data/flashinfer_modules.yaml)"] if sglang_version else [])
-        facts = path_facts(config, tp, doc["fusion_architectures"], options or {})
+                         f"(data/flashinfer_modules.yaml reads {release_span(doc)})"] if sglang_version else [])
+        facts = path_facts(config, tp, doc["fusion_architectures"][release["fusion"]], options or {}, release,
+                           fused_shared_experts)
+        prebuilt = doc["flashinfer"][release["flashinfer"]].get("prebuilt", {})
         items, notes = [], []
         for name, m in doc["modules"].items():
+            if sglang_version in m.get("absent", {}):
+                notes.append(f"{self.label}: {name}: not used by sglang {sglang_version} ({m['absent'][sglang_version]})")
+                continue
             why_not = facts.get(m["when"])
             if why_not:
                 notes.append(f"{self.label}: {name}: not built by this server ({why_not})")
+                continue
+            if name in prebuilt:
+                notes.append(f"{self.label}: {name}: nothing to build: flashinfer-python {release['flashinfer']} "
+                             f"ships it prebuilt ({prebuilt[name]})")
                 continue
             items.append(FlashInferItem(name, m["spec"], release["flashinfer"], doc["arch"],
                                         m["releases"].get(sglang_version, release["where"])))
@@ -117,24 +128,40 @@ class FlashInferModules(PackageKeyed):
         return f"{', '.join(record['entries'])} (flashinfer-python {record.get('flashinfer')}, {record.get('arch')})"
 
 
-def path_facts(config: dict, tp: int, fusion_architectures: list[str], options: dict[str, Any]) -> dict[str, str]:
-    """Per ``when`` of the data file: why this server does not build such a module ('' where it does)."""
+FUSION_OFF_BY = ("enforce_disable_flashinfer_allreduce_fusion", "enable_deterministic_inference")
+
+
+def path_facts(config: dict, tp: int, fusion_architectures: list[str], options: dict[str, Any],
+               release: dict[str, Any] | None = None, fused_shared_experts: int = 0) -> dict[str, str]:
+    """Per ``when`` of the data file: why this server does not build such a module ('' where it does). ``release``:
+    the data file's facts of the sglang release (which switches turn the fusion off, the routing's extra limits)."""
+    release = release or {}
     arch = (config.get("architectures") or ["?"])[0]
     given = options.get("flashinfer_allreduce_fusion_backend")  # the command's own choice wins over the auto rule
+    if given is None and options.get("enable_flashinfer_allreduce_fusion"):
+        given = "auto"  # 0.5.9-0.5.13's switch; from 0.5.14 deprecated to auto (server_args.py:2731-2740)
     auto = (given is None and tp > 1 and arch in fusion_architectures and not options.get("enable_dp_attention")
-            and int(options.get("nnodes") or 1) == 1 and options.get("moe_a2a_backend") in (None, "none"))
-    fusion = ("" if (given in ("auto", "trtllm") or auto) and not options.get("enforce_disable_flashinfer_allreduce_fusion")
+            and int(options.get("nnodes") or 1) == 1 and options.get("moe_a2a_backend") in (None, "none")
+            and not (release.get("fusion_off_with_attn_cp") and int(options.get("attn_cp_size") or 1) > 1))
+    off = [s for s in release.get("fusion_off_by", FUSION_OFF_BY) if options.get(s)]  # wins over auto and given
+    fusion = ("" if (given in ("auto", "trtllm") or auto) and not off
               else f"the all-reduce fusion is off: tp {tp}, {arch}"
-              + (", --enforce-disable-flashinfer-allreduce-fusion" if options.get("enforce_disable_flashinfer_allreduce_fusion")
-                 else ""))
+              + (f", backend {given} (not trtllm on sm_90)" if given not in (None, "auto", "trtllm") else "")
+              + "".join(f", --{s.replace('_', '-')}" for s in off))
     sampling = options.get("sampling_backend")
-    return {"always": "" if sampling in (None, "flashinfer") else f"--sampling-backend {sampling}",
-            "allreduce_fusion": fusion, "grouped_topk": grouped_topk_problem(config)}
+    sampling_off = ("" if sampling in (None, "flashinfer") else f"--sampling-backend {sampling}")
+    if options.get("enable_deterministic_inference") and sampling != "ascend":
+        sampling_off = "--enable-deterministic-inference: sampling backend pytorch"
+    routing = grouped_topk_problem(config, release.get("routing_needs_renormalize", False))
+    if not routing and release.get("routing_needs_no_fused_shared") and fused_shared_experts:
+        routing = (f"{fused_shared_experts} shared expert(s) fused into the routed MoE: its fused routing asks "
+                   "num_fused_shared_experts == 0")
+    return {"always": sampling_off, "allreduce_fusion": fusion, "grouped_topk": routing}
 
 
-def grouped_topk_problem(config: dict) -> str:
+def grouped_topk_problem(config: dict, needs_renormalize: bool = False) -> str:
     """Why FlashInfer's fused DeepSeek routing is not used for this config ('' where it is: layers/moe/topk.py's
-    limits on the routed experts)."""
+    limits on the routed experts; from 0.5.23 also renormalize, the model's norm_topk_prob)."""
     experts, groups = config.get("n_routed_experts"), config.get("n_group")
     topk, topk_group = config.get("num_experts_per_tok"), config.get("topk_group")
     if not all(isinstance(v, int) and v > 0 for v in (experts, groups, topk, topk_group)):
@@ -142,7 +169,25 @@ def grouped_topk_problem(config: dict) -> str:
     per_group = experts // groups
     fits = (experts & (experts - 1) == 0 and topk <= 8 and topk_group <= groups and topk_group * groups >= topk
             and ((per_group <= 32 and per_group * topk_group <= 128) if groups > 1 else experts <= 384))
-    return "" if fits else f"{experts} experts in {groups} groups, top-{topk}: outside its limits"
+    if not fits:
+        return f"{experts} experts in {groups} groups, top-{topk}: outside its limits"
+    if needs_renormalize and not config.get("norm_topk_prob"):
+        return "norm_topk_prob is not set: its fused routing always renormalizes"
+    return ""
+
+
+def release_span(doc: dict[str, Any]) -> str:
+    """The sglang releases the data file reads, as ranges of consecutive patch releases ('0.5.14-0.5.23')."""
+    def key(v: str) -> tuple[int, ...]:
+        return tuple(int(p) for p in v.split("."))
+
+    runs: list[list[str]] = []
+    for v in sorted(doc["releases"], key=key):
+        if runs and key(runs[-1][-1])[:2] == key(v)[:2] and key(runs[-1][-1])[2] + 1 == key(v)[2]:
+            runs[-1].append(v)
+        else:
+            runs.append([v])
+    return ", ".join(r[0] if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
 
 
 @cache

@@ -2,11 +2,15 @@
 ``_dgprecompile_hook.install`` when the cache holds FlashInfer modules (DGPRECOMPILE_LOAD_FAMILIES names flashinfer)
 or, under strict mode, when DGPRECOMPILE_STRICT_FAMILIES does.
 
-FlashInfer 0.6's ``JitSpec.build_and_load`` runs the module's ninja file before every load of a module that is not
-prebuilt (flashinfer/jit/core.py), and its own FLASHINFER_DISABLE_JIT makes ``build`` raise even when ``<name>.so``
-is built. So, for a module whose ``<name>.so`` is in the cache, both are wrapped to load it as FlashInfer's own
-``load`` does, without ninja; a missing module is built as FlashInfer would, or, under strict mode, refused by name
-before anything is written. A prebuilt module (``is_aot``) is FlashInfer's business, untouched.
+The class that builds an nvcc module: FlashInfer 0.6.3-0.6.15 ``JitSpec`` (flashinfer/jit/core.py:218), whose
+``build_and_load`` runs the module's ninja file before every load of a module that is not prebuilt; from 0.6.17
+(0.7.x too) ``JitSpecNvcc`` (core.py:325 in 0.6.17, :445 in 0.7.2), under an abstract ``JitSpec`` whose
+``build_and_load`` asks ``try_load`` first, which returns only a prebuilt (AOT) module, so a built one still goes
+through the lock, FLASHINFER_DISABLE_JIT and ``build`` (ninja). In every one of them FLASHINFER_DISABLE_JIT makes
+``build`` raise even when ``<name>.so`` is built. So, for a module whose ``<name>.so`` is in the cache, the class's
+``build_and_load`` and ``build`` are wrapped to load it as FlashInfer's own ``load`` does, without ninja; a missing
+module is built as FlashInfer would, or, under strict mode, refused by name before anything is written. A prebuilt
+module (``is_aot``) is FlashInfer's business, untouched.
 """
 
 from __future__ import annotations
@@ -24,11 +28,17 @@ def flashinfer_refusal_message(name, where):
         "build it once with `dgprecompile launch --capture ...`."])
 
 
+def nvcc_spec_class(module):
+    """FlashInfer's class of nvcc-built modules: JitSpecNvcc from 0.6.17, JitSpec before (the base class there is
+    abstract and its CuTe-DSL subclass builds no nvcc module)."""
+    return getattr(module, "JitSpecNvcc", None) or getattr(module, "JitSpec", None)
+
+
 def patch_flashinfer(module, stop_build=None):
     """Load a built module without building; with ``stop_build`` (strict), refuse a missing one by name."""
-    cls = getattr(module, "JitSpec", None)
+    cls = nvcc_spec_class(module)
     if cls is None or not callable(getattr(cls, "build_and_load", None)) or not callable(getattr(cls, "build", None)):
-        raise RuntimeError(f"{module.__name__} has no JitSpec.build_and_load/build")
+        raise RuntimeError(f"{module.__name__} has no JitSpecNvcc or JitSpec with build_and_load/build")
     real_build_and_load, real_build = cls.build_and_load, cls.build
 
     def built(spec):
