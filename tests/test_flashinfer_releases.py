@@ -19,7 +19,7 @@ from dgprecompile.runtimes import FLASHINFER_MODULES
 
 REPO = Path(__file__).resolve().parent.parent
 QWEN = "python -m sglang.launch_server --model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 --tp 8 --ep 8"
-DSV3 = json.loads((REPO / "tests" / "gpu" / "models" / "DeepSeek-V3.json").read_text())
+DSV3 = json.loads((REPO / "dgprecompile" / "data" / "models" / "DeepSeek-V3.json").read_text())
 DATA = FLASHINFER_MODULES.data()
 
 
