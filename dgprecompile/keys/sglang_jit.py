@@ -95,7 +95,7 @@ def source_hash(root: Path, include_dir: Path, cuda_files: list[str]) -> str:
 
 
 def absolute_source_hash(files: list[Path]) -> str:
-    """sglang 0.5.13's ``_local_jit_source_hash`` (jit_kernel/utils.py l.73-96): sha256 over every file reached from
+    """sglang 0.5.13's ``_local_jit_source_hash`` (jit_kernel/utils.py l.73-99): sha256 over every file reached from
     the module's sources through quoted includes only (relative to the including file; a depth-first walk, last
     pushed first) of ``absolute path + NUL + bytes + NUL``, first 16 hex digits. The path is absolute: the name
     depends on where sglang is installed."""
