@@ -74,6 +74,10 @@ def test_0_5_13_plans_custom_all_reduce_the_mla_write_and_the_ep_top_k_mask_but_
     # one node's custom all-reduce only; the default scheduler's overlap adds nothing in 0.5.13
     off = plan_from_request(PlanRequest(sglang="0.5.13", sglang_cmd=QWEN + " --disable-custom-all-reduce"))
     assert not {m.id for m in off.jit_modules.values()} & ALL_REDUCE
+    # a path whose modules were not read: plan says so instead of planning a partial set silently
+    dg = plan_from_request(PlanRequest(sglang="0.5.13", sglang_cmd=QWEN + " --moe-runner-backend deep_gemm"))
+    assert any("deep_gemm MoE runner's own JIT modules" in n and "not planned" in n for n in dg.notes)
+    assert not any("deep_gemm MoE runner" in n for n in plans(tmp_path, "0.5.13")["qwen3 tp8 ep8"].notes)
 
 
 def test_0_5_10_plans_the_jit_quantiser_and_the_overlap_resolver_without_all_reduce(tmp_path):

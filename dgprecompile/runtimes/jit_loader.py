@@ -218,6 +218,11 @@ def plan_modules(family, sglang_version: str, path) -> tuple[list[JitModule], li
         if module.id not in seen:
             seen.add(module.id)
             out.append(module)
+    # paths the data says it has not read for this release (``unmodelled:``, each a ``when:`` and a ``note``): the
+    # modules SGLang builds there are not planned, and a strict launch refuses them by name
+    for gap in dict(spec.raw).get("unmodelled") or []:
+        if all(_holds(cond, facts.get(name)) for name, cond in (gap.get("when") or {}).items()):
+            notes.append(f"sglang {sglang_version}: {gap['note']}")
     return out, notes
 
 
