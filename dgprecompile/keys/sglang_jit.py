@@ -9,9 +9,11 @@ includes relative to jit_kernel/include; a depth-first walk, last pushed first),
 module computes the same name from the installed sglang's files without importing sglang; `warm` cross-checks
 it against what sglang's own build produced.
 
-sglang 0.5.9 (``naming: tvm-ffi-hash`` in the data) names a module without the source hash and lets tvm-ffi pick
-``$TVM_FFI_CACHE_DIR/<name>_<hash of the build>``: :class:`TvmHashNaming` rebuilds what its load_jit hands
-load_inline and asks the installed tvm-ffi's own functions for the hash.
+sglang 0.5.9-0.5.13 (``naming: tvm-ffi-hash`` in the data) pass load_inline no build directory and let tvm-ffi pick
+``$TVM_FFI_CACHE_DIR/<name>_<hash of the build>`` (0.5.9-0.5.12 name a module without a source hash, 0.5.13 with
+one over absolute paths): :class:`TvmHashNaming` rebuilds what the release's load_jit hands load_inline (its
+flags, with 0.5.10-0.5.13's -DSGL_CUDA_ARCH, include paths, each module's wrappers and extra flags) and asks the
+installed tvm-ffi's own functions for the hash.
 """
 
 from __future__ import annotations
@@ -216,7 +218,7 @@ def _package_dir(name: str) -> Path | None:
 
 @dataclass(frozen=True)
 class TvmHashNaming(JitNaming):
-    """A release whose load_jit passes no build directory (0.5.9, ``naming: tvm-ffi-hash``): tvm-ffi names the
+    """A release whose load_jit passes no build directory (0.5.9-0.5.13, ``naming: tvm-ffi-hash``): tvm-ffi names the
     directory ``<name>_<hash of the build>``. ``load_inline_args`` is what the release's load_jit hands
     load_inline (from the data: its default flags and include paths, each module's wrappers and include paths);
     the hash is the installed tvm-ffi's own (a child process: ``_TVM_HASH_CHILD``)."""
