@@ -53,8 +53,8 @@ SGL023_PKGS := sglang==0.5.23 apache-tvm-ffi==0.1.11 msgspec==0.23.0 numpy==2.4.
 # the sglang releases whose JIT modules are modelled beside 0.5.14 and 0.5.23 (data/sglang_jit.yaml: 0.5.15-0.5.17,
 # data/sglang_jit_ninja.yaml: 0.5.18-0.5.19), each wheel alone (--no-deps, 12-26 MB) in a folder of its own:
 # tests/test_sglang_jit_releases.py and test_sglang_jit_ninja_hook.py call its own builders with 0.5.14's and
-# 0.5.23's import chains behind it
-SGL_JIT_RELEASES := 0.5.15 0.5.16 0.5.17 0.5.18 0.5.19
+# 0.5.23's import chains behind it; 0.5.10 and 0.5.13 (tvm-ffi's own directory names, tests/test_sglang_jit_0510.py)
+SGL_JIT_RELEASES := 0.5.10 0.5.13 0.5.15 0.5.16 0.5.17 0.5.18 0.5.19
 # sglang 0.5.9's JIT (tests/test_sglang_jit_059.py): its wheel the same way, and flashinfer-python 0.6.3 (its pin,
 # --no-deps, about 57 MB) beside it for the rope module's headers, whose location is part of that module's name
 SGL059_FLASHINFER := $(VENV)/flashinfer-0.6.3

@@ -9,9 +9,11 @@ includes relative to jit_kernel/include; a depth-first walk, last pushed first),
 module computes the same name from the installed sglang's files without importing sglang; `warm` cross-checks
 it against what sglang's own build produced.
 
-sglang 0.5.9 (``naming: tvm-ffi-hash`` in the data) names a module without the source hash and lets tvm-ffi pick
-``$TVM_FFI_CACHE_DIR/<name>_<hash of the build>``: :class:`TvmHashNaming` rebuilds what its load_jit hands
-load_inline and asks the installed tvm-ffi's own functions for the hash.
+sglang 0.5.9-0.5.13 (``naming: tvm-ffi-hash`` in the data) pass load_inline no build directory and let tvm-ffi pick
+``$TVM_FFI_CACHE_DIR/<name>_<hash of the build>`` (0.5.9-0.5.12 name a module without a source hash, 0.5.13 with
+one over absolute paths): :class:`TvmHashNaming` rebuilds what the release's load_jit hands load_inline (its
+flags, with 0.5.10-0.5.13's -DSGL_CUDA_ARCH, include paths, each module's wrappers and extra flags) and asks the
+installed tvm-ffi's own functions for the hash.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from dgprecompile.runtimes.jit_loader import JitVersionSpec, release_spec
 JIT_AREA = "tvm-ffi"  # the sub-directory of a dgprecompile cache that launch points TVM_FFI_CACHE_DIR at
 
 _QUOTED = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
+_QUOTED_LOCAL = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)  # 0.5.13's pattern (one space or more)
 _ANGLE = re.compile(r"^\s*#\s*include\s*<(sgl_kernel/[^>]+)>", re.MULTILINE)
 
 
@@ -90,6 +93,26 @@ def source_hash(root: Path, include_dir: Path, cuda_files: list[str]) -> str:
         text = data.decode("utf-8", errors="ignore")
         stack += [p for p in ((path.parent / inc).resolve() for inc in _QUOTED.findall(text)) if p.is_file()]
         stack += [p for p in ((include_dir / inc).resolve() for inc in _ANGLE.findall(text)) if p.is_file()]
+    return digest.hexdigest()[:16]
+
+
+def absolute_source_hash(files: list[Path]) -> str:
+    """sglang 0.5.13's ``_local_jit_source_hash`` (jit_kernel/utils.py l.73-99): sha256 over every file reached from
+    the module's sources through quoted includes only (relative to the including file; a depth-first walk, last
+    pushed first) of ``absolute path + NUL + bytes + NUL``, first 16 hex digits. The path is absolute: the name
+    depends on where sglang is installed."""
+    digest = hashlib.sha256()
+    seen: set[Path] = set()
+    stack = [Path(f).resolve() for f in files]
+    while stack:
+        path = stack.pop()
+        if path in seen or not path.is_file():
+            continue
+        seen.add(path)
+        data = path.read_bytes()
+        digest.update(str(path).encode() + b"\0" + data + b"\0")
+        text = data.decode("utf-8", errors="ignore")
+        stack += [p for p in ((path.parent / inc).resolve() for inc in _QUOTED_LOCAL.findall(text)) if p.is_file()]
     return digest.hexdigest()[:16]
 
 
@@ -160,7 +183,10 @@ class JitNaming:
     def name_stem(family, sglang_version: str, module: JitModule) -> str:
         spec = release_spec(family, sglang_version)
         prefix = spec.name_prefix if spec else "sgl_kernel_jit_"
-        return prefix + "_".join([*module.marker, *module.template])
+        data = next((m for m in (spec.modules if spec else ()) if m["id"] == module.name
+                     and list(m["cuda_files"]) == list(module.cuda_files)), {})
+        named = module.template if data.get("name_template", True) else ()
+        return prefix + "_".join([*module.marker, *named])
 
     @staticmethod
     def current_fingerprint(family, arch: str) -> dict[str, Any]:
@@ -192,7 +218,7 @@ def _package_dir(name: str) -> Path | None:
 
 @dataclass(frozen=True)
 class TvmHashNaming(JitNaming):
-    """A release whose load_jit passes no build directory (0.5.9, ``naming: tvm-ffi-hash``): tvm-ffi names the
+    """A release whose load_jit passes no build directory (0.5.9-0.5.13, ``naming: tvm-ffi-hash``): tvm-ffi names the
     directory ``<name>_<hash of the build>``. ``load_inline_args`` is what the release's load_jit hands
     load_inline (from the data: its default flags and include paths, each module's wrappers and include paths);
     the hash is the installed tvm-ffi's own (a child process: ``_TVM_HASH_CHILD``)."""
@@ -204,6 +230,22 @@ class TvmHashNaming(JitNaming):
             if m["id"] == module.name and list(m["cuda_files"]) == list(module.cuda_files):
                 return m
         raise EnvironmentProblem(f"SGLang {self.sglang.version}'s data has no module {module.name}")
+
+    def module_name(self, module: JitModule) -> str:
+        """load_jit's name: the marker, the template unless the module's data says it is not in the name
+        (``name_template: false``: 0.5.10-0.5.13's per_token_group_quant_8bit), and for ``source_hash: absolute``
+        (0.5.13) ``_`` + the hash of its sources by absolute path (:func:`absolute_source_hash`)."""
+        named = module.template if self._data(module).get("name_template", True) else ()
+        base = self.spec.name_prefix + "_".join([*module.marker, *named])
+        if dict(self.spec.raw).get("source_hash") == "absolute" and module.cuda_files:
+            base += "_" + absolute_source_hash([self.root / "csrc" / f for f in module.cuda_files])
+        return base
+
+    def _flags(self, flags: list[str]) -> list[str]:
+        """A data file's flags with ``{sgl_cuda_arch}`` filled in: the release's -DSGL_CUDA_ARCH value for the
+        target (0.5.10-0.5.13 ArchInfo.jit_flag: major * 100 + minor * 10)."""
+        value = int(self.spec.arch[0]) * 100 + int(self.spec.arch[1]) * 10
+        return [f.replace("{sgl_cuda_arch}", str(value)) for f in flags]
 
     def load_inline_args(self, module: JitModule) -> dict[str, Any]:
         defaults = dict(self.spec.raw)["load_jit"]
@@ -222,8 +264,9 @@ class TvmHashNaming(JitNaming):
         sources += [f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({export}, ({kernel.replace('{args}', template)}));"
                     for export, kernel in data.get("wrappers", [])]
         return {"name": self.module_name(module), "cpp_sources": [], "cuda_sources": sources,
-                "cflags": list(defaults.get("cflags", [])), "cuda_cflags": list(defaults.get("cuda_cflags", [])),
-                "ldflags": list(defaults.get("ldflags", [])), "include_paths": includes}
+                "cflags": self._flags([*defaults.get("cflags", []), *data.get("extra_cflags", [])]),
+                "cuda_cflags": self._flags([*defaults.get("cuda_cflags", []), *data.get("extra_cuda_cflags", [])]),
+                "ldflags": [*defaults.get("ldflags", []), *data.get("extra_ldflags", [])], "include_paths": includes}
 
     def tvm_hash(self, module: JitModule) -> str:
         args = self.load_inline_args(module)
@@ -243,8 +286,11 @@ class TvmHashNaming(JitNaming):
         return self.spec.build_dir.format(name=self.module_name(module), tvm_hash=self.tvm_hash(module))
 
     def worker_job(self, pythons: list[str]) -> dict[str, Any]:
-        """No arch override in the release: the worker presets its variable (``arch_env``) instead."""
-        return {**super().worker_job(pythons), "arch_env": dict(self.spec.raw)["arch_env"]}
+        """No arch override in the release (0.5.9): the worker presets its variable (``arch_env``) instead."""
+        job = super().worker_job(pythons)
+        if not self.spec.arch_override:
+            job["arch_env"] = dict(self.spec.raw)["arch_env"]
+        return job
 
 
 def current_jit_fingerprint(arch: str) -> dict[str, Any]:

@@ -15,7 +15,8 @@ _DTYPES = {"bfloat16": ("torch.bfloat16", "bf16_t", 2), "float16": ("torch.float
 _KV_DTYPES = {"fp8_e4m3": 1, "fp8_e5m2": 1}  # --kv-cache-dtype: bytes per element (auto/bf16: the model's)
 # server options the data's when: conditions name, read from the command (dest: default when not given)
 PATH_OPTIONS = {"enable_fused_qk_norm_rope": False, "enable_deterministic_inference": False,
-                "cuda_graph_tc_compiler": "eager"}
+                "cuda_graph_tc_compiler": "eager", "piecewise_cuda_graph_compiler": "eager",
+                "disable_overlap_schedule": False}
 
 
 @lru_cache(maxsize=4)

@@ -106,7 +106,8 @@ class JitVersionSpec:
     arch_override: str
     arch: tuple  # (major, minor) or (major, minor, suffix): the target the release's arch override is given
     modules: tuple[dict[str, Any], ...]
-    source_hash: bool = True  # the module name ends in the sources' hash (0.5.14 on; 0.5.9 has none)
+    source_hash: bool = True  # the name ends in sglang's relative source hash (0.5.14 on; 0.5.9-0.5.12 have none;
+    # 0.5.13's is by absolute path, `source_hash: absolute`, computed by keys/sglang_jit.py TvmHashNaming)
     raw: tuple[tuple[str, Any], ...] = ()
     build_requires: tuple[str, ...] = ()  # what its JIT builds with beside sglang (the wheel's own pins)
     build_seconds: float = 45.0  # one module's build (MAX_JOBS=1), measured: warm hands the costliest work out first
@@ -137,7 +138,7 @@ def _spliced(modules: list) -> tuple[dict[str, Any], ...]:
 def _releases(data_file: str = "sglang_jit.yaml") -> tuple[JitVersionSpec, ...]:
     data = load_yaml(data_file)
     return tuple(JitVersionSpec(SpecifierSet(v["sglang"]), *(v[f] for f in _FIELDS), tuple(v["arch"]),
-                                _spliced(v["modules"]), bool(v.get("source_hash", True)),
+                                _spliced(v["modules"]), v.get("source_hash", True) is True,
                                 tuple((k, x) for k, x in v.items() if k != "modules"),
                                 tuple(v.get("build_requires", ())), float(v.get("build_seconds", 45.0)))
                  for v in data["versions"])
@@ -217,6 +218,11 @@ def plan_modules(family, sglang_version: str, path) -> tuple[list[JitModule], li
         if module.id not in seen:
             seen.add(module.id)
             out.append(module)
+    # paths the data says it has not read for this release (``unmodelled:``, each a ``when:`` and a ``note``): the
+    # modules SGLang builds there are not planned, and a strict launch refuses them by name
+    for gap in dict(spec.raw).get("unmodelled") or []:
+        if all(_holds(cond, facts.get(name)) for name, cond in (gap.get("when") or {}).items()):
+            notes.append(f"sglang {sglang_version}: {gap['note']}")
     return out, notes
 
 
