@@ -60,14 +60,15 @@ class TritonMoeFamily:
         return _yaml_data(self.data_file)
 
     def release(self, version: str | None) -> dict | None:
-        """The data file's entry for ``version`` (an exact sglang release), or None."""
+        """The data file's entry for ``version`` (an exact sglang release), with ``version`` added, or None."""
         if not version:
             return None
         try:
             v = Version(version)
         except InvalidVersion:
             return None
-        return next((r for r in self.data()["releases"] if v in SpecifierSet(r["sglang"], prereleases=True)), None)
+        row = next((r for r in self.data()["releases"] if v in SpecifierSet(r["sglang"], prereleases=True)), None)
+        return None if row is None else {**row, "version": str(v)}
 
     def quantization_problem(self, config: dict) -> str | None:
         """None when the model's quantization is the one the warm's call models, else what it is."""
@@ -133,9 +134,9 @@ class TritonMoeFamily:
         return max(1, *parts.values()), "the largest of: " + ", ".join(f"{k} {v}" for k, v in parts.items() if v)
 
     def tuned_up_to(self, rel: dict | None, shape, device_name: str) -> int:
-        """The largest m the release's tuned configs name for the shape on the device (0: none ships, SGLang's
-        default config runs for every m; data/triton_moe_tuned.yaml)."""
-        tuned = _yaml_data("triton_moe_tuned.yaml")["releases"].get(str((rel or {}).get("tuned")), {})
+        """The largest m the exact release's tuned configs name for the shape on the device (0: none ships, SGLang's
+        default config runs for every m; data/triton_moe_tuned.yaml, one table per release read)."""
+        tuned = _yaml_data("triton_moe_tuned.yaml")["releases"].get(str((rel or {}).get("version")), {})
         return int(tuned.get(f"E={shape.experts},N={shape.intermediate},device_name={device_name.replace(' ', '_')}",
                              0))
 
