@@ -70,6 +70,17 @@ class TritonMoeFamily:
         row = next((r for r in self.data()["releases"] if v in SpecifierSet(r["sglang"], prereleases=True)), None)
         return None if row is None else {**row, "version": str(v)}
 
+    def read_ranges(self) -> str:
+        """The releases whose fused MoE path was read, adjacent rows joined (">=0.5.9,<0.5.24")."""
+        spans: list[list[str]] = []
+        for r in self.data()["releases"]:
+            lo, hi = (part.strip().lstrip("<>=") for part in r["sglang"].split(","))  # ">=A,<B", as each row is
+            if spans and spans[-1][1] == lo:
+                spans[-1][1] = hi
+            else:
+                spans.append([lo, hi])
+        return ", ".join(f">={lo},<{hi}" for lo, hi in spans)
+
     def quantization_problem(self, config: dict) -> str | None:
         """None when the model's quantization is the one the warm's call models, else what it is."""
         q = config.get("quantization_config") or {}
@@ -91,7 +102,7 @@ class TritonMoeFamily:
             return [], [f"{where}: {self.label} for {bad}: not planned (the warm models block-FP8 experts)"]
         rel = self.release(sglang_version)
         if rel is None:
-            read = ", ".join(r["sglang"] for r in self.data()["releases"])
+            read = self.read_ranges()
             return [], [f"{where}: {self.label} not planned: " + (
                 f"dgprecompile read the fused MoE path of sglang {read}, not {sglang_version}" if sglang_version
                 else "its kernels depend on the exact release: plan with --sglang X.Y.Z")]
