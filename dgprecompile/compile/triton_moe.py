@@ -236,8 +236,8 @@ def kernels_module(fused):
 def no_tp_group(fused) -> None:
     """STAND-IN tp_group=None (a warm has no ranks, so no process groups) where the release's fused_moe asks for the
     TP group around the output's allocation, ``use_symmetric_memory(<tp group>, disabled=...)``: through
-    sglang.srt.distributed.get_tp_group() (0.5.16-0.5.21, e.g. 0.5.17 fused_moe.py:528-531; it asserts an initialised
-    group, parallel_state.py:1892), else through the runtime context's get_parallel().tp_group (0.5.22-0.5.23,
+    sglang.srt.distributed.get_tp_group() (0.5.16-0.5.20, e.g. 0.5.17 fused_moe.py:528-531; it asserts an initialised
+    group, parallel_state.py:1892), else through the runtime context's get_parallel().tp_group (0.5.21-0.5.23,
     0.5.23 fused_moe.py:630). use_symmetric_memory returns a null context without touching the group while
     exec.comm.enable_symm_mem is off (its default; 0.5.17 pynccl_allocator.py:325-331, :160-164; 0.5.23
     pynccl_allocator.py:426-431, :236). Releases that ask for neither (0.5.9-0.5.15) are left as they are."""
