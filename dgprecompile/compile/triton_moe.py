@@ -12,8 +12,11 @@ every planned m on ``meta`` tensors (shapes, dtypes and strides of the real call
   else its built-in default) asked with the planned device name;
 * named STAND-INS for what is not JIT and cannot run here: sgl-kernel's AOT ``moe_align_block_size`` (it only fills
   SGLang's buffers, whose sizes SGLang computes from shapes) and the server-wide flags object (SGLang's own
-  ServerArgs with its field defaults, unresolved; where SGLang publishes it as a runtime context, 0.5.23, no TP
-  group); the planned arch is stated to SGLang's JIT utils with its own override (0.5.23's PDL constexprs).
+  ServerArgs with its field defaults, unresolved; no TP group where fused_moe asks for one, 0.5.16-0.5.23); the
+  planned arch is stated to SGLang's JIT utils with its own override (0.5.19-0.5.23's PDL constexprs).
+
+Which release: the installed sglang's, its package from data/triton_moe.yaml (:func:`moe_package`; 0.5.9-0.5.10
+keep the path in srt/layers/moe/fused_moe_triton), its kernel module from SGLang's own import (:func:`kernels_module`).
 
 On a CPU-only machine SGLang takes its non-CUDA branches around the kernel (activation quantisation through its
 Triton ``per_token_group_quant_fp8``, Triton ``moe_sum_reduce``); those kernels are not what a GPU runs, so they are
