@@ -58,6 +58,10 @@ SGL_JIT_RELEASES := 0.5.10 0.5.13 0.5.15 0.5.16 0.5.17 0.5.18 0.5.19
 # sglang 0.5.9's JIT (tests/test_sglang_jit_059.py): its wheel the same way, and flashinfer-python 0.6.3 (its pin,
 # --no-deps, about 57 MB) beside it for the rope module's headers, whose location is part of that module's name
 SGL059_FLASHINFER := $(VENV)/flashinfer-0.6.3
+# xgrammar 0.2.1 (what sglang 0.5.17-0.5.19 pin; --no-deps, a 45 MB wheel) in a folder of its own: their server_args
+# imports it (srt/function_call/inkling_detector.py), and the GPU-free Triton MoE warm of 0.5.17 publishes SGLang's
+# own ServerArgs (tests/test_triton_moe_releases.py); 0.5.14's and 0.5.23's chains do not need it
+XGRAMMAR_DIR := $(VENV)/xgrammar-0.2.1
 TORCH ?= 2.13.0
 # Triton 3.6.0 (what the H200's torch 2.11 pairs with) in a folder of its own, NOT on the venv's path (the sglang
 # tests stand in for it): tests/test_triton_capture.py compiles real kernels for sm_90 with it on this GPU-less machine,
@@ -112,6 +116,7 @@ $(TEST_STAMP): $(RUN_STAMP)
 	for v in $(SGL_JIT_RELEASES); do $(BIN)/pip install -q --no-deps --target $(VENV)/sglang-$$v sglang==$$v || exit 1; done
 	$(BIN)/pip install -q --no-deps --target $(VENV)/sglang-0.5.9 sglang==0.5.9
 	$(BIN)/pip install -q --no-deps --target $(SGL059_FLASHINFER) flashinfer-python==0.6.3
+	$(BIN)/pip install -q --no-deps --target $(XGRAMMAR_DIR) xgrammar==0.2.1
 	touch $@
 
 setup: $(TEST_STAMP)

@@ -97,10 +97,16 @@ def test_the_warm_refuses_a_bound_below_the_tuned_configs_largest_m(tmp_path):
 
 @pytest.mark.skipif(None in (sglang_014_dir(), sglang_023_dir()), reason="sglang 0.5.14 and 0.5.23 not beside the venv")
 def test_the_tuned_table_is_what_the_releases_ship():
+    """Every release beside the venv (0.5.9's JSONs under fused_moe_triton/, the others' under triton_utils/);
+    0.5.10-0.5.13 and 0.5.20-0.5.22 were checked from their downloaded wheels the same way."""
+    here = {v: beside_venv(f"sglang-{v}", f"sglang-{v}.dist-info/METADATA")
+            for v in ("0.5.9", "0.5.15", "0.5.16", "0.5.17", "0.5.18", "0.5.19")}
+    sites = {"0.5.14": sglang_014_dir(), "0.5.23": sglang_023_dir(), **{v: d for v, d in here.items() if d}}
     r = subprocess.run([sys.executable, str(REPO / "scripts" / "update_triton_moe_tuned.py"),
-                        f"0.5.14={sglang_014_dir()}", f"0.5.23={sglang_023_dir()}", "--check"],
+                        *(f"{v}={d}" for v, d in sites.items()), "--check"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "up to date" in r.stdout, r.stdout + r.stderr
+    assert all(v in r.stdout for v in sites), r.stdout
 
 
 # ---- the m set cut into chunks (compile/triton_chunks.py) ----------------------------------------------------

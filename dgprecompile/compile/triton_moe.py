@@ -12,8 +12,11 @@ every planned m on ``meta`` tensors (shapes, dtypes and strides of the real call
   else its built-in default) asked with the planned device name;
 * named STAND-INS for what is not JIT and cannot run here: sgl-kernel's AOT ``moe_align_block_size`` (it only fills
   SGLang's buffers, whose sizes SGLang computes from shapes) and the server-wide flags object (SGLang's own
-  ServerArgs with its field defaults, unresolved; where SGLang publishes it as a runtime context, 0.5.23, no TP
-  group); the planned arch is stated to SGLang's JIT utils with its own override (0.5.23's PDL constexprs).
+  ServerArgs with its field defaults, unresolved; no TP group where fused_moe asks for one, 0.5.16-0.5.23); the
+  planned arch is stated to SGLang's JIT utils with its own override (0.5.19-0.5.23's PDL constexprs).
+
+Which release: the installed sglang's, its package from data/triton_moe.yaml (:func:`moe_package`; 0.5.9-0.5.10
+keep the path in srt/layers/moe/fused_moe_triton), its kernel module from SGLang's own import (:func:`kernels_module`).
 
 On a CPU-only machine SGLang takes its non-CUDA branches around the kernel (activation quantisation through its
 Triton ``per_token_group_quant_fp8``, Triton ``moe_sum_reduce``); those kernels are not what a GPU runs, so they are
@@ -36,7 +39,7 @@ import sys
 import time
 from typing import Any
 
-MOE = "sglang.srt.layers.moe.moe_runner.triton_utils"
+MOE = "sglang.srt.layers.moe.moe_runner.triton_utils"  # 0.5.14 on; per release: moe_package()
 KERNEL = "fused_moe_kernel"
 _HELD: list = []  # context managers entered for the whole process
 
@@ -188,21 +191,13 @@ def field_defaults_standin():
 def publish_standins() -> None:
     """The release's server-args stand-in, published: a defaults ServerArgs where publishing resolves it and
     projects its fields into a runtime context (its ServerArgs has ``resolve_once``), else
-    :func:`field_defaults_standin` (0.5.14 stores the object and reads its flags).
-
-    With a runtime context, also the STAND-IN tp_group=None (a warm has no ranks, so no process groups): 0.5.23's
-    _fused_moe_kernel_sequence reads it only as use_symmetric_memory's group (fused_moe.py:630), which returns a
-    null context without touching the group while exec.comm.enable_symm_mem is off (its default;
-    pynccl_allocator.py:426-431, :236)."""
+    :func:`field_defaults_standin` (0.5.9-0.5.18 store the object, or project it unresolved, and read its flags)."""
     from sglang.srt import server_args
 
     if not hasattr(server_args.ServerArgs, "resolve_once"):
         server_args.set_global_server_args_for_scheduler(field_defaults_standin())
         return
-    from sglang.srt import runtime_context
-
     server_args.set_global_server_args_for_scheduler(defaults_standin())
-    runtime_context.get_parallel().override_permanently(tp_group=None)
 
 
 def state_arch(capability: int) -> None:
@@ -219,30 +214,68 @@ def state_arch(capability: int) -> None:
     _HELD.append(stated)  # held: a collected generator would run its restore
 
 
+def moe_package() -> str:
+    """The package of the installed sglang's fused-MoE path (fused_moe, fused_moe_triton_config,
+    moe_align_block_size): its release's ``package`` in data/triton_moe.yaml (0.5.9:
+    sglang.srt.layers.moe.fused_moe_triton), else the file's ``module`` (0.5.14 on: moe_runner/triton_utils)."""
+    from importlib import metadata
+
+    from dgprecompile.runtimes.triton_moe import TRITON_MOE
+
+    try:
+        rel = TRITON_MOE.release(metadata.version("sglang"))
+    except metadata.PackageNotFoundError:
+        rel = None
+    return (rel or {}).get("package") or TRITON_MOE.data()["module"]
+
+
+def kernels_module(fused):
+    """The module SGLang's fused_moe imports its launch (invoke_fused_moe_kernel) from, where fused_moe_kernel and
+    should_enable_swap_ab live: the MoE package's fused_moe_triton_kernels up to 0.5.15, sglang/kernels/ops/moe/ from
+    0.5.16 (data/triton_moe.yaml ``kernels``). Taken from SGLang's own import, so the one its launch reads."""
+    return sys.modules[fused.invoke_fused_moe_kernel.__module__]
+
+
+def no_tp_group(fused) -> None:
+    """STAND-IN tp_group=None (a warm has no ranks, so no process groups) where the release's fused_moe asks for the
+    TP group around the output's allocation, ``use_symmetric_memory(<tp group>, disabled=...)``: through
+    sglang.srt.distributed.get_tp_group() (0.5.16-0.5.20, e.g. 0.5.17 fused_moe.py:528-531; it asserts an initialised
+    group, parallel_state.py:1892), else through the runtime context's get_parallel().tp_group (0.5.21-0.5.23,
+    0.5.23 fused_moe.py:630). use_symmetric_memory returns a null context without touching the group while
+    exec.comm.enable_symm_mem is off (its default; 0.5.17 pynccl_allocator.py:325-331, :160-164; 0.5.23
+    pynccl_allocator.py:426-431, :236). Releases that ask for neither (0.5.9-0.5.15) are left as they are."""
+    if hasattr(fused, "get_tp_group"):
+        fused.get_tp_group = lambda: None
+    elif hasattr(fused, "get_parallel"):
+        fused.get_parallel().override_permanently(tp_group=None)
+
+
 def load_sglang(device_name: str | None, capability: int):
     """SGLang's MoE modules with the stand-ins above in place; returns (fused_moe module, config module)."""
     publish_standins()
     state_arch(capability)
-    align = importlib.import_module(f"{MOE}.moe_align_block_size")  # the package's name is the function
+    package = moe_package()
+    align = importlib.import_module(f"{package}.moe_align_block_size")  # the package's name is the function
     align.sgl_moe_align_block_size = moe_align_standin
-    config = importlib.import_module(f"{MOE}.fused_moe_triton_config")
+    config = importlib.import_module(f"{package}.fused_moe_triton_config")
     if device_name is not None:  # SGLang's own get_device_name needs a GPU; the plan names the one it runs on
         config.get_device_name = lambda device_id=0: device_name
-    return importlib.import_module(f"{MOE}.fused_moe"), config
+    fused = importlib.import_module(f"{package}.fused_moe")
+    no_tp_group(fused)
+    return fused, config
 
 
-def swap_ab_as_on_gpu(capability: int) -> None:
-    """STAND-IN for one decision SGLang takes from the GPU it runs on: 0.5.14's ``should_enable_swap_ab``
-    (moe_runner/triton_utils/fused_moe_triton_kernels.py:61-68) swaps the FP8 GEMM's operands on a CUDA sm_90+ GPU
-    when the config's BLOCK_SIZE_M < 64 and BLOCK_SIZE_N >= 64 (a tuned config's small-m blocks), and never
-    without CUDA, so a GPU-free warm would compile the unswapped kernel the GPU never runs. Here it answers for the
-    planned ``capability`` (batch-invariant mode off, as the planned server runs). Releases without the function
-    (0.5.23) are left as they are."""
-    import importlib.util
-
-    if importlib.util.find_spec(f"{MOE}.fused_moe_triton_kernels") is None:  # 0.5.23: no such module
-        return
-    kernels = importlib.import_module(f"{MOE}.fused_moe_triton_kernels")
+def swap_ab_as_on_gpu(capability: int, fused=None) -> None:
+    """STAND-IN for one decision SGLang takes from the GPU it runs on: its ``should_enable_swap_ab`` (0.5.9 and 0.5.14
+    fused_moe_triton_kernels.py:61-68, 0.5.17 sglang/kernels/ops/moe/fused_moe_triton_kernels.py:61-68, 0.5.23 :62-69;
+    the launch asks it for FP8 weights, 0.5.17 :753, 0.5.23 :888) swaps the FP8 GEMM's operands on a CUDA sm_90+ GPU
+    when the config's BLOCK_SIZE_M < 64 and BLOCK_SIZE_N >= 64 (a tuned config's small-m blocks), and never without
+    CUDA, so a GPU-free warm would compile the unswapped kernel the GPU never runs. Here it answers for the planned
+    ``capability`` (batch-invariant mode off, as the planned server runs), in the module the launch reads it from
+    (:func:`kernels_module`)."""
+    if fused is None:
+        fused = importlib.import_module(f"{moe_package()}.fused_moe")
+    kernels = kernels_module(fused)
     if hasattr(kernels, "should_enable_swap_ab"):
         kernels.should_enable_swap_ab = lambda block_m, block_n: capability >= 90 and block_m < 64 and block_n >= 64
 
@@ -316,7 +349,7 @@ def warm(args: argparse.Namespace) -> dict[str, Any]:
     os.environ["TRITON_CACHE_DIR"] = triton_dir
     # imported first: some SGLang modules probe the driver at import
     fused, config = load_sglang(args.device_name, args.capability)
-    swap_ab_as_on_gpu(args.capability)
+    swap_ab_as_on_gpu(args.capability, fused)
     if args.m_bound:
         check_bound(config, args)
     compile_only(args.capability)

@@ -60,14 +60,26 @@ class TritonMoeFamily:
         return _yaml_data(self.data_file)
 
     def release(self, version: str | None) -> dict | None:
-        """The data file's entry for ``version`` (an exact sglang release), or None."""
+        """The data file's entry for ``version`` (an exact sglang release), with ``version`` added, or None."""
         if not version:
             return None
         try:
             v = Version(version)
         except InvalidVersion:
             return None
-        return next((r for r in self.data()["releases"] if v in SpecifierSet(r["sglang"], prereleases=True)), None)
+        row = next((r for r in self.data()["releases"] if v in SpecifierSet(r["sglang"], prereleases=True)), None)
+        return None if row is None else {**row, "version": str(v)}
+
+    def read_ranges(self) -> str:
+        """The releases whose fused MoE path was read, adjacent rows joined (">=0.5.9,<0.5.24")."""
+        spans: list[list[str]] = []
+        for r in self.data()["releases"]:
+            lo, hi = (part.strip().lstrip("<>=") for part in r["sglang"].split(","))  # ">=A,<B", as each row is
+            if spans and spans[-1][1] == lo:
+                spans[-1][1] = hi
+            else:
+                spans.append([lo, hi])
+        return ", ".join(f">={lo},<{hi}" for lo, hi in spans)
 
     def quantization_problem(self, config: dict) -> str | None:
         """None when the model's quantization is the one the warm's call models, else what it is."""
@@ -90,7 +102,7 @@ class TritonMoeFamily:
             return [], [f"{where}: {self.label} for {bad}: not planned (the warm models block-FP8 experts)"]
         rel = self.release(sglang_version)
         if rel is None:
-            read = ", ".join(r["sglang"] for r in self.data()["releases"])
+            read = self.read_ranges()
             return [], [f"{where}: {self.label} not planned: " + (
                 f"dgprecompile read the fused MoE path of sglang {read}, not {sglang_version}" if sglang_version
                 else "its kernels depend on the exact release: plan with --sglang X.Y.Z")]
@@ -133,9 +145,9 @@ class TritonMoeFamily:
         return max(1, *parts.values()), "the largest of: " + ", ".join(f"{k} {v}" for k, v in parts.items() if v)
 
     def tuned_up_to(self, rel: dict | None, shape, device_name: str) -> int:
-        """The largest m the release's tuned configs name for the shape on the device (0: none ships, SGLang's
-        default config runs for every m; data/triton_moe_tuned.yaml)."""
-        tuned = _yaml_data("triton_moe_tuned.yaml")["releases"].get(str((rel or {}).get("tuned")), {})
+        """The largest m the exact release's tuned configs name for the shape on the device (0: none ships, SGLang's
+        default config runs for every m; data/triton_moe_tuned.yaml, one table per release read)."""
+        tuned = _yaml_data("triton_moe_tuned.yaml")["releases"].get(str((rel or {}).get("version")), {})
         return int(tuned.get(f"E={shape.experts},N={shape.intermediate},device_name={device_name.replace(' ', '_')}",
                              0))
 
