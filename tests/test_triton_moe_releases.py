@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 VENV = REPO / ".venv"
 TRITON = VENV / "triton-3.6.0"
 QWEN = json.loads((REPO / "dgprecompile" / "data" / "models" / "Qwen3-Coder-480B-A35B-Instruct-FP8.json").read_text())
-DSV3 = json.loads((REPO / "tests" / "gpu" / "models" / "DeepSeek-V3.json").read_text())
+DSV3 = json.loads((REPO / "dgprecompile" / "data" / "models" / "DeepSeek-V3.json").read_text())
 QWEN_CMD = "python -m sglang.launch_server --model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 --tp 8 --ep 8"
 TUNED_DIRS = ("sglang/srt/layers/moe/moe_runner/triton_utils/configs", "sglang/srt/layers/moe/fused_moe_triton/configs")
 

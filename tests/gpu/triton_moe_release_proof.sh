@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A release's Triton MoE keys on the H200 (issue 31): the server command planned with --sglang RELEASE (MODEL qwen:
-# the 480B --tp 8 --ep 8; dsv3: DeepSeek-V3 --tp 8 from tests/gpu/models/DeepSeek-V3.json, 257 experts top-9 under
+# the 480B --tp 8 --ep 8; dsv3: DeepSeek-V3 --tp 8 from dgprecompile/data/models/DeepSeek-V3.json, 257 experts top-9 under
 # shared-experts fusion), the item's own warm argv (TRITON_MOE.warm_argv) run with the GPU hidden, its m set cut into
 # chunks as `warm` cuts it (compile/triton_chunks.py chunks_for, one process each, all cores), then that release's own
 # fused_experts_impl on the GPU (tests/gpu/triton_moe_release_forward.py) over MS (default: every m of the item,
@@ -53,7 +53,7 @@ mkdir -p "$HOME"
   python3 -c "import torch, sys, triton, sglang; print('torch', torch.__version__, 'triton', triton.__version__, 'sglang', getattr(sglang, '__version__', '?'), 'python', sys.version.split()[0])";
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } >> "$OUT/summary.txt" 2>&1
 if [ "$MODEL" = dsv3 ]; then
-  mkdir -p "$w/dsv3"; cp "$root/tests/gpu/models/DeepSeek-V3.json" "$w/dsv3/config.json"
+  mkdir -p "$w/dsv3"; cp "$root/dgprecompile/data/models/DeepSeek-V3.json" "$w/dsv3/config.json"
   SERVER="python -m sglang.launch_server --model-path $w/dsv3 --tp 8"
 else
   SERVER="python -m sglang.launch_server --model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 --tp 8 --ep 8"
