@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from helpers import NVCC, STANDINS, beside_venv, needs_nvcc, sgl_deep_gemm_013_dir, sglang_014_dir
+from test_sglang_jit_059 import one_module_round_trip
 from test_sglang_jit_inventory import DEEPSEEK_V3
 
-from dgprecompile.planning.manifest import plan_from_dict, write_manifest
 from dgprecompile.planning.plan import PlanRequest
 from dgprecompile.planning.request import plan_from_request
 from dgprecompile.runtimes import family_for
@@ -182,40 +181,6 @@ def cli(*args):
 @needs("0.5.13")
 def test_0_5_13_module_warmed_gpu_free_verified_loaded_without_a_build_and_refused_by_name(tmp_path):
     data = plans(tmp_path, "0.5.13")["qwen3 tp8 ep8"].to_dict()
-    for shape in data["shapes"]:
-        shape["buckets"], shape["aux_kernels"] = [], []
-    data["kernels"], data["total_kernels"] = [], 0
-    for section in ("triton_moe", "inductor", "flashinfer"):
-        data.pop(section, None)
-    data["sglang_jit_modules"] = [m for m in data["sglang_jit_modules"] if m["id"] == CLAMP]
-    assert len(data["sglang_jit_modules"]) == 1
-    manifest, cache = tmp_path / "one.yaml", tmp_path / "cache"
-    write_manifest(plan_from_dict(data), manifest)
-    warm = cli("warm", "--manifest", manifest, "--cache-dir", cache, "--nvcc", NVCC, "--sglang-jit", "on", "--json")
-    assert warm.returncode == 0, warm.stdout + warm.stderr
-    assert (json.loads(warm.stdout)["compiled"], json.loads(warm.stdout)["failed"]) == (1, 0)
-    [entry] = os.listdir(cache / "tvm-ffi")
+    entry = one_module_round_trip(cli, data, CLAMP, LOAD, tmp_path, flags=("-DSGL_CUDA_ARCH=900",))
     name = entry[:-17]  # <name>_<tvm-ffi's hash>; the name ends in sglang's own 16-digit source hash
     assert name.startswith("sgl_kernel_jit_clamp_position_int64_t_") and len(name.rsplit("_", 1)[1]) == 16
-    built = cache / "tvm-ffi" / entry
-    ninja = (built / "build.ninja").read_text().replace(" ", "")
-    assert "-gencode=arch=compute_90,code=sm_90" in ninja and "-DSGL_CUDA_ARCH=900" in ninja
-    ok = cli("verify", "--manifest", manifest, "--cache-dir", cache, "--json")
-    assert ok.returncode == 0 and json.loads(ok.stdout)["coverage"] == "proved", ok.stdout + ok.stderr
-
-    child = tmp_path / "child.py"
-    child.write_text(LOAD)
-    before = {p.name: p.stat().st_mtime_ns for p in built.iterdir()}
-    hit = cli("launch", "--manifest", manifest, "--cache-dir", cache, "--", sys.executable, child)
-    assert hit.returncode == 0 and "LOADED" in hit.stdout, hit.stdout + hit.stderr
-    assert {p.name: p.stat().st_mtime_ns for p in built.iterdir()} == before  # loaded, nothing rebuilt or written
-
-    shutil.rmtree(built)
-    bad = cli("verify", "--manifest", manifest, "--cache-dir", cache, "--json")
-    assert bad.returncode == 1 and json.loads(bad.stdout)["missing"] == [CLAMP], bad.stdout + bad.stderr
-    miss = cli("launch", "--manifest", manifest, "--cache-dir", cache, "--allow-missing", "--",
-               sys.executable, child)
-    assert (f"REFUSED dgprecompile strict mode: SGLang tried to build its JIT module {name} at run time"
-            in miss.stdout), miss.stdout + miss.stderr
-    assert entry in miss.stdout and "strict mode refused 1 runtime compile(s)" in miss.stderr
-    assert os.listdir(cache / "tvm-ffi") == []  # refused before tvm-ffi wrote anything

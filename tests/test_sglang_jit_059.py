@@ -166,26 +166,39 @@ def cli(*args):
 def test_a_module_warmed_gpu_free_verified_loaded_without_a_build_and_refused_by_name_when_missing(name, tmp_path):
     module_id, runtime_name, call = CLI_CASES[name]
     data = plans(tmp_path)["qwen3 tp8 ep8"].to_dict()
+    entry = one_module_round_trip(cli, data, module_id, LOAD.format(call=call), tmp_path)
+    assert entry.startswith(runtime_name + "_") and len(entry) == len(runtime_name) + 17
+
+
+def one_module_round_trip(cli, data: dict, module_id: str, child_source: str, tmp_path: Path,
+                          flags: tuple[str, ...] = ()) -> str:
+    """One tvm-ffi JIT module of a release's plan (``data``, trimmed to it) through the CLI: warmed GPU-free with
+    real nvcc for sm_90 (and ``flags`` in its ninja file), verified, loaded by a strict launch of
+    ``child_source`` (prints LOADED or REFUSED <message>) without a build or a write, then deleted: verify names
+    it missing and the strict launch refuses it by its runtime name before tvm-ffi writes anything. Its entry."""
     for shape in data["shapes"]:
         shape["buckets"], shape["aux_kernels"] = [], []
     data["kernels"], data["total_kernels"] = [], 0
     for section in ("triton_moe", "inductor", "flashinfer"):  # FlashInfer's: tests/test_flashinfer_modules.py
         data.pop(section, None)
-    data["sglang_jit_modules"] = [m for m in data["sglang_jit_modules"] if m["name"] == name]
+    data["sglang_jit_modules"] = [m for m in data["sglang_jit_modules"] if m["id"] == module_id]
+    assert len(data["sglang_jit_modules"]) == 1
     manifest, cache = tmp_path / "one.yaml", tmp_path / "cache"
     write_manifest(plan_from_dict(data), manifest)
     warm = cli("warm", "--manifest", manifest, "--cache-dir", cache, "--nvcc", NVCC, "--sglang-jit", "on", "--json")
     assert warm.returncode == 0, warm.stdout + warm.stderr
     assert (json.loads(warm.stdout)["compiled"], json.loads(warm.stdout)["failed"]) == (1, 0)
     [entry] = os.listdir(cache / "tvm-ffi")
-    assert entry.startswith(runtime_name + "_") and len(entry) == len(runtime_name) + 17
+    runtime_name = entry[:-17]  # <the name its loader gives>_<tvm-ffi's 16-hex hash>
     built = cache / "tvm-ffi" / entry
-    assert "-gencode=arch=compute_90,code=sm_90" in (built / "build.ninja").read_text().replace(" ", "")
+    ninja = (built / "build.ninja").read_text().replace(" ", "")
+    for flag in ("-gencode=arch=compute_90,code=sm_90", *flags):
+        assert flag in ninja, flag
     ok = cli("verify", "--manifest", manifest, "--cache-dir", cache, "--json")
     assert ok.returncode == 0 and json.loads(ok.stdout)["coverage"] == "proved", ok.stdout + ok.stderr
 
     child = tmp_path / "child.py"
-    child.write_text(LOAD.format(call=call))
+    child.write_text(child_source)
     before = {p.name: p.stat().st_mtime_ns for p in built.iterdir()}
     hit = cli("launch", "--manifest", manifest, "--cache-dir", cache, "--", sys.executable, child)
     assert hit.returncode == 0 and "LOADED" in hit.stdout, hit.stdout + hit.stderr
@@ -200,6 +213,7 @@ def test_a_module_warmed_gpu_free_verified_loaded_without_a_build_and_refused_by
             in miss.stdout), miss.stdout + miss.stderr
     assert entry in miss.stdout and "strict mode refused 1 runtime compile(s)" in miss.stderr
     assert os.listdir(cache / "tvm-ffi") == []  # refused before tvm-ffi wrote anything
+    return entry
 
 
 # ---- the strict hook against the real tvm-ffi, without sglang ----------------------------------------------
