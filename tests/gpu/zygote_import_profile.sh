@@ -10,8 +10,10 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" .wh
   .whl/apache_tvm_ffi-*.whl .whl/sglang/*.whl .whl/extra/*.whl > "$d/install.txt" 2>&1
 export PYTHONPATH="$site:$root/tests/standins:$root" DGP_STANDINS=sgl_kernel CUDA_VISIBLE_DEVICES=
 mods="${MODS:-sglang.jit_kernel.per_token_group_quant_8bit_v2 sglang.jit_kernel.activation sglang.jit_kernel.norm sglang.jit_kernel.rope sglang.jit_kernel.all_reduce sglang.jit_kernel.clamp_position}"  # 0.5.14's builders (data/sglang_jit.yaml)
-/usr/bin/time -v python3 -X importtime -c "import importlib, sys
-for m in sys.argv[1:]: importlib.import_module(m)" $mods 2> "$d/importtime.txt"
+python3 -X importtime -c "import importlib, sys, time
+t = time.monotonic()
+for m in sys.argv[1:]: importlib.import_module(m)
+print(f'imports: {time.monotonic() - t:.2f} s')" $mods > "$d/seconds.txt" 2> "$d/importtime.txt"
 sort -t'|' -k2 -n -r "$d/importtime.txt" | head -40 > "$d/top.txt"
-grep -E "Elapsed|Maximum resident" "$d/importtime.txt" >> "$d/top.txt"
+cat "$d/seconds.txt" >> "$d/top.txt"
 cat "$d/top.txt"
