@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from helpers import NVCC, STANDINS, beside_venv, needs_nvcc, sgl_deep_gemm_013_dir, sglang_014_dir
-from test_sglang_jit_059 import one_module_round_trip
+from test_sglang_jit_059 import named_by_own_builders, one_module_round_trip
 from test_sglang_jit_inventory import DEEPSEEK_V3
 
 from dgprecompile.planning.plan import PlanRequest
@@ -89,39 +89,6 @@ def test_0_5_10_plans_the_jit_quantiser_and_the_overlap_resolver_without_all_red
 
 # ---- the release's own builders pick the directory dgprecompile computes ------------------------------------
 
-CHILD = r"""
-import importlib, json, os, sys
-import torch
-import tvm_ffi.cpp.extension as ext
-from dgprecompile.compile.backends.sglang_jit import resolve_args
-from dgprecompile.keys.schemes import naming_for
-from dgprecompile.runtimes import get_family
-from dgprecompile.runtimes.items import JitModule
-version = sys.argv[2]
-seen = {}
-class Stop(Exception):
-    pass
-def stop(name, *a, build_directory=None, **k):  # after build_inline picked its directory, before ninja
-    seen["last"] = [name, os.path.basename(str(build_directory))]
-    raise Stop()
-ext._build_impl = stop
-out = {}
-for d in json.loads(sys.argv[1]):
-    m = JitModule.from_dict(d)
-    naming = naming_for(get_family(m.family), version)
-    where, _, fn = naming.spec.arch_override.partition(":")
-    seen.clear()
-    with getattr(importlib.import_module(where), fn)(*naming.spec.arch):  # the release's own override
-        try:
-            kwargs = {k: resolve_args(v) if isinstance(v, list) else v for k, v in dict(m.kwargs).items()}
-            getattr(importlib.import_module(m.python), m.builder)(*resolve_args(list(m.args)), **kwargs)
-        except Stop:
-            pass
-    out[m.id] = {"sglang": seen.get("last"), "computed": [naming.module_name(m), naming.entry_name(m)]}
-print("RESULT " + json.dumps(out))
-"""
-
-
 def child_env(version: str, cache) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([side_dir(version), sglang_014_dir(), STANDINS, str(REPO)]),
            "DGP_STANDINS": "sgl_kernel,triton,torchvision,pynvml", "TVM_FFI_CACHE_DIR": str(cache),
@@ -137,14 +104,7 @@ def test_modules_are_named_as_tvm_ffi_names_the_releases_own_builders_builds(ver
     modules = {m.id: m for kv in ("", " --kv-cache-dtype fp8_e4m3") for p in plans(tmp_path, version, kv).values()
                for m in p.jit_modules.values()}
     assert len(modules) == count
-    proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps([m.to_dict() for m in modules.values()]), version],
-                          capture_output=True, text=True, env=child_env(version, tmp_path / "tvm-ffi"), timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):])
-    assert sorted(result) == sorted(modules)
-    for mid, r in result.items():
-        assert r["sglang"] == r["computed"], (mid, r)
-        assert r["sglang"][1].startswith(r["sglang"][0] + "_") and len(r["sglang"][1]) == len(r["sglang"][0]) + 17
+    result = named_by_own_builders(modules, version, child_env(version, tmp_path / "tvm-ffi"))
     if version == "0.5.13":  # sglang's own source hash is in the name: marker, template, 16 hex digits
         assert all(len(r["sglang"][0].rsplit("_", 1)[1]) == 16 for r in result.values())
     else:  # 0.5.10's quantiser: one name for every dtype pair, tvm-ffi's hash tells them apart

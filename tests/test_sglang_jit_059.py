@@ -83,6 +83,7 @@ from dgprecompile.compile.backends.sglang_jit import resolve_args, target_device
 from dgprecompile.keys.schemes import naming_for
 from dgprecompile.runtimes import get_family
 from dgprecompile.runtimes.items import JitModule
+version = sys.argv[2]
 seen = {}
 class Stop(Exception):
     pass
@@ -93,16 +94,35 @@ ext._build_impl = stop
 out = {}
 for d in json.loads(sys.argv[1]):
     m = JitModule.from_dict(d)
+    naming = naming_for(get_family(m.family), version)
+    where, _, fn = (naming.spec.arch_override or "").partition(":")
+    # the release's own arch override (0.5.10+), else its preset variable and device question answered (0.5.9)
+    target = getattr(importlib.import_module(where), fn)(*naming.spec.arch) if where else \
+        target_device("TVM_FFI_CUDA_ARCH_LIST", 9, 0)
     seen.clear()
-    with target_device("TVM_FFI_CUDA_ARCH_LIST", 9, 0):
+    with target:
         try:
-            getattr(importlib.import_module(m.python), m.builder)(*resolve_args(list(m.args)))
+            kwargs = {k: resolve_args(v) if isinstance(v, list) else v for k, v in dict(m.kwargs).items()}
+            getattr(importlib.import_module(m.python), m.builder)(*resolve_args(list(m.args)), **kwargs)
         except Stop:
             pass
-    naming = naming_for(get_family(m.family), "0.5.9")
     out[m.id] = {"sglang": seen.get("last"), "computed": [naming.module_name(m), naming.entry_name(m)]}
 print("RESULT " + json.dumps(out))
 """
+
+
+def named_by_own_builders(modules: dict, version: str, env: dict) -> dict:
+    """Each module's (name, directory) as the release's own builder hands them to tvm-ffi (stopped before ninja)
+    against what dgprecompile computes: equal, and the directory <name>_<tvm-ffi's 16-hex hash>. The results."""
+    proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps([m.to_dict() for m in modules.values()]), version],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):])
+    assert sorted(result) == sorted(modules)
+    for mid, r in result.items():
+        assert r["sglang"] == r["computed"], (mid, r)
+        assert r["sglang"][1].startswith(r["sglang"][0] + "_") and len(r["sglang"][1]) == len(r["sglang"][0]) + 17
+    return result
 
 
 def child_env(cache) -> dict:
@@ -120,14 +140,7 @@ def test_0_5_9_modules_are_named_as_tvm_ffi_names_its_own_builders_builds(tmp_pa
     modules = {m.id: m for p in plans(tmp_path, " --kv-cache-dtype fp8_e4m3").values()
                for m in p.jit_modules.values()}
     assert len(modules) == 3
-    proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps([m.to_dict() for m in modules.values()])],
-                          capture_output=True, text=True, env=child_env(tmp_path / "tvm-ffi"), timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):])
-    assert sorted(result) == sorted(modules)
-    for mid, r in result.items():
-        assert r["sglang"] == r["computed"], (mid, r)
-        assert r["sglang"][1].startswith(r["sglang"][0] + "_") and len(r["sglang"][1]) == len(r["sglang"][0]) + 17
+    named_by_own_builders(modules, "0.5.9", child_env(tmp_path / "tvm-ffi"))
 
 
 # ---- through the CLI: warm GPU-free, verify, strict launch loads it and refuses it once deleted ------------
