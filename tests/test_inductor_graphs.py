@@ -95,6 +95,72 @@ def test_the_manifest_carries_the_items_and_refuses_a_changed_or_unbounded_one()
         plan_from_dict(data)
 
 
+def test_the_jobs_grad_mode_is_read_once_and_carried_in_every_item(monkeypatch):
+    """SGLang's DynamicGradMode runs forwards under torch.inference_mode where SGLANG_ENABLE_TORCH_INFERENCE_MODE is
+    true or 1 (any case), else under no_grad; the graphs' entries differ between the two, so plan reads the job's
+    value (an assignment before the command wins over plan's own environment) and each item carries it."""
+    variable = INDUCTOR_GRAPHS.grad_variable
+    monkeypatch.delenv(variable, raising=False)
+    plain = _plan(QWEN)
+    assert {it.grad for it in plain.inductor.values()} == {"no_grad"}
+    assert not any(i.endswith(".inference") for i in plain.inductor)  # ids written before grad are kept
+    assert any("planned under torch.no_grad" in n for n in plain.notes)
+    assigned = _plan(f"env {variable}=1 {QWEN}")
+    assert {it.grad for it in assigned.inductor.values()} == {"inference"}
+    assert [i.removesuffix(".inference") for i in assigned.inductor] == list(plain.inductor)
+    assert any("planned under torch.inference_mode" in n for n in assigned.notes)
+    monkeypatch.setenv(variable, "True")
+    assert {it.grad for it in _plan(QWEN).inductor.values()} == {"inference"}
+    assert {it.grad for it in _plan(f"{variable}=0 {QWEN}").inductor.values()} == {"no_grad"}  # the command's own
+    monkeypatch.setenv(variable, "yes")  # SGLang's get_bool_env_var reads an unknown value as false
+    assert {it.grad for it in _plan(QWEN).inductor.values()} == {"no_grad"}
+    # the manifest carries it; a manifest written before the field planned no_grad
+    data = json.loads(json.dumps(assigned.to_dict()))
+    assert {it.grad for it in plan_from_dict(json.loads(json.dumps(data))).inductor.values()} == {"inference"}
+    data["inductor"][0]["grad"] = "no_grad"  # changed without its id
+    with pytest.raises(InputError, match="does not match its fields"):
+        plan_from_dict(json.loads(json.dumps(data)))
+    old = json.loads(json.dumps(plain.to_dict()))
+    for d in old["inductor"]:
+        del d["grad"]
+    assert list(plan_from_dict(old).inductor) == list(plain.inductor)
+    argv = INDUCTOR_GRAPHS.warm_argv(next(iter(assigned.inductor.values())), "/c", "py")
+    assert argv[argv.index("--grad") + 1] == "inference"  # warm builds them under it
+
+
+def test_launch_refuses_a_job_whose_grad_mode_is_not_the_plans(tmp_path, monkeypatch):
+    """A plan made under no_grad, launched with the job's forwards under inference mode (its environment or an
+    assignment before the server command), and the other way round: one error naming the variable, before the
+    cache is read or anything of the job starts; the matching job passes that check (and stops at the preflight)."""
+    from click.testing import CliRunner
+    from helpers import assert_one_error
+
+    from dgprecompile.cli.main import cli
+
+    variable = INDUCTOR_GRAPHS.grad_variable
+    monkeypatch.delenv(variable, raising=False)
+    for grad, name in (("no_grad", "plain.yaml"), ("inference", "inference.yaml")):
+        plan = _plan(f"env {variable}={int(grad == 'inference')} {QWEN}")
+        write_manifest(plan, tmp_path / name)
+    marker = tmp_path / "started"
+    job = ["--", sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
+
+    def launch(manifest, *command, env=None):
+        return CliRunner(env=env).invoke(cli, ["launch", "--manifest", str(tmp_path / manifest), "--cache-dir",
+                                               str(tmp_path / "cache"), *(command or job)], catch_exceptions=False)
+
+    res = launch("plain.yaml", env={variable: "1"})
+    assert res.exit_code == 2
+    assert_one_error(res, "torch.inference_mode", f"{variable}=1", "planned under torch.no_grad", "--manifest")
+    server = ["--", "env", f"{variable}=true", "python", "-m", "sglang.launch_server", "--model-path", "x"]
+    assert_one_error(launch("plain.yaml", *server), "torch.inference_mode")
+    res = launch("inference.yaml")
+    assert res.exit_code == 2 and "runs its forwards under torch.no_grad" in res.stderr
+    assert not marker.exists()
+    res = launch("plain.yaml", env={variable: "0"})  # the same mode: on to the preflight, which has no cache
+    assert "grad" not in res.stderr and "does not cover the plan" in res.stderr and not marker.exists()
+
+
 def test_without_a_gpu_of_the_planned_kind_warm_leaves_them_saying_why(monkeypatch):
     item = next(iter(_plan(QWEN).inductor.values()))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
@@ -135,9 +201,12 @@ JOB = textwrap.dedent("""
     vpe = importlib.import_module("sglang.srt.layers.vocab_parallel_embedding")
     rank = int(sys.argv[2])
     s = vpe.VocabParallelEmbedding._get_indices(1024, 1024, 1000, 1000, rank, 4)
-    with torch.no_grad():
+    mode = {"no_grad": torch.no_grad, "inference": torch.inference_mode, "grad": torch.enable_grad}[sys.argv[3]]
+    with mode():
         for m in map(int, sys.argv[1].split(",")):
             fused.moe_sum_reduce_torch_compile(torch.randn(m, 3, 16), torch.empty(m, 16), 1.0)
+            if sys.argv[4] == "moe":
+                continue
             vpe.get_masked_input_and_mask(torch.randint(0, 1000, (m,)), s.org_vocab_start_index,
                                           s.org_vocab_end_index, s.num_org_vocab_padding,
                                           s.added_vocab_start_index, s.added_vocab_end_index)
@@ -145,23 +214,31 @@ JOB = textwrap.dedent("""
 """)
 
 
-def _job(root: Path, ms: str, rank: int) -> dict[str, int]:
+def _job(root: Path, ms: str, rank: int, mode: str = "no_grad", graphs: str = "both") -> dict[str, int]:
     env = {**os.environ, **_env(), "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
            "TRITON_CACHE_DIR": str(root / "triton")}
-    res = subprocess.run([sys.executable, "-c", JOB, ms, str(rank)], env=env, capture_output=True, text=True,
-                         timeout=600)
+    res = subprocess.run([sys.executable, "-c", JOB, ms, str(rank), mode, graphs], env=env, capture_output=True,
+                         text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+def _files(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in (root / "inductor").rglob("*") if p.is_file()}
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    root = tmp_path_factory.mktemp("cache")
-    store = CacheStore(root)
-    store.ensure()
     items = [InductorGraphItem("moe_sum_reduce", (("topk", 3), ("hidden", 16), ("dtype", "float32"), ("scale", 1.0),
                                                   ("m_max", 3)), "cpu"),
              InductorGraphItem("vocab_mask", (("vocab", 1000), ("tp", 4), ("dtype", "int64")), "cpu")]
+    return _warm(tmp_path_factory.mktemp("cache"), items)
+
+
+def _warm(root: Path, items: list[InductorGraphItem]) -> SimpleNamespace:
+    """warm's own run of ``items`` (compile/recorded_items.py) on inductor's CPU backend, into a new cache at root."""
+    store = CacheStore(root)
+    store.ensure()
     saved = dict(os.environ)
     os.environ.update(_env())
     for name in [e for f in CAPTURED for e in f.cache_env]:
@@ -197,6 +274,34 @@ def test_a_later_process_in_another_order_compiles_nothing_and_an_unplanned_firs
         assert _job(built.root, ms, rank).get("fxgraph_cache_miss", 0) == 0, (ms, rank)
     # a first m above the planned m_max (3 here; SGLang's own bound is 32) is a static graph nobody built
     assert _job(built.root, "5,6", 0).get("fxgraph_cache_miss", 0) >= 1
+
+
+@needs_build
+def test_graphs_serve_a_job_only_under_the_grad_mode_they_were_warmed_in(built, tmp_path):
+    """The entries hold the grad mode: a cache warmed under no_grad (SGLang's default) serves a no_grad job, but a
+    job with grad on writes new AOTAutograd entries, which strict refuses (on the H200's torch 2.11 a job under
+    torch.inference_mode did too; this torch 2.13 answers that one from the no_grad entries). An item planned under
+    inference mode (SGLANG_ENABLE_TORCH_INFERENCE_MODE=1) is warmed under it (SGLang's own DynamicGradMode, the
+    variable set by warm), records it, and serves the inference-mode job with nothing new."""
+    import shutil
+
+    copy = tmp_path / "no_grad"
+    shutil.copytree(built.root, copy)
+    before = _files(copy)
+    _job(copy, "1,2", 0, "no_grad")
+    assert _files(copy) == before
+    _job(copy, "1,2", 0, "grad")
+    assert _files(copy) - before, "a job with grad on found every entry of a no_grad warm"
+    item = InductorGraphItem("moe_sum_reduce", (("topk", 3), ("hidden", 16), ("dtype", "float32"), ("scale", 1.0),
+                                                ("m_max", 2)), "cpu", "inference")
+    warmed = _warm(tmp_path / "inference", [item])
+    assert warmed.result.failed == {} and list(warmed.result.compiled) == [item.id]
+    assert warmed.store.read_index().inductor[item.id]["grad"] == "inference"
+    before = _files(warmed.root)
+    for ms in ("2,1", "1,2,7"):
+        counts = _job(warmed.root, ms, 0, "inference", "moe")
+        assert counts.get("fxgraph_cache_miss", 0) == 0, (ms, counts)
+    assert _files(warmed.root) == before
 
 
 @needs_build

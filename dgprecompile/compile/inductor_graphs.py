@@ -4,7 +4,8 @@
 ROOT [--part i/n]``, run by warm's parent (compile/recorded_items.py) with TORCHINDUCTOR_CACHE_DIR and
 TRITON_CACHE_DIR pointing into ROOT, the way `launch` points the job. It imports SGLang's module, takes the function
 as SGLang compiled it (its own ``torch.compile`` decorator, backend and options), and calls it under SGLang's own
-grad mode (``DynamicGradMode``: no_grad unless SGLANG_ENABLE_TORCH_INFERENCE_MODE) on inputs of the dtype, layout
+grad mode (``DynamicGradMode``, with SGLANG_ENABLE_TORCH_INFERENCE_MODE set as the item's ``--grad`` says, the job's
+mode the plan read: no_grad, or inference for torch.inference_mode) on inputs of the dtype, layout
 and sizes SGLang passes, once per *sequence*: torch._dynamo.reset(), then each m of the sequence, which is how a
 job's process meets them (data/inductor_graphs.yaml ``compile``):
 
@@ -14,8 +15,9 @@ job's process meets them (data/inductor_graphs.yaml ``compile``):
   (rank 0, rank 1, the last rank: SGLang's own ``_get_indices`` gives their arguments): [1, 2] and [2, 3].
 
 ``--part i/n`` takes every n-th sequence from the i-th (the parent runs an item's parts side by side). The report
-(the last stdout line, JSON) holds the torch version, the GPU, the sequences run and inductor's own cache counters.
-Exit 3 where no GPU of the planned kind is visible. ``--device cpu`` runs the same calls on inductor's CPU
+(the last stdout line, JSON) holds the torch version, the GPU, the grad mode the calls ran under, the sequences run
+and inductor's own cache counters. Exit 3 where no GPU of the planned kind is visible, 4 where SGLang's grad mode is
+not the item's. ``--device cpu`` runs the same calls on inductor's CPU
 backend: the CPU tests' way to check the specialisations against real torch (those graphs are not the job's).
 This module imports torch and sglang; nothing imports it.
 """
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -55,15 +58,32 @@ def sequences(graph: dict[str, Any], params: dict[str, Any]) -> list[tuple[int, 
     return [(rank, seq) for rank in ranks for seq in ([1, 2], [2, 3])]
 
 
-def grad_mode():
-    """SGLang's own grad mode of its forward (DynamicGradMode), torch.no_grad where a release has none."""
+def set_grad_mode(grad: str) -> None:
+    """The job's grad mode in the variable SGLang's DynamicGradMode reads once, at the import of its utils: set before
+    SGLang is imported (this process imports it only in ``load_function``)."""
+    from dgprecompile.runtimes.inductor import INDUCTOR_GRAPHS
+
+    os.environ[INDUCTOR_GRAPHS.grad_variable] = "1" if grad == "inference" else "0"
+
+
+def grad_mode(grad: str):
+    """SGLang's own grad mode of its forward (DynamicGradMode), torch's own where a release has none."""
     try:
         from sglang.srt.utils import DynamicGradMode
     except ImportError:
         import torch
 
-        return torch.no_grad()
+        return torch.inference_mode() if grad == "inference" else torch.no_grad()
     return DynamicGradMode()
+
+
+def current_grad_mode() -> str:
+    """The autograd mode calls run under now: inference, no_grad or grad (what a graph's entries depend on)."""
+    import torch
+
+    if torch.is_inference_mode_enabled():
+        return "inference"
+    return "grad" if torch.is_grad_enabled() else "no_grad"
 
 
 def moe_sum_call(fn, params: dict[str, Any], device: str):
@@ -129,11 +149,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             raise SystemExit(3)
     graph = INDUCTOR_GRAPHS.graph(args.graph)  # the data file as plan read it (schema-checked)
     params = parse_params(args.params)
+    set_grad_mode(args.grad)
     call = CALLS[args.graph](load_function(graph), params, args.device)
     index, count = (int(x) for x in args.part.split("/"))
     mine = sequences(graph, params)[index::count]
     t0 = time.time()
-    with grad_mode():
+    with grad_mode(args.grad):
+        ran_under = current_grad_mode()
+        if ran_under != args.grad:  # built under another mode, the job would miss every entry
+            print(f"SGLang's grad mode here is {ran_under}, the item is planned for {args.grad}", file=sys.stderr)
+            raise SystemExit(4)
         for rank, seq in mine:
             torch._dynamo.reset()
             for m in seq:
@@ -145,7 +170,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     seen = counters()
     return {"item": args.item, "sequences": len(mine), "seconds": round(time.time() - t0, 1), "counters": seen,
             # what the item's record keeps (compile/recorded_items.py): what inductor's key holds, what it compiled
-            "record": {"torch": metadata.version("torch"), "gpu": gpu, "graphs": int(seen.get("fxgraph_cache_miss", 0))}}
+            "record": {"torch": metadata.version("torch"), "gpu": gpu, "grad": ran_under,
+                       "graphs": int(seen.get("fxgraph_cache_miss", 0))}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device-name", required=True)
     p.add_argument("--cache-dir", required=True)
     p.add_argument("--part", default="0/1")
+    p.add_argument("--grad", default="no_grad", choices=("no_grad", "inference"))
     # the job's device; "cpu" runs the same calls through inductor's CPU backend (the CPU tests: no GPU there)
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help=argparse.SUPPRESS)
     report = run(p.parse_args(argv))

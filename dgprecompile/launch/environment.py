@@ -183,6 +183,26 @@ def _flashinfer_env(c: _EnvComposer, plan: Plan, runtime, cache_dir: str, *, str
 RUNTIME_ENV = {"deepgemm": _deepgemm_cache_env, "sglang-jit": _jit_loader_env, "flashinfer-module": _flashinfer_env}
 
 
+def grad_mode_conflict(plan: Plan, command: list[str], base_env: Mapping[str, str]) -> str | None:
+    """Where the job's forwards would run under another autograd mode than the plan's torch.compile graphs were
+    planned (and warmed) under, why: their entries differ, so every graph would compile again (strict refuses it).
+    The job's mode is read as plan reads it: an assignment before the server command, else the environment."""
+    from dgprecompile.planning.server_cmd import find_server_command, grad_mode_from
+    from dgprecompile.runtimes.inductor import INDUCTOR_GRAPHS
+
+    planned = {item.grad for item in plan.inductor.values()}
+    if not planned:
+        return None
+    variable = INDUCTOR_GRAPHS.grad_variable
+    job = grad_mode_from(find_server_command(command), base_env)
+    if planned == {job}:
+        return None
+    shown = {"inference": "torch.inference_mode", "no_grad": "torch.no_grad"}
+    return (f"the job runs its forwards under {shown[job]} ({variable}="
+            f"{base_env.get(variable, '') or 'unset'} as it has it), but the plan's torch.compile graphs were "
+            f"planned under {' and '.join(shown[g] for g in sorted(planned))}: each would compile again")
+
+
 def job_runtimes(plan: Plan) -> list:
     """The runtimes of the plan's job whose caches launch points at the warmed cache: its DeepGEMM generation, the
     JIT family of its planned modules (else of its exact sglang release, which builds its modules once), and

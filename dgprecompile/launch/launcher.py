@@ -26,6 +26,7 @@ from dgprecompile.launch.environment import (
     GUARD_DIR,
     LaunchEnv,
     compose_env,
+    grad_mode_conflict,
     jit_name_prefixes,
     triton_cache_dir,
 )
@@ -42,6 +43,7 @@ from dgprecompile.launch.results import (
 )
 from dgprecompile.launch.supervise import DEFAULT_KILL_GRACE, JobWatch, run_child
 from dgprecompile.planning.plan import Plan
+from dgprecompile.runtimes.inductor import INDUCTOR_GRAPHS
 
 
 @dataclass
@@ -93,6 +95,10 @@ def prepare_launch(opts: LaunchOptions) -> PreparedLaunch:
         lifeline.refuse_inside_strict_launch("dgprecompile launch --no-strict")
     store = CacheStore(resolve_cache_dir(plan, opts.cache_dir))
     hint = warm_command(plan, str(store.root), opts.manifest, opts.model_arg)
+    grad = grad_mode_conflict(plan, opts.command, os.environ)
+    if grad:
+        raise InputError(grad, hint="plan where the job's environment is as it runs (plan reads "
+                                    f"{INDUCTOR_GRAPHS.grad_variable}), warm it, and pass that plan with --manifest")
     report = preflight(plan, store, [CacheStore(d) for d in opts.shared_cache], allow_missing=opts.allow_missing,
                        hint=hint)
     run_dir = scratch.run_dir("dgprecompile-launch-")  # locked: a later run removes it if this one is killed

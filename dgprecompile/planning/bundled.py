@@ -10,13 +10,21 @@ from pathlib import Path
 
 from dgprecompile.documents import load_yaml_text
 from dgprecompile.fsutil import read_input
+from dgprecompile.host.environ import environ
 from dgprecompile.planning.manifest import dump_yaml, manifest_name
 from dgprecompile.planning.plan import PlanRequest
 from dgprecompile.planning.request import plan_from_request
+from dgprecompile.runtimes.inductor import INDUCTOR_GRAPHS
 
 
 def render_all(shapes_dir: Path) -> dict[str, str]:
-    """file name -> manifest text, for every request in shapes_dir/index.yaml."""
+    """file name -> manifest text, for every request in shapes_dir/index.yaml, each for a job in SGLang's default
+    environment (whatever the environment of the regenerating shell: its grad mode is the default no_grad)."""
+    with environ({INDUCTOR_GRAPHS.grad_variable: "0"}):
+        return _render_all(shapes_dir)
+
+
+def _render_all(shapes_dir: Path) -> dict[str, str]:
     path = shapes_dir / "index.yaml"
     index = load_yaml_text(read_input(path, "shapes index", hint="pass the repository's shapes/ directory"),
                            str(path), hint="fix shapes/index.yaml")

@@ -392,11 +392,13 @@ def plan_jit_modules(model: ModelConfig, keys: list[GemmKey], sglang_version: st
 def build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: int = DEFAULT_NUM_SMS,
                gpu: str | None = None, profile_reason: str = "", sglang_version: str | None = None,
                keys_only: bool = False, server_options: dict[str, Any] | None = None,
-               moe_options: dict[str, Any] | None = None, moe_version: str | None = None) -> Plan:
+               moe_options: dict[str, Any] | None = None, moe_version: str | None = None,
+               grad: str = "no_grad") -> Plan:
     """``server_options``: the server command's options that change SGLang's JIT path (attention backend,
     CUDA graphs, custom all-reduce, dtype, ...; planning.sglang_jit.server_path reads them). ``moe_options``: all
     of the server's options (given or default) for the MoE rules of release ``moe_version`` (default
-    ``sglang_version``; planning.moe_rules)."""
+    ``sglang_version``; planning.moe_rules). ``grad``: the autograd mode the job's forwards run under (the torch.compile
+    graphs' entries depend on it; runtimes/inductor.py ``grad_mode``)."""
     from dgprecompile.planning import moe_rules
 
     par, moe_notes = moe_rules.apply(par, model.config, profile.sglang, gpu, moe_version or sglang_version,
@@ -406,7 +408,7 @@ def build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: int
     plan.jit_modules, notes = plan_jit_modules(model, [pk.key for pk in plan.keys], sglang_version, profile, par,
                                                server_options)
     plan.notes += notes
-    plan.inductor, notes = plan_inductor(model, par, sglang_version, plan)
+    plan.inductor, notes = plan_inductor(model, par, sglang_version, plan, grad)
     plan.notes += notes
     plan.flashinfer, notes = plan_flashinfer(model, par, sglang_version, moe_options or server_options or {})
     plan.notes += notes
@@ -422,14 +424,14 @@ def plan_flashinfer(model: ModelConfig, par: Parallel, sglang_version: str | Non
     return {it.id: it for it in items}, notes
 
 
-def plan_inductor(model: ModelConfig, par: Parallel, sglang_version: str | None, plan: Plan):
+def plan_inductor(model: ModelConfig, par: Parallel, sglang_version: str | None, plan: Plan, grad: str):
     """SGLang's torch.compile graphs on this plan's paths (runtimes/inductor.py), by id, and the notes."""
     from dgprecompile.runtimes.inductor import INDUCTOR_GRAPHS
     from dgprecompile.runtimes.triton_moe import gpu_device
 
     items, notes = INDUCTOR_GRAPHS.plan_items(model.config, tp=par.tp, sglang_version=sglang_version,
                                               triton_moe=list(plan.triton_moe.values()),
-                                              device_name=str(gpu_device(plan.gpu)["name"]))
+                                              device_name=str(gpu_device(plan.gpu)["name"]), grad=grad)
     return {it.id: it for it in items}, notes
 
 

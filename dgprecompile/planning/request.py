@@ -13,6 +13,7 @@ from dgprecompile.planning.plan import (
     sglang_precompile_m_max,
 )
 from dgprecompile.planning.profiles import resolve_profile
+from dgprecompile.planning.server_cmd import grad_mode_from
 from dgprecompile.planning.server_plan import plan_from_server
 from dgprecompile.planning.shapes import Parallel
 
@@ -47,6 +48,6 @@ def plan_from_request(req: PlanRequest) -> Plan:
     par = Parallel(tp=1 if tp is None else tp, ep=1 if ep is None else ep, moe_runner_backend=req.moe_runner_backend,
                    max_tokens=max_tokens, sweep_m_max=sweep)
     plan = build_plan(model, choice.profile, par, resolve_num_sms(req.gpu, req.num_sms), req.gpu, choice.reason,
-                      choice.sglang_version, keys_only=req.keys_only)
+                      choice.sglang_version, keys_only=req.keys_only, grad=grad_mode_from(None))
     plan.assumed = assumed
     return plan

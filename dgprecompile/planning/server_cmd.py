@@ -25,6 +25,7 @@ import argparse
 import os
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -388,12 +389,27 @@ LONGER_CONTEXT_ENV = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
 ENV_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 
 
+def command_env(command: ServerCommand | None, name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """What the server will read for ``name``: an assignment before the command (``env VAR=1 python -m
+    sglang.launch_server ...``), else ``environ`` (default: this process's; plan runs where the job will), else
+    None."""
+    prefix = command.argv[:len(command.argv) - len(command.server_args)] if command is not None else []
+    assigned = dict(a.split("=", 1) for a in prefix if ENV_ASSIGNMENT.match(a))
+    return assigned.get(name, (os.environ if environ is None else environ).get(name))
+
+
+def grad_mode_from(command: ServerCommand | None, environ: Mapping[str, str] | None = None) -> str:
+    """The autograd mode a job's forwards run under (SGLang's DynamicGradMode) as its command and environment set
+    it: what plan decides once for every torch.compile item, and what launch holds the job's environment to."""
+    from dgprecompile.runtimes.inductor import INDUCTOR_GRAPHS
+
+    return INDUCTOR_GRAPHS.grad_mode(command_env(command, INDUCTOR_GRAPHS.grad_variable, environ))
+
+
 def ctx_longer_than_model(s: ServerSettings, ctx: int, derived: int) -> None:
     """Refuse what the server itself refuses: a longer context without SGLang's opt-in, in this environment or as
     an assignment before the command (``env VAR=1 python -m sglang.launch_server ...``)."""
-    prefix = s.command.argv[:len(s.command.argv) - len(s.command.server_args)]
-    assigned = dict(a.split("=", 1) for a in prefix if ENV_ASSIGNMENT.match(a))
-    value = assigned.get(LONGER_CONTEXT_ENV, os.environ.get(LONGER_CONTEXT_ENV, ""))
+    value = command_env(s.command, LONGER_CONTEXT_ENV) or ""
     if value.strip().lower() not in ("1", "true", "yes", "y", "on"):
         raise InputError(f"--context-length {ctx} is above the model's context length {derived}: SGLang refuses "
                          f"that unless {LONGER_CONTEXT_ENV}=1",

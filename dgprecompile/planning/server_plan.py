@@ -13,6 +13,7 @@ from dgprecompile.planning.profiles import resolve_profile
 from dgprecompile.planning.server_cmd import (
     check_modelled,
     choose_table,
+    grad_mode_from,
     parse_command,
     parse_server_args,
     token_bound,
@@ -102,7 +103,8 @@ def plan_from_server(req: PlanRequest) -> Plan:
         plan = build_plan(model, profile, par, resolve_num_sms(req.gpu, req.num_sms), req.gpu, reason,
                           choice.sglang_version or (table.sglang if table.origin.startswith("installed:") else None),
                           keys_only=req.keys_only, server_options=jit_path_options(settings),
-                          moe_options=settings.options(), moe_version=choice.sglang_version or table.sglang)
+                          moe_options=settings.options(), moe_version=choice.sglang_version or table.sglang,
+                          grad=grad_mode_from(command))
     except ExpertLayoutError as exc:
         raise InputError(f"{src.what}: {exc.message}", hint=exc.hint_for(src.ep_option)) from None
     plan.notes = _server_notes(req, src, table_reason, bound, settings, precompile) + plan.notes

@@ -61,10 +61,20 @@ class InductorGraphs(PackageKeyed):
         return self.data()["graphs"][name]
 
     # -- planning --
+    @property
+    def grad_variable(self) -> str:
+        """The variable SGLang's DynamicGradMode reads (data ``grad_mode``)."""
+        return str(self.data()["grad_mode"]["variable"])
+
+    def grad_mode(self, value: str | None) -> str:
+        """The grad mode a job whose environment holds ``value`` for ``grad_variable`` runs its forwards under:
+        ``inference`` where SGLang reads it as true, else ``no_grad`` (unset, false or a value it does not know)."""
+        return "inference" if (value or "").lower() in self.data()["grad_mode"]["true"] else "no_grad"
+
     def plan_items(self, config: dict, *, tp: int, sglang_version: str | None, triton_moe: list,
-                   device_name: str) -> tuple[list[InductorGraphItem], list[str]]:
-        """The items of a plan (its Triton MoE items, tensor-parallel size, release) and notes saying what was left
-        out and why. Nothing is planned for a release whose source was not read."""
+                   device_name: str, grad: str = "no_grad") -> tuple[list[InductorGraphItem], list[str]]:
+        """The items of a plan (its Triton MoE items, tensor-parallel size, release, the job's grad mode) and notes
+        saying what was left out and why. Nothing is planned for a release whose source was not read."""
         items: list[InductorGraphItem] = []
         notes: list[str] = []
         for name, g in self.data()["graphs"].items():
@@ -80,15 +90,17 @@ class InductorGraphs(PackageKeyed):
             if g["when"] == "tp" and not isinstance(config.get("vocab_size"), int):
                 notes.append(f"{self.label}: {g['label']}: not planned: config.json has no vocab_size")
                 continue
-            items += (_moe_sum_items(g, name, config, triton_moe, device_name, where) if g["when"] == "triton-moe"
-                      else [_vocab_item(name, config, tp, device_name, where)])
+            items += (_moe_sum_items(g, name, config, triton_moe, device_name, grad, where)
+                      if g["when"] == "triton-moe" else [_vocab_item(name, config, tp, device_name, grad, where)])
         if items:
-            notes.append(f"{self.label}: {len(items)} planned; {self.needs_gpu}")
+            mode = ("torch.inference_mode" if grad == "inference" else "torch.no_grad") + \
+                f" ({self.grad_variable} as the job has it)"
+            notes.append(f"{self.label}: {len(items)} planned under {mode}; {self.needs_gpu}")
         return items, notes
 
     def warm_argv(self, item: InductorGraphItem, cache_dir: str, python: str) -> list[str]:
         return [python, "-m", self.warm_module, "--item", item.id, "--graph", item.graph, "--params",
-                ",".join(f"{k}={v}" for k, v in item.params), "--device-name", item.device_name,
+                ",".join(f"{k}={v}" for k, v in item.params), "--device-name", item.device_name, "--grad", item.grad,
                 "--cache-dir", str(cache_dir)]
 
     def missing(self) -> str | None:
@@ -117,7 +129,7 @@ def _document() -> dict[str, Any]:
     return doc
 
 
-def _moe_sum_items(g: dict, name: str, config: dict, triton_moe: list, device_name: str,
+def _moe_sum_items(g: dict, name: str, config: dict, triton_moe: list, device_name: str, grad: str,
                    where: str) -> list[InductorGraphItem]:
     scale = float(config.get("routed_scaling_factor") or 1.0)
     dtype = "bfloat16"
@@ -126,14 +138,14 @@ def _moe_sum_items(g: dict, name: str, config: dict, triton_moe: list, device_na
         if moe.topk in g.get("skip_topk_at_unit_scale", ()) and scale == 1.0:
             continue
         item = InductorGraphItem(name, (("topk", moe.topk), ("hidden", moe.hidden), ("dtype", dtype),
-                                        ("scale", scale), ("m_max", int(g["m_max"]))), device_name, where)
+                                        ("scale", scale), ("m_max", int(g["m_max"]))), device_name, grad, where)
         out.setdefault(item.id, item)
     return list(out.values())
 
 
-def _vocab_item(name: str, config: dict, tp: int, device_name: str, where: str) -> InductorGraphItem:
+def _vocab_item(name: str, config: dict, tp: int, device_name: str, grad: str, where: str) -> InductorGraphItem:
     return InductorGraphItem(name, (("vocab", int(config["vocab_size"])), ("tp", tp), ("dtype", "int64")),
-                             device_name, where)
+                             device_name, grad, where)
 
 
 INDUCTOR_GRAPHS = InductorGraphs()

@@ -218,20 +218,26 @@ class InductorGraphItem(PlanItem):
     with inductor (data/inductor_graphs.yaml ``graph``), which warm builds on the job's GPU kind by calling that
     function (compile/inductor_graphs.py) for every specialisation the function's compile mode allows.
     ``params`` are the function's shape facts (moe_sum_reduce: topk, hidden, dtype, scale, m_max; vocab_mask:
-    vocab, tp, dtype), ``device_name`` the GPU the graphs' cache key holds; all of them are part of the id."""
+    vocab, tp, dtype), ``device_name`` the GPU the graphs' cache key holds, ``grad`` the autograd mode the job's
+    forwards run under (``no_grad`` or ``inference``: SGLang's DynamicGradMode as the job's environment sets it; the
+    entries differ between them); all of them are part of the id (``grad`` where it is not no_grad, so ids written
+    before it are kept)."""
 
     section: ClassVar[str] = "inductor"
     kind: ClassVar[str] = "inductor-graph"
     RUNTIME: ClassVar[str] = "inductor-graph"  # runtimes/inductor.py INDUCTOR_GRAPHS.id
+    GRAD_MODES: ClassVar[tuple[str, ...]] = ("no_grad", "inference")
     graph: str
     params: tuple[tuple[str, object], ...]
     device_name: str
+    grad: str = "no_grad"
     why: str = field(default="", compare=False)  # the file:line the graph was read from
 
     @property
     def id(self) -> str:
         shown = ".".join(f"{k}{_fmt(v)}" for k, v in self.params)
-        return f"inductor:{self.graph}.{shown}.{self.device_name.replace(' ', '_')}"
+        grad = "" if self.grad == "no_grad" else f".{self.grad}"
+        return f"inductor:{self.graph}.{shown}.{self.device_name.replace(' ', '_')}{grad}"
 
     @property
     def runtime_id(self) -> str:
@@ -242,12 +248,12 @@ class InductorGraphItem(PlanItem):
 
     def to_dict(self) -> dict[str, object]:
         return {"id": self.id, "graph": self.graph, "params": dict(self.params), "device_name": self.device_name,
-                "why": self.why}
+                "grad": self.grad, "why": self.why}
 
     @classmethod
-    def from_dict(cls, d: dict) -> InductorGraphItem:
+    def from_dict(cls, d: dict) -> InductorGraphItem:  # manifests before ``grad`` planned no_grad
         return cls(str(d["graph"]), tuple((str(k), v) for k, v in dict(d["params"]).items()), str(d["device_name"]),
-                   str(d.get("why", "")))
+                   str(d.get("grad", "no_grad")), why=str(d.get("why", "")))
 
 
 @dataclass(frozen=True)
