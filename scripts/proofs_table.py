@@ -13,7 +13,10 @@ One row per (sglang release, family): the rows bench/proof_families.yaml lists, 
 names. A row's proof is the newest record (by date) for that pair whose family result is pass or fail. It holds at
 HEAD only when the record names the commit that ran, that commit is an ancestor of HEAD, and no commit after it
 touched the family's code or the common code (the paths in bench/proof_families.yaml:
-`git log <commit>..HEAD -- <paths>`). Otherwise the row says "not proven at HEAD" and why; with no record,
+`git log <commit>..HEAD -- <paths>`), or, where such a commit did, while a complete asks record beside it (asks.json:
+every lookup the runtime made of the family in the run) holds the family's asks: tests/test_proof_asks.py holds
+HEAD's plan to them on every commit, so a change that alters an ask fails there. Otherwise the row says "not proven
+at HEAD" and why; with no record,
 "not proven". In a shallow clone whose history does not reach a record's commit the answer is "unknown".
 Exit codes: 0 ok, 1 --check found a difference, 2 a record, the families or the support file is invalid, a support
 row renders wider than the README allows, or a document lacks its markers.
@@ -90,8 +93,29 @@ def load_records(results: Path, families: dict) -> list[dict]:
                     else f"name {doc['name']!r} is not its folder's")
             raise Refused(f"{path}: {what}", "fix the record (dgprecompile/data/schemas/proof-record.json; family "
                           "ids are the keys of bench/proof_families.yaml)")
+        doc["asks"] = asks_held(path.parent / "asks.json", doc)
         out.append(doc)
     return out
+
+
+def asks_held(path: Path, record: dict) -> dict[str, int]:
+    """family -> number of asks, for the families a complete asks record beside ``record`` holds (the runtime's
+    every lookup of them in the run; tests/test_proof_asks.py holds HEAD's plan to each on every commit), else {}."""
+    from dgprecompile import schemas
+
+    if not path.is_file():
+        return {}
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise Refused(f"{path}: not JSON: {exc}", "rewrite it (dgprecompile/data/schemas/proof-asks.json)") from exc
+    problems = schemas.problems(doc, "proof-asks")
+    if problems or doc["commit"] != record["commit"] or doc["sglang"] != record["sglang"]:
+        raise Refused(f"{path}: {problems[0] if problems else 'not the commit or sglang of its record.json'}",
+                      "fix the record (dgprecompile/data/schemas/proof-asks.json)")
+    if not doc["complete"]:
+        return {}
+    return {fam: sum(len(v) for v in asks.values()) for fam, asks in doc["families"].items()}
 
 
 def newest(records: list[dict], sglang: str, family: str) -> dict | None:
@@ -143,6 +167,10 @@ def cell(record: dict | None, family: str, paths: list[str], history: History) -
     if not ancestor:
         return Cell("not proven at HEAD", where, "the commit is not an ancestor of HEAD")
     change = history.first_change(commit, paths)
+    held = record.get("asks", {}).get(family)
+    if change is not None and held:  # the run's every ask of the family, held against HEAD's plan by make test
+        return Cell("proven", where, f"its {held} asks held at HEAD (tests/test_proof_asks.py; {change[0]} changed "
+                    f"{change[1]} after it); {detail}")
     if change is not None:
         return Cell("not proven at HEAD", where, f"{change[0]} changed {change[1]} after it")
     return Cell("proven", where, detail)

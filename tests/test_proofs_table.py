@@ -157,6 +157,34 @@ def test_a_later_change_to_a_familys_code_makes_its_proof_stale(repo: Path):
     assert rows_of(repo)[("0.5.14", "fam-b")][2] == f"{common[:7]} changed core/c.py after it"
 
 
+def test_a_complete_asks_record_keeps_the_proof_past_a_change_and_a_partial_one_does_not(repo: Path):
+    """A family whose every ask in the run is recorded (asks.json, complete) stays proven after its code changes:
+    tests/test_proof_asks.py holds HEAD's plan to the asks; a partial record (the deleted-entry run's victims) does
+    not; an asks record of another commit is refused."""
+    ran = commit_all(repo, "the tree the device ran")
+    asks = {"format": "dgprecompile-proof-asks", "schema": 1, "name": "run1", "commit": ran,
+            "date": "2026-12-02T01:00:00Z", "command": "bash tests/gpu/model_proof.sh", "device_s": 300,
+            "complete": True, "how": "t", "server_command": "python -m sglang.launch_server --model-path m",
+            "config": "config.json", "sglang": "0.5.14", "environment": {"gpu": "g", "versions": {}},
+            "families": {"fam-a": {"entries": ["e1", "e2"]}}}
+    write(repo, "bench/results/run1/asks.json", json.dumps(asks))
+    add_record(repo, record("run1", ran, {"fam-a": "pass", "fam-b": "pass"}))
+    write(repo, "code/a.py", "a = 2\n")
+    write(repo, "code/b.py", "b = 2\n")
+    change = commit_all(repo, "change a and b")
+    rows = rows_of(repo)
+    assert rows[("0.5.14", "fam-a")][0] == "proven", rows
+    assert rows[("0.5.14", "fam-a")][2].startswith(f"its 2 asks held at HEAD (tests/test_proof_asks.py; {change[:7]}")
+    assert rows[("0.5.14", "fam-b")][0] == "not proven at HEAD"  # no asks of it were recorded
+    write(repo, "bench/results/run1/asks.json", json.dumps({**asks, "complete": False}))
+    commit_all(repo, "partial")
+    assert rows_of(repo)[("0.5.14", "fam-a")][0] == "not proven at HEAD"
+    write(repo, "bench/results/run1/asks.json", json.dumps({**asks, "commit": "b" * 40}))
+    commit_all(repo, "another commit's asks")
+    proc = table("--print", repo=repo)
+    assert proc.returncode == 2 and "not the commit or sglang of its record.json" in proc.stderr
+
+
 def test_the_newest_record_decides_and_a_record_must_name_an_ancestor(repo: Path):
     base = commit_all(repo, "base")
     add_record(repo, record("old", base, {"fam-a": "pass", "fam-b": "pass"}, date="2026-12-01T00:00:00Z"))

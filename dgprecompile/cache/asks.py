@@ -1,0 +1,215 @@
+"""A device proof's record of what the runtime asked for, held against HEAD's plan on a machine without a GPU.
+
+A proof run on the GPU logs, per JIT family, what the job's runtimes looked up, in their own terms (a record,
+``data/schemas/proof-asks.json``): DeepGEMM's entry names, SGLang's JIT modules (their module names, or the
+directories the loader opened), FlashInfer's module directories, the Triton fused MoE's calls (experts, hidden,
+intermediate, top-k, m) and the torch.compile'd functions' calls (graph, shape facts, m, grad mode). Nothing in it
+comes from the plan under test: it is what the runtime did.
+
+``check_asks`` makes HEAD's plan for the record's server command and config (the same planning ``plan`` and ``warm``
+use) and asks of each ask whether the plan covers it: the entry or module name among the names the runtime here
+gives the plan's items (keys/schemes.py: DeepGEMM's from the installed headers and nvcc, SGLang's from the installed
+sglang, FlashInfer's from the item), a MoE call inside a planned item's shape and m range, a compiled call inside a
+planned graph item of the same function, shape facts and grad mode. A plan that drops or changes one ask fails,
+naming it; where this machine cannot compute a family's names (another release installed, no nvcc) the family is
+"unchecked", which fails too: a record is held only where its environment is reproduced.
+
+``python -m dgprecompile.cache.asks RECORD.json [--nvcc PATH] [--json]`` runs it with whatever sglang, DeepGEMM and
+nvcc this process finds (the release's own folders on PYTHONPATH), exit 0 when every ask is covered, 1 when one is
+not, 2 for a record that is not valid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from dgprecompile import schemas
+from dgprecompile.errors import DGError, InputError
+from dgprecompile.fsutil import read_input
+
+SCHEMA = "proof-asks"
+COVERED, MISSING, UNCHECKED = "covered", "missing", "unchecked"
+
+
+@dataclass
+class AskCheck:
+    family: str
+    ask: str  # the ask, shown
+    status: str  # covered | missing | unchecked
+    detail: str = ""
+
+
+@dataclass
+class AsksReport:
+    record: str
+    checks: list[AskCheck] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def return_code(self) -> int:
+        return 0 if self.checks and all(c.status == COVERED for c in self.checks) else 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"record": self.record, "return_code": self.return_code, "notes": self.notes,
+                "checks": [c.__dict__ for c in self.checks]}
+
+
+def load_record(path: Path) -> dict[str, Any]:
+    """The record at ``path``, checked against its schema (one InputError naming the field)."""
+    try:
+        doc = json.loads(read_input(path, "asks record", hint="pass a proof's asks.json"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: not JSON ({exc})", hint="pass a proof's asks.json") from None
+    return schemas.check(doc, SCHEMA, str(path), hint=f"fix the record (data/schemas/{SCHEMA}.json)")
+
+
+def record_plan(record: dict[str, Any], base: Path):
+    """HEAD's plan of the record's server command, its model path at a folder holding the record's config.json
+    (``config``: a path relative to ``base``, the repository or the record's folder), as the proof ran it."""
+    from dgprecompile.planning.plan import PlanRequest
+    from dgprecompile.planning.server_plan import plan_from_server
+
+    argv = shlex.split(record["server_command"])
+    if "--model-path" not in argv[:-1]:
+        raise InputError(f"{record['name']}: the server command has no --model-path", hint="fix the record")
+    config = (base / record["config"]).read_text()
+    with tempfile.TemporaryDirectory(prefix="dgp-asks-") as model:
+        (Path(model) / "config.json").write_text(config)
+        argv[argv.index("--model-path") + 1] = model
+        return plan_from_server(PlanRequest(sglang_cmd=shlex.join(argv), sglang=record["sglang"]))
+
+
+def check_asks(record: dict[str, Any], plan, *, nvcc: str | None = None) -> AsksReport:
+    """Each ask of ``record`` against ``plan`` (module docstring)."""
+    report = AsksReport(record["name"])
+    for family, asks in sorted(record["families"].items()):
+        if family not in FAMILY_CHECKS:
+            report.checks += _names(family, [a for v in asks.values() for a in v], None,
+                                    "no check here knows this family's asks")
+            continue
+        report.checks += FAMILY_CHECKS[family](plan, asks, record, report.notes, nvcc)
+    return report
+
+
+def _names(family: str, asks: list[str], known: set[str] | None, why: str, also=lambda ask: False) -> list[AskCheck]:
+    if known is None:
+        return [AskCheck(family, a, UNCHECKED, why) for a in asks]
+    return [AskCheck(family, a, COVERED) if a in known or also(a) else
+            AskCheck(family, a, MISSING, "HEAD's plan names no item the runtime looks up by this name")
+            for a in asks]
+
+
+def _deepgemm(plan, asks: dict[str, Any], record: dict[str, Any], notes: list[str], nvcc: str | None):
+    """Entry names, from the DeepGEMM installed here (its headers and nvcc are part of the name)."""
+    from dgprecompile.host.toolchain import find_deepgemm, find_nvcc
+    from dgprecompile.keys.schemes import key_context
+
+    wanted = record["environment"]["versions"].get("sgl-deep-gemm")
+    install, known, why = find_deepgemm(), None, ""
+    try:
+        if install is None or install.version != wanted:
+            raise InputError(f"DeepGEMM {wanted} is not the one importable here "
+                             f"({install.version if install else 'none'})")
+        ctx = key_context(plan.profile.deepgemm, install, find_nvcc(nvcc))
+        ran_at = record["environment"].get("deepgemm_include")
+        if ran_at:  # the names hold the include path the runtime passed: the run's, the headers read from here
+            ctx = replace(ctx, include_dir=ran_at, header_root=ctx.include_dir)
+        known = {ctx.entry_name(spec) for spec in plan.kernels.values()}
+        notes.append(f"deepgemm: {len(known)} entry names of HEAD's plan from {install.distribution} "
+                     f"{install.version}'s headers and this nvcc")
+    except (DGError, OSError) as exc:
+        why = f"cannot compute DeepGEMM's names here: {getattr(exc, 'message', exc)}"
+    return _names("deepgemm", list(asks.get("entries", [])), known, why)
+
+
+def _sglang_jit(plan, asks: dict[str, Any], record: dict[str, Any], notes: list[str], nvcc: str | None):
+    """Module names (what a refusal names) or entry directories (what the loader opened), from the sglang here."""
+    from dgprecompile.cache.verify import _jit_names
+
+    warnings: list[str] = []
+    named = _jit_names(plan, warnings, [])
+    asked = [*asks.get("modules", []), *asks.get("entries", [])]
+    if named is None:
+        return _names("sglang-jit", asked, None, "; ".join(warnings) or "HEAD's plan has no SGLang JIT module")
+    module_name = getattr(named.naming, "module_name", None)
+    modules = {module_name(m) for m in plan.jit_modules.values()} if module_name else set()
+    known = set(named.entries.values()) | modules
+    notes.append(f"sglang-jit: {len(named.entries)} modules of HEAD's plan named by the sglang here")
+    return _names("sglang-jit", asked, known, "")
+
+
+def _flashinfer(plan, asks: dict[str, Any], record: dict[str, Any], notes: list[str], nvcc: str | None):
+    """Module directories under FlashInfer's workspace (<version>/<arch>/cached_ops/<name>)."""
+    known = {item.entry for item in plan.flashinfer.values()}
+    return _names("flashinfer", list(asks.get("entries", [])), known, "")
+
+
+def _triton_moe(plan, asks: dict[str, Any], record: dict[str, Any], notes: list[str], nvcc: str | None):
+    """Each fused-MoE call (experts, hidden, intermediate, top-k, m) inside a planned item's shape and m range."""
+    out = []
+    for call in asks.get("calls", []):
+        shape = {k: call[k] for k in ("experts", "hidden", "intermediate", "topk")}
+        shown = ", ".join(f"{k} {v}" for k, v in {**shape, "m": call["m"]}.items())
+        fits = [it for it in plan.triton_moe.values()
+                if all(getattr(it, k) == v for k, v in shape.items())]
+        inside = [it for it in fits if it.m_min <= call["m"] <= it.m_max]
+        out.append(AskCheck("triton-moe", shown, COVERED) if inside else AskCheck(
+            "triton-moe", shown, MISSING, f"m {call['m']} outside the planned m range of {fits[0].id}" if fits
+            else "HEAD's plan has no Triton MoE item of this shape"))
+    return out
+
+
+def _inductor(plan, asks: dict[str, Any], record: dict[str, Any], notes: list[str], nvcc: str | None):
+    """Each compiled call (graph, shape facts, m, grad mode) inside a planned item of that graph, facts and mode."""
+    out = []
+    for call in asks.get("calls", []):
+        shown = f"{call['graph']} {json.dumps(call['params'], sort_keys=True)} m {call['m']} {call['grad']}"
+        same = [it for it in plan.inductor.values() if it.graph == call["graph"]
+                and all(dict(it.params).get(k) == v for k, v in call["params"].items())]
+        moded = [it for it in same if it.grad == call["grad"]]
+        bound = [it for it in moded if call["m"] <= int(dict(it.params).get("m_max", call["m"]))]
+        why = ("" if bound else f"m {call['m']} above the planned m_max of {moded[0].id}" if moded
+               else f"planned under {same[0].grad}, the runtime ran {call['grad']}" if same
+               else "HEAD's plan has no item of this graph and shape")
+        out.append(AskCheck("inductor", shown, COVERED if bound else MISSING, why))
+    return out
+
+
+# each family of a record (bench/proof_families.yaml ids), checked in its own terms
+FAMILY_CHECKS = {"deepgemm": _deepgemm, "sglang-jit": _sglang_jit, "flashinfer": _flashinfer,
+                 "triton-moe": _triton_moe, "inductor": _inductor}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m dgprecompile.cache.asks", description=__doc__.split("\n")[0])
+    p.add_argument("record", type=Path)
+    p.add_argument("--base", type=Path, help="where the record's config path starts (default: the record's folder)")
+    p.add_argument("--nvcc", help="the nvcc DeepGEMM's names are computed with (default: as warm finds it)")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    try:
+        record = load_record(args.record)
+        report = check_asks(record, record_plan(record, args.base or args.record.parent), nvcc=args.nvcc)
+    except DGError as exc:
+        print(f"error: {exc.message}" + (f"\nhint: {exc.hint}" if exc.hint else ""), file=sys.stderr)
+        return 2
+    if args.json:
+        json.dump(report.to_dict(), sys.stdout)
+        sys.stdout.write("\n")
+    else:
+        for c in report.checks:
+            print(f"{c.status:9} {c.family}: {c.ask}" + (f" ({c.detail})" if c.detail else ""))
+        held = sum(c.status == COVERED for c in report.checks)
+        print(f"{record['name']}: {held} of {len(report.checks)} asks covered by HEAD's plan")
+    return report.return_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

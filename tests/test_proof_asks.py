@@ -1,0 +1,140 @@
+"""A proof that outlives the commit (issue 43): what the runtime asked for in a device proof run, recorded as data
+(bench/results/<run>/asks.json, data/schemas/proof-asks.json), held against HEAD's plan here, without a GPU
+(dgprecompile/cache/asks.py).
+
+The committed records come from the H200 runs at 8c45a8e: in each deleted-entry run SGLang's own model, under strict
+launch, refused exactly the entry that had been moved aside, so the runtime looks those names up. HEAD's plan for the
+same server command and config must still name each of them as the runtime would here: DeepGEMM's from sgl-deep-gemm
+0.1.3's headers, nvcc and the include path the run passed, SGLang's from its 0.5.14 wheel, FlashInfer's by module.
+A changed name, a dropped item, a MoE call outside the planned m range or a graph under another grad mode fails,
+naming the ask."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import NVCC, STANDINS, sgl_deep_gemm_dir, sglang_014_dir
+
+from dgprecompile.cache.asks import COVERED, MISSING, check_asks, load_record, record_plan
+from dgprecompile.errors import InputError
+
+REPO = Path(__file__).resolve().parent.parent
+RECORDS = sorted((REPO / "bench" / "results").glob("*/asks.json"))
+QWEN_RECORD = REPO / "bench" / "results" / "2026-12-03-h200-model-480b" / "asks.json"
+
+
+def _release_path(record: dict) -> list[str] | None:
+    """The release's own folders (make setup) for the record's sglang and sgl-deep-gemm, or None."""
+    versions = record["environment"]["versions"]
+    sglang = sglang_014_dir() if versions.get("sglang") == "0.5.14" else None
+    deep_gemm = sgl_deep_gemm_dir(versions["sgl-deep-gemm"]) if "sgl-deep-gemm" in versions else None
+    if sglang is None or ("sgl-deep-gemm" in versions and deep_gemm is None):
+        return None
+    return [sglang, *([deep_gemm] if deep_gemm else [])]
+
+
+def _check(path: Path) -> subprocess.CompletedProcess:
+    record = json.loads(path.read_text())
+    folders = _release_path(record)
+    if folders is None:
+        pytest.skip(f"sglang {record['sglang']}'s and its DeepGEMM's folders beside the venv (make setup)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*folders, STANDINS, str(REPO)]),
+           "DGP_STANDINS": "sgl_kernel,torchvision"}
+    return subprocess.run([sys.executable, "-m", "dgprecompile.cache.asks", str(path), "--nvcc", NVCC, "--json"],
+                          capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_records_are_committed_with_their_config():
+    assert len(RECORDS) >= 2
+    for path in RECORDS:
+        record = load_record(path)
+        assert (path.parent / record["config"]).is_file() and record["name"] == path.parent.name
+
+
+@pytest.mark.parametrize("path", RECORDS, ids=[p.parent.name for p in RECORDS])
+def test_heads_plan_covers_every_ask_the_runtime_made(path):
+    res = _check(path)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    report = json.loads(res.stdout)
+    families = {c["family"] for c in report["checks"]}
+    assert families == set(json.loads(path.read_text())["families"])
+    assert all(c["status"] == COVERED for c in report["checks"])
+
+
+def test_a_changed_ask_fails_naming_it(tmp_path):
+    record = json.loads(QWEN_RECORD.read_text())
+    record["families"]["sglang-jit"]["modules"] = ["sgl_kernel_jit_fused_rope_true_64_true_bf16_t_57b2f3a46420e695"]
+    entry = record["families"]["deepgemm"]["entries"][0]
+    record["families"]["deepgemm"]["entries"] = [entry[:-1] + ("0" if entry[-1] != "0" else "1")]
+    path = tmp_path / "asks.json"
+    path.write_text(json.dumps(record))
+    (tmp_path / "config.json").write_text((QWEN_RECORD.parent / "config.json").read_text())
+    res = _check(path)
+    assert res.returncode == 1, res.stdout + res.stderr
+    missing = {(c["family"], c["ask"]) for c in json.loads(res.stdout)["checks"] if c["status"] == MISSING}
+    assert missing == {("sglang-jit", record["families"]["sglang-jit"]["modules"][0]),
+                       ("deepgemm", record["families"]["deepgemm"]["entries"][0])}
+
+
+def test_the_runs_include_path_is_part_of_deepgemms_names(tmp_path):
+    """The entry names hold the include path the runtime passed to nvcc: without the run's, they differ."""
+    record = json.loads(QWEN_RECORD.read_text())
+    del record["environment"]["deepgemm_include"]
+    record["families"] = {"deepgemm": record["families"]["deepgemm"]}
+    (tmp_path / "asks.json").write_text(json.dumps(record))
+    (tmp_path / "config.json").write_text((QWEN_RECORD.parent / "config.json").read_text())
+    res = _check(tmp_path / "asks.json")
+    assert res.returncode == 1 and json.loads(res.stdout)["checks"][0]["status"] == MISSING
+
+
+def _asks(tmp_path, families: dict) -> dict:
+    record = {**json.loads(QWEN_RECORD.read_text()), "families": families}
+    (tmp_path / "config.json").write_text((QWEN_RECORD.parent / "config.json").read_text())
+    return record
+
+
+def test_moe_calls_graph_calls_and_modules_are_held_to_the_plans_shapes_ranges_and_grad_mode(tmp_path):
+    """Hand-written asks in the runtime's terms for the README's 480B command (E20 of 160 per rank, hidden 6144,
+    intermediate 2560, top-8; the MoE sum's graph at top-8, hidden 6144, bfloat16, scale 1.0)."""
+    moe = {"experts": 20, "hidden": 6144, "intermediate": 2560, "topk": 8}
+    graph = {"topk": 8, "hidden": 6144, "dtype": "bfloat16", "scale": 1.0}
+    record = _asks(tmp_path, {
+        "triton-moe": {"calls": [{**moe, "m": 3}, {**moe, "m": 8192}, {**moe, "m": 8193},
+                                 {**moe, "experts": 40, "m": 3}]},
+        "inductor": {"calls": [{"graph": "moe_sum_reduce", "params": graph, "m": 5, "grad": "no_grad"},
+                               {"graph": "moe_sum_reduce", "params": graph, "m": 5, "grad": "inference"},
+                               {"graph": "moe_sum_reduce", "params": graph, "m": 33, "grad": "no_grad"}]},
+        "flashinfer": {"entries": ["0.6.12/90a/cached_ops/sampling", "0.6.12/90a/cached_ops/dsv3_fused_routing"]}})
+    report = check_asks(record, record_plan(record, tmp_path))
+    got = [(c.family, c.status, c.detail.split(" of ")[0]) for c in report.checks]
+    assert got == [
+        ("flashinfer", COVERED, ""),
+        ("flashinfer", MISSING, "HEAD's plan names no item the runtime looks up by this name"),
+        ("inductor", COVERED, ""),
+        ("inductor", MISSING, "planned under no_grad, the runtime ran inference"),
+        ("inductor", MISSING, "m 33 above the planned m_max"),
+        ("triton-moe", COVERED, ""), ("triton-moe", COVERED, ""),
+        ("triton-moe", MISSING, "m 8193 outside the planned m range"),
+        ("triton-moe", MISSING, "HEAD's plan has no Triton MoE item")], got
+    assert report.return_code == 1 and report.to_dict()["return_code"] == 1
+    # the same server run with inductor's inference mode on: HEAD's plan carries it, and the no_grad ask now misses
+    record["server_command"] = "env SGLANG_ENABLE_TORCH_INFERENCE_MODE=1 " + record["server_command"]
+    again = check_asks(record, record_plan(record, tmp_path))
+    assert [c.status for c in again.checks if c.family == "inductor"] == [MISSING, COVERED, MISSING]
+
+
+def test_a_record_that_is_not_valid_is_refused_naming_the_field(tmp_path):
+    record = json.loads(QWEN_RECORD.read_text())
+    del record["environment"]["versions"]
+    (tmp_path / "asks.json").write_text(json.dumps(record))
+    with pytest.raises(InputError, match="environment"):
+        load_record(tmp_path / "asks.json")
+    res = subprocess.run([sys.executable, "-m", "dgprecompile.cache.asks", str(tmp_path / "asks.json")],
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert res.returncode == 2 and res.stderr.startswith("error: ") and "\nhint: " in res.stderr
+    assert "Traceback" not in res.stderr
