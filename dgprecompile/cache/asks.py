@@ -146,9 +146,10 @@ def _sglang_jit(plan, asks: dict[str, Any], record: dict[str, Any], notes: list[
 
 
 def _flashinfer(plan, asks: dict[str, Any], record: dict[str, Any], notes: list[str], nvcc: str | None):
-    """Module directories under FlashInfer's workspace (<version>/<arch>/cached_ops/<name>)."""
-    known = {item.entry for item in plan.flashinfer.values()}
-    return _names("flashinfer", list(asks.get("entries", [])), known, "")
+    """Module directories under FlashInfer's workspace (<version>/<arch>/cached_ops/<name>), or module names (what
+    a refusal names)."""
+    known = {item.entry for item in plan.flashinfer.values()} | {item.module for item in plan.flashinfer.values()}
+    return _names("flashinfer", [*asks.get("modules", []), *asks.get("entries", [])], known, "")
 
 
 def _triton_moe(plan, asks: dict[str, Any], record: dict[str, Any], notes: list[str], nvcc: str | None):

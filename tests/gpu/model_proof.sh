@@ -12,7 +12,7 @@
 #   the same proof must exit 1 naming each.
 # usage: SGLANG=0.5.14 SERVER="python -m sglang.launch_server --model-path M --tp 8 --ep 8" CONFIG=config.json \
 #        [MS=1-8192] [MS_DELETED=...] [NAME=model-480b] DGP_GIT=<sha> bash tests/gpu/model_proof.sh
-# writes $OUT/$NAME/{summary.txt,record.json,driver.json,driver_deleted-run.json,logs.txt}
+# writes $OUT/$NAME/{summary.txt,record.json,asks.json,config.json,driver.json,driver_deleted-run.json,logs.txt}
 # Carry .whl: ../shared/device/fetch-wheels.sh + fetch-sglang.sh + .whl/extra (jsonschema and its 4 wheels, msgspec;
 # with flashinfer_python-0.6.12 and tabulate the real FlashInfer runs; .whl/legacy is not needed: leave it out of the 64 MiB).
 # sgl-kernel and flashinfer (not carried) are tests/standins' named stand-ins; the driver names its own (dgprecompile/launch/model_driver.py).
@@ -74,9 +74,17 @@ echo "verify rc=$?" >> "$d/summary.txt"; tail -5 "$w/verify.txt" >> "$d/logs.txt
 DRIVER=(python3 -m dgprecompile.launch.model_driver --sglang-cmd "$LOCAL" --model-dir "$model" --m "$MS")
 stamp strict
 (cd "$cache" && find . -type f | sort) > "$w/files.before"
-dg launch --manifest "$w/plan.yaml" --cache-dir "$cache" -- "${DRIVER[@]}" --report "$d/driver.json" \
-  > "$w/strict.out" 2> "$w/strict.err"
-echo "strict proof rc=$?" >> "$d/summary.txt"
+# the runtime's asks (issue 43): every file the job itself opens under DeepGEMM's, SGLang's and FlashInfer's areas,
+# by inotify (tests/gpu/cache_opens.py), between the marks the job's own wrapper makes at its start and end (the
+# launcher reads the cache before and after the job; those reads are not the runtime's)
+mkdir -p "$w/marks"
+python3 tests/gpu/cache_opens.py watch "$cache" cache tvm-ffi flashinfer --marks "$w/marks" --out "$w/opens.json" \
+  > "$w/watch.out" 2>&1 & watcher=$!
+for _ in $(seq 300); do grep -q '^watching' "$w/watch.out" && break; sleep 0.1; done
+dg launch --manifest "$w/plan.yaml" --cache-dir "$cache" -- sh -c 'touch "$0/started"; "$@"; rc=$?; touch "$0/ended"; exit $rc' \
+  "$w/marks" "${DRIVER[@]}" --report "$d/driver.json" > "$w/strict.out" 2> "$w/strict.err"
+strict_rc=$?; echo "strict proof rc=$strict_rc" >> "$d/summary.txt"
+kill -TERM "$watcher"; wait "$watcher"; cat "$w/watch.out" >> "$d/logs.txt"
 (cd "$cache" && find . -type f | sort) > "$w/files.after"
 python3 tests/gpu/model_proof_summary.py --driver "$d/driver.json" --stderr "$w/strict.err" \
   --before "$w/files.before" --after "$w/files.after" >> "$d/summary.txt" 2>&1
@@ -116,6 +124,38 @@ if [ "$FLASHINFER" = real ]; then  # its planned modules warmed GPU-free; the on
             --expect "flashinfer=summary.txt:^driver failures other than refusals: 0$"
             --expect "flashinfer=summary.txt:^deleted(-flashinfer)?-run: deleted flashinfer refused by name$")
 fi
+# the asks record: complete where the strict run passed with nothing refused or new in these three families
+complete=false
+[ "$strict_rc" = 0 ] && for f in deepgemm sglang-jit flashinfer; do grep -q "^family $f: refused 0, new 0$" "$d/summary.txt" || strict_rc=x; done
+[ "$strict_rc" = 0 ] && complete=true
+cp "$CONFIG" "$d/config.json"
+python3 - "$d/asks.template.json" "$complete" "$site" <<PYEOF
+import json, subprocess, sys, time
+from importlib import metadata
+def version(dist):
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+versions = {k: version(k) for k in ("sglang", "sgl-deep-gemm", "apache-tvm-ffi", "flashinfer-python", "torch", "triton")}
+versions["python"] = sys.version.split()[0]
+versions["nvcc"] = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
+gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True).stdout.split("\n")[0].strip()
+json.dump({"format": "dgprecompile-proof-asks", "schema": 1, "name": "$NAME", "commit": "${DGP_GIT:-}",
+           "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime($t0)),
+           "command": "SGLANG=$SGLANG SERVER=\"$SERVER\" CONFIG=$CONFIG MS=$MS bash tests/gpu/model_proof.sh",
+           "device_s": round(time.time() - $t0), "complete": sys.argv[2] == "true",
+           "how": "tests/gpu/cache_opens.py: every file SGLang's own model opened under the cache's DeepGEMM, SGLang JIT and "
+                  "FlashInfer areas during the strict run (inotify, between the job's own start and end marks), and every "
+                  "module a refusal named",
+           "server_command": "$SERVER", "config": "config.json", "sglang": "$SGLANG",
+           "environment": {"gpu": gpu, "deepgemm_include": sys.argv[3] + "/deep_gemm/include",
+                           "versions": {k: v for k, v in versions.items() if v}},
+           "families": {}}, open(sys.argv[1], "w"), indent=1)
+PYEOF
+python3 tests/gpu/cache_opens.py asks --opens "$w/opens.json" --refusals "$w/strict.err" \
+  --template "$d/asks.template.json" --out "$d/asks.json" >> "$d/summary.txt" 2>&1
+echo "asks record rc=$? complete=$complete" >> "$d/summary.txt"; rm -f "$d/asks.template.json"
 python3 tests/gpu/proof_record.py --name "$NAME" --dir "$d" --out "$d/record.json" --sglang "$SGLANG" --server "$SERVER" \
   --command "SGLANG=$SGLANG SERVER=\"$SERVER\" CONFIG=$CONFIG MS=$MS bash tests/gpu/model_proof.sh" --wheels .whl \
   "${expects[@]}" >> "$d/summary.txt" 2>&1
