@@ -5,7 +5,6 @@ data/schemas/proof-asks.json."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -154,7 +154,7 @@ def main(argv: list[str]) -> int:
         i = argv.index("--marks")
         return watch(argv[1], argv[2:i], argv[i + 1], argv[-1])
     if argv[:1] == ["asks"]:
-        opts = dict(zip(argv[1::2], argv[2::2]))
+        opts = dict(zip(argv[1::2], argv[2::2], strict=False))
         return asks(opts["--opens"], opts["--refusals"], opts["--template"], opts["--out"])
     print(__doc__, file=sys.stderr)
     return 2
