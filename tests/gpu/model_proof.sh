@@ -89,6 +89,38 @@ kill -TERM "$watcher"; wait "$watcher"; cat "$w/watch.out" >> "$d/logs.txt"
 python3 tests/gpu/model_proof_summary.py --driver "$d/driver.json" --stderr "$w/strict.err" \
   --before "$w/files.before" --after "$w/files.after" >> "$d/summary.txt" 2>&1
 tail -c 3000 "$w/strict.err" >> "$d/logs.txt"
+# the asks record: complete where the strict run passed with nothing refused or new in these three families
+complete=false
+[ "$strict_rc" = 0 ] && for f in deepgemm sglang-jit flashinfer; do grep -q "^family $f: refused 0, new 0$" "$d/summary.txt" || strict_rc=x; done
+[ "$strict_rc" = 0 ] && complete=true
+cp "$CONFIG" "$d/config.json"
+python3 - "$d/asks.template.json" "$complete" "$site" <<PYEOF
+import json, subprocess, sys, time
+from importlib import metadata
+def version(dist):
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+versions = {k: version(k) for k in ("sglang", "sgl-deep-gemm", "apache-tvm-ffi", "flashinfer-python", "torch", "triton")}
+versions["python"] = sys.version.split()[0]
+versions["nvcc"] = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
+gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True).stdout.split("\n")[0].strip()
+json.dump({"format": "dgprecompile-proof-asks", "schema": 1, "name": "$NAME", "commit": "${DGP_GIT:-}",
+           "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime($t0)),
+           "command": "SGLANG=$SGLANG SERVER=\"$SERVER\" CONFIG=$CONFIG MS=$MS bash tests/gpu/model_proof.sh",
+           "device_s": round(time.time() - $t0), "complete": sys.argv[2] == "true",
+           "how": "tests/gpu/cache_opens.py: every file SGLang's own model opened under the cache's DeepGEMM, SGLang JIT and "
+                  "FlashInfer areas during the strict run (inotify, between the job's own start and end marks), and every "
+                  "module a refusal named",
+           "server_command": "$SERVER", "config": "config.json", "sglang": "$SGLANG",
+           "environment": {"gpu": gpu, "deepgemm_include": sys.argv[3] + "/deep_gemm/include",
+                           "versions": {k: v for k, v in versions.items() if v}},
+           "families": {}}, open(sys.argv[1], "w"), indent=1)
+PYEOF
+python3 tests/gpu/cache_opens.py asks --opens "$w/opens.json" --refusals "$w/strict.err" \
+  --template "$d/asks.template.json" --out "$d/asks.json" >> "$d/summary.txt" 2>&1
+echo "asks record rc=$? complete=$complete" >> "$d/summary.txt"; rm -f "$d/asks.template.json"
 stamp deleted
 python3 tests/gpu/model_proof_summary.py --pick-victims "$cache" > "$w/victims.txt" 2>> "$d/logs.txt"
 # FlashInfer's victim is the decode step's sampling module; where it is DeepSeek's routing instead (no sampling module
@@ -124,39 +156,8 @@ if [ "$FLASHINFER" = real ]; then  # its planned modules warmed GPU-free; the on
             --expect "flashinfer=summary.txt:^driver failures other than refusals: 0$"
             --expect "flashinfer=summary.txt:^deleted(-flashinfer)?-run: deleted flashinfer refused by name$")
 fi
-# the asks record: complete where the strict run passed with nothing refused or new in these three families
-complete=false
-[ "$strict_rc" = 0 ] && for f in deepgemm sglang-jit flashinfer; do grep -q "^family $f: refused 0, new 0$" "$d/summary.txt" || strict_rc=x; done
-[ "$strict_rc" = 0 ] && complete=true
-cp "$CONFIG" "$d/config.json"
-python3 - "$d/asks.template.json" "$complete" "$site" <<PYEOF
-import json, subprocess, sys, time
-from importlib import metadata
-def version(dist):
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
-versions = {k: version(k) for k in ("sglang", "sgl-deep-gemm", "apache-tvm-ffi", "flashinfer-python", "torch", "triton")}
-versions["python"] = sys.version.split()[0]
-versions["nvcc"] = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
-gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True).stdout.split("\n")[0].strip()
-json.dump({"format": "dgprecompile-proof-asks", "schema": 1, "name": "$NAME", "commit": "${DGP_GIT:-}",
-           "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime($t0)),
-           "command": "SGLANG=$SGLANG SERVER=\"$SERVER\" CONFIG=$CONFIG MS=$MS bash tests/gpu/model_proof.sh",
-           "device_s": round(time.time() - $t0), "complete": sys.argv[2] == "true",
-           "how": "tests/gpu/cache_opens.py: every file SGLang's own model opened under the cache's DeepGEMM, SGLang JIT and "
-                  "FlashInfer areas during the strict run (inotify, between the job's own start and end marks), and every "
-                  "module a refusal named",
-           "server_command": "$SERVER", "config": "config.json", "sglang": "$SGLANG",
-           "environment": {"gpu": gpu, "deepgemm_include": sys.argv[3] + "/deep_gemm/include",
-                           "versions": {k: v for k, v in versions.items() if v}},
-           "families": {}}, open(sys.argv[1], "w"), indent=1)
-PYEOF
-python3 tests/gpu/cache_opens.py asks --opens "$w/opens.json" --refusals "$w/strict.err" \
-  --template "$d/asks.template.json" --out "$d/asks.json" >> "$d/summary.txt" 2>&1
-echo "asks record rc=$? complete=$complete" >> "$d/summary.txt"; rm -f "$d/asks.template.json"
 python3 tests/gpu/proof_record.py --name "$NAME" --dir "$d" --out "$d/record.json" --sglang "$SGLANG" --server "$SERVER" \
   --command "SGLANG=$SGLANG SERVER=\"$SERVER\" CONFIG=$CONFIG MS=$MS bash tests/gpu/model_proof.sh" --wheels .whl \
   "${expects[@]}" >> "$d/summary.txt" 2>&1
+[ -f "$d/asks.json" ] && python3 -c "import json, sys, time; p = sys.argv[1]; r = json.load(open(p)); r['device_s'] = round(time.time() - int(sys.argv[2])); json.dump(r, open(p, 'w'), indent=1)" "$d/asks.json" "$t0"
 cat "$d/summary.txt"
