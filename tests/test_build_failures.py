@@ -225,3 +225,37 @@ def test_the_sampling_module_builds_gpu_free_with_curands_headers(version, tmp_p
     assert json.loads(res.stdout)["compiled"] == 1
     so = cache / "flashinfer" / version / "90a" / "cached_ops" / "sampling" / "sampling.so"
     assert so.read_bytes()[:4] == b"\x7fELF"
+
+
+# ---- warm's closing lines ------------------------------------------------------------------------------------
+
+
+def _rendered(result) -> str:
+    import io
+
+    from dgprecompile.cli.warm import render
+    from dgprecompile.output import Output
+
+    err = io.StringIO()
+    render(Output(stdout=io.StringIO(), stderr=err), result)
+    return err.getvalue()
+
+
+def test_warms_closing_error_names_the_first_error_and_a_missing_packages_release():
+    from dgprecompile.compile.warm_result import WarmResult
+
+    # workers that could not start because a module of the import chain is missing: the package and the release
+    fatal = WarmResult(kernels=1, release="0.5.14", failed={"sglang_jit:m": "not started"},
+                       fatal=["sglang-jit: cannot import sglang.jit_kernel: ModuleNotFoundError: No module named "
+                              "'torchvision'"])
+    text = " ".join(_rendered(fatal).split())
+    assert "hint: the Python module torchvision is not importable where the build ran: install torchvision" in text
+    assert "the plan was made for sglang 0.5.14" in text
+    # a failed build: its first error line beside its name, the known cause's hint and where the logs are
+    first = "flashinfer/sampling.cuh:20:10: fatal error: curand.h: No such file or directory"
+    failed = WarmResult(kernels=0, failed={"fi:sampling": "exited with code 1: " + first},
+                        failure_details={"fi:sampling": {"errors": [first], "log": "/c/dgprecompile/logs/fi.log",
+                                                         "hint": "curand.h is one of the cuRAND headers: install x"}})
+    text = " ".join(_rendered(failed).split())  # the terminal's line wrapping undone
+    assert f"error: 1 of 1 items failed to build: fi:sampling ({first})" in text, text
+    assert "cuRAND headers" in text and "/c/dgprecompile/logs" in text

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from dgprecompile.cli.options import cache_dir_option, output_options, plan_options, resolve_plan
+from dgprecompile.compile.build_log import known_cause
 from dgprecompile.compile.warm import run_warm
 from dgprecompile.compile.warm_result import WarmResult
 from dgprecompile.compile.warm_setup import WarmOptions, WarmSetup, prepare_warm
@@ -198,8 +199,8 @@ def render(out: Output, result: WarmResult) -> None:
         names = sorted(result.failed)
         out.error(f"{result.fatal[0]}: {len(names)} not built: {', '.join(names[:3])}"
                   + (f" and {len(names) - 3} more" if len(names) > 3 else ""),
-                  "fix or reinstall the library it names (importing it by hand shows the whole error), then warm "
-                  "again: what was built stays in the cache")
+                  (known_cause(result.fatal, result.release) or "fix or reinstall the library it names (importing "
+                   "it by hand shows the whole error)") + ", then warm again: what was built stays in the cache")
     elif result.failed:
         total = max(result.kernels, len(result.compiled) + len(result.cached) + len(result.failed))
         out.error(f"{len(result.failed)} of {total} items failed to build: " + _failed_names(result),

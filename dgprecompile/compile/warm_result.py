@@ -36,6 +36,7 @@ class WarmResult:
     cache_bytes: int = 0
     workers: int = 0
     cache_dir: str = ""
+    release: str | None = None  # the sglang release the plan was made for (named in a missing package's hint)
     backend: str = ""
     kernels: int = 0  # kernels this warm (or this rank's share) had to have in the cache
     jit_modules: int = 0  # SGLang JIT modules this warm had to have in the cache
