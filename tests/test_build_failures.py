@@ -190,6 +190,24 @@ def test_warm_refuses_a_sampling_plan_before_compiling_without_curand(version, t
     assert any("curand.h" in m for m in json.loads(doc.stdout)["build_needs_missing"])
 
 
+def test_the_readmes_server_plan_is_refused_at_once_naming_curand(tmp_path):
+    """The README's whole server warm (DeepGEMM kernels, SGLang's JIT modules, FlashInfer's sampling and
+    trtllm_comm) on this toolkit: refused in seconds, before its first compile, the cache not even created."""
+    version = "0.6.12"
+    if _missing(version):
+        pytest.skip(_missing(version))
+    _needs_no_curand()
+    manifest, cache = tmp_path / "plan.yaml", tmp_path / "cache"
+    write_manifest(plan_from_server(PlanRequest(sglang_cmd=QWEN, sglang=PINS[version])), manifest)
+    res = subprocess.run([sys.executable, "-m", "dgprecompile", "warm", "--manifest", str(manifest), "--cache-dir",
+                          str(cache), "--nvcc", NVCC], capture_output=True, text=True, env=_env(version, curand=False),
+                         timeout=600)  # --sglang-jit auto, as the README runs it (no Triton here: those are skipped)
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert "error: this machine lacks what the plan's builds need (checked before compiling): " \
+        f"flashinfer:sampling@{version}.sm90a: sampling includes curand.h" in res.stderr
+    assert "hint: curand.h is one of the cuRAND headers" in res.stderr and not cache.exists()
+
+
 def test_keep_going_fails_the_real_build_with_its_compilers_first_error(tmp_path):
     version = "0.6.12"
     if _missing(version):
@@ -210,21 +228,43 @@ def test_keep_going_fails_the_real_build_with_its_compilers_first_error(tmp_path
     assert Path(details["log"]).parent == cache / "dgprecompile" / "logs" and "ninja: build stopped" in log
 
 
+@pytest.fixture(scope="module")
+def sampling_warms(tmp_path_factory):
+    """Both versions' warms of the sampling plan, with cuRAND's headers from the wheel, started at once: each one's
+    longest compile (sampling.cu) is a single nvcc, so side by side they take the machine's cores together."""
+    started = {}
+    for version in PINS:
+        if _missing(version) or CURAND is None:
+            continue
+        tmp = tmp_path_factory.mktemp(f"sampling-{version}")
+        manifest, cache = _sampling_plan(tmp, version), tmp / "cache"
+        out, err = open(tmp / "out.json", "w+"), open(tmp / "err.txt", "w+")  # noqa: SIM115 - read back below
+        proc = subprocess.Popen([sys.executable, "-m", "dgprecompile", "warm", "--manifest", str(manifest),
+                                 "--cache-dir", str(cache), "--nvcc", NVCC, "--sglang-jit", "on", "--json"],
+                                stdout=out, stderr=err, text=True, env=_env(version, curand=True))
+        started[version] = (manifest, cache, proc, out, err)
+    done = {}
+    for version, (manifest, cache, proc, out, err) in started.items():
+        proc.wait(timeout=1800)
+        out.seek(0), err.seek(0)
+        done[version] = (manifest, cache, proc.returncode, out.read(), err.read())
+        out.close(), err.close()
+    return done
+
+
 @pytest.mark.parametrize("version", list(PINS))
-def test_the_sampling_module_builds_gpu_free_with_curands_headers(version, tmp_path):
-    if _missing(version) or CURAND is None:
+def test_the_sampling_module_builds_gpu_free_with_curands_headers(version, sampling_warms):
+    if version not in sampling_warms:
         pytest.skip(_missing(version) or "the nvidia-curand wheel beside the venv (make setup)")
-    manifest, cache = _sampling_plan(tmp_path, version), tmp_path / "cache"
-    env = _env(version, curand=True)
+    manifest, cache, code, out, err = sampling_warms[version]
     from dgprecompile.planning.manifest import read_manifest
 
     items = list(read_manifest(manifest).flashinfer.values())
-    assert check([("flashinfer-module", items)], str(TOOLKIT), env) == []  # the check finds the headers there
-    res = _warm(manifest, cache, env, "--json")
-    assert res.returncode == 0, res.stdout + res.stderr
-    assert json.loads(res.stdout)["compiled"] == 1
+    assert check([("flashinfer-module", items)], str(TOOLKIT), _env(version, curand=True)) == []  # headers found
+    assert code == 0, out + err
+    assert json.loads(out)["compiled"] == 1
     so = cache / "flashinfer" / version / "90a" / "cached_ops" / "sampling" / "sampling.so"
-    assert so.read_bytes()[:4] == b"\x7fELF"
+    assert so.read_bytes()[:4] == b"\x7fELF" and sorted(p.name for p in so.parent.iterdir()) == [so.name]
 
 
 # ---- warm's closing lines ------------------------------------------------------------------------------------
