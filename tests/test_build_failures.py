@@ -80,6 +80,51 @@ def test_describe_keeps_the_whole_log_and_names_known_causes(tmp_path):
     assert "install torchvision" in missing.hint and "sglang 0.5.14" in missing.hint
 
 
+def test_the_check_names_each_missing_program_and_honours_the_builders_variables(tmp_path):
+    from dgprecompile.runtimes.items import FlashInferItem
+
+    item = FlashInferItem("sampling", "flashinfer.jit.sampling:gen_sampling_module", "0.6.12", "9.0a", "a test's")
+    bare = tmp_path / "bin"  # a PATH holding only a C++ compiler: no ninja
+    bare.mkdir()
+    (bare / "c++").symlink_to(shutil.which("c++") or pytest.skip("no c++"))
+    curand = tmp_path / "inc"
+    curand.mkdir()
+    for h in ("curand.h", "curand_kernel.h", "curand_philox4x32_x.h"):
+        (curand / h).write_text("/* a test's header */\n")
+    env = {"PATH": str(bare), "FLASHINFER_EXTRA_CUDAFLAGS": f"-O3 -I {curand}"}
+    missing = check([("flashinfer-module", [item]), ("sglang-jit", [item])], str(TOOLKIT), env)
+    assert [m.what for m in missing] == ["FlashInfer's ninja build: ninja not found on PATH",
+                                         "SGLang's JIT builders: ninja not found on PATH"]
+    assert all(m.items == (item.id,) for m in missing)  # the headers were found through FlashInfer's variable
+    # the compiler the builders' CXX names is the one looked for; the headers are looked for where nvcc would
+    env = {"PATH": str(bare) + os.pathsep + os.path.dirname(shutil.which("ninja") or pytest.skip("no ninja")),
+           "CXX": "/no/such/g++ -O2"}
+    missing = check([("flashinfer-module", [item])], str(TOOLKIT), env)
+    assert missing[0].what == "FlashInfer's ninja build: /no/such/g++ ($CXX) not found on PATH"
+    if not any((d / "curand.h").is_file() for d in include_dirs(str(TOOLKIT), {})):  # a toolkit without cuRAND
+        assert missing[1].what.startswith("sampling includes curand.h")  # no FLASHINFER_EXTRA_CUDAFLAGS this time
+    assert check([("flashinfer-module", [item])], str(TOOLKIT), {**env, "CXX": "c++", "CPATH": str(curand)}) == []
+
+
+def test_a_triton_chunks_and_a_dead_workers_failures_carry_everything_they_printed(tmp_path):
+    from dgprecompile.compile.triton_chunks import parse_report
+    from dgprecompile.compile.warm_pool import _worker_death
+    from dgprecompile.errors import CompileFailed
+
+    printed = "Traceback (most recent call last):\n  ...\n" + _gcc(tmp_path, "int f(void) { return nope; }\n") + \
+        "subprocess.CalledProcessError: Command '['/usr/bin/gcc', ...]' returned non-zero exit status 1.\n"
+    log = tmp_path / "chunk.log"
+    log.write_text(printed)
+    with pytest.raises(CompileFailed) as exc:
+        parse_report("moe#1/2", 1, "", log)
+    failure = describe(exc.value.message, tmp_path / "cache", "triton_moe:x", None)
+    assert failure.summary.startswith("python -m dgprecompile.compile.triton_moe exited with code 1 for moe#1/2: ")
+    assert "nope" in failure.errors[0] and "error:" in failure.errors[0] and failure.errors[0] in failure.summary
+    assert Path(failure.log).read_text().rstrip("\n").endswith(printed.rstrip("\n"))
+    dead = describe(_worker_death(-9, log), None, "k", None)
+    assert dead.summary.startswith("worker killed by signal 9 while compiling it: ") and "nope" in dead.errors[0]
+
+
 # ---- a DeepGEMM kernel failing in real nvcc --------------------------------------------------------------------
 
 
