@@ -19,7 +19,16 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import NVCC, beside_venv, needs_legacy, needs_nvcc, sglang_014_dir
+from helpers import (
+    NVCC,
+    STANDINS,
+    beside_venv,
+    needs_dg013,
+    needs_legacy,
+    needs_nvcc,
+    needs_sgl014,
+    sglang_014_dir,
+)
 
 from dgprecompile.compile.build_log import describe, first_errors, log_path
 from dgprecompile.compile.build_needs import check, include_dirs
@@ -161,6 +170,52 @@ def test_a_real_nvcc_failure_shows_its_first_error_line_and_keeps_the_log(tmp_pa
     log = Path(details["log"])
     assert log.parent == cache / "dgprecompile" / "logs" and "int injected_by_the_test = ;" in log.read_text()
     assert "Traceback" not in res.stderr
+
+
+# ---- one of SGLang's tvm-ffi JIT modules failing in real nvcc -------------------------------------------------
+
+
+@needs_nvcc
+@needs_sgl014
+@needs_dg013
+def test_an_sglang_jit_module_failing_in_nvcc_shows_its_first_error_line(tmp_path):
+    """sglang 0.5.14's own builder (tvm-ffi's ninja, $CUDA_HOME/bin/nvcc) with a toolkit whose nvcc is a STAND-IN
+    wrapper of the real one that pre-includes a broken header: the real nvcc's error line comes back through the
+    worker, not tvm-ffi's "ninja exited with status 1"."""
+    from dgprecompile.planning.request import plan_from_request
+
+    data = plan_from_request(PlanRequest(model="Qwen3-Coder-480B", tp=8, ep=8, sglang="0.5.14",
+                                         moe_runner_backend="deep_gemm")).to_dict()
+    for shape in data["shapes"]:
+        shape["buckets"], shape["aux_kernels"] = [], []
+    data["kernels"], data["total_kernels"] = [], 0
+    data["sglang_jit_modules"] = data["sglang_jit_modules"][:1]
+    victim = data["sglang_jit_modules"][0]["id"]
+    for section in ("inductor", "flashinfer", "triton_moe"):
+        data.pop(section, None)
+    manifest = tmp_path / "plan.yaml"
+    write_manifest(plan_from_dict(data), manifest)
+    toolkit = tmp_path / "cuda"  # the real toolkit's folders, its bin/nvcc a wrapper
+    (toolkit / "bin").mkdir(parents=True)
+    for entry in TOOLKIT.iterdir():
+        if entry.name != "bin":
+            (toolkit / entry.name).symlink_to(entry)
+    bad = tmp_path / "bad.h"
+    bad.write_text("// dgprecompile test: a header real nvcc cannot compile\nint injected_by_the_test = ;\n")
+    nvcc = toolkit / "bin" / "nvcc"
+    nvcc.write_text(f'#!/bin/sh\ncase "$*" in *--version*) exec {TOOLKIT}/bin/nvcc "$@";; esac\n'
+                    f'exec {TOOLKIT}/bin/nvcc --pre-include {bad} "$@"\n')
+    nvcc.chmod(0o755)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([sglang_014_dir(), STANDINS, DEEP_GEMM["0.6.12"], str(REPO)]),
+           "CUDA_HOME": str(toolkit)}
+    res = subprocess.run([sys.executable, "-m", "dgprecompile", "warm", "--manifest", str(manifest), "--cache-dir",
+                          str(tmp_path / "c"), "--nvcc", NVCC, "--sglang-jit", "on", "--json"], capture_output=True,
+                         text=True, env=env, timeout=900)
+    assert res.returncode == 4, res.stdout + res.stderr
+    details = json.loads(res.stdout)["failure_details"][victim]
+    first = f"{tmp_path.name}/bad.h(2): error: expected an expression"
+    assert details["errors"][0] == first, details
+    assert f"failed: {victim}: {first}" in res.stderr and "ninja exited with status" in Path(details["log"]).read_text()
 
 
 # ---- FlashInfer's sampling module: refused without cuRAND, built with it -------------------------------------
