@@ -89,6 +89,25 @@ def test_describe_keeps_the_whole_log_and_names_known_causes(tmp_path):
     assert "install torchvision" in missing.hint and "sglang 0.5.14" in missing.hint
 
 
+@pytest.mark.parametrize("version", list(PINS))
+def test_the_data_files_headers_are_the_ones_flashinfers_sampling_includes(version):
+    """data/build_needs.yaml's headers of ``sampling``: exactly the toolkit headers the real wheel's sources include
+    (the ones not in FlashInfer's own include folder), each with its component and what ships it."""
+    import re
+
+    from dgprecompile.compile.build_log import facts
+
+    if FLASHINFER[version] is None:
+        pytest.skip(f"flashinfer-python {version} beside the venv (make setup)")
+    data = Path(FLASHINFER[version]) / "flashinfer" / "data"
+    sources = [data / "include" / "flashinfer" / "sampling.cuh",
+               *(data / "csrc" / n for n in ("sampling.cu", "renorm.cu", "flashinfer_sampling_binding.cu"))]
+    included = {h for src in sources for h in re.findall(r"^#include <(cu(?:rand|blas)\w*\.h)>", src.read_text(), re.M)}
+    wanted = facts()["families"]["flashinfer-module"]["modules"]["sampling"]
+    assert included == set(wanted), included
+    assert all(facts()["headers"][h]["component"] == "cuRAND headers" for h in wanted)
+
+
 def test_the_check_names_each_missing_program_and_honours_the_builders_variables(tmp_path):
     from dgprecompile.runtimes.items import FlashInferItem
 
