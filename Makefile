@@ -76,6 +76,11 @@ FLASHINFER_PKGS := flashinfer-python==0.6.12 einops==0.8.2 tabulate==0.10.0 nvid
 # abstract JitSpec; a 65 MB wheel, about 600 MB installed) the same way, for the same tests against its own builder
 FLASHINFER_072 := $(VENV)/flashinfer-0.7.2
 FLASHINFER_072_PKGS := flashinfer-python==0.7.2 einops==0.8.2 tabulate==0.10.0 nvidia-ml-py==13.615.71
+# cuRAND's headers for CUDA 13 (the nvidia-curand wheel, 129 MB installed) in a folder of its own: this machine's
+# toolkit has none, and FlashInfer's sampling module includes them (flashinfer/sampling.cuh:20-22).
+# tests/test_build_failures.py builds that module of 0.6.12 and 0.7.2 GPU-free with the folder given to FlashInfer's
+# build through FLASHINFER_EXTRA_CUDAFLAGS=-I$(CURAND_DIR)/nvidia/cu13/include (what warm's hint names).
+CURAND_DIR := $(VENV)/nvidia-curand-10.4.0.35
 
 MODEL ?= Qwen3-Coder-480B
 TP ?= 8
@@ -109,6 +114,7 @@ $(TEST_STAMP): $(RUN_STAMP)
 	$(BIN)/pip install -q --no-deps --target $(TRITON_DIR) triton==3.6.0 einops==0.8.1
 	$(BIN)/pip install -q --no-deps --target $(FLASHINFER_DIR) $(FLASHINFER_PKGS)
 	$(BIN)/pip install -q --no-deps --target $(FLASHINFER_072) $(FLASHINFER_072_PKGS)
+	$(BIN)/pip install -q --no-deps --target $(CURAND_DIR) nvidia-curand==10.4.0.35
 	for w in $(SK_DG); do $(UNPACK) $$w $(VENV)/$$(echo $$w | sed 's/==/-/') || exit 1; done  # one each: two sgl-kernel versions in one call conflict
 	$(BIN)/python scripts/update_sglang_args.py --fetch $(SGL_WHEELS)
 	$(BIN)/pip download -q --no-deps --only-binary :all: -d .cache/wheels sgl-deep-gemm==0.1.3  # tests/test_unpack_tool.py: a real wheel (4.6 MB), outside the venv

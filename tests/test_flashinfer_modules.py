@@ -6,8 +6,9 @@ built module is loaded without FlashInfer's ninja, a missing one refused by name
 
 This machine has no GPU and no driver: where a module links libcuda, it links against a named STAND-IN libcuda.so
 (compile/flashinfer_modules.py). The module built is FlashInfer's dsv3 router GEMM (one source file, ~15 s
-here with 0.6.12, ~25 s with 0.7.2), not one the H200 plans (SGLang calls it on sm 100/103 only): the planned ones need headers (curand.h,
-cublasLt.h) that this machine's nvcc-only toolkit lacks, or minutes of compiling (trtllm_comm)."""
+here with 0.6.12, ~25 s with 0.7.2), not one the H200 plans (SGLang calls it on sm 100/103 only): the planned ones need cuRAND's
+headers, which this machine's nvcc-only toolkit lacks (`sampling`: built with the nvidia-curand wheel's headers in
+tests/test_build_failures.py, several minutes here), or minutes of compiling (trtllm_comm)."""
 
 from __future__ import annotations
 

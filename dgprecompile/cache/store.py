@@ -14,6 +14,8 @@ Layout (the runtime's own part is untouched; ours lives beside it under ``dgprec
     <root>/dgprecompile/locks/<k>.lock    one filelock per kernel while it compiles
     <root>/dgprecompile/staging/<pid>-*/  private JIT roots of running workers, each locked by its process
                                           (scratch.py); entries move into cache/ whole
+    <root>/dgprecompile/logs/<item>.log   everything a failed build printed, its last failure (compile/build_log.py;
+                                          never packed)
 
 An entry only ever appears in ``cache/`` by one rename of a complete directory, so an interrupted compile
 leaves nothing the runtime could mistake for a good entry.

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from dgprecompile.cli.options import cache_dir_option, output_options, plan_options, resolve_plan
+from dgprecompile.compile.build_log import known_cause
 from dgprecompile.compile.warm import run_warm
 from dgprecompile.compile.warm_result import WarmResult
 from dgprecompile.compile.warm_setup import WarmOptions, WarmSetup, prepare_warm
@@ -56,9 +57,12 @@ PATH_OPTION = "--cache-dir"  # where this command is told to write: named in the
                    "<cache>/tvm-ffi, and its Triton fused-MoE items with the installed sglang and Triton into "
                    "<cache>/triton (auto: when that sglang is installed here, else warm the rest and exit 3 naming what to "
                    "install; on: fail at once if it is not; off: leave them out).")
+@click.option("--keep-going", "keep_going", is_flag=True,
+              help="Build what can be built even where the check before compiling finds a family's build lacking a "
+                   "piece (a program, a CUDA toolkit header): those items then fail with their compiler's error.")
 @output_options
 def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc, from_misses, sglang_jit,
-            out) -> WarmResult:
+            keep_going, out) -> WarmResult:
     """Compile the plan's kernels into DeepGEMM's cache, serially in each worker process, no thread pools.
 
     Idempotent: a second run finds everything cached and compiles nothing. Interrupting it leaves no partial
@@ -78,7 +82,7 @@ def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc
     else:
         plan = resolve_plan(plan_request, manifest)
     setup = prepare_warm(plan, WarmOptions(cache_dir=cache_dir, backend=backend, jobs=jobs, gpus=_parse_gpus(gpus),
-                                           nvcc=nvcc, sglang_jit=sglang_jit))
+                                           nvcc=nvcc, sglang_jit=sglang_jit, keep_going=keep_going))
     _announce(out, plan, setup)
     progress = out.progress(len(setup.items) + sum(len(p.built) - len(p.cached) for p in setup.parts), "warming",
                             seconds_per_item=plan.profile.seconds_per_kernel, workers=setup.workers)
@@ -97,11 +101,22 @@ def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc
                 why = event.get("why") or "not loadable, or not what the index recorded"
                 out.warn(f"{event['kernel']}: the entry in the cache was bad ({why}); rebuilt and replaced it")
             if kind == "failed" and not event.get("error", "").startswith("not started"):
-                out.failure("failed", f"{event['kernel']}\n{event.get('error', '')}")
+                out.failure("failed", failure_text(event))
 
     with progress:
         result = run_warm(setup, on_event)
     return out.report(result, render)
+
+
+def failure_text(event: dict) -> str:
+    """A failed item as warm prints it: its id and the compiler's first error lines, where its whole log is kept,
+    the known cause's hint (compile/build_log.py); the whole error where no error lines were picked."""
+    errors = event.get("errors")
+    if not errors:
+        return f"{event['kernel']}\n{event.get('error', '')}"
+    return "\n".join([f"{event['kernel']}: {errors[0]}", *(f"  {e}" for e in errors[1:]),
+                      *([f"  log: {event['log']}"] if event.get("log") else []),
+                      *([f"  hint: {event['hint']}"] if event.get("hint") else [])])
 
 
 def _jit_line(plan, setup: WarmSetup, part) -> str:
@@ -184,17 +199,36 @@ def render(out: Output, result: WarmResult) -> None:
         names = sorted(result.failed)
         out.error(f"{result.fatal[0]}: {len(names)} not built: {', '.join(names[:3])}"
                   + (f" and {len(names) - 3} more" if len(names) > 3 else ""),
-                  "fix or reinstall the library it names (importing it by hand shows the whole error), then warm "
-                  "again: what was built stays in the cache")
+                  (known_cause(result.fatal, result.release) or "fix or reinstall the library it names (importing "
+                   "it by hand shows the whole error)") + ", then warm again: what was built stays in the cache")
     elif result.failed:
-        out.error(f"{len(result.failed)} of {result.kernels} kernels failed to compile: "
-                  + ", ".join(sorted(result.failed)[:5]), "the compiler's output for each is printed above")
+        total = max(result.kernels, len(result.compiled) + len(result.cached) + len(result.failed))
+        out.error(f"{len(result.failed)} of {total} items failed to build: " + _failed_names(result),
+                  _failed_hint(result))
     elif result.missing:
         why = next(iter(result.skipped.values()), "")
         what = ", ".join(f"{n} {PLURAL.get(kind, kind)}" for kind, n in result.skipped_kinds.items())
         out.error(f"{len(result.skipped)} of the plan's items not built ({what}): {why}",
                   f"{result.missing}, then warm again (`verify` fails until they are built; --sglang-jit off warms "
                   "DeepGEMM's kernels only)")
+
+
+def _failed_names(result: WarmResult, shown: int = 5) -> str:
+    """The first failed items, each with its first error line where one was picked."""
+    names = sorted(result.failed)[:shown]
+    return ", ".join(f"{n} ({d['errors'][0]})" if (d := result.failure_details.get(n)) and d.get("errors") else n
+                     for n in names)
+
+
+def _failed_hint(result: WarmResult) -> str:
+    """The first known cause's hint, else where the logs are kept."""
+    details = [result.failure_details[n] for n in sorted(result.failure_details)]
+    hint = next((d["hint"] for d in details if d.get("hint")), None)
+    logs = next((str(Path(d["log"]).parent) for d in details if d.get("log")), None)
+    if hint:
+        return hint + (f"; the whole logs are in {logs}" if logs else "")
+    return (f"each one's first error lines are printed above, its whole log in {logs}" if logs
+            else "the compiler's output for each is printed above")
 
 
 def compile_times(result: WarmResult, shown: int = 3) -> tuple[list[list[str]], list[list[str]]]:

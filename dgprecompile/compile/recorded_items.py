@@ -69,16 +69,22 @@ def run_items(setup, part, on_event, result) -> None:
         return
     for item in pending:
         on_event({"event": "start", "kernel": item.id})
-        _settle(item, time.perf_counter(), lambda it=item: build_item(setup, part, it), on_event, result)
+        _settle(setup, item, time.perf_counter(), lambda it=item: build_item(setup, part, it), on_event, result)
 
 
-def _settle(item, t0: float, work, on_event, result) -> None:
-    """Run ``work`` (what finishes the item) and count the item compiled or failed, with its event."""
+def _settle(setup, item, t0: float, work, on_event, result) -> None:
+    """Run ``work`` (what finishes the item) and count the item compiled or failed, with its event: a failure's
+    first error lines, its whole output kept in the cache's log folder and a known cause's hint
+    (compile/build_log.py)."""
+    from dgprecompile.compile.build_log import describe
+
     try:
         work()
     except DGError as exc:
-        result.failed[item.id] = exc.message
-        on_event({"event": "failed", "kernel": item.id, "error": exc.message})
+        failure = describe(exc.message, setup.store.root, item.id, setup.plan.sglang_version)
+        result.failed[item.id] = failure.summary
+        result.failure_details[item.id] = failure.event()
+        on_event({"event": "failed", "kernel": item.id, "error": failure.summary, **failure.event()})
         return
     seconds = round(time.perf_counter() - t0, 2)
     result.compiled[item.id] = seconds
@@ -132,7 +138,7 @@ def _side_by_side(setup, part, items, on_event, result) -> None:
         setup.store.update_index(lambda index: records.records(index, runtime).__setitem__(item.id, record))
 
     for item, (report, error) in zip(items, outcomes, strict=True):
-        _settle(item, t0, lambda it=item, r=report, e=error: file_one(it, r, e), on_event, result)
+        _settle(setup, item, t0, lambda it=item, r=report, e=error: file_one(it, r, e), on_event, result)
 
 
 def _areas_env(root: str, runtime, part) -> dict[str, str]:
@@ -147,7 +153,8 @@ def _areas_env(root: str, runtime, part) -> dict[str, str]:
 
 def run_each(argvs: list[list[str]], env: dict[str, str]) -> list[tuple[dict[str, Any] | None, str | None]]:
     """Every command side by side, each in its own session; per command its report (its last stdout line, JSON)
-    or why it failed (an interrupt stops them all with their process groups)."""
+    or why it failed: its exit code, then everything it printed (an interrupt stops them all with their process
+    groups)."""
     import json
 
     with tempfile.TemporaryDirectory(prefix="dgprecompile-items-") as tmp:
@@ -162,8 +169,8 @@ def run_each(argvs: list[list[str]], env: dict[str, str]) -> list[tuple[dict[str
                 text, _ = proc.communicate()
                 log.close()
                 if proc.returncode != 0:
-                    tail = (Path(tmp) / f"item-{i}.log").read_text(errors="replace").strip().splitlines()[-1:]
-                    out.append((None, f"exited with code {proc.returncode}: {(tail or ['no output'])[0][:600]}"))
+                    printed = (Path(tmp) / f"item-{i}.log").read_text(errors="replace").strip() or "no output"
+                    out.append((None, f"exited with code {proc.returncode}:\n{printed}"))
                 else:
                     out.append((json.loads(text.decode().strip().splitlines()[-1]), None))
             return out

@@ -167,13 +167,13 @@ def stop_chunk(proc: subprocess.Popen) -> None:
 
 def parse_report(chunk_id: str, code: int, stdout: str, log: Path) -> dict[str, Any]:
     """The chunk's report (its last stdout line), or CompileFailed naming what went wrong."""
-    if code != 0:
+    if code != 0:  # everything it printed: compile/build_log.py picks its first error lines and keeps the log
         try:
-            lines = [x for x in log.read_text(errors="replace").splitlines() if x.strip()]
+            printed = log.read_text(errors="replace").strip()
         except OSError:
-            lines = []
-        raise CompileFailed(f"python -m {TRITON_MOE.warm_module} exited with code {code} for {chunk_id}: "
-                            f"{(lines[-1:] or ['no output'])[0][:600]}")
+            printed = ""
+        raise CompileFailed(f"python -m {TRITON_MOE.warm_module} exited with code {code} for {chunk_id}:\n"
+                            f"{printed or 'no output'}")
     try:
         report = json.loads(stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):

@@ -64,6 +64,7 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
     _record_plan(setup)
     jit, triton = setup.part("sglang-jit"), setup.part("triton-moe")  # the result's sections, by kind
     result = WarmResult(workers=setup.workers, cache_dir=str(store.root), backend=setup.backend,
+                        release=setup.plan.sglang_version,
                         kernels=len(setup.items), jit_modules=len(jit.work) if jit else 0,
                         jit_ids=[w.id for w in jit.work] if jit else [], skipped=setup.skipped,
                         skipped_kinds=_skipped_kinds(setup),

@@ -210,6 +210,7 @@ class _Run:
     setup: WarmSetup
     chunked: dict[str, ChunkedItem] = field(default_factory=dict)  # Triton MoE item -> its chunks so far
     chunk_started: dict[str, float] = field(default_factory=dict)
+    chunk_failures: dict[str, dict[str, Any]] = field(default_factory=dict)  # chunk -> its errors, log, hint
 
     def __post_init__(self) -> None:
         for chunk in self.setup.chunks:
@@ -281,7 +282,9 @@ class _Run:
         try:
             self._chunk_in(job.id, parse_report(job.id, code, out, log), seconds)
         except CompileFailed as exc:
-            self._chunk_in(job.id, None, seconds, exc.message)
+            failure = self._described(job.id, exc.message)
+            self.chunk_failures[job.id] = failure.event()
+            self._chunk_in(job.id, None, seconds, failure.summary)
         self.result.last_result_seconds = time.perf_counter() - self.start
         return self.sched.finished(slot, job.id)
 
@@ -294,7 +297,17 @@ class _Run:
             item.reports[chunk_id], item.seconds[chunk_id] = report, seconds
         if item.done:
             installed = self._part_of(self.items[chunk_id]).job["installed"]
-            record_event(item.finish(self.setup.store, installed), self.result, self.on_event)
+            event = item.finish(self.setup.store, installed)
+            first = next((c for c in item.chunks if c in item.failures), None)
+            if event["event"] == "failed" and first in self.chunk_failures:
+                event.update(self.chunk_failures[first])
+            record_event(event, self.result, self.on_event)
+
+    def _described(self, unit: str, text: str):
+        """``unit``'s failure in the compiler's words, its log kept in the cache (compile/build_log.py)."""
+        from dgprecompile.compile.build_log import describe
+
+        return describe(text, self.setup.store.root, unit, self.setup.plan.sglang_version)
 
     def apply(self, actions: list[Action]) -> None:
         for action in actions:
@@ -310,7 +323,8 @@ class _Run:
             elif isinstance(action, Close):
                 self.procs.close_input(action.worker)
             elif isinstance(action, Lost):
-                self._fail(action.job.id, _worker_death(action.code, self.procs.logs[action.worker]))
+                failure = self._described(action.job.id, _worker_death(action.code, self.procs.logs[action.worker]))
+                self._fail(action.job.id, failure.summary, details=failure.event())
             elif action.why == NO_SPACE:
                 self._fail(action.job.id, "not started: " + (self.result.no_space or "no space left"),
                            "not started (no space)")
@@ -318,12 +332,16 @@ class _Run:
                 self._fail(action.job.id, ("not started: " + self.result.fatal[-1]) if self.result.fatal
                            else "no worker left to compile it (see the errors above)")
 
-    def _fail(self, kernel: str, why: str, shown: str | None = None) -> None:
+    def _fail(self, kernel: str, why: str, shown: str | None = None, details: dict[str, Any] | None = None) -> None:
         if isinstance(self.items.get(kernel), Chunk):  # a chunk not started: its item fails with it
+            if details:
+                self.chunk_failures[kernel] = details
             self._chunk_in(kernel, None, failure=why)
             return
         self.result.failed[kernel] = why
-        self.on_event({"event": "failed", "kernel": kernel, "error": shown or why})
+        if details:
+            self.result.failure_details[kernel] = details
+        self.on_event({"event": "failed", "kernel": kernel, "error": shown or why, **(details or {})})
 
 
 def _physical_gpu(index: int) -> str:
@@ -335,13 +353,16 @@ def _physical_gpu(index: int) -> str:
     return str(index)
 
 
-def _worker_death(code: int, log: Path) -> str:
+def _worker_death(code: int, log: Path, cap: int = 1 << 20) -> str:
+    """How the worker ended, then the last ``cap`` bytes of its log (what it and its compilers printed)."""
     how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
     try:
-        tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+        with open(log, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - cap))
+            printed = f.read().decode(errors="replace").strip()
     except OSError:
-        tail = []
-    return f"worker {how} while compiling it" + ("\n" + "\n".join(tail) if tail else "")
+        printed = ""
+    return f"worker {how} while compiling it" + ("\n" + printed if printed else "")
 
 
 def _stop(zygote: subprocess.Popen | None, worker_pids: dict[int, int]) -> None:

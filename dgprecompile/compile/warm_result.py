@@ -18,6 +18,8 @@ class WarmResult:
     compiled: dict[str, float] = field(default_factory=dict)  # kernel -> seconds
     cached: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+    # per failed item: its first error lines, the log kept in the cache's log folder, a known cause's hint
+    failure_details: dict[str, dict[str, Any]] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)  # planned items of other runtimes not built here, and why
     skipped_kinds: dict[str, int] = field(default_factory=dict)  # how many of them, by their runtime's kind
     missing: str | None = None  # what to install so that the skipped modules can be built (exit 3)
@@ -34,6 +36,7 @@ class WarmResult:
     cache_bytes: int = 0
     workers: int = 0
     cache_dir: str = ""
+    release: str | None = None  # the sglang release the plan was made for (named in a missing package's hint)
     backend: str = ""
     kernels: int = 0  # kernels this warm (or this rank's share) had to have in the cache
     jit_modules: int = 0  # SGLang JIT modules this warm had to have in the cache
@@ -59,7 +62,7 @@ class WarmResult:
         return {"cache_dir": self.cache_dir, "backend": self.backend, "kernels": self.kernels,
                 "sglang_jit_modules": self.jit_modules, "compiled": len(self.compiled),
                 "already_cached": len(self.cached), "failed": len(self.failed),
-                "failures": self.failed, "skipped": self.skipped, "install": self.missing, "wall_seconds": round(self.wall_seconds, 2),
+                "failures": self.failed, "failure_details": self.failure_details, "skipped": self.skipped, "install": self.missing, "wall_seconds": round(self.wall_seconds, 2),
                 "compile_seconds_sum": round(sum(self.compiled.values()), 2), "cache_bytes": self.cache_bytes,
                 "workers": self.workers, "no_space": self.no_space, "workers_not_started": self.fatal,
                 "installed_not_indexed": self.unindexed,
@@ -91,6 +94,8 @@ def record_event(event: dict[str, Any], result: WarmResult, on_event: Callable[[
                 result.no_space_tmpdir = bool(event.get("no_space_tmpdir"))
     elif kind == "failed":
         result.failed[kernel] = event.get("error", "failed")
+        if event.get("errors"):
+            result.failure_details[kernel] = {k: event.get(k) for k in ("errors", "log", "hint")}
         if event.get("no_space") and result.no_space is None:
             result.no_space = event.get("error")
             result.no_space_tmpdir = bool(event.get("no_space_tmpdir"))

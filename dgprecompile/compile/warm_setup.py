@@ -53,6 +53,7 @@ class WarmOptions:
     gpus: list[int] | None = None
     nvcc: str | None = None
     sglang_jit: str = "auto"  # SGLang's own JIT modules: auto (when the plan's sglang is installed) | on | off
+    keep_going: bool = False  # build what can be built where a family's build lacks a piece (compile/build_needs.py)
 
 
 @dataclass
@@ -195,6 +196,7 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
         fingerprint.update(part.fingerprint)  # {the runtime's fingerprint section: its fields}
     if any(p.fingerprint for p in parts):
         stale = differences(recorded, fingerprint) if recorded else []
+    _check_needs(parts, nvcc, opts, notes)
     swept: list[str] = []
     if sweeps:  # chunks come largest first already; their entries are not known in advance
         items, swept = _sweep_items(plan, store, fingerprint, jobs, rank, world)
@@ -206,6 +208,24 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
     setup = WarmSetup(plan, backend, store, fingerprint, stale, items, jobs, [None], job_common, rank, world, notes,
                       parts, swept)
     return _finish_setup(setup, gpus, sweeps)
+
+
+def _check_needs(parts: list[RuntimePart], nvcc, opts: WarmOptions, notes: list[str]) -> None:
+    """Refuse at once (exit 3) where a planned family's build lacks a piece this machine can be checked for in a
+    moment (compile/build_needs.py: its programs, FlashInfer's toolkit headers), naming every one; --keep-going
+    notes them and builds what it can (those items fail with their compiler's error)."""
+    from dgprecompile.compile.build_needs import check, refusal
+
+    missing = []
+    for part in parts:
+        env = {**os.environ, **dict(part.job.get("env", {}))}
+        missing += check([(part.runtime.kind, part.built)], _cuda_home(nvcc.path), env)
+    if not missing:
+        return
+    message, hint = refusal(missing)
+    if not opts.keep_going:
+        raise EnvironmentProblem(message, hint=hint)
+    notes.append(f"--keep-going: {message}")
 
 
 def _finish_setup(setup: WarmSetup, gpus: list[int | None], sweeps: bool) -> WarmSetup:
@@ -543,7 +563,7 @@ def work(setup: WarmSetup) -> list[tuple[Job, WorkItem | ModuleWork | Chunk]]:
 def worker_job(setup: WarmSetup) -> dict[str, Any]:
     """What every worker is told (job.json): the cache, and each backend's own settings."""
     common = {"cache_dir": str(setup.store.root), "arch": setup.plan.profile.sm_arch,
-              "bytes_per_entry": setup.plan.profile.bytes_per_entry}
+              "bytes_per_entry": setup.plan.profile.bytes_per_entry, "release": setup.plan.sglang_version}
     backends = {}
     if setup.items:
         backends[setup.backend] = {**common, "backend": setup.backend, **setup.job_common}

@@ -155,7 +155,8 @@ def serve(job: dict) -> int:
             kind = message["backend"]
             item = work_from(kind, message["item"])
             emit(event="start", kernel=item.kernel, t=time.time())
-            failures += not _compile_one(backends[kind], store, item, job["backends"][kind], emit)
+            own = {**job["backends"][kind], "log_from": _log_offset()}
+            failures += not _compile_one(backends[kind], store, item, own, emit)
     finally:
         for backend in backends.values():
             close = getattr(backend, "close", None)
@@ -229,14 +230,44 @@ def _compile_one(backend, store, item, job: dict, emit) -> bool:
             return True
         if full:
             emit(event="failed", kernel=item.kernel, error=full[0], no_space=True, no_space_tmpdir=full[1])
-        elif isinstance(exc, DGError):
-            emit(event="failed", kernel=item.kernel, error=text)
         else:
-            emit(event="failed", kernel=item.kernel, error=f"{text}\n{traceback.format_exc(limit=3)}")
+            _failed(item.kernel, text if isinstance(exc, DGError) else f"{text}\n{traceback.format_exc(limit=3)}",
+                    job, emit)
         return False
     emit(event="done", kernel=item.kernel, status=status, entries=entries, seconds=seconds, replaced=replaced,
          why=why)
     return True
+
+
+def _log_offset() -> int | None:
+    """Where this worker's log (its stderr: what the libraries and compilers print) ends now; None: not a file."""
+    try:
+        sys.stderr.flush()
+        return os.lseek(2, 0, os.SEEK_END)
+    except (OSError, ValueError):
+        return None
+
+
+def _log_since(offset: int | None, cap: int = 1 << 20) -> str:
+    """What this worker's log got since ``offset`` (the item's build: its compiler's output), at most ``cap`` bytes."""
+    if offset is None:
+        return ""
+    try:
+        sys.stderr.flush()
+        return os.pread(2, cap, offset).decode(errors="replace")
+    except (OSError, ValueError):
+        return ""
+
+
+def _failed(kernel: str, text: str, job: dict, emit) -> None:
+    """Report ``kernel`` failed: its first error lines, the whole of what it printed kept in the cache's log folder
+    (compile/build_log.py), a hint for a known cause."""
+    from dgprecompile.compile.build_log import describe
+
+    printed = _log_since(job.get("log_from"))
+    failure = describe(text + ("\n" + printed if printed.strip() else ""), job.get("cache_dir"), kernel,
+                       job.get("release"))
+    emit(event="failed", kernel=kernel, error=text, **failure.event())
 
 
 LIFELINE_ENV = "DGPRECOMPILE_WARM_LIFELINE"  # read end of a pipe only warm writes to (never): EOF = warm is gone

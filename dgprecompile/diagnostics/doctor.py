@@ -231,10 +231,11 @@ class Diagnosis:
     profile_id: str = ""
     ranks: int = 0
     plan: dict[str, Any] | None = None  # model, keys, kernels of the plan it judged, if any
+    build_missing: list[str] = field(default_factory=list)  # what the plan's builds lack here (compile/build_needs.py)
 
     @property
     def return_code(self) -> int:
-        return EXIT_CHECK_FAILED if self.predicts_failure else EXIT_OK
+        return EXIT_CHECK_FAILED if self.predicts_failure or self.build_missing else EXIT_OK
 
     @property
     def fix(self) -> str | None:
@@ -254,6 +255,7 @@ class Diagnosis:
             "checks": [asdict(c) for c in self.checks],
             "limits": self.limits.to_dict(),
             "environment": self.environment,
+            "build_needs_missing": self.build_missing,
         }
 
 
@@ -307,7 +309,23 @@ def run_doctor(profile: Profile, plan: Plan | None, cache_dir: str | Path, model
     diag.profile_id, diag.ranks = profile.id, model.ranks
     if plan is not None:
         diag.plan = {"model": plan.model, "keys": len(plan.keys), "kernels": plan.total_kernels}
+        build = build_checks(plan, environment["nvcc"]["path"])
+        diag.checks += build
+        diag.build_missing = [c.detail for c in build if c.mark == "fail"]
     return diag
+
+
+def build_checks(plan: Plan, nvcc: str | None) -> list[Check]:
+    """What the plan's families' builds need that warm checks before compiling (compile/build_needs.py): one row
+    per missing piece (failed), or one row saying all is there."""
+    from dgprecompile.compile.build_needs import check
+
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or (
+        str(Path(nvcc).resolve().parent.parent) if nvcc else None)
+    missing = check([(runtime.kind, items) for runtime, items in plan.by_runtime()[1:]], home)
+    if not missing:
+        return [Check("build needs", "ok", "every program and toolkit header the plan's builds need is here")]
+    return [Check("build needs", "fail", m.line(), m.hint) for m in missing]
 
 
 def diagnose(limits: Limits, profile: Profile, plan: Plan | None, model: BurstModel,
