@@ -296,11 +296,11 @@ def _install(art: Artifact, store: CacheStore, to_add: dict[str, EntryRecord], c
     """Stage and check every new and changed entry, install them (one rename each), then merge the index under
     its lock. Any failure undoes what this unpack installed, so the cache is left as it was."""
     store.require_writable("unpack into")
-    created_root = not store.root.exists()
+    work = {**to_add, **changed}
+    made = _dirs_to_make(store, work.values())  # what this unpack creates: the only folders its roll-back removes
     installed: list[Path] = []
     swapped: list[tuple[Path, Path]] = []  # (entry in the cache, the old entry now in staging)
     staging: Path | None = None
-    work = {**to_add, **changed}
     need = sum(r.bytes for r in work.values())
     if need > free_bytes(store.root):  # the manifest's declared sizes bound what is written: refuse up front
         message, hint = space_message(store.root, need=need, doing="unpacking")
@@ -318,13 +318,15 @@ def _install(art: Artifact, store: CacheStore, to_add: dict[str, EntryRecord], c
         store.update_index(lambda index: counter.append(_merge_index(index, art, store, changed, result.kept)))
         result.indexed = counter[0] if counter else 0
     except BaseException as exc:
-        _roll_back(store, installed, swapped, created_root)
+        if staging is not None:
+            store.release_staging(staging)
+        _roll_back(store, installed, swapped, made)
         if isinstance(exc, OSError):
             raise _write_error(store, exc, art) from None
         raise
     finally:
         if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
+            store.release_staging(staging)
     _record_build(store, result, str(where))  # once installed: a failed install records nothing
 
 
@@ -354,15 +356,46 @@ def _install_new(store: CacheStore, staging: Path, to_add: dict[str, EntryRecord
             result.kept.append(name)
 
 
-def _roll_back(store: CacheStore, installed: list[Path], swapped: list[tuple[Path, Path]],
-               created_root: bool) -> None:
-    """Undo a failed unpack: remove the entries it installed, put back the ones it swapped out."""
-    for entry in reversed(installed):
-        shutil.rmtree(entry, ignore_errors=True)
-    for entry, old in reversed(swapped):  # put the user's entries back as they were
-        _restore(entry, old)
-    if created_root:
-        shutil.rmtree(store.root, ignore_errors=True)
+def _dirs_to_make(store: CacheStore, records) -> list[Path]:
+    """The folders at or below the cache root that are not there yet and that this unpack would make (the root,
+    its bookkeeping folders, each entry's area and parents), deepest first."""
+    wanted = {store.root, store.ours, store.ours / "staging", store.ours / "locks"}
+    for record in records:
+        path = store.entry_path(record.entry, record.area)
+        while path != store.root:
+            path = path.parent
+            wanted.add(path)
+    return sorted((d for d in wanted if not os.path.lexists(d)), key=lambda d: len(d.parts), reverse=True)
+
+
+def _roll_back(store: CacheStore, installed: list[Path], swapped: list[tuple[Path, Path]], made: list[Path]) -> None:
+    """Undo a failed unpack under the index lock: remove the entries it installed, put back the ones it swapped
+    out, and remove the folders it made only while they hold nothing (another unpack may have installed into
+    them meanwhile: what it wrote stays, and so do the folders on its way)."""
+    with store.index_lock():
+        for entry in reversed(installed):
+            shutil.rmtree(entry, ignore_errors=True)
+        for entry, old in reversed(swapped):  # put the user's entries back as they were
+            _restore(entry, old)
+        for folder in made:
+            if folder == store.ours:
+                _drop_lock_file(store)
+            try:
+                os.rmdir(folder)  # only an empty folder: never what anyone else put there
+            except OSError:
+                pass
+
+
+def _drop_lock_file(store: CacheStore) -> None:
+    """Remove the index lock file of a bookkeeping folder this unpack made, when it is all that folder holds
+    besides the empty folders this unpack made (no index, no build record, nobody's staging)."""
+    lock = store.ours / "index.lock"
+    try:
+        rest = [p for p in store.ours.iterdir() if p != lock]
+    except OSError:
+        return
+    if all(p.is_dir() and not p.is_symlink() and not any(p.iterdir()) for p in rest):
+        lock.unlink(missing_ok=True)
 
 
 def _swap_in(store: CacheStore, staging: Path, record: EntryRecord, arch: str | None) -> tuple[Path, Path]:
