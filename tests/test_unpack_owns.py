@@ -158,3 +158,85 @@ def test_a_failed_unpack_alone_leaves_no_folder_it_made(artifacts, tmp_path):
     assert_one_error(res, "is not loadable", "nothing was unpacked")
     assert res.exit_code == 2
     assert not cache.exists()
+
+
+# ---- item 2: nothing is written through a link below the cache root -----------------------------------------------
+
+ELF = Path(__import__("_json").__file__).read_bytes()  # a real shared object: what Triton's and FlashInfer's are
+AREA_ENTRIES = {  # member -> bytes: one entry of each filed area, at its own depth
+    "inductor/fxgraph/ab/fabcdef/entry": b"an FX graph cache entry",
+    "inductor/ab/cabxyz.py": b"# inductor's generated module\n",
+    "flashinfer/0.6.1/90a/cached_ops/norm/norm.so": ELF,
+    "triton/3fa9c0/cuda_utils.cpython-311-x86_64-linux-gnu.so": ELF,
+}
+
+
+def with_entries(artifact: Path, dest: Path, members: dict[str, bytes], extra_key=None) -> Path:
+    """``artifact`` with ``members`` added, each entry filed in the index's extra records (as capture files them);
+    ``extra_key(member_dir) -> key`` names the record (default: the member's folder, as the index keys it)."""
+    from dgprecompile.cache.store import area_depth
+
+    def change(data, index):
+        data.update(members)
+        for member, body in members.items():
+            parts = member.split("/")
+            depth = area_depth(parts[0], parts[1])
+            entry, name = "/".join(parts[1:1 + depth]), parts[-1]
+            key = f"{parts[0]}/{entry}"
+            record = index["extra"].setdefault((extra_key or (lambda k: k))(key), {
+                "entry": entry, "files": {}, "bytes": 0, "seconds": None, "by": "capture", "area": parts[0]})
+            record["files"][name] = hashlib.sha256(body).hexdigest()
+            record["bytes"] += len(body)
+
+    return rewrite(artifact, dest, change)
+
+
+@pytest.fixture(scope="module")
+def areas(artifacts, tmp_path_factory) -> Path:
+    return with_entries(artifacts["good"], tmp_path_factory.mktemp("areas") / "areas.tar.gz", AREA_ENTRIES)
+
+
+def test_an_artifact_with_an_entry_in_each_area_unpacks(areas, tmp_path):
+    res = run("unpack", str(areas), "--cache-dir", str(tmp_path / "C"))
+    assert res.exit_code == 0, res.output
+    for member, body in AREA_ENTRIES.items():
+        assert (tmp_path / "C" / member).read_bytes() == body
+
+
+LINKS = ["cache", "inductor", "inductor/fxgraph", "inductor/fxgraph/ab", "inductor/fxgraph/ab/fabcdef", "inductor/ab",
+         "flashinfer", "flashinfer/0.6.1/90a", "flashinfer/0.6.1/90a/cached_ops/norm", "triton", "triton/3fa9c0",
+         "dgprecompile", "dgprecompile/staging"]
+
+
+@pytest.mark.parametrize("link", LINKS)
+def test_unpack_refuses_a_link_anywhere_below_the_root(areas, tmp_path, link):
+    """Issue 46 item 2: `ln -s /elsewhere C/inductor` (or deeper) made unpack install the entries where the link
+    points. Now: exit 1, one error naming the link, nothing written there or in the cache."""
+    from test_artifact import expect_refusal
+
+    cache, elsewhere = tmp_path / "C", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (cache / link).parent.mkdir(parents=True)
+    os.symlink(elsewhere, cache / link)
+    expect_refusal(areas, cache, f"{cache}/{link} is a symbolic link (to {elsewhere})", code=1)
+    assert list(elsewhere.iterdir()) == []
+
+
+@pytest.mark.parametrize("area, entry", [("cache", "kernel.x"), ("inductor", "fxgraph/ab/fabcdef"),
+                                         ("flashinfer", "0.6.1/90a/cached_ops/norm"), ("triton", "3fa9c0")])
+def test_the_install_itself_never_follows_a_link(tmp_path, area, entry):
+    """What warm's install and unpack's share (CacheStore.install_entry): the folders on the way are made and
+    opened without following a link, so a link put there after unpack's check still catches nothing."""
+    from dgprecompile.errors import CheckFailed
+
+    store, elsewhere = CacheStore(tmp_path / "C"), tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    parent = store.entry_path(entry, area).parent
+    parent.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(elsewhere, parent)
+    staged = tmp_path / "staged" / "e"
+    staged.mkdir(parents=True)
+    (staged / "blob").write_bytes(b"x")
+    with pytest.raises(CheckFailed, match=f"{parent} is a symbolic link"):
+        store.install_entry(staged, area=area, entry=entry)
+    assert list(elsewhere.iterdir()) == [] and (staged / "blob").is_file()

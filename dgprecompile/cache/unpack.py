@@ -36,9 +36,19 @@ from dgprecompile.cache.artifact import (
     open_stream,
     read_artifact,
 )
+from dgprecompile.cache.confine import link_on_the_way
 from dgprecompile.cache.entrycheck import entry_problem
 from dgprecompile.cache.signing import Trust, signature_path
-from dgprecompile.cache.store import AREAS, CacheStore, EntryRecord, Index, area_depth, resolve_cache_dir
+from dgprecompile.cache.store import (
+    AREAS,
+    LINKED_HINT,
+    OURS,
+    CacheStore,
+    EntryRecord,
+    Index,
+    area_depth,
+    resolve_cache_dir,
+)
 from dgprecompile.errors import CheckFailed, DGError, EnvironmentProblem, InputError
 from dgprecompile.fsutil import exchange_paths, free_bytes, fsync_dir, open_input, space_message
 from dgprecompile.keys.fingerprint import differences, short_id
@@ -128,6 +138,7 @@ def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool =
         store = CacheStore(default_cache_dir(art))
     result = UnpackResult(str(store.root), short_id(fp))
     result.signature, result.warnings = origin[0][0], list(origin[0][1])
+    _refuse_links(store, art)
     _check_environment(fp, result, force=force, nvcc=nvcc, num_sms=num_sms)
     existing = _check_cache_fingerprint(store, fp, result, force=force)
     result.build = art.manifest.get("build")
@@ -152,6 +163,21 @@ def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool =
     for name in result.replaced:
         result.warnings.append(f"replaced {name}: it differed from the artifact's (--replace-changed)")
     return result
+
+
+BOOKKEEPING = ("index.json", "index.lock", "installed-builds.json", "staging", "locks")  # under <root>/dgprecompile
+
+
+def _refuse_links(store: CacheStore, art: Artifact) -> None:
+    """Refuse, before anything is read or written in the cache, a symbolic link anywhere on the way from the cache
+    root to a path unpack would write (its bookkeeping, each entry of the artifact): through it the entries would
+    land where the link points (the root itself is the user's choice and may be one)."""
+    paths = [f"{OURS}/{name}" for name in BOOKKEEPING] + sorted({r.member_dir for r in art.entry_records().values()})
+    for rel in paths:
+        why = link_on_the_way(store.root, rel)
+        if why:
+            raise CheckFailed(f"{why}: unpack writes only inside the cache's own folders; nothing was unpacked",
+                              hint=LINKED_HINT)
 
 
 def _record_build(store: CacheStore, result: UnpackResult, shown: str) -> None:
