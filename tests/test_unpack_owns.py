@@ -240,3 +240,44 @@ def test_the_install_itself_never_follows_a_link(tmp_path, area, entry):
     with pytest.raises(CheckFailed, match=f"{parent} is a symbolic link"):
         store.install_entry(staged, area=area, entry=entry)
     assert list(elsewhere.iterdir()) == [] and (staged / "blob").is_file()
+
+
+# ---- item 3: verify checks each item's entries under the names its runtime looks them up by -----------------------
+
+QWEN = "python -m sglang.launch_server --model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 --tp 8 --ep 8"
+
+
+def _borrowed_records(artifact: Path, dest: Path) -> tuple[Path, list[str]]:
+    """``artifact`` whose index files the QWEN server's torch.compile graph items under one inductor entry name,
+    ``inductor/fxgraph/ab/fabcdef``, whose extra record is really a DeepGEMM entry's (a forged, unsigned artifact:
+    every archived file is listed and matches). Returns (artifact, the item ids)."""
+    from dgprecompile.planning.request import PlanRequest
+    from dgprecompile.planning.server_plan import plan_from_server
+    from dgprecompile.runtimes.inductor import INDUCTOR_GRAPHS
+
+    plan = plan_from_server(PlanRequest(sglang_cmd=QWEN, sglang="0.5.14", sglang_precompile=False))
+    items = sorted(plan.inductor)
+    name = "inductor/fxgraph/ab/fabcdef"
+
+    def change(data, index):
+        index["extra"][name] = dict(next(iter(index["kernels"].values())))
+        index["inductor"] = {i: {"item": i, "torch": INDUCTOR_GRAPHS.installed()["torch"], "gpu": "NVIDIA H200",
+                                 "graphs": 1, "entries": [name]} for i in items}
+
+    return rewrite(artifact, dest, change), items
+
+
+def test_verify_does_not_count_an_item_by_another_areas_record(artifacts, tmp_path):
+    """Issue 46 item 3: the graph items counted ok through another area's entry while there was no inductor/."""
+    forged, items = _borrowed_records(artifacts["good"], tmp_path / "forged.tar.gz")
+    cache = tmp_path / "C"
+    res = run("unpack", str(forged), "--cache-dir", str(cache))
+    assert res.exit_code == 0, res.output
+    assert not (cache / "inductor").exists()
+    res = run("verify", "--sglang-cmd", QWEN, "--sglang", "0.5.14", "--cache-dir", str(cache), "--json")
+    checks = {c["kernel"]: c for c in json.loads(res.stdout)["problems"] if c["kernel"] in items}
+    assert sorted(checks) == items, res.stdout
+    for check in checks.values():
+        assert check["status"] == "missing", check
+        assert "inductor/fxgraph/ab/fabcdef" in check["detail"] and "not of this entry" in check["detail"], check
+    assert res.exit_code == 1

@@ -61,10 +61,11 @@ def host_problem(store: CacheStore, index: Index, host: dict[str, Any] | None) -
         return ItemCoverage("", STALE, "Triton's host modules were built for another platform or Python ("
                             + "; ".join(differ) + "): Triton would build them again; warm here")
     for entry in host.get("entries") or []:
-        rec = index.extra.get(f"{TRITON_MOE.area}/{entry}")
-        problem = "not in the index" if rec is None else store.check_entry(rec)
+        name = f"{TRITON_MOE.area}/{entry}"
+        rec = index.extra.get(name)
+        problem = "not in the index" if rec is None else _named_problem(rec, name) or store.check_entry(rec)
         if problem is not None:
-            return ItemCoverage("", MISSING if problem == "missing" else BROKEN,
+            return ItemCoverage("", MISSING if problem.startswith("missing") else BROKEN,
                                 f"Triton host module entry {entry}: {problem}", f"{TRITON_MOE.area}/{entry}")
     return None
 
@@ -82,11 +83,19 @@ def entries_problem(store: CacheStore, index: Index, item_id: str, entries: list
     (missing) or not the recorded bytes, not whole as its library reads it (broken); None when all are."""
     for entry in entries:
         rec = index.extra.get(entry)
-        problem = "not in the index" if rec is None else store.check_entry(rec)
+        problem = ("not in the index" if rec is None else _named_problem(rec, entry) or store.check_entry(rec))
         if problem is not None:
-            return ItemCoverage(item_id, MISSING if problem == "missing" else BROKEN, f"entry {entry}: {problem}",
+            return ItemCoverage(item_id, MISSING if problem.startswith("missing") else BROKEN, f"entry {entry}: {problem}",
                                 entry)
     return None
+
+
+def _named_problem(record, entry: str) -> str | None:
+    """Why the index's record filed under ``entry`` does not describe that entry (it names another area's or
+    another name's files: checking them would say nothing of what the runtime looks up at ``entry``), else None."""
+    if record.member_dir == entry or (record.area == "cache" and record.entry == entry):
+        return None
+    return f"missing (the index's record under this name is of {record.member_dir}, not of this entry)"
 
 
 def item_coverage(store: CacheStore, index: Index, item_id: str, current: dict[str, Any] | None) -> ItemCoverage:
