@@ -281,3 +281,44 @@ def test_verify_does_not_count_an_item_by_another_areas_record(artifacts, tmp_pa
         assert check["status"] == "missing", check
         assert "inductor/fxgraph/ab/fabcdef" in check["detail"] and "not of this entry" in check["detail"], check
     assert res.exit_code == 1
+
+
+# ---- item 6: the smaller ones ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fresh(tmp_path) -> Path:
+    (tmp_path / "C").mkdir()
+    return tmp_path / "C"
+
+
+def test_a_name_component_longer_than_a_file_name_is_bad_input(artifacts, tmp_path, fresh):
+    """It was a write failure with a permissions/space hint (ENAMETOOLONG while extracting)."""
+    from test_artifact import expect_refusal
+
+    bad = with_entries(artifacts["good"], tmp_path / "long.tar.gz", {f"triton/{'a' * 300}/x.so": ELF})
+    res = expect_refusal(bad, fresh, "a path component of 300 bytes", code=2)
+    assert "permission" not in res.stderr.lower() and "space" not in res.stderr.lower()
+
+
+@pytest.mark.parametrize("member", ["triton/3fa9c0/cuda_utils.cpython-311-x86_64-linux-gnu.so",
+                                    "flashinfer/0.6.1/90a/cached_ops/norm/norm.so"])
+def test_a_shared_object_that_is_not_elf_is_refused(artifacts, tmp_path, fresh, member):
+    """Triton's host modules were accepted whatever their bytes (FlashInfer's are checked as ELF files)."""
+    from test_artifact import expect_refusal
+
+    bad = with_entries(artifacts["good"], tmp_path / "notelf.tar.gz", {member: b"#!/bin/sh\necho not a module\n"})
+    expect_refusal(bad, fresh, "not a 64-bit little-endian ELF file", "nothing was unpacked", code=2)
+
+
+def test_an_entry_under_inductors_locks_is_refused(artifacts, tmp_path, fresh):
+    """inductor/locks/ holds FileLock's files, no entries: one there was installed (and a job's writes there then
+    went unseen)."""
+    from test_artifact import expect_refusal
+
+    bad = with_entries(artifacts["good"], tmp_path / "locks.tar.gz", {"inductor/locks/graph.lock": b"x"})
+    expect_refusal(bad, fresh, "inductor/locks/ holds the library's own bookkeeping", code=2)
+    family = __import__("dgprecompile.runtimes", fromlist=["family_for_area"]).family_for_area("inductor")
+    (fresh / "inductor" / "locks" / "k").mkdir(parents=True)
+    (fresh / "inductor" / "locks" / "k" / "x.lock").write_bytes(b"x")
+    assert family.entries(fresh / "inductor") == {} and CacheStore(fresh).list_entries("inductor") == []

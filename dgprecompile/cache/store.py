@@ -92,11 +92,18 @@ def area_depth(area: str, first: str | None = None) -> int:
     return nested.depth_of(first) if nested is not None else AREA_DEPTH.get(area, 1)
 
 
+def ignored(area: str, first: str) -> bool:
+    """Whether ``first`` is a first component of ``area`` that holds no entries (inductor's locks/)."""
+    nested = AREA_NESTING.get(area)
+    return nested is not None and first in nested.ignore
+
+
 def valid_entry_name(entry: str, area: str = ENTRIES) -> bool:
-    """An entry name of this area: as many path components as the area nests, none empty, '.', '..' or hidden."""
+    """An entry name of this area: as many path components as the area nests, none empty, '.', '..' or hidden,
+    not in a folder the area keeps for its library's bookkeeping."""
     parts = entry.split("/")
-    return len(parts) == area_depth(area, parts[0]) and all(p and p not in (".", "..") and not p.startswith(".")
-                                                             for p in parts)
+    return (len(parts) == area_depth(area, parts[0]) and not ignored(area, parts[0])
+            and all(p and p not in (".", "..") and not p.startswith(".") for p in parts))
 
 
 def sha256_file(path: Path) -> str:

@@ -52,6 +52,7 @@ from dgprecompile.cache.store import (
 from dgprecompile.errors import CheckFailed, DGError, EnvironmentProblem, InputError
 from dgprecompile.fsutil import exchange_paths, free_bytes, fsync_dir, open_input, space_message
 from dgprecompile.keys.fingerprint import differences, short_id
+from dgprecompile.runtimes import family_for_area
 
 
 @dataclass
@@ -361,7 +362,8 @@ def _stage(art: Artifact, work: dict[str, EntryRecord], staging: Path, arch: str
     if work:
         _extract(art, work, staging)
     for name in sorted(work):
-        problem = entry_problem(staging / work[name].member_dir, arch)
+        staged, family = staging / work[name].member_dir, family_for_area(work[name].area)
+        problem = entry_problem(staged, arch) or (family.entry_problem(staged, here=False) if family else None)
         if problem is not None:
             raise InputError(f"{where}: entry {name} is not loadable ({problem}); nothing was unpacked",
                              hint="pack it again from a cache that `dgprecompile verify` passes")
