@@ -322,3 +322,27 @@ def test_an_entry_under_inductors_locks_is_refused(artifacts, tmp_path, fresh):
     (fresh / "inductor" / "locks" / "k").mkdir(parents=True)
     (fresh / "inductor" / "locks" / "k" / "x.lock").write_bytes(b"x")
     assert family.entries(fresh / "inductor") == {} and CacheStore(fresh).list_entries("inductor") == []
+
+
+@pytest.mark.parametrize("how", ["deleted", "damaged"])
+def test_pack_refuses_a_filed_entry_lost_after_verify(tmp_path_factory, tmp_path, how):
+    """pack left such an entry out of the artifact without a word while verify had said complete."""
+    cache = copy_cache(warm_once(tmp_path_factory), tmp_path / "dg")
+    entry = cache / "triton" / "3fa9c0"
+    entry.mkdir(parents=True)
+    (entry / "cuda_utils.cpython-311-x86_64-linux-gnu.so").write_bytes(ELF)
+    store = CacheStore(cache)
+    record = store.record_entry("3fa9c0", by="capture", area="triton")
+    store.update_index(lambda index: index.extra.__setitem__(record.member_dir, record))
+    assert run("verify", *PLAN, "--cache-dir", str(cache)).exit_code == 0
+    out = tmp_path / "a.tar.gz"
+    assert run("pack", *PLAN, "--cache-dir", str(cache), "-o", str(out)).exit_code == 0
+    out.unlink()
+    if how == "deleted":
+        shutil.rmtree(entry)
+    else:
+        so = entry / "cuda_utils.cpython-311-x86_64-linux-gnu.so"
+        so.write_bytes(so.read_bytes()[:-1] + bytes([so.read_bytes()[-1] ^ 1]))
+    res = run("pack", *PLAN, "--cache-dir", str(cache), "-o", str(out))
+    assert_one_error(res, "triton/3fa9c0: ", "missing" if how == "deleted" else "changed", "nothing was packed")
+    assert res.exit_code == 1 and not out.exists()
