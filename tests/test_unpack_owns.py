@@ -346,3 +346,59 @@ def test_pack_refuses_a_filed_entry_lost_after_verify(tmp_path_factory, tmp_path
     res = run("pack", *PLAN, "--cache-dir", str(cache), "-o", str(out))
     assert_one_error(res, "triton/3fa9c0: ", "missing" if how == "deleted" else "changed", "nothing was packed")
     assert res.exit_code == 1 and not out.exists()
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """Mount a tmpfs of the given options at a fresh folder (root only: skipped elsewhere); unmounted after."""
+    mounted = []
+
+    def mount(options: str) -> Path:
+        mnt = tmp_path / f"mnt{len(mounted)}"
+        mnt.mkdir()
+        try:
+            subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mnt)], check=True,
+                           capture_output=True, timeout=30)
+        except (OSError, subprocess.SubprocessError) as exc:
+            pytest.skip(f"cannot mount a small tmpfs here (needs root): {exc}")
+        mounted.append(mnt)
+        return mnt
+
+    yield mount
+    for mnt in mounted:
+        subprocess.run(["umount", str(mnt)], check=False, capture_output=True, timeout=30)
+
+
+def _bytes(shown: str) -> float:
+    number, unit = shown.split()
+    return float(number) * 1024 ** ["B", "KiB", "MiB", "GiB", "TiB"].index(unit)
+
+
+def test_a_filesystem_out_of_inodes_is_named_as_such(artifacts, tmpfs):
+    """It was "no space left on M (9.9 MiB free)": bytes to spare, no file left to make."""
+    from test_artifact import expect_refusal
+
+    mnt = tmpfs("size=16m,nr_inodes=12")
+    (mnt / "C").mkdir()
+    res = expect_refusal(artifacts["good"], mnt / "C", f"no free inodes left on {mnt}", code=3)
+    assert "ran out of files, not bytes" in res.stderr
+
+
+def test_the_space_needed_counts_whole_blocks(artifacts, tmpfs, tmp_path):
+    """It said "about 200 B needed" where the files take a block each (4 KiB on tmpfs) and more was needed."""
+    import re
+    import tarfile
+
+    from test_artifact import expect_refusal
+
+    small = with_entries(artifacts["good"], tmp_path / "small.tar.gz",
+                         {f"inductor/b{i:02d}/c{i:02d}.py": b"# generated\n" for i in range(96)})
+    with tarfile.open(small, "r:gz") as tar:
+        sizes = [m.size for m in tar.getmembers() if m.isreg() and not m.name.startswith("dgprecompile/")]
+    blocks = sum(max(1, -(-s // 4096)) * 4096 for s in sizes)
+    assert sum(sizes) + 64 * 4096 < blocks, "the artifact's files fill their blocks: this test needs smaller ones"
+    mnt = tmpfs(f"size={(sum(sizes) + 32 * 4096) // 1024}k")
+    (mnt / "C").mkdir()
+    res = expect_refusal(small, mnt / "C", f"no space left on {mnt}", "needed", code=3)
+    needed = re.search(r"about ([\d.]+ \w+) needed", res.stderr).group(1)
+    assert _bytes(needed) >= blocks * 0.99, (needed, blocks)

@@ -50,7 +50,7 @@ from dgprecompile.cache.store import (
     resolve_cache_dir,
 )
 from dgprecompile.errors import CheckFailed, DGError, EnvironmentProblem, InputError
-from dgprecompile.fsutil import exchange_paths, free_bytes, fsync_dir, open_input, space_message
+from dgprecompile.fsutil import exchange_paths, free_bytes, fsync_dir, open_input, space_message, space_needed
 from dgprecompile.keys.fingerprint import differences, short_id
 from dgprecompile.runtimes import family_for_area
 
@@ -328,7 +328,7 @@ def _install(art: Artifact, store: CacheStore, to_add: dict[str, EntryRecord], c
     installed: list[Path] = []
     swapped: list[tuple[Path, Path]] = []  # (entry in the cache, the old entry now in staging)
     staging: Path | None = None
-    need = sum(r.bytes for r in work.values())
+    need = _need(store, art, work)
     if need > free_bytes(store.root):  # the manifest's declared sizes bound what is written: refuse up front
         message, hint = space_message(store.root, need=need, doing="unpacking")
         raise EnvironmentProblem(f"{message}; the cache is unchanged", hint=hint)
@@ -345,11 +345,12 @@ def _install(art: Artifact, store: CacheStore, to_add: dict[str, EntryRecord], c
         store.update_index(lambda index: counter.append(_merge_index(index, art, store, changed, result.kept)))
         result.indexed = counter[0] if counter else 0
     except BaseException as exc:
+        error = _write_error(store, exc, need) if isinstance(exc, OSError) else None  # as the filesystem is now
         if staging is not None:
             store.release_staging(staging)
         _roll_back(store, installed, swapped, made)
-        if isinstance(exc, OSError):
-            raise _write_error(store, exc, art) from None
+        if error is not None:
+            raise error from None
         raise
     finally:
         if staging is not None:
@@ -502,8 +503,18 @@ def manifest_cache_dir(manifest: dict[str, Any], where: str) -> Path:
     return resolve_cache_dir(ProfileChoice(profile, plan.get("sglang_version"), "the artifact's plan"))
 
 
-def _write_error(store: CacheStore, exc: OSError, art: Artifact) -> DGError:
-    need = sum(r.bytes for r in art.entry_records().values())
+def _need(store: CacheStore, art: Artifact, work: dict[str, EntryRecord]) -> int:
+    """Bytes the install takes on the cache's filesystem: each file staged (whole blocks), a folder per entry and
+    one for staging, and the index rewritten beside the old one."""
+    from dgprecompile.cache.artifact import INDEX_MEMBER
+
+    sizes = [art.manifest["members"][f"{r.member_dir}/{name}"]["bytes"] for r in work.values() for name in r.files]
+    index = art.manifest["members"].get(INDEX_MEMBER, {}).get("bytes", 0)
+    current = store.index_path.stat().st_size if store.index_path.is_file() else 0
+    return space_needed(store.root, [*sizes, index + current], dirs=len(work) + 1)
+
+
+def _write_error(store: CacheStore, exc: OSError, need: int) -> DGError:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         message, hint = space_message(store.root, exc.errno, need=need, doing="unpacking")
         return EnvironmentProblem(f"{message}; the cache is unchanged", hint=hint)
