@@ -402,3 +402,24 @@ def test_the_space_needed_counts_whole_blocks(artifacts, tmpfs, tmp_path):
     res = expect_refusal(small, mnt / "C", f"no space left on {mnt}", "needed", code=3)
     needed = re.search(r"about ([\d.]+ \w+) needed", res.stderr).group(1)
     assert _bytes(needed) >= blocks * 0.99, (needed, blocks)
+
+
+@pytest.mark.parametrize("link", ["inductor", "inductor/fxgraph/ab", "triton"])
+def test_warm_files_no_entry_reached_through_a_link(tmp_path, link):
+    """Issue 46 item 2, warm's side: the entries a warm's subprocess left (torch.compile graphs, FlashInfer modules,
+    Triton MoE kernels) are filed only where no link is on the way; one reached through a link is not whole."""
+    from dgprecompile.cache.triton_moe import file_entries
+
+    cache, elsewhere = tmp_path / "C", tmp_path / "elsewhere"
+    members = {"inductor": "inductor/fxgraph/ab/fabcdef", "inductor/fxgraph/ab": "inductor/fxgraph/ab/fabcdef",
+               "triton": "triton/3fa9c0"}
+    member = members[link]
+    files = {"inductor/fxgraph/ab/fabcdef": ("entry", b"graph"), "triton/3fa9c0": ("cuda_utils.so", ELF)}[member]
+    real = elsewhere / member[len(link) + 1:]
+    real.mkdir(parents=True)
+    (real / files[0]).write_bytes(files[1])
+    (cache / link).parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(elsewhere, cache / link)
+    store = CacheStore(cache)
+    assert file_entries(store, [member]) == ([], [member])
+    assert store.read_index().extra == {}

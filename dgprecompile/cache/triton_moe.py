@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dgprecompile.cache.confine import link_problem
 from dgprecompile.cache.store import CacheStore, Index
 from dgprecompile.runtimes import family_for_area
 from dgprecompile.runtimes.triton_moe import TRITON_MOE
@@ -137,7 +138,9 @@ def file_entries(store: CacheStore, members: list[str]) -> tuple[list[str], list
     for member in members:
         area, name = member.split("/", 1)
         fam = family_for_area(area)
-        if fam is not None and fam.entry_problem(fam.area_dir(store.root) / name) is None:
+        # an entry reached through a link below the root is not the cache's own: never filed (pack's rule)
+        if (fam is not None and link_problem(store.root, member) is None
+                and fam.entry_problem(fam.area_dir(store.root) / name) is None):
             whole.append((name, area))
         else:
             broken.append(member)
