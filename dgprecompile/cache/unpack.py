@@ -18,6 +18,8 @@ import os
 import shutil
 import tarfile
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -401,7 +403,7 @@ def _roll_back(store: CacheStore, installed: list[Path], swapped: list[tuple[Pat
     """Undo a failed unpack under the index lock: remove the entries it installed, put back the ones it swapped
     out, and remove the folders it made only while they hold nothing (another unpack may have installed into
     them meanwhile: what it wrote stays, and so do the folders on its way)."""
-    with store.index_lock():
+    with _index_lock_if_possible(store):
         for entry in reversed(installed):
             shutil.rmtree(entry, ignore_errors=True)
         for entry, old in reversed(swapped):  # put the user's entries back as they were
@@ -413,6 +415,22 @@ def _roll_back(store: CacheStore, installed: list[Path], swapped: list[tuple[Pat
                 os.rmdir(folder)  # only an empty folder: never what anyone else put there
             except OSError:
                 pass
+
+
+@contextmanager
+def _index_lock_if_possible(store: CacheStore) -> Iterator[None]:
+    """The index lock, or none where its file cannot be made (the failure being rolled back may be that): the
+    roll-back goes on either way, removing only what is its own."""
+    try:
+        lock = store.index_lock()
+        lock.__enter__()
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        lock.__exit__(None, None, None)
 
 
 def _drop_lock_file(store: CacheStore) -> None:
