@@ -176,17 +176,36 @@ def free_bytes(path: Path | str) -> int:
     return st.f_bavail * st.f_frsize
 
 
+def free_inodes(path: Path | str) -> int | None:
+    """Files an unprivileged writer may still create on the filesystem of ``path`` (None: it sets no limit)."""
+    st = os.statvfs(_existing(path))
+    return st.f_favail if st.f_files else None
+
+
+def space_needed(path: Path | str, sizes: list[int], dirs: int = 0) -> int:
+    """Bytes that files of ``sizes`` and ``dirs`` folders take on the filesystem of ``path``: each in whole
+    blocks (at least one), as the filesystem allocates them, not the sum of the sizes."""
+    block = os.statvfs(_existing(path)).f_frsize or 4096
+    return (sum(max(1, -(-size // block)) for size in sizes) + dirs) * block
+
+
 def space_message(path: Path | str, errno_: int = errno.ENOSPC, *, need: int | None = None,
                   doing: str = "", tmpdir: bool = False) -> tuple[str, str]:
     """(message, hint) for a full filesystem or quota at ``path``: which mount, how much is free, how much
-    is needed. ``tmpdir``: ``path`` is the scratch space (TMPDIR), so the fix is TMPDIR, not the cache."""
+    is needed; a filesystem out of inodes (files) with bytes to spare is named as such. ``tmpdir``: ``path`` is
+    the scratch space (TMPDIR), so the fix is TMPDIR, not the cache."""
     mount = mount_point(path)
     try:
-        free = human_bytes(free_bytes(path))
+        free, inodes = human_bytes(free_bytes(path)), free_inodes(path)
     except OSError:
-        free = "unknown"
+        free, inodes = "unknown", None
+    while_ = " while " + doing if doing else ""
+    if inodes == 0 and errno_ != errno.EDQUOT:
+        where = "set TMPDIR to a directory on another filesystem" if tmpdir else "pass --cache-dir on another filesystem"
+        return (f"no free inodes left on {mount} (no new file can be made there, though {free} is free){while_}",
+                f"remove files on {mount} (it ran out of files, not bytes), or {where}")
     what = "disk quota exceeded" if errno_ == errno.EDQUOT else "no space left"
-    message = f"{what} on {mount} ({free} free){' while ' + doing if doing else ''}"
+    message = f"{what} on {mount} ({free} free){while_}"
     needs = f" (about {human_bytes(need)} needed)" if need else ""
     if tmpdir:
         hint = (f"free space on {mount}{needs}, or set TMPDIR to a directory on a larger filesystem (compilers "

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from dgprecompile.cache.entrycheck import checked_files, file_problem
-from dgprecompile.cache.store import AREAS, ENTRIES, EntryRecord, Index, area_depth, valid_entry_name
+from dgprecompile.cache.store import AREAS, ENTRIES, EntryRecord, Index, area_depth, ignored, valid_entry_name
 from dgprecompile.errors import DGError, InputError
 from dgprecompile.fsutil import open_input
 
@@ -70,6 +70,9 @@ def _refuse(path: Path, name: str, why: str) -> InputError:
 ENTRY_MARKERS = (".committed",)
 
 
+NAME_MAX = 255  # bytes of one path component (Linux's NAME_MAX)
+
+
 def _valid_entry_name(name: str) -> bool:
     return bool(name) and name not in (".", "..") and not name.startswith(".") and "/" not in name
 
@@ -96,6 +99,12 @@ def check_member(path: Path, info: tarfile.TarInfo) -> None:
         raise _refuse(path, name, "not a regular file or directory")
     if any(p in ("", ".") for p in parts):
         raise _refuse(path, name, "an empty or '.' path component")
+    long = next((p for p in parts if len(p.encode("utf-8", "surrogateescape")) > NAME_MAX), None)
+    if long is not None:
+        raise _refuse(path, name, f"a path component of {len(long.encode('utf-8', 'surrogateescape'))} bytes, "
+                      f"longer than a file name may be ({NAME_MAX})")
+    if len(parts) > 1 and ignored(parts[0], parts[1]):
+        raise _refuse(path, name, f"{parts[0]}/{parts[1]}/ holds the library's own bookkeeping (its locks), no entries")
     # an area's entry names may nest (store.AREA_DEPTH), in inductor's by their first component (store.AREA_NESTING)
     depth = area_depth(parts[0], parts[1] if len(parts) > 1 else None) if parts[0] in AREAS else 1
     if info.isdir():

@@ -63,9 +63,10 @@ def _why(parent: int | None, name: str, shown: str, exc: OSError, want: str) -> 
 
 
 @contextmanager
-def entry_dir(root: Path, member_dir: str) -> Iterator[int]:
+def entry_dir(root: Path, member_dir: str, make: bool = False) -> Iterator[int]:
     """A descriptor of ``<root>/<member_dir>`` (e.g. ``triton/<hash>``) reached from the root without following a
-    link; raises Refused naming the first component that is a link or no directory."""
+    link; raises Refused naming the first component that is a link or no directory. ``make``: each folder on the
+    way that is not there is made (``mkdirat``, the umask honoured), then opened the same way."""
     try:  # the root is the user's choice: a link there (or above) is followed; everything below it is not
         fds = [os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))]
     except OSError as exc:
@@ -76,11 +77,38 @@ def entry_dir(root: Path, member_dir: str) -> Iterator[int]:
             if part in ("", ".", ".."):
                 raise Refused(f"{shown}/{part}: not an entry name")
             shown = shown / part
+            if make:
+                _make_dir(fds[-1], part)
             fds.append(_open_dir(fds[-1], part, str(shown)))
         yield fds[-1]
     finally:
         for fd in reversed(fds):
             os.close(fd)
+
+
+def _make_dir(parent: int, name: str) -> None:
+    try:
+        os.mkdir(name, dir_fd=parent)
+    except FileExistsError:  # there already (a link there is refused by the open that follows)
+        pass
+
+
+def link_on_the_way(root: Path, rel: str) -> str | None:
+    """Why writing ``<root>/<rel>`` would go through a symbolic link: the first component on the way that is one
+    (named, with its target), else None. Components past the first one that is not there are not checked (there
+    is nothing to follow); a component that is no folder is left to the write to report."""
+    path = root
+    for part in rel.split("/"):
+        path = path / part
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return None
+        if stat.S_ISLNK(st.st_mode):
+            return f"{path} is a symbolic link (to {os.readlink(path)})"
+        if not stat.S_ISDIR(st.st_mode):
+            return None
+    return None
 
 
 def link_problem(root: Path, member_dir: str) -> str | None:

@@ -85,6 +85,17 @@ def _planned_entries(plan: Plan, store: CacheStore, index: Index, arch: str | No
     return kernels, missing, changed
 
 
+def _refuse_lost_extra(store: CacheStore, extra: dict[str, EntryRecord], arch: str | None) -> None:
+    """Refuse the pack when an entry filed in the index's extra records is missing or not what was filed."""
+    lost = [(name, problem) for name, rec in extra.items() if (problem := store.check_entry(rec, arch)) is not None]
+    if lost:
+        name, problem = lost[0]
+        raise CheckFailed(f"{len(lost)} filed cache entries are missing or differ from the index, e.g. {name}: "
+                          f"{problem}; nothing was packed",
+                          hint="run `dgprecompile verify` to name them, then `dgprecompile warm` with the same plan "
+                               "(or `launch --capture` for what a job built) to file them again")
+
+
 def pack_cache(plan: Plan, store: CacheStore, output: str, *, allow_missing: bool = False,
                signing_key: SigningKey | None = None, limits: Limits | None = None) -> PackResult:
     """Write the plan's entries to ``output``; with ``signing_key``, its signature to ``output``.sig beside it.
@@ -105,8 +116,10 @@ def pack_cache(plan: Plan, store: CacheStore, output: str, *, allow_missing: boo
                           "in the cache "
                           f"(e.g. {missing[0]})",
                           hint="run `dgprecompile warm` with the same plan first, or pass --allow-missing")
-    # the index does not say which planned kernel an extra entry belongs to, so every intact one travels
-    extra = {name: rec for name, rec in sorted(index.extra.items()) if store.check_entry(rec, arch) is None}
+    # the index does not say which planned kernel an extra entry belongs to, so every one travels: one filed but
+    # deleted or damaged since (verify may have passed before) refuses the pack, never leaves it out unsaid
+    extra = dict(sorted(index.extra.items()))
+    _refuse_lost_extra(store, extra, arch)
     # + swept m ranges, + the plan's Triton fused-MoE records (their entries are extra entries, packed above)
     recorded = set(_planned(plan, "triton_moe"))
     triton_moe = {i: r for i, r in sorted(index.triton_moe.items()) if i in recorded}

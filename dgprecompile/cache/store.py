@@ -94,11 +94,18 @@ def area_depth(area: str, first: str | None = None) -> int:
     return nested.depth_of(first) if nested is not None else AREA_DEPTH.get(area, 1)
 
 
+def ignored(area: str, first: str) -> bool:
+    """Whether ``first`` is a first component of ``area`` that holds no entries (inductor's locks/)."""
+    nested = AREA_NESTING.get(area)
+    return nested is not None and first in nested.ignore
+
+
 def valid_entry_name(entry: str, area: str = ENTRIES) -> bool:
-    """An entry name of this area: as many path components as the area nests, none empty, '.', '..' or hidden."""
+    """An entry name of this area: as many path components as the area nests, none empty, '.', '..' or hidden,
+    not in a folder the area keeps for its library's bookkeeping."""
     parts = entry.split("/")
-    return len(parts) == area_depth(area, parts[0]) and all(p and p not in (".", "..") and not p.startswith(".")
-                                                             for p in parts)
+    return (len(parts) == area_depth(area, parts[0]) and not ignored(area, parts[0])
+            and all(p and p not in (".", "..") and not p.startswith(".") for p in parts))
 
 
 def sha256_file(path: Path) -> str:
@@ -174,6 +181,8 @@ class Index:
                    dict(d.get("inductor", {})), dict(d.get("flashinfer", {})))
 
 
+LINKED_HINT = ("remove the link (the cache's own folder belongs there: `mkdir` it), or use another --cache-dir; "
+               "only the cache root itself may be a link")
 INDEX_DAMAGED = "move it away and run `dgprecompile warm` again: it re-indexes what is there"
 INDEX_MAX_BYTES = 64 << 20  # about 200,000 entry records; a warmed cache of one plan records under a thousand
 
@@ -399,23 +408,37 @@ class CacheStore:
         cut short or built for another architecture."""
         base = self.area_dir(area)
         target = self.entry_path(entry or staged.name, area)
-        target.parent.mkdir(parents=True, exist_ok=True)
         self._seal(staged, arch, required)
-        if target.exists():
-            shutil.rmtree(staged, ignore_errors=True)
-            return False
-        _may_install(target.name)
-        try:
-            os.rename(staged, target)
-        except OSError:
-            if target.exists():  # another process won the race: keep theirs
+        self.root.mkdir(parents=True, exist_ok=True)
+        with self._folder(target.parent) as fd:  # made and opened without following a link on the way
+            if _there(target.name, fd):
                 shutil.rmtree(staged, ignore_errors=True)
                 return False
-            raise
-        fsync_dir(target.parent)
+            _may_install(target.name)
+            try:
+                os.rename(staged, target.name, dst_dir_fd=fd)
+            except OSError:
+                if _there(target.name, fd):  # another process won the race: keep theirs
+                    shutil.rmtree(staged, ignore_errors=True)
+                    return False
+                raise
+            os.fsync(fd)
         if target.parent != base:
             fsync_dir(base)
         return True
+
+    @contextmanager
+    def _folder(self, folder: Path) -> Iterator[int]:
+        """A descriptor of ``folder`` (below the root), each folder on the way made where missing and none of them
+        a symbolic link: what is installed lands inside the cache, never where a link points. A link there is
+        refused (CheckFailed naming it): nothing is written."""
+        from dgprecompile.cache import confine
+
+        try:
+            with confine.entry_dir(self.root, str(folder.relative_to(self.root)), make=True) as fd:
+                yield fd
+        except confine.Refused as exc:
+            raise CheckFailed(f"{exc}: nothing is written through a link in the cache", hint=LINKED_HINT) from None
 
     def replace_entry(self, staged: Path, arch: str | None = None, required: tuple[str, ...] = (),
                       area: str = ENTRIES) -> None:
@@ -426,6 +449,8 @@ class CacheStore:
         self._seal(staged, arch, required)
         base = self.area_dir(area)
         target = base / staged.name
+        with self._folder(base):  # refuses a link on the way to the area
+            pass
         aside = staged.with_name(staged.name + ".replaced")
         _may_install(target.name)
         if not exchange_paths(staged, target):
@@ -483,6 +508,15 @@ class CacheStore:
 
     def size_bytes(self) -> int:
         return sum(tree_size(self.area_dir(a)) for a in AREAS if self.area_dir(a).is_dir())
+
+
+def _there(name: str, dir_fd: int) -> bool:
+    """Whether ``name`` exists in the folder ``dir_fd`` (a symbolic link counts: it is never followed)."""
+    try:
+        os.lstat(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _remove(path: Path) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dgprecompile.cache.confine import link_problem
 from dgprecompile.cache.store import CacheStore, Index
 from dgprecompile.runtimes import family_for_area
 from dgprecompile.runtimes.triton_moe import TRITON_MOE
@@ -61,10 +62,11 @@ def host_problem(store: CacheStore, index: Index, host: dict[str, Any] | None) -
         return ItemCoverage("", STALE, "Triton's host modules were built for another platform or Python ("
                             + "; ".join(differ) + "): Triton would build them again; warm here")
     for entry in host.get("entries") or []:
-        rec = index.extra.get(f"{TRITON_MOE.area}/{entry}")
-        problem = "not in the index" if rec is None else store.check_entry(rec)
+        name = f"{TRITON_MOE.area}/{entry}"
+        rec = index.extra.get(name)
+        problem = "not in the index" if rec is None else _named_problem(rec, name) or store.check_entry(rec)
         if problem is not None:
-            return ItemCoverage("", MISSING if problem == "missing" else BROKEN,
+            return ItemCoverage("", MISSING if problem.startswith("missing") else BROKEN,
                                 f"Triton host module entry {entry}: {problem}", f"{TRITON_MOE.area}/{entry}")
     return None
 
@@ -82,11 +84,19 @@ def entries_problem(store: CacheStore, index: Index, item_id: str, entries: list
     (missing) or not the recorded bytes, not whole as its library reads it (broken); None when all are."""
     for entry in entries:
         rec = index.extra.get(entry)
-        problem = "not in the index" if rec is None else store.check_entry(rec)
+        problem = ("not in the index" if rec is None else _named_problem(rec, entry) or store.check_entry(rec))
         if problem is not None:
-            return ItemCoverage(item_id, MISSING if problem == "missing" else BROKEN, f"entry {entry}: {problem}",
+            return ItemCoverage(item_id, MISSING if problem.startswith("missing") else BROKEN, f"entry {entry}: {problem}",
                                 entry)
     return None
+
+
+def _named_problem(record, entry: str) -> str | None:
+    """Why the index's record filed under ``entry`` does not describe that entry (it names another area's or
+    another name's files: checking them would say nothing of what the runtime looks up at ``entry``), else None."""
+    if record.member_dir == entry or (record.area == "cache" and record.entry == entry):
+        return None
+    return f"missing (the index's record under this name is of {record.member_dir}, not of this entry)"
 
 
 def item_coverage(store: CacheStore, index: Index, item_id: str, current: dict[str, Any] | None) -> ItemCoverage:
@@ -128,7 +138,9 @@ def file_entries(store: CacheStore, members: list[str]) -> tuple[list[str], list
     for member in members:
         area, name = member.split("/", 1)
         fam = family_for_area(area)
-        if fam is not None and fam.entry_problem(fam.area_dir(store.root) / name) is None:
+        # an entry reached through a link below the root is not the cache's own: never filed (pack's rule)
+        if (fam is not None and link_problem(store.root, member) is None
+                and fam.entry_problem(fam.area_dir(store.root) / name) is None):
             whole.append((name, area))
         else:
             broken.append(member)

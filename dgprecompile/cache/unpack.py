@@ -18,6 +18,8 @@ import os
 import shutil
 import tarfile
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -36,12 +38,23 @@ from dgprecompile.cache.artifact import (
     open_stream,
     read_artifact,
 )
+from dgprecompile.cache.confine import link_on_the_way
 from dgprecompile.cache.entrycheck import entry_problem
 from dgprecompile.cache.signing import Trust, signature_path
-from dgprecompile.cache.store import AREAS, CacheStore, EntryRecord, Index, area_depth, resolve_cache_dir
+from dgprecompile.cache.store import (
+    AREAS,
+    LINKED_HINT,
+    OURS,
+    CacheStore,
+    EntryRecord,
+    Index,
+    area_depth,
+    resolve_cache_dir,
+)
 from dgprecompile.errors import CheckFailed, DGError, EnvironmentProblem, InputError
-from dgprecompile.fsutil import exchange_paths, free_bytes, fsync_dir, open_input, space_message
+from dgprecompile.fsutil import exchange_paths, free_bytes, fsync_dir, open_input, space_message, space_needed
 from dgprecompile.keys.fingerprint import differences, short_id
+from dgprecompile.runtimes import family_for_area
 
 
 @dataclass
@@ -128,6 +141,7 @@ def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool =
         store = CacheStore(default_cache_dir(art))
     result = UnpackResult(str(store.root), short_id(fp))
     result.signature, result.warnings = origin[0][0], list(origin[0][1])
+    _refuse_links(store, art)
     _check_environment(fp, result, force=force, nvcc=nvcc, num_sms=num_sms)
     existing = _check_cache_fingerprint(store, fp, result, force=force)
     result.build = art.manifest.get("build")
@@ -152,6 +166,21 @@ def unpack_artifact(path: str | Path, store: CacheStore | None, *, force: bool =
     for name in result.replaced:
         result.warnings.append(f"replaced {name}: it differed from the artifact's (--replace-changed)")
     return result
+
+
+BOOKKEEPING = ("index.json", "index.lock", "installed-builds.json", "staging", "locks")  # under <root>/dgprecompile
+
+
+def _refuse_links(store: CacheStore, art: Artifact) -> None:
+    """Refuse, before anything is read or written in the cache, a symbolic link anywhere on the way from the cache
+    root to a path unpack would write (its bookkeeping, each entry of the artifact): through it the entries would
+    land where the link points (the root itself is the user's choice and may be one)."""
+    paths = [f"{OURS}/{name}" for name in BOOKKEEPING] + sorted({r.member_dir for r in art.entry_records().values()})
+    for rel in paths:
+        why = link_on_the_way(store.root, rel)
+        if why:
+            raise CheckFailed(f"{why}: unpack writes only inside the cache's own folders; nothing was unpacked",
+                              hint=LINKED_HINT)
 
 
 def _record_build(store: CacheStore, result: UnpackResult, shown: str) -> None:
@@ -296,12 +325,12 @@ def _install(art: Artifact, store: CacheStore, to_add: dict[str, EntryRecord], c
     """Stage and check every new and changed entry, install them (one rename each), then merge the index under
     its lock. Any failure undoes what this unpack installed, so the cache is left as it was."""
     store.require_writable("unpack into")
-    created_root = not store.root.exists()
+    work = {**to_add, **changed}
+    made = _dirs_to_make(store, work.values())  # what this unpack creates: the only folders its roll-back removes
     installed: list[Path] = []
     swapped: list[tuple[Path, Path]] = []  # (entry in the cache, the old entry now in staging)
     staging: Path | None = None
-    work = {**to_add, **changed}
-    need = sum(r.bytes for r in work.values())
+    need = _need(store, art, work)
     if need > free_bytes(store.root):  # the manifest's declared sizes bound what is written: refuse up front
         message, hint = space_message(store.root, need=need, doing="unpacking")
         raise EnvironmentProblem(f"{message}; the cache is unchanged", hint=hint)
@@ -318,13 +347,16 @@ def _install(art: Artifact, store: CacheStore, to_add: dict[str, EntryRecord], c
         store.update_index(lambda index: counter.append(_merge_index(index, art, store, changed, result.kept)))
         result.indexed = counter[0] if counter else 0
     except BaseException as exc:
-        _roll_back(store, installed, swapped, created_root)
-        if isinstance(exc, OSError):
-            raise _write_error(store, exc, art) from None
+        error = _write_error(store, exc, need) if isinstance(exc, OSError) else None  # as the filesystem is now
+        if staging is not None:
+            store.release_staging(staging)
+        _roll_back(store, installed, swapped, made)
+        if error is not None:
+            raise error from None
         raise
     finally:
         if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
+            store.release_staging(staging)
     _record_build(store, result, str(where))  # once installed: a failed install records nothing
 
 
@@ -333,7 +365,8 @@ def _stage(art: Artifact, work: dict[str, EntryRecord], staging: Path, arch: str
     if work:
         _extract(art, work, staging)
     for name in sorted(work):
-        problem = entry_problem(staging / work[name].member_dir, arch)
+        staged, family = staging / work[name].member_dir, family_for_area(work[name].area)
+        problem = entry_problem(staged, arch) or (family.entry_problem(staged, here=False) if family else None)
         if problem is not None:
             raise InputError(f"{where}: entry {name} is not loadable ({problem}); nothing was unpacked",
                              hint="pack it again from a cache that `dgprecompile verify` passes")
@@ -354,15 +387,62 @@ def _install_new(store: CacheStore, staging: Path, to_add: dict[str, EntryRecord
             result.kept.append(name)
 
 
-def _roll_back(store: CacheStore, installed: list[Path], swapped: list[tuple[Path, Path]],
-               created_root: bool) -> None:
-    """Undo a failed unpack: remove the entries it installed, put back the ones it swapped out."""
-    for entry in reversed(installed):
-        shutil.rmtree(entry, ignore_errors=True)
-    for entry, old in reversed(swapped):  # put the user's entries back as they were
-        _restore(entry, old)
-    if created_root:
-        shutil.rmtree(store.root, ignore_errors=True)
+def _dirs_to_make(store: CacheStore, records) -> list[Path]:
+    """The folders at or below the cache root that are not there yet and that this unpack would make (the root,
+    its bookkeeping folders, each entry's area and parents), deepest first."""
+    wanted = {store.root, store.ours, store.ours / "staging", store.ours / "locks"}
+    for record in records:
+        path = store.entry_path(record.entry, record.area)
+        while path != store.root:
+            path = path.parent
+            wanted.add(path)
+    return sorted((d for d in wanted if not os.path.lexists(d)), key=lambda d: len(d.parts), reverse=True)
+
+
+def _roll_back(store: CacheStore, installed: list[Path], swapped: list[tuple[Path, Path]], made: list[Path]) -> None:
+    """Undo a failed unpack under the index lock: remove the entries it installed, put back the ones it swapped
+    out, and remove the folders it made only while they hold nothing (another unpack may have installed into
+    them meanwhile: what it wrote stays, and so do the folders on its way)."""
+    with _index_lock_if_possible(store):
+        for entry in reversed(installed):
+            shutil.rmtree(entry, ignore_errors=True)
+        for entry, old in reversed(swapped):  # put the user's entries back as they were
+            _restore(entry, old)
+        for folder in made:
+            if folder == store.ours:
+                _drop_lock_file(store)
+            try:
+                os.rmdir(folder)  # only an empty folder: never what anyone else put there
+            except OSError:
+                pass
+
+
+@contextmanager
+def _index_lock_if_possible(store: CacheStore) -> Iterator[None]:
+    """The index lock, or none where its file cannot be made (the failure being rolled back may be that): the
+    roll-back goes on either way, removing only what is its own."""
+    try:
+        lock = store.index_lock()
+        lock.__enter__()
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        lock.__exit__(None, None, None)
+
+
+def _drop_lock_file(store: CacheStore) -> None:
+    """Remove the index lock file of a bookkeeping folder this unpack made, when it is all that folder holds
+    besides the empty folders this unpack made (no index, no build record, nobody's staging)."""
+    lock = store.ours / "index.lock"
+    try:
+        rest = [p for p in store.ours.iterdir() if p != lock]
+    except OSError:
+        return
+    if all(p.is_dir() and not p.is_symlink() and not any(p.iterdir()) for p in rest):
+        lock.unlink(missing_ok=True)
 
 
 def _swap_in(store: CacheStore, staging: Path, record: EntryRecord, arch: str | None) -> tuple[Path, Path]:
@@ -441,8 +521,18 @@ def manifest_cache_dir(manifest: dict[str, Any], where: str) -> Path:
     return resolve_cache_dir(ProfileChoice(profile, plan.get("sglang_version"), "the artifact's plan"))
 
 
-def _write_error(store: CacheStore, exc: OSError, art: Artifact) -> DGError:
-    need = sum(r.bytes for r in art.entry_records().values())
+def _need(store: CacheStore, art: Artifact, work: dict[str, EntryRecord]) -> int:
+    """Bytes the install takes on the cache's filesystem: each file staged (whole blocks), a folder per entry and
+    one for staging, and the index rewritten beside the old one."""
+    from dgprecompile.cache.artifact import INDEX_MEMBER
+
+    sizes = [art.manifest["members"][f"{r.member_dir}/{name}"]["bytes"] for r in work.values() for name in r.files]
+    index = art.manifest["members"].get(INDEX_MEMBER, {}).get("bytes", 0)
+    current = store.index_path.stat().st_size if store.index_path.is_file() else 0
+    return space_needed(store.root, [*sizes, index + current], dirs=len(work) + 1)
+
+
+def _write_error(store: CacheStore, exc: OSError, need: int) -> DGError:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         message, hint = space_message(store.root, exc.errno, need=need, doing="unpacking")
         return EnvironmentProblem(f"{message}; the cache is unchanged", hint=hint)

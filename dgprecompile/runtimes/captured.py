@@ -178,10 +178,11 @@ class CacheFamily:
             return [f"{entry_dir.name}{ELF_SO}"]
         return sorted(p.name for p in entry_dir.iterdir() if p.is_file())
 
-    def entry_problem(self, entry_dir: Path) -> str | None:
-        """None when the entry on disk is whole and usable where it lies, else what is wrong."""
+    def entry_problem(self, entry_dir: Path, here: bool = True) -> str | None:
+        """None when the entry on disk is whole and usable where it lies (``here``; False: wherever it is moved
+        to, e.g. an entry staged for unpack), else what is wrong."""
         if self.layout == "triton-groups":
-            return triton_entry_problem(entry_dir, here=True)
+            return triton_entry_problem(entry_dir, here=here)
         if self.layout == "inductor":
             return tree_entry_problem(entry_dir)
         if self.layout == "flashinfer-ops":
@@ -231,7 +232,10 @@ def triton_entry_problem(entry_dir: Path, here: bool = False) -> str | None:
     if not groups:
         files = [p for p in entry_dir.iterdir()]
         if files and all(p.is_file() and p.name.endswith(".so") and p.stat().st_size > 0 for p in files):
-            return None  # a host module compile_module_from_src put in one atomic write (module docstring)
+            # a host module compile_module_from_src put in one atomic write (module docstring), which Python
+            # dlopens: a shared object, checked as FlashInfer's are
+            bad = next(((p.name, elf_problem(p)) for p in sorted(files) if elf_problem(p)), None)
+            return None if bad is None else f"{bad[0]}: {bad[1]}"
         return "no __grp__*.json (Triton writes the group file last: the compile did not finish)"
     for grp in groups:
         try:
