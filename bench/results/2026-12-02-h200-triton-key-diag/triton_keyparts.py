@@ -1,6 +1,6 @@
 """Triton's cache-key parts on this machine (issue 21 record): triton_key and its libtriton part, the backend hash.
 
-usage: python3 tests/gpu/triton_keyparts.py   (prints one JSON line)
+usage: python3 bench/results/2026-12-02-h200-triton-key-diag/triton_keyparts.py   (prints one JSON line)
 """
 
 import hashlib

@@ -6,7 +6,7 @@
 # logged before the refusal), and (c) the same driver unwarmed on an empty Triton cache (every key it compiles).
 # Carry .whl (../shared/device/fetch-wheels.sh + fetch-sglang.sh + .whl/extra).
 #   usage: SGLANG=0.5.14 SERVER="..." CONFIG=config.json [MS=1,2,3,8,16,64,1000,8192] DGP_GIT=<sha> \
-#          bash tests/gpu/model_keylog.sh        writes $OUT/keylog/{summary.txt,warm.jsonl,strict.jsonl,free.jsonl,...}
+#          bash bench/results/2026-12-02-h200-model-keylog/model_keylog.sh        writes $OUT/keylog/{summary.txt,warm.jsonl,strict.jsonl,free.jsonl,...}
 set -uo pipefail
 export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 root=$PWD; OUT=${OUT:-$root/out}; d=$OUT/${NAME:-keylog}; mkdir -p "$d"
@@ -19,7 +19,7 @@ export PYTHONPATH="$site:$root/tests/standins:$root/tests/gpu:$root" DGP_STANDIN
 pth=$(python3 -c "import site; print(site.getsitepackages()[0])")/dgp_triton_keylog.pth
 echo 'import os; os.environ.get("DGP_TRITON_KEYLOG") and __import__("triton_keylog").install()' > "$pth"
 LOCAL=$(python3 -c "import shlex,sys; w=shlex.split(sys.argv[1]); i=w.index('--model-path'); w[i+1]=sys.argv[2]; print(shlex.join(w))" "$SERVER" "$model")
-{ echo "tests/gpu/model_keylog.sh $(date -u +%FT%TZ) git ${DGP_GIT:-?} sglang $SGLANG MS=$MS"; echo "server: $SERVER";
+{ echo "bench/results/2026-12-02-h200-model-keylog/model_keylog.sh $(date -u +%FT%TZ) git ${DGP_GIT:-?} sglang $SGLANG MS=$MS"; echo "server: $SERVER";
   python3 -c "import torch, sys, triton; print('torch', torch.__version__, 'triton', triton.__version__)";
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } >> "$d/summary.txt" 2>&1
 dg() { python3 -m dgprecompile "$@"; }

@@ -4,7 +4,7 @@
 # torch symbols its _C.so imports that the torch here does not export (lazy binding lets such a library load and
 # fail only when called), and the torch headers that decide TensorImpl's inline accessors, for a diff on the CPU
 # machine against another torch's. Runs anywhere with torch and binutils (nm, c++filt); writes under $OUT.
-# usage: bash tests/gpu/probe_torch_abi.sh WHEEL...
+# usage: bash bench/results/2026-12-01-h200-torch-abi/probe_torch_abi.sh WHEEL...
 set -uo pipefail
 out=${OUT:-out/torch-abi}; mkdir -p "$out"
 torch_dir=$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')

@@ -1,6 +1,6 @@
 """Write one record.json per sglang release from an issue-32 run's SUMMARY.txt (tests/gpu/deepgemm_torch214_proof.sh).
 
-usage: python3 tests/gpu/torch214_records.py RESULT_DIR COMMIT DATE
+usage: python3 bench/results/2026-12-02-h200-torch214-generations/torch214_records.py RESULT_DIR COMMIT DATE
 RESULT_DIR holds SUMMARY.txt, machine.txt and torch-check.txt as the device call returned them; each release's record
 goes to bench/results/<RESULT_DIR's name>-sglang-<release>/record.json. A release passes when its cold sweep ran, its
 GPU-free warm built entries and the sweep after that warm made 0 new entries (the kernel model matched every choice
