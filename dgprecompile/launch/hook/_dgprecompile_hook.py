@@ -547,11 +547,22 @@ def install():
 
 
 def record_guard():
-    """This process's "guard installed" record for the launcher (strict mode)."""
+    """This process's "guard installed" record for the launcher (strict mode), held open close-on-exec for the
+    process's life: the launcher's look tells this image from one that replaced it by exec, which closes it
+    (launch/supervise.py JobWatch). A forked child closes its copy of its parent's and writes its own; a nonce
+    makes each image's record differ from the one before it under the same pid."""
+    inherited = _state.pop("guard_fd", None)
+    if inherited is not None:
+        try:
+            os.close(inherited)
+        except OSError:
+            pass
     path = os.path.join(os.environ[ENV_GUARD_DIR], str(os.getpid()))
-    with open(path, "w") as f:
-        json.dump({"pid": os.getpid(), "strict": os.environ.get(ENV_STRICT) == "1",
-                   "generation": os.environ.get(ENV_GENERATION), "argv": sys.argv[:4]}, f)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    _state["guard_fd"] = fd
+    os.write(fd, json.dumps({"pid": os.getpid(), "strict": os.environ.get(ENV_STRICT) == "1",
+                             "generation": os.environ.get(ENV_GENERATION), "argv": sys.argv[:4],
+                             "nonce": os.urandom(8).hex()}).encode())
 
 
 # ---- the refusing half of bin/nvcc ------------------------------------------------------------------------
