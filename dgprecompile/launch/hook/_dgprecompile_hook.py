@@ -547,19 +547,12 @@ def install():
 
 
 def record_guard():
-    """This process's "guard installed" record for the launcher (strict mode), held open close-on-exec for the
-    process's life: the launcher's look tells this image from one that replaced it by exec, which closes it
-    (launch/supervise.py JobWatch). A forked child closes its copy of its parent's and writes its own; a nonce
-    makes each image's record differ from the one before it under the same pid."""
-    inherited = _state.pop("guard_fd", None)
-    if inherited is not None:
-        try:
-            os.close(inherited)
-        except OSError:
-            pass
+    """This process's "guard installed" record for the launcher (strict mode), held open close-on-exec for the life
+    of this image (exec closes it: launch/supervise.py JobWatch); a fork closes its parent's and writes its own."""
+    if "guard_fd" in _state:  # closerange: no error where the job closed it
+        os.closerange(_state["guard_fd"], _state["guard_fd"] + 1)
     path = os.path.join(os.environ[ENV_GUARD_DIR], str(os.getpid()))
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    _state["guard_fd"] = fd
+    _state["guard_fd"] = fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     os.write(fd, json.dumps({"pid": os.getpid(), "strict": os.environ.get(ENV_STRICT) == "1",
                              "generation": os.environ.get(ENV_GENERATION), "argv": sys.argv[:4],
                              "nonce": os.urandom(8).hex()}).encode())
