@@ -83,6 +83,7 @@ def test_torch_compile_on_a_cache_without_inductor_entries_is_refused_by_name(tm
     assert "COMPILED" not in r.stdout
     assert "strict mode refused 1 runtime compile(s): masked_input" in r.stderr, r.stderr
     assert f"DIR {tmp_path / 'cache' / 'inductor'}\n" in r.stdout  # not /tmp/torchinductor_<user>
+    assert "hint: torch.compile (inductor): the cache holds no entry for them" in r.stderr, r.stderr
     assert not (tmp_path / "cache" / "inductor" / "fxgraph").exists()  # refused before inductor wrote anything
 
 
@@ -305,3 +306,19 @@ def test_a_reexec_that_compiles_without_the_guard_fails_naming_both(tmp_path):
     # the re-exec'd process, by its command line (and inductor's compile workers it started, as unguarded as it)
     assert "strict mode was not active in" in errors and "job.py" in errors, errors
     assert "cache entries were compiled during it: inductor/" in errors, errors
+
+
+def test_a_hit_that_touches_an_entrys_times_is_no_change_a_swap_is(tmp_path):
+    """SGLang's ninja loader sets its leaf's mtime on every hit (its eviction order): no change. The same entry
+    moved out, replaced and moved back: changed, by name (its folder's mtime and its own ctime changed)."""
+    from dgprecompile.cache import snapshot
+
+    entry = tmp_path / "cache" / "kernel.abc"
+    entry.mkdir(parents=True)
+    (entry / "kernel.cubin").write_bytes(b"cubin")
+    before = snapshot.take(tmp_path)
+    os.utime(entry, None)
+    assert not snapshot.diff(before, snapshot.take(tmp_path))
+    os.rename(entry, tmp_path / "aside")
+    os.rename(tmp_path / "aside", entry)
+    assert snapshot.diff(before, snapshot.take(tmp_path)).changed == ["kernel.abc"]

@@ -101,14 +101,15 @@ def read_state(store: CacheStore) -> dict[str, Any]:
     """fingerprint id -> the newest build installed here, by the cache's record or its copy outside the cache ({}
     when neither records one); a damaged record refuses."""
     state = _read_record(_state_path(store))
-    for fid, build in _read_record(copy_path(store)).items():
+    for fid, build in _read_record(copy_path(store), unreadable_absent=True).items():
         if fid not in state or _order(build) > _order(state[fid]):
             state[fid] = build
     return state
 
 
-def _read_record(path: Path) -> dict[str, Any]:
-    """One installed-builds record ({} when absent); a damaged one refuses."""
+def _read_record(path: Path, unreadable_absent: bool = False) -> dict[str, Any]:
+    """One installed-builds record ({} when absent; ``unreadable_absent``: also when it cannot be read, as the copy
+    in another user's state folder); a damaged one refuses."""
     from dgprecompile import schemas
 
     hint = f"restore {path}, or {ALLOW_HINT.replace('the newer record is kept', 'and record it again')}"
@@ -121,6 +122,8 @@ def _read_record(path: Path) -> dict[str, Any]:
     except FileNotFoundError:
         return {}
     except OSError as exc:
+        if unreadable_absent:
+            return {}
         raise InputError(f"cannot read {path} ({exc.strerror or exc}): what this cache installed cannot be told",
                          hint=hint) from None
     try:

@@ -4,7 +4,9 @@ One record per file, link and directory under the root: its kind, size, mtime_ns
 small file the sha256 of its bytes. ctime cannot be set back by a user (an in-place `cp` over a cubin, then `touch
 -d` to the old time, still changes it), so large files need no hashing; thousands of entries take a stat each. A
 directory's times are recorded too: an entry moved away, replaced and moved back keeps its files' records, but the
-renames change its directory's ctime.
+renames change its directory's ctime and its folder's mtime. A directory's own times alone are no change (a hit may
+touch an entry: SGLang's ninja loader sets its leaf's mtime, its bookkeeping for eviction): a directory counts as
+changed where its ctime changed in a folder whose mtime changed (it was renamed out and back, or replaced).
 
 dgprecompile's own records (``dgprecompile/``: the index, the installed-build record) are covered with the sha256 of
 every file whatever its size (a job that empties the index's records or removes the build record is seen); left out
@@ -118,10 +120,31 @@ def diff(before: dict[str, tuple], after: dict[str, tuple]) -> Changes:
     """Per entry: added, changed or removed between two snapshots of one root."""
     had = {entry_of(p) for p, rec in before.items() if not _container(p, rec)}
     has = {entry_of(p) for p, rec in after.items() if not _container(p, rec)}
-    touched = {entry_of(p) for p in set(before) | set(after) if before.get(p) != after.get(p)
-               and not _container(p, before.get(p) or after.get(p))}
+    touched = {entry_of(p) for p in set(before) | set(after) if _differs(before.get(p), after.get(p))
+               and not _container(p, before.get(p) or after.get(p))} | {entry_of(p) for p in _renamed(before, after)}
     return Changes(added=sorted(touched & has - had), changed=sorted(touched & had & has),
                    removed=sorted(touched & had - has))
+
+
+def _differs(a: tuple | None, b: tuple | None) -> bool:
+    """Two records of one path differ: for directories, only in kind or inode (their times: _renamed)."""
+    if a is not None and b is not None and a[0] == b[0] == "dir":
+        return a[4] != b[4]
+    return a != b
+
+
+def _renamed(before: dict[str, tuple], after: dict[str, tuple]) -> set[str]:
+    """Directories below an area whose ctime changed in a folder whose mtime changed: moved out and back."""
+    out = set()
+    for path, rec in after.items():
+        old = before.get(path)
+        parent = path.rpartition("/")[0]
+        if not parent or old is None or rec[0] != "dir" or old[0] != "dir" or old[3] == rec[3]:
+            continue
+        was, now = before.get(parent), after.get(parent)
+        if was is not None and now is not None and was[2] != now[2]:
+            out.add(path)
+    return out
 
 
 SCRATCH = "tmp"  # DeepGEMM's own scratch under its cache dir: a kernel's sources go to tmp/<dir>/ first

@@ -218,6 +218,19 @@ def refused_names(refusals: list[dict[str, Any]], shown: int = 10) -> str:
     return ", ".join(names[:shown]) + (f", and {len(names) - shown} more" if len(names) > shown else "")
 
 
+def _captured_hint(refusals: list[dict[str, Any]]) -> str | None:
+    """Where every refusal is of a captured family (Triton, FlashInfer, inductor): the families by name and the
+    capture that files their entries; else None."""
+    from dgprecompile.runtimes import CAPTURED
+
+    labels = {f.id: f.label for f in CAPTURED}
+    families = sorted({str(e.get("generation")) for e in refusals})
+    if not all(f in labels for f in families):
+        return None
+    return (f"{', '.join(labels[f] for f in families)}: the cache holds no entry for them; let the job build them "
+            "once with `dgprecompile launch --capture ...` (filed in the cache, loaded by later strict launches)")
+
+
 def render_result(out: Output, result: LaunchResult) -> None:
     render_families(out, result)
     if result.hidden_misses:
@@ -233,7 +246,7 @@ def render_result(out: Output, result: LaunchResult) -> None:
         out.error(f"strict mode refused {len(result.refusals)} runtime compile(s): " + refused_names(result.refusals),
                   hint=("those kernels are outside the plan: record the job's shapes with --no-strict (misses "
                         "file) or --trace, then warm them" if result.refusals_outside_plan
-                        else f"warm the cache: {result.warm_hint}"))
+                        else _captured_hint(result.refusals) or f"warm the cache: {result.warm_hint}"))
     _render_lifetime(out, result)
     if result.strict:
         _render_strict(out, result)
