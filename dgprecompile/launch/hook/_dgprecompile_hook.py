@@ -8,8 +8,8 @@ Configured by `dgprecompile launch` through the environment:
   DGPRECOMPILE_PLAN_INFO    JSON file {"kernels": [...], "warm": "dgprecompile warm ..."} for refusal messages
   DGPRECOMPILE_EVENTS       JSON-lines file where refusals are appended (the launcher reports them at exit)
   DGPRECOMPILE_CACHE_DIR    the warmed cache, for messages
-  DGPRECOMPILE_GUARD_DIR    strict: where each process (forked ones too) writes its "guard installed" record, a file
-                            named by its pid; the launcher fails a strict job in which a Python process had none
+  DGPRECOMPILE_GUARD_DIR    strict: where each process (forked ones too) writes its "guard installed" record named by
+                            its pid, held open (exec closes it); the launcher fails a job whose Python process held none
   DGPRECOMPILE_STRICT_FAMILIES  with STRICT=1, e.g. "triton,inductor": a Triton cache miss raises, naming the
                             kernel; an inductor FX graph cache miss, naming the graph (_dgprecompile_inductor.py);
                             a FlashInfer module not in the cache, naming it (_dgprecompile_flashinfer.py)
