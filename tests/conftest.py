@@ -12,6 +12,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 from ci_skips import pytest_runtest_makereport  # noqa: E402,F401  (CI=true: a skipped set-up provision fails)
 
+# rollback protection keeps a copy of each cache's installed-build record in the user's state folder
+# (cache/rollback.py): the tests' copies go to a folder of the session's, not to the developer's home
+os.environ["XDG_STATE_HOME"] = __import__("tempfile").mkdtemp(prefix="dgp-state-")
+
 
 @pytest.fixture(autouse=True)
 def _no_user_sglang_env(monkeypatch):

@@ -7,19 +7,25 @@ back an older artifact the same key signed. So `pack` stamps the signed manifest
 index's mtime), so the same cache still packs to the same bytes. Builds are ordered by (N, T).
 
 Each cache records, per fingerprint id, the newest build it installed (``dgprecompile/installed-builds.json``,
-written whole under a lock). `unpack`, `pull` and `launch --pull` refuse an artifact older than that record, or
-one without a stamp where a record exists, unless ``--allow-rollback``; where nothing is recorded they install it
-and say that protection starts now. The record only moves forward: installing an older build with
-``--allow-rollback`` keeps the newer one recorded.
+written whole under a lock), and keeps a copy of it outside the cache, in this user's state folder
+(``$XDG_STATE_HOME/dgprecompile/installed-builds/<sha256 of the cache root's real path>.json``, XDG_STATE_HOME
+defaulting to ``~/.local/state``): a record deleted from the cache (a job that wrote into it) does not reset
+rollback protection, as the copy still says what was installed. What is recorded is the newer of the two, per
+fingerprint. `unpack`, `pull` and `launch --pull` refuse an artifact older than that record, or one without a stamp
+where a record exists, unless ``--allow-rollback``; where nothing is recorded they install it and say that
+protection starts now. The record only moves forward: installing an older build with ``--allow-rollback`` keeps
+the newer one recorded.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from dgprecompile.cache.store import CacheStore
@@ -84,11 +90,28 @@ def _state_path(store: CacheStore):
     return store.ours / STATE_NAME
 
 
+def copy_path(store: CacheStore) -> Path:
+    """The copy of the cache's record outside it, in this user's state folder (module doc)."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    key = hashlib.sha256(os.path.realpath(store.root).encode()).hexdigest()[:40]
+    return Path(base) / "dgprecompile" / "installed-builds" / f"{key}.json"
+
+
 def read_state(store: CacheStore) -> dict[str, Any]:
-    """fingerprint id -> the newest build installed here ({} when nothing was); a damaged record refuses."""
+    """fingerprint id -> the newest build installed here, by the cache's record or its copy outside the cache ({}
+    when neither records one); a damaged record refuses."""
+    state = _read_record(_state_path(store))
+    for fid, build in _read_record(copy_path(store), unreadable_absent=True).items():
+        if fid not in state or _order(build) > _order(state[fid]):
+            state[fid] = build
+    return state
+
+
+def _read_record(path: Path, unreadable_absent: bool = False) -> dict[str, Any]:
+    """One installed-builds record ({} when absent; ``unreadable_absent``: also when it cannot be read, as the copy
+    in another user's state folder); a damaged one refuses."""
     from dgprecompile import schemas
 
-    path = _state_path(store)
     hint = f"restore {path}, or {ALLOW_HINT.replace('the newer record is kept', 'and record it again')}"
     try:
         with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW | os.O_NONBLOCK)) as f:
@@ -99,6 +122,8 @@ def read_state(store: CacheStore) -> dict[str, Any]:
     except FileNotFoundError:
         return {}
     except OSError as exc:
+        if unreadable_absent:
+            return {}
         raise InputError(f"cannot read {path} ({exc.strerror or exc}): what this cache installed cannot be told",
                          hint=hint) from None
     try:
@@ -144,7 +169,8 @@ def _readable(store: CacheStore) -> bool:
 
 
 def record(store: CacheStore, fid: str, build: dict[str, Any] | None, shown: str) -> None:
-    """Record ``build`` as installed for ``fid`` when it is newer than the record (under a lock, written whole)."""
+    """Record ``build`` as installed for ``fid`` when it is newer than the record (under a lock, written whole, in
+    the cache and its copy: either one lost is written again from the other)."""
     from filelock import FileLock
 
     if build is None:
@@ -152,9 +178,19 @@ def record(store: CacheStore, fid: str, build: dict[str, Any] | None, shown: str
     (store.ours / "locks").mkdir(parents=True, exist_ok=True)
     with FileLock(str(store.ours / "locks" / "installed-builds.lock")):
         state = read_state(store) if _readable(store) else {}
-        if fid in state and _order(state[fid]) >= _order(build):
-            return
-        state[fid] = {"counter": build["counter"], "time_ns": build["time_ns"], "artifact": shown[:1000],
-                      "installed_ns": time.time_ns()}
+        if fid not in state or _order(state[fid]) < _order(build):
+            state[fid] = {"counter": build["counter"], "time_ns": build["time_ns"], "artifact": shown[:1000],
+                          "installed_ns": time.time_ns()}
         doc = {"format": FORMAT, "schema": SCHEMA, "fingerprints": dict(sorted(state.items()))}
         atomic_write_text(_state_path(store), json.dumps(doc, indent=1) + "\n")
+        _write_copy(store, doc)
+
+
+def _write_copy(store: CacheStore, doc: dict[str, Any]) -> None:
+    """The copy outside the cache (best effort: a home that cannot be written keeps the cache's record alone)."""
+    path = copy_path(store)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(doc, indent=1) + "\n")
+    except OSError:
+        pass

@@ -1,9 +1,17 @@
 """What a cache root holds, cheaply, to tell what a run added, changed or removed (strict `launch`).
 
-One record per file, link and directory under the root (dgprecompile's own folder and inductor's locks/ left out:
-their locks and staging change as a matter of course): its kind, size, mtime_ns, ctime_ns and inode, and for a small file the sha256 of
-its bytes. ctime cannot be set back by a user (an in-place `cp` over a cubin, then `touch -d` to the old time,
-still changes it), so large files need no hashing; thousands of entries take a stat each.
+One record per file, link and directory under the root: its kind, size, mtime_ns, ctime_ns and inode, and for a
+small file the sha256 of its bytes. ctime cannot be set back by a user (an in-place `cp` over a cubin, then `touch
+-d` to the old time, still changes it), so large files need no hashing; thousands of entries take a stat each. A
+directory's times are recorded too: an entry moved away, replaced and moved back keeps its files' records, but the
+renames change its directory's ctime and its folder's mtime. A directory's own times alone are no change (a hit may
+touch an entry: SGLang's ninja loader sets its leaf's mtime, its bookkeeping for eviction): a directory counts as
+changed where its ctime changed in a folder whose mtime changed (it was renamed out and back, or replaced).
+
+dgprecompile's own records (``dgprecompile/``: the index, the installed-build record) are covered with the sha256 of
+every file whatever its size (a job that empties the index's records or removes the build record is seen); left out
+are only what changes as a matter of course: its locks and staging, inductor's locks/ and a family's bookkeeping
+files (``not_entries``, the CUDA driver's index).
 """
 
 from __future__ import annotations
@@ -19,19 +27,29 @@ from dgprecompile.runtimes import CAPTURED
 
 # folders of a family's area that hold no entries, only the library's lock files (inductor's locks/, which a cache
 # hit creates too): a run that takes a lock there compiled nothing
-LOCKS = frozenset(f"{f.area}/{name}" for f in CAPTURED for name in f.ignore)
+LOCKS = frozenset([*(f"{f.area}/{name}" for f in CAPTURED for name in (*f.ignore, *f.not_entries)),
+                   f"{OURS}/locks", f"{OURS}/staging"])
 
 SMALL_FILE = 64 * 1024  # files up to this size are hashed as well
 
 
-def _digest(path: str, size: int) -> str | None:
-    if size > SMALL_FILE:
+def _digest(path: str, size: int, whole: bool = False) -> str | None:
+    """The sha256 of a small file's bytes (``whole``: of any file's); None for a large one."""
+    if size > SMALL_FILE and not whole:
         return None
+    digest = hashlib.sha256()
     try:
         with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW | os.O_NONBLOCK)) as fh:
-            return hashlib.sha256(fh.read(SMALL_FILE + 1)).hexdigest()
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
     except OSError:
         return "unreadable"
+    return digest.hexdigest()
+
+
+def _skipped(path: str) -> bool:
+    """Left out of a snapshot: locks, staging and bookkeeping (module doc)."""
+    return path in LOCKS or (path.startswith(f"{OURS}/") and path.count("/") == 1 and path.endswith(".lock"))
 
 
 def take(root: str | Path) -> dict[str, tuple]:
@@ -47,18 +65,18 @@ def take(root: str | Path) -> dict[str, tuple]:
             continue
         for entry in entries:
             path = f"{rel}/{entry.name}" if rel else entry.name
-            if path == OURS or path in LOCKS:
+            if _skipped(path):
                 continue
             try:
                 st = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
             if stat.S_ISDIR(st.st_mode):
-                out[path] = ("dir", 0, 0, 0, st.st_ino, None)
+                out[path] = ("dir", 0, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, None)
                 todo.append(path)
             elif stat.S_ISREG(st.st_mode):
                 out[path] = ("file", st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino,
-                             _digest(entry.path, st.st_size))
+                             _digest(entry.path, st.st_size, whole=path.startswith(f"{OURS}/")))
             else:  # a link (its target as it reads), a FIFO, a socket...
                 target = os.readlink(entry.path) if stat.S_ISLNK(st.st_mode) else None
                 out[path] = ("link" if target is not None else "other", 0, st.st_mtime_ns, st.st_ctime_ns,
@@ -102,10 +120,31 @@ def diff(before: dict[str, tuple], after: dict[str, tuple]) -> Changes:
     """Per entry: added, changed or removed between two snapshots of one root."""
     had = {entry_of(p) for p, rec in before.items() if not _container(p, rec)}
     has = {entry_of(p) for p, rec in after.items() if not _container(p, rec)}
-    touched = {entry_of(p) for p in set(before) | set(after) if before.get(p) != after.get(p)
-               and not _container(p, before.get(p) or after.get(p))}
+    touched = {entry_of(p) for p in set(before) | set(after) if _differs(before.get(p), after.get(p))
+               and not _container(p, before.get(p) or after.get(p))} | {entry_of(p) for p in _renamed(before, after)}
     return Changes(added=sorted(touched & has - had), changed=sorted(touched & had & has),
                    removed=sorted(touched & had - has))
+
+
+def _differs(a: tuple | None, b: tuple | None) -> bool:
+    """Two records of one path differ: for directories, only in kind or inode (their times: _renamed)."""
+    if a is not None and b is not None and a[0] == b[0] == "dir":
+        return a[4] != b[4]
+    return a != b
+
+
+def _renamed(before: dict[str, tuple], after: dict[str, tuple]) -> set[str]:
+    """Directories below an area whose ctime changed in a folder whose mtime changed: moved out and back."""
+    out = set()
+    for path, rec in after.items():
+        old = before.get(path)
+        parent = path.rpartition("/")[0]
+        if not parent or old is None or rec[0] != "dir" or old[0] != "dir" or old[3] == rec[3]:
+            continue
+        was, now = before.get(parent), after.get(parent)
+        if was is not None and now is not None and was[2] != now[2]:
+            out.add(path)
+    return out
 
 
 SCRATCH = "tmp"  # DeepGEMM's own scratch under its cache dir: a kernel's sources go to tmp/<dir>/ first

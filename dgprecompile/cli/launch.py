@@ -218,6 +218,19 @@ def refused_names(refusals: list[dict[str, Any]], shown: int = 10) -> str:
     return ", ".join(names[:shown]) + (f", and {len(names) - shown} more" if len(names) > shown else "")
 
 
+def _captured_hint(refusals: list[dict[str, Any]]) -> str | None:
+    """Where every refusal is of a captured family (Triton, FlashInfer, inductor): the families by name and the
+    capture that files their entries; else None."""
+    from dgprecompile.runtimes import CAPTURED
+
+    labels = {f.id: f.label for f in CAPTURED}
+    families = sorted({str(e.get("generation")) for e in refusals})
+    if not all(f in labels for f in families):
+        return None
+    return (f"{', '.join(labels[f] for f in families)}: the cache holds no entry for them; let the job build them "
+            "once with `dgprecompile launch --capture ...` (filed in the cache, loaded by later strict launches)")
+
+
 def render_result(out: Output, result: LaunchResult) -> None:
     render_families(out, result)
     if result.hidden_misses:
@@ -233,7 +246,7 @@ def render_result(out: Output, result: LaunchResult) -> None:
         out.error(f"strict mode refused {len(result.refusals)} runtime compile(s): " + refused_names(result.refusals),
                   hint=("those kernels are outside the plan: record the job's shapes with --no-strict (misses "
                         "file) or --trace, then warm them" if result.refusals_outside_plan
-                        else f"warm the cache: {result.warm_hint}"))
+                        else _captured_hint(result.refusals) or f"warm the cache: {result.warm_hint}"))
     _render_lifetime(out, result)
     if result.strict:
         _render_strict(out, result)
@@ -290,7 +303,8 @@ def _render_lifetime(out: Output, result: LaunchResult) -> None:
 def _render_strict(out: Output, result: LaunchResult) -> None:
     """A strict run that compiled anything, or ran a Python process without its guard, failed: one error each."""
     changes = result.cache_changes
-    appeared = sorted(set(result.new_entries + result.new_jit_modules + changes.get("added", [])))
+    appeared = sorted(set(result.new_entries + result.new_jit_modules + [
+        n for n in changes.get("added", []) if not _own_record(n)]))
     if appeared:
         more = f" and {len(appeared) - 10} more" if len(appeared) > 10 else ""
         out.error(f"strict run, but {len(appeared)} cache entries were compiled during it: "
@@ -317,18 +331,33 @@ def _render_strict(out: Output, result: LaunchResult) -> None:
     if result.unguarded:
         shown = [f"pid {pid}: {cmd}" for pid, cmd in sorted(result.unguarded.items())[:5]]
         out.error(f"strict mode was not active in {len(result.unguarded)} Python process(es) of the job "
-                  "(no guard record: the launch's PYTHONPATH was reset or dropped, or python ran with -I/-S): "
+                  "(none held its guard record: the launch's PYTHONPATH was reset or dropped, by a wrapper, `env -i` or a "
+                  "re-exec with another environment, or python ran with -I/-S/-E): "
                   + "; ".join(shown),
                   hint="keep the PYTHONPATH launch sets (prepend to it rather than replace it) in every wrapper "
                        "of the job, or run with --no-strict to trace instead")
 
 
+def _own_record(name: str) -> bool:
+    """A path of dgprecompile's own folder of the cache (its index, its installed-build record)."""
+    from dgprecompile.cache.store import OURS
+
+    return name.startswith(f"{OURS}/")
+
+
 def _render_cache_changes(out: Output, result: LaunchResult) -> None:
-    """Entries of the cache that were there before a strict run and changed or went during it."""
+    """Entries of the cache that were there before a strict run and changed or went during it, and the cache's own
+    records that were added, changed or removed."""
     for kind in ("changed", "removed"):
-        names = result.cache_changes.get(kind, [])
+        names = [n for n in result.cache_changes.get(kind, []) if not _own_record(n)]
         if names:
             more = f" and {len(names) - 10} more" if len(names) > 10 else ""
             out.error(f"strict run, but {len(names)} cache entries were {kind} during it: " + ", ".join(names[:10])
                       + more, hint=f"check the cache with `dgprecompile verify --cache-dir {result.cache_dir}` and "
                                    "warm it again; nothing may write into the cache while a strict job runs")
+    for kind in ("added", "changed", "removed"):
+        names = [n for n in result.cache_changes.get(kind, []) if _own_record(n)]
+        if names:
+            out.error(f"strict run, but the cache's own records were {kind} during it: " + ", ".join(names[:10]),
+                      hint="only dgprecompile writes its index and build records: check the cache with `dgprecompile "
+                           f"verify --cache-dir {result.cache_dir}` and unpack or warm it again")

@@ -31,15 +31,19 @@ def indexed(index: Index, family: CacheFamily) -> list[str]:
 
 
 def family_env(root: str | Path, index: Index, *, capture: bool, strict: bool) -> list[tuple[str, str, str]]:
-    """(variable, value, why) for the child: with ``capture`` every family's cache variable points into its
-    area; without, those of families whose area exists. Strict: the families whose compiles the hook refuses
-    (those the cache covers: entries filed in the index)."""
+    """(variable, value, why) for the child: with ``capture`` or ``strict`` every family's cache variable points
+    into its area, whatever the cache holds (strict: a compile lands in the cache, where it is refused or counted,
+    never in the library's default folder outside it); otherwise those of families whose area exists. Strict: the
+    startup hook refuses the runtime compiles of every family it can refuse (a miss of what the cache holds, and
+    every compile of a family it holds nothing of); the others' compiles are counted by the cache's snapshot."""
     out = []
     for fam in CAPTURED:
         area = fam.area_dir(root)
-        if capture or area.is_dir():
+        if capture or strict or area.is_dir():
             fam.workspace(root)  # FlashInfer's hidden base, linked to its area (best effort: the cache may be read-only)
             why = (f"{fam.label}: capture what the job builds into {fam.area}/" if capture
+                   else f"{fam.label}: strict: its cache is {fam.area}/ of the cache, whatever that holds (a runtime "
+                   "compile is refused or counted there)" if strict
                    else f"{fam.label}: what an earlier capture or warm left in {fam.area}/")
             out += [(name, value, why) for name, value in fam.launch_env(root)]
     loaded = [f.id for f in CAPTURED if f.layout == "flashinfer-ops" and indexed(index, f)]
@@ -47,10 +51,9 @@ def family_env(root: str | Path, index: Index, *, capture: bool, strict: bool) -
         out.append((LOAD_FAMILIES_ENV, ",".join(loaded), "the startup hook loads the cache's builds of "
                     + ", ".join(loaded) + " without rebuilding them"))
     if strict and not capture:
-        refused = [f.id for f in CAPTURED if f.strict_by == "hook" and indexed(index, f)]
-        if refused:
-            out.append((STRICT_FAMILIES_ENV, ",".join(refused),
-                        "strict: the startup hook refuses runtime compiles of " + ", ".join(refused)))
+        refused = [f.id for f in CAPTURED if f.strict_by == "hook"]
+        out.append((STRICT_FAMILIES_ENV, ",".join(refused),
+                    "strict: the startup hook refuses runtime compiles of " + ", ".join(refused)))
     return out
 
 

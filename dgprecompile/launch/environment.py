@@ -7,6 +7,8 @@ Every process the command starts inherits it:
 * legacy JIT: DG_JIT_NVCC_COMPILER = the nvcc the cache was warmed with (its path is in that JIT's keys);
 * strict mode, C++ JITs: DG_JIT_NVCC_COMPILER = our nvcc stand-in (passes `--version` to the real nvcc, refuses
   compiles); legacy JIT: the startup hook makes its compilers raise;
+* strict (and --capture): every other JIT family's cache variable at its area of the cache, whatever the cache holds
+  (launch/capture.py family_env): a compile lands where it is refused or counted;
 * PYTHONPATH starts with the startup hook (tracing, legacy strict mode).
 A value the user already set differently is never overridden: it is a conflict, and launch refuses and says why.
 """

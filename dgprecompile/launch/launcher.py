@@ -154,7 +154,7 @@ def run_launch(prepared: PreparedLaunch) -> LaunchResult:
         from dgprecompile.cache import snapshot
 
         cache_before = snapshot.take(store.root) if opts.strict else {}
-        watch = JobWatch(scan=opts.strict)
+        watch = JobWatch(scan=opts.strict, guard=str(prepared.run_dir / GUARD_DIR))
         code = run_child(opts.command, prepared.env.env, kill_grace=opts.kill_grace, watch=watch, strict=opts.strict)
         result = LaunchResult(code, opts.strict, cache_dir=prepared.cache_dir, warm_hint=prepared.warm_hint,
                               signals=list(watch.signals), killed=watch.killed, capture=opts.capture,

@@ -24,8 +24,7 @@ def read_guards(guard: Path, watch: JobWatch) -> tuple[dict[int, str], list[str]
         names = set(os.listdir(guard))
     except OSError:
         names = set()
-    unguarded = {pid: cmd for pid, cmd in watch.python.items()
-                 if str(pid) not in names and pid not in watch.unguarded_forks()}
+    unguarded = watch.unguarded()
     failures, strict_off = [], {}
     for name in sorted(names):
         try:

@@ -51,47 +51,76 @@ _PYTHON_EXE = re.compile(r"python[0-9.]*$")
 
 @dataclass
 class JobWatch:
-    """What the launcher saw of the job while it ran: every Python process (pid -> its command line), the signals
-    it forwarded, and what the supervisor ended after the job's first process had exited."""
+    """What the launcher saw of the job while it ran: every Python process (pid -> its command line), which of them
+    held no guard record open, the signals it forwarded, and what the supervisor ended after the job's first process
+    had exited.
+
+    Strict: the startup hook writes each process's guard record (``guard``/<pid>) and holds it open, close-on-exec,
+    for the process's life; a fork inherits its parent's open record until its own is written (a Python fork) or
+    until it execs (a C fork, subprocess's). So at each look a Python process holds its own record open (guarded),
+    its parent's (a fork still running its parent's guarded image), or none: a new image, by exec, whether or not
+    the pid is new (a process that re-executed itself keeps its pid and its old record, not the open file). Such a
+    process counts as guarded only if its record was (re)written after the last look that found it so (its new
+    image ran the hook). One that lives less than a look and ends can go unseen: the cache's snapshot remains."""
 
     scan: bool = True  # look for Python processes at all (strict mode); False: signals only
+    guard: str | None = None  # strict: the folder of the guard records (launch/environment.py GUARD_DIR)
     python: dict[int, str] = field(default_factory=dict)
-    # Python processes seen with their parent's command line: forks, maybe on their way to exec another program
-    # (subprocess forks in C, where no at-fork handler writes a guard record); looked at again until they change
-    forked: set[int] = field(default_factory=set)
+    # Python processes the last look found holding no guard record open -> their record's bytes then (None: none)
+    unmarked: dict[int, bytes | None] = field(default_factory=dict)
     signals: list[int] = field(default_factory=list)  # signals the launcher received and forwarded
     killed: bool = False  # the grace ran out: what was left of the job got SIGKILL
     left_behind: list[str] = field(default_factory=list)  # "pid N: command" still running when the job ended
     lost: str | None = None  # the supervisor died without a report (what was found of the job was killed)
 
     def look(self, supervisor: int) -> None:
-        if not self.scan:
+        if not self.scan or self.guard is None:
             return
         for st in descendants(supervisor):
-            if st.pid in self.python and st.pid not in self.forked:
-                continue
             try:
                 exe = os.path.basename(os.readlink(f"/proc/{st.pid}/exe"))
             except OSError:  # gone meanwhile, or not ours to read
                 continue
-            if not _PYTHON_EXE.match(exe):  # a fork that exec'd another program was no Python process
-                if st.pid in self.forked:
-                    self.forked.discard(st.pid)
-                    self.python.pop(st.pid, None)
+            if not _PYTHON_EXE.match(exe):  # a fork that exec'd another program is no Python process
+                self.python.pop(st.pid, None)
+                self.unmarked.pop(st.pid, None)
                 continue
-            command = command_line(st.pid)
-            if self.python.get(st.pid) == command:
-                continue  # still the fork it was
-            if st.pid not in self.python and command == command_line(st.ppid):
-                self.forked.add(st.pid)
-            else:  # its own program (a fork seen before that exec'd Python counts from now on)
-                self.forked.discard(st.pid)
-            self.python[st.pid] = command
+            record = self._record(st.pid)  # before the look at its files: the hook opens its record, then writes it
+            held = self._holds_record(st.pid)
+            if st.pid not in self.python or not held:
+                self.python[st.pid] = command_line(st.pid)
+            if held:
+                self.unmarked.pop(st.pid, None)
+            else:  # a record there while none is held open was written by an image this one replaced
+                self.unmarked[st.pid] = record
 
-    def unguarded_forks(self) -> set[int]:
-        """Forks never seen to exec: the parent's interpreter (a guarded parent's guard is theirs too: its
-        patches are in their memory) or a program started by a fork that ended before a look saw it change."""
-        return set(self.forked)
+    def _holds_record(self, pid: int) -> bool:
+        """Whether ``pid`` holds a guard record open: its own, or its parent's (a fork in the guarded image)."""
+        prefix = os.path.realpath(str(self.guard)) + os.sep
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            return True  # gone meanwhile: judged by what was seen before
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(prefix):
+                    return True
+            except OSError:
+                continue
+        return False
+
+    def _record(self, pid: int) -> bytes | None:
+        try:
+            with open(os.path.join(str(self.guard), str(pid)), "rb") as f:
+                return f.read(1 << 16)
+        except OSError:
+            return None
+
+    def unguarded(self) -> dict[int, str]:
+        """pid -> command of each Python process a look found holding no guard record open whose record was not
+        written since (ran without the hook: a cleared PYTHONPATH, `env -i`, `python -I`/`-S`, a re-exec)."""
+        return {pid: self.python.get(pid, "?") for pid, seen in sorted(self.unmarked.items())
+                if self._record(pid) in (None, seen)}
 
 
 def find_command(name: str, env: Mapping[str, str]) -> str:

@@ -8,8 +8,8 @@ Configured by `dgprecompile launch` through the environment:
   DGPRECOMPILE_PLAN_INFO    JSON file {"kernels": [...], "warm": "dgprecompile warm ..."} for refusal messages
   DGPRECOMPILE_EVENTS       JSON-lines file where refusals are appended (the launcher reports them at exit)
   DGPRECOMPILE_CACHE_DIR    the warmed cache, for messages
-  DGPRECOMPILE_GUARD_DIR    strict: where each process (forked ones too) writes its "guard installed" record, a file
-                            named by its pid; the launcher fails a strict job in which a Python process had none
+  DGPRECOMPILE_GUARD_DIR    strict: where each process (forked ones too) writes its "guard installed" record named by
+                            its pid, held open (exec closes it); the launcher fails a job whose Python process held none
   DGPRECOMPILE_STRICT_FAMILIES  with STRICT=1, e.g. "triton,inductor": a Triton cache miss raises, naming the
                             kernel; an inductor FX graph cache miss, naming the graph (_dgprecompile_inductor.py);
                             a FlashInfer module not in the cache, naming it (_dgprecompile_flashinfer.py)
@@ -547,11 +547,15 @@ def install():
 
 
 def record_guard():
-    """This process's "guard installed" record for the launcher (strict mode)."""
+    """This process's "guard installed" record for the launcher (strict mode), held open close-on-exec for the life
+    of this image (exec closes it: launch/supervise.py JobWatch); a fork closes its parent's and writes its own."""
+    if "guard_fd" in _state:  # closerange: no error where the job closed it
+        os.closerange(_state["guard_fd"], _state["guard_fd"] + 1)
     path = os.path.join(os.environ[ENV_GUARD_DIR], str(os.getpid()))
-    with open(path, "w") as f:
-        json.dump({"pid": os.getpid(), "strict": os.environ.get(ENV_STRICT) == "1",
-                   "generation": os.environ.get(ENV_GENERATION), "argv": sys.argv[:4]}, f)
+    _state["guard_fd"] = fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    os.write(fd, json.dumps({"pid": os.getpid(), "strict": os.environ.get(ENV_STRICT) == "1",
+                             "generation": os.environ.get(ENV_GENERATION), "argv": sys.argv[:4],
+                             "nonce": os.urandom(8).hex()}).encode())
 
 
 # ---- the refusing half of bin/nvcc ------------------------------------------------------------------------
