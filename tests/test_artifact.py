@@ -102,6 +102,32 @@ def target(packed, tmp_path) -> Path:
 # ---- pack -----------------------------------------------------------------------------------------------
 
 
+def test_an_interrupted_pack_leaves_no_artifact_and_nothing_beside_it_and_says_so(packed, tmp_path, monkeypatch):
+    """Ctrl-C (or SIGTERM/SIGHUP, which dgprecompile turns into the same) while the archive streams its second
+    member: exit 130, one line saying what was left (nothing at -o, no temporary file beside it, the cache as it
+    was), not the message of the commands that write into the cache."""
+    from dgprecompile.cache import archive
+
+    cache, _ = packed
+    real, streamed = archive._stream, []
+
+    def stream_then_interrupt(tar, root, member):
+        if streamed:
+            raise KeyboardInterrupt
+        streamed.append(member)
+        real(tar, root, member)
+
+    monkeypatch.setattr(archive, "_stream", stream_then_interrupt)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    before = tree_hash(cache)
+    res = run("pack", *PLAN, "--cache-dir", str(cache), "-o", str(out_dir / "deepgemm.tar.gz"))
+    assert streamed and res.exit_code == 130, res.output
+    assert res.stderr.strip().splitlines()[-1] == ("error: interrupted: no artifact was written at -o (nothing "
+                                                    "half-written beside it) and the cache is untouched")
+    assert list(out_dir.iterdir()) == [] and tree_hash(cache) == before
+
+
 def test_pack_is_deterministic_and_normalised(packed, tmp_path):
     cache, first = packed
     copy = copy_cache(cache, tmp_path / "copy")

@@ -60,7 +60,7 @@ class LazyGroup(click.Group):
             _output(ctx).error(err.message, err.hint)
             ctx.exit(err.exit_code)
         except KeyboardInterrupt:
-            _output(ctx).error("interrupted: nothing half-written was left in the cache")
+            _output(ctx).error(_interrupted(ctx.invoked_subcommand))
             ctx.exit(_interrupt_code())
         code = getattr(report, "return_code", 0)
         if code:
@@ -73,6 +73,13 @@ def _path_option(name: str | None) -> str | None:
     PATH_OPTION), for the hint of a file error: a hint names only an option the command has."""
     mod = COMMANDS.get(name or "")
     return getattr(importlib.import_module(f"dgprecompile.cli.{mod}"), "PATH_OPTION", None) if mod else None
+
+
+def _interrupted(name: str | None) -> str:
+    """What an interrupted command left: its module's INTERRUPTED where it writes elsewhere than the cache."""
+    mod = COMMANDS.get(name or "")
+    said = getattr(importlib.import_module(f"dgprecompile.cli.{mod}"), "INTERRUPTED", None) if mod else None
+    return said or "interrupted: nothing half-written was left in the cache"
 
 
 def _output(ctx: click.Context) -> Output:

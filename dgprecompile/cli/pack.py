@@ -19,6 +19,8 @@ from dgprecompile.cli.options import (
 from dgprecompile.output import Output
 
 PATH_OPTION = "-o"  # where this command is told to write: named in the hint of a file error
+# pack reads the cache and writes -o (a temporary file beside it, renamed when whole): what an interruption leaves
+INTERRUPTED = "interrupted: no artifact was written at -o (nothing half-written beside it) and the cache is untouched"
 
 
 @click.command("pack")
