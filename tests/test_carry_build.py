@@ -1,8 +1,8 @@
 """tests/gpu/carry_build.sh (issue 43, item 3): the real script, run here on a small plan (the README's 480B server
 plan cut, a test's trim, to one DeepGEMM kernel and SGLang's clamp_position JIT module, its Triton MoE and
 torch.compile items left in for the script to leave out), then carried as the device would: the pieces kept and
-joined (tests/gpu/carry_pieces.py), the artifact refused under a key that did not sign it, unpacked with the key that
-did into a fresh cache, verified there, and its DeepGEMM entry filed under the name the runtime computes with
+joined and unpacked by tests/gpu/carry_unpack.sh (model_proof.sh's CARRIED step): refused under a key that did not
+sign it, unpacked with the key that did into a fresh cache, verified there, a warm there building nothing, and its DeepGEMM entry filed under the name the runtime computes with
 deep_gemm at the fixed path (and not under the name of deep_gemm where `make setup` put it)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import NVCC, beside_venv, sgl_deep_gemm_013_dir, sglang_014_dir
+from helpers import NVCC, STANDINS, beside_venv, sgl_deep_gemm_013_dir, sglang_014_dir
 
 from dgprecompile.keys import cxx_templates
 from dgprecompile.keys.sgl_deep_gemm_01 import CxxKeyContext
@@ -25,7 +25,7 @@ from dgprecompile.planning.server_plan import plan_from_server
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "tests" / "gpu" / "carry_build.sh"
-PIECES = REPO / "tests" / "gpu" / "carry_pieces.py"
+UNPACK = REPO / "tests" / "gpu" / "carry_unpack.sh"
 QWEN = "python -m sglang.launch_server --model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 --tp 8 --ep 8"
 NEEDS = [sgl_deep_gemm_013_dir(), sglang_014_dir(), beside_venv("flashinfer-0.6.12", "flashinfer/__init__.py"),
          beside_venv("nvidia-curand-10.4.0.35", "nvidia/cu13/include/curand.h"), NVCC]
@@ -58,7 +58,9 @@ def _dgp(*args, env) -> subprocess.CompletedProcess:
 def built(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("carry")
     kernel = _small_plan(tmp / "plan.yaml")
-    env = {**os.environ, "MANIFEST": str(tmp / "plan.yaml"), "OUTDIR": str(tmp / "out"), "KEYDIR": str(tmp / "key"),
+    # laid out as the tree is: .carry (the build's, pieces in .carry/pieces), .carry-key
+    env = {**os.environ, "MANIFEST": str(tmp / "plan.yaml"), "OUTDIR": str(tmp / ".carry"),
+           "KEYDIR": str(tmp / ".carry-key"),
            "WORK": str(tmp / "work"), "SITE": str(tmp / "site"), "PYTHON": sys.executable, "NVCC": NVCC,
            "PIECE_BYTES": "40000"}  # small pieces: the artifact (about 78 KB) travels in two
     res = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=env, timeout=900, cwd=tmp)
@@ -66,64 +68,67 @@ def built(tmp_path_factory):
     return tmp, kernel, res.stdout
 
 
-def _joined(tmp: Path) -> Path:
-    """The pieces kept (as each carry call does) and joined (as model_proof.sh's CARRIED mode does)."""
-    env = {**os.environ, "CARRY_DIR": str(tmp / "out" / "pieces"), "HELD_DIR": str(tmp / "held")}
-    for cmd in (["keep"], ["join", str(tmp / "joined")]):
-        res = subprocess.run([sys.executable, str(PIECES), *cmd], capture_output=True, text=True, env=env)
-        assert res.returncode == 0, res.stdout + res.stderr
-    (art,) = (tmp / "joined").glob("carry-*.tar.gz")
-    return art
-
-
 def _env_there(tmp: Path) -> dict[str, str]:
-    """The device's PYTHONPATH: deep_gemm at the fixed path, sglang 0.5.14 (its JIT modules' fingerprint fields)."""
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp / "site"), sglang_014_dir(), str(REPO)]),
-            "PATH": os.path.dirname(NVCC) + os.pathsep + os.environ.get("PATH", ""), "CUDA_VISIBLE_DEVICES": ""}
+    """The device's PYTHONPATH: deep_gemm at the fixed path, sglang 0.5.14 (its JIT modules' fingerprint fields), and
+    tests/standins' named stand-ins for what sglang imports and this machine cannot run (triton, sgl_kernel)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp / "site"), sglang_014_dir(), STANDINS, str(REPO)]),
+            "DGP_TRANSFORMERS_EXIST_OK": "1",
+            "PATH": os.path.dirname(NVCC) + os.pathsep + os.environ.get("PATH", ""), "CUDA_VISIBLE_DEVICES": "",
+            "PYTHON": sys.executable}
 
 
 def test_the_carried_part_leaves_triton_and_inductor_to_the_device(built):
     tmp, kernel, out = built
-    carried = read_manifest(tmp / "out" / "carry.yaml")
+    carried = read_manifest(tmp / ".carry" / "carry.yaml")
     assert list(carried.kernels) == [kernel]
     sections = carried.to_dict()
     assert [m["name"] for m in sections["sglang_jit_modules"]] == ["clamp_position"]
     assert not sections.get("triton_moe") and not sections.get("inductor") and not sections.get("flashinfer")
     assert "left to the device: triton_moe, inductor" in out and "warm: compiled 2 cached 0 failed 0" in out
-    warm = json.loads((tmp / "out" / "warm.json").read_text())
+    warm = json.loads((tmp / ".carry" / "warm.json").read_text())
     assert sorted(warm["item_seconds"]) == sorted([kernel, "sglang_jit:clamp_position<int64_t>"])
     assert "part warm:" in out and "part pack:" in out
 
 
 def test_the_pieces_are_under_60_mib_with_their_sha256(built):
     tmp, _, _ = built
-    manifests = sorted((tmp / "out" / "pieces").glob("p*/MANIFEST.json"))
+    manifests = sorted((tmp / ".carry" / "pieces").glob("p*/MANIFEST.json"))
     assert len(manifests) >= 2  # PIECE_BYTES cut it in two or more
     listed = json.loads(manifests[0].read_text())
     for piece in listed["pieces"]:
-        data = (tmp / "out" / "pieces" / piece["name"] / "piece").read_bytes()
+        data = (tmp / ".carry" / "pieces" / piece["name"] / "piece").read_bytes()
         assert len(data) == piece["size"] < 60 * 1024 * 1024
         assert hashlib.sha256(data).hexdigest() == piece["sha256"]
     assert sorted(f["name"].rsplit(".", 1)[-1] for f in listed["files"]) == ["gz", "sig"]
 
 
+def _unpack_there(tmp: Path, key: Path, cache: Path, work: Path) -> subprocess.CompletedProcess:
+    """model_proof.sh's CARRIED step: tests/gpu/carry_unpack.sh from the tree's root, pieces held in .carry-held."""
+    work.mkdir()
+    return subprocess.run(["bash", str(UNPACK), "in", ".carry-held", str(key), str(cache), str(work)],
+                          capture_output=True, text=True, env=_env_there(tmp), cwd=tmp, timeout=600)
+
+
 def test_the_artifact_unpacks_only_under_its_key_and_verifies_with_the_fixed_path_names(built):
     tmp, kernel, _ = built
-    art = _joined(tmp)
     env = _env_there(tmp)
     other = _dgp("keygen", tmp / "other-key", env=env)
     assert other.returncode == 0, other.stderr
-    refused = _dgp("unpack", art, "--cache-dir", tmp / "refused", "--trusted-key",
-                   tmp / "other-key" / "dgprecompile-signing.pub", env=env)
-    assert refused.returncode == 2 and "error:" in refused.stderr and not (tmp / "refused" / "cache").exists()
+    # first call: the pieces still in .carry/pieces are kept (moved to .carry-held), joined; a key that did not sign
+    refused = _unpack_there(tmp, tmp / "other-key" / "dgprecompile-signing.pub", tmp / "refused", tmp / "w1")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert refused.stdout.splitlines()[0].startswith("carried: join rc=0 carry-")
+    assert "carried: unpack rc=2; no trusted signature" in refused.stdout and not (tmp / "refused" / "cache").exists()
+    assert not list((tmp / ".carry" / "pieces").glob("p*")) and (tmp / ".carry-held" / "p01.piece").is_file()
+    # the next: the held pieces joined again, unpacked under the key that signed
     fresh = tmp / "fresh"
-    res = _dgp("unpack", art, "--cache-dir", fresh, "--trusted-key", tmp / "key" / "dgprecompile-signing.pub", env=env)
+    res = _unpack_there(tmp, tmp / ".carry-key" / "dgprecompile-signing.pub", fresh, tmp / "w2")
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "signed by trusted key" in res.stderr + res.stdout and "2 entries added" in res.stdout
-    res = _dgp("verify", "--manifest", tmp / "out" / "carry.yaml", "--cache-dir", fresh, env=env)
+    assert "carried: unpack rc=0; signed by trusted key " in res.stdout and "2 entries added" in res.stdout
+    res = _dgp("verify", "--manifest", tmp / ".carry" / "carry.yaml", "--cache-dir", fresh, env=env)
     assert res.returncode == 0 and "coverage proved from the runtime's keys" in res.stdout, res.stdout + res.stderr
     # the runtime's own name for the kernel, deep_gemm at the fixed path; another install path names another entry
-    spec = read_manifest(tmp / "out" / "carry.yaml").kernels[kernel]
+    spec = read_manifest(tmp / ".carry" / "carry.yaml").kernels[kernel]
     template = cxx_templates.require_template("0.1.3").id
 
     def name(install: str) -> str:
@@ -134,6 +139,23 @@ def test_the_artifact_unpacks_only_under_its_key_and_verifies_with_the_fixed_pat
     assert [p.name for p in (fresh / "cache").iterdir()] == [fixed]
     assert name(sgl_deep_gemm_013_dir()) != fixed
     assert [p.name for p in (fresh / "tvm-ffi").iterdir()][0].startswith("sgl_kernel_jit_clamp_position_int64_t_")
+    # a warm over the unpacked cache builds nothing; the line model_proof.sh records says so, and says otherwise for
+    # the carry build's own warm (which built both)
+    warm = _dgp("warm", "--manifest", tmp / ".carry" / "carry.yaml", "--cache-dir", fresh, "--backend", "nvcc",
+                "--sglang-jit", "on", "--json", env=env)
+    assert warm.returncode == 0, warm.stderr
+    (tmp / "warm_there.json").write_text(warm.stdout)
+    (art,) = (tmp / "w2" / "carried").glob("carry-*.tar.gz")
+    lines = {}
+    for which in ("warm_there.json", ".carry/warm.json"):
+        res = subprocess.run(["bash", str(UNPACK), "built", str(tmp / which), str(art)], capture_output=True,
+                             text=True, env=env)
+        assert res.returncode == 0, res.stderr
+        lines[which] = res.stdout.splitlines()
+    assert lines["warm_there.json"] == ["carried: warm (GPU hidden) found the 2 carried items cached and rebuilt 0 of "
+                                        "them", "warm (GPU hidden) built 0 items: none"]
+    assert lines[".carry/warm.json"][0].startswith("carried: warm (GPU hidden) found the 2 carried items cached and "
+                                                   "rebuilt 2 of them: ")
 
 
 def test_no_plan_is_bad_usage(tmp_path):
