@@ -122,7 +122,10 @@ def test_the_artifact_unpacks_only_under_its_key_and_verifies_with_the_fixed_pat
     assert not list((tmp / ".carry" / "pieces").glob("p*")) and (tmp / ".carry-held" / "p01.piece").is_file()
     # the next: the held pieces joined again, unpacked under the key that signed
     fresh = tmp / "fresh"
-    res = _unpack_there(tmp, tmp / ".carry-key" / "dgprecompile-signing.pub", fresh, tmp / "w2")
+    trusted = tmp / ".carry" / "trusted" / "dgprecompile-signing.pub"  # what travels with the pieces
+    assert trusted.read_bytes() == (tmp / ".carry-key" / "dgprecompile-signing.pub").read_bytes()
+    assert not list((tmp / ".carry").rglob("*.key"))  # the private key stays in .carry-key
+    res = _unpack_there(tmp, trusted, fresh, tmp / "w2")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "carried: unpack rc=0; signed by trusted key " in res.stdout and "2 entries added" in res.stdout
     res = _dgp("verify", "--manifest", tmp / ".carry" / "carry.yaml", "--cache-dir", fresh, env=env)

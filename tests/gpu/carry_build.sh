@@ -11,6 +11,8 @@
 #               version, header hash and location, nvcc release) passes there without --force.
 #   sglang-jit  SGLang 0.5.14's tvm-ffi JIT modules, built by the installed sglang (.venv/sglang-0.5.14, with its
 #               tvm-ffi 0.1.11, the wheel carried there): `<name>__arch_9.0__tvmffi_0.1.11/`, no Python in the name.
+#               sglang's module-level imports of triton and sgl_kernel are tests/standins' named STAND-INS here
+#               (none of their functions is called by a JIT module's build), as in the CPU tests.
 #   flashinfer  FlashInfer 0.6.12's modules (sampling, trtllm_comm...), FlashInfer's own builder, arch 9.0a given;
 #               the sampling module's cuRAND headers from the nvidia-curand wheel beside the venv
 #               (FLASHINFER_EXTRA_CUDAFLAGS). Their record holds the flashinfer-python version and the arch only.
@@ -20,10 +22,11 @@
 #               hold the job's Python (EXT_SUFFIX) and their key its platform: warm there, with the job's Python.
 #   inductor    torch.compile graphs: the key holds the torch build and the live GPU's name.
 #
-# Measured here (2 shared cores, nvcc 13.0.88; 2026-12-04, a loaded machine, see tests/gpu/README.md for the full
-# table): one DeepGEMM kernel 14-40 s, the clamp_position JIT module ~35 s, FlashInfer sampling and trtllm_comm
-# many minutes each (single nvcc units: 160-250 s on the H200's 16 cores): the whole 480B carry build is a
-# 15-30 minute job here; run it while nobody else needs the cores, or on a larger CPU machine.
+# Measured here (2 cores shared with other sessions' tests, nvcc 13.0.88, JOBS=2; 2026-12-04, the README's 480B
+# `--tp 8 --ep 8` server on 0.5.14, 464 s in all): plan 1 s; warm 460 s: 33 DeepGEMM kernels 0.6-6.5 s each (about
+# 60 s of wall), 8 SGLang JIT modules 6.3-12.4 s each (about 30 s), FlashInfer's sampling and trtllm_comm 368 s (side by
+# side, after the rest: they set the wall); pack 3 s; split 0 s. Cache 17.4 MB; the signed artifact 6.55 MB: one
+# piece, which travels in the same call as .whl and the tree (tests/gpu/README.md).
 #
 # usage (repo root):
 #   SERVER="python -m sglang.launch_server --model-path M --tp 8 --ep 8" [CONFIG=config.json] [SGLANG=0.5.14] \
@@ -34,7 +37,8 @@
 #   (.carry-key, git-ignored: `dgprecompile keygen` there once, the private key never leaves this machine), WORK
 #   (scratch, default a new temporary folder), JOBS (warm --jobs), PIECE_BYTES (carry_pieces.py's, 57 MiB).
 # writes OUTDIR/{plan.yaml (the whole plan), carry.yaml (its carried part), warm.json, artifact/carry-<id>.tar.gz
-#   (+ .sig), pieces/pNN/{piece,MANIFEST.json}, build.txt (what was built, seconds per part, sizes, sha256s)}
+#   (+ .sig), pieces/pNN/{piece,MANIFEST.json}, trusted/dgprecompile-signing.pub (a copy of the public key, to carry
+#   with the pieces), build.txt (what was built, seconds per part, sizes, sha256s)}
 # exit 0 done; 1 a step failed (named on stderr); 2 bad usage.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
@@ -122,7 +126,8 @@ part pack
 (cd "$OUTDIR" && CARRY_DIR=pieces "$py" "$root/tests/gpu/carry_pieces.py" split "$art" "$art.sig") >> "$log" \
   || fail "split failed" "see $log"
 part split
+mkdir -p "$OUTDIR/trusted" && cp "$KEYDIR/dgprecompile-signing.pub" "$OUTDIR/trusted/" || fail "cannot copy the public key" "see $KEYDIR"
 { echo "artifact: $art ($(stat -c %s "$art") bytes, sha256 $(sha256sum "$art" | cut -d' ' -f1))"
-  echo "trusted key: $KEYDIR/dgprecompile-signing.pub (sha256 $(sha256sum "$KEYDIR/dgprecompile-signing.pub" | cut -d' ' -f1))"
+  echo "trusted key: $OUTDIR/trusted/dgprecompile-signing.pub (sha256 $(sha256sum "$KEYDIR/dgprecompile-signing.pub" | cut -d' ' -f1))"
   echo "cache: $(du -sb "$cache" | cut -f1) bytes; total $(( $(date +%s) - t0 )) s"; } >> "$log"
 cat "$log"
