@@ -155,10 +155,9 @@ def test_the_artifact_unpacks_only_under_its_key_and_verifies_with_the_fixed_pat
                              text=True, env=env)
         assert res.returncode == 0, res.stderr
         lines[which] = res.stdout.splitlines()
-    assert lines["warm_there.json"] == ["carried: warm (GPU hidden) found the 2 carried items cached and rebuilt 0 of "
-                                        "them", "warm (GPU hidden) built 0 items: none"]
-    assert lines[".carry/warm.json"][0].startswith("carried: warm (GPU hidden) found the 2 carried items cached and "
-                                                   "rebuilt 2 of them: ")
+    assert lines["warm_there.json"] == ["carried: 2 items unpacked; warm (GPU hidden) rebuilt 0 of them",
+                                        "warm (GPU hidden) built 0 items: none"]
+    assert lines[".carry/warm.json"][0].startswith("carried: 2 items unpacked; warm (GPU hidden) rebuilt 2 of them: ")
 
 
 def test_no_plan_is_bad_usage(tmp_path):

@@ -10,8 +10,9 @@
 #                                stdout ("carried: join rc=...", "carried: unpack rc=...; signed by trusted key <id>;
 #                                ..."), the tools' own output on stderr. Exit: unpack's (1 where the join failed).
 #   built WARM_JSON [ARTIFACT]   what a warm built (its --json item_seconds), and how many of the artifact's items it
-#                                rebuilt: "carried: warm (GPU hidden) found the N carried items cached and rebuilt 0 of
-#                                them", "warm (GPU hidden) built K items: ..."
+#                                rebuilt (artifact.json's kernels and JIT modules, and the items index.json records):
+#                                "carried: N items unpacked; warm (GPU hidden) rebuilt 0 of them", "warm (GPU hidden)
+#                                built K items: ..."
 # PYTHON (default python3) runs dgprecompile and the piece tool; NUM_SMS (default 132, the H200's) goes to unpack.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -42,11 +43,14 @@ import json, sys, tarfile
 built = sorted(json.load(open(sys.argv[1])).get("item_seconds", {}))
 carried = set()
 if sys.argv[2]:
-    with tarfile.open(sys.argv[2]) as t:
+    with tarfile.open(sys.argv[2]) as t:  # the packed kernels and JIT modules, and the items recorded beside them
         carried = set(json.load(t.extractfile("dgprecompile/artifact.json"))["kernels"])
+        index = json.load(t.extractfile("dgprecompile/index.json"))
+    for section in ("flashinfer", "triton_moe", "inductor"):
+        carried |= set(index.get(section) or {})
 rebuilt = [k for k in built if k in carried]
 if carried:
-    print(f"carried: warm (GPU hidden) found the {len(carried)} carried items cached and rebuilt {len(rebuilt)} of them"
+    print(f"carried: {len(carried)} items unpacked; warm (GPU hidden) rebuilt {len(rebuilt)} of them"
           + (": " + ", ".join(rebuilt) if rebuilt else ""))
 print(f"warm (GPU hidden) built {len(built)} items: {', '.join(built) or 'none'}")
 PY
