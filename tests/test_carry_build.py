@@ -160,6 +160,17 @@ def test_the_artifact_unpacks_only_under_its_key_and_verifies_with_the_fixed_pat
     assert lines[".carry/warm.json"][0].startswith("carried: 2 items unpacked; warm (GPU hidden) rebuilt 2 of them: ")
 
 
+def test_a_site_it_did_not_make_is_left_alone(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "mine.txt").write_text("a user's file\n")
+    env = {**os.environ, "MANIFEST": str(tmp_path / "none.yaml"), "SITE": str(site), "OUTDIR": str(tmp_path / "o"),
+           "PYTHON": sys.executable, "NVCC": NVCC}
+    res = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert res.returncode == 2 and "holds files this script did not put there" in res.stderr
+    assert (site / "mine.txt").read_text() == "a user's file\n"
+
+
 def test_no_plan_is_bad_usage(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("SERVER", "MANIFEST")}
     res = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=env, cwd=tmp_path)

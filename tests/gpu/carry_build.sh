@@ -64,7 +64,11 @@ part() { local now; now=$(date +%s); echo "part $1: $((now - last)) s" >> "$log"
 echo "tests/gpu/carry_build.sh $(date -u +%FT%TZ) git $(git -C "$root" rev-parse --short HEAD 2>/dev/null) families $FAMILIES site $SITE" >> "$log"
 
 # deep_gemm at the fixed path: the same bytes the wheel installs (sgl-deep-gemm 0.1.3 as `make setup` put it)
-rm -rf "$SITE"; mkdir -p "$SITE"
+# SITE is emptied first: only where it is new, empty or one this script (or model_proof.sh) made
+if [ -e "$SITE" ] && [ -n "$(ls -A "$SITE" 2>/dev/null)" ] && [ ! -f "$SITE/.dgp-carry-site" ]; then
+  fail "SITE=$SITE holds files this script did not put there" "set SITE= to a new folder (the same path on the device)" 2
+fi
+rm -rf "$SITE"; mkdir -p "$SITE"; touch "$SITE/.dgp-carry-site"
 cp -a "$venv/sgl-deep-gemm-0.1.3/." "$SITE/" || fail "could not copy deep_gemm to $SITE" "set SITE= to a writable path"
 export PYTHONPATH="$SITE:$venv/sglang-$SGLANG:$venv/flashinfer-0.6.12:$root/tests/standins:$root"
 export DGP_TRANSFORMERS_EXIST_OK=1 CUDA_VISIBLE_DEVICES=

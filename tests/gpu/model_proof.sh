@@ -39,7 +39,11 @@ stamp() {  # a step begins: the one before it ends, its device seconds into summ
 CARRIED=${CARRIED:-}; art=
 if [ -n "$CARRIED" ]; then
   : "${TRUSTED:?TRUSTED= the public key of the carry build (.carry-key/dgprecompile-signing.pub, carried)}"
-  site=${SITE:-/tmp/dgp-carry-site}; rm -rf "$site"; mkdir -p "$site"
+  site=${SITE:-/tmp/dgp-carry-site}
+  if [ -e "$site" ] && [ -n "$(ls -A "$site" 2>/dev/null)" ] && [ ! -f "$site/.dgp-carry-site" ]; then
+    echo "error: SITE=$site holds files neither carry_build.sh nor this script put there" >&2; exit 2
+  fi
+  rm -rf "$site"; mkdir -p "$site"; touch "$site/.dgp-carry-site"
 else
   site=$(mktemp -d)
 fi
