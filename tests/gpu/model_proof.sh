@@ -38,7 +38,7 @@ stamp() {  # a step begins: the one before it ends, its device seconds into summ
   step=$1; step_t=$now; echo "=== $1 $(date -u +%FT%TZ) (+$((now - t0)) s)" >> "$d/logs.txt"; }
 CARRIED=${CARRIED:-}; art=
 if [ -n "$CARRIED" ]; then
-  : "${TRUSTED:?TRUSTED= the public key of the carry build (.carry-key/dgprecompile-signing.pub, carried)}"
+  : "${TRUSTED:?TRUSTED= the public key of the carry build (.carry/trusted/dgprecompile-signing.pub, carried)}"
   site=${SITE:-/tmp/dgp-carry-site}
   if [ -e "$site" ] && [ -n "$(ls -A "$site" 2>/dev/null)" ] && [ ! -f "$site/.dgp-carry-site" ]; then
     echo "error: SITE=$site holds files neither carry_build.sh nor this script put there" >&2; exit 2
