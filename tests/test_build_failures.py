@@ -386,6 +386,21 @@ def test_the_sampling_module_builds_gpu_free_with_curands_headers(version, sampl
     assert so.read_bytes()[:4] == b"\x7fELF" and sorted(p.name for p in so.parent.iterdir()) == [so.name]
 
 
+@pytest.mark.parametrize("version", list(PINS))
+def test_a_cache_that_holds_the_sampling_module_warms_without_curand(version, sampling_warms):
+    """An unpacked artifact's modules (tests/gpu/carry_build.sh carries them to a node): warm there finds the
+    sampling module recorded and whole, builds nothing, and does not ask for the headers only its build needs."""
+    if version not in sampling_warms:
+        pytest.skip(_missing(version) or "the nvidia-curand wheel beside the venv (make setup)")
+    _needs_no_curand()
+    manifest, cache, code, out, err = sampling_warms[version]
+    assert code == 0, out + err
+    res = _warm(manifest, cache, _env(version, curand=False), "--json")
+    assert res.returncode == 0, res.stdout + res.stderr
+    report = json.loads(res.stdout)
+    assert report["compiled"] == 0 and report["already_cached"] == 1 and "curand" not in res.stderr
+
+
 # ---- warm's closing lines ------------------------------------------------------------------------------------
 
 

@@ -196,7 +196,7 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
         fingerprint.update(part.fingerprint)  # {the runtime's fingerprint section: its fields}
     if any(p.fingerprint for p in parts):
         stale = differences(recorded, fingerprint) if recorded else []
-    _check_needs(parts, nvcc, opts, notes)
+    _check_needs(parts, nvcc, opts, notes, bool(stale))
     swept: list[str] = []
     if sweeps:  # chunks come largest first already; their entries are not known in advance
         items, swept = _sweep_items(plan, store, fingerprint, jobs, rank, world)
@@ -210,16 +210,19 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
     return _finish_setup(setup, gpus, sweeps)
 
 
-def _check_needs(parts: list[RuntimePart], nvcc, opts: WarmOptions, notes: list[str]) -> None:
+def _check_needs(parts: list[RuntimePart], nvcc, opts: WarmOptions, notes: list[str], stale: bool) -> None:
     """Refuse at once (exit 3) where a planned family's build lacks a piece this machine can be checked for in a
     moment (compile/build_needs.py: its programs, FlashInfer's toolkit headers), naming every one; --keep-going
-    notes them and builds what it can (those items fail with their compiler's error)."""
+    notes them and builds what it can (those items fail with their compiler's error). Items their records already
+    cover (an unpacked artifact's FlashInfer modules) are not built, so their needs are not asked for, unless the
+    fingerprint is stale."""
     from dgprecompile.compile.build_needs import check, refusal
 
     missing = []
     for part in parts:
         env = {**os.environ, **dict(part.job.get("env", {}))}
-        missing += check([(part.runtime.kind, part.built)], _cuda_home(nvcc.path), env)
+        todo = [it for it in part.built if stale or it.id not in part.cached]
+        missing += check([(part.runtime.kind, todo)], _cuda_home(nvcc.path), env)
     if not missing:
         return
     message, hint = refusal(missing)

@@ -16,14 +16,38 @@
 # Carry .whl: ../shared/device/fetch-wheels.sh + fetch-sglang.sh + .whl/extra (jsonschema and its 4 wheels, msgspec;
 # with flashinfer_python-0.6.12 and tabulate the real FlashInfer runs; .whl/legacy is not needed: leave it out of the 64 MiB).
 # sgl-kernel and flashinfer (not carried) are tests/standins' named stand-ins; the driver names its own (dgprecompile/launch/model_driver.py).
+# CARRIED=<dir of held pieces> TRUSTED=<public key> (issue 43 item 3): the families tests/gpu/carry_build.sh built on
+# the CPU machine (DeepGEMM, SGLang JIT, FlashInfer) arrive as pieces (each earlier call: carry .carry/pieces/pNN and run
+# `CARRY_DIR=.carry/pieces python3 tests/gpu/carry_pieces.py keep`, which moves it into .carry-held/; this call keeps a
+# piece it carries itself first); they are joined and checked (sha256), unpacked into the fresh cache with
+# `dgprecompile unpack --trusted-key TRUSTED` as a node would (signature, fingerprint and every member's bytes: part
+# of the proof), with deep_gemm installed at the fixed path SITE (default /tmp/dgp-carry-site, the carry build's: the
+# DeepGEMM entry names hold it). The GPU-free warm then finds them cached and builds the rest (Triton MoE and its host
+# modules, with the job's Python), which summary.txt names. Nothing of the proof's families is run or captured here.
+# summary.txt gets the device seconds of each step ("device seconds: STEP N").
 set -uo pipefail
 export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 root=$PWD; OUT=${OUT:-$root/out}; NAME=${NAME:-model-proof}; d=$OUT/$NAME; mkdir -p "$d"
 MS=${MS:-1-8192}; SGLANG=${SGLANG:-0.5.14}
 MS_DELETED=${MS_DELETED:-1-96,97-8192:97,8192}  # the deleted-entry run: small m (where each victim runs) and a stride
 : "${SERVER:?SERVER= the sglang server command}" "${CONFIG:?CONFIG= the model config.json}"
-t0=$(date +%s); stamp() { echo "=== $1 $(date -u +%FT%TZ) (+$(( $(date +%s) - t0 )) s)" >> "$d/logs.txt"; }
-site=$(mktemp -d); w=$(mktemp -d); cache=$w/cache; model=$w/model; mkdir -p "$model"; cp "$CONFIG" "$model/config.json"
+t0=$(date +%s); step=; step_t=$t0
+stamp() {  # a step begins: the one before it ends, its device seconds into summary.txt
+  local now; now=$(date +%s)
+  [ -n "$step" ] && echo "device seconds: $step $((now - step_t))" >> "$d/summary.txt"
+  step=$1; step_t=$now; echo "=== $1 $(date -u +%FT%TZ) (+$((now - t0)) s)" >> "$d/logs.txt"; }
+CARRIED=${CARRIED:-}; art=
+if [ -n "$CARRIED" ]; then
+  : "${TRUSTED:?TRUSTED= the public key of the carry build (.carry/trusted/dgprecompile-signing.pub, carried)}"
+  site=${SITE:-/tmp/dgp-carry-site}
+  if [ -e "$site" ] && [ -n "$(ls -A "$site" 2>/dev/null)" ] && [ ! -f "$site/.dgp-carry-site" ]; then
+    echo "error: SITE=$site holds files neither carry_build.sh nor this script put there" >&2; exit 2
+  fi
+  rm -rf "$site"; mkdir -p "$site"; touch "$site/.dgp-carry-site"
+else
+  site=$(mktemp -d)
+fi
+w=$(mktemp -d); cache=$w/cache; model=$w/model; mkdir -p "$model"; cp "$CONFIG" "$model/config.json"
 stamp install
 python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" .whl/sgl_deep_gemm-0.1.3-*.whl \
   .whl/apache_tvm_ffi-*.whl .whl/sglang/*.whl .whl/extra/*.whl >> "$d/logs.txt" 2>&1
@@ -43,6 +67,12 @@ LOCAL=$(python3 -c "import shlex,sys; w=shlex.split(sys.argv[1]); i=w.index('--m
   python3 -c "import torch._inductor.compile_fx as c; print('inductor hook point fx_codegen_and_compile:', hasattr(c, 'fx_codegen_and_compile'))";
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } >> "$d/summary.txt" 2>&1
 dg() { python3 -m dgprecompile "$@"; }
+if [ -n "$CARRIED" ]; then
+  stamp carried
+  bash tests/gpu/carry_unpack.sh in "$CARRIED" "$TRUSTED" "$cache" "$w" >> "$d/summary.txt" 2>> "$d/logs.txt"
+  unpack_rc=$?; art=$(ls "$w"/carried/carry-*.tar.gz 2>/dev/null | head -1)
+  if [ "$unpack_rc" != 0 ]; then stamp stopped; cat "$d/summary.txt"; exit 1; fi
+fi
 stamp plan
 dg plan --sglang "$SGLANG" --sglang-cmd "$LOCAL" -o "$w/plan.yaml" > "$d/plan.txt" 2>&1
 echo "plan rc=$?" >> "$d/summary.txt"
@@ -53,6 +83,8 @@ prof=(); [ "${PROFILE:-0}" = 1 ] && prof=(-m cProfile -o "$w/warm.prof")
 CUDA_VISIBLE_DEVICES= python3 "${prof[@]}" -m dgprecompile warm --manifest "$w/plan.yaml" \
   --cache-dir "$cache" --backend nvcc --sglang-jit on --json > "$d/warm.json" 2> "$w/warm.err"
 echo "warm (GPU hidden) rc=$?" >> "$d/summary.txt"; tail -25 "$w/warm.err" >> "$d/logs.txt"
+# what the GPU-free warm built: with CARRIED, none of the carried items (they were unpacked), only the rest
+bash tests/gpu/carry_unpack.sh built "$d/warm.json" "${art:-}" >> "$d/summary.txt" 2>> "$d/logs.txt"
 # issue 33's speed bound, from warm's own report (bench/bench_triton_warm.py limits): wall / max(sum/workers, longest)
 python3 -c "import json, sys, time; sys.path.insert(0, 'bench'); from bench_triton_warm import limits
 wall = time.time() - float(sys.argv[2]); lim = limits(json.load(open(sys.argv[1])))
@@ -69,6 +101,7 @@ python3 -m dgprecompile warm --manifest "$w/plan.yaml" --cache-dir "$cache" --ba
   > "$d/warm_gpu.json" 2> "$w/warm_gpu.err"
 echo "warm (GPU visible: torch.compile graphs) rc=$? in $(python3 -c "import time,sys; print(round(time.time()-float(sys.argv[1]),1))" "$tg") s" >> "$d/summary.txt"
 tail -8 "$w/warm_gpu.err" >> "$d/logs.txt"
+stamp verify
 dg verify --manifest "$w/plan.yaml" --cache-dir "$cache" > "$w/verify.txt" 2>&1
 echo "verify rc=$?" >> "$d/summary.txt"; tail -5 "$w/verify.txt" >> "$d/logs.txt"
 DRIVER=(python3 -m dgprecompile.launch.model_driver --sglang-cmd "$LOCAL" --model-dir "$model" --m "$MS")
@@ -151,6 +184,13 @@ for f in deepgemm sglang-jit triton-moe triton-host inductor; do  # each family:
             --expect "$f=summary.txt:^decode step: [1-9][0-9]* calls; sampler [1-9]")
 done
 for f in deepgemm sglang-jit triton-moe inductor; do expects+=(--expect "$f=summary.txt:^deleted-run: deleted $f refused by name$"); done
+if [ -n "$CARRIED" ]; then  # the carried families were unpacked under the trusted key and not rebuilt here
+  carried_families=(deepgemm sglang-jit); [ "$FLASHINFER" = real ] && carried_families+=(flashinfer)
+  for f in "${carried_families[@]}"; do
+    expects+=(--expect "$f=summary.txt:^carried: unpack rc=0; signed by trusted key"
+              --expect "$f=summary.txt:^carried: [1-9][0-9]* items unpacked; warm \(GPU hidden\) rebuilt 0 of them$")
+  done
+fi
 if [ "$FLASHINFER" = real ]; then  # its planned modules warmed GPU-free; the one the driver runs deleted and refused
   expects+=(--expect "flashinfer=summary.txt:^family flashinfer: refused 0, new 0$"
             --expect "flashinfer=summary.txt:^driver failures other than refusals: 0$"
@@ -160,4 +200,5 @@ python3 tests/gpu/proof_record.py --name "$NAME" --dir "$d" --out "$d/record.jso
   --command "SGLANG=$SGLANG SERVER=\"$SERVER\" CONFIG=$CONFIG MS=$MS bash tests/gpu/model_proof.sh" --wheels .whl \
   "${expects[@]}" >> "$d/summary.txt" 2>&1
 [ -f "$d/asks.json" ] && python3 -c "import json, sys, time; p = sys.argv[1]; r = json.load(open(p)); r['device_s'] = round(time.time() - int(sys.argv[2])); json.dump(r, open(p, 'w'), indent=1)" "$d/asks.json" "$t0"
+echo "device seconds: total $(( $(date +%s) - t0 ))" >> "$d/summary.txt"
 cat "$d/summary.txt"
