@@ -24,7 +24,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import PLAN, warm_once
+from helpers import PLAN, beside_venv, sglang_014_dir, warm_once
 from test_artifact import NEW_EPOCH, OLD_EPOCH, _pack_build, expect_refusal, packed, run  # noqa: F401 (fixture)
 
 from dgprecompile.planning.manifest import write_manifest
@@ -33,6 +33,7 @@ from dgprecompile.planning.trace import plan_from_calls
 from dgprecompile.runtimes import CAPTURED
 
 REPO = Path(__file__).resolve().parent.parent
+FLASHINFER_0612 = beside_venv("flashinfer-0.6.12", "flashinfer/__init__.py")
 torch_here = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
                                 reason="no torch in the venv (make setup installs it)")
 
@@ -60,7 +61,7 @@ def _env() -> dict[str, str]:
 
 
 def strict_launch(folder: Path, job: str, *args: str, cache: str = "cache", plan: tuple[str, ...] | None = None,
-                  timeout: int = 240) -> subprocess.CompletedProcess:
+                  timeout: int = 240, pythonpath: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     (folder / "job.py").write_text(job)
     (folder / "compiled.py").write_text(COMPILE)
     if plan is None:
@@ -70,7 +71,9 @@ def strict_launch(folder: Path, job: str, *args: str, cache: str = "cache", plan
         plan = ("--manifest", str(folder / "plan.yaml"))
     cmd = [sys.executable, "-m", "dgprecompile", "launch", *plan, "--cache-dir", str(folder / cache),
            "--allow-missing", "--", sys.executable, str(folder / "job.py"), *args]
-    return subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=timeout, cwd=folder)
+    env = _env()
+    env["PYTHONPATH"] = os.pathsep.join([*pythonpath, env["PYTHONPATH"]])
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=folder)
 
 
 # ---- item 5: every family, whether or not the cache holds its entries -----------------------------------------
@@ -97,6 +100,27 @@ def test_strict_points_every_family_into_the_cache_and_arms_every_refusal(tmp_pa
             assert value.startswith(str(tmp_path / "cache"))
     refused = env["DGPRECOMPILE_STRICT_FAMILIES"].split(",")
     assert sorted(refused) == sorted(f.id for f in CAPTURED if f.hook_target), refused
+
+
+@pytest.mark.skipif(FLASHINFER_0612 is None or sglang_014_dir() is None or importlib.util.find_spec("torch") is None,
+                    reason="flashinfer-python 0.6.12, sglang 0.5.14 (its tvm-ffi) and torch beside the venv (make setup)")
+def test_flashinfers_own_log_is_its_bookkeeping_not_a_compile(tmp_path):
+    """FlashInfer's JIT logger opens <workspace>/<version>/flashinfer_jit.log when flashinfer.jit is imported, a
+    build or not; with the workspace always in the cache under strict, that file must not fail the launch (it did
+    for sglang 0.5.9's rope module, whose import chain imports flashinfer 0.6.3). A module file there still does."""
+    job = textwrap.dedent("""
+        import os, sys
+        import flashinfer.jit.core  # the real 0.6.12, patched by the strict hook on import
+        if sys.argv[1] == "compile":
+            d = os.path.join(os.environ["FLASHINFER_WORKSPACE_BASE"], ".cache/flashinfer/0.6.12/90a/cached_ops/x")
+            os.makedirs(d, exist_ok=True)
+            open(os.path.join(d, "x.so"), "wb").write(b"built at run time")
+    """)
+    quiet = strict_launch(tmp_path, job, "none", pythonpath=(FLASHINFER_0612, sglang_014_dir()))
+    assert quiet.returncode == 0, quiet.stderr
+    assert (tmp_path / "cache" / "flashinfer" / "0.6.12" / "flashinfer_jit.log").is_file()
+    r = strict_launch(tmp_path, job, "compile", pythonpath=(FLASHINFER_0612, sglang_014_dir()))
+    assert r.returncode == 1 and "compiled during it: flashinfer/0.6.12/90a/cached_ops/x" in r.stderr, r.stderr
 
 
 def test_a_compile_of_a_counted_family_fails_the_launch_naming_it(tmp_path):

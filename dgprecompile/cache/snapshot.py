@@ -11,7 +11,7 @@ changed where its ctime changed in a folder whose mtime changed (it was renamed 
 dgprecompile's own records (``dgprecompile/``: the index, the installed-build record) are covered with the sha256 of
 every file whatever its size (a job that empties the index's records or removes the build record is seen); left out
 are only what changes as a matter of course: its locks and staging, inductor's locks/ and a family's bookkeeping
-files (``not_entries``, the CUDA driver's index).
+files (``not_entries``: the CUDA driver's index, FlashInfer's JIT log).
 """
 
 from __future__ import annotations
@@ -47,9 +47,20 @@ def _digest(path: str, size: int, whole: bool = False) -> str | None:
     return digest.hexdigest()
 
 
+# a family's bookkeeping files named with a folder pattern (FlashInfer's <version>/flashinfer_jit.log)
+BOOKKEEPING = tuple(f"{f.area}/{name}" for f in CAPTURED for name in f.not_entries if "*" in name)
+
+
 def _skipped(path: str) -> bool:
     """Left out of a snapshot: locks, staging and bookkeeping (module doc)."""
-    return path in LOCKS or (path.startswith(f"{OURS}/") and path.count("/") == 1 and path.endswith(".lock"))
+    return (path in LOCKS or (path.startswith(f"{OURS}/") and path.count("/") == 1 and path.endswith(".lock"))
+            or any(_matches(path, pattern) for pattern in BOOKKEEPING))
+
+
+def _matches(path: str, pattern: str) -> bool:
+    """``path`` is ``pattern`` with each ``*`` one folder name."""
+    parts, wanted = path.split("/"), pattern.split("/")
+    return len(parts) == len(wanted) and all(w in ("*", p) for p, w in zip(parts, wanted, strict=True))
 
 
 def take(root: str | Path) -> dict[str, tuple]:

@@ -78,7 +78,9 @@ class CacheFamily:
     hook_target: str | None  # module whose compile entry the startup hook wraps in strict mode; None: not refused
     strict_switch: tuple[tuple[str, str], ...] = ()  # the library's own "refuse to compile" variable (none usable)
     kind: str = "captured"  # plans no items: its entries are filed from a capture (runtimes/base.py)
-    not_entries: tuple[str, ...] = ()  # files the library keeps beside its entries (its bookkeeping): not counted
+    # files the library keeps beside its entries (its bookkeeping), by their path under the area (``*``: any one
+    # folder name): not counted
+    not_entries: tuple[str, ...] = ()
     live: tuple[str, ...] = ()  # `verify --live` drives none: their new entries are counted, not driven
     # path components of an entry's name by its first one (default 1), and first components that hold no entries
     nesting: tuple[tuple[str, int], ...] = ()
@@ -314,10 +316,12 @@ CACHE_FAMILIES: tuple[CacheFamily, ...] = (
     # FLASHINFER_DISABLE_JIT is no strict switch: JitSpec.build raises on it even when <name>.so is built, and
     # build_and_load calls build for every non-AOT module (flashinfer/jit/core.py, 0.6.12): the hook loads a built
     # module without building and refuses a missing one. FlashInfer puts its modules under
-    # $FLASHINFER_WORKSPACE_BASE/.cache/flashinfer/<version>/<archs>/cached_ops/<name>/ (jit/env.py)
+    # $FLASHINFER_WORKSPACE_BASE/.cache/flashinfer/<version>/<archs>/cached_ops/<name>/ (jit/env.py); its JIT logger
+    # opens <version>/flashinfer_jit.log when flashinfer.jit is imported, a build or not (jit/core.py:47 in 0.6.3 and
+    # 0.6.12, :59 in 0.7.2): its bookkeeping
     CacheFamily("flashinfer", "FlashInfer JIT", "flashinfer", ("FLASHINFER_WORKSPACE_BASE",), ("flashinfer-python",),
                 "flashinfer-ops", filed=True, hook_target="flashinfer.jit.core", depth=4,
-                base_prefix=".cache/flashinfer"),
+                base_prefix=".cache/flashinfer", not_entries=("*/flashinfer_jit.log",)),
     # _compile_fx_inner calls the module global fx_codegen_and_compile only when the FX graph cache has no entry
     # (miss, bypass, or AOTAutograd's bundled cache missed); an AOTAutograd cache hit never gets there
     # (torch/_inductor/compile_fx.py, torch 2.13 and pytorch main 001077c)
