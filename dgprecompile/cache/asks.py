@@ -98,10 +98,10 @@ def check_asks(record: dict[str, Any], plan, *, nvcc: str | None = None) -> Asks
     return report
 
 
-def _names(family: str, asks: list[str], known: set[str] | None, why: str, also=lambda ask: False) -> list[AskCheck]:
+def _names(family: str, asks: list[str], known: set[str] | None, why: str) -> list[AskCheck]:
     if known is None:
         return [AskCheck(family, a, UNCHECKED, why) for a in asks]
-    return [AskCheck(family, a, COVERED) if a in known or also(a) else
+    return [AskCheck(family, a, COVERED) if a in known else
             AskCheck(family, a, MISSING, "HEAD's plan names no item the runtime looks up by this name")
             for a in asks]
 
