@@ -199,10 +199,10 @@ def grad_mode_conflict(plan: Plan, command: list[str], base_env: Mapping[str, st
     job = grad_mode_from(find_server_command(command), base_env)
     if planned == {job}:
         return None
-    shown = {"inference": "torch.inference_mode", "no_grad": "torch.no_grad"}
-    return (f"the job runs its forwards under {shown[job]} ({variable}="
+    shown = INDUCTOR_GRAPHS.grad_shown
+    return (f"the job runs its forwards under {shown(job)} ({variable}="
             f"{base_env.get(variable, '') or 'unset'} as it has it), but the plan's torch.compile graphs were "
-            f"planned under {' and '.join(shown[g] for g in sorted(planned))}: each would compile again")
+            f"planned under {' and '.join(shown(g) for g in sorted(planned))}: each would compile again")
 
 
 def job_runtimes(plan: Plan) -> list:

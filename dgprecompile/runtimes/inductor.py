@@ -71,6 +71,11 @@ class InductorGraphs(PackageKeyed):
         ``inference`` where SGLang reads it as true, else ``no_grad`` (unset, false or a value it does not know)."""
         return "inference" if (value or "").lower() in self.data()["grad_mode"]["true"] else "no_grad"
 
+    @staticmethod
+    def grad_shown(grad: str) -> str:
+        """A grad mode as torch calls it (plan's notes, launch's refusal)."""
+        return "torch.inference_mode" if grad == "inference" else "torch.no_grad"
+
     def plan_items(self, config: dict, *, tp: int, sglang_version: str | None, triton_moe: list,
                    device_name: str, grad: str = "no_grad") -> tuple[list[InductorGraphItem], list[str]]:
         """The items of a plan (its Triton MoE items, tensor-parallel size, release, the job's grad mode) and notes
@@ -93,8 +98,7 @@ class InductorGraphs(PackageKeyed):
             items += (_moe_sum_items(g, name, config, triton_moe, device_name, grad, where)
                       if g["when"] == "triton-moe" else [_vocab_item(name, config, tp, device_name, grad, where)])
         if items:
-            mode = ("torch.inference_mode" if grad == "inference" else "torch.no_grad") + \
-                f" ({self.grad_variable} as the job has it)"
+            mode = f"{self.grad_shown(grad)} ({self.grad_variable} as the job has it)"
             notes.append(f"{self.label}: {len(items)} planned under {mode}; {self.needs_gpu}")
         return items, notes
 
