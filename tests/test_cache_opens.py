@@ -75,12 +75,21 @@ def test_what_another_process_opens_is_recorded_per_family_and_makes_a_valid_ask
     template = json.loads((REPO / "bench/results/2026-12-03-h200-model-480b/asks.json").read_text())
     (tmp_path / "template.json").write_text(json.dumps({**template, "complete": True, "families": {}}))
     (tmp_path / "config.json").write_text("{}")
-    res = subprocess.run([sys.executable, str(SCRIPT), "asks", "--opens", str(opens), "--refusals", str(stderr),
-                          "--template", str(tmp_path / "template.json"), "--out", str(tmp_path / "asks.json")],
-                         capture_output=True, text=True, timeout=60)
-    assert res.returncode == 0, res.stderr
-    record = load_record(tmp_path / "asks.json")
-    assert record["families"] == {
-        "deepgemm": {"entries": ["kernel.a.1"]},
-        "sglang-jit": {"entries": ["late", f"{ROPE}__arch_9.0"], "modules": ["sgl_kernel_jit_x_1"]},
-        "flashinfer": {"entries": ["0.6.12/90a/cached_ops/sampling"]}}
+    # the driver's report: the calls it recorded inside the job (launch/model_asks.py)
+    driver_asks = {"triton-moe": {"calls": [{"experts": 20, "hidden": 6144, "intermediate": 2560, "topk": 8,
+                                             "ms": [[1, 8192]]}]},
+                   "inductor": {"calls": [{"function": "sglang.srt.x.f", "args": [{"shape": ["m", 8], "dtype": "int64"},
+                                                                                 0, 1.5], "grad": "no_grad",
+                                           "ms": [[1, 2], [8, 8]]}]}}
+    (tmp_path / "driver.json").write_text(json.dumps({"calls": {}, "asks": driver_asks}))
+    for driver, extra in ((None, {}), (tmp_path / "driver.json", driver_asks)):
+        res = subprocess.run([sys.executable, str(SCRIPT), "asks", "--opens", str(opens), "--refusals", str(stderr),
+                              "--template", str(tmp_path / "template.json"), "--out", str(tmp_path / "asks.json"),
+                              *(["--driver", str(driver)] if driver else [])],
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, res.stderr
+        record = load_record(tmp_path / "asks.json")
+        assert record["families"] == {
+            "deepgemm": {"entries": ["kernel.a.1"]},
+            "sglang-jit": {"entries": ["late", f"{ROPE}__arch_9.0"], "modules": ["sgl_kernel_jit_x_1"]},
+            "flashinfer": {"entries": ["0.6.12/90a/cached_ops/sampling"]}, **extra}

@@ -3,16 +3,17 @@
 A proof run on the GPU logs, per JIT family, what the job's runtimes looked up, in their own terms (a record,
 ``data/schemas/proof-asks.json``): DeepGEMM's entry names, SGLang's JIT modules (their module names, or the
 directories the loader opened), FlashInfer's module directories, the Triton fused MoE's calls (experts, hidden,
-intermediate, top-k, m) and the torch.compile'd functions' calls (graph, shape facts, m, grad mode). Nothing in it
-comes from the plan under test: it is what the runtime did.
+intermediate, top-k, m) and the torch.compile'd functions' calls (function, arguments as a cache key sees them, m,
+grad mode). Nothing in it comes from the plan under test: it is what the runtime did.
 
 ``check_asks`` makes HEAD's plan for the record's server command and config (the same planning ``plan`` and ``warm``
 use) and asks of each ask whether the plan covers it: the entry or module name among the names the runtime here
 gives the plan's items (keys/schemes.py: DeepGEMM's from the installed headers and nvcc, SGLang's from the installed
-sglang, FlashInfer's from the item), a MoE call inside a planned item's shape and m range, a compiled call inside a
-planned graph item of the same function, shape facts and grad mode. A plan that drops or changes one ask fails,
-naming it; where this machine cannot compute a family's names (another release installed, no nvcc) the family is
-"unchecked", which fails too: a record is held only where its environment is reproduced.
+sglang, FlashInfer's from the item), a MoE call inside a planned item's shape and m range for the run's GPU, a
+compiled call with the arguments warm passes for a planned item of that function (compile/inductor_graphs.py's own
+calls, on torch's meta device), in its grad mode and m range. A plan that drops or changes one ask fails, naming it;
+where this machine cannot compute a family's names (another release installed, no nvcc) the family is "unchecked",
+which fails too: a record is held only where its environment is reproduced.
 
 ``python -m dgprecompile.cache.asks RECORD.json [--nvcc PATH] [--json]`` runs it with whatever sglang, DeepGEMM and
 nvcc this process finds (the release's own folders on PYTHONPATH), exit 0 when every ask is covered, 1 when one is
@@ -152,33 +153,96 @@ def _flashinfer(plan, asks: dict[str, Any], record: dict[str, Any], notes: list[
     return _names("flashinfer", [*asks.get("modules", []), *asks.get("entries", [])], known, "")
 
 
+def _ms(call: dict[str, Any]) -> list[tuple[int, int]]:
+    """The m a call ran at, as inclusive spans (``m`` or ``ms``)."""
+    return [(call["m"], call["m"])] if "m" in call else [(int(a), int(b)) for a, b in call["ms"]]
+
+
+def _ms_shown(spans: list[tuple[int, int]]) -> str:
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def _uncovered(spans: list[tuple[int, int]], ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts of ``spans`` no range of ``ranges`` holds."""
+    left = []
+    for lo, hi in spans:
+        for a, b in sorted(ranges):
+            if b < lo or a > hi:
+                continue
+            if a > lo:
+                left.append((lo, a - 1))
+            lo = max(lo, b + 1)
+            if lo > hi:
+                break
+        if lo <= hi:
+            left.append((lo, hi))
+    return left
+
+
 def _triton_moe(plan, asks: dict[str, Any], record: dict[str, Any], notes: list[str], nvcc: str | None):
-    """Each fused-MoE call (experts, hidden, intermediate, top-k, m) inside a planned item's shape and m range."""
+    """Each fused-MoE call (experts, hidden, intermediate, top-k; its m) inside a planned item of that shape, for the
+    record's GPU, whose m range holds every m it ran at."""
+    gpu = record["environment"]["gpu"]
     out = []
     for call in asks.get("calls", []):
         shape = {k: call[k] for k in ("experts", "hidden", "intermediate", "topk")}
-        shown = ", ".join(f"{k} {v}" for k, v in {**shape, "m": call["m"]}.items())
-        fits = [it for it in plan.triton_moe.values()
-                if all(getattr(it, k) == v for k, v in shape.items())]
-        inside = [it for it in fits if it.m_min <= call["m"] <= it.m_max]
-        out.append(AskCheck("triton-moe", shown, COVERED) if inside else AskCheck(
-            "triton-moe", shown, MISSING, f"m {call['m']} outside the planned m range of {fits[0].id}" if fits
-            else "HEAD's plan has no Triton MoE item of this shape"))
+        spans = _ms(call)
+        shown = ", ".join(f"{k} {v}" for k, v in shape.items()) + f", m {_ms_shown(spans)}"
+        fits = [it for it in plan.triton_moe.values() if all(getattr(it, k) == v for k, v in shape.items())]
+        here = [it for it in fits if it.device_name == gpu]
+        left = _uncovered(spans, [(it.m_min, it.m_max) for it in here])
+        why = ("" if here and not left else f"m {_ms_shown(left)} outside the planned m range of {here[0].id}" if here
+               else f"planned for {fits[0].device_name}, the run's GPU is {gpu}" if fits
+               else "HEAD's plan has no Triton MoE item of this shape")
+        out.append(AskCheck("triton-moe", shown, MISSING if why else COVERED, why))
     return out
 
 
+def _warm_calls(graph: dict[str, Any], item, m: int) -> list[dict[str, Any]]:
+    """How warm calls the item's function at ``m`` (compile/inductor_graphs.py, the same code), one call per rank
+    its sequences use, each described as the driver describes the runtime's calls (launch/model_asks.py)."""
+    from dgprecompile.compile import inductor_graphs
+    from dgprecompile.launch.model_asks import call_m, described
+
+    params = dict(item.params)
+    seen: list[dict[str, Any]] = []
+
+    def record(*args, **kwargs):
+        at = call_m(args, kwargs)
+        seen.append({"args": [described(v, at) for v in args],
+                     "kwargs": {k: described(v, at) for k, v in sorted(kwargs.items())}})
+
+    call = inductor_graphs.CALLS[item.graph](record, params, "meta")
+    for rank in sorted({rank for rank, _ in inductor_graphs.sequences(graph, params)}):
+        call(m, rank)
+    return seen
+
+
 def _inductor(plan, asks: dict[str, Any], record: dict[str, Any], notes: list[str], nvcc: str | None):
-    """Each compiled call (graph, shape facts, m, grad mode) inside a planned item of that graph, facts and mode."""
+    """Each call of a torch.compile'd function (its module and name, its arguments as a cache key sees them, the
+    grad mode; its m) against the planned items of that function: the same arguments as warm passes for one of the
+    ranks it builds, the same grad mode, and (a function compiled with static shapes first) every m within m_max."""
+    from dgprecompile.runtimes.inductor import INDUCTOR_GRAPHS
+
+    graphs = {f"{g['module']}.{g['function']}": name for name, g in INDUCTOR_GRAPHS.data()["graphs"].items()}
+    gpu = record["environment"]["gpu"]
     out = []
     for call in asks.get("calls", []):
-        shown = f"{call['graph']} {json.dumps(call['params'], sort_keys=True)} m {call['m']} {call['grad']}"
-        same = [it for it in plan.inductor.values() if it.graph == call["graph"]
-                and all(dict(it.params).get(k) == v for k, v in call["params"].items())]
+        spans = _ms(call)
+        asked = {"args": call["args"], "kwargs": call.get("kwargs", {})}
+        shown = f"{call['function'].rsplit('.', 1)[-1]} {json.dumps(asked, sort_keys=True)} m {_ms_shown(spans)} " \
+                f"{call['grad']}"
+        name = graphs.get(call["function"])
+        items = [it for it in plan.inductor.values() if it.graph == name and it.device_name == gpu]
+        same = [it for it in items if asked in _warm_calls(INDUCTOR_GRAPHS.graph(name), it, spans[0][0])]
         moded = [it for it in same if it.grad == call["grad"]]
-        bound = [it for it in moded if call["m"] <= int(dict(it.params).get("m_max", call["m"]))]
-        why = ("" if bound else f"m {call['m']} above the planned m_max of {moded[0].id}" if moded
+        static = INDUCTOR_GRAPHS.graph(name)["compile"] == "automatic" if name else False
+        bound = [it for it in moded if not static or spans[-1][1] <= int(dict(it.params)["m_max"])]
+        why = ("" if bound else f"m {_ms_shown(spans)} above the planned m_max of {moded[0].id}" if moded
                else f"planned under {same[0].grad}, the runtime ran {call['grad']}" if same
-               else "HEAD's plan has no item of this graph and shape")
+               else "HEAD's plan has no item of this function for these arguments" if items
+               else "HEAD's plan has no item of this function" if name
+               else "no planned graph is this function (data/inductor_graphs.yaml)")
         out.append(AskCheck("inductor", shown, COVERED if bound else MISSING, why))
     return out
 

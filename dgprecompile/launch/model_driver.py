@@ -8,7 +8,9 @@ embedding, each decoder layer's norms, its attention block's linears, q/k norm a
 (the model class's own module with its own gate, top-k and the MoE runner the arguments choose), and the final
 norm; then a decode step at a few batch sizes (:func:`decode_step`: SGLang's own position clamp, the layers at the
 batch's width, the LM head and SGLang's own Sampler with top-k / top-p). Run it as the job of a strict ``dgprecompile launch``: a refused compile is an error here (reported per
-module, the first m it happened at) and the launch's own checks see every entry a compile would add.
+module, the first m it happened at) and the launch's own checks see every entry a compile would add. The report's
+``asks`` are the Triton fused MoE's and the torch.compile'd functions' calls SGLang made (launch/model_asks.py): the
+part of a proof's asks record (issue 43) that only the job itself can see.
 
 STAND-INS, each named in the report (what one GPU cannot run, or what is not a JIT and is not carried):
 * the layer count: SGLang's own ``--json-model-override-args`` keeps the layers up to the first MoE layer (the
@@ -118,10 +120,13 @@ def main(argv: list[str] | None = None) -> int:
     report = Report()
     before = cache_files()
     t0 = time.time()
-    from dgprecompile.launch import model_standins
+    from dgprecompile.launch import model_asks, model_standins
 
+    asks = model_asks.Asks()
+    model_asks.watch_compile(asks)  # before SGLang is imported: its torch.compile decorators record their calls
     model_standins.install(report)
     model, sa = build(args, report)
+    model_asks.watch_moe(asks)
     ms = parse_ms(args.m)
     with grad_mode(report):
         drive(model, ms, report)
@@ -131,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
                                                                   "moe_a2a_backend", "attention_backend",
                                                                   "disable_shared_experts_fusion")},
            "calls": report.calls, "failed": report.failed, "standins": report.standins, "notes": report.notes,
-           "new_cache_files": new_files(before, cache_files()), "dynamo": dynamo_counts()}
+           "new_cache_files": new_files(before, cache_files()), "dynamo": dynamo_counts(),
+           "asks": asks.to_dict(), "asks_notes": asks.notes}
     text = json.dumps(out, indent=1, sort_keys=True)
     if args.report:
         with open(args.report, "w") as f:

@@ -7,9 +7,11 @@
       then written to OPENS.json ({"root": ..., "opened": {relative path: count}}). Prints "watching N
       directories" once the watches are set (start the launch after that line).
   python3 tests/gpu/cache_opens.py asks --opens OPENS.json --refusals STDERR --template ASKS.json --out ASKS.json
+          [--driver DRIVER.json]
       the asks record (dgprecompile/data/schemas/proof-asks.json): the template's fields, with each family's entries
       the job opened (DeepGEMM's kernel directories under cache/, SGLang's module directories under tvm-ffi/,
-      FlashInfer's module directories under flashinfer/) and the modules a refusal named in STDERR.
+      FlashInfer's module directories under flashinfer/), the modules a refusal named in STDERR and, from the model
+      driver's report, the Triton MoE's and torch.compile's calls it recorded inside the job (its "asks").
 
 Independent of dgprecompile's plan and hook: Linux's inotify (through ctypes) reports every open(2) of a file in a
 watched directory, dlopen and DeepGEMM's cubin reads included, whoever opens it. A runtime that finds its entry opens
@@ -127,7 +129,7 @@ def entries(opened: dict[str, int]) -> dict[str, list[str]]:
     return {fam: sorted(names) for fam, names in out.items()}
 
 
-def asks(opens: str, refusals: str, template: str, out: str) -> int:
+def asks(opens: str, refusals: str, template: str, out: str, driver: str | None = None) -> int:
     with open(opens) as f:
         seen = json.load(f)
     if seen["overflow"] or not seen["job_ended"]:
@@ -141,6 +143,9 @@ def asks(opens: str, refusals: str, template: str, out: str) -> int:
     families = {fam: {"entries": names} for fam, names in entries(seen["opened"]).items()}
     for who, module in refused:
         families.setdefault(REFUSER[who], {}).setdefault("modules", []).append(module)
+    if driver and os.path.exists(driver):  # the Triton MoE's and torch.compile's calls, recorded inside the job (launch/model_asks.py)
+        with open(driver) as f:
+            families.update(json.load(f).get("asks", {}))
     record["families"] = families
     with open(out, "w") as f:
         json.dump(record, f, indent=1)
@@ -155,7 +160,7 @@ def main(argv: list[str]) -> int:
         return watch(argv[1], argv[2:i], argv[i + 1], argv[-1])
     if argv[:1] == ["asks"]:
         opts = dict(zip(argv[1::2], argv[2::2], strict=False))
-        return asks(opts["--opens"], opts["--refusals"], opts["--template"], opts["--out"])
+        return asks(opts["--opens"], opts["--refusals"], opts["--template"], opts["--out"], opts.get("--driver"))
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -2,7 +2,7 @@
 # The device's side of tests/gpu/carry_build.sh (issue 43 item 3), run by model_proof.sh's CARRIED mode and by
 # tests/test_carry_build.py here (the same lines, so a slip shows on the CPU machine, not in a device call):
 #
-#   in HELD TRUSTED CACHE WORK   keep a piece this call carried itself (.carry/pieces/pNN, when there), join every
+#   in HELD TRUSTED CACHE WORK   keep a piece this call carried itself (CARRY_PIECES/pNN, default .carry/pieces), join every
 #                                held piece (sha256 of each piece and file: tests/gpu/carry_pieces.py) into WORK/carried,
 #                                and `dgprecompile unpack --trusted-key` the artifact into CACHE as a node would: the
 #                                signature, the fingerprint (deep_gemm must be installed at the carry build's SITE) and
@@ -21,7 +21,8 @@ case "${1:-}" in
 in)
   [ $# -eq 5 ] || { echo "error: usage: carry_unpack.sh in HELD TRUSTED CACHE WORK" >&2; exit 2; }
   held=$2 trusted=$3 cache=$4 work=$5
-  if [ -d .carry/pieces ]; then CARRY_DIR=.carry/pieces HELD_DIR="$held" "$py" "$here/carry_pieces.py" keep >&2; fi
+  pieces=${CARRY_PIECES:-.carry/pieces}
+  if [ -d "$pieces" ]; then CARRY_DIR=$pieces HELD_DIR="$held" "$py" "$here/carry_pieces.py" keep >&2; fi
   HELD_DIR="$held" "$py" "$here/carry_pieces.py" join "$work/carried" >&2
   join_rc=$?
   art=$(ls "$work"/carried/carry-*.tar.gz 2>/dev/null | head -1)

@@ -122,9 +122,9 @@ kill -TERM "$watcher"; wait "$watcher"; cat "$w/watch.out" >> "$d/logs.txt"
 python3 tests/gpu/model_proof_summary.py --driver "$d/driver.json" --stderr "$w/strict.err" \
   --before "$w/files.before" --after "$w/files.after" >> "$d/summary.txt" 2>&1
 tail -c 3000 "$w/strict.err" >> "$d/logs.txt"
-# the asks record: complete where the strict run passed with nothing refused or new in these three families
+# the asks record: complete where the strict run passed with nothing refused or new in the families it records
 complete=false
-[ "$strict_rc" = 0 ] && for f in deepgemm sglang-jit flashinfer; do grep -q "^family $f: refused 0, new 0$" "$d/summary.txt" || strict_rc=x; done
+[ "$strict_rc" = 0 ] && for f in deepgemm sglang-jit flashinfer triton-moe inductor; do grep -q "^family $f: refused 0, new 0$" "$d/summary.txt" || strict_rc=x; done
 [ "$strict_rc" = 0 ] && complete=true
 cp "$CONFIG" "$d/config.json"
 python3 - "$d/asks.template.json" "$complete" "$site" <<PYEOF
@@ -144,15 +144,16 @@ json.dump({"format": "dgprecompile-proof-asks", "schema": 1, "name": "$NAME", "c
            "command": "SGLANG=$SGLANG SERVER=\"$SERVER\" CONFIG=$CONFIG MS=$MS bash tests/gpu/model_proof.sh",
            "device_s": round(time.time() - $t0), "complete": sys.argv[2] == "true",
            "how": "tests/gpu/cache_opens.py: every file SGLang's own model opened under the cache's DeepGEMM, SGLang JIT and "
-                  "FlashInfer areas during the strict run (inotify, between the job's own start and end marks), and every "
-                  "module a refusal named",
+                  "FlashInfer areas during the strict run (inotify, between the job's own start and end marks), every "
+                  "module a refusal named, and every call of SGLang's Triton fused MoE and of its torch.compile'd "
+                  "functions the driver recorded inside the job (dgprecompile/launch/model_asks.py)",
            "server_command": "$SERVER", "config": "config.json", "sglang": "$SGLANG",
            "environment": {"gpu": gpu, "deepgemm_include": sys.argv[3] + "/deep_gemm/include",
                            "versions": {k: v for k, v in versions.items() if v}},
            "families": {}}, open(sys.argv[1], "w"), indent=1)
 PYEOF
 python3 tests/gpu/cache_opens.py asks --opens "$w/opens.json" --refusals "$w/strict.err" \
-  --template "$d/asks.template.json" --out "$d/asks.json" >> "$d/summary.txt" 2>&1
+  --template "$d/asks.template.json" --driver "$d/driver.json" --out "$d/asks.json" >> "$d/summary.txt" 2>&1
 echo "asks record rc=$? complete=$complete" >> "$d/summary.txt"; rm -f "$d/asks.template.json"
 stamp deleted
 python3 tests/gpu/model_proof_summary.py --pick-victims "$cache" > "$w/victims.txt" 2>> "$d/logs.txt"

@@ -1,0 +1,178 @@
+"""The runtime's asks of the Triton MoE and torch.compile families, as the model driver's job makes them (issue 43).
+
+The cache-area families (DeepGEMM, SGLang JIT, FlashInfer) are recorded from outside the job, by the files it opens
+(tests/gpu/cache_opens.py). These two are recorded here, inside the job, from the calls SGLang itself makes, in its
+own terms and independent of any plan:
+
+* triton-moe: every call of SGLang's Triton fused MoE (``_fused_moe_kernel_sequence``, where a release has none
+  ``fused_experts_impl``; wherever a module holds it): its experts, hidden and intermediate sizes and top-k from the
+  tensors it is handed (w1, w2, topk_ids) and m (tokens);
+* inductor: every call of a function SGLang compiles with ``torch.compile`` (``torch.compile`` is wrapped before
+  SGLang is imported, so every decorator SGLang applies goes through it): the function's module and qualified name,
+  its arguments (tensors as shape and dtype, the first dimension of the first tensor shown as ``"m"``; scalars as
+  they are) and the autograd mode the call ran under (``no_grad``, ``inference`` or ``grad``).
+
+``Asks.to_dict()`` is the part of an asks record (data/schemas/proof-asks.json) these families take, each call with
+the m it ran at as inclusive spans. dgprecompile/cache/asks.py holds HEAD's plan to it.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+from typing import Any
+
+# where releases define SGLang's Triton fused MoE (the first module that imports is used) and the function every
+# path into its kernels passes through: from 0.5.14 on _fused_moe_kernel_sequence (both fused_experts_impl and the
+# MoE runner's permute path call it), before that fused_experts_impl; the first one the module has is wrapped
+MOE_MODULES = ("sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe",
+               "sglang.srt.layers.moe.fused_moe_triton.fused_moe")
+MOE_FUNCTIONS = ("_fused_moe_kernel_sequence", "fused_experts_impl")
+
+
+def spans(ms) -> list[list[int]]:
+    """Sorted m values as inclusive [first, last] spans."""
+    out: list[list[int]] = []
+    for m in sorted(set(ms)):
+        if out and m == out[-1][1] + 1:
+            out[-1][1] = m
+        else:
+            out.append([m, m])
+    return out
+
+
+def grad_mode() -> str:
+    import torch
+
+    if torch.is_inference_mode_enabled():
+        return "inference"
+    return "grad" if torch.is_grad_enabled() else "no_grad"
+
+
+def described(value: Any, m: int | None) -> Any:
+    """An argument as a cache key sees it: a tensor's shape (its first dimension ``"m"`` where it is the call's m)
+    and dtype; a scalar as it is; anything else by its type's name."""
+    shape = getattr(value, "shape", None)
+    if shape is not None and hasattr(value, "dtype"):
+        dims: list[Any] = [int(d) for d in shape]
+        if dims and m is not None and dims[0] == m:
+            dims[0] = "m"
+        return {"shape": dims, "dtype": str(value.dtype).removeprefix("torch.")}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return type(value).__name__
+
+
+def call_m(args: tuple, kwargs: dict) -> int | None:
+    """The call's m: the first dimension of its first tensor argument."""
+    for value in (*args, *kwargs.values()):
+        shape = getattr(value, "shape", None)
+        if shape is not None and len(shape):
+            return int(shape[0])
+    return None
+
+
+class Asks:
+    def __init__(self) -> None:
+        self.moe: dict[tuple[int, int, int, int], set[int]] = {}
+        self.compiled: dict[tuple[str, str, str], set[int]] = {}
+        self.notes: list[str] = []
+
+    def moe_call(self, signature: inspect.Signature, args: tuple, kwargs: dict) -> None:
+        try:
+            a = signature.bind_partial(*args, **kwargs).arguments
+            x, w1, w2, ids = a["hidden_states"], a["w1"], a["w2"], a["topk_ids"]
+            shape = (int(w1.shape[0]), int(x.shape[-1]), int(w2.shape[-1]), int(ids.shape[-1]))
+        except (TypeError, KeyError, AttributeError, IndexError) as exc:  # a release that names them otherwise: said
+            note = f"a fused MoE call not recorded: {type(exc).__name__}: {exc}"
+            if note not in self.notes:
+                self.notes.append(note)
+            return
+        self.moe.setdefault(shape, set()).add(int(x.shape[0]))
+
+    def compiled_call(self, function: str, args: tuple, kwargs: dict) -> None:
+        import json
+
+        m = call_m(args, kwargs)
+        shown = json.dumps({"args": [described(v, m) for v in args],
+                            "kwargs": {k: described(v, m) for k, v in sorted(kwargs.items())}}, sort_keys=True)
+        self.compiled.setdefault((function, shown, grad_mode()), set()).add(m or 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        import json
+
+        out: dict[str, Any] = {}
+        if self.moe:
+            out["triton-moe"] = {"calls": [
+                {"experts": e, "hidden": h, "intermediate": i, "topk": k, "ms": spans(ms)}
+                for (e, h, i, k), ms in sorted(self.moe.items())]}
+        if self.compiled:
+            out["inductor"] = {"calls": [
+                {"function": fn, **json.loads(shown), "grad": grad, "ms": spans(ms)}
+                for (fn, shown, grad), ms in sorted(self.compiled.items())]}
+        return out
+
+
+def watch_compile(asks: Asks) -> None:
+    """Wrap ``torch.compile`` so each function compiled from now on records its calls (before SGLang imports)."""
+    import torch
+
+    original = torch.compile
+    if getattr(original, "_dgp_asks", False):
+        return
+    early = sorted(n for n in sys.modules if n.startswith("sglang."))
+    if early:  # their decorators ran before this: their compiled functions would go unrecorded
+        asks.notes.append(f"torch.compile wrapped after {len(early)} sglang modules were imported, e.g. {early[0]}")
+
+    def compile(model=None, **kwargs):
+        if model is None:  # the decorator-factory form: @torch.compile(dynamic=True, ...)
+            return lambda fn: compile(fn, **kwargs)
+        compiled = original(model, **kwargs)
+        if not inspect.isfunction(model):
+            return compiled
+        name = f"{model.__module__}.{model.__qualname__}"
+
+        @functools.wraps(model)
+        def call(*args, **kw):
+            asks.compiled_call(name, args, kw)
+            return compiled(*args, **kw)
+
+        return call
+
+    compile._dgp_asks = True
+    torch.compile = compile
+
+
+def _recording(asks: Asks, target):
+    signature = inspect.signature(target)
+
+    @functools.wraps(target)
+    def call(*args, **kwargs):
+        asks.moe_call(signature, args, kwargs)
+        return target(*args, **kwargs)
+
+    return call
+
+
+def watch_moe(asks: Asks) -> str | None:
+    """Wrap SGLang's Triton fused MoE (MOE_FUNCTIONS) in every loaded module that holds it (after the model is
+    built); ``module.function`` wrapped, or None (a note says so) where no release path has one."""
+    import importlib
+
+    for where in MOE_MODULES:
+        try:
+            module = importlib.import_module(where)
+        except ImportError:
+            continue
+        name = next((n for n in MOE_FUNCTIONS if callable(getattr(module, n, None))), None)
+        if name is None:
+            continue
+        target = getattr(module, name)
+        call = _recording(asks, target)
+        for mod in list(sys.modules.values()):
+            if getattr(mod, "__dict__", {}).get(name) is target:
+                setattr(mod, name, call)
+        return f"{where}.{name}"
+    asks.notes.append(f"none of {', '.join(MOE_FUNCTIONS)} in {', '.join(MOE_MODULES)}: Triton MoE calls not recorded")
+    return None

@@ -1,0 +1,144 @@
+"""The model driver's record of the Triton MoE's and torch.compile's asks (dgprecompile/launch/model_asks.py), made
+by sglang 0.5.14's own functions on this CPU machine and held against HEAD's plan by dgprecompile/cache/asks.py.
+
+The job below is what the driver does around SGLang's model, minus the GPU: torch.compile is wrapped before SGLang is
+imported, so the decorators SGLang applies record each call (dynamo is off here: the calls run eagerly, the record is
+the same); _fused_moe_kernel_sequence (what fused_experts_impl and the MoE runner's permute path call) is wrapped where
+SGLang's modules hold it and called with meta tensors of the 480B's per-rank shapes (the record is taken before
+SGLang's body runs, which fails without a GPU). The embedding mask is
+called with rank 0's arguments as SGLang's VocabParallelEmbedding computes them for Qwen3-Coder's vocabulary at tp 8.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from helpers import STANDINS, beside_venv, sglang_014_dir
+
+from dgprecompile.cache.asks import COVERED, MISSING
+from dgprecompile.launch.model_asks import spans
+
+REPO = Path(__file__).resolve().parent.parent
+QWEN_RECORD = REPO / "bench" / "results" / "2026-12-03-h200-model-480b" / "asks.json"
+
+JOB = textwrap.dedent("""
+    import json, sys
+    from dgprecompile.launch import model_asks
+    asks = model_asks.Asks()
+    model_asks.watch_compile(asks)
+    import torch
+    from dgprecompile.compile.triton_moe import publish_standins
+    publish_standins()
+    from sglang.srt.layers.moe.moe_runner.triton_utils import fused_moe
+    from sglang.srt.layers import vocab_parallel_embedding as vpe
+    where = model_asks.watch_moe(asks)
+    mode = {"no_grad": torch.no_grad, "inference": torch.inference_mode}[sys.argv[1]]
+    vocab = 151936
+    padded = vpe.pad_vocab_size(vocab, vpe.DEFAULT_VOCAB_PADDING_SIZE)
+    s = vpe.VocabParallelEmbedding._get_indices(padded, padded, vocab, vocab, 0, 8)
+    with mode():
+        for m in (1, 2, 3, 32, 64, 8192):
+            ids = torch.randint(0, vocab // 8, (m,))
+            vpe.get_masked_input_and_mask(ids, s.org_vocab_start_index, s.org_vocab_end_index,
+                                          s.num_org_vocab_padding, s.added_vocab_start_index, s.added_vocab_end_index)
+            if m <= 32:
+                fused_moe.moe_sum_reduce_torch_compile(torch.randn(m, 8, 6144, dtype=torch.bfloat16),
+                                                       torch.empty(m, 6144, dtype=torch.bfloat16), 1.0)
+            meta = dict(device="meta")
+            try:  # as fused_experts_impl and the runner's permute path call it (SGLang's body fails on meta)
+                fused_moe._fused_moe_kernel_sequence(
+                    torch.empty(m, 6144, dtype=torch.bfloat16, **meta),
+                    torch.empty(20, 5120, 6144, dtype=torch.float8_e4m3fn, **meta),
+                    torch.empty(20, 6144, 2560, dtype=torch.float8_e4m3fn, **meta),
+                    torch.empty(m, 8, **meta), torch.empty(m, 8, dtype=torch.int32, **meta), None, None, None, {},
+                    None, False, use_fp8_w8a8=True, block_shape=[128, 128])
+            except Exception:
+                pass
+    print(json.dumps({"where": where, "asks": asks.to_dict(), "notes": asks.notes}))
+""")
+
+
+def _env() -> dict[str, str]:
+    folder, triton = sglang_014_dir(), beside_venv("triton-3.6.0", "triton/__init__.py")
+    if folder is None or triton is None:
+        pytest.skip("sglang 0.5.14's and triton 3.6.0's folders beside the venv (make setup)")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([folder, STANDINS, triton, str(REPO)]),
+            "DGP_STANDINS": "sgl_kernel,torchvision", "DGP_TRANSFORMERS_EXIST_OK": "1"}
+
+
+@pytest.fixture(scope="module")
+def made():
+    out = {}
+    for mode in ("no_grad", "inference"):
+        res = subprocess.run([sys.executable, "-c", JOB, mode], env={**_env(), "TORCHDYNAMO_DISABLE": "1"},
+                             capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr[-3000:]
+        out[mode] = json.loads(res.stdout.strip().splitlines()[-1])
+    return out
+
+
+def _record(tmp_path, families: dict) -> dict:
+    (tmp_path / "config.json").write_text((QWEN_RECORD.parent / "config.json").read_text())
+    return {**json.loads(QWEN_RECORD.read_text()), "families": families}
+
+
+def check(tmp_path, record: dict) -> list[tuple[str, str, str]]:
+    """(family, status, detail) of each ask, by `python -m dgprecompile.cache.asks` with sglang 0.5.14 importable
+    (warm's embedding-mask calls take SGLang's own index arithmetic)."""
+    (tmp_path / "asks.json").write_text(json.dumps(record))
+    res = subprocess.run([sys.executable, "-m", "dgprecompile.cache.asks", str(tmp_path / "asks.json"), "--json"],
+                         env=_env(), capture_output=True, text=True, timeout=300)
+    assert res.returncode in (0, 1), res.stderr[-3000:]
+    return [(c["family"], c["status"], c["detail"]) for c in json.loads(res.stdout)["checks"]]
+
+
+def test_spans_join_consecutive_m():
+    assert spans([5, 1, 2, 3, 8192, 3]) == [[1, 3], [5, 5], [8192, 8192]]
+
+
+def test_sglangs_own_calls_are_recorded_in_its_terms(made):
+    got = made["no_grad"]
+    assert got["where"] == "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe._fused_moe_kernel_sequence"
+    assert got["notes"] == []
+    assert got["asks"]["triton-moe"] == {"calls": [{"experts": 20, "hidden": 6144, "intermediate": 2560, "topk": 8,
+                                                    "ms": [[1, 3], [32, 32], [64, 64], [8192, 8192]]}]}
+    calls = {c["function"].rsplit(".", 1)[-1]: c for c in got["asks"]["inductor"]["calls"]}
+    assert set(calls) == {"moe_sum_reduce_torch_compile", "get_masked_input_and_mask"}
+    assert calls["moe_sum_reduce_torch_compile"]["args"] == [{"shape": ["m", 8, 6144], "dtype": "bfloat16"},
+                                                             {"shape": ["m", 6144], "dtype": "bfloat16"}, 1.0]
+    assert calls["moe_sum_reduce_torch_compile"]["ms"] == [[1, 3], [32, 32]]
+    mask = calls["get_masked_input_and_mask"]
+    assert mask["args"][0] == {"shape": ["m"], "dtype": "int64"} and mask["args"][1:3] == [0, 151936 // 8]
+    assert mask["ms"] == [[1, 3], [32, 32], [64, 64], [8192, 8192]] and mask["grad"] == "no_grad"
+
+
+def test_heads_plan_covers_the_recorded_calls_and_misses_a_changed_one(made, tmp_path):
+    asks = made["no_grad"]["asks"]
+    record = _record(tmp_path, asks)
+    got = check(tmp_path, record)
+    assert [status for _, status, _ in got] == [COVERED] * 3, got
+    # a plan for another tp passes the mask other arguments; one m beyond the sum's m_max; another GPU
+    changed = json.loads(json.dumps(asks))
+    mask = next(c for c in changed["inductor"]["calls"] if c["function"].endswith("get_masked_input_and_mask"))
+    mask["args"][2] = 151936 // 4
+    changed["inductor"]["calls"].append({**changed["inductor"]["calls"][-1], "ms": [[33, 33]]})
+    record = _record(tmp_path, changed)
+    record["environment"] = {**record["environment"], "gpu": "NVIDIA H100 80GB HBM3"}
+    details = check(tmp_path, record)
+    assert all(status == MISSING for _, status, _ in details), details
+    assert details[-1][2].startswith("planned for NVIDIA H200, the run's GPU is NVIDIA H100")
+
+
+def test_a_job_under_inference_mode_is_held_to_a_plan_under_it(made, tmp_path):
+    record = _record(tmp_path, made["inference"]["asks"])
+    assert {c["grad"] for c in record["families"]["inductor"]["calls"]} == {"inference"}
+    assert [(status, detail) for family, status, detail in check(tmp_path, record) if family == "inductor"] == \
+        [(MISSING, "planned under no_grad, the runtime ran inference")] * 2
+    record["server_command"] = "env SGLANG_ENABLE_TORCH_INFERENCE_MODE=1 " + record["server_command"]
+    assert {status for _, status, _ in check(tmp_path, record)} == {COVERED}
