@@ -14,6 +14,7 @@
 #        [MS=1-8192] [MS_DELETED=...] [NAME=model-480b] DGP_GIT=<sha> bash tests/gpu/model_proof.sh
 # writes $OUT/$NAME/{summary.txt,record.json,asks.json,config.json,driver.json,driver_deleted-run.json,logs.txt}
 # Carry .whl: ../shared/device/fetch-wheels.sh + fetch-sglang.sh + .whl/extra (jsonschema and its 4 wheels, msgspec;
+# cryptography with cffi and pycparser where CARRIED: unpack --trusted-key checks the signature with it;
 # with flashinfer_python-0.6.12 and tabulate the real FlashInfer runs; .whl/legacy is not needed: leave it out of the 64 MiB).
 # sgl-kernel and flashinfer (not carried) are tests/standins' named stand-ins; the driver names its own (dgprecompile/launch/model_driver.py).
 # CARRIED=<dir of held pieces> TRUSTED=<public key> (issue 43 item 3): the families tests/gpu/carry_build.sh built on
