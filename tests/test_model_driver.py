@@ -112,6 +112,9 @@ def test_the_summary_names_each_family_from_the_hooks_own_refusal_messages(tmp_p
     assert s.family_of_path("./triton/ABC/__grp__fused_moe_kernel.json") == "triton-moe"
     assert s.family_of_path("./triton/ABC/cuda_utils.cpython-312-x86_64-linux-gnu.so") == "triton-host"
     assert s.family_of_path("./dgprecompile/index.json") == ""
+    # FlashInfer's own log (every import of flashinfer.jit opens it; the carried 480B run of 2026-12-05 made it new)
+    assert s.family_of_path("./flashinfer/0.6.12/90a/flashinfer_jit.log") == ""
+    assert s.family_of_path("./flashinfer/0.6.12/90a/cached_ops/sampling/sampling.so") == "flashinfer"
     stderr = tmp_path / "err"
     stderr.write_text("\n".join(["noise", *lines, "more noise"]) + "\n")
     driver = tmp_path / "driver.json"
