@@ -108,6 +108,50 @@ def test_the_data_files_headers_are_the_ones_flashinfers_sampling_includes(versi
     assert all(facts()["headers"][h]["component"] == "cuRAND headers" for h in wanted)
 
 
+def _toolkit_headers(sources: list[Path], roots: list[Path]) -> set[str]:
+    """The cuRAND / cuBLAS headers ``sources`` reach, following every #include that resolves inside ``roots`` (the
+    wheel's own folders) or beside the including file; bounded by the wheel's files."""
+    import re
+
+    seen: set[Path] = set()
+    todo, found = list(sources), set()
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for name in re.findall(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', path.read_text(errors="replace"), re.M):
+            hit = next((c for c in (path.parent / name, *(r / name for r in roots)) if c.is_file()), None)
+            if hit is not None:
+                todo.append(hit.resolve())
+            elif re.fullmatch(r"cu(?:rand|blas)\w*\.h", name):
+                found.add(name)
+    return found
+
+
+@pytest.mark.parametrize("version", list(PINS))
+def test_the_data_files_headers_are_the_ones_deepseeks_routing_module_reaches(version):
+    """dsv3_fused_routing (DeepSeek-V3's FlashInfer routing): its sources (flashinfer/jit/dsv3_optimizations.py) reach
+    cuBLAS and cuRAND headers through nv_internal; the data file lists exactly those, so warm refuses before
+    compiling on a machine without them (a DeepSeek-V3 carry build here failed in nvcc on cublasLt.h before)."""
+    from dgprecompile.compile.build_log import facts
+
+    if FLASHINFER[version] is None:
+        pytest.skip(f"flashinfer-python {version} beside the venv (make setup)")
+    csrc = Path(FLASHINFER[version]) / "flashinfer" / "data" / "csrc"
+    nv = csrc / "nv_internal"
+    sources = [csrc / "fused_moe" / "noAuxTcKernels.cu",
+               *(nv / "cpp" / "common" / n for n in ("envUtils.cpp", "logger.cpp", "stringUtils.cpp",
+                                                      "tllmException.cpp", "memoryUtils.cu"))]
+    roots = [csrc.parent / "include", csrc, nv, nv / "include", nv / "tensorrt_llm" / "cutlass_extensions" / "include",
+             nv / "tensorrt_llm" / "kernels" / "cutlass_kernels" / "include",
+             nv / "tensorrt_llm" / "kernels" / "cutlass_kernels"]
+    modules = facts()["families"]["flashinfer-module"]["modules"]
+    assert _toolkit_headers(sources, roots) == set(modules["dsv3_fused_routing"])
+    assert modules["dsv3_fused_routing_cake"] == modules["dsv3_fused_routing"]
+    assert facts()["headers"]["cublasLt.h"]["component"] == "cuBLAS headers"
+
+
 def test_the_check_names_each_missing_program_and_honours_the_builders_variables(tmp_path):
     from dgprecompile.runtimes.items import FlashInferItem
 

@@ -73,7 +73,7 @@ cp -a "$venv/sgl-deep-gemm-0.1.3/." "$SITE/" || fail "could not copy deep_gemm t
 export PYTHONPATH="$SITE:$venv/sglang-$SGLANG:$venv/flashinfer-0.6.12:$root/tests/standins:$root"
 export DGP_TRANSFORMERS_EXIST_OK=1 CUDA_VISIBLE_DEVICES=
 unset CUDA_HOME CUDA_PATH CPATH CPLUS_INCLUDE_PATH
-export FLASHINFER_EXTRA_CUDAFLAGS="-I$venv/nvidia-curand-10.4.0.35/nvidia/cu13/include"
+export FLASHINFER_EXTRA_CUDAFLAGS="-I$venv/nvidia-curand-10.4.0.35/nvidia/cu13/include${FLASHINFER_EXTRA_CUDAFLAGS:+ $FLASHINFER_EXTRA_CUDAFLAGS}"
 dg() { "$py" -m dgprecompile "$@"; }
 
 if [ -n "${MANIFEST:-}" ]; then
