@@ -213,3 +213,34 @@ def test_a_lost_module_is_named_by_verify_and_a_strict_launch_will_not_start(war
 
 def test_the_runtime_is_planned_and_refused_by_the_hook():
     assert FLASHINFER_MODULES.strict_by == "hook" and FLASHINFER_MODULES.needs_gpu is None
+
+
+def test_warm_starts_flashinfers_build_beside_the_pool_not_after_it(tmp_path):
+    """FlashInfer's modules are a server plan's longest builds and need no worker: warm starts them with the pool
+    (compile/warm.py BESIDE_POOL), so a module shorter than the pool's kernels is done before the last kernel is
+    (after the pool, as before, its .so would be the newest file of the cache)."""
+    version = "0.6.12"
+    if _missing(version):
+        pytest.skip(_missing(version))
+    data = _plan(QWEN, PINS[version]).to_dict()
+    for section in ("sglang_jit_modules", "triton_moe", "inductor"):
+        data.pop(section, None)
+    refs = [json.dumps(shape) for shape in data["shapes"]]
+    counts = [sum(k["id"] in text for k in data["kernels"]) for text in refs]
+    pick = min((c, i) for i, c in enumerate(counts) if c >= 12)[1]  # a shape with enough kernels to outlast it
+    data["shapes"] = [data["shapes"][pick]]
+    data["kernels"] = [k for k in data["kernels"] if k["id"] in refs[pick]]
+    data["total_kernels"] = len(data["kernels"])
+    data["flashinfer"] = [_router(version)]
+    manifest = tmp_path / "plan.yaml"
+    write_manifest(plan_from_dict(data), manifest)
+    cache = tmp_path / "cache"
+    w = _dgp("warm", "--manifest", manifest, "--cache-dir", cache, "--nvcc", NVCC, "--sglang-jit", "on", "--jobs", "2",
+             "--json", env=_env(version))
+    assert w.returncode == 0, w.stdout + w.stderr
+    report = json.loads(w.stdout)
+    assert report["compiled"] == data["total_kernels"] + 1, report
+    module = cache / f"flashinfer/{version}/90a/cached_ops/dsv3_router_gemm/dsv3_router_gemm.so"
+    kernels = [p.stat().st_mtime for p in (cache / "cache").rglob("*") if p.is_file()]
+    assert len(kernels) >= data["total_kernels"]
+    assert module.stat().st_mtime < max(kernels), (report["item_seconds"], report.get("wall_seconds"))

@@ -1,13 +1,15 @@
-"""warm's share for the runtimes whose items are built by subprocesses writing the runtime's own cache, after the
-pool: SGLang's torch.compile graphs (runtimes/inductor.py, on the job's GPU kind) and FlashInfer's JIT modules
-(runtimes/flashinfer.py, GPU-free). Prepared with the other runtimes' parts (warm_setup's PREPARE, which asks
-:func:`gpu_problem` where a runtime needs a GPU), run by the parent after the pool (:func:`run_items`).
+"""warm's share for the runtimes whose items are built by subprocesses writing the runtime's own cache:
+SGLang's torch.compile graphs (runtimes/inductor.py, on the job's GPU kind, after the pool) and FlashInfer's JIT
+modules (runtimes/flashinfer.py, GPU-free: started beside the pool, finished after it). Prepared with the other
+runtimes' parts (warm_setup's PREPARE, which asks :func:`gpu_problem` where a runtime needs a GPU).
 
-Items run one after another, each as ``parts`` subprocesses side by side (the runtime's ``warm_argv`` plus
+Graph items run one after another, each as ``parts`` subprocesses side by side (the runtime's ``warm_argv`` plus
 ``--part i/n`` where it splits an item: ``parts`` > 1), so that what appeared in the runtime's areas during an item
 is that item's: its whole new entries are filed in the index (``extra``, by warm) and its record written in the
-runtime's index section (cache/item_records.py). No threads: subprocesses in their own sessions, read one after
-another (each prints one line of JSON last).
+runtime's index section (cache/item_records.py). A runtime that names each item's entry itself (``entry_of``:
+FlashInfer) has all its items built side by side (:func:`start_side_by_side`), each filed by that name. No
+threads: subprocesses in their own sessions, their output in files, read once each has ended (each prints one line
+of JSON last).
 """
 
 from __future__ import annotations
@@ -50,10 +52,9 @@ def gpu_problem(item, gpus: list[str], needs_gpu: str) -> str | None:
     return f"needs a visible {item.device_name} ({', '.join(sorted(set(gpus))) or 'no GPU'} here): {needs_gpu}"
 
 
-def run_items(setup, part, on_event, result) -> None:
-    """Build each item of ``part`` not covered yet (its record, read now: a stale fingerprint cleared it), one after
-    another, or, for a runtime that names each item's entry itself (``entry_of``), all side by side; record its
-    entries and its event."""
+def _pending(setup, part, result) -> list:
+    """The part's items not covered yet (their records, read now: a stale fingerprint cleared them); the covered
+    ones are counted as cached."""
     runtime = part.runtime
     installed = runtime.installed()
     pending = []
@@ -64,18 +65,27 @@ def run_items(setup, part, on_event, result) -> None:
                 result.cached.append(item.id)
             continue
         pending.append(item)
-    if hasattr(runtime, "entry_of"):
-        _side_by_side(setup, part, pending, on_event, result)
+    return pending
+
+
+def run_items(setup, part, on_event, result) -> None:
+    """Build each item of ``part`` not covered yet, one after another, or, for a runtime that names each item's
+    entry itself (``entry_of``), all side by side; record its entries and its event."""
+    if hasattr(part.runtime, "entry_of"):
+        early = start_side_by_side(setup, part, on_event, result)
+        if early is not None:
+            with early:
+                early.finish(on_event, result)
         return
-    for item in pending:
+    for item in _pending(setup, part, result):
         on_event({"event": "start", "kernel": item.id})
         _settle(setup, item, time.perf_counter(), lambda it=item: build_item(setup, part, it), on_event, result)
 
 
-def _settle(setup, item, t0: float, work, on_event, result) -> None:
+def _settle(setup, item, t0: float, work, on_event, result, seconds: float | None = None) -> None:
     """Run ``work`` (what finishes the item) and count the item compiled or failed, with its event: a failure's
     first error lines, its whole output kept in the cache's log folder and a known cause's hint
-    (compile/build_log.py)."""
+    (compile/build_log.py). ``seconds``: what the item's own report says it took (else since ``t0``)."""
     from dgprecompile.compile.build_log import describe
 
     try:
@@ -86,7 +96,7 @@ def _settle(setup, item, t0: float, work, on_event, result) -> None:
         result.failure_details[item.id] = failure.event()
         on_event({"event": "failed", "kernel": item.id, "error": failure.summary, **failure.event()})
         return
-    seconds = round(time.perf_counter() - t0, 2)
+    seconds = round(time.perf_counter() - t0 if seconds is None else float(seconds), 2)
     result.compiled[item.id] = seconds
     on_event({"event": "done", "kernel": item.id, "status": "compiled", "seconds": seconds})
 
@@ -114,31 +124,57 @@ def build_item(setup, part, item) -> dict[str, Any]:
     return record
 
 
-def _side_by_side(setup, part, items, on_event, result) -> None:
-    """Items whose entries their runtime names (FlashInfer's module directories): every item's subprocess at once,
-    the --jobs budget shared among them (MAX_JOBS each), then each item's own entry filed and recorded."""
+def start_side_by_side(setup, part, on_event, result) -> SideBySide | None:
+    """Start the subprocess of every pending item of a part whose runtime names each item's entry (FlashInfer's
+    module directories) at once, the --jobs budget shared among them (MAX_JOBS each); None where none is pending.
+    warm starts FlashInfer's before its pool (they are GPU-free and its longest builds) and finishes them after."""
+    items = _pending(setup, part, result)
     if not items:
-        return
+        return None
     runtime = part.runtime
     root = str(setup.store.root)
     env = _areas_env(root, runtime, part)
     env["MAX_JOBS"] = str(max(1, (setup.budget or setup.workers or 1) // len(items)))
-    t0 = time.perf_counter()
     for item in items:
         on_event({"event": "start", "kernel": item.id})
-    outcomes = run_each([runtime.warm_argv(item, root, part.job["python"]) for item in items], env)
+    return SideBySide(setup, part, items, Started([runtime.warm_argv(item, root, part.job["python"]) for item in items],
+                                                  env))
 
-    def file_one(item, report, error) -> None:
-        if error is not None:
-            raise CompileFailed(f"{item.id}: {error}")
-        filed, broken = records.file_entries(setup.store, [f"{runtime.area}/{runtime.entry_of(item)}"])
-        if broken or not filed:
-            raise CompileFailed(f"{item.id}: its entry {runtime.area}/{runtime.entry_of(item)} is not whole")
-        record = {"item": item.id, **report["record"], "entries": filed, "seconds": report.get("seconds")}
-        setup.store.update_index(lambda index: records.records(index, runtime).__setitem__(item.id, record))
 
-    for item, (report, error) in zip(items, outcomes, strict=True):
-        _settle(setup, item, t0, lambda it=item, r=report, e=error: file_one(it, r, e), on_event, result)
+class SideBySide:
+    """A part's items building side by side (:func:`start_side_by_side`): ``finish`` waits for them and files each
+    item's own entry and record; leaving the ``with`` block stops what still runs."""
+
+    def __init__(self, setup, part, items: list, started: Started):
+        self.setup, self.part, self.items, self.started = setup, part, items, started
+        self.t0 = time.perf_counter()
+
+    def __enter__(self) -> SideBySide:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Kill what still runs (an interrupt, a failure elsewhere): nothing started here outlives the warm."""
+        self.started.stop()
+
+    def finish(self, on_event, result) -> None:
+        setup, runtime = self.setup, self.part.runtime
+        outcomes = self.started.collect()
+
+        def file_one(item, report, error) -> None:
+            if error is not None:
+                raise CompileFailed(f"{item.id}: {error}")
+            filed, broken = records.file_entries(setup.store, [f"{runtime.area}/{runtime.entry_of(item)}"])
+            if broken or not filed:
+                raise CompileFailed(f"{item.id}: its entry {runtime.area}/{runtime.entry_of(item)} is not whole")
+            record = {"item": item.id, **report["record"], "entries": filed, "seconds": report.get("seconds")}
+            setup.store.update_index(lambda index: records.records(index, runtime).__setitem__(item.id, record))
+
+        for item, (report, error) in zip(self.items, outcomes, strict=True):
+            _settle(setup, item, self.t0, lambda it=item, r=report, e=error: file_one(it, r, e), on_event, result,
+                    seconds=(report or {}).get("seconds"))
 
 
 def _areas_env(root: str, runtime, part) -> dict[str, str]:
@@ -151,35 +187,53 @@ def _areas_env(root: str, runtime, part) -> dict[str, str]:
     return env
 
 
-def run_each(argvs: list[list[str]], env: dict[str, str]) -> list[tuple[dict[str, Any] | None, str | None]]:
-    """Every command side by side, each in its own session; per command its report (its last stdout line, JSON)
-    or why it failed: its exit code, then everything it printed (an interrupt stops them all with their process
-    groups)."""
-    import json
+class Started:
+    """Commands started side by side, each in its own session, its output in files of a scratch folder (nothing
+    waits on a pipe while the parent is busy elsewhere); ``collect`` waits for each and gives its report (its last
+    stdout line, JSON) or why it failed (its exit code, then everything it printed); ``stop`` kills what still runs
+    with its process group and removes the folder."""
 
-    with tempfile.TemporaryDirectory(prefix="dgprecompile-items-") as tmp:
-        procs = []
+    def __init__(self, argvs: list[list[str]], env: dict[str, str]):
+        self.tmp = Path(tempfile.mkdtemp(prefix="dgprecompile-items-"))
+        self.procs: list[subprocess.Popen] = []
         try:
             for i, argv in enumerate(argvs):
-                log = open(Path(tmp) / f"item-{i}.log", "wb")  # noqa: SIM115 - closed below
-                procs.append((subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
-                                               env=env, start_new_session=True), log))
-            out = []
-            for i, (proc, log) in enumerate(procs):
-                text, _ = proc.communicate()
-                log.close()
-                if proc.returncode != 0:
-                    printed = (Path(tmp) / f"item-{i}.log").read_text(errors="replace").strip() or "no output"
-                    out.append((None, f"exited with code {proc.returncode}:\n{printed}"))
-                else:
-                    out.append((json.loads(text.decode().strip().splitlines()[-1]), None))
-            return out
-        finally:
-            for proc, log in procs:
-                if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
-                log.close()
+                with open(self.tmp / f"item-{i}.out", "wb") as out, open(self.tmp / f"item-{i}.log", "wb") as log:
+                    self.procs.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=log,
+                                                       env=env, start_new_session=True))
+        except BaseException:
+            self.stop()
+            raise
+
+    def collect(self) -> list[tuple[dict[str, Any] | None, str | None]]:
+        import json
+
+        out = []
+        for i, proc in enumerate(self.procs):
+            proc.wait()
+            text = (self.tmp / f"item-{i}.out").read_text(errors="replace").strip()
+            if proc.returncode != 0:
+                printed = (self.tmp / f"item-{i}.log").read_text(errors="replace").strip() or "no output"
+                out.append((None, f"exited with code {proc.returncode}:\n{printed}"))
+            else:
+                out.append((json.loads(text.splitlines()[-1]), None))
+        return out
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def run_each(argvs: list[list[str]], env: dict[str, str]) -> list[tuple[dict[str, Any] | None, str | None]]:
+    """Every command side by side (:class:`Started`), waited for; an interrupt stops them all."""
+    started = Started(argvs, env)
+    try:
+        return started.collect()
+    finally:
+        started.stop()
 
 
 def run_parts(argv: list[str], env: dict[str, str], parts: int) -> list[dict[str, Any]]:

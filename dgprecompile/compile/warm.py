@@ -22,9 +22,12 @@ from dgprecompile.compile.warm_result import WarmResult
 from dgprecompile.compile.warm_setup import WarmSetup
 from dgprecompile.fsutil import human_bytes
 
-# the kinds whose items warm builds after the pool, in this order (compile/recorded_items.py): FlashInfer's
-# GPU-free modules, then the torch.compile graphs that need the GPU
-AFTER_POOL = ("flashinfer-module", "inductor-graph")
+# the kinds whose items start beside the pool (compile/recorded_items.py start_side_by_side): FlashInfer's GPU-free
+# modules, the longest single builds of a server plan (160-250 s each on the H200 where the pool's kernels took 30 s):
+# started after the pool they set the whole warm's wall; each counts as one of --jobs while the pool runs
+BESIDE_POOL = ("flashinfer-module",)
+# the kinds whose items warm builds after the pool, in this order: the torch.compile graphs that need the GPU
+AFTER_POOL = ("inductor-graph",)
 
 
 def _record_plan(setup: WarmSetup) -> None:
@@ -72,9 +75,19 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
                         triton_planned=list(setup.plan.triton_moe), missing=setup.missing,
                         cached=list(setup.swept) + [c for p in setup.parts for c in p.cached])
     start = time.perf_counter()
+    beside = []
     try:
+        for kind in BESIDE_POOL:
+            part = setup.part(kind)
+            if part is not None and part.built:
+                from dgprecompile.compile.recorded_items import start_side_by_side
+
+                started = start_side_by_side(setup, part, on_event, result)
+                beside += [started] if started is not None else []
         if setup.items or any(p.work for p in setup.parts):
-            run_pool(setup, on_event, result, start)
+            run_pool(setup, on_event, result, start, reserved=sum(len(b.items) for b in beside))
+        for started in beside:
+            started.finish(on_event, result)
         for kind in AFTER_POOL:  # built by their own subprocesses after the pool, one item at a time
             part = setup.part(kind)
             if part is not None and part.built:
@@ -82,6 +95,8 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
 
                 run_items(setup, part, on_event, result)
     finally:
+        for started in beside:  # an interrupt or a failure: nothing started here outlives the warm
+            started.stop()
         store.clean_stale_staging()
     result.wall_seconds = time.perf_counter() - start
     if result.no_space:

@@ -35,15 +35,18 @@ WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THRE
               "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
 
 
-def run_pool(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None], result: WarmResult, start: float) -> None:
+def run_pool(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None], result: WarmResult, start: float,
+             reserved: int = 0) -> None:
     """One zygote and len(gpus) workers, each serving every backend of the workers' job, and ``setup.runners``
     slots for Triton MoE chunks (started at once, not after the zygote), all within ``setup.workers`` items at a
-    time, driven by the scheduler."""
+    time less ``reserved`` (builds running beside the pool: FlashInfer's, compile/warm.py), at least one, driven
+    by the scheduler."""
     tmp = scratch.run_dir("dgprecompile-warm-")  # locked for this run; its compilers' TMPDIR is inside it
     todo, workers = work(setup), len(setup.gpus)
     procs = Processes(tmp, workers)
+    limit = max(1, setup.workers - reserved)
     sched = Scheduler.start([j for j, _ in todo], workers + setup.runners,
-                            budget=setup.workers if setup.runners or workers > setup.workers else None)
+                            budget=limit if setup.runners or workers > limit else None)
     run = _Run(sched, procs, {j.id: item for j, item in todo}, result, on_event, start, setup)
     try:
         if workers:
