@@ -146,10 +146,39 @@ def test_the_data_files_headers_are_the_ones_deepseeks_routing_module_reaches(ve
     roots = [csrc.parent / "include", csrc, nv, nv / "include", nv / "tensorrt_llm" / "cutlass_extensions" / "include",
              nv / "tensorrt_llm" / "kernels" / "cutlass_kernels" / "include",
              nv / "tensorrt_llm" / "kernels" / "cutlass_kernels"]
-    modules = facts()["families"]["flashinfer-module"]["modules"]
+    family = facts()["families"]["flashinfer-module"]
+    modules, cxx = family["modules"], family["cxx_headers"]
     assert _toolkit_headers(sources, roots) == set(modules["dsv3_fused_routing"])
+    # its C++ sources (c++ compiles them with FLASHINFER_EXTRA_CFLAGS) reach the cuBLAS ones
+    assert _toolkit_headers([s for s in sources if s.suffix == ".cpp"], roots) == set(cxx["dsv3_fused_routing"])
     assert modules["dsv3_fused_routing_cake"] == modules["dsv3_fused_routing"]
+    assert cxx["dsv3_fused_routing_cake"] == cxx["dsv3_fused_routing"]
     assert facts()["headers"]["cublasLt.h"]["component"] == "cuBLAS headers"
+
+
+def test_the_routing_modules_cuda_and_cxx_headers_are_looked_for_where_each_compiler_looks(tmp_path):
+    """cuBLAS given to nvcc only (FLASHINFER_EXTRA_CUDAFLAGS, as the sampling module's cuRAND is) is not enough for
+    DeepSeek's routing: its C++ sources take FLASHINFER_EXTRA_CFLAGS; refused naming that, then found there."""
+    from types import SimpleNamespace
+
+    from dgprecompile.compile.build_needs import check
+
+    if any((Path(d) / "cublasLt.h").is_file() for d in ("/usr/include", "/usr/local/include")):
+        pytest.skip("this machine's system include folder has cuBLAS: every compile finds it")
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    for h in ("cublasLt.h", "cublas_v2.h", "curand_kernel.h"):
+        (inc / h).write_text("/* a test's header */\n")
+    item = SimpleNamespace(id="flashinfer:dsv3_fused_routing@0.6.12.sm90a", module="dsv3_fused_routing")
+    toolkit = tmp_path / "toolkit"  # a toolkit folder without these headers
+    (toolkit / "include").mkdir(parents=True)
+    base = {"PATH": os.environ["PATH"], "CXX": "c++"}
+    missing = check([("flashinfer-module", [item])], str(toolkit), {**base, "FLASHINFER_EXTRA_CUDAFLAGS": f"-I{inc}"})
+    lines = [m.line() for m in missing]
+    assert len(lines) == 1 and "cublasLt.h, cublas_v2.h (its C++ sources: FLASHINFER_EXTRA_CFLAGS)" in lines[0], lines
+    assert "FLASHINFER_EXTRA_CFLAGS" in missing[0].hint
+    assert check([("flashinfer-module", [item])], str(toolkit),
+                 {**base, "FLASHINFER_EXTRA_CUDAFLAGS": f"-I{inc}", "FLASHINFER_EXTRA_CFLAGS": f"-I {inc}"}) == []
 
 
 def test_the_check_names_each_missing_program_and_honours_the_builders_variables(tmp_path):

@@ -18,6 +18,7 @@ from dgprecompile.compile.build_log import facts, header_hint
 # where FlashInfer's nvcc compiles take extra flags from (flashinfer/jit/cpp_ext.py, 0.6.3-0.7.2): its -I folders
 # are searched for headers too
 FLASHINFER_FLAGS = "FLASHINFER_EXTRA_CUDAFLAGS"
+FLASHINFER_CFLAGS = "FLASHINFER_EXTRA_CFLAGS"  # its C++ (not CUDA) sources' compiles (flashinfer/jit/cpp_ext.py)
 
 
 @dataclass(frozen=True)
@@ -43,14 +44,15 @@ def _program(need: dict, env: dict[str, str]) -> str | None:
     return f"{' or '.join(names)}{by} not found on PATH"
 
 
-def include_dirs(cuda_home: str | None, env: dict[str, str]) -> list[Path]:
-    """The folders a FlashInfer nvcc compile searches for a toolkit header: the toolkit's include folders, the -I
-    and -isystem folders of FLASHINFER_EXTRA_CUDAFLAGS, CPATH and CPLUS_INCLUDE_PATH, the system's."""
+def include_dirs(cuda_home: str | None, env: dict[str, str], flags: str = FLASHINFER_FLAGS) -> list[Path]:
+    """The folders a FlashInfer compile searches for a toolkit header: the toolkit's include folders, the -I and
+    -isystem folders of ``flags`` (FLASHINFER_EXTRA_CUDAFLAGS for its nvcc compiles, FLASHINFER_EXTRA_CFLAGS for
+    its C++ ones), CPATH and CPLUS_INCLUDE_PATH, the system's."""
     dirs: list[Path] = []
     home = cuda_home or env.get("CUDA_HOME") or env.get("CUDA_PATH")
     if home:
         dirs += [Path(home) / "include", *sorted(Path(home).glob("targets/*/include"))]
-    words = shlex.split(env.get(FLASHINFER_FLAGS, ""))
+    words = shlex.split(env.get(flags, ""))
     for i, word in enumerate(words):
         if word in ("-I", "-isystem") and i + 1 < len(words):
             dirs.append(Path(words[i + 1]))
@@ -63,17 +65,23 @@ def include_dirs(cuda_home: str | None, env: dict[str, str]) -> list[Path]:
     return dirs + [Path("/usr/local/include"), Path("/usr/include")]
 
 
-def _headers(kind: str, items: list, dirs: list[Path]) -> list[Missing]:
-    """Per module of ``items`` whose sources include toolkit headers: those found in none of ``dirs``."""
-    modules = facts()["families"].get(kind, {}).get("modules", {})
+def _headers(kind: str, items: list, dirs: list[Path], cxx_dirs: list[Path]) -> list[Missing]:
+    """Per module of ``items`` whose sources include toolkit headers: those found in none of ``dirs`` (its nvcc
+    compiles' folders) and those its C++ sources include (``cxx_headers``) found in none of ``cxx_dirs``."""
+    family = facts()["families"].get(kind, {})
+    modules, cxx = family.get("modules", {}), family.get("cxx_headers", {})
     out = []
     for module, headers in modules.items():
         ids = tuple(it.id for it in items if getattr(it, "module", None) == module)
-        lost = [h for h in headers if not any((d / h).is_file() for d in dirs)]
-        if ids and lost:
-            hint = header_hint(lost[0]) or f"install what ships {lost[0]}"
-            out.append(Missing(ids, f"{module} includes {', '.join(lost)}, found in none of "
-                                    f"{', '.join(str(d) for d in dirs)}", hint))
+        if not ids:
+            continue
+        for where, wanted, said in ((dirs, headers, ""),
+                                    (cxx_dirs, cxx.get(module, []), f" (its C++ sources: {FLASHINFER_CFLAGS})")):
+            lost = [h for h in wanted if not any((d / h).is_file() for d in where)]
+            if lost:
+                hint = header_hint(lost[0]) or f"install what ships {lost[0]}"
+                out.append(Missing(ids, f"{module} includes {', '.join(lost)}{said}, found in none of "
+                                        f"{', '.join(str(d) for d in where)}", hint))
     return out
 
 
@@ -92,7 +100,7 @@ def check(parts: list[tuple[str, list]], cuda_home: str | None, env: dict[str, s
             if why:
                 out.append(Missing(ids, f"{family['label']}: {why}",
                                    f"install {need['any'][0]} (or put it on PATH)"))
-        out += _headers(kind, items, include_dirs(cuda_home, env))
+        out += _headers(kind, items, include_dirs(cuda_home, env), include_dirs(cuda_home, env, FLASHINFER_CFLAGS))
     return out
 
 
