@@ -118,8 +118,18 @@ def test_sglangs_own_calls_are_recorded_in_its_terms(made):
     assert mask["ms"] == [[1, 3], [32, 32], [64, 64], [8192, 8192]] and mask["grad"] == "no_grad"
 
 
+def _looked_up(asks: dict) -> dict:
+    """The record as the device's strict run makes it: each planned graph's calls asked inductor's cache (hits there;
+    dynamo is off in this CPU job, so none here)."""
+    asks = json.loads(json.dumps(asks))
+    for call in asks["inductor"]["calls"]:
+        assert call["lookups"] == 0
+        call["lookups"] = 1
+    return asks
+
+
 def test_heads_plan_covers_the_recorded_calls_and_misses_a_changed_one(made, tmp_path):
-    asks = made["no_grad"]["asks"]
+    asks = _looked_up(made["no_grad"]["asks"])
     record = _record(tmp_path, asks)
     got = check(tmp_path, record)
     assert [status for _, status, _ in got] == [COVERED] * 3, got
@@ -136,9 +146,51 @@ def test_heads_plan_covers_the_recorded_calls_and_misses_a_changed_one(made, tmp
 
 
 def test_a_job_under_inference_mode_is_held_to_a_plan_under_it(made, tmp_path):
-    record = _record(tmp_path, made["inference"]["asks"])
+    record = _record(tmp_path, _looked_up(made["inference"]["asks"]))
     assert {c["grad"] for c in record["families"]["inductor"]["calls"]} == {"inference"}
     assert [(status, detail) for family, status, detail in check(tmp_path, record) if family == "inductor"] == \
         [(MISSING, "planned under no_grad, the runtime ran inference")] * 2
     record["server_command"] = "env SGLANG_ENABLE_TORCH_INFERENCE_MODE=1 " + record["server_command"]
     assert {status for _, status, _ in check(tmp_path, record)} == {COVERED}
+
+
+LOOKUP_JOB = textwrap.dedent("""
+    import json, torch
+    from dgprecompile.launch import model_asks
+    asks = model_asks.Asks()
+    model_asks.watch_compile(asks)
+
+    @torch.compile(dynamic=True)
+    def remap(ids, info, padded):  # SGLang's expert-location remap without EPLB: returns its input
+        return ids
+
+    @torch.compile(dynamic=True)
+    def scaled(x, scale):
+        return x * scale
+
+    with torch.no_grad():
+        for m in (2, 3):
+            remap(torch.zeros(m, 8, dtype=torch.int32), None, None)
+            scaled(torch.ones(m, 4), 2.0)
+    print(json.dumps({c["function"].rsplit(".", 1)[-1]: c["lookups"] for c in asks.to_dict()["inductor"]["calls"]}))
+""")
+
+
+def test_a_compiled_function_that_hands_inductor_no_graph_asks_the_cache_nothing(tmp_path):
+    """The 480B run on the H200 (2026-12-05) recorded SGLang's _biased_grouped_topk_postprocess: torch.compile'd, but
+    with no EPLB it returns its input and dynamo hands inductor no graph; real torch on the CPU counts the lookups."""
+    res = subprocess.run([sys.executable, "-c", LOOKUP_JOB], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": str(REPO), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "ind")})
+    assert res.returncode == 0, res.stderr[-3000:]
+    lookups = json.loads(res.stdout.strip().splitlines()[-1])
+    assert lookups["remap"] == 0 and lookups["scaled"] >= 1, lookups
+
+
+def test_a_call_with_no_lookup_is_covered_whatever_the_plan_and_one_with_lookups_is_not(tmp_path):
+    asks = {"inductor": {"calls": [
+        {"function": "sglang.srt.layers.moe.topk._biased_grouped_topk_postprocess",
+         "args": [{"shape": ["m", 8], "dtype": "int32"}, None, None], "grad": "no_grad", "ms": [[1, 8192]],
+         "lookups": lookups} for lookups in (0, 2)]}}
+    got = check(tmp_path, _record(tmp_path, asks))
+    assert got == [("inductor", COVERED, "no inductor lookup: nothing to build"),
+                   ("inductor", MISSING, "no planned graph is this function (data/inductor_graphs.yaml)")], got

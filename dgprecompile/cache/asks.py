@@ -233,6 +233,9 @@ def _inductor(plan, asks: dict[str, Any], record: dict[str, Any], notes: list[st
         shown = f"{call['function'].rsplit('.', 1)[-1]} {json.dumps(asked, sort_keys=True)} m {_ms_shown(spans)} " \
                 f"{call['grad']}"
         name = graphs.get(call["function"])
+        if call.get("lookups") == 0:  # dynamo handed inductor no graph: nothing a cache holds, whatever the plan
+            out.append(AskCheck("inductor", shown, COVERED, "no inductor lookup: nothing to build"))
+            continue
         items = [it for it in plan.inductor.values() if it.graph == name and it.device_name == gpu]
         same = [it for it in items if asked in _warm_calls(INDUCTOR_GRAPHS.graph(name), it, spans[0][0])]
         moded = [it for it in same if it.grad == call["grad"]]

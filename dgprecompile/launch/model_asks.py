@@ -10,7 +10,8 @@ own terms and independent of any plan:
 * inductor: every call of a function SGLang compiles with ``torch.compile`` (``torch.compile`` is wrapped before
   SGLang is imported, so every decorator SGLang applies goes through it): the function's module and qualified name,
   its arguments (tensors as shape and dtype, the first dimension of the first tensor shown as ``"m"``; scalars as
-  they are) and the autograd mode the call ran under (``no_grad``, ``inference`` or ``grad``).
+  they are), the autograd mode the call ran under (``no_grad``, ``inference`` or ``grad``) and how often its calls
+  asked inductor's FX graph cache (``lookups``: 0 where dynamo never handed inductor a graph).
 
 ``Asks.to_dict()`` is the part of an asks record (data/schemas/proof-asks.json) these families take, each call with
 the m it ran at as inclusive spans. dgprecompile/cache/asks.py holds HEAD's plan to it.
@@ -77,6 +78,7 @@ class Asks:
     def __init__(self) -> None:
         self.moe: dict[tuple[int, int, int, int], set[int]] = {}
         self.compiled: dict[tuple[str, str, str], set[int]] = {}
+        self.lookups: dict[tuple[str, str, str], int] = {}  # inductor's graph-cache lookups the calls made
         self.notes: list[str] = []
 
     def moe_call(self, signature: inspect.Signature, args: tuple, kwargs: dict) -> None:
@@ -91,13 +93,15 @@ class Asks:
             return
         self.moe.setdefault(shape, set()).add(int(x.shape[0]))
 
-    def compiled_call(self, function: str, args: tuple, kwargs: dict) -> None:
+    def compiled_call(self, function: str, args: tuple, kwargs: dict, lookups: int) -> None:
         import json
 
         m = call_m(args, kwargs)
         shown = json.dumps({"args": [described(v, m) for v in args],
                             "kwargs": {k: described(v, m) for k, v in sorted(kwargs.items())}}, sort_keys=True)
-        self.compiled.setdefault((function, shown, grad_mode()), set()).add(m or 1)
+        key = (function, shown, grad_mode())
+        self.compiled.setdefault(key, set()).add(m or 1)
+        self.lookups[key] = self.lookups.get(key, 0) + lookups
 
     def to_dict(self) -> dict[str, Any]:
         import json
@@ -109,9 +113,22 @@ class Asks:
                 for (e, h, i, k), ms in sorted(self.moe.items())]}
         if self.compiled:
             out["inductor"] = {"calls": [
-                {"function": fn, **json.loads(shown), "grad": grad, "ms": spans(ms)}
+                {"function": fn, **json.loads(shown), "grad": grad, "ms": spans(ms),
+                 "lookups": self.lookups.get((fn, shown, grad), 0)}
                 for (fn, shown, grad), ms in sorted(self.compiled.items())]}
         return out
+
+
+LOOKUPS = ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass")
+
+
+def inductor_lookups() -> int:
+    """How often inductor's FX graph cache was asked so far in this process (a hit, a miss or a bypass: a graph
+    dynamo handed to inductor); a compiled function whose calls never reach it has nothing for a cache to hold (dynamo
+    found no operation to compile, e.g. SGLang's expert-location remap with no EPLB: an identity)."""
+    from torch._dynamo.utils import counters
+
+    return sum(int(counters["inductor"].get(k, 0)) for k in LOOKUPS)
 
 
 def watch_compile(asks: Asks) -> None:
@@ -135,8 +152,11 @@ def watch_compile(asks: Asks) -> None:
 
         @functools.wraps(model)
         def call(*args, **kw):
-            asks.compiled_call(name, args, kw)
-            return compiled(*args, **kw)
+            before = inductor_lookups()
+            try:
+                return compiled(*args, **kw)
+            finally:
+                asks.compiled_call(name, args, kw, inductor_lookups() - before)
 
         return call
 
