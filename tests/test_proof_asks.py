@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import NVCC, STANDINS, sgl_deep_gemm_dir, sglang_014_dir
+from helpers import NVCC, STANDINS, beside_venv, sgl_deep_gemm_dir, sglang_014_dir
 
 from dgprecompile.cache.asks import COVERED, MISSING, check_asks, load_record, record_plan
 from dgprecompile.errors import InputError
@@ -34,9 +34,11 @@ def _release_path(record: dict) -> list[str] | None:
     versions = record["environment"]["versions"]
     sglang = sglang_014_dir() if versions.get("sglang") == "0.5.14" else None
     deep_gemm = sgl_deep_gemm_dir(versions["sgl-deep-gemm"]) if "sgl-deep-gemm" in versions else None
+    triton = beside_venv(f"triton-{versions['triton']}", "triton/__init__.py") if "triton" in versions else None
     if sglang is None or ("sgl-deep-gemm" in versions and deep_gemm is None):
         return None
-    return [sglang, *([deep_gemm] if deep_gemm else [])]
+    # sglang's modules import triton at their top (warm's compiled-function calls import them): the run's release
+    return [sglang, *([deep_gemm] if deep_gemm else []), *([triton] if triton else [])]
 
 
 def _check(path: Path) -> subprocess.CompletedProcess:
