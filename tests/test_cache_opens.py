@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dgprecompile.cache.asks import load_record
+from dgprecompile.launch.proof_asks import load_record
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "tests" / "gpu" / "cache_opens.py"

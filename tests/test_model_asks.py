@@ -1,5 +1,5 @@
 """The model driver's record of the Triton MoE's and torch.compile's asks (dgprecompile/launch/model_asks.py), made
-by sglang 0.5.14's own functions on this CPU machine and held against HEAD's plan by dgprecompile/cache/asks.py.
+by sglang 0.5.14's own functions on this CPU machine and held against HEAD's plan by dgprecompile/launch/proof_asks.py.
 
 The job below is what the driver does around SGLang's model, minus the GPU: torch.compile is wrapped before SGLang is
 imported, so the decorators SGLang applies record each call (dynamo is off here: the calls run eagerly, the record is
@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from helpers import STANDINS, beside_venv, sglang_014_dir
 
-from dgprecompile.cache.asks import COVERED, MISSING
 from dgprecompile.launch.model_asks import spans
+from dgprecompile.launch.proof_asks import COVERED, MISSING
 
 REPO = Path(__file__).resolve().parent.parent
 QWEN_RECORD = REPO / "bench" / "results" / "2026-12-03-h200-model-480b" / "asks.json"
@@ -89,10 +89,10 @@ def _record(tmp_path, families: dict) -> dict:
 
 
 def check(tmp_path, record: dict) -> list[tuple[str, str, str]]:
-    """(family, status, detail) of each ask, by `python -m dgprecompile.cache.asks` with sglang 0.5.14 importable
+    """(family, status, detail) of each ask, by `python -m dgprecompile.launch.proof_asks` with sglang 0.5.14 importable
     (warm's embedding-mask calls take SGLang's own index arithmetic)."""
     (tmp_path / "asks.json").write_text(json.dumps(record))
-    res = subprocess.run([sys.executable, "-m", "dgprecompile.cache.asks", str(tmp_path / "asks.json"), "--json"],
+    res = subprocess.run([sys.executable, "-m", "dgprecompile.launch.proof_asks", str(tmp_path / "asks.json"), "--json"],
                          env=_env(), capture_output=True, text=True, timeout=300)
     assert res.returncode in (0, 1), res.stderr[-3000:]
     return [(c["family"], c["status"], c["detail"]) for c in json.loads(res.stdout)["checks"]]

@@ -1,6 +1,6 @@
 """A proof that outlives the commit (issue 43): what the runtime asked for in a device proof run, recorded as data
 (bench/results/<run>/asks.json, data/schemas/proof-asks.json), held against HEAD's plan here, without a GPU
-(dgprecompile/cache/asks.py).
+(dgprecompile/launch/proof_asks.py).
 
 The committed records come from the H200 runs at 8c45a8e: in each deleted-entry run SGLang's own model, under strict
 launch, refused exactly the entry that had been moved aside, so the runtime looks those names up. HEAD's plan for the
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from helpers import NVCC, STANDINS, beside_venv, sgl_deep_gemm_dir, sglang_014_dir
 
-from dgprecompile.cache.asks import COVERED, MISSING, check_asks, load_record, record_plan
 from dgprecompile.errors import InputError
+from dgprecompile.launch.proof_asks import COVERED, MISSING, check_asks, load_record, record_plan
 
 REPO = Path(__file__).resolve().parent.parent
 RECORDS = sorted((REPO / "bench" / "results").glob("*/asks.json"))
@@ -48,7 +48,7 @@ def _check(path: Path) -> subprocess.CompletedProcess:
         pytest.skip(f"sglang {record['sglang']}'s and its DeepGEMM's folders beside the venv (make setup)")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([*folders, STANDINS, str(REPO)]),
            "DGP_STANDINS": "sgl_kernel,torchvision"}
-    return subprocess.run([sys.executable, "-m", "dgprecompile.cache.asks", str(path), "--nvcc", NVCC, "--json"],
+    return subprocess.run([sys.executable, "-m", "dgprecompile.launch.proof_asks", str(path), "--nvcc", NVCC, "--json"],
                           capture_output=True, text=True, timeout=300, env=env)
 
 
@@ -138,7 +138,7 @@ def test_a_record_that_is_not_valid_is_refused_naming_the_field(tmp_path):
     (tmp_path / "asks.json").write_text(json.dumps(record))
     with pytest.raises(InputError, match="environment"):
         load_record(tmp_path / "asks.json")
-    res = subprocess.run([sys.executable, "-m", "dgprecompile.cache.asks", str(tmp_path / "asks.json")],
+    res = subprocess.run([sys.executable, "-m", "dgprecompile.launch.proof_asks", str(tmp_path / "asks.json")],
                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert res.returncode == 2 and res.stderr.startswith("error: ") and "\nhint: " in res.stderr
     assert "Traceback" not in res.stderr

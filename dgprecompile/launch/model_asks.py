@@ -14,7 +14,7 @@ own terms and independent of any plan:
   asked inductor's FX graph cache (``lookups``: 0 where dynamo never handed inductor a graph).
 
 ``Asks.to_dict()`` is the part of an asks record (data/schemas/proof-asks.json) these families take, each call with
-the m it ran at as inclusive spans. dgprecompile/cache/asks.py holds HEAD's plan to it.
+the m it ran at as inclusive spans. dgprecompile/launch/proof_asks.py holds HEAD's plan to it.
 """
 
 from __future__ import annotations

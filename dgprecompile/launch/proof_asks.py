@@ -15,7 +15,7 @@ calls, on torch's meta device), in its grad mode and m range. A plan that drops 
 where this machine cannot compute a family's names (another release installed, no nvcc) the family is "unchecked",
 which fails too: a record is held only where its environment is reproduced.
 
-``python -m dgprecompile.cache.asks RECORD.json [--nvcc PATH] [--json]`` runs it with whatever sglang, DeepGEMM and
+``python -m dgprecompile.launch.proof_asks RECORD.json [--nvcc PATH] [--json]`` runs it with whatever sglang, DeepGEMM and
 nvcc this process finds (the release's own folders on PYTHONPATH), exit 0 when every ask is covered, 1 when one is
 not, 2 for a record that is not valid.
 """
@@ -260,7 +260,7 @@ FAMILY_CHECKS = {"deepgemm": _deepgemm, "sglang-jit": _sglang_jit, "flashinfer":
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m dgprecompile.cache.asks", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m dgprecompile.launch.proof_asks", description=__doc__.split("\n")[0])
     p.add_argument("record", type=Path)
     p.add_argument("--base", type=Path, help="where the record's config path starts (default: the record's folder)")
     p.add_argument("--nvcc", help="the nvcc DeepGEMM's names are computed with (default: as warm finds it)")
