@@ -32,7 +32,8 @@ MOE_SUM = "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe.moe_sum_reduc
 def _release_path(record: dict) -> list[str] | None:
     """The release's own folders (make setup) for the record's sglang and sgl-deep-gemm, or None."""
     versions = record["environment"]["versions"]
-    sglang = sglang_014_dir() if versions.get("sglang") == "0.5.14" else None
+    sglang = (sglang_014_dir() if versions.get("sglang") == "0.5.14"
+              else beside_venv(f"sglang-{versions.get('sglang')}", "sglang/__init__.py"))  # 0.5.9-0.5.23 (make setup)
     deep_gemm = sgl_deep_gemm_dir(versions["sgl-deep-gemm"]) if "sgl-deep-gemm" in versions else None
     triton = beside_venv(f"triton-{versions['triton']}", "triton/__init__.py") if "triton" in versions else None
     if sglang is None or ("sgl-deep-gemm" in versions and deep_gemm is None):
