@@ -164,19 +164,9 @@ def _ms_shown(spans: list[tuple[int, int]]) -> str:
 
 def _uncovered(spans: list[tuple[int, int]], ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """The parts of ``spans`` no range of ``ranges`` holds."""
-    left = []
-    for lo, hi in spans:
-        for a, b in sorted(ranges):
-            if b < lo or a > hi:
-                continue
-            if a > lo:
-                left.append((lo, a - 1))
-            lo = max(lo, b + 1)
-            if lo > hi:
-                break
-        if lo <= hi:
-            left.append((lo, hi))
-    return left
+    from dgprecompile.cache.sweeps import subtract
+
+    return [part for lo, hi in spans for part in subtract(lo, hi, ranges)]
 
 
 def _triton_moe(plan, asks: dict[str, Any], record: dict[str, Any], notes: list[str], nvcc: str | None):
