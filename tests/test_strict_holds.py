@@ -61,7 +61,8 @@ def _env() -> dict[str, str]:
 
 
 def strict_launch(folder: Path, job: str, *args: str, cache: str = "cache", plan: tuple[str, ...] | None = None,
-                  timeout: int = 240, pythonpath: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+                  timeout: int = 240, pythonpath: tuple[str, ...] = (),
+                  extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     (folder / "job.py").write_text(job)
     (folder / "compiled.py").write_text(COMPILE)
     if plan is None:
@@ -73,6 +74,7 @@ def strict_launch(folder: Path, job: str, *args: str, cache: str = "cache", plan
            "--allow-missing", "--", sys.executable, str(folder / "job.py"), *args]
     env = _env()
     env["PYTHONPATH"] = os.pathsep.join([*pythonpath, env["PYTHONPATH"]])
+    env.update(extra_env or {})
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=folder)
 
 
@@ -119,6 +121,12 @@ def test_flashinfers_own_log_is_its_bookkeeping_not_a_compile(tmp_path):
     quiet = strict_launch(tmp_path, job, "none", pythonpath=(FLASHINFER_0612, sglang_014_dir()))
     assert quiet.returncode == 0, quiet.stderr
     assert (tmp_path / "cache" / "flashinfer" / "0.6.12" / "flashinfer_jit.log").is_file()
+    # where FlashInfer knows its arch (a GPU; here the variable) the log is one folder down, <version>/<arch>/: the
+    # carried 480B proof on the H200 (2026-12-05, b5925ae) exited 1 on it with nothing built
+    arch = strict_launch(tmp_path, job, "none", cache="cache-arch", pythonpath=(FLASHINFER_0612, sglang_014_dir()),
+                         extra_env={"FLASHINFER_CUDA_ARCH_LIST": "9.0a"})
+    assert arch.returncode == 0, arch.stderr
+    assert (tmp_path / "cache-arch" / "flashinfer" / "0.6.12" / "90a" / "flashinfer_jit.log").is_file()
     r = strict_launch(tmp_path, job, "compile", pythonpath=(FLASHINFER_0612, sglang_014_dir()))
     assert r.returncode == 1 and "compiled during it: flashinfer/0.6.12/90a/cached_ops/x" in r.stderr, r.stderr
 

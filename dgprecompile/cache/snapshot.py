@@ -47,7 +47,7 @@ def _digest(path: str, size: int, whole: bool = False) -> str | None:
     return digest.hexdigest()
 
 
-# a family's bookkeeping files named with a folder pattern (FlashInfer's <version>/flashinfer_jit.log)
+# a family's bookkeeping files named with a folder pattern (FlashInfer's <version>[/<archs>]/flashinfer_jit.log)
 BOOKKEEPING = tuple(f"{f.area}/{name}" for f in CAPTURED for name in f.not_entries if "*" in name)
 
 

@@ -317,11 +317,12 @@ CACHE_FAMILIES: tuple[CacheFamily, ...] = (
     # build_and_load calls build for every non-AOT module (flashinfer/jit/core.py, 0.6.12): the hook loads a built
     # module without building and refuses a missing one. FlashInfer puts its modules under
     # $FLASHINFER_WORKSPACE_BASE/.cache/flashinfer/<version>/<archs>/cached_ops/<name>/ (jit/env.py); its JIT logger
-    # opens <version>/flashinfer_jit.log when flashinfer.jit is imported, a build or not (jit/core.py:47 in 0.6.3 and
-    # 0.6.12, :59 in 0.7.2): its bookkeeping
+    # opens <version>/<archs>/flashinfer_jit.log when flashinfer.jit is imported, a build or not (jit/core.py:47 in
+    # 0.6.3 and 0.6.12, :59 in 0.7.2; <archs> is empty where no GPU or arch list says it, as on a CPU machine): its
+    # bookkeeping (on the H200 a carried cache, which had none, failed a strict run that built nothing)
     CacheFamily("flashinfer", "FlashInfer JIT", "flashinfer", ("FLASHINFER_WORKSPACE_BASE",), ("flashinfer-python",),
                 "flashinfer-ops", filed=True, hook_target="flashinfer.jit.core", depth=4,
-                base_prefix=".cache/flashinfer", not_entries=("*/flashinfer_jit.log",)),
+                base_prefix=".cache/flashinfer", not_entries=("*/flashinfer_jit.log", "*/*/flashinfer_jit.log")),
     # _compile_fx_inner calls the module global fx_codegen_and_compile only when the FX graph cache has no entry
     # (miss, bypass, or AOTAutograd's bundled cache missed); an AOTAutograd cache hit never gets there
     # (torch/_inductor/compile_fx.py, torch 2.13 and pytorch main 001077c)

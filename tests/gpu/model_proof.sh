@@ -123,10 +123,14 @@ kill -TERM "$watcher"; wait "$watcher"; cat "$w/watch.out" >> "$d/logs.txt"
 python3 tests/gpu/model_proof_summary.py --driver "$d/driver.json" --stderr "$w/strict.err" \
   --before "$w/files.before" --after "$w/files.after" >> "$d/summary.txt" 2>&1
 tail -c 3000 "$w/strict.err" >> "$d/logs.txt"
-# the asks record: complete where the strict run passed with nothing refused or new in the families it records
-complete=false
-[ "$strict_rc" = 0 ] && for f in deepgemm sglang-jit flashinfer triton-moe inductor; do grep -q "^family $f: refused 0, new 0$" "$d/summary.txt" || strict_rc=x; done
-[ "$strict_rc" = 0 ] && complete=true
+# the asks record: complete where the job ran through (its report written, no failure but refusals) with nothing
+# refused or new in the families it records: then its opens and calls are every lookup it made (the launch's own exit
+# code is in summary.txt; on 2026-12-05 it was 1 for FlashInfer's log alone, which the proof counts as bookkeeping)
+complete=true
+[ -f "$d/driver.json" ] && grep -q "^driver failures other than refusals: 0$" "$d/summary.txt" || complete=false
+for f in deepgemm sglang-jit flashinfer triton-moe inductor; do
+  grep -q "^family $f: refused 0, new 0$" "$d/summary.txt" || complete=false
+done
 cp "$CONFIG" "$d/config.json"
 python3 - "$d/asks.template.json" "$complete" "$site" <<PYEOF
 import json, subprocess, sys, time

@@ -60,9 +60,9 @@ def family_of_path(path: str) -> str:
     if parts[0] == "inductor":
         return "inductor"
     if parts[0] == "flashinfer":
-        # <version>/<arch>/flashinfer_jit.log: FlashInfer's own log, opened by every import of flashinfer.jit (a
+        # <version>[/<arch>]/flashinfer_jit.log: FlashInfer's own log, opened by every import of flashinfer.jit (a
         # carried cache has none until the job imports it); a compile adds <version>/<arch>/cached_ops/<module>/
-        return "" if parts[-1] == "flashinfer_jit.log" and len(parts) == 4 else "flashinfer"
+        return "" if parts[-1] == "flashinfer_jit.log" and len(parts) in (3, 4) else "flashinfer"
     if parts[0] == "dgprecompile":
         return ""  # the index and the launch's own records
     return "other"
