@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import sys
 from typing import Any
+
+from dgprecompile.compile.inductor_graphs import current_grad_mode
 
 # where releases define SGLang's Triton fused MoE (the first module that imports is used) and the function every
 # path into its kernels passes through: from 0.5.14 on _fused_moe_kernel_sequence (both fused_experts_impl and the
@@ -41,14 +44,6 @@ def spans(ms) -> list[list[int]]:
         else:
             out.append([m, m])
     return out
-
-
-def grad_mode() -> str:
-    import torch
-
-    if torch.is_inference_mode_enabled():
-        return "inference"
-    return "grad" if torch.is_grad_enabled() else "no_grad"
 
 
 def described(value: Any, m: int | None) -> Any:
@@ -74,11 +69,18 @@ def call_m(args: tuple, kwargs: dict) -> int | None:
     return None
 
 
+def described_call(args: tuple, kwargs: dict) -> dict[str, Any]:
+    """A call's arguments as a cache key sees them (:func:`described`, at the call's m): the runtime's calls here,
+    warm's calls in launch/proof_asks.py."""
+    m = call_m(args, kwargs)
+    return {"args": [described(v, m) for v in args], "kwargs": {k: described(v, m) for k, v in sorted(kwargs.items())}}
+
+
 class Asks:
     def __init__(self) -> None:
         self.moe: dict[tuple[int, int, int, int], set[int]] = {}
-        self.compiled: dict[tuple[str, str, str], set[int]] = {}
-        self.lookups: dict[tuple[str, str, str], int] = {}  # inductor's graph-cache lookups the calls made
+        # (function, its arguments shown, grad mode) -> (the m it ran at, inductor's graph-cache lookups it made)
+        self.compiled: dict[tuple[str, str, str], tuple[set[int], list[int]]] = {}
         self.notes: list[str] = []
 
     def moe_call(self, signature: inspect.Signature, args: tuple, kwargs: dict) -> None:
@@ -94,18 +96,12 @@ class Asks:
         self.moe.setdefault(shape, set()).add(int(x.shape[0]))
 
     def compiled_call(self, function: str, args: tuple, kwargs: dict, lookups: int) -> None:
-        import json
-
-        m = call_m(args, kwargs)
-        shown = json.dumps({"args": [described(v, m) for v in args],
-                            "kwargs": {k: described(v, m) for k, v in sorted(kwargs.items())}}, sort_keys=True)
-        key = (function, shown, grad_mode())
-        self.compiled.setdefault(key, set()).add(m or 1)
-        self.lookups[key] = self.lookups.get(key, 0) + lookups
+        shown = json.dumps(described_call(args, kwargs), sort_keys=True)
+        ms, looked = self.compiled.setdefault((function, shown, current_grad_mode()), (set(), [0]))
+        ms.add(call_m(args, kwargs) or 1)
+        looked[0] += lookups
 
     def to_dict(self) -> dict[str, Any]:
-        import json
-
         out: dict[str, Any] = {}
         if self.moe:
             out["triton-moe"] = {"calls": [
@@ -113,9 +109,8 @@ class Asks:
                 for (e, h, i, k), ms in sorted(self.moe.items())]}
         if self.compiled:
             out["inductor"] = {"calls": [
-                {"function": fn, **json.loads(shown), "grad": grad, "ms": spans(ms),
-                 "lookups": self.lookups.get((fn, shown, grad), 0)}
-                for (fn, shown, grad), ms in sorted(self.compiled.items())]}
+                {"function": fn, **json.loads(shown), "grad": grad, "ms": spans(ms), "lookups": looked[0]}
+                for (fn, shown, grad), (ms, looked) in sorted(self.compiled.items())]}
         return out
 
 

@@ -192,17 +192,12 @@ def _warm_calls(graph: dict[str, Any], item, m: int) -> list[dict[str, Any]]:
     """How warm calls the item's function at ``m`` (compile/inductor_graphs.py, the same code), one call per rank
     its sequences use, each described as the driver describes the runtime's calls (launch/model_asks.py)."""
     from dgprecompile.compile import inductor_graphs
-    from dgprecompile.launch.model_asks import call_m, described
+    from dgprecompile.launch.model_asks import described_call
 
     params = dict(item.params)
     seen: list[dict[str, Any]] = []
-
-    def record(*args, **kwargs):
-        at = call_m(args, kwargs)
-        seen.append({"args": [described(v, at) for v in args],
-                     "kwargs": {k: described(v, at) for k, v in sorted(kwargs.items())}})
-
-    call = inductor_graphs.CALLS[item.graph](record, params, "meta")
+    call = inductor_graphs.CALLS[item.graph](lambda *args, **kwargs: seen.append(described_call(args, kwargs)),
+                                             params, "meta")
     for rank in sorted({rank for rank, _ in inductor_graphs.sequences(graph, params)}):
         call(m, rank)
     return seen

@@ -143,7 +143,7 @@ def asks(opens: str, refusals: str, template: str, out: str, driver: str | None 
     families = {fam: {"entries": names} for fam, names in entries(seen["opened"]).items()}
     for who, module in refused:
         families.setdefault(REFUSER[who], {}).setdefault("modules", []).append(module)
-    if driver and os.path.exists(driver):  # the Triton MoE's and torch.compile's calls, recorded inside the job (launch/model_asks.py)
+    if driver and os.path.exists(driver):  # the Triton MoE's and torch.compile's calls (launch/model_asks.py)
         with open(driver) as f:
             families.update(json.load(f).get("asks", {}))
     record["families"] = families
