@@ -47,6 +47,8 @@ py=${PYTHON:-$root/.venv/bin/python}
 venv=${VENV_DIR:-$root/.venv}
 SITE=${SITE:-/tmp/dgp-carry-site}; SGLANG=${SGLANG:-0.5.14}; FAMILIES=${FAMILIES:-deepgemm,sglang-jit,flashinfer}
 OUTDIR=${OUTDIR:-$root/.carry}; KEYDIR=${KEYDIR:-$root/.carry-key}
+case $OUTDIR in /*) ;; *) OUTDIR=$PWD/$OUTDIR ;; esac  # the split runs in OUTDIR: the paths must hold there
+case $KEYDIR in /*) ;; *) KEYDIR=$PWD/$KEYDIR ;; esac
 fail() { echo "error: $1" >&2; echo "hint: $2" >&2; exit "${3:-1}"; }
 [ -n "${SERVER:-}${MANIFEST:-}" ] || fail "no plan: give SERVER= (the sglang server command) or MANIFEST= (a plan)" \
   "SERVER=\"python -m sglang.launch_server --model-path M --tp 8 --ep 8\" bash tests/gpu/carry_build.sh" 2
