@@ -9,10 +9,11 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import STANDINS, needs_sgl014, sglang_014_dir
+from helpers import STANDINS, beside_venv, needs_sgl014, sglang_014_dir
 
 from dgprecompile.launch.model_driver import Report, layers_to_keep, new_files, server_argv
 
@@ -55,8 +56,42 @@ def test_a_module_that_fails_is_reported_with_its_first_m_and_still_called_at_th
     assert calls == [1, 2, 3, 4, 5] and report.calls == {"layers.0.mlp": 3}
     assert report.failed == {"layers.0.mlp": {"m": 3, "count": 2, "error": "RuntimeError: dgprecompile strict mode: "
                                               "Triton tried to compile kernel fused_moe_kernel"}}
-    assert new_files({"A": 3, "B": 1}, {"A": 3, "B": 4, "C": 1}) == {"B": 3, "C": 1}
+    assert new_files({"A": {"a"}, "B": {"b"}}, {"A": {"a"}, "B": {"b", "c", "d"}, "C": {"e"}}) == {
+        "B": {"count": 2, "files": ["c", "d"]}, "C": {"count": 1, "files": ["e"]}}
 
+
+
+FLASHINFER_0612 = beside_venv("flashinfer-0.6.12", "flashinfer/__init__.py")
+
+
+@pytest.mark.skipif(FLASHINFER_0612 is None or sglang_014_dir() is None,
+                    reason="flashinfer-python 0.6.12 and sglang 0.5.14 (its tvm-ffi) beside the venv (make setup)")
+def test_the_drivers_own_count_leaves_out_flashinfers_log_and_names_a_built_file(tmp_path):
+    """The driver counts the files a run adds under every cache folder, independently of launch's snapshot; the real
+    FlashInfer 0.6.12 writes its JIT log at import where it knows its arch (<version>/90a/): no compile (the DeepSeek-V3
+    proof on the H200 at ffea8d6 exited 1 on it with every family 0 refused 0 new). A module file is named."""
+    job = textwrap.dedent("""
+        import json, os, sys
+        from dgprecompile.launch.model_driver import cache_files, new_files
+        before = cache_files()
+        import flashinfer.jit.core  # the real one: opens its log
+        if sys.argv[1] == "compile":
+            d = os.path.join(os.environ["FLASHINFER_WORKSPACE_BASE"], ".cache/flashinfer/0.6.12/90a/cached_ops/x")
+            os.makedirs(d)
+            open(os.path.join(d, "x.so"), "wb").write(b"built at run time")
+        print(json.dumps(new_files(before, cache_files())))
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([FLASHINFER_0612, sglang_014_dir() or "", str(REPO)]), "FLASHINFER_CUDA_ARCH_LIST": "9.0a",
+           "DG_JIT_CACHE_DIR": str(tmp_path / "cache"), "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "cache" / "fi")}
+    (tmp_path / "cache" / "fi").mkdir(parents=True)
+    quiet = subprocess.run([sys.executable, "-c", job, "none"], env=env, capture_output=True, text=True, timeout=300)
+    assert quiet.returncode == 0, quiet.stderr
+    assert (tmp_path / "cache/fi/.cache/flashinfer/0.6.12/90a/flashinfer_jit.log").is_file()
+    assert json.loads(quiet.stdout.splitlines()[-1]) == {}
+    built = subprocess.run([sys.executable, "-c", job, "compile"], env=env, capture_output=True, text=True, timeout=300)
+    new = json.loads(built.stdout.splitlines()[-1])
+    assert new["DG_JIT_CACHE_DIR"] == {"count": 1, "files": ["fi/.cache/flashinfer/0.6.12/90a/cached_ops/x/x.so"]}
+    assert new["FLASHINFER_WORKSPACE_BASE"]["count"] == 1
 
 @needs_sgl014
 def test_the_driver_argv_parses_with_sglangs_own_parser_and_the_stated_sizes_follow_its_rules():

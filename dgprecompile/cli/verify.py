@@ -121,8 +121,9 @@ def render_model_live(out: Output, report) -> None:
         out.info(line)
     extra = d.get("new_cache_files") or {}
     if extra or d.get("dynamo", {}).get("compiled"):
-        out.info(f"compiled during the run: {extra} files, {d.get('dynamo', {}).get('compiled', 0)} torch.compile "
-                 "frame(s)")
+        named = [f for v in extra.values() for f in v.get("files", [])][:5]
+        out.info(f"compiled during the run: {sum(v.get('count', 0) for v in extra.values())} files "
+                 f"({', '.join(named)}), {d.get('dynamo', {}).get('compiled', 0)} torch.compile frame(s)")
     if report.ok:
         out.data_text(f"ok: {sum(d.get('calls', {}).values())} calls, nothing compiled, nothing refused")
     else:

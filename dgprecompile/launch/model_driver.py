@@ -432,18 +432,32 @@ def kv_standin(attn, m: int, report: Report):
     return type("ForwardBatchStandin", (), {"out_cache_loc": torch.arange(m, device="cuda", dtype=torch.int64)})()
 
 
-def cache_files() -> dict[str, int]:
-    """Files under each JIT cache folder the job's environment names (what a compile adds)."""
+# files a runtime writes in its cache whenever it is imported, a build or not: FlashInfer's JIT log
+# (flashinfer/jit/core.py opens <version>[/<archs>]/flashinfer_jit.log at import). Not a compile.
+RUNTIME_LOGS = frozenset(["flashinfer_jit.log"])
+SHOWN_FILES = 20  # new files named per cache folder (the count is whole)
+
+
+def cache_files() -> dict[str, set[str]]:
+    """The files (relative paths) under each JIT cache folder the job's environment names: what a compile adds.
+    The runtimes' own logs (RUNTIME_LOGS) are left out."""
     out = {}
     for var in CACHE_VARS:
         root = os.environ.get(var)
         if root and os.path.isdir(root):
-            out[var] = sum(len(files) for _, _, files in os.walk(root))
+            out[var] = {os.path.relpath(os.path.join(d, f), root) for d, _, files in os.walk(root)
+                        for f in files if f not in RUNTIME_LOGS}
     return out
 
 
-def new_files(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
-    return {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+def new_files(before: dict[str, set[str]], after: dict[str, set[str]]) -> dict[str, dict]:
+    """Per cache folder, the files ``after`` holds that ``before`` did not: their count and the first names."""
+    out = {}
+    for var, files in after.items():
+        added = sorted(files - before.get(var, set()))
+        if added:
+            out[var] = {"count": len(added), "files": added[:SHOWN_FILES]}
+    return out
 
 
 def dynamo_counts() -> dict[str, int]:
