@@ -54,6 +54,11 @@ class Report:
         self.failed: dict[str, dict[str, Any]] = {}
         self.standins: list[str] = []
         self.notes: list[str] = []
+        self.times: dict[str, float] = {}  # seconds: build, first forward, the pass over every m, decode, second forward
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
 
     def call(self, name: str, m: int, fn, *args, **kwargs):
         try:
@@ -128,14 +133,17 @@ def main(argv: list[str] | None = None) -> int:
     model, sa = build(args, report)
     model_asks.watch_moe(asks)
     ms = parse_ms(args.m)
+    report.times["build_s"] = round(time.time() - t0, 3)
     with grad_mode(report):
-        drive(model, ms, report)
-        decode_step(model, [int(b) for b in args.decode.split(",") if b], report)
+        timed(report, "pass_s", drive, model, ms, report)
+        timed(report, "decode_s", decode_step, model, [int(b) for b in args.decode.split(",") if b], report)
+        timed(report, "second_forward_s", drive, model, ms[:1], report)  # the first m again: nothing left to load
     out = {"sglang_cmd": args.sglang_cmd, "m": [ms[0], ms[-1]], "ms": len(ms), "seconds": round(time.time() - t0, 1),
            "server_args": {k: str(getattr(sa, k, None)) for k in ("tp_size", "ep_size", "moe_runner_backend",
                                                                   "moe_a2a_backend", "attention_backend",
                                                                   "disable_shared_experts_fusion")},
            "calls": report.calls, "failed": report.failed, "standins": report.standins, "notes": report.notes,
+           "times": report.times,
            "new_cache_files": new_files(before, cache_files()), "dynamo": dynamo_counts(),
            "asks": asks.to_dict(), "asks_notes": asks.notes}
     text = json.dumps(out, indent=1, sort_keys=True)
@@ -144,6 +152,13 @@ def main(argv: list[str] | None = None) -> int:
             f.write(text + "\n")
     print(text)
     return 1 if (report.failed or out["new_cache_files"] or out["dynamo"].get("inductor_compiled", 0)) else 0
+
+
+def timed(report: Report, key: str, fn, *args) -> None:
+    """Run fn, its seconds into report.times[key] (the GPU's work included: drive and decode_step synchronize)."""
+    t = time.time()
+    fn(*args)
+    report.times[key] = round(time.time() - t, 3)
 
 
 def grad_mode(report: Report):
@@ -221,11 +236,12 @@ def drive(model, ms: list[int], report: Report) -> None:
 
     inner = getattr(model, "model", model)
     hidden = model.config.hidden_size if hasattr(model, "config") else inner.config.hidden_size
-    report.notes.append("attention core (FA3 / FlashMLA, sgl-kernel ahead-of-time kernels): not run")
+    report.note("attention core (FA3 / FlashMLA, sgl-kernel ahead-of-time kernels): not run")
     driven = distinct_layers(inner.layers)
     if len(driven) < len(inner.layers):
-        report.notes.append(f"layers driven: {', '.join(map(str, driven))} of the {len(inner.layers)} built (a layer "
+        report.note(f"layers driven: {', '.join(map(str, driven))} of the {len(inner.layers)} built (a layer "
                             "whose modules and parameter shapes equal an earlier one's runs the same kernels)")
+    t0 = time.time()
     for m in ms:
         positions = torch.arange(m, device="cuda", dtype=torch.int64)
         embed = getattr(inner, "embed_tokens", None)
@@ -239,6 +255,8 @@ def drive(model, ms: list[int], report: Report) -> None:
         if getattr(inner, "norm", None) is not None:
             report.call("norm", m, inner.norm, x.clone())
         torch.cuda.synchronize()
+        if m == ms[0]:  # the first forward: every module once, with what it compiles or loads the first time
+            report.times.setdefault("first_forward_s", round(time.time() - t0, 3))
 
 
 def decode_step(model, batches: list[int], report: Report) -> None:
