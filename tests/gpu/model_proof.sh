@@ -160,6 +160,10 @@ PYEOF
 python3 tests/gpu/cache_opens.py asks --opens "$w/opens.json" --refusals "$w/strict.err" \
   --template "$d/asks.template.json" --driver "$d/driver.json" --out "$d/asks.json" >> "$d/summary.txt" 2>&1
 echo "asks record rc=$? complete=$complete" >> "$d/summary.txt"; rm -f "$d/asks.template.json"
+if [ "${DELETED:-1}" = 0 ]; then  # bench/first_forward.sh: the launched run's figures, not a proof of refusals
+  stamp done; echo "deleted-entry runs: not run (DELETED=0): this folder is no proof" >> "$d/summary.txt"
+  echo "device seconds: total $(( $(date +%s) - t0 ))" >> "$d/summary.txt"; cat "$d/summary.txt"; exit 0
+fi
 stamp deleted
 python3 tests/gpu/model_proof_summary.py --pick-victims "$cache" > "$w/victims.txt" 2>> "$d/logs.txt"
 # FlashInfer's victim is the decode step's sampling module; where it is DeepSeek's routing instead (no sampling module

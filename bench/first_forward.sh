@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The number a user feels (issue 45), for one SGLang server command on the H200: SGLang's own model for one rank
+# (dgprecompile/launch/model_driver.py, built from the command by SGLang's own ServerArgs, as the model proof does)
+#   launched  tests/gpu/model_proof.sh without its deleted-entry runs: plan, warm (GPU hidden, then visible), verify,
+#             the driver under strict `dgprecompile launch`; its driver.json times the first forward (the first m
+#             through every module), the pass over MS, a decode step and a second forward at the first m
+#   cold      the same driver, every JIT cache a new empty folder, no launch: runtime JIT on as SGLang ships it (its
+#             own DeepGEMM precompile of every m included); what each family compiled: its files and when they landed
+#   cold8     PROCS such drivers at once on the one GPU, sharing one new cache (the ranks of a node), the first m only,
+#             no decode: the CPU contention of a node's ranks compiling at once
+# Phases run in that order (the cold ones reuse the launched phase's installed packages; the page cache then favours
+# them, so cold/launched is if anything understated). Nothing here is derived from the plan but the launched phase.
+# usage: SGLANG=0.5.14 SERVER="python -m sglang.launch_server --model-path M --tp 8 --ep 8" CONFIG=config.json \
+#        [MS=1-8192] [PROCS=8] [MS8=1] [PHASES=launched,cold,cold8] [NAME=first-forward] DGP_GIT=<sha> \
+#        [CARRIED=... TRUSTED=... CARRY_PIECES=...: model_proof.sh's] bash bench/first_forward.sh
+# writes $OUT/$NAME/{summary.json, logs.txt, files.tar.gz}: the tarball holds cold.json, cold_files.json,
+#   cold8/driver-N.json, cold8_files.json and proof/ (model_proof.sh's folder): the device returns 8 files
+set -uo pipefail
+export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+root=$PWD; OUT=${OUT:-$root/out}; NAME=${NAME:-first-forward}; final=$OUT/$NAME; d=$(mktemp -d); mkdir -p "$final"
+MS=${MS:-1-8192}; MS8=${MS8:-1}; PROCS=${PROCS:-8}; PHASES=${PHASES:-launched,cold,cold8}; SGLANG=${SGLANG:-0.5.14}
+: "${SERVER:?SERVER= the sglang server command}" "${CONFIG:?CONFIG= the model config.json}"
+t0=$(date +%s)
+has() { case ",$PHASES," in *",$1,"*) return 0 ;; esac; return 1; }
+if has launched; then  # the proof's own steps; its device seconds per step land in proof/summary.txt
+  OUT=$d NAME=proof DELETED=0 bash tests/gpu/model_proof.sh > "$d/logs.txt" 2>&1
+  echo "launched phase: model_proof.sh rc=$?" >> "$d/logs.txt"
+fi
+site=${SITE:-/tmp/dgp-carry-site}
+if ! PYTHONPATH=$site python3 -c "import sglang" 2> /dev/null; then  # no launched phase before: install here
+  rm -rf "$site"; mkdir -p "$site"; touch "$site/.dgp-carry-site"
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" .whl/sgl_deep_gemm-0.1.3-*.whl \
+    .whl/apache_tvm_ffi-*.whl .whl/sglang/*.whl .whl/extra/*.whl >> "$d/logs.txt" 2>&1
+fi
+standins=sgl_kernel
+PYTHONPATH=$site python3 -c "import flashinfer" 2> /dev/null || standins=sgl_kernel,flashinfer
+export PYTHONPATH="$site:$root/tests/standins:$root" DGP_STANDINS=$standins DGP_TRANSFORMERS_EXIST_OK=1
+model=$(mktemp -d); cp "$CONFIG" "$model/config.json"
+LOCAL=$(python3 -c "import shlex,sys; w=shlex.split(sys.argv[1]); i=w.index('--model-path'); w[i+1]=sys.argv[2]; print(shlex.join(w))" "$SERVER" "$model")
+fresh_env() {  # every JIT cache the runtimes read, and HOME (their defaults), in the new folder $1
+  echo "HOME=$1/home TRITON_CACHE_DIR=$1/triton TORCHINDUCTOR_CACHE_DIR=$1/inductor TVM_FFI_CACHE_DIR=$1/tvm-ffi"
+  echo "SGLANG_JIT_CACHE_DIR=$1/sglang-jit DG_JIT_CACHE_DIR=$1/deepgemm FLASHINFER_WORKSPACE_BASE=$1/flashinfer"
+  echo "CUTE_DSL_CACHE_DIR=$1/cute-dsl CUDA_CACHE_PATH=$1/cuda-driver"; }
+if has cold; then
+  c=$(mktemp -d); mkdir -p "$c/home"; start=$(date +%s.%N)
+  env $(fresh_env "$c") python3 -m dgprecompile.launch.model_driver --sglang-cmd "$LOCAL" --model-dir "$model" \
+    --m "$MS" --report "$d/cold.json" > /dev/null 2>> "$d/logs.txt"
+  echo "cold phase: driver rc=$? in $(python3 -c "import time,sys; print(round(time.time()-float(sys.argv[1]),1))" "$start") s" >> "$d/logs.txt"
+  python3 bench/first_forward_files.py "$c" "$start" > "$d/cold_files.json" 2>> "$d/logs.txt"
+fi
+if has cold8; then
+  c=$(mktemp -d); mkdir -p "$c/home" "$d/cold8"; start=$(date +%s.%N); pids=()
+  for i in $(seq "$PROCS"); do
+    env $(fresh_env "$c") python3 -m dgprecompile.launch.model_driver --sglang-cmd "$LOCAL" --model-dir "$model" \
+      --m "$MS8" --decode "" --report "$d/cold8/driver-$i.json" > /dev/null 2>> "$d/cold8/logs-$i.txt" & pids+=($!)
+  done
+  rcs=(); for p in "${pids[@]}"; do wait "$p"; rcs+=($?); done
+  echo "cold8 phase: $PROCS drivers rc ${rcs[*]} in $(python3 -c "import time,sys; print(round(time.time()-float(sys.argv[1]),1))" "$start") s" >> "$d/logs.txt"
+  python3 bench/first_forward_files.py "$c" "$start" > "$d/cold8_files.json" 2>> "$d/logs.txt"
+fi
+python3 bench/first_forward_files.py --summary "$d" --server "$SERVER" --commit "${DGP_GIT:-}" \
+  --device-s "$(( $(date +%s) - t0 ))" > "$d/summary.json" 2>> "$d/logs.txt"
+cp "$d/summary.json" "$d/logs.txt" "$final/"; tar czf "$final/files.tar.gz" -C "$d" .
+grep -E "phase" "$d/logs.txt"; cat "$d/summary.json"

@@ -1,0 +1,102 @@
+"""bench/first_forward.sh's arithmetic (issue 45): what a cold run compiled, per JIT family, and the summary.
+
+    first_forward_files.py CACHE START         -> per family: files added under CACHE and when (seconds after START)
+    first_forward_files.py --summary DIR ...   -> DIR/summary.json's object from the phases' files
+
+A family's compile seconds are read from its cache: the time from the run's start to its first and last file, and
+the span between them (its files land as its compiles end; families compile in turn or at once, so the spans are
+when each family was busy, not a split of the wall). The folders are the ones first_forward.sh's fresh_env names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+FOLDERS = {"deepgemm": "deepgemm", "sglang-jit": "tvm-ffi", "sglang-jit-ninja": "sglang-jit", "triton": "triton",
+           "inductor": "inductor", "flashinfer": "flashinfer", "cute-dsl": "cute-dsl", "cuda-driver": "cuda-driver"}
+LOGS = ("flashinfer_jit.log",)  # FlashInfer's log, written at import: not a compile
+
+
+def families(cache: Path, start: float) -> dict[str, dict]:
+    out = {}
+    for family, folder in FOLDERS.items():
+        times = [os.stat(os.path.join(dirpath, f)).st_mtime for dirpath, _, files in os.walk(cache / folder)
+                 for f in files if f not in LOGS]
+        if times:
+            first, last = min(times) - start, max(times) - start
+            out[family] = {"files": len(times), "first_s": round(first, 1), "last_s": round(last, 1),
+                           "span_s": round(last - first, 1)}
+    return out
+
+
+def _json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _proof_seconds(summary: Path) -> dict[str, int]:
+    """model_proof.sh's 'device seconds: STEP N' lines."""
+    try:
+        text = summary.read_text()
+    except OSError:
+        return {}
+    return {m[1]: int(m[2]) for m in re.finditer(r"^device seconds: (\S+) (\d+)$", text, re.M)}
+
+
+def summary(d: Path, server: str, commit: str, device_s: int) -> dict:
+    cold, proof = _json(d / "cold.json"), d / "proof"
+    launched = _json(proof / "driver.json")
+    steps = _proof_seconds(proof / "summary.txt")
+    warm = _json(proof / "warm.json")
+    cold8 = [_json(p) for p in sorted((d / "cold8").glob("driver-*.json"))]
+    row = {"server": server,
+           "cold_first_forward_s": cold.get("times", {}).get("first_forward_s"),
+           "cold_pass_s": cold.get("times", {}).get("pass_s"),
+           "cold_decode_s": cold.get("times", {}).get("decode_s"),
+           "cold_families": _json(d / "cold_files.json"),
+           "launched_first_forward_s": launched.get("times", {}).get("first_forward_s"),
+           "launched_pass_s": launched.get("times", {}).get("pass_s"),
+           "launched_decode_s": launched.get("times", {}).get("decode_s"),
+           "second_forward_s": launched.get("times", {}).get("second_forward_s"),
+           "cold_8proc_first_forward_s": max((c.get("times", {}).get("first_forward_s") or 0 for c in cold8),
+                                             default=None) if cold8 else None,
+           "cold_8proc_drivers": len(cold8),
+           "warm_wall_s": (steps["warm"] + steps["warm-gpu"]) if {"warm", "warm-gpu"} <= steps.keys() else None,
+           "warm_steps_s": {k: steps[k] for k in ("install", "carried", "plan", "warm", "warm-gpu") if k in steps},
+           "longest_compile_s": max(warm.get("item_seconds", {}).values(), default=None),
+           "longest_compile_note": "the longest item of the GPU-hidden warm, timed in the pool (not alone)"}
+    lf, sf = row["launched_first_forward_s"], row["second_forward_s"]
+    cf = row["cold_first_forward_s"]
+    row["launched_over_second"] = round(lf / sf, 2) if lf and sf else None
+    row["cold_over_launched"] = round(cf / lf, 2) if cf and lf else None
+    return {"commit": commit, "device_s": device_s, "servers": [row]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("paths", nargs="*", help="CACHE START")
+    p.add_argument("--summary", type=Path)
+    p.add_argument("--server", default="")
+    p.add_argument("--commit", default="")
+    p.add_argument("--device-s", type=int, default=0)
+    args = p.parse_args(argv)
+    if args.summary:
+        doc = summary(args.summary, args.server, args.commit, args.device_s)
+    elif len(args.paths) == 2:
+        doc = families(Path(args.paths[0]), float(args.paths[1]))
+    else:
+        p.error("give CACHE START, or --summary DIR")
+    json.dump(doc, sys.stdout, indent=1)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
