@@ -1,0 +1,71 @@
+"""bench/first_forward.sh's arithmetic (bench/first_forward_files.py, issue 45), run as the bench runs it: what a cold
+run's caches hold per family and when it landed; the summary's figures from the phases' files (model_proof.sh's
+committed summary.txt for the warm's device seconds). The bench itself needs the H200."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+TOOL = REPO / "bench" / "first_forward_files.py"
+PROOF_480B = REPO / "bench" / "results" / "2026-12-05-h200-model-480b-carried"
+
+
+def run(*args: str) -> dict:
+    proc = subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def touch(path: Path, when: float) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"x")
+    os.utime(path, (when, when))
+
+
+def test_each_familys_files_and_when_they_landed_flashinfers_log_not_counted(tmp_path):
+    start = 1_000_000.0
+    touch(tmp_path / "deepgemm/cache/kernel.a/kernel.cubin", start + 12)
+    touch(tmp_path / "deepgemm/cache/kernel.b/kernel.cubin", start + 40.5)
+    touch(tmp_path / "triton/ABC/fused_moe_kernel.cubin", start + 70)
+    touch(tmp_path / "flashinfer/.cache/flashinfer/0.6.12/90a/flashinfer_jit.log", start + 1)
+    touch(tmp_path / "flashinfer/.cache/flashinfer/0.6.12/90a/cached_ops/sampling/sampling.so", start + 250)
+    (tmp_path / "inductor").mkdir()  # a folder without files: no family row
+    got = run(str(tmp_path), str(start))
+    assert got == {"deepgemm": {"files": 2, "first_s": 12.0, "last_s": 40.5, "span_s": 28.5},
+                   "triton": {"files": 1, "first_s": 70.0, "last_s": 70.0, "span_s": 0.0},
+                   "flashinfer": {"files": 1, "first_s": 250.0, "last_s": 250.0, "span_s": 0.0}}
+
+
+def test_the_summary_takes_each_phases_own_figures(tmp_path):
+    (tmp_path / "proof").mkdir()
+    shutil.copy(PROOF_480B / "summary.txt", tmp_path / "proof" / "summary.txt")  # a real run's device seconds
+    (tmp_path / "proof" / "driver.json").write_text(json.dumps(
+        {"times": {"first_forward_s": 4.2, "pass_s": 90.0, "decode_s": 1.5, "second_forward_s": 4.0}}))
+    (tmp_path / "proof" / "warm.json").write_text(json.dumps({"item_seconds": {"a": 3.0, "b": 29.1}}))
+    (tmp_path / "cold.json").write_text(json.dumps({"times": {"first_forward_s": 84.0, "pass_s": 400.0}}))
+    (tmp_path / "cold_files.json").write_text(json.dumps({"deepgemm": {"files": 2}}))
+    (tmp_path / "cold8").mkdir()
+    for i, s in enumerate((120.0, 150.5, None)):
+        (tmp_path / "cold8" / f"driver-{i}.json").write_text(json.dumps({"times": {"first_forward_s": s}}))
+    doc = run("--summary", str(tmp_path), "--server", "python -m sglang.launch_server --tp 8", "--commit", "abc",
+              "--device-s", "512")
+    assert doc["commit"] == "abc" and doc["device_s"] == 512
+    (row,) = doc["servers"]
+    assert row["warm_wall_s"] == 35 + 113  # the 480B proof's GPU-hidden and GPU-visible warms
+    assert row["warm_steps_s"] == {"install": 31, "carried": 2, "plan": 1, "warm": 35, "warm-gpu": 113}
+    assert row["launched_first_forward_s"] == 4.2 and row["second_forward_s"] == 4.0
+    assert row["launched_over_second"] == 1.05 and row["cold_over_launched"] == 20.0
+    assert row["cold_8proc_first_forward_s"] == 150.5 and row["cold_8proc_drivers"] == 3
+    assert row["longest_compile_s"] == 29.1 and row["cold_families"] == {"deepgemm": {"files": 2}}
+
+
+def test_a_phase_not_run_leaves_its_figures_empty(tmp_path):
+    (row,) = run("--summary", str(tmp_path))["servers"]
+    assert row["cold_first_forward_s"] is None and row["warm_wall_s"] is None
+    assert row["cold_8proc_first_forward_s"] is None and row["launched_over_second"] is None
