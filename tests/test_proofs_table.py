@@ -185,6 +185,26 @@ def test_a_complete_asks_record_keeps_the_proof_past_a_change_and_a_partial_one_
     assert proc.returncode == 2 and "not the commit or sglang of its record.json" in proc.stderr
 
 
+def test_the_readme_names_every_record_behind_a_proven_cell_and_when_it_ran(repo: Path):
+    """Two runs (two server commands) with complete asks both hold the row after its code changes: the README names
+    both, with commit and date; a record that no longer proves (no asks, code changed) is not named."""
+    ran = commit_all(repo, "the tree the device ran")
+    for name, date in (("run-480b", "2026-12-02T01:00:00Z"), ("run-dsv3", "2026-12-03T01:00:00Z")):
+        write(repo, f"bench/results/{name}/asks.json", json.dumps({
+            "format": "dgprecompile-proof-asks", "schema": 1, "name": name, "commit": ran, "date": date,
+            "command": "bash tests/gpu/model_proof.sh", "device_s": 300, "complete": True, "how": "t",
+            "server_command": "python -m sglang.launch_server --model-path m", "config": "config.json",
+            "sglang": "0.5.14", "environment": {"gpu": "g", "versions": {}}, "families": {"fam-a": {"entries": ["e"]}}}))
+        add_record(repo, record(name, ran, {"fam-a": "pass"}, date=date))
+    add_record(repo, record("run-old", ran, {"fam-a": "pass"}, date="2026-12-01T00:00:00Z"))
+    write(repo, "code/a.py", "a = 2\n")
+    commit_all(repo, "change a")
+    assert table(repo=repo).returncode == 0
+    readme = " ".join((repo / "README.md").read_text().split())
+    assert (f"records (bench/results/): `run-480b` at {ran[:7]}, 2026-12-02; `run-dsv3` at {ran[:7]}, 2026-12-03."
+            in readme), readme
+    assert "run-old" not in readme
+
 def test_the_newest_record_decides_and_a_record_must_name_an_ancestor(repo: Path):
     base = commit_all(repo, "base")
     add_record(repo, record("old", base, {"fam-a": "pass", "fam-b": "pass"}, date="2026-12-01T00:00:00Z"))
