@@ -28,6 +28,9 @@ if has launched; then  # the proof's own steps; its device seconds per step land
 fi
 site=${SITE:-/tmp/dgp-carry-site}
 if ! PYTHONPATH=$site python3 -c "import sglang" 2> /dev/null; then  # no launched phase before: install here
+  if [ -e "$site" ] && [ -n "$(ls -A "$site" 2>/dev/null)" ] && [ ! -f "$site/.dgp-carry-site" ]; then
+    echo "error: SITE=$site holds files neither model_proof.sh nor this script put there" >&2; exit 2
+  fi
   rm -rf "$site"; mkdir -p "$site"; touch "$site/.dgp-carry-site"
   python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" .whl/sgl_deep_gemm-0.1.3-*.whl \
     .whl/apache_tvm_ffi-*.whl .whl/sglang/*.whl .whl/extra/*.whl >> "$d/logs.txt" 2>&1
