@@ -273,7 +273,7 @@ def render_support(tables: list[dict], cells: Cells) -> str:
         if table.get("note"):
             lines += [""] + textwrap.wrap(str(table["note"]), WIDTH, break_on_hyphens=False)
     if proving:  # each "proven" cell says which record and when it ran
-        lines += [""] + textwrap.wrap("The \"proven\" cells' records (bench/results/): " + "; ".join(proving) + ".",
+        lines += [""] + textwrap.wrap("\"proven\" by: " + "; ".join(proving) + ".",
                                       WIDTH, break_on_hyphens=False)
     wide = [line for line in lines if len(line) > WIDTH]
     if wide:

@@ -201,7 +201,7 @@ def test_the_readme_names_every_record_behind_a_proven_cell_and_when_it_ran(repo
     commit_all(repo, "change a")
     assert table(repo=repo).returncode == 0
     readme = " ".join((repo / "README.md").read_text().split())
-    assert (f"records (bench/results/): `run-480b` at {ran[:7]}, 2026-12-02; `run-dsv3` at {ran[:7]}, 2026-12-03."
+    assert (f"\"proven\" by: `run-480b` at {ran[:7]}, 2026-12-02; `run-dsv3` at {ran[:7]}, 2026-12-03."
             in readme), readme
     assert "run-old" not in readme
 
