@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -286,3 +287,14 @@ class Background:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+@contextlib.contextmanager
+def no_user_sglang_env():
+    """conftest's _no_user_sglang_env for what a module-scoped fixture starts (it is set up before that
+    function-scoped one): the developer's own SGLang/DeepGEMM settings unset meanwhile."""
+    with pytest.MonkeyPatch.context() as mp:
+        for name in list(os.environ):
+            if name.startswith(("SGL_", "SGLANG_", "DG_JIT_", "DG_PRINT")):
+                mp.delenv(name)
+        yield

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import NVCC, STANDINS, Background, beside_venv, needs_nvcc, sglang_014_dir
+from helpers import NVCC, STANDINS, Background, beside_venv, needs_nvcc, no_user_sglang_env, sglang_014_dir
 from test_sglang_jit_inventory import DEEPSEEK_V3
 
 from dgprecompile.planning.manifest import plan_from_dict, write_manifest
@@ -114,8 +114,17 @@ print("RESULT " + json.dumps(out))
 def named_by_own_builders(modules: dict, version: str, env: dict) -> dict:
     """Each module's (name, directory) as the release's own builder hands them to tvm-ffi (stopped before ninja)
     against what dgprecompile computes: equal, and the directory <name>_<tvm-ffi's 16-hex hash>. The results."""
-    proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps([m.to_dict() for m in modules.values()]), version],
-                          capture_output=True, text=True, env=env, timeout=600)
+    return named_as_computed(modules, start_own_builders(modules, version, env).result())
+
+
+def start_own_builders(modules: dict, version: str, env: dict) -> Background:
+    """:func:`named_by_own_builders`'s child, started and not waited for."""
+    return Background([sys.executable, "-c", CHILD, json.dumps([m.to_dict() for m in modules.values()]), version],
+                      timeout=600, env=env)
+
+
+def named_as_computed(modules: dict, proc) -> dict:
+    """:func:`named_by_own_builders`'s checks of the child's ended run (``proc``). The results."""
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):])
     assert sorted(result) == sorted(modules)
@@ -178,14 +187,15 @@ def cli_started(*args) -> Background:
 def cli_warms(tmp_path_factory):
     """Each CLI case's one-module warm (:func:`one_module_warm`), all started at once (each one module, one nvcc:
     side by side they take the machine's cores together): {name: (manifest, cache, the warm)}."""
-    started = {}
-    for name, (module_id, _, _) in CLI_CASES.items():
-        tmp = tmp_path_factory.mktemp(f"cli-{name}")
-        manifest, cache = one_module_manifest(plans(tmp)["qwen3 tp8 ep8"].to_dict(), module_id, tmp)
-        started[name] = (manifest, cache, cli_started(*one_module_warm(manifest, cache)))
-    yield started
-    for *_, warm in started.values():
-        warm.stop()
+    with no_user_sglang_env():  # conftest unsets them per test, after this module-scoped fixture
+        started = {}
+        for name, (module_id, _, _) in CLI_CASES.items():
+            tmp = tmp_path_factory.mktemp(f"cli-{name}")
+            manifest, cache = one_module_manifest(plans(tmp)["qwen3 tp8 ep8"].to_dict(), module_id, tmp)
+            started[name] = (manifest, cache, cli_started(*one_module_warm(manifest, cache)))
+        yield started
+        for *_, warm in started.values():
+            warm.stop()
 
 
 @pytest.mark.slow
@@ -218,15 +228,6 @@ def one_module_manifest(data: dict, module_id: str, folder: Path) -> tuple[Path,
 def one_module_warm(manifest: Path, cache: Path) -> tuple:
     """warm's arguments for :func:`one_module_manifest`'s plan: GPU-free, real nvcc for sm_90."""
     return "warm", "--manifest", manifest, "--cache-dir", cache, "--nvcc", NVCC, "--sglang-jit", "on", "--json"
-
-
-def one_module_round_trip(cli, data: dict, module_id: str, child_source: str, tmp_path: Path,
-                          flags: tuple[str, ...] = ()) -> str:
-    """One tvm-ffi JIT module of a release's plan (``data``, trimmed to it) through the CLI: warmed GPU-free with
-    real nvcc for sm_90, then :func:`after_the_warm`. Its entry."""
-    manifest, cache = one_module_manifest(data, module_id, tmp_path)
-    return after_the_warm(cli, cli(*one_module_warm(manifest, cache)), manifest, cache, module_id, child_source,
-                          tmp_path, flags)
 
 
 def after_the_warm(cli, warm, manifest: Path, cache: Path, module_id: str, child_source: str, tmp_path: Path,
