@@ -22,6 +22,7 @@ from helpers import (
     beside_venv,
     needs_dg013,
     needs_nvcc,
+    no_user_sglang_env,
     sgl_deep_gemm_013_dir,
     sglang_014_dir,
 )
@@ -277,17 +278,18 @@ def one_module_manifest(version, server, name, tmp_path) -> Path:
 def cli_warms(tmp_path_factory):
     """Each release's one-module warm (the CLI cases), all started at once (each one module, one nvcc: side by
     side they take the machine's cores together): {version: (manifest, cache, the warm)}."""
-    started = {}
-    for version, (server, name, *_) in CLI_CASES.items():
-        if release_dir(version) is None or sglang_014_dir() is None or sglang_023_dir() is None:
-            continue  # its test is skipped (needs_release)
-        tmp = tmp_path_factory.mktemp(f"cli-{version}")
-        manifest, cache = one_module_manifest(version, server, name, tmp), tmp / "cache"
-        started[version] = (manifest, cache, cli_started(version, "warm", "--manifest", manifest, "--cache-dir",
-                                                         cache, "--nvcc", NVCC, "--sglang-jit", "on", "--json"))
-    yield started
-    for *_, warm in started.values():
-        warm.stop()
+    with no_user_sglang_env():  # conftest unsets them per test, after this module-scoped fixture
+        started = {}
+        for version, (server, name, *_) in CLI_CASES.items():
+            if release_dir(version) is None or sglang_014_dir() is None or sglang_023_dir() is None:
+                continue  # its test is skipped (needs_release)
+            tmp = tmp_path_factory.mktemp(f"cli-{version}")
+            manifest, cache = one_module_manifest(version, server, name, tmp), tmp / "cache"
+            started[version] = (manifest, cache, cli_started(version, "warm", "--manifest", manifest, "--cache-dir",
+                                                             cache, "--nvcc", NVCC, "--sglang-jit", "on", "--json"))
+        yield started
+        for *_, warm in started.values():
+            warm.stop()
 
 
 @pytest.mark.slow
