@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -9,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from importlib import util
 from pathlib import Path
 
@@ -257,3 +259,42 @@ def alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+class Background:
+    """A command started now and not waited for, its output in files (no pipe fills while the test does other
+    work): independent builds started side by side take the machine's cores together. ``result()`` waits for it
+    and gives what ``subprocess.run(argv, capture_output=True, text=True, ...)`` would have; ``stop()`` ends it if
+    it still runs (nothing a test started outlives it)."""
+
+    def __init__(self, argv: list[str], timeout: float = 900, **kw):
+        self.argv, self.timeout, self.done = argv, timeout, None
+        self.out, self.err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+        self.proc = subprocess.Popen(argv, stdout=self.out, stderr=self.err, text=True, **kw)
+
+    def result(self) -> subprocess.CompletedProcess:
+        if self.done is None:
+            try:
+                self.proc.wait(timeout=self.timeout)
+            finally:
+                self.stop()
+            self.out.seek(0), self.err.seek(0)
+            self.done = subprocess.CompletedProcess(self.argv, self.proc.returncode, self.out.read(), self.err.read())
+            self.out.close(), self.err.close()
+        return self.done
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@contextlib.contextmanager
+def no_user_sglang_env():
+    """conftest's _no_user_sglang_env for what a module-scoped fixture starts (it is set up before that
+    function-scoped one): the developer's own SGLang/DeepGEMM settings unset meanwhile."""
+    with pytest.MonkeyPatch.context() as mp:
+        for name in list(os.environ):
+            if name.startswith(("SGL_", "SGLANG_", "DG_JIT_", "DG_PRINT")):
+                mp.delenv(name)
+        yield

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import NVCC, beside_venv, sgl_deep_gemm_013_dir, sglang_014_dir
+from helpers import NVCC, Background, beside_venv, no_user_sglang_env, sgl_deep_gemm_013_dir, sglang_014_dir
 
 from dgprecompile.errors import InputError
 from dgprecompile.planning.manifest import plan_from_dict, write_manifest
@@ -118,27 +118,43 @@ def _router(version: str) -> dict[str, str]:
             "arch": "9.0a", "why": "a test's item (flashinfer/gemm/routergemm.py)"}
 
 
+@pytest.fixture(scope="module")
+def warms(tmp_path_factory):
+    """Each version's warm of the 480B server plan of the sglang release that pins this flashinfer-python, its
+    other items dropped (a test's trim) and one FlashInfer module kept, all started at once (each one nvcc: side by
+    side they take the machine's cores together): {version: (folder, manifest, cache, the warm)}."""
+    with no_user_sglang_env():  # conftest unsets them per test, after this module-scoped fixture
+        started = {}
+        for version in PINS:
+            if _missing(version):
+                continue
+            tmp = tmp_path_factory.mktemp(f"fi-{version}")
+            data = _plan(QWEN, PINS[version]).to_dict()
+            for shape in data["shapes"]:
+                shape["buckets"], shape["aux_kernels"] = [], []
+            data["kernels"], data["total_kernels"] = [], 0
+            for section in ("sglang_jit_modules", "triton_moe", "inductor"):
+                data.pop(section, None)
+            data["flashinfer"] = [_router(version)]
+            manifest = tmp / "plan.yaml"
+            write_manifest(plan_from_dict(data), manifest)
+            cache = tmp / "cache"
+            started[version] = (tmp, manifest, cache, Background(
+                [sys.executable, "-m", "dgprecompile", "warm", "--manifest", str(manifest), "--cache-dir", str(cache),
+                 "--nvcc", NVCC, "--sglang-jit", "on", "--json"], env=_env(version)))
+        yield started
+        for *_, warm in started.values():
+            warm.stop()
+
+
 @pytest.fixture(scope="module", params=list(PINS))
-def warmed(request, tmp_path_factory):
-    """The 480B server plan of the sglang release that pins this flashinfer-python, its other items dropped (a
-    test's trim) and one FlashInfer module, warmed."""
+def warmed(request, warms):
+    """One version's warm (:func:`warms`), ended."""
     version = request.param
     if _missing(version):
         pytest.skip(_missing(version))
-    tmp = tmp_path_factory.mktemp(f"fi-{version}")
-    data = _plan(QWEN, PINS[version]).to_dict()
-    for shape in data["shapes"]:
-        shape["buckets"], shape["aux_kernels"] = [], []
-    data["kernels"], data["total_kernels"] = [], 0
-    for section in ("sglang_jit_modules", "triton_moe", "inductor"):
-        data.pop(section, None)
-    data["flashinfer"] = [_router(version)]
-    manifest = tmp / "plan.yaml"
-    write_manifest(plan_from_dict(data), manifest)
-    cache = tmp / "cache"
-    w = _dgp("warm", "--manifest", manifest, "--cache-dir", cache, "--nvcc", NVCC, "--sglang-jit", "on", "--json",
-             env=_env(version))
-    return version, tmp, manifest, cache, w
+    tmp, manifest, cache, warm = warms[version]
+    return version, tmp, manifest, cache, warm.result()
 
 
 def test_warm_builds_the_module_gpu_free_and_files_it_where_flashinfer_looks(warmed):

@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 from types import SimpleNamespace
@@ -215,12 +216,46 @@ JOB = textwrap.dedent("""
 
 
 def _job(root: Path, ms: str, rank: int, mode: str = "no_grad", graphs: str = "both") -> dict[str, int]:
-    env = {**os.environ, **_env(), "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
-           "TRITON_CACHE_DIR": str(root / "triton")}
-    res = subprocess.run([sys.executable, "-c", JOB, ms, str(rank), mode, graphs], env=env, capture_output=True,
-                         text=True, timeout=600)
-    assert res.returncode == 0, res.stderr[-2000:]
-    return json.loads(res.stdout.strip().splitlines()[-1])
+    return _jobs((root, ms, rank, mode, graphs))[0]
+
+
+def _jobs(*jobs: tuple) -> list[dict[str, int]]:
+    return _collect(_start(*jobs))
+
+
+def _start(*jobs: tuple) -> list[tuple]:
+    """Each job (root, ms, rank[, mode[, graphs]]) as its own process, all started at once (each is mostly one
+    core's import and compile: side by side they take the machine's cores together). Jobs that share a root must
+    be ones that only read it: each job's own counters say whether it compiled."""
+    started = []
+    for root, ms, rank, *rest in jobs:
+        mode, graphs = [*rest, *("no_grad", "both")[len(rest):]]
+        env = {**os.environ, **_env(), "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
+               "TRITON_CACHE_DIR": str(root / "triton")}
+        out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")  # noqa: SIM115 - read back in _collect
+        started.append((subprocess.Popen([sys.executable, "-c", JOB, ms, str(rank), mode, graphs], env=env,
+                                         stdout=out, stderr=err, text=True), out, err))
+    return started
+
+
+def _collect(started: list[tuple]) -> list[dict[str, int]]:
+    """The started jobs' fxgraph counters, in order (each job exited 0); none is left running."""
+    try:
+        for proc, _, _ in started:
+            proc.wait(timeout=600)
+    finally:
+        for proc, _, _ in started:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    counts = []
+    for proc, out, err in started:
+        out.seek(0), err.seek(0)
+        text, errors = out.read(), err.read()
+        out.close(), err.close()
+        assert proc.returncode == 0, errors[-2000:]
+        counts.append(json.loads(text.strip().splitlines()[-1]))
+    return counts
 
 
 def _files(root: Path) -> set[str]:
@@ -269,11 +304,18 @@ def test_warm_builds_every_specialisation_and_files_what_inductor_wrote(built):
 
 
 @needs_build
-def test_a_later_process_in_another_order_compiles_nothing_and_an_unplanned_first_m_does(built):
-    for ms, rank in (("3,2,1,17", 0), ("2,9", 3), ("1,5", 1)):  # any first m up to m_max, any rank
-        assert _job(built.root, ms, rank).get("fxgraph_cache_miss", 0) == 0, (ms, rank)
+def test_a_later_process_in_another_order_compiles_nothing_and_an_unplanned_first_m_does(built, tmp_path):
+    import shutil
+
+    # the job that compiles runs on a copy of the cache: side by side, what it writes is no other job's hit
+    unplanned = tmp_path / "unplanned"
+    shutil.copytree(built.root, unplanned)
+    planned = (("3,2,1,17", 0), ("2,9", 3), ("1,5", 1))  # any first m up to m_max, any rank
+    *hits, miss = _jobs(*((built.root, ms, rank) for ms, rank in planned), (unplanned, "5,6", 0))
+    for (ms, rank), counts in zip(planned, hits, strict=True):
+        assert counts.get("fxgraph_cache_miss", 0) == 0, (ms, rank)
     # a first m above the planned m_max (3 here; SGLang's own bound is 32) is a static graph nobody built
-    assert _job(built.root, "5,6", 0).get("fxgraph_cache_miss", 0) >= 1
+    assert miss.get("fxgraph_cache_miss", 0) >= 1
 
 
 @needs_build
@@ -285,21 +327,25 @@ def test_graphs_serve_a_job_only_under_the_grad_mode_they_were_warmed_in(built, 
     variable set by warm), records it, and serves the inference-mode job with nothing new."""
     import shutil
 
-    copy = tmp_path / "no_grad"
-    shutil.copytree(built.root, copy)
-    before = _files(copy)
-    _job(copy, "1,2", 0, "no_grad")
-    assert _files(copy) == before
-    _job(copy, "1,2", 0, "grad")
-    assert _files(copy) - before, "a job with grad on found every entry of a no_grad warm"
+    # the no_grad job and the grad job each on its own copy of the no_grad warm, side by side with the inference
+    # warm (a cache of its own)
+    no_grad, grad = tmp_path / "no_grad", tmp_path / "grad"
+    shutil.copytree(built.root, no_grad)
+    shutil.copytree(built.root, grad)
+    before = _files(no_grad)
+    assert _files(grad) == before
+    started = _start((no_grad, "1,2", 0, "no_grad"), (grad, "1,2", 0, "grad"))
     item = InductorGraphItem("moe_sum_reduce", (("topk", 3), ("hidden", 16), ("dtype", "float32"), ("scale", 1.0),
                                                 ("m_max", 2)), "cpu", "inference")
     warmed = _warm(tmp_path / "inference", [item])
+    _collect(started)
+    assert _files(no_grad) == before
+    assert _files(grad) - before, "a job with grad on found every entry of a no_grad warm"
     assert warmed.result.failed == {} and list(warmed.result.compiled) == [item.id]
     assert warmed.store.read_index().inductor[item.id]["grad"] == "inference"
     before = _files(warmed.root)
-    for ms in ("2,1", "1,2,7"):
-        counts = _job(warmed.root, ms, 0, "inference", "moe")
+    firsts = ("2,1", "1,2,7")
+    for ms, counts in zip(firsts, _jobs(*((warmed.root, ms, 0, "inference", "moe") for ms in firsts)), strict=True):
         assert counts.get("fxgraph_cache_miss", 0) == 0, (ms, counts)
     assert _files(warmed.root) == before
 

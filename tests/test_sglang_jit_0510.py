@@ -12,13 +12,27 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import NVCC, STANDINS, beside_venv, needs_nvcc, sgl_deep_gemm_013_dir, sglang_014_dir
-from test_sglang_jit_059 import named_by_own_builders, one_module_round_trip
+from helpers import (
+    NVCC,
+    STANDINS,
+    Background,
+    beside_venv,
+    needs_nvcc,
+    no_user_sglang_env,
+    sgl_deep_gemm_013_dir,
+    sglang_014_dir,
+)
+from test_sglang_jit_059 import (
+    after_the_warm,
+    named_as_computed,
+    one_module_manifest,
+    one_module_warm,
+    start_own_builders,
+)
 from test_sglang_jit_inventory import DEEPSEEK_V3
 
 from dgprecompile.planning.plan import PlanRequest
@@ -100,11 +114,10 @@ def child_env(version: str, cache) -> dict:
 
 @pytest.mark.parametrize("version, count", [pytest.param("0.5.13", 11, marks=needs("0.5.13")),
                                             pytest.param("0.5.10", 6, marks=needs("0.5.10"))])
-def test_modules_are_named_as_tvm_ffi_names_the_releases_own_builders_builds(version, count, tmp_path):
-    modules = {m.id: m for kv in ("", " --kv-cache-dtype fp8_e4m3") for p in plans(tmp_path, version, kv).values()
-               for m in p.jit_modules.values()}
+def test_modules_are_named_as_tvm_ffi_names_the_releases_own_builders_builds(version, count, started):
+    modules, child = started[version]
     assert len(modules) == count
-    result = named_by_own_builders(modules, version, child_env(version, tmp_path / "tvm-ffi"))
+    result = named_as_computed(modules, child.result())
     if version == "0.5.13":  # sglang's own source hash is in the name: marker, template, 16 hex digits
         assert all(len(r["sglang"][0].rsplit("_", 1)[1]) == 16 for r in result.values())
     else:  # 0.5.10's quantiser: one name for every dtype pair, tvm-ffi's hash tells them apart
@@ -129,18 +142,44 @@ CLAMP = "sglang_jit:clamp_position<int64_t>"
 
 
 def cli(*args):
+    return cli_started(*args).result()
+
+
+def cli_started(*args) -> Background:
     env = child_env("0.5.13", "unused")
     env["PYTHONPATH"] += os.pathsep + sgl_deep_gemm_013_dir()  # the plan's DeepGEMM generation (no kernels)
     env.pop("TVM_FFI_CACHE_DIR")
-    return subprocess.run([sys.executable, "-m", "dgprecompile", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=900)
+    return Background([sys.executable, "-m", "dgprecompile", *map(str, args)], env=env)
+
+
+@pytest.fixture(scope="module")
+def started(tmp_path_factory):
+    """Both releases' own-builder children (every planned module of both servers, with and without the fp8 KV
+    cache) and 0.5.13's one-module CLI warm, all started at once (each mostly one core's imports, or one nvcc: side
+    by side they take the machine's cores together): {version: (modules, child), "cli": (manifest, cache, warm)}."""
+    with no_user_sglang_env():  # conftest unsets them per test, after this module-scoped fixture
+        out = {}
+        for version in ("0.5.13", "0.5.10"):
+            if side_dir(version) is None or sglang_014_dir() is None:
+                continue  # its tests are skipped (needs)
+            tmp = tmp_path_factory.mktemp(f"named-{version}")
+            modules = {m.id: m for kv in ("", " --kv-cache-dtype fp8_e4m3") for p in plans(tmp, version, kv).values()
+                       for m in p.jit_modules.values()}
+            out[version] = (modules, start_own_builders(modules, version, child_env(version, tmp / "tvm-ffi")))
+        if "0.5.13" in out and sgl_deep_gemm_013_dir() is not None and NVCC is not None:
+            tmp = tmp_path_factory.mktemp("cli")
+            manifest, cache = one_module_manifest(plans(tmp, "0.5.13")["qwen3 tp8 ep8"].to_dict(), CLAMP, tmp)
+            out["cli"] = (manifest, cache, cli_started(*one_module_warm(manifest, cache)))
+        yield out
+        for *_, proc in out.values():
+            proc.stop()
 
 
 @pytest.mark.skipif(sgl_deep_gemm_013_dir() is None, reason="sgl-deep-gemm 0.1.3 not beside the venv (make setup)")
 @needs_nvcc
 @needs("0.5.13")
-def test_0_5_13_module_warmed_gpu_free_verified_loaded_without_a_build_and_refused_by_name(tmp_path):
-    data = plans(tmp_path, "0.5.13")["qwen3 tp8 ep8"].to_dict()
-    entry = one_module_round_trip(cli, data, CLAMP, LOAD, tmp_path, flags=("-DSGL_CUDA_ARCH=900",))
+def test_0_5_13_module_warmed_gpu_free_verified_loaded_without_a_build_and_refused_by_name(started, tmp_path):
+    manifest, cache, warm = started["cli"]
+    entry = after_the_warm(cli, warm.result(), manifest, cache, CLAMP, LOAD, tmp_path, flags=("-DSGL_CUDA_ARCH=900",))
     name = entry[:-17]  # <name>_<tvm-ffi's hash>; the name ends in sglang's own 16-digit source hash
     assert name.startswith("sgl_kernel_jit_clamp_position_int64_t_") and len(name.rsplit("_", 1)[1]) == 16

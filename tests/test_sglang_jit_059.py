@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import NVCC, STANDINS, beside_venv, needs_nvcc, sglang_014_dir
+from helpers import NVCC, STANDINS, Background, beside_venv, needs_nvcc, no_user_sglang_env, sglang_014_dir
 from test_sglang_jit_inventory import DEEPSEEK_V3
 
 from dgprecompile.planning.manifest import plan_from_dict, write_manifest
@@ -114,8 +114,17 @@ print("RESULT " + json.dumps(out))
 def named_by_own_builders(modules: dict, version: str, env: dict) -> dict:
     """Each module's (name, directory) as the release's own builder hands them to tvm-ffi (stopped before ninja)
     against what dgprecompile computes: equal, and the directory <name>_<tvm-ffi's 16-hex hash>. The results."""
-    proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps([m.to_dict() for m in modules.values()]), version],
-                          capture_output=True, text=True, env=env, timeout=600)
+    return named_as_computed(modules, start_own_builders(modules, version, env).result())
+
+
+def start_own_builders(modules: dict, version: str, env: dict) -> Background:
+    """:func:`named_by_own_builders`'s child, started and not waited for."""
+    return Background([sys.executable, "-c", CHILD, json.dumps([m.to_dict() for m in modules.values()]), version],
+                      timeout=600, env=env)
+
+
+def named_as_computed(modules: dict, proc) -> dict:
+    """:func:`named_by_own_builders`'s checks of the child's ended run (``proc``). The results."""
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):])
     assert sorted(result) == sorted(modules)
@@ -164,11 +173,29 @@ CLI_CASES = {"qknorm": (QKNORM, "sgl_kernel_jit_qknorm_128_true_bf16_t",
 
 
 def cli(*args):
+    return cli_started(*args).result()
+
+
+def cli_started(*args) -> Background:
     env = child_env("unused")
     env["PYTHONPATH"] += os.pathsep + sgl_kernel_0321_dir()  # the plan's DeepGEMM generation (no kernels)
     env.pop("TVM_FFI_CACHE_DIR")
-    return subprocess.run([sys.executable, "-m", "dgprecompile", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=900)
+    return Background([sys.executable, "-m", "dgprecompile", *map(str, args)], env=env)
+
+
+@pytest.fixture(scope="module")
+def cli_warms(tmp_path_factory):
+    """Each CLI case's one-module warm (:func:`one_module_warm`), all started at once (each one module, one nvcc:
+    side by side they take the machine's cores together): {name: (manifest, cache, the warm)}."""
+    with no_user_sglang_env():  # conftest unsets them per test, after this module-scoped fixture
+        started = {}
+        for name, (module_id, _, _) in CLI_CASES.items():
+            tmp = tmp_path_factory.mktemp(f"cli-{name}")
+            manifest, cache = one_module_manifest(plans(tmp)["qwen3 tp8 ep8"].to_dict(), module_id, tmp)
+            started[name] = (manifest, cache, cli_started(*one_module_warm(manifest, cache)))
+        yield started
+        for *_, warm in started.values():
+            warm.stop()
 
 
 @pytest.mark.slow
@@ -176,19 +203,16 @@ def cli(*args):
 @needs_nvcc
 @needs_059
 @pytest.mark.parametrize("name", sorted(CLI_CASES))
-def test_a_module_warmed_gpu_free_verified_loaded_without_a_build_and_refused_by_name_when_missing(name, tmp_path):
+def test_a_module_warmed_gpu_free_verified_loaded_without_a_build_and_refused_by_name_when_missing(name, cli_warms,
+                                                                                                tmp_path):
     module_id, runtime_name, call = CLI_CASES[name]
-    data = plans(tmp_path)["qwen3 tp8 ep8"].to_dict()
-    entry = one_module_round_trip(cli, data, module_id, LOAD.format(call=call), tmp_path)
+    manifest, cache, warm = cli_warms[name]
+    entry = after_the_warm(cli, warm.result(), manifest, cache, module_id, LOAD.format(call=call), tmp_path)
     assert entry.startswith(runtime_name + "_") and len(entry) == len(runtime_name) + 17
 
 
-def one_module_round_trip(cli, data: dict, module_id: str, child_source: str, tmp_path: Path,
-                          flags: tuple[str, ...] = ()) -> str:
-    """One tvm-ffi JIT module of a release's plan (``data``, trimmed to it) through the CLI: warmed GPU-free with
-    real nvcc for sm_90 (and ``flags`` in its ninja file), verified, loaded by a strict launch of
-    ``child_source`` (prints LOADED or REFUSED <message>) without a build or a write, then deleted: verify names
-    it missing and the strict launch refuses it by its runtime name before tvm-ffi writes anything. Its entry."""
+def one_module_manifest(data: dict, module_id: str, folder: Path) -> tuple[Path, Path]:
+    """A release's plan (``data``) trimmed to one tvm-ffi JIT module, written in ``folder``: (manifest, cache)."""
     for shape in data["shapes"]:
         shape["buckets"], shape["aux_kernels"] = [], []
     data["kernels"], data["total_kernels"] = [], 0
@@ -196,9 +220,22 @@ def one_module_round_trip(cli, data: dict, module_id: str, child_source: str, tm
         data.pop(section, None)
     data["sglang_jit_modules"] = [m for m in data["sglang_jit_modules"] if m["id"] == module_id]
     assert len(data["sglang_jit_modules"]) == 1
-    manifest, cache = tmp_path / "one.yaml", tmp_path / "cache"
+    manifest, cache = folder / "one.yaml", folder / "cache"
     write_manifest(plan_from_dict(data), manifest)
-    warm = cli("warm", "--manifest", manifest, "--cache-dir", cache, "--nvcc", NVCC, "--sglang-jit", "on", "--json")
+    return manifest, cache
+
+
+def one_module_warm(manifest: Path, cache: Path) -> tuple:
+    """warm's arguments for :func:`one_module_manifest`'s plan: GPU-free, real nvcc for sm_90."""
+    return "warm", "--manifest", manifest, "--cache-dir", cache, "--nvcc", NVCC, "--sglang-jit", "on", "--json"
+
+
+def after_the_warm(cli, warm, manifest: Path, cache: Path, module_id: str, child_source: str, tmp_path: Path,
+                   flags: tuple[str, ...] = ()) -> str:
+    """:func:`one_module_warm` of the module ended (``warm``): it built the module (``flags`` in its ninja file),
+    which is verified, loaded by a strict launch of ``child_source`` (prints LOADED or REFUSED <message>) without
+    a build or a write, then deleted: verify names it missing and the strict launch refuses it by its runtime name
+    before tvm-ffi writes anything. Its entry."""
     assert warm.returncode == 0, warm.stdout + warm.stderr
     assert (json.loads(warm.stdout)["compiled"], json.loads(warm.stdout)["failed"]) == (1, 0)
     [entry] = os.listdir(cache / "tvm-ffi")

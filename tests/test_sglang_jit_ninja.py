@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from helpers import STANDINS, beside_venv, sgl_deep_gemm_dir, tree_hash
+from helpers import STANDINS, Background, beside_venv, no_user_sglang_env, sgl_deep_gemm_dir, tree_hash
 
 from dgprecompile.keys.schemes import naming_for
 
@@ -242,6 +242,7 @@ with override_jit_cuda_arch(9, 0):
 @needs_sgl023
 @needs_nvcc
 @pytest.mark.slow
+@pytest.mark.usefixtures("clamp_warm")  # the CLI test's warm, built beside this test's own build
 def test_a_warmed_module_is_a_hit_for_the_releases_strict_loader_and_a_deleted_one_is_refused(naming, tmp_path):
     from dgprecompile.cache.store import CacheStore
     from dgprecompile.runtimes import family_for
@@ -297,7 +298,11 @@ CLAMP = "sglang_jit:clamp_position<int64_t>"
 
 
 def _cli(*args, env_extra=None, timeout=900) -> subprocess.CompletedProcess:
-    """dgprecompile's CLI beside sglang 0.5.23 and the DeepGEMM generation it uses (warm asks for it)."""
+    return _cli_started(*args, env_extra=env_extra, timeout=timeout).result()
+
+
+def _cli_started(*args, env_extra=None, timeout=900) -> Background:
+    """dgprecompile's CLI beside sglang 0.5.23 and the DeepGEMM generation it uses (warm asks for it), started."""
     env = _env(Path("/nonexistent"), **(env_extra or {}))
     env["PYTHONPATH"] += os.pathsep + (sgl_deep_gemm_dir("0.2.2") or "")
     env.pop("SGLANG_JIT_CACHE_DIR")
@@ -306,8 +311,8 @@ def _cli(*args, env_extra=None, timeout=900) -> subprocess.CompletedProcess:
     # wrapper in /usr/local/bin (no toolkit there, skipped), then CUDA_HOME's nvcc
     rest = [d for d in env.get("PATH", "").split(os.pathsep) if d and "cuda" not in d and d != "/usr/local/bin"]
     env["PATH"] = os.pathsep.join(["/usr/local/bin", os.path.join(CUDA_HOME, "bin"), *rest])
-    return subprocess.run([sys.executable, "-m", "dgprecompile", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=timeout, cwd=tempfile.gettempdir())  # launch writes its misses file here
+    return Background([sys.executable, "-m", "dgprecompile", *map(str, args)], timeout=timeout, env=env,
+                      cwd=tempfile.gettempdir())  # launch writes its misses file here
 
 
 def _files(root: Path) -> dict[str, str]:
@@ -338,6 +343,20 @@ def clamp_only(tmp_path_factory):
     return path
 
 
+@pytest.fixture(scope="module")
+def clamp_warm(clamp_only, tmp_path_factory):
+    """The CLI warm of :func:`clamp_only` into a cache of its own, started when first asked for: the worker test
+    asks first, so that this nvcc build runs beside that test's own one; the CLI test reads it. (cache, the warm)"""
+    cache = tmp_path_factory.mktemp("clamp-warm") / "cache"
+    if sgl_deep_gemm_dir("0.2.2") is None or not os.path.isfile(os.path.join(CUDA_HOME, "bin", "nvcc")):
+        yield cache, None  # the CLI test is skipped
+        return
+    with no_user_sglang_env():  # conftest unsets them per test, after this module-scoped fixture
+        warm = _cli_started("warm", "--manifest", clamp_only, "--cache-dir", cache, "--sglang-jit", "on", "--json")
+        yield cache, warm
+        warm.stop()
+
+
 LAUNCHED = """
 import os, torch
 from sglang.kernels.jit.utils import override_jit_cuda_arch
@@ -357,9 +376,9 @@ with override_jit_cuda_arch(9, 0):  # the GPU's arch, as the H200 detects it (th
 @needs_nvcc
 @pytest.mark.skipif(sgl_deep_gemm_dir("0.2.2") is None, reason="sgl-deep-gemm 0.2.2 not beside the venv (make setup)")
 @pytest.mark.slow
-def test_warm_verify_pack_unpack_and_strict_launch_of_a_0_5_23_module(clamp_only, tmp_path):
-    cache = tmp_path / "cache"
-    w = _cli("warm", "--manifest", clamp_only, "--cache-dir", cache, "--sglang-jit", "on", "--json")
+def test_warm_verify_pack_unpack_and_strict_launch_of_a_0_5_23_module(clamp_only, clamp_warm, tmp_path):
+    cache, warm = clamp_warm
+    w = warm.result()
     assert w.returncode == 0, w.stdout + w.stderr
     assert json.loads(w.stdout)["compiled"] == 1
     v = _cli("verify", "--manifest", clamp_only, "--cache-dir", cache, "--json")

@@ -18,9 +18,11 @@ import pytest
 from helpers import (
     NVCC,
     STANDINS,
+    Background,
     beside_venv,
     needs_dg013,
     needs_nvcc,
+    no_user_sglang_env,
     sgl_deep_gemm_013_dir,
     sglang_014_dir,
 )
@@ -246,12 +248,15 @@ with override_jit_cuda_arch{arch}:
 
 
 def cli(version, *args, env_extra=None):
+    return cli_started(version, *args, env_extra=env_extra).result()
+
+
+def cli_started(version, *args, env_extra=None) -> Background:
     env = {**child_env(version, "unused"), **(env_extra or {})}
     # the plan's DeepGEMM generation must be installed for warm/verify/launch to accept it (it has no kernels)
     env["PYTHONPATH"] += os.pathsep + sgl_deep_gemm_013_dir()
     env.pop("TVM_FFI_CACHE_DIR")  # launch sets it; warm and verify use their own
-    return subprocess.run([sys.executable, "-m", "dgprecompile", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=900)
+    return Background([sys.executable, "-m", "dgprecompile", *map(str, args)], env=env)
 
 
 def one_module_manifest(version, server, name, tmp_path) -> Path:
@@ -269,15 +274,32 @@ def one_module_manifest(version, server, name, tmp_path) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def cli_warms(tmp_path_factory):
+    """Each release's one-module warm (the CLI cases), all started at once (each one module, one nvcc: side by
+    side they take the machine's cores together): {version: (manifest, cache, the warm)}."""
+    with no_user_sglang_env():  # conftest unsets them per test, after this module-scoped fixture
+        started = {}
+        for version, (server, name, *_) in CLI_CASES.items():
+            if release_dir(version) is None or sglang_014_dir() is None or sglang_023_dir() is None:
+                continue  # its test is skipped (needs_release)
+            tmp = tmp_path_factory.mktemp(f"cli-{version}")
+            manifest, cache = one_module_manifest(version, server, name, tmp), tmp / "cache"
+            started[version] = (manifest, cache, cli_started(version, "warm", "--manifest", manifest, "--cache-dir",
+                                                             cache, "--nvcc", NVCC, "--sglang-jit", "on", "--json"))
+        yield started
+        for *_, warm in started.values():
+            warm.stop()
+
+
 @pytest.mark.slow
 @needs_dg013
 @needs_nvcc
 @pytest.mark.parametrize("version", [pytest.param(v, marks=needs_release(v)) for v in CLI_CASES])
-def test_a_module_warmed_gpu_free_verified_loaded_and_refused_by_name_when_missing(version, tmp_path):
+def test_a_module_warmed_gpu_free_verified_loaded_and_refused_by_name_when_missing(version, cli_warms, tmp_path):
     server, name, module_id, prefix, arch_part, arch, call = CLI_CASES[version]
-    manifest, cache = one_module_manifest(version, server, name, tmp_path), tmp_path / "cache"
-    warm = cli(version, "warm", "--manifest", manifest, "--cache-dir", cache, "--nvcc", NVCC, "--sglang-jit", "on",
-               "--json")
+    manifest, cache, started = cli_warms[version]
+    warm = started.result()
     assert warm.returncode == 0, warm.stdout + warm.stderr
     assert (json.loads(warm.stdout)["compiled"], json.loads(warm.stdout)["failed"]) == (1, 0)
     [entry] = os.listdir(cache / "tvm-ffi")

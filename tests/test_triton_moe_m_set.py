@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -41,18 +42,43 @@ def _planned(version: str, m_max: int) -> TritonMoeItem:
 
 
 def _warm(version: str, m: str, cache: Path, *extra: str, shape: TritonMoeShape = SHAPE) -> subprocess.CompletedProcess:
+    return _ended(_start(version, m, cache, *extra, shape=shape))
+
+
+def _start(version: str, m: str, cache: Path, *extra: str, shape: TritonMoeShape = SHAPE) -> tuple:
+    """The release's warm over ``m`` into ``cache``, started and not waited for (:func:`_ended` does): independent
+    warms, each into a cache of its own, run side by side (each mostly one core's imports and compiles)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([RELEASES[version](), STANDINS, str(TRITON), str(REPO)]),
            "DGP_STANDINS": "sgl_kernel,torchvision", "DGP_TRANSFORMERS_EXIST_OK": "1", "CUDA_VISIBLE_DEVICES": ""}
     argv = [sys.executable, "-m", TRITON_MOE.warm_module, "--experts", str(shape.experts), "--global-experts",
             str(shape.global_experts), "--hidden", str(shape.hidden), "--intermediate", str(shape.intermediate),
             "--topk", str(shape.topk), "--m", m, "--cache-dir", str(cache), *extra]
-    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=900)
+    out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")  # noqa: SIM115 - read in _ended
+    return subprocess.Popen(argv, stdout=out, stderr=err, text=True, env=env), out, err, argv
 
 
-def _entries(version: str, m: str, cache: Path) -> set[str]:
-    r = _warm(version, m, cache)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return set(json.loads(r.stdout.strip().splitlines()[-1])["entries"])
+def _ended(started: tuple) -> subprocess.CompletedProcess:
+    proc, out, err, argv = started
+    try:
+        proc.wait(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    out.seek(0), err.seek(0)
+    done = subprocess.CompletedProcess(argv, proc.returncode, out.read(), err.read())
+    out.close(), err.close()
+    return done
+
+
+def _entries(version: str, *runs: tuple[str, Path]) -> list[set[str]]:
+    """The fused_moe_kernel entries each warm (m, cache) used, found or compiled: all started at once."""
+    started = [_start(version, m, cache) for m, cache in runs]
+    used = []
+    for r in map(_ended, started):
+        assert r.returncode == 0, r.stderr[-3000:]
+        used.append(set(json.loads(r.stdout.strip().splitlines()[-1])["entries"]))
+    return used
 
 
 def needs(version: str) -> list:
@@ -78,8 +104,7 @@ def test_the_bound_is_the_largest_of_the_tuned_config_the_constexpr_and_the_alig
 def test_the_reduced_set_uses_the_same_fused_moe_kernel_entries_as_every_m(version, n, tmp_path):
     item = _planned(version, n)
     assert item.m_bound and item.m_count < n
-    every = _entries(version, f"1-{n}", tmp_path / "every")
-    reduced = _entries(version, item.m_text, tmp_path / "reduced")
+    every, reduced = _entries(version, (f"1-{n}", tmp_path / "every"), (item.m_text, tmp_path / "reduced"))
     assert reduced == every and len(every) > 4, (sorted(every), sorted(reduced))  # > 4: more than m 1..2 give
 
 
@@ -87,10 +112,11 @@ def test_the_reduced_set_uses_the_same_fused_moe_kernel_entries_as_every_m(versi
 @pytest.mark.skipif(not (TRITON / "triton" / "__init__.py").is_file(), reason="no Triton 3.6.0")
 @pytest.mark.slow
 def test_the_warm_refuses_a_bound_below_the_tuned_configs_largest_m(tmp_path):
+    tuned = TritonMoeShape("mlp.experts", 48, 128, 128, 2048, 768, 8)  # E=128,N=768 on an H200: tuned up to 4096
+    below = _start("0.5.23", "1-2", tmp_path / "d", "--m-bound", "100", shape=tuned)  # side by side
     r = _warm("0.5.23", "1-2", tmp_path / "c", "--m-bound", "100")  # SHAPE has no tuned file: nothing above 100
     assert r.returncode == 0, r.stderr[-2000:]
-    tuned = TritonMoeShape("mlp.experts", 48, 128, 128, 2048, 768, 8)  # E=128,N=768 on an H200: tuned up to 4096
-    r = _warm("0.5.23", "1-2", tmp_path / "d", "--m-bound", "100", shape=tuned)
+    r = _ended(below)
     assert r.returncode != 0 and "names m up to 4096, above the plan's bound 100" in r.stderr, r.stderr[-2000:]
     assert not (tmp_path / "d" / "triton").exists() or not any((tmp_path / "d" / "triton").iterdir())
 
@@ -142,6 +168,8 @@ def test_the_chunks_calls_use_disjoint_entries_whose_union_is_the_one_process_wa
     item = _planned(version, 6)
     chunks = chunks_for(item, 4, 0, 1.0)
     assert [c.m_text for c in chunks] == ["3,5", "4,6", "1", "2"]
-    every = _entries(version, item.m_text, tmp_path / "every")
-    used = [_entries(version, c.m_text, tmp_path / "chunks") for c in chunks]  # one cache, one after another
+    # each warm into a cache of its own, all side by side: a chunk's entries are the ones it used, found or
+    # compiled, so an entry two chunks share is in both chunks' sets
+    every, *used = _entries(version, (item.m_text, tmp_path / "every"),
+                            *((c.m_text, tmp_path / f"chunk-{i}") for i, c in enumerate(chunks)))
     assert set().union(*used) == every and sum(map(len, used)) == len(every) == 8, (sorted(every), used)

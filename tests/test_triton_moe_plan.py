@@ -16,6 +16,7 @@ import pytest
 from helpers import (
     NVCC,
     STANDINS,
+    Background,
     beside_venv,
     needs_dg013,
     needs_nvcc,
@@ -478,9 +479,10 @@ def test_the_gpu_free_warm_takes_sglangs_swap_ab_choice_as_an_sm90_gpu_does():
              "t.swap_ab_as_on_gpu(int(sys.argv[1])); "
              "print(before, [k.should_enable_swap_ab(*b) for b in ((16, 128), (64, 128), (32, 32))])")
     out = {}
-    for cap in (90, 80):
-        res = subprocess.run([sys.executable, "-c", probe, str(cap)], env=_full_env(), capture_output=True, text=True,
-                             timeout=600)
+    started = {cap: Background([sys.executable, "-c", probe, str(cap)], timeout=600, env=_full_env())
+               for cap in (90, 80)}  # side by side: each one process's imports
+    for cap, probed in started.items():
+        res = probed.result()
         assert res.returncode == 0, res.stderr[-2000:]
         out[cap] = res.stdout.strip().splitlines()[-1]
     assert out[90] == "[False, False, False] [True, False, False]"  # SGLang's own answer here: no CUDA, no swap
@@ -500,15 +502,16 @@ def test_the_warms_kernel_flags_are_the_servers_booleans_never_none(tmp_path):
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests" / "gpu"), env["PYTHONPATH"]])
     code = ("import sys, triton_keylog; triton_keylog.install(); from dgprecompile.compile.triton_moe import main; "
             "sys.exit(main(sys.argv[1:]))")
-    r = subprocess.run([sys.executable, "-c", code, "--experts", "20", "--global-experts", "160", "--hidden", "6144",
-                        "--intermediate", "2560", "--topk", "8", "--m", "1", "--cache-dir", str(tmp_path / "c")],
-                       capture_output=True, text=True, env=env, timeout=900)
-    assert r.returncode == 0, r.stdout + r.stderr
+    warm = Background([sys.executable, "-c", code, "--experts", "20", "--global-experts", "160", "--hidden", "6144",
+                       "--intermediate", "2560", "--topk", "8", "--m", "1", "--cache-dir", str(tmp_path / "c")],
+                      env=env)
     probe = ("import json, sys; from sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe_triton_kernels import "
              "fused_moe_kernel as k; from sglang.srt.server_args import ServerArgs; import dataclasses; "
              "d = {f.name: f.default for f in dataclasses.fields(ServerArgs)}; "
              "print(json.dumps([k.arg_names, d['enable_fused_moe_sum_all_reduce']]))")
-    p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=300)
+    p = Background([sys.executable, "-c", probe], timeout=300, env=env).result()  # beside the warm: it reads no cache
+    r = warm.result()
+    assert r.returncode == 0, r.stdout + r.stderr
     assert p.returncode == 0, p.stderr
     names, default = json.loads(p.stdout.strip().splitlines()[-1])
     flags = [n for n in names if n.isupper() and n.startswith(("FUSE_", "MASK_", "LORA_")) or

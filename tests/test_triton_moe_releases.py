@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -176,27 +177,52 @@ def test_the_0_5_17_servers_item_is_warmed_with_its_own_fused_moe_recorded_and_v
     assert v.returncode == 0 and json.loads(v.stdout)["complete"], v.stdout + v.stderr[-2000:]
 
 
-def _keys(version: str, tmp_path: Path, m: str = "1") -> tuple[list[dict], dict, list[str]]:
+def _start_keys(version: str, tmp_path: Path, m: str = "1") -> tuple:
     """The warm of DeepSeek-V3's tp8 shape (its tuned H200 config: BLOCK_SIZE_M 16 at small m) with sglang
-    <version>, Triton's key parts logged: (fused_moe_kernel keys, the warm's report, the kernel's arg names)."""
-    log = tmp_path / f"keys-{version}.jsonl"
+    <version>, Triton's key parts logged, and the probe of the kernel's module and arg names: both started, neither
+    waited for (:func:`_keys_of` does), so that the releases' ones run side by side (each mostly one core's
+    imports), each release with its own log, cache and HOME."""
+    log, home = tmp_path / f"keys-{version}.jsonl", tmp_path / f"home-{version}"
+    home.mkdir()
     env = {**_env(version, str(REPO / "tests" / "gpu")), "DGP_TRITON_KEYLOG": str(log), "CUDA_VISIBLE_DEVICES": "",
-           "HOME": str(tmp_path)}
+           "HOME": str(home)}
     code = ("import sys, triton_keylog; triton_keylog.install(); from dgprecompile.compile.triton_moe import main; "
             "sys.exit(main(sys.argv[1:]))")
     experts, topk = DSV3["n_routed_experts"] + 1, DSV3["num_experts_per_tok"] + 1
-    r = subprocess.run([sys.executable, "-c", code, "--experts", str(experts), "--global-experts", str(experts),
-                        "--hidden", str(DSV3["hidden_size"]), "--intermediate", str(DSV3["moe_intermediate_size"] // 8),
-                        "--topk", str(topk), "--m", m, "--cache-dir", str(tmp_path / f"c-{version}")],
-                       capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
-    assert r.returncode == 0, r.stderr[-3000:]
-    report = json.loads(r.stdout.strip().splitlines()[-1])
     probe = ("import sys, importlib; from dgprecompile.compile import triton_moe as t; "
              "f = importlib.import_module(t.moe_package() + '.fused_moe'); k = t.kernels_module(f); "
              "print(k.__name__); print(' '.join(k.fused_moe_kernel.arg_names))")
-    p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
-    assert p.returncode == 0, p.stderr[-2000:]
-    module, names = p.stdout.strip().splitlines()[-2:]
+    argvs = [[sys.executable, "-c", code, "--experts", str(experts), "--global-experts", str(experts),
+              "--hidden", str(DSV3["hidden_size"]), "--intermediate", str(DSV3["moe_intermediate_size"] // 8),
+              "--topk", str(topk), "--m", m, "--cache-dir", str(tmp_path / f"c-{version}")],
+             [sys.executable, "-c", probe]]
+    started = []
+    for argv in argvs:
+        out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")  # noqa: SIM115 - read in _keys_of
+        started.append((subprocess.Popen(argv, stdout=out, stderr=err, text=True, env=env, cwd=tmp_path), out, err))
+    return log, started
+
+
+def _keys_of(started: tuple) -> tuple[list[dict], dict, list[str]]:
+    """(fused_moe_kernel keys, the warm's report, the kernel's module and arg names) of :func:`_start_keys`'s."""
+    log, procs = started
+    results = []
+    try:
+        for proc, out, err in procs:
+            proc.wait(timeout=600)
+            out.seek(0), err.seek(0)
+            results.append((proc.returncode, out.read(), err.read()))
+    finally:
+        for proc, out, err in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            out.close(), err.close()
+    (code, stdout, stderr), (pcode, pout, perr) = results
+    assert code == 0, stderr[-3000:]
+    report = json.loads(stdout.strip().splitlines()[-1])
+    assert pcode == 0, perr[-2000:]
+    module, names = pout.strip().splitlines()[-2:]
     keys = [json.loads(line) for line in log.read_text().splitlines()]
     return [k for k in keys if k["kernel"] == "fused_moe_kernel"], report, [module, *names.split()]
 
@@ -213,8 +239,9 @@ def test_each_releases_warm_passes_the_constexprs_an_sm90_launch_passes(tmp_path
     where = {"0.5.9": "sglang.srt.layers.moe.fused_moe_triton.fused_moe_triton_kernels",
              "0.5.17": "sglang.kernels.ops.moe.fused_moe_triton_kernels",
              "0.5.23": "sglang.kernels.ops.moe.fused_moe_triton_kernels"}
+    started = {version: _start_keys(version, tmp_path) for version in where}
     for version, module in where.items():
-        keys, report, (found, *names) = _keys(version, tmp_path)
+        keys, report, (found, *names) = _keys_of(started[version])
         assert found == module, found
         assert len({k["entry"] for k in keys}) == 2 == len(report["entries"]), (version, keys)  # up and down
         for k in keys:
