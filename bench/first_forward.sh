@@ -40,10 +40,7 @@ PYTHONPATH=$site python3 -c "import flashinfer" 2> /dev/null || standins=sgl_ker
 export PYTHONPATH="$site:$root/tests/standins:$root" DGP_STANDINS=$standins DGP_TRANSFORMERS_EXIST_OK=1
 model=$(mktemp -d); cp "$CONFIG" "$model/config.json"
 LOCAL=$(python3 -c "import shlex,sys; w=shlex.split(sys.argv[1]); i=w.index('--model-path'); w[i+1]=sys.argv[2]; print(shlex.join(w))" "$SERVER" "$model")
-fresh_env() {  # every JIT cache the runtimes read, and HOME (their defaults), in the new folder $1
-  echo "HOME=$1/home TRITON_CACHE_DIR=$1/triton TORCHINDUCTOR_CACHE_DIR=$1/inductor TVM_FFI_CACHE_DIR=$1/tvm-ffi"
-  echo "SGLANG_JIT_CACHE_DIR=$1/sglang-jit DG_JIT_CACHE_DIR=$1/deepgemm FLASHINFER_WORKSPACE_BASE=$1/flashinfer"
-  echo "CUTE_DSL_CACHE_DIR=$1/cute-dsl CUDA_CACHE_PATH=$1/cuda-driver"; }
+fresh_env() { python3 bench/first_forward_files.py --env "$1"; }  # every JIT cache and HOME in the new folder $1
 if has cold; then
   c=$(mktemp -d); mkdir -p "$c/home"; start=$(date +%s.%N)
   env $(fresh_env "$c") python3 -m dgprecompile.launch.model_driver --sglang-cmd "$LOCAL" --model-dir "$model" \

@@ -1,11 +1,12 @@
 """bench/first_forward.sh's arithmetic (issue 45): what a cold run compiled, per JIT family, and the summary.
 
+    first_forward_files.py --env CACHE         -> the environment that puts every JIT cache (and HOME) in CACHE, new
     first_forward_files.py CACHE START         -> per family: files added under CACHE and when (seconds after START)
     first_forward_files.py --summary DIR ...   -> DIR/summary.json's object from the phases' files
 
 A family's compile seconds are read from its cache: the time from the run's start to its first and last file, and
 the span between them (its files land as its compiles end; families compile in turn or at once, so the spans are
-when each family was busy, not a split of the wall). The folders are the ones first_forward.sh's fresh_env names.
+when each family was busy, not a split of the wall). Each family's cache is the folder CACHE/<family>.
 """
 
 from __future__ import annotations
@@ -17,16 +18,25 @@ import re
 import sys
 from pathlib import Path
 
-FOLDERS = {"deepgemm": "deepgemm", "sglang-jit": "tvm-ffi", "sglang-jit-ninja": "sglang-jit", "triton": "triton",
-           "inductor": "inductor", "flashinfer": "flashinfer", "cute-dsl": "cute-dsl", "cuda-driver": "cuda-driver"}
-LOGS = ("flashinfer_jit.log",)  # FlashInfer's log, written at import: not a compile
+from dgprecompile.launch.model_driver import RUNTIME_LOGS
+
+# the variable each runtime reads its JIT cache from -> the family it holds: every variable the driver counts
+# (CACHE_VARS: tests/test_first_forward.py holds the two together) and the CUDA driver's own cache
+FAMILIES = {"DG_JIT_CACHE_DIR": "deepgemm", "TVM_FFI_CACHE_DIR": "sglang-jit", "SGLANG_JIT_CACHE_DIR": "sglang-jit-ninja",
+            "TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor", "FLASHINFER_WORKSPACE_BASE": "flashinfer",
+            "CUTE_DSL_CACHE_DIR": "cute-dsl", "CUDA_CACHE_PATH": "cuda-driver"}
+
+
+def fresh_env(cache: Path) -> list[str]:
+    """VAR=CACHE/<family> for every runtime's cache, and HOME=CACHE/home (the runtimes' defaults)."""
+    return [f"HOME={cache / 'home'}"] + [f"{var}={cache / family}" for var, family in FAMILIES.items()]
 
 
 def families(cache: Path, start: float) -> dict[str, dict]:
     out = {}
-    for family, folder in FOLDERS.items():
-        times = [os.stat(os.path.join(dirpath, f)).st_mtime for dirpath, _, files in os.walk(cache / folder)
-                 for f in files if f not in LOGS]
+    for family in FAMILIES.values():
+        times = [os.stat(os.path.join(dirpath, f)).st_mtime for dirpath, _, files in os.walk(cache / family)
+                 for f in files if f not in RUNTIME_LOGS]
         if times:
             first, last = min(times) - start, max(times) - start
             out[family] = {"files": len(times), "first_s": round(first, 1), "last_s": round(last, 1),
@@ -65,8 +75,8 @@ def summary(d: Path, server: str, commit: str, device_s: int) -> dict:
            "launched_pass_s": launched.get("times", {}).get("pass_s"),
            "launched_decode_s": launched.get("times", {}).get("decode_s"),
            "second_forward_s": launched.get("times", {}).get("second_forward_s"),
-           "cold_8proc_first_forward_s": max((c.get("times", {}).get("first_forward_s") or 0 for c in cold8),
-                                             default=None) if cold8 else None,
+           "cold_8proc_first_forward_s": max((t for c in cold8 if (t := c.get("times", {}).get("first_forward_s"))
+                                              is not None), default=None),
            "cold_8proc_drivers": len(cold8),
            "warm_wall_s": (steps["warm"] + steps["warm-gpu"]) if {"warm", "warm-gpu"} <= steps.keys() else None,
            "warm_steps_s": {k: steps[k] for k in ("install", "carried", "plan", "warm", "warm-gpu") if k in steps},
@@ -82,11 +92,15 @@ def summary(d: Path, server: str, commit: str, device_s: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("paths", nargs="*", help="CACHE START")
+    p.add_argument("--env", type=Path, help="print the environment of a new cache in this folder")
     p.add_argument("--summary", type=Path)
     p.add_argument("--server", default="")
     p.add_argument("--commit", default="")
     p.add_argument("--device-s", type=int, default=0)
     args = p.parse_args(argv)
+    if args.env:
+        print("\n".join(fresh_env(args.env)))
+        return 0
     if args.summary:
         doc = summary(args.summary, args.server, args.commit, args.device_s)
     elif len(args.paths) == 2:

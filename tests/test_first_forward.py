@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from dgprecompile.launch.model_driver import CACHE_VARS
+
 REPO = Path(__file__).resolve().parent.parent
 TOOL = REPO / "bench" / "first_forward_files.py"
 PROOF_480B = REPO / "bench" / "results" / "2026-12-05-h200-model-480b-carried"
@@ -40,6 +42,15 @@ def test_each_familys_files_and_when_they_landed_flashinfers_log_not_counted(tmp
     assert got == {"deepgemm": {"files": 2, "first_s": 12.0, "last_s": 40.5, "span_s": 28.5},
                    "triton": {"files": 1, "first_s": 70.0, "last_s": 70.0, "span_s": 0.0},
                    "flashinfer": {"files": 1, "first_s": 250.0, "last_s": 250.0, "span_s": 0.0}}
+
+
+def test_a_fresh_cache_puts_every_cache_the_driver_counts_and_home_in_its_folder(tmp_path):
+    proc = subprocess.run([sys.executable, str(TOOL), "--env", str(tmp_path)], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    env = dict(line.split("=", 1) for line in proc.stdout.splitlines())
+    assert set(CACHE_VARS) | {"HOME", "CUDA_CACHE_PATH"} == env.keys(), env
+    assert all(Path(v).parent == tmp_path for v in env.values()) and len(set(env.values())) == len(env), env
 
 
 def test_the_summary_takes_each_phases_own_figures(tmp_path):
