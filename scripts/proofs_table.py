@@ -190,20 +190,24 @@ class Cells:
     def __init__(self, families: dict, records: list[dict], history: History):
         self.families, self.records, self.history, self.done = families, records, history, {}
 
+    def paths(self, family: str) -> list[str]:
+        """The code a record of ``family`` stops counting for when a later commit touches it."""
+        return list(self.families["common"]) + list(self.families["families"][family]["paths"])
+
     def __call__(self, sglang: str, family: str) -> Cell:
         if (sglang, family) not in self.done:
-            paths = list(self.families["common"]) + list(self.families["families"][family]["paths"])
-            self.done[(sglang, family)] = cell(newest(self.records, sglang, family), family, paths, self.history)
+            self.done[(sglang, family)] = cell(newest(self.records, sglang, family), family, self.paths(family),
+                                               self.history)
         return self.done[(sglang, family)]
 
     def proving(self, sglang: str, family: str) -> list[str]:
         """Every record (oldest first) that proves the (sglang, family) at HEAD, where its newest one does."""
         if self(sglang, family).status != "proven":
             return []
-        paths = list(self.families["common"]) + list(self.families["families"][family]["paths"])
         judged = sorted((r for r in self.records if r["sglang"] == sglang
                          and r["families"].get(family, {}).get("result") == "pass"), key=lambda r: (r["date"], r["name"]))
-        return [c.record for c in (cell(r, family, paths, self.history) for r in judged) if c.status == "proven"]
+        return [c.record for c in (cell(r, family, self.paths(family), self.history) for r in judged)
+                if c.status == "proven"]
 
 
 def render(families: dict, records: list[dict], cells: Cells) -> str:
