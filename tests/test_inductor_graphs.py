@@ -22,7 +22,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from helpers import NVCC, STANDINS, beside_venv, sglang_014_dir
+from helpers import NVCC, STANDINS, beside_venv, sgl_deep_gemm_013_dir, sglang_014_dir
 from test_moe_rules import DEEPSEEK_V3
 from test_triton_moe_plan import _full_env, _run, needs_all
 
@@ -419,3 +419,69 @@ def test_warm_with_the_planned_gpu_visible_counts_recorded_items_as_cached(built
     covered = [it.id for it in built.items
                if records.item_coverage(built.store, index, it.id, INDUCTOR_GRAPHS.installed()).status == records.COVERED]
     assert covered and sorted(part.cached) == sorted(covered) and other.id not in part.cached
+
+
+# ---- the graphs do not wait for FlashInfer's modules ---------------------------------------------------------
+
+# warm's CLI with two STAND-INS for what this machine lacks: nvidia-smi's answer (the planned GPU is visible) and the
+# job's GPU itself (the graphs' own warm command with --device cpu, inductor's CPU backend); the rest is real
+WARM_WITH_CPU_GRAPHS = textwrap.dedent("""
+    import sys
+    from dgprecompile.cli.main import main
+    from dgprecompile.compile import recorded_items
+    from dgprecompile.runtimes import INDUCTOR_GRAPHS
+    recorded_items.visible_gpu_names = lambda: ["cpu"]
+    own = type(INDUCTOR_GRAPHS).warm_argv
+    type(INDUCTOR_GRAPHS).warm_argv = lambda self, item, root, python: [*own(self, item, root, python), "--device",
+                                                                        "cpu"]
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
+@needs_build
+def test_warm_builds_the_graphs_while_flashinfers_modules_are_still_building(tmp_path):
+    """FlashInfer's modules start beside the pool and are a server plan's longest builds (186 s each on the H200,
+    bench/results/2026-12-03-h200-model-480b); the graphs, which cannot run during the pool (their areas are the
+    Triton MoE chunks' too), ran after those builds ended and added their 73-112 s to the wall. Now they run as soon
+    as the pool is done: warm's own run of a plan with FlashInfer 0.6.12's router module (real nvcc) and two graphs
+    files every graph entry before the module's .so is written, and both are built, filed and verified."""
+    from test_flashinfer_modules import FLASHINFER, _missing, _router
+
+    version = "0.6.12"
+    if _missing(version):
+        pytest.skip(_missing(version))
+    data = _plan(QWEN).to_dict()
+    for shape in data["shapes"]:
+        shape["buckets"], shape["aux_kernels"] = [], []
+    data["kernels"], data["total_kernels"] = [], 0
+    for section in ("sglang_jit_modules", "triton_moe"):
+        data.pop(section, None)
+    data["flashinfer"] = [_router(version)]
+    graphs = [InductorGraphItem("moe_sum_reduce", (("topk", 3), ("hidden", 16), ("dtype", "float32"),
+                                                   ("scale", 1.0), ("m_max", 2)), "cpu"),
+              InductorGraphItem("vocab_mask", (("vocab", 1000), ("tp", 4), ("dtype", "int64")), "cpu")]
+    data["inductor"] = [g.to_dict() for g in graphs]
+    manifest = tmp_path / "plan.yaml"
+    write_manifest(plan_from_dict(data), manifest)
+    cache = tmp_path / "cache"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FLASHINFER_", "DGPRECOMPILE_"))}
+    env.update(_env(), CUDA_VISIBLE_DEVICES="", PATH=os.path.dirname(NVCC) + os.pathsep + os.environ["PATH"])
+    env["PYTHONPATH"] = os.pathsep.join([FLASHINFER[version], env["PYTHONPATH"], sgl_deep_gemm_013_dir()])
+    env.pop("CUDA_HOME", None)
+    for name in [e for f in CAPTURED for e in f.cache_env]:
+        env.pop(name, None)
+    w = subprocess.run([sys.executable, "-c", WARM_WITH_CPU_GRAPHS, "warm", "--manifest", str(manifest),
+                        "--cache-dir", str(cache), "--nvcc", NVCC, "--jobs", "2", "--json"], capture_output=True,
+                       text=True, env=env, timeout=900)
+    assert w.returncode == 0, w.stdout[-3000:] + w.stderr[-3000:]
+    report = json.loads(w.stdout)
+    assert sorted(report["item_seconds"]) == sorted([_router(version)["id"], *(g.id for g in graphs)]), report
+    started, took = report["timeline"]["unit_started_s"], report["item_seconds"]
+    assert started[_router(version)["id"]] < 1.0, started  # with the warm, no pool before it
+    # the module's build alone took `took` seconds after it started: the first graph started before it ended
+    assert started[graphs[0].id] < took[_router(version)["id"]], (started, took)
+    index = CacheStore(cache).read_index()
+    assert all(index.inductor[g.id]["entries"] for g in graphs) and index.flashinfer[_router(version)["id"]]["entries"]
+    v = subprocess.run([sys.executable, "-m", "dgprecompile", "verify", "--manifest", str(manifest), "--cache-dir",
+                        str(cache), "--json"], capture_output=True, text=True, env=env, timeout=300)
+    assert v.returncode == 0, v.stdout[-3000:] + v.stderr[-2000:]

@@ -1,7 +1,8 @@
 """warm's share for the runtimes whose items are built by subprocesses writing the runtime's own cache:
 SGLang's torch.compile graphs (runtimes/inductor.py, on the job's GPU kind, after the pool) and FlashInfer's JIT
-modules (runtimes/flashinfer.py, GPU-free: started beside the pool, finished after it). Prepared with the other
-runtimes' parts (warm_setup's PREPARE, which asks :func:`gpu_problem` where a runtime needs a GPU).
+modules (runtimes/flashinfer.py, GPU-free: started beside the pool, collected after it and after the graphs).
+Prepared with the other runtimes' parts (warm_setup's PREPARE, which asks :func:`gpu_problem` where a runtime needs a
+GPU).
 
 Graph items run one after another, each as ``parts`` subprocesses side by side (the runtime's ``warm_argv`` plus
 ``--part i/n`` where it splits an item: ``parts`` > 1), so that what appeared in the runtime's areas during an item
@@ -68,9 +69,10 @@ def _pending(setup, part, result) -> list:
     return pending
 
 
-def run_items(setup, part, on_event, result) -> None:
+def run_items(setup, part, on_event, result, reserved: int = 0) -> None:
     """Build each item of ``part`` not covered yet, one after another, or, for a runtime that names each item's
-    entry itself (``entry_of``), all side by side; record its entries and its event."""
+    entry itself (``entry_of``), all side by side; record its entries and its event. ``reserved``: slots of the
+    --jobs budget held by builds still running beside (FlashInfer's): an item's parts take what is left, at least one."""
     if hasattr(part.runtime, "entry_of"):
         early = start_side_by_side(setup, part, on_event, result)
         if early is not None:
@@ -79,7 +81,8 @@ def run_items(setup, part, on_event, result) -> None:
         return
     for item in _pending(setup, part, result):
         on_event({"event": "start", "kernel": item.id})
-        _settle(setup, item, time.perf_counter(), lambda it=item: build_item(setup, part, it), on_event, result)
+        _settle(setup, item, time.perf_counter(), lambda it=item: build_item(setup, part, it, reserved), on_event,
+                result)
 
 
 def _settle(setup, item, t0: float, work, on_event, result, seconds: float | None = None) -> None:
@@ -101,7 +104,7 @@ def _settle(setup, item, t0: float, work, on_event, result, seconds: float | Non
     on_event({"event": "done", "kernel": item.id, "status": "compiled", "seconds": seconds})
 
 
-def build_item(setup, part, item) -> dict[str, Any]:
+def build_item(setup, part, item, reserved: int = 0) -> dict[str, Any]:
     """Run the item's subprocesses with the runtime's areas set up as launch sets them, file what appeared, write
     its record: what the subprocesses reported (``record`` of the first report, each runtime's own fields), its
     entries and the seconds they took."""
@@ -109,7 +112,7 @@ def build_item(setup, part, item) -> dict[str, Any]:
     root = str(setup.store.root)
     env = _areas_env(root, runtime, part)
     before = records.snapshot(root, runtime.areas)
-    parts = max(1, min(runtime.parts, setup.budget or setup.workers))
+    parts = max(1, min(runtime.parts, (setup.budget or setup.workers) - reserved))
     reports = run_parts(runtime.warm_argv(item, root, part.job["python"]), env, parts)
     new = records.appeared(root, before)
     filed, broken = records.file_entries(setup.store, new)
@@ -127,7 +130,8 @@ def build_item(setup, part, item) -> dict[str, Any]:
 def start_side_by_side(setup, part, on_event, result) -> SideBySide | None:
     """Start the subprocess of every pending item of a part whose runtime names each item's entry (FlashInfer's
     module directories) at once, the --jobs budget shared among them (MAX_JOBS each); None where none is pending.
-    warm starts FlashInfer's before its pool (they are GPU-free and its longest builds) and finishes them after."""
+    warm starts FlashInfer's before its pool (they are GPU-free and its longest builds) and finishes them after
+    the pool and the graphs (compile/warm.py AFTER_POOL)."""
     items = _pending(setup, part, result)
     if not items:
         return None

@@ -26,7 +26,10 @@ from dgprecompile.fsutil import human_bytes
 # modules, the longest single builds of a server plan (160-250 s each on the H200 where the pool's kernels took 30 s):
 # started after the pool they set the whole warm's wall; each counts as one of --jobs while the pool runs
 BESIDE_POOL = ("flashinfer-module",)
-# the kinds whose items warm builds after the pool, in this order: the torch.compile graphs that need the GPU
+# the kinds whose items warm builds after the pool, in this order, while the builds beside it go on: the torch.compile
+# graphs that need the GPU (their areas, inductor's and Triton's, are the pool's Triton MoE chunks' too, so not
+# during the pool; FlashInfer's builds write only FlashInfer's area). After FlashInfer's builds, as before, they added
+# their 73-112 s on the H200 to a wall those builds already set (bench/results/2026-12-03-h200-model-*)
 AFTER_POOL = ("inductor-graph",)
 
 
@@ -75,29 +78,7 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
                         triton_planned=list(setup.plan.triton_moe), missing=setup.missing,
                         cached=list(setup.swept) + [c for p in setup.parts for c in p.cached])
     start = time.perf_counter()
-    beside = []
-    try:
-        for kind in BESIDE_POOL:
-            part = setup.part(kind)
-            if part is not None and part.built:
-                from dgprecompile.compile.recorded_items import start_side_by_side
-
-                started = start_side_by_side(setup, part, on_event, result)
-                beside += [started] if started is not None else []
-        if setup.items or any(p.work for p in setup.parts):
-            run_pool(setup, on_event, result, start, reserved=sum(len(b.items) for b in beside))
-        for started in beside:
-            started.finish(on_event, result)
-        for kind in AFTER_POOL:  # built by their own subprocesses after the pool, one item at a time
-            part = setup.part(kind)
-            if part is not None and part.built:
-                from dgprecompile.compile.recorded_items import run_items
-
-                run_items(setup, part, on_event, result)
-    finally:
-        for started in beside:  # an interrupt or a failure: nothing started here outlives the warm
-            started.stop()
-        store.clean_stale_staging()
+    _run_phases(setup, result, start, on_event)
     result.wall_seconds = time.perf_counter() - start
     if result.no_space:
         need = len(result.failed) * setup.plan.profile.bytes_per_entry
@@ -107,3 +88,39 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
                                 f"kernels not built), or {elsewhere}; then warm again")
     result.cache_bytes = store.size_bytes()
     return result
+
+
+def _run_phases(setup: WarmSetup, result: WarmResult, start: float, on_event: Callable[[dict[str, Any]], None]) -> None:
+    """FlashInfer's modules started beside the pool (BESIDE_POOL), the pool, the graphs (AFTER_POOL) while those
+    modules go on, then the modules collected; whatever stops it, nothing started here outlives it."""
+    store = setup.store
+
+    def timed(event: dict[str, Any]) -> None:  # the timeline's start of every item the pool does not hand out
+        if event.get("event") == "start":
+            result.started.setdefault(event["kernel"], time.perf_counter() - start)
+        on_event(event)
+
+    beside = []
+    try:
+        for kind in BESIDE_POOL:
+            part = setup.part(kind)
+            if part is not None and part.built:
+                from dgprecompile.compile.recorded_items import start_side_by_side
+
+                started = start_side_by_side(setup, part, timed, result)
+                beside += [started] if started is not None else []
+        reserved = sum(len(b.items) for b in beside)
+        if setup.items or any(p.work for p in setup.parts):
+            run_pool(setup, on_event, result, start, reserved=reserved)
+        for kind in AFTER_POOL:  # built by their own subprocesses after the pool, one item at a time
+            part = setup.part(kind)
+            if part is not None and part.built:
+                from dgprecompile.compile.recorded_items import run_items
+
+                run_items(setup, part, timed, result, reserved=reserved)
+        for started in beside:
+            started.finish(on_event, result)
+    finally:
+        for started in beside:  # an interrupt or a failure: nothing started here outlives the warm
+            started.stop()
+        store.clean_stale_staging()
