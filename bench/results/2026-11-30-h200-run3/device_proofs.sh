@@ -7,7 +7,9 @@
 #   launch-cxx / launch-legacy : warm, then the stand-in trainer for 1000 steps under `launch --strict`; then the
 #                same with one planned kernel deleted from the cache (must fail on its first call, clearly)
 #   repro-legacy / repro-cxx   : `dgprecompile repro` on 8 ranks inside a pids.max budget
-# usage: tests/gpu/device_proofs.sh PHASE...
+# usage: bench/results/2026-11-30-h200-run3/device_proofs.sh PHASE...
+# It made runs 2-5 (bench/results/2026-11-30-h200-run2 .. -run5; their record.json name it where it was then,
+# tests/gpu/); it lives beside run 3, the newest of them that proves a family (docs/proof.md's 0.5.1 deepgemm row).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1
 root=$PWD
