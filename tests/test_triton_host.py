@@ -109,6 +109,9 @@ PROOF = textwrap.dedent("""
         return module
 
     build._build, build._load_module_from_path = refused, load
+    from dgprecompile.launch import model_asks  # the model proof driver's record of the job's own lookups
+    asks = model_asks.Asks()
+    model_asks.watch_host(asks)
     from dgprecompile.compile import triton_moe as t
     from triton.backends.nvidia.driver import CudaLauncher, CudaUtils
 
@@ -119,16 +122,15 @@ PROOF = textwrap.dedent("""
     kernels = list(jit.device_caches[0][0].values())
     for kernel in kernels:
         CudaLauncher(kernel.src, kernel.metadata)
-    print(json.dumps({"loaded": loaded, "kernels": len(kernels)}))
+    print(json.dumps({"loaded": loaded, "kernels": len(kernels), "asks": asks.to_dict(), "notes": asks.notes}))
 """)
 
 
-@needs_triton
-@needs_sgl014
-@pytest.mark.slow
-def test_tritons_own_runtime_finds_and_loads_every_module_under_its_key(warmed, tmp_path):
+@pytest.fixture(scope="module")
+def proved(warmed, tmp_path_factory):
+    """Triton's own runtime over the warmed cache (PROOF), the model driver's watcher recording its lookups."""
     root, report = warmed
-    host = report["host_modules"]
+    tmp_path = tmp_path_factory.mktemp("proof")
     stub = tmp_path / "stub"
     stub.mkdir()
     make = ("import sys; from pathlib import Path; from dgprecompile.compile.triton_host import link_libcuda; "
@@ -142,7 +144,15 @@ def test_tritons_own_runtime_finds_and_loads_every_module_under_its_key(warmed, 
                          timeout=900, env=_env(LD_LIBRARY_PATH=str(stub), TRITON_LIBCUDA_PATH=str(stub),
                                            TRITON_CACHE_DIR=str(root / "triton")))
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
-    proof = json.loads(res.stdout.strip().splitlines()[-1])
+    return root, report, before, json.loads(res.stdout.strip().splitlines()[-1])
+
+
+@needs_triton
+@needs_sgl014
+@pytest.mark.slow
+def test_tritons_own_runtime_finds_and_loads_every_module_under_its_key(proved):
+    root, report, before, proof = proved
+    host = report["host_modules"]
     assert proof["kernels"] == 4
     suffix = host["machine"]["key"]["ext_suffix"]
     expected = {("cuda_utils", str(root / "triton" / host["cuda_utils"] / f"cuda_utils{suffix}"))}
@@ -151,6 +161,56 @@ def test_tritons_own_runtime_finds_and_loads_every_module_under_its_key(warmed, 
     assert {(name, path) for name, path, _ in proof["loaded"]} == expected
     assert all(name == module for name, _, module in proof["loaded"])  # the real extension modules, imported
     assert _files(root / "triton") == before  # nothing compiled, nothing written
+
+
+RECORD = REPO / "bench" / "results" / "2026-12-03-h200-model-480b" / "asks.json"  # its server command and config
+
+
+def _held(tmp_path: Path, host: dict) -> dict:
+    """proof_asks (HEAD's plan for the 480B record's command) over a record whose only family is ``host``, with
+    Triton 3.6.0 (the record's) on the path: {ask: (status, detail)}."""
+    record = {**json.loads(RECORD.read_text()), "families": {"triton-host": host}}
+    (tmp_path / "config.json").write_text((RECORD.parent / "config.json").read_text())
+    (tmp_path / "asks.json").write_text(json.dumps(record))
+    res = subprocess.run([sys.executable, "-m", "dgprecompile.launch.proof_asks", str(tmp_path / "asks.json"),
+                          "--json"], capture_output=True, text=True, timeout=300, env=_env())
+    assert res.returncode in (0, 1), res.stdout[-2000:] + res.stderr[-3000:]
+    return {c["ask"]: (c["status"], c["detail"]) for c in json.loads(res.stdout)["checks"]}
+
+
+@needs_triton
+@needs_sgl014
+@pytest.mark.slow
+def test_the_drivers_record_of_the_runtimes_lookups_is_held_to_heads_warm(proved, tmp_path):
+    """The model driver's watcher (launch/model_asks.py watch_host) inside Triton's own runtime records each host
+    module it looked up: cuda_utils and the 4 kernels' launcher (one signature), under the keys warm filed them by,
+    with what the launcher's source came from. HEAD's plan for the README's 480B command holds that record
+    (proof_asks, Triton's own code computing the keys); a signature the runtime bound otherwise, or a kernel the plan
+    does not warm, is named."""
+    root, report, _, proof = proved
+    host = report["host_modules"]
+    asks = proof["asks"]["triton-host"]
+    assert proof["notes"] == [] and asks["platform_key"] == host["machine"]["key"]["platform_key"]
+    assert sorted((m["name"], m["key"]) for m in asks["modules"]) == sorted(
+        [("cuda_utils", host["cuda_utils"]), *(("__triton_launcher", k) for k in set(host["launchers"].values()))])
+    launchers = [m for m in asks["modules"] if "launcher" in m]
+    assert {m["launcher"]["kernel"] for m in launchers} == {"fused_moe_kernel"}
+    held = _held(tmp_path, asks)
+    assert len(held) == len(asks["modules"]) and {s for s, _ in held.values()} == {"covered"}, held
+
+    changed = json.loads(json.dumps(asks))
+    first = next(m for m in changed["modules"] if "launcher" in m)
+    other = json.loads(json.dumps(first))  # the same launcher, asked for a kernel the plan does not warm
+    other["launcher"]["kernel"] = "other_kernel"
+    arg = next(a for a, t in first["launcher"]["signature"].items() if t == "i32")
+    first["launcher"]["signature"][arg] = "i64"  # the JIT bound another type: another launcher source, another key
+    changed["modules"].append(other)
+    held = _held(tmp_path, changed)
+    missing = {ask: detail for ask, (status, detail) in held.items() if status == "missing"}
+    assert set(missing) == {f"__triton_launcher {first['key']} (fused_moe_kernel)",
+                            f"__triton_launcher {other['key']} (other_kernel)"}, held
+    assert missing[f"__triton_launcher {first['key']} (fused_moe_kernel)"].startswith("HEAD's warm files it under ")
+    assert "HEAD's plan warms only fused_moe_kernel" in missing[f"__triton_launcher {other['key']} (other_kernel)"]
 
 
 @needs_triton

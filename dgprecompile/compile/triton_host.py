@@ -129,6 +129,58 @@ def _building(env: Mapping[str, str]) -> Iterator[list[dict[str, Any]]]:
         driver.library_dirs.cache_clear()
 
 
+class _Named(Exception):
+    """Stops Triton's own lookup once its key is computed (:func:`lookup_keys`)."""
+
+
+def lookup_keys(launchers: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The cache keys this Triton looks its host modules up by: ``cuda_utils``'s, and each launcher's from what its
+    source is generated from (``launchers``: id -> ``{"kernel", "signature", "tensordesc_meta"}``, a signature as
+    :func:`watch_kernels` records it), computed by Triton's own CudaUtils() and CudaLauncher() as :func:`build` calls
+    them, each stopped at its cache lookup: nothing is compiled or written. With ``platform_key`` and the file
+    suffix, the rest of what the key and the file name hold."""
+    import tempfile
+    from types import SimpleNamespace
+
+    from triton.backends.nvidia import driver
+    from triton.backends.nvidia.driver import CudaLauncher, CudaUtils
+    from triton.runtime import build as triton_build
+
+    keys: list[str] = []
+    real = triton_build.get_cache_manager
+
+    def get_cache_manager(key):
+        keys.append(real(key).key)  # Triton's own manager names the directory (in a scratch cache: nothing stays)
+        raise _Named
+
+    def named(make) -> str:
+        try:
+            make()
+        except _Named:
+            return keys[-1]
+        raise RuntimeError("Triton looked no host module up")
+
+    out: dict[str, Any] = {"launchers": {}}
+    with tempfile.TemporaryDirectory(prefix="dgprecompile-triton-keys-") as scratch:
+        triton_build.get_cache_manager = get_cache_manager
+        driver.libcuda_dirs.cache_clear()
+        driver.library_dirs.cache_clear()
+        try:
+            # the library folders are no part of the key; the scratch cache gets the manager's empty directories
+            with environ({"TRITON_LIBCUDA_PATH": scratch, "TRITON_CACHE_DIR": scratch}):
+                out["cuda_utils"] = named(CudaUtils)
+                for ident, spec in sorted(launchers.items()):
+                    src = RecordedSource(str(spec["kernel"]), spec["signature"])
+                    meta = SimpleNamespace(tensordesc_meta=spec.get("tensordesc_meta"))
+                    out["launchers"][ident] = named(lambda s=src, m=meta: CudaLauncher(s, m))
+        finally:
+            triton_build.get_cache_manager = real
+            driver.libcuda_dirs.cache_clear()
+            driver.library_dirs.cache_clear()
+    out.update(platform_key=triton_build.platform_key(), ext_suffix=sysconfig.get_config_var("EXT_SUFFIX"))
+    return out
+
+
 def compiled_kernel(triton_dir: Path, entry: str, spec: Mapping[str, Any]):
     """Triton's own CompiledKernel for a cache entry, as its runtime loads one (the group file found by its own
     FileCacheManager), with the recorded signature as its source."""

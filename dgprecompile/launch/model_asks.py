@@ -1,12 +1,17 @@
-"""The runtime's asks of the Triton MoE and torch.compile families, as the model driver's job makes them (issue 43).
+"""The runtime's asks of the Triton MoE, Triton host and torch.compile families, as the model driver's job makes them
+(issue 43).
 
 The cache-area families (DeepGEMM, SGLang JIT, FlashInfer) are recorded from outside the job, by the files it opens
-(tests/gpu/cache_opens.py). These two are recorded here, inside the job, from the calls SGLang itself makes, in its
+(tests/gpu/cache_opens.py). These three are recorded here, inside the job, from the calls SGLang itself makes, in its
 own terms and independent of any plan:
 
 * triton-moe: every call of SGLang's Triton fused MoE (``_fused_moe_kernel_sequence``, where a release has none
   ``fused_experts_impl``; wherever a module holds it): its experts, hidden and intermediate sizes and top-k from the
   tensors it is handed (w1, w2, topk_ids) and m (tokens);
+* triton-host: every host module the job's Triton looks up (``compile_module_from_src``: ``cuda_utils`` when its CUDA
+  driver starts, a ``__triton_launcher`` at each compiled kernel's first launch): its name, the cache key directory
+  and file it was found in (or built into), Triton's ``platform_key()`` and, for a launcher, what Triton generated
+  its source from (the kernel's name, the signature its JIT bound, the tensor-descriptor metadata);
 * inductor: every call of a function SGLang compiles with ``torch.compile`` (``torch.compile`` is wrapped before
   SGLang is imported, so every decorator SGLang applies goes through it): the function's module and qualified name,
   its arguments (tensors as shape and dtype, the first dimension of the first tensor shown as ``"m"``; scalars as
@@ -22,6 +27,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import os
 import sys
 from typing import Any
 
@@ -81,6 +87,8 @@ class Asks:
         self.moe: dict[tuple[int, int, int, int], set[int]] = {}
         # (function, its arguments shown, grad mode) -> (the m it ran at, inductor's graph-cache lookups it made)
         self.compiled: dict[tuple[str, str, str], tuple[set[int], list[int]]] = {}
+        self.host: dict[tuple[str, str], dict[str, Any]] = {}  # (name, key) -> the module's ask
+        self.platform_key: str | None = None
         self.notes: list[str] = []
 
     def moe_call(self, signature: inspect.Signature, args: tuple, kwargs: dict) -> None:
@@ -101,8 +109,23 @@ class Asks:
         ms.add(call_m(args, kwargs) or 1)
         looked[0] += lookups
 
+    def host_module(self, name: str, path: str | None, launcher: dict[str, Any] | None) -> None:
+        """A host module Triton looked up and loaded from ``path`` (``<key>/<file>`` in its cache); ``launcher``: what
+        the launcher's source was generated from."""
+        if not path:
+            note = f"a Triton host module {name} loaded from no file: not recorded"
+            if note not in self.notes:
+                self.notes.append(note)
+            return
+        key = os.path.basename(os.path.dirname(path))
+        self.host.setdefault((name, key), {"name": name, "key": key, "file": os.path.basename(path),
+                                           **({"launcher": launcher} if launcher is not None else {})})
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
+        if self.host:
+            out["triton-host"] = {"platform_key": self.platform_key or "",
+                                  "modules": [self.host[k] for k in sorted(self.host)]}
         if self.moe:
             out["triton-moe"] = {"calls": [
                 {"experts": e, "hidden": h, "intermediate": i, "topk": k, "ms": spans(ms)}
@@ -191,3 +214,59 @@ def watch_moe(asks: Asks) -> str | None:
         return f"{where}.{name}"
     asks.notes.append(f"none of {', '.join(MOE_FUNCTIONS)} in {', '.join(MOE_MODULES)}: Triton MoE calls not recorded")
     return None
+
+
+def _plain(value: Any) -> Any:
+    """A launcher input as JSON holds it (tuples as lists; anything else by its text)."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
+
+
+def watch_host(asks: Asks) -> str | None:
+    """Wrap Triton's ``compile_module_from_src`` (triton/runtime/build.py) in every loaded module that holds it (its
+    CUDA driver imports it by name) and its CUDA launcher's ``__init__``, so each host module the job's Triton looks up
+    is recorded with what a launcher's source came from; before the job's first Triton launch. The wrapped name, or
+    None (a note says why) where this Triton has none of them."""
+    try:
+        from triton.backends.nvidia import driver
+        from triton.runtime import build
+    except ImportError as exc:
+        asks.notes.append(f"Triton host modules not recorded: {exc}")
+        return None
+    target, launcher_cls = getattr(build, "compile_module_from_src", None), getattr(driver, "CudaLauncher", None)
+    if target is None or launcher_cls is None or getattr(target, "_dgp_asks", False):
+        if target is None or launcher_cls is None:
+            asks.notes.append("Triton has no compile_module_from_src or CudaLauncher: host modules not recorded")
+        return None
+    asks.platform_key = build.platform_key() if hasattr(build, "platform_key") else None
+    making: list[dict[str, Any]] = []  # the launcher being made (CudaLauncher.__init__ builds it)
+
+    @functools.wraps(target)
+    def compile_module(src, name, *args, **kwargs):
+        module = target(src, name, *args, **kwargs)
+        asks.host_module(name, getattr(module, "__file__", None), making[-1] if making and name != "cuda_utils"
+                         else None)
+        return module
+
+    compile_module._dgp_asks = True
+    for mod in list(sys.modules.values()):
+        if getattr(mod, "__dict__", {}).get("compile_module_from_src") is target:
+            mod.compile_module_from_src = compile_module
+    init = launcher_cls.__init__
+
+    @functools.wraps(init)
+    def launcher_init(self, src, metadata, *args, **kwargs):
+        fn = getattr(src, "fn", None)
+        making.append({"kernel": getattr(src, "name", None) or getattr(fn, "__name__", None),
+                       "signature": _plain(dict(getattr(src, "signature", {}) or {})),
+                       "tensordesc_meta": _plain(getattr(metadata, "tensordesc_meta", None))})
+        try:
+            return init(self, src, metadata, *args, **kwargs)
+        finally:
+            making.pop()
+
+    launcher_cls.__init__ = launcher_init
+    return "triton.runtime.build.compile_module_from_src"

@@ -9,8 +9,8 @@ embedding, each decoder layer's norms, its attention block's linears, q/k norm a
 norm; then a decode step at a few batch sizes (:func:`decode_step`: SGLang's own position clamp, the layers at the
 batch's width, the LM head and SGLang's own Sampler with top-k / top-p). Run it as the job of a strict ``dgprecompile launch``: a refused compile is an error here (reported per
 module, the first m it happened at) and the launch's own checks see every entry a compile would add. The report's
-``asks`` are the Triton fused MoE's and the torch.compile'd functions' calls SGLang made (launch/model_asks.py): the
-part of a proof's asks record (issue 43) that only the job itself can see.
+``asks`` are the Triton fused MoE's and the torch.compile'd functions' calls SGLang made and the host modules its
+Triton looked up (launch/model_asks.py): the part of a proof's asks record (issue 43) that only the job itself can see.
 
 STAND-INS, each named in the report (what one GPU cannot run, or what is not a JIT and is not carried):
 * the layer count: SGLang's own ``--json-model-override-args`` keeps the layers up to the first MoE layer (the
@@ -129,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
 
     asks = model_asks.Asks()
     model_asks.watch_compile(asks)  # before SGLang is imported: its torch.compile decorators record their calls
+    model_asks.watch_host(asks)  # before Triton's CUDA driver starts: its cuda_utils, then each kernel's launcher
     model_standins.install(report)
     model, sa = build(args, report)
     model_asks.watch_moe(asks)

@@ -3,15 +3,17 @@
 A proof run on the GPU logs, per JIT family, what the job's runtimes looked up, in their own terms (a record,
 ``data/schemas/proof-asks.json``): DeepGEMM's entry names, SGLang's JIT modules (their module names, or the
 directories the loader opened), FlashInfer's module directories, the Triton fused MoE's calls (experts, hidden,
-intermediate, top-k, m) and the torch.compile'd functions' calls (function, arguments as a cache key sees them, m,
-grad mode). Nothing in it comes from the plan under test: it is what the runtime did.
+intermediate, top-k, m), the host modules Triton looked up (name, key directory, a launcher's kernel and signature)
+and the torch.compile'd functions' calls (function, arguments as a cache key sees them, m, grad mode). Nothing in it
+comes from the plan under test: it is what the runtime did.
 
 ``check_asks`` makes HEAD's plan for the record's server command and config (the same planning ``plan`` and ``warm``
 use) and asks of each ask whether the plan covers it: the entry or module name among the names the runtime here
 gives the plan's items (keys/schemes.py: DeepGEMM's from the installed headers and nvcc, SGLang's from the installed
 sglang, FlashInfer's from the item), a MoE call inside a planned item's shape and m range for the run's GPU, a
 compiled call with the arguments warm passes for a planned item of that function (compile/inductor_graphs.py's own
-calls, on torch's meta device), in its grad mode and m range. A plan that drops or changes one ask fails, naming it;
+calls, on torch's meta device), in its grad mode and m range, a host module under the key warm's build gives it
+(compile/triton_host.py, Triton's own code, for a planned Triton MoE item's kernel). A plan that drops or changes one ask fails, naming it;
 where this machine cannot compute a family's names (another release installed, no nvcc) the family is "unchecked",
 which fails too: a record is held only where its environment is reproduced.
 
@@ -239,9 +241,62 @@ def _inductor(plan, asks: dict[str, Any], record: dict[str, Any], notes: list[st
     return out
 
 
+def _host_shown(module: dict[str, Any]) -> str:
+    kernel = module.get("launcher", {}).get("kernel")
+    return f"{module['name']} {module['key']}" + (f" ({kernel})" if kernel else "")
+
+
+def _host_keys(asks: dict[str, Any], record: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """The keys HEAD's warm files the recorded host modules under (compile/triton_host.py lookup_keys, Triton's own
+    code), or None and why this machine cannot compute them (another Triton, another platform)."""
+    want = record["environment"]["versions"].get("triton")
+    try:
+        import triton
+
+        from dgprecompile.compile.triton_host import lookup_keys
+    except ImportError as exc:
+        return None, f"no Triton here ({exc}); the run had {want}"
+    if triton.__version__ != want:
+        return None, f"Triton {triton.__version__} here, the run had {want} (its driver's source is in the keys)"
+    launchers = {str(i): m["launcher"] for i, m in enumerate(asks.get("modules", [])) if "launcher" in m}
+    try:
+        keys = lookup_keys(launchers)
+    except (RuntimeError, AttributeError, TypeError, KeyError, OSError) as exc:
+        return None, f"Triton {want}'s own lookup failed here: {type(exc).__name__}: {exc}"[:300]
+    if asks.get("platform_key") and keys["platform_key"] != asks["platform_key"]:
+        return None, f"platform {keys['platform_key']} here, the run's {asks['platform_key']} (in every key)"
+    return keys, ""
+
+
+def _triton_host(plan, asks: dict[str, Any], record: dict[str, Any], notes: list[str], nvcc: str | None):
+    """Each host module the job's Triton looked up, against the key HEAD's warm builds it under: ``cuda_utils``'s
+    from this Triton's own driver source, each launcher's from the kernel and signature the runtime bound, through
+    the code warm builds them with; warm builds them for the kernel of a planned Triton MoE item on the run's GPU.
+    Not checked here: that warm's own calls bind the same signatures (the triton-moe asks hold the calls' shapes
+    and m to the plan), and the file's name, which holds the job's Python (EXT_SUFFIX)."""
+    from dgprecompile.runtimes import TRITON_MOE
+
+    modules = asks.get("modules", [])
+    keys, why = _host_keys(asks, record)
+    if keys is None:
+        return [AskCheck("triton-host", _host_shown(m), UNCHECKED, why) for m in modules]
+    planned = [it for it in plan.triton_moe.values() if it.device_name == record["environment"]["gpu"]]
+    out = []
+    for i, module in enumerate(modules):
+        launcher = module.get("launcher")
+        named = keys["cuda_utils"] if module["name"] == "cuda_utils" else keys["launchers"].get(str(i))
+        why = ("HEAD's plan has no Triton MoE item for this GPU: warm builds no host module" if not planned
+               else f"a launcher of {launcher['kernel']}: HEAD's plan warms only {TRITON_MOE.kernel}"
+               if launcher and launcher.get("kernel") != TRITON_MOE.kernel
+               else f"{module['name']}: a module warm does not build" if named is None
+               else f"HEAD's warm files it under {named}" if named != module["key"] else "")
+        out.append(AskCheck("triton-host", _host_shown(module), MISSING if why else COVERED, why))
+    return out
+
+
 # each family of a record (bench/proof_families.yaml ids), checked in its own terms
 FAMILY_CHECKS = {"deepgemm": _deepgemm, "sglang-jit": _sglang_jit, "flashinfer": _flashinfer,
-                 "triton-moe": _triton_moe, "inductor": _inductor}
+                 "triton-moe": _triton_moe, "triton-host": _triton_host, "inductor": _inductor}
 
 
 def main(argv: list[str] | None = None) -> int:
