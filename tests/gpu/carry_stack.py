@@ -83,10 +83,12 @@ def piece_count(data: dict) -> int:
 
 
 def call_table(data: dict, carry_dir: str) -> list[str]:
-    """The calls of README-stack0523.md for these sizes: one `keep` per piece, the last piece with the proof."""
+    """The calls of README-stack0523.md for these sizes: one `keep` per piece; the last piece's call keeps it itself
+    and installs; then the proof, carrying nothing (the machine still holds the installed stack under /tmp)."""
     n = piece_count(data)
     rows = [f"| {i} | `[\"{carry_dir}/p{i:02d}\"]` | `bash tests/gpu/carry_stack.sh keep` |" for i in range(1, n)]
-    rows.append(f"| {n} | `[\"{carry_dir}/p{n:02d}\"]` | the proof (keeps p{n:02d} itself, then install) |")
+    rows.append(f"| {n} | `[\"{carry_dir}/p{n:02d}\"]` | install and imports (keeps p{n:02d} itself) |")
+    rows.append(f"| {n + 1} | `[]` | the proof (tests/gpu/model_proof.sh with STACK) |")
     return rows
 
 
@@ -156,7 +158,7 @@ def main(argv: list[str]) -> int:
     elif argv == ["pieces"]:
         total = sum(e["size"] for e in data["carried"])
         print(f"{len(data['carried'])} wheels, {total} bytes ({total / 1e6:.1f} MB): {piece_count(data)} pieces of "
-              f"at most {data['piece_bytes']} bytes, {piece_count(data)} calls")
+              f"at most {data['piece_bytes']} bytes: {piece_count(data)} carry calls, then the proof call")
         print("\n".join(call_table(data, carry_dir)))
     elif argv == ["tree"]:
         return tree(data)
