@@ -201,3 +201,21 @@ def test_model_proof_names_a_stack_or_refuses_before_any_step(tmp_path):
     res = subprocess.run(["bash", str(GPU / "model_proof.sh")], cwd=root, env=dict(env, CARRIED="x", TRUSTED="k"),
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "STACK= and CARRIED= together" in res.stderr, res.stderr
+
+
+def test_the_imports_check_covers_every_sglang_module_the_driver_imports():
+    """`carry_stack.sh imports` (the install call) imports model_path_modules: every SGLang module the model proof's
+    driver imports is among them, so a package missing from the stack fails that call, not the proof."""
+    import ast
+
+    from dgprecompile.launch.model_driver import RUNTIME_INIT
+
+    listed = set(carry_stack.load(str(DATA))["model_path_modules"])
+    wanted = {module for module, _ in RUNTIME_INIT}
+    for path in sorted((GPU.parent.parent / "dgprecompile" / "launch").glob("model_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sglang"):
+                subs = {f"{node.module}.{a.name}" for a in node.names} & listed
+                wanted |= subs or {node.module}
+    assert sorted(wanted - listed) == []
+    assert {"sglang.srt.models.qwen3_moe", "sglang.srt.models.deepseek_v2"} <= listed  # the proofs' two models

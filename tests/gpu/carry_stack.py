@@ -5,6 +5,7 @@ tests/gpu/carry_stack.sh, which cuts the wheels into pieces with carry_pieces.py
   check DIR         every pinned wheel is DIR/<wheel> with the data file's size and sha256 (exit 1 naming each that
                     is not); then prints the paths in the data file's order (the stream's order for split)
   installs DIR      the paths of the wheels installed into the stack's target (install: false ones are left out)
+  modules           the model path's modules (model_path_modules), one a line, for `carry_stack.sh imports`
   pieces            how many pieces split cuts the data file's sizes into, and the call table (README-stack0523.md)
   tree              the working tree a call carries (tracked and untracked-not-ignored files), with one piece and the
                     margin: exit 1 when a piece + the tree + 1 MiB is over the carry limit
@@ -74,6 +75,9 @@ def problems(data: dict) -> list[str]:
             for pkg, v in installed.items() if len(v) > 1]
     if not seen:
         out.append("no carried wheels")
+    modules = data.get("model_path_modules", [])
+    if not isinstance(modules, list) or not all(isinstance(m, str) and re.fullmatch(r"[\w.]+", m) for m in modules):
+        out.append("model_path_modules is not a list of module names")
     return out
 
 
@@ -155,6 +159,8 @@ def main(argv: list[str]) -> int:
         return check(data, argv[1])
     elif argv[:1] == ["installs"] and len(argv) == 2:
         print("\n".join(os.path.join(argv[1], e["wheel"]) for e in data["carried"] if e.get("install", True)))
+    elif argv == ["modules"]:
+        print("\n".join(data.get("model_path_modules", [])))
     elif argv == ["pieces"]:
         total = sum(e["size"] for e in data["carried"])
         print(f"{len(data['carried'])} wheels, {total} bytes ({total / 1e6:.1f} MB): {piece_count(data)} pieces of "
@@ -164,7 +170,7 @@ def main(argv: list[str]) -> int:
         return tree(data)
     else:
         return _fail(2, f"unknown command: {' '.join(argv) or '(none)'}",
-                     "usage: carry_stack.py specs | check DIR | installs DIR | pieces | tree")
+                     "usage: carry_stack.py specs | check DIR | installs DIR | modules | pieces | tree")
     return 0
 
 

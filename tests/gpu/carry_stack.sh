@@ -16,8 +16,9 @@
 #                       marked for install with `pip install --no-deps --no-index --target BASE/site` (nothing
 #                       system-wide), builds the NCCL STAND-IN (nccl_standin.c) into BASE/lib, writes BASE/stack.env
 #                       (STACK_SITE, LD_PRELOAD) and BASE/stack_manifest.json (every carried file's sha256)
-#   imports [BASE]      there: `import torch, triton, flashinfer, sglang` (and deep_gemm, transformers) under
-#                       BASE/stack.env with tests/standins (sgl_kernel), each version into BASE/imports.txt
+#   imports [BASE]      there: `import torch, triton, flashinfer, sglang` (and deep_gemm, transformers), then each of
+#                       the data file's model_path_modules, under BASE/stack.env with tests/standins (sgl_kernel);
+#                       the versions and modules into BASE/imports.txt
 # Use the stack:  . BASE/stack.env; export PYTHONPATH=$STACK_SITE:$PWD/tests/standins:$PWD DGP_STANDINS=sgl_kernel
 #                 (tests/gpu/model_proof.sh does that when STACK=BASE)
 # Exit codes: 0 done, 1 a check or step failed (named on stderr), 2 bad usage. PYTHON (default python3) runs pip
@@ -83,14 +84,18 @@ imports)
   [ -f "$base/stack.env" ] || fail "no $base/stack.env" "bash tests/gpu/carry_stack.sh install $base" 2
   # shellcheck disable=SC1091
   . "$base/stack.env"
-  PYTHONPATH="$STACK_SITE:$PWD/tests/standins:$PWD" DGP_STANDINS=sgl_kernel DGP_TRANSFORMERS_EXIST_OK=1 "$py" - \
+  modules=$("$py" "$here/carry_stack.py" modules) || exit $?
+  PYTHONPATH="$STACK_SITE:$PWD/tests/standins:$PWD" DGP_STANDINS=sgl_kernel DGP_TRANSFORMERS_EXIST_OK=1 "$py" - $modules \
     > "$base/imports.txt" 2>&1 <<'PY' || { cat "$base/imports.txt"; fail "an import failed under the stack" "see above"; }
-import sys
+import importlib, sys
 import torch, triton, flashinfer, sglang, transformers, deep_gemm  # noqa: E401,F401
 from importlib import metadata
 print("python", sys.version.split()[0], "torch", torch.__version__, torch.__file__, "cuda", torch.version.cuda)
 for dist in ("triton", "flashinfer-python", "sglang", "sgl-deep-gemm", "transformers", "torchvision", "apache-tvm-ffi"):
     print(dist, metadata.version(dist))
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+print(f"model path: {len(sys.argv) - 1} modules imported: {' '.join(sys.argv[1:])}")
 print("stand-ins: sgl_kernel (tests/standins), NCCL (LD_PRELOAD)")
 PY
   cat "$base/imports.txt"
