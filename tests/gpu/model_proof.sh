@@ -26,6 +26,11 @@
 # DeepGEMM entry names hold it). The GPU-free warm then finds them cached and builds the rest (Triton MoE and its host
 # modules, with the job's Python), which summary.txt names. Nothing of the proof's families is run or captured here.
 # summary.txt gets the device seconds of each step ("device seconds: STEP N").
+# STACK=<base> (issue 44 item 1): another serving stack, installed there by `tests/gpu/carry_stack.sh install <base>`
+# (sglang 0.5.23's: tests/gpu/stack_0523.yaml, README-stack0523.md): its <base>/stack.env names the site put first on
+# PYTHONPATH (torch, triton, flashinfer, deep_gemm, sglang, transformers and dgprecompile's own dependencies) and
+# preloads the NCCL stand-in; nothing is installed from .whl, and the carried files' sha256s (stack_manifest.json) go
+# into this folder. Not with CARRIED (carry_build.sh builds 0.5.14's families). Without STACK nothing changes.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 root=$PWD; OUT=${OUT:-$root/out}; NAME=${NAME:-model-proof}; d=$OUT/$NAME; mkdir -p "$d"
@@ -37,7 +42,13 @@ stamp() {  # a step begins: the one before it ends, its device seconds into summ
   local now; now=$(date +%s)
   [ -n "$step" ] && echo "device seconds: $step $((now - step_t))" >> "$d/summary.txt"
   step=$1; step_t=$now; echo "=== $1 $(date -u +%FT%TZ) (+$((now - t0)) s)" >> "$d/logs.txt"; }
-CARRIED=${CARRIED:-}; art=
+CARRIED=${CARRIED:-}; art=; STACK=${STACK:-}; STACK_SITE=
+if [ -n "$STACK" ]; then
+  [ -z "$CARRIED" ] || { echo "error: STACK= and CARRIED= together (carry_build.sh builds sglang 0.5.14's families)" >&2; exit 2; }
+  [ -f "$STACK/stack.env" ] || { echo "error: no $STACK/stack.env: run tests/gpu/carry_stack.sh install $STACK first" >&2; exit 2; }
+  . "$STACK/stack.env"  # STACK_SITE, and LD_PRELOAD with the NCCL stand-in
+  cp "$STACK/stack_manifest.json" "$d/stack_manifest.json"
+fi
 if [ -n "$CARRIED" ]; then
   : "${TRUSTED:?TRUSTED= the public key of the carry build (.carry/trusted/dgprecompile-signing.pub, carried)}"
   site=${SITE:-/tmp/dgp-carry-site}
@@ -50,21 +61,22 @@ else
 fi
 w=$(mktemp -d); cache=$w/cache; model=$w/model; mkdir -p "$model"; cp "$CONFIG" "$model/config.json"
 stamp install
-python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" .whl/sgl_deep_gemm-0.1.3-*.whl \
+[ -n "$STACK" ] || python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" .whl/sgl_deep_gemm-0.1.3-*.whl \
   .whl/apache_tvm_ffi-*.whl .whl/sglang/*.whl .whl/extra/*.whl >> "$d/logs.txt" 2>&1
 # FlashInfer: the real flashinfer-python where .whl/extra carries its wheel (its modules are planned, warmed GPU-free,
 # and the driver's DeepSeek routing runs its JIT module), else tests/standins' named stand-in
-if PYTHONPATH="$site" python3 -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('flashinfer') is None)"; then
+if PYTHONPATH="${STACK_SITE:+$STACK_SITE:}$site" python3 -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('flashinfer') is None)"; then
   FLASHINFER=real; STANDINS=sgl_kernel
 else
   FLASHINFER=standin; STANDINS=sgl_kernel,flashinfer
 fi
-export PYTHONPATH="$site:$root/tests/standins:$root" DGP_STANDINS=$STANDINS DGP_TRANSFORMERS_EXIST_OK=1
+export PYTHONPATH="${STACK_SITE:+$STACK_SITE:}$site:$root/tests/standins:$root" DGP_STANDINS=$STANDINS DGP_TRANSFORMERS_EXIST_OK=1
 # the command as the user gives it, with its model path at the folder that holds config.json
 LOCAL=$(python3 -c "import shlex,sys; w=shlex.split(sys.argv[1]); i=w.index('--model-path'); w[i+1]=sys.argv[2]; print(shlex.join(w))" "$SERVER" "$model")
 { echo "tests/gpu/model_proof.sh $(date -u +%FT%TZ) git ${DGP_GIT:-?} sglang $SGLANG MS=$MS"; echo "server: $SERVER";
   python3 -c "import torch, sys, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'python', sys.version.split()[0])";
   echo "flashinfer: $FLASHINFER";
+  [ -z "$STACK" ] || echo "stack: $STACK_SITE first on PYTHONPATH, LD_PRELOAD=$LD_PRELOAD (NCCL STAND-IN); carried files' sha256: stack_manifest.json";
   python3 -c "import torch._inductor.compile_fx as c; print('inductor hook point fx_codegen_and_compile:', hasattr(c, 'fx_codegen_and_compile'))";
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } >> "$d/summary.txt" 2>&1
 dg() { python3 -m dgprecompile "$@"; }
@@ -132,7 +144,7 @@ for f in deepgemm sglang-jit flashinfer triton-moe inductor; do
   grep -q "^family $f: refused 0, new 0$" "$d/summary.txt" || complete=false
 done
 cp "$CONFIG" "$d/config.json"
-python3 - "$d/asks.template.json" "$complete" "$site" <<PYEOF
+python3 - "$d/asks.template.json" "$complete" "${STACK_SITE:-$site}" <<PYEOF
 import json, subprocess, sys, time
 from importlib import metadata
 def version(dist):
@@ -146,7 +158,7 @@ versions["nvcc"] = subprocess.run(["nvcc", "--version"], capture_output=True, te
 gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True).stdout.split("\n")[0].strip()
 json.dump({"format": "dgprecompile-proof-asks", "schema": 1, "name": "$NAME", "commit": "${DGP_GIT:-}",
            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime($t0)),
-           "command": "SGLANG=$SGLANG SERVER=\"$SERVER\" CONFIG=$CONFIG MS=$MS bash tests/gpu/model_proof.sh",
+           "command": "${STACK:+STACK=$STACK }SGLANG=$SGLANG SERVER=\"$SERVER\" CONFIG=$CONFIG MS=$MS bash tests/gpu/model_proof.sh",
            "device_s": round(time.time() - $t0), "complete": sys.argv[2] == "true",
            "how": "tests/gpu/cache_opens.py: every file SGLang's own model opened under the cache's DeepGEMM, SGLang JIT and "
                   "FlashInfer areas during the strict run (inotify, between the job's own start and end marks), every "
@@ -207,7 +219,8 @@ if [ "$FLASHINFER" = real ]; then  # its planned modules warmed GPU-free; the on
             --expect "flashinfer=summary.txt:^deleted(-flashinfer)?-run: deleted flashinfer refused by name$")
 fi
 python3 tests/gpu/proof_record.py --name "$NAME" --dir "$d" --out "$d/record.json" --sglang "$SGLANG" --server "$SERVER" \
-  --command "SGLANG=$SGLANG SERVER=\"$SERVER\" CONFIG=$CONFIG MS=$MS bash tests/gpu/model_proof.sh" --wheels .whl \
+  --command "${STACK:+STACK=$STACK }SGLANG=$SGLANG SERVER=\"$SERVER\" CONFIG=$CONFIG MS=$MS bash tests/gpu/model_proof.sh" \
+  --wheels $([ -n "$STACK" ] || echo .whl) \
   "${expects[@]}" >> "$d/summary.txt" 2>&1
 [ -f "$d/asks.json" ] && python3 -c "import json, sys, time; p = sys.argv[1]; r = json.load(open(p)); r['device_s'] = round(time.time() - int(sys.argv[2])); json.dump(r, open(p, 'w'), indent=1)" "$d/asks.json" "$t0"
 echo "device seconds: total $(( $(date +%s) - t0 ))" >> "$d/summary.txt"
