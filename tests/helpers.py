@@ -298,3 +298,19 @@ def no_user_sglang_env():
             if name.startswith(("SGL_", "SGLANG_", "DG_JIT_", "DG_PRINT")):
                 mp.delenv(name)
         yield
+
+
+def make_wheel(path: Path, name: str, version: str, blob: int = 0) -> None:
+    """A minimal installable wheel of package ``name`` (a module of the same name, ``blob`` random bytes in it, as
+    hex): what the carry tests split, join and install with pip."""
+    import zipfile
+
+    info = f"{name}-{version}.dist-info"
+    files = {f"{name}/__init__.py": f"__version__ = '{version}'\n",
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+             f"{name}/blob.bin": os.urandom(blob).hex()}
+    record = "".join(f"{n},,\n" for n in files) + f"{info}/RECORD,,\n"
+    with zipfile.ZipFile(path, "w") as z:
+        for n, text in {**files, f"{info}/RECORD": record}.items():
+            z.writestr(n, text)

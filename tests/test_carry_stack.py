@@ -13,11 +13,11 @@ import re
 import shutil
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
 import yaml
+from helpers import make_wheel
 
 GPU = Path(__file__).resolve().parent / "gpu"
 SCRIPT = GPU / "carry_stack.sh"
@@ -57,19 +57,6 @@ def test_the_readmes_call_table_is_the_one_the_sizes_give():
     assert data["piece_bytes"] + 7_491_103 + carry_stack.MARGIN <= data["carry_limit_bytes"] == 64 << 20
 
 
-def _wheel(path: Path, name: str, version: str, blob: int = 0) -> None:
-    """A minimal installable wheel of package ``name`` (a module of the same name, ``blob`` random bytes in it)."""
-    info = f"{name}-{version}.dist-info"
-    files = {f"{name}/__init__.py": f"__version__ = '{version}'\n",
-             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-             f"{name}/blob.bin": os.urandom(blob).hex()}
-    record = "".join(f"{n},,\n" for n in files) + f"{info}/RECORD,,\n"
-    with zipfile.ZipFile(path, "w") as z:
-        for n, text in {**files, f"{info}/RECORD": record}.items():
-            z.writestr(n, text)
-
-
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     """Here: four wheels (torch largest, one not installed), a data file naming them, split."""
@@ -81,7 +68,7 @@ def stack(tmp_path_factory):
     carried = []
     for name, version, blob, install in specs:
         path = whl / f"{name}-{version}-py3-none-any.whl"
-        _wheel(path, name, version, blob)
+        make_wheel(path, name, version, blob)
         data = path.read_bytes()
         carried.append({"package": name.replace("_", "-"), "version": version, "why": "rehearsal", "wheel": path.name,
                         "sha256": hashlib.sha256(data).hexdigest(), "size": len(data),

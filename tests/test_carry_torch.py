@@ -12,26 +12,13 @@ import os
 import shutil
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
+from helpers import make_wheel
 
 SCRIPT = Path(__file__).resolve().parent / "gpu" / "carry_torch.sh"
 PIECE = 65536
-
-
-def _wheel(path: Path) -> None:
-    """A minimal installable wheel for a package named torch (version 0.0.0+carrytest)."""
-    info = "torch-0.0.0+carrytest.dist-info"
-    files = {"torch/__init__.py": "__version__ = '0.0.0+carrytest'\n",
-             f"{info}/METADATA": "Metadata-Version: 2.1\nName: torch\nVersion: 0.0.0+carrytest\n",
-             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-             "torch/blob.bin": os.urandom(150_000).hex()}
-    record = "".join(f"{name},,\n" for name in files) + f"{info}/RECORD,,\n"
-    with zipfile.ZipFile(path, "w") as z:
-        for name, text in {**files, f"{info}/RECORD": record}.items():
-            z.writestr(name, text)
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +28,7 @@ def split(tmp_path_factory):
     files = [here / "nvidia_like-1.0-py3-none-any.whl", here / "torch-0.0.0+carrytest-py3-none-any.whl",
              here / "sgl_deep_gemm-9.9-py3-none-any.whl"]
     files[0].write_bytes(os.urandom(3 * PIECE + 1234))
-    _wheel(files[1])
+    make_wheel(files[1], "torch", "0.0.0+carrytest", 150_000)
     files[2].write_bytes(os.urandom(PIECE // 3))
     res = _run(here, "split", *map(str, files))
     assert res.returncode == 0, res.stderr
