@@ -8,13 +8,18 @@
 #             own DeepGEMM precompile of every m included); what each family compiled: its files and when they landed
 #   cold8     PROCS such drivers at once on the one GPU, sharing one new cache (the ranks of a node), the first m only,
 #             no decode: the CPU contention of a node's ranks compiling at once
+#   alone     (not by default: its own call) each GPU-free item of the plan that is no DeepGEMM kernel (FlashInfer's
+#             modules, the Triton MoE item, SGLang's JIT modules) warmed by itself into a new cache, GPU hidden, with
+#             every core: the longest of these walls is the summary's longest_compile_s, the bound the whole warm is
+#             held to (issue 45: within 1.2x of it)
 # Phases run in that order (the cold ones reuse the launched phase's installed packages; the page cache then favours
 # them, so cold/launched is if anything understated). Nothing here is derived from the plan but the launched phase.
 # usage: SGLANG=0.5.14 SERVER="python -m sglang.launch_server --model-path M --tp 8 --ep 8" CONFIG=config.json \
-#        [MS=1-8192] [PROCS=8] [MS8=1] [PHASES=launched,cold,cold8] [NAME=first-forward] DGP_GIT=<sha> \
+#        [MS=1-8192] [PROCS=8] [MS8=1] [PHASES=launched,cold,cold8|alone] [NAME=first-forward] DGP_GIT=<sha> \
 #        [CARRIED=... TRUSTED=... CARRY_PIECES=...: model_proof.sh's] bash bench/first_forward.sh
 # writes $OUT/$NAME/{summary.json, logs.txt, files.tar.gz}: the tarball holds cold.json, cold_files.json,
-#   cold8/driver-N.json, cold8_files.json and proof/ (model_proof.sh's folder): the device returns 8 files
+#   cold8/driver-N.json, cold8_files.json, plan.yaml, alone/ with alone-N.json (each alone warm's --json) and proof/
+#   (model_proof.sh's folder): the device returns 8 files
 set -uo pipefail
 export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 root=$PWD; OUT=${OUT:-$root/out}; NAME=${NAME:-first-forward}; final=$OUT/$NAME; d=$(mktemp -d); mkdir -p "$final"
@@ -57,6 +62,17 @@ if has cold8; then
   rcs=(); for p in "${pids[@]}"; do wait "$p"; rcs+=($?); done
   echo "cold8 phase: $PROCS drivers rc ${rcs[*]} in $(python3 -c "import time,sys; print(round(time.time()-float(sys.argv[1]),1))" "$start") s" >> "$d/logs.txt"
   python3 bench/first_forward_files.py "$c" "$start" > "$d/cold8_files.json" 2>> "$d/logs.txt"
+fi
+if has alone; then
+  python3 -m dgprecompile plan --sglang "$SGLANG" --sglang-cmd "$LOCAL" -o "$d/plan.yaml" > /dev/null 2>> "$d/logs.txt"
+  mkdir -p "$d/alone"; n=0
+  for id in $(python3 bench/first_forward_files.py --alone "$d/plan.yaml" "$d/alone" 2>> "$d/logs.txt"); do
+    c=$(mktemp -d); start=$(date +%s.%N)
+    CUDA_VISIBLE_DEVICES= python3 -m dgprecompile warm --manifest "$d/alone/alone-$n.yaml" --cache-dir "$c" \
+      --backend nvcc --sglang-jit on --jobs "$(nproc)" --json > "$d/alone-$n.json" 2>> "$d/logs.txt"
+    echo "alone phase: $id rc=$? in $(python3 -c "import time,sys; print(round(time.time()-float(sys.argv[1]),1))" "$start") s" >> "$d/logs.txt"
+    rm -rf "$c"; n=$((n + 1))
+  done
 fi
 python3 bench/first_forward_files.py --summary "$d" --server "$SERVER" --commit "${DGP_GIT:-}" \
   --device-s "$(( $(date +%s) - t0 ))" > "$d/summary.json" 2>> "$d/logs.txt"

@@ -3,6 +3,8 @@
     first_forward_files.py --env CACHE         -> the environment that puts every JIT cache (and HOME) in CACHE, new
     first_forward_files.py CACHE START         -> per family: files added under CACHE and when (seconds after START)
     first_forward_files.py --summary DIR ...   -> DIR/summary.json's object from the phases' files
+    first_forward_files.py --alone PLAN OUT    -> OUT: one manifest per item of PLAN that builds without a GPU
+                                                  and is no DeepGEMM kernel (each built alone: the longest compile)
 
 A family's compile seconds are read from its cache: the time from the run's start to its first and last file, and
 the span between them (its files land as its compiles end; families compile in turn or at once, so the spans are
@@ -60,6 +62,37 @@ def _proof_seconds(summary: Path) -> dict[str, int]:
     return {m[1]: int(m[2]) for m in re.finditer(r"^device seconds: (\S+) (\d+)$", text, re.M)}
 
 
+# the plan sections whose items `alone` cuts out one at a time: FlashInfer's modules, the Triton MoE items and SGLang's JIT
+# modules, all built GPU-free (DeepGEMM's kernels take seconds each; the torch.compile graphs need the GPU)
+ALONE_SECTIONS = ("flashinfer", "triton_moe", "sglang_jit_modules")
+
+
+def alone(plan: Path, out: Path) -> list[str]:
+    """Write OUT/alone-N.yaml, the manifest PLAN with every item but one removed, for each item of ALONE_SECTIONS;
+    the ids in order."""
+    from dgprecompile.planning.manifest import plan_from_dict, read_manifest, write_manifest
+
+    data = read_manifest(plan).to_dict()
+    for shape in data["shapes"]:
+        shape["buckets"], shape["aux_kernels"] = [], []
+    data["kernels"], data["total_kernels"] = [], 0
+    data.pop("inductor", None)
+    ids = []
+    for section in ALONE_SECTIONS:
+        for item in data.get(section) or []:
+            one = {**data, **{s: [] for s in ALONE_SECTIONS if s in data}, section: [item]}
+            write_manifest(plan_from_dict(one), out / f"alone-{len(ids)}.yaml")
+            ids.append(item["id"])
+    return ids
+
+
+def _alone_longest(d: Path) -> tuple[float | None, str | None]:
+    """The longest of the items warmed one at a time (``alone-N.json``: warm --json of alone-N.yaml), and its id."""
+    runs = [(float(r["wall_seconds"]), next(iter(r.get("item_seconds", {})), None))
+            for r in map(_json, sorted(d.glob("alone-*.json"))) if r.get("wall_seconds") is not None]
+    return max(runs, default=(None, None))
+
+
 def summary(d: Path, server: str, commit: str, device_s: int) -> dict:
     cold, proof = _json(d / "cold.json"), d / "proof"
     launched = _json(proof / "driver.json")
@@ -82,6 +115,10 @@ def summary(d: Path, server: str, commit: str, device_s: int) -> dict:
            "warm_steps_s": {k: steps[k] for k in ("install", "carried", "plan", "warm", "warm-gpu") if k in steps},
            "longest_compile_s": max(warm.get("item_seconds", {}).values(), default=None),
            "longest_compile_note": "the longest item of the GPU-hidden warm, timed in the pool (not alone)"}
+    longest, which = _alone_longest(d)
+    if longest is not None:
+        row.update(longest_compile_s=longest, longest_compile_item=which,
+                   longest_compile_note="the longest item warmed alone (phase alone: warm's whole wall, GPU hidden)")
     lf, sf = row["launched_first_forward_s"], row["second_forward_s"]
     cf = row["cold_first_forward_s"]
     row["launched_over_second"] = round(lf / sf, 2) if lf and sf else None
@@ -94,12 +131,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("paths", nargs="*", help="CACHE START")
     p.add_argument("--env", type=Path, help="print the environment of a new cache in this folder")
     p.add_argument("--summary", type=Path)
+    p.add_argument("--alone", type=Path, nargs=2, metavar=("PLAN", "OUT"))
     p.add_argument("--server", default="")
     p.add_argument("--commit", default="")
     p.add_argument("--device-s", type=int, default=0)
     args = p.parse_args(argv)
     if args.env:
         print("\n".join(fresh_env(args.env)))
+        return 0
+    if args.alone:
+        print("\n".join(alone(*args.alone)))
         return 0
     if args.summary:
         doc = summary(args.summary, args.server, args.commit, args.device_s)

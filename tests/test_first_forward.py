@@ -80,3 +80,30 @@ def test_a_phase_not_run_leaves_its_figures_empty(tmp_path):
     (row,) = run("--summary", str(tmp_path))["servers"]
     assert row["cold_first_forward_s"] is None and row["warm_wall_s"] is None
     assert row["cold_8proc_first_forward_s"] is None and row["launched_over_second"] is None
+
+
+def test_each_long_item_gets_a_manifest_of_its_own_and_the_summary_takes_the_longest_alone(tmp_path):
+    """Phase alone: the README's 0.5.14 480B server plan cut into one manifest per GPU-free item that is no DeepGEMM
+    kernel (FlashInfer's two modules, the Triton MoE item, SGLang's JIT modules), each a valid manifest holding that
+    item only; the summary's longest compile is then the longest of those warms' walls, named."""
+    from dgprecompile.planning.manifest import read_manifest, write_manifest
+    from dgprecompile.planning.plan import PlanRequest
+    from dgprecompile.planning.server_plan import plan_from_server
+
+    cmd = "python -m sglang.launch_server --model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 --tp 8 --ep 8"
+    plan = plan_from_server(PlanRequest(sglang_cmd=cmd, sglang="0.5.14", sglang_precompile=False))
+    write_manifest(plan, tmp_path / "plan.yaml")
+    proc = subprocess.run([sys.executable, str(TOOL), "--alone", str(tmp_path / "plan.yaml"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    ids = proc.stdout.split()
+    assert ids == [*plan.flashinfer, *plan.triton_moe, *plan.jit_modules]
+    assert len(plan.flashinfer) == 2 and len(plan.triton_moe) == 1
+    for i, ident in enumerate(ids):
+        one = read_manifest(tmp_path / f"alone-{i}.yaml")
+        assert [it.id for it in one.items] == [ident] and one.kernels == {}
+    for i, (wall, item) in enumerate(((41.0, ids[2]), (186.2, ids[0]), (150.9, ids[1]))):
+        (tmp_path / f"alone-{i}.json").write_text(json.dumps({"wall_seconds": wall, "item_seconds": {item: wall - 1}}))
+    (row,) = run("--summary", str(tmp_path))["servers"]
+    assert row["longest_compile_s"] == 186.2 and row["longest_compile_item"] == ids[0]
+    assert "alone" in row["longest_compile_note"]
