@@ -109,6 +109,10 @@ PROOF = textwrap.dedent("""
         return module
 
     build._build, build._load_module_from_path = refused, load
+    from dgprecompile.launch.hook._dgprecompile_hook import patch_triton_build
+    from triton.backends.nvidia import driver
+    patch_triton_build(build)  # strict launch's own refusal of a host-module miss, as in a launched job, where the
+    driver.compile_module_from_src = build.compile_module_from_src  # hook patches before the driver binds the name
     from dgprecompile.launch import model_asks  # the model proof driver's record of the job's own lookups
     asks = model_asks.Asks()
     model_asks.watch_host(asks)

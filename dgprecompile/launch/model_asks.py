@@ -242,19 +242,32 @@ def watch_host(asks: Asks) -> str | None:
             asks.notes.append("Triton has no compile_module_from_src or CudaLauncher: host modules not recorded")
         return None
     asks.platform_key = build.platform_key() if hasattr(build, "platform_key") else None
+    utils = getattr(driver, "CudaUtils", None)
+    if utils is not None and hasattr(utils, "instance"):  # Triton's driver started before this: its lookup is gone
+        asks.notes.append("Triton's CUDA driver started before the watcher: its cuda_utils lookup is not recorded")
     making: list[dict[str, Any]] = []  # the launcher being made (CudaLauncher.__init__ builds it)
 
-    @functools.wraps(target)
-    def compile_module(src, name, *args, **kwargs):
-        module = target(src, name, *args, **kwargs)
-        asks.host_module(name, getattr(module, "__file__", None), making[-1] if making and name != "cuda_utils"
-                         else None)
-        return module
+    def recording(inner):
+        @functools.wraps(inner)
+        def compile_module(src, name, *args, **kwargs):
+            module = inner(src, name, *args, **kwargs)
+            asks.host_module(name, getattr(module, "__file__", None), making[-1] if making and name != "cuda_utils"
+                             else None)
+            return module
 
-    compile_module._dgp_asks = True
+        compile_module._dgp_asks = True
+        return compile_module
+
+    # the function and what it wraps (strict launch's refusal wraps it): a module that bound either is recorded
+    chain, inner = [], target
+    while callable(inner) and inner not in chain:
+        chain.append(inner)
+        inner = getattr(inner, "__wrapped__", None)
+    wrapped: dict[int, Any] = {}
     for mod in list(sys.modules.values()):
-        if getattr(mod, "__dict__", {}).get("compile_module_from_src") is target:
-            mod.compile_module_from_src = compile_module
+        bound = getattr(mod, "__dict__", {}).get("compile_module_from_src")
+        if any(bound is c for c in chain):
+            mod.compile_module_from_src = wrapped.setdefault(id(bound), recording(bound))
     init = launcher_cls.__init__
 
     @functools.wraps(init)
