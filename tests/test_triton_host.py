@@ -264,3 +264,37 @@ def test_the_key_holds_no_path_and_a_machine_that_cannot_build_leaves_them_to_ca
     none = build(tmp_path / "c", CC=str(tmp_path / "no-such-cc"))
     assert set(none) == {"left_to_capture"} and "no-such-cc" in none["left_to_capture"], none
     assert not list((tmp_path / "c").rglob("*.so"))  # nothing half-built left behind
+
+
+@needs_triton
+def test_the_watcher_takes_each_binding_whether_the_driver_bound_before_or_after_launchs_wrapper():
+    """Strict launch wraps Triton's compile_module_from_src where triton.runtime.build loads; a driver that bound the
+    name before (or a wrapper of the wrapper) keeps another function. The watcher wraps each binding of the function
+    or of what it wraps, so the driver's own lookups are recorded either way, and wraps it once."""
+    code = textwrap.dedent("""
+        import functools, json
+        from triton.backends.nvidia import driver
+        from triton.runtime import build
+        from dgprecompile.launch import model_asks
+        real = build.compile_module_from_src
+        assert driver.compile_module_from_src is real  # bound at import, before any wrapper
+
+        @functools.wraps(real)
+        def strict(src, name, *args, **kwargs):  # STAND-IN for launch's hook wrapper (its own test: test_launch*)
+            return real(src, name, *args, **kwargs)
+
+        build.compile_module_from_src = strict
+        asks = model_asks.Asks()
+        first = model_asks.watch_host(asks)
+        again = model_asks.watch_host(asks)  # a second watcher finds the first and adds nothing
+        b, d = build.compile_module_from_src, driver.compile_module_from_src
+        print(json.dumps({"first": first, "again": again, "build": [b._dgp_asks, b.__wrapped__ is strict],
+                          "driver": [d._dgp_asks, d.__wrapped__ is real], "notes": asks.notes}))
+    """)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TRITON), str(REPO)]),
+                              "CUDA_VISIBLE_DEVICES": ""})
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out == {"first": "triton.runtime.build.compile_module_from_src", "again": None,
+                   "build": [True, True], "driver": [True, True], "notes": []}, out
