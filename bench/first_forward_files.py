@@ -62,8 +62,8 @@ def _proof_seconds(summary: Path) -> dict[str, int]:
     return {m[1]: int(m[2]) for m in re.finditer(r"^device seconds: (\S+) (\d+)$", text, re.M)}
 
 
-# the plan sections whose items `alone` cuts out one at a time: FlashInfer's modules, the Triton MoE items and SGLang's JIT
-# modules, all built GPU-free (DeepGEMM's kernels take seconds each; the torch.compile graphs need the GPU)
+# the plan sections whose items `alone` cuts out one at a time: FlashInfer's modules, the Triton MoE items and SGLang's
+# JIT modules, all built GPU-free (DeepGEMM's kernels take seconds each; the torch.compile graphs need the GPU)
 ALONE_SECTIONS = ("flashinfer", "triton_moe", "sglang_jit_modules")
 
 

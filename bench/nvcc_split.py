@@ -14,7 +14,8 @@ ninja's own command for each .cu) with FlashInfer's flags and again with ``-spli
 Run it with the FlashInfer release on PYTHONPATH (and tvm-ffi: sglang 0.5.14's folder beside the venv has it),
 nvcc on PATH and FlashInfer's own variables as warm gives them (FLASHINFER_EXTRA_CUDAFLAGS for cuRAND's headers).
 Writes DIR/nvcc_split.json: per unit the wall and CPU seconds of each round, the median ratio, whether the SASS is
-the same (null: a unit with no kernel); the table goes to stdout; exit 1 where split compilation changed a kernel. Wall seconds are a side-by-side ratio on one machine, never a timed test.
+the same (null: a unit with no kernel); the table goes to stdout; exit 1 where split compilation changed a kernel.
+Wall seconds are a side-by-side ratio on one machine, never a timed test.
 """
 
 from __future__ import annotations

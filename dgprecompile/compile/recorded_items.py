@@ -72,7 +72,8 @@ def _pending(setup, part, result) -> list:
 def run_items(setup, part, on_event, result, reserved: int = 0) -> None:
     """Build each item of ``part`` not covered yet, one after another, or, for a runtime that names each item's
     entry itself (``entry_of``), all side by side; record its entries and its event. ``reserved``: slots of the
-    --jobs budget held by builds still running beside (FlashInfer's): an item's parts take what is left, at least one."""
+    --jobs budget held by builds still running beside (FlashInfer's): an item's parts take what is left, at least
+    one."""
     if hasattr(part.runtime, "entry_of"):
         early = start_side_by_side(setup, part, on_event, result)
         if early is not None:

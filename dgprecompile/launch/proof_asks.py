@@ -13,9 +13,9 @@ gives the plan's items (keys/schemes.py: DeepGEMM's from the installed headers a
 sglang, FlashInfer's from the item), a MoE call inside a planned item's shape and m range for the run's GPU, a
 compiled call with the arguments warm passes for a planned item of that function (compile/inductor_graphs.py's own
 calls, on torch's meta device), in its grad mode and m range, a host module under the key warm's build gives it
-(compile/triton_host.py, Triton's own code, for a planned Triton MoE item's kernel). A plan that drops or changes one ask fails, naming it;
-where this machine cannot compute a family's names (another release installed, no nvcc) the family is "unchecked",
-which fails too: a record is held only where its environment is reproduced.
+(compile/triton_host.py, Triton's own code, for a planned Triton MoE item's kernel). A plan that drops or changes one
+ask fails, naming it; where this machine cannot compute a family's names (another release installed, no nvcc) the
+family is "unchecked", which fails too: a record is held only where its environment is reproduced.
 
 ``python -m dgprecompile.launch.proof_asks RECORD.json [--nvcc PATH] [--json]`` runs it with whatever sglang, DeepGEMM and
 nvcc this process finds (the release's own folders on PYTHONPATH), exit 0 when every ask is covered, 1 when one is
