@@ -94,39 +94,52 @@ class NotLoaded:
 
 
 @contextlib.contextmanager
+def _swapped(env: Mapping[str, str], **functions) -> Iterator[None]:
+    """Triton's ``triton.runtime.build`` with ``functions`` in place of its own, under ``env``; its CUDA driver's
+    cached library folders cleared on the way in and out (they follow TRITON_LIBCUDA_PATH). Restores everything."""
+    from triton.backends.nvidia import driver
+    from triton.runtime import build
+
+    real = {name: getattr(build, name) for name in functions}
+    for name, function in functions.items():
+        setattr(build, name, function)
+    driver.libcuda_dirs.cache_clear()
+    driver.library_dirs.cache_clear()
+    try:
+        with environ(env):
+            yield
+    finally:
+        for name, function in real.items():
+            setattr(build, name, function)
+        driver.libcuda_dirs.cache_clear()
+        driver.library_dirs.cache_clear()
+
+
+@contextlib.contextmanager
 def _building(env: Mapping[str, str]) -> Iterator[list[dict[str, Any]]]:
     """Around Triton's own builds: the loader stand-in, ``env`` (TRITON_CACHE_DIR, TRITON_LIBCUDA_PATH where a
     link directory is given), and an observer of each module Triton looks up (its cache manager's key and
     directory, the name, and whether it ran the C compiler). Restores everything after."""
-    from triton.backends.nvidia import driver
     from triton.runtime import build
 
     modules: list[dict[str, Any]] = []
-    real = (build._load_module_from_path, build._build, build.get_cache_manager)
+    real_build, real_manager = build._build, build.get_cache_manager
 
     def get_cache_manager(key):
-        manager = real[2](key)
+        manager = real_manager(key)
         modules.append({"key": manager.key, "dir": manager.cache_dir, "built": False})
         return manager
 
     def compile_c(name, *args, **kwargs):
         modules[-1]["built"] = True
-        return real[1](name, *args, **kwargs)
+        return real_build(name, *args, **kwargs)
 
     def load(name, path):
         modules[-1].update(name=name, path=path)
         return NotLoaded(name, path)
 
-    build._load_module_from_path, build._build, build.get_cache_manager = load, compile_c, get_cache_manager
-    driver.libcuda_dirs.cache_clear()
-    driver.library_dirs.cache_clear()
-    try:
-        with environ(env):
-            yield modules
-    finally:
-        build._load_module_from_path, build._build, build.get_cache_manager = real
-        driver.libcuda_dirs.cache_clear()
-        driver.library_dirs.cache_clear()
+    with _swapped(env, _load_module_from_path=load, _build=compile_c, get_cache_manager=get_cache_manager):
+        yield modules
 
 
 class _Named(Exception):
@@ -142,7 +155,6 @@ def lookup_keys(launchers: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     import tempfile
     from types import SimpleNamespace
 
-    from triton.backends.nvidia import driver
     from triton.backends.nvidia.driver import CudaLauncher, CudaUtils
     from triton.runtime import build as triton_build
 
@@ -162,21 +174,14 @@ def lookup_keys(launchers: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
 
     out: dict[str, Any] = {"launchers": {}}
     with tempfile.TemporaryDirectory(prefix="dgprecompile-triton-keys-") as scratch:
-        triton_build.get_cache_manager = get_cache_manager
-        driver.libcuda_dirs.cache_clear()
-        driver.library_dirs.cache_clear()
-        try:
-            # the library folders are no part of the key; the scratch cache gets the manager's empty directories
-            with environ({"TRITON_LIBCUDA_PATH": scratch, "TRITON_CACHE_DIR": scratch}):
-                out["cuda_utils"] = named(CudaUtils)
-                for ident, spec in sorted(launchers.items()):
-                    src = RecordedSource(str(spec["kernel"]), spec["signature"])
-                    meta = SimpleNamespace(tensordesc_meta=spec.get("tensordesc_meta"))
-                    out["launchers"][ident] = named(lambda s=src, m=meta: CudaLauncher(s, m))
-        finally:
-            triton_build.get_cache_manager = real
-            driver.libcuda_dirs.cache_clear()
-            driver.library_dirs.cache_clear()
+        # the library folders are no part of the key; the scratch cache gets the manager's empty directories
+        env = {"TRITON_LIBCUDA_PATH": scratch, "TRITON_CACHE_DIR": scratch}
+        with _swapped(env, get_cache_manager=get_cache_manager):
+            out["cuda_utils"] = named(CudaUtils)
+            for ident, spec in sorted(launchers.items()):
+                src = RecordedSource(str(spec["kernel"]), spec["signature"])
+                meta = SimpleNamespace(tensordesc_meta=spec.get("tensordesc_meta"))
+                out["launchers"][ident] = named(lambda s=src, m=meta: CudaLauncher(s, m))
     out.update(platform_key=triton_build.platform_key(), ext_suffix=sysconfig.get_config_var("EXT_SUFFIX"))
     return out
 

@@ -91,15 +91,17 @@ class Asks:
         self.platform_key: str | None = None
         self.notes: list[str] = []
 
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
     def moe_call(self, signature: inspect.Signature, args: tuple, kwargs: dict) -> None:
         try:
             a = signature.bind_partial(*args, **kwargs).arguments
             x, w1, w2, ids = a["hidden_states"], a["w1"], a["w2"], a["topk_ids"]
             shape = (int(w1.shape[0]), int(x.shape[-1]), int(w2.shape[-1]), int(ids.shape[-1]))
         except (TypeError, KeyError, AttributeError, IndexError) as exc:  # a release that names them otherwise: said
-            note = f"a fused MoE call not recorded: {type(exc).__name__}: {exc}"
-            if note not in self.notes:
-                self.notes.append(note)
+            self.note(f"a fused MoE call not recorded: {type(exc).__name__}: {exc}")
             return
         self.moe.setdefault(shape, set()).add(int(x.shape[0]))
 
@@ -113,9 +115,7 @@ class Asks:
         """A host module Triton looked up and loaded from ``path`` (``<key>/<file>`` in its cache); ``launcher``: what
         the launcher's source was generated from."""
         if not path:
-            note = f"a Triton host module {name} loaded from no file: not recorded"
-            if note not in self.notes:
-                self.notes.append(note)
+            self.note(f"a Triton host module {name} loaded from no file: not recorded")
             return
         key = os.path.basename(os.path.dirname(path))
         self.host.setdefault((name, key), {"name": name, "key": key, "file": os.path.basename(path),
@@ -182,6 +182,18 @@ def watch_compile(asks: Asks) -> None:
     torch.compile = compile
 
 
+def _rebind(name: str, targets: list, wrap) -> None:
+    """In every loaded module whose ``name`` is one of ``targets``, put ``wrap(that function)`` in its place, one
+    wrapper per distinct function (modules that imported it by name hold their own binding)."""
+    wrapped: dict[int, Any] = {}
+    for mod in list(sys.modules.values()):
+        bound = getattr(mod, "__dict__", {}).get(name)
+        if any(bound is t for t in targets):
+            if id(bound) not in wrapped:
+                wrapped[id(bound)] = wrap(bound)
+            setattr(mod, name, wrapped[id(bound)])
+
+
 def _recording(asks: Asks, target):
     signature = inspect.signature(target)
 
@@ -206,11 +218,7 @@ def watch_moe(asks: Asks) -> str | None:
         name = next((n for n in MOE_FUNCTIONS if callable(getattr(module, n, None))), None)
         if name is None:
             continue
-        target = getattr(module, name)
-        call = _recording(asks, target)
-        for mod in list(sys.modules.values()):
-            if getattr(mod, "__dict__", {}).get(name) is target:
-                setattr(mod, name, call)
+        _rebind(name, [getattr(module, name)], lambda target: _recording(asks, target))
         return f"{where}.{name}"
     asks.notes.append(f"none of {', '.join(MOE_FUNCTIONS)} in {', '.join(MOE_MODULES)}: Triton MoE calls not recorded")
     return None
@@ -263,11 +271,7 @@ def watch_host(asks: Asks) -> str | None:
     while callable(inner) and inner not in chain:
         chain.append(inner)
         inner = getattr(inner, "__wrapped__", None)
-    wrapped: dict[int, Any] = {}
-    for mod in list(sys.modules.values()):
-        bound = getattr(mod, "__dict__", {}).get("compile_module_from_src")
-        if any(bound is c for c in chain):
-            mod.compile_module_from_src = wrapped.setdefault(id(bound), recording(bound))
+    _rebind("compile_module_from_src", chain, recording)
     init = launcher_cls.__init__
 
     @functools.wraps(init)
