@@ -133,6 +133,19 @@ def test_moe_calls_graph_calls_and_modules_are_held_to_the_plans_shapes_ranges_a
     assert [c.status for c in again.checks if c.family == "inductor"] == [MISSING, COVERED, MISSING]
 
 
+def test_a_record_made_on_an_h100_is_held_to_heads_plan_for_that_gpu(tmp_path):
+    """SGLang picks its tuned Triton MoE config and inductor keys its graphs by the device's name: a record made on
+    an H100 is planned with --gpu h100 (its row of data/gpus.yaml), so its asks meet items of that name; a GPU the
+    table lacks is planned for the default GPU and its asks are named MISSING, never passed."""
+    moe = {"experts": 20, "hidden": 6144, "intermediate": 2560, "topk": 8, "m": 3}
+    record = _asks(tmp_path, {"triton-moe": {"calls": [moe]}})
+    for gpu, status in (("NVIDIA H100 80GB HBM3", COVERED), ("NVIDIA H200", COVERED), ("Tesla T4", MISSING)):
+        record["environment"] = {**record["environment"], "gpu": gpu}
+        plan = record_plan(record, tmp_path)
+        assert {it.device_name for it in plan.triton_moe.values()} == {gpu if status == COVERED else "NVIDIA H200"}
+        assert [c.status for c in check_asks(record, plan).checks] == [status], gpu
+
+
 def test_a_record_that_is_not_valid_is_refused_naming_the_field(tmp_path):
     record = json.loads(QWEN_RECORD.read_text())
     del record["environment"]["versions"]

@@ -175,7 +175,8 @@ def _held(tmp_path: Path, host: dict) -> dict:
     Triton 3.6.0 (the record's) on the path: {ask: (status, detail)}."""
     record = {**json.loads(RECORD.read_text()), "families": {"triton-host": host}}
     (tmp_path / "config.json").write_text((RECORD.parent / "config.json").read_text())
-    (tmp_path / "asks.json").write_text(json.dumps(record))
+    # keys sorted, as the driver writes its report (model_driver.py) and cache_opens.py takes the asks from it
+    (tmp_path / "asks.json").write_text(json.dumps(record, sort_keys=True))
     res = subprocess.run([sys.executable, "-m", "dgprecompile.launch.proof_asks", str(tmp_path / "asks.json"),
                           "--json"], capture_output=True, text=True, timeout=300, env=_env())
     assert res.returncode in (0, 1), res.stdout[-2000:] + res.stderr[-3000:]
@@ -206,8 +207,8 @@ def test_the_drivers_record_of_the_runtimes_lookups_is_held_to_heads_warm(proved
     first = next(m for m in changed["modules"] if "launcher" in m)
     other = json.loads(json.dumps(first))  # the same launcher, asked for a kernel the plan does not warm
     other["launcher"]["kernel"] = "other_kernel"
-    arg = next(a for a, t in first["launcher"]["signature"].items() if t == "i32")
-    first["launcher"]["signature"][arg] = "i64"  # the JIT bound another type: another launcher source, another key
+    pair = next(p for p in first["launcher"]["signature"] if p[1] == "i32")
+    pair[1] = "i64"  # the JIT bound another type: another launcher source, another key
     changed["modules"].append(other)
     held = _held(tmp_path, changed)
     missing = {ask: detail for ask, (status, detail) in held.items() if status == "missing"}

@@ -72,13 +72,15 @@ def watch_kernels() -> dict[str, dict[str, Any]]:
 
 class RecordedSource:
     """What Triton's CudaLauncher reads of a kernel's source (``signature``, ``constants``, ``fn.arg_names``),
-    from the record :func:`watch_kernels` made. ``constants`` is empty: make_launcher does not read them."""
+    from the record :func:`watch_kernels` made (an ``{arg: type}`` mapping) or a proof's asks (``[arg, type]``
+    pairs), in the kernel's argument order: the launcher's source follows it. ``constants`` is empty: make_launcher
+    does not read them."""
 
-    def __init__(self, name: str, signature: Mapping[str, Any]):
+    def __init__(self, name: str, signature: Mapping[str, Any] | list):
         from triton.runtime.jit import convert_to_tuple_if_list  # JSON made the tuple types lists
 
         self.name = name
-        self.signature = {k: convert_to_tuple_if_list(v) for k, v in signature.items()}
+        self.signature = {str(k): convert_to_tuple_if_list(v) for k, v in dict(signature).items()}
         self.constants: dict = {}
         self.fn = type("RecordedFn", (), {"arg_names": list(self.signature)})()
 
@@ -149,7 +151,7 @@ class _Named(Exception):
 def lookup_keys(launchers: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """The cache keys this Triton looks its host modules up by: ``cuda_utils``'s, and each launcher's from what its
     source is generated from (``launchers``: id -> ``{"kernel", "signature", "tensordesc_meta"}``, a signature as
-    :func:`watch_kernels` records it), computed by Triton's own CudaUtils() and CudaLauncher() as :func:`build` calls
+    :class:`RecordedSource` takes it), computed by Triton's own CudaUtils() and CudaLauncher() as :func:`build` calls
     them, each stopped at its cache lookup: nothing is compiled or written. With ``platform_key`` and the file
     suffix, the rest of what the key and the file name hold."""
     import tempfile

@@ -278,7 +278,9 @@ def watch_host(asks: Asks) -> str | None:
     def launcher_init(self, src, metadata, *args, **kwargs):
         fn = getattr(src, "fn", None)
         making.append({"kernel": getattr(src, "name", None) or getattr(fn, "__name__", None),
-                       "signature": _plain(dict(getattr(src, "signature", {}) or {})),
+                       # in the JIT's argument order: the launcher's source follows it, and a JSON object's keys
+                       # do not keep an order (the driver's report is written with sorted keys)
+                       "signature": [[str(k), _plain(v)] for k, v in dict(getattr(src, "signature", {}) or {}).items()],
                        "tensordesc_meta": _plain(getattr(metadata, "tensordesc_meta", None))})
         try:
             return init(self, src, metadata, *args, **kwargs)

@@ -75,8 +75,9 @@ def load_record(path: Path) -> dict[str, Any]:
 
 def record_plan(record: dict[str, Any], base: Path):
     """HEAD's plan of the record's server command, its model path at a folder holding the record's config.json
-    (``config``: a path relative to ``base``, the repository or the record's folder), as the proof ran it."""
-    from dgprecompile.planning.plan import PlanRequest
+    (``config``: a path relative to ``base``, the repository or the record's folder), for the record's GPU (its
+    row of data/gpus.yaml; one the table lacks: the default GPU), as the proof ran it."""
+    from dgprecompile.planning.plan import PlanRequest, gpu_named
     from dgprecompile.planning.server_plan import plan_from_server
 
     argv = shlex.split(record["server_command"])
@@ -86,7 +87,8 @@ def record_plan(record: dict[str, Any], base: Path):
     with tempfile.TemporaryDirectory(prefix="dgp-asks-") as model:
         (Path(model) / "config.json").write_text(config)
         argv[argv.index("--model-path") + 1] = model
-        return plan_from_server(PlanRequest(sglang_cmd=shlex.join(argv), sglang=record["sglang"]))
+        return plan_from_server(PlanRequest(sglang_cmd=shlex.join(argv), sglang=record["sglang"],
+                                            gpu=gpu_named(record["environment"]["gpu"])))
 
 
 def check_asks(record: dict[str, Any], plan, *, nvcc: str | None = None) -> AsksReport:

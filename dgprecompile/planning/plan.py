@@ -206,6 +206,13 @@ def gpu_sms() -> dict[str, int]:
     return {name: int(row["sms"]) for name, row in load_yaml("gpus.yaml")["gpus"].items()}
 
 
+def gpu_named(device_name: str) -> str | None:
+    """The ``--gpu`` whose row of data/gpus.yaml has this device name (what torch.cuda.get_device_name() and
+    nvidia-smi print: a record's GPU), or None for a GPU the table does not hold."""
+    rows = load_yaml("gpus.yaml")["gpus"]
+    return next((key for key, row in rows.items() if row["name"] == device_name.strip()), None)
+
+
 def resolve_num_sms(gpu: str | None, num_sms: int | None) -> int:
     if gpu and num_sms:
         table = gpu_sms()
