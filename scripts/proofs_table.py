@@ -151,7 +151,9 @@ def cell(record: dict | None, family: str, paths: list[str], history: History) -
     if record is None:
         return Cell("not proven", "-", "no record")
     commit, result = record["commit"], record["families"][family]["result"]
-    where = f"`{record['name']}` at {commit[:7] if commit else '(no commit)'}, {record['date'][:10]}"
+    where = f"`{record['name']}` at {commit[:7] if commit else '(no commit)'}"
+    if not record["name"].startswith(record["date"][:10]):  # the folder's name says when it ran, or this does
+        where += f", {record['date'][:10]}"
     detail = record["families"][family]["detail"]
     if result == "fail":
         return Cell("failed", where, detail)

@@ -323,6 +323,27 @@ def test_prove_steps_judge_their_scripts_real_output(step, folder, families, tmp
     assert set(doc["families"]) == families and all(v["result"] == "pass" for v in doc["families"].values())
 
 
+def test_a_model_proof_whose_job_never_ran_is_not_run_not_failed(tmp_path):
+    """sglang 0.5.23's 480B proof on the H200 (real output): the stack warmed and verified, but the model driver died
+    before its first call; with model_proof.sh's --ran line every family is "not-run" (no verdict on the product),
+    and the same output with that line present is judged family by family."""
+    src = REPO / "bench" / "results" / "2026-12-05-h200-model-480b-0523"
+    ran = "summary.txt:^driver: [1-9][0-9]* modules"
+    expects = [f"{f}=summary.txt:^family {f}: refused 0, new 0$" for f in ("deepgemm", "triton-moe")]
+    argv = [sys.executable, str(REPO / "tests" / "gpu" / "proof_record.py"), "--name", src.name, "--command", "c",
+            "--sglang", "0.5.23", "--ran", ran] + [a for e in expects for a in ("--expect", e)]
+    folder = tmp_path / src.name
+    shutil.copytree(src, folder)
+    for text, want in (((folder / "summary.txt").read_text(), "not-run"),
+                       ((folder / "summary.txt").read_text().replace("driver: 0 modules", "driver: 26 modules"), "pass")):
+        (folder / "summary.txt").write_text(text)
+        proc = subprocess.run(argv + ["--dir", str(folder), "--out", str(tmp_path / "r.json")], capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        doc = json.loads((tmp_path / "r.json").read_text())
+        assert doc["result"] == want and {v["result"] for v in doc["families"].values()} == {want}, doc
+
+
 def test_a_proof_whose_check_did_not_hold_is_a_failed_record(tmp_path):
     src = REPO / "bench" / "results" / "2026-12-02-h200-triton-plan"
     folder = tmp_path / src.name

@@ -61,19 +61,31 @@ def versions(wheel_dirs: list[str]) -> dict[str, str]:
     return found
 
 
-def judge(step_dir: Path, expects: list[str], rc: int | None) -> dict[str, dict[str, str]]:
+def _found(step_dir: Path, name: str, regex: str) -> str | None:
+    path = step_dir / name
+    text = path.read_bytes()[:MAX_READ].decode(errors="replace") if path.is_file() else ""
+    return next((line for line in text.splitlines() if re.search(regex, line)), None)
+
+
+def judge(step_dir: Path, expects: list[str], rc: int | None, ran: str | None = None) -> dict[str, dict[str, str]]:
+    """Each family's result from its FAMILY=FILE:REGEX expectations; ``ran`` (FILE:REGEX): the line that shows the
+    job itself ran. Without it every family is "not-run" (the run stopped before its checks), not "fail": a proof
+    that never started the job says nothing of what the job would have compiled."""
     wanted: dict[str, list[tuple[str, str]]] = {}
     for spec in expects:
         family, _, rest = spec.partition("=")
         name, _, regex = rest.partition(":")
         wanted.setdefault(family, []).append((name, regex))
+    if ran:
+        name, _, regex = ran.partition(":")
+        if _found(step_dir, name, regex) is None:
+            why = f"the job did not run: /{regex}/ not in {name}"
+            return {family: {"result": "not-run", "detail": why} for family in wanted}
     families = {}
     for family, pairs in wanted.items():
         seen, missing = [], []
         for name, regex in pairs:
-            path = step_dir / name
-            text = path.read_bytes()[:MAX_READ].decode(errors="replace") if path.is_file() else ""
-            hit = next((line for line in text.splitlines() if re.search(regex, line)), None)
+            hit = _found(step_dir, name, regex)
             if hit is None:
                 missing.append(f"/{regex}/ not in {name}")
             else:
@@ -88,14 +100,14 @@ def judge(step_dir: Path, expects: list[str], rc: int | None) -> dict[str, dict[
 
 def record(args) -> dict:
     commit = os.environ.get("DGP_GIT", "").strip()
-    families = judge(Path(args.dir), args.expect, args.rc)
+    families = judge(Path(args.dir), args.expect, args.rc, args.ran)
     results = {v["result"] for v in families.values()}
     doc = {"schema": 1, "name": args.name,
            "commit": commit if re.fullmatch(r"[0-9a-f]{40}", commit) else None,
            "date": os.environ.get("PROVE_STEP_START") or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "command": args.command, "machine": machine(), "versions": versions(args.wheels),
            "sglang": args.sglang, "families": families,
-           "result": "fail" if "fail" in results else "pass" if results else "not-run",
+           "result": "fail" if "fail" in results else "pass" if "pass" in results else "not-run",
            "files": "files.tar.gz beside this record: everything the step's script wrote"}
     if doc["commit"] is None:
         doc["commit_note"] = f"DGP_GIT was {commit!r}, not a full sha: this record proves nothing at HEAD"
@@ -115,6 +127,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--wheels", nargs="*", default=[])
     p.add_argument("--rc", type=int)
     p.add_argument("--expect", action="append", default=[], help="FAMILY=FILE:REGEX (repeatable)")
+    p.add_argument("--ran", help="FILE:REGEX: the line that shows the job ran (absent: every family not-run)")
     args = p.parse_args(argv)
     doc = record(args)
     tmp = Path(args.out + ".tmp")
