@@ -74,7 +74,8 @@ def stack(tmp_path_factory):
                         "sha256": hashlib.sha256(data).hexdigest(), "size": len(data),
                         **({} if install else {"install": False})})
     stack_file = here / "stack.yaml"
-    stack_file.write_text(yaml.safe_dump({"format": "dgprecompile-stack/1", "platforms": ["manylinux_2_28_x86_64"],
+    stack_file.write_text(yaml.safe_dump({"format": "dgprecompile-stack/1", "name": "rehearsal", "python": "3.12",
+                                          "platforms": ["manylinux_2_28_x86_64"], "model_path_modules": [],
                                           "piece_bytes": PIECE, "carry_limit_bytes": 64 << 20, "carried": carried}))
     res = _run(here, stack_file, "split")
     assert res.returncode == 0, res.stderr
@@ -172,13 +173,21 @@ def test_a_data_file_off_its_schema_and_bad_usage_exit_2(stack, tmp_path):
     broken.write_text(yaml.safe_dump(data))
     res = _run(tmp_path, broken, "split")
     assert res.returncode == 2 and "does not hold its schema" in res.stderr and "carried[0]" in res.stderr
+    assert "carried[1].version" in res.stderr  # the schema names each field (dgprecompile/data/schemas/stack.json)
+    # what a schema cannot say: a wheel file that is not its package at its version
+    data = yaml.safe_load(stack_file.read_text())
+    data["carried"][1]["version"] = "9.9"
+    broken.write_text(yaml.safe_dump(data))
+    res = _run(tmp_path, broken, "split")
+    assert res.returncode == 2 and "is not sglang 9.9" in res.stderr, res.stderr
     for args in ((), ("nonsense",), ("keep", "extra"), ("imports", str(tmp_path / "none"))):
         res = _run(tmp_path, stack_file, *args)
         assert res.returncode == 2 and "error: " in res.stderr and "hint: " in res.stderr, (args, res.stderr)
 
 
 def test_model_proof_names_a_stack_or_refuses_before_any_step(tmp_path):
-    """model_proof.sh's STACK: a base without stack.env, or STACK with CARRIED, stops at once (exit 2, named)."""
+    """model_proof.sh's STACK: a base without stack.env, or STACK with CARRIED but no CARRIED_FAMILIES (what the
+    stack's carry build built), stops at once (exit 2, named)."""
     env = dict(os.environ, SERVER="python -m sglang.launch_server --model-path m --tp 8", CONFIG=str(tmp_path / "c.json"),
                OUT=str(tmp_path / "out"), STACK=str(tmp_path / "nostack"))
     root = GPU.parent.parent
@@ -187,7 +196,7 @@ def test_model_proof_names_a_stack_or_refuses_before_any_step(tmp_path):
     assert res.returncode == 2 and f"no {tmp_path}/nostack/stack.env" in res.stderr, res.stderr
     res = subprocess.run(["bash", str(GPU / "model_proof.sh")], cwd=root, env=dict(env, CARRIED="x", TRUSTED="k"),
                          capture_output=True, text=True, timeout=60)
-    assert res.returncode == 2 and "STACK= and CARRIED= together" in res.stderr, res.stderr
+    assert res.returncode == 2 and "STACK= with CARRIED= needs CARRIED_FAMILIES=" in res.stderr, res.stderr
 
 
 def test_the_imports_check_covers_every_sglang_module_the_driver_imports():

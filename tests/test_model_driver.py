@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from helpers import STANDINS, beside_venv, needs_sgl014, sglang_014_dir
 
-from dgprecompile.launch.model_driver import Report, layers_to_keep, new_files, server_argv
+from dgprecompile.launch.model_driver import RUNTIME_INIT, Report, layers_to_keep, new_files, server_argv
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = REPO / "dgprecompile" / "data" / "models"
@@ -268,3 +268,63 @@ def test_the_flashinfer_victim_is_a_module_the_driver_runs(tmp_path, capsys):
     (tmp_path / "dgprecompile" / "index.json").write_text(json.dumps(index))
     summary.pick_victims(str(tmp_path))
     assert capsys.readouterr().out.splitlines() == ["flashinfer flashinfer/0.6.12/90a/cached_ops/dsv3_fused_routing"]
+
+
+GROUPS = textwrap.dedent("""\
+    import json, sys
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.server_args import prepare_server_args, set_global_server_args_for_scheduler
+    from sglang.srt.distributed import parallel_state as ps
+    from dgprecompile.launch import model_groups
+    from dgprecompile.launch.model_driver import Report, scheduler_init, server_argv
+    sa = prepare_server_args(server_argv(sys.argv[2], sys.argv[1], 1))
+    set_global_server_args_for_scheduler(sa)
+    report = Report()
+    model_config = ModelConfig.from_server_args(sa)
+    stated = model_groups.install(sa, model_config, report)
+    scheduler_init(sa, report)
+    groups = [ps.get_tp_group(), ps.get_attn_tp_group(), ps.get_moe_ep_group(), ps.get_moe_tp_group()]
+    print(json.dumps({"stated": stated, "notes": report.notes, "sizes": [g.world_size for g in groups],
+                      "ranks": [g.rank_in_group for g in groups]}))
+""")
+STACK_0523 = os.environ.get("DGP_STACK_0523", "/tmp/stack0523-cpu/stack")  # tests/gpu/stack0523_cpu_check.sh's
+
+
+def _release_env(release: str) -> tuple[str, dict]:
+    """The Python and environment that import the release: sglang 0.5.14 beside the venv (make setup), or sglang
+    0.5.23's own stack (torch 2.14.1, ...) where tests/gpu/stack0523_cpu_check.sh installed it."""
+    if release == "0.5.14":
+        if sglang_014_dir() is None:
+            pytest.skip("sglang 0.5.14 not installed beside the venv (make setup)")
+        path = [sglang_014_dir(), beside_venv("triton-3.6.0", "triton/__init__.py"), STANDINS, str(REPO)]
+        return sys.executable, {"PYTHONPATH": os.pathsep.join(p for p in path if p),
+                                "DGP_STANDINS": "sgl_kernel,torchvision"}
+    env_file = Path(STACK_0523) / "stack.env"
+    if not env_file.is_file():
+        pytest.skip(f"sglang 0.5.23's stack is not installed at {STACK_0523} (tests/gpu/stack0523_cpu_check.sh)")
+    site = next(line.split("=", 1)[1].strip().strip("'\"") for line in env_file.read_text().splitlines()
+                if line.startswith(("STACK_SITE=", "export STACK_SITE=")))
+    python = Path(STACK_0523).parent / "venv" / "bin" / "python"
+    return str(python), {"PYTHONPATH": os.pathsep.join([site, STANDINS, str(REPO)]), "DGP_STANDINS": "sgl_kernel"}
+
+
+@pytest.mark.parametrize("release", ["0.5.14", "0.5.23"])
+def test_sglangs_own_groups_are_built_for_one_rank_and_state_the_commands_sizes(release, tmp_path):
+    """The driver's STAND-IN collectives on SGLang's own distributed set-up (gloo, world size 1, `--device cpu`
+    so its groups need no GPU): 0.5.14 takes the sizes as arguments; 0.5.23 reads every width and group from its
+    runtime context, published as the scheduler publishes it. Either way SGLang's group getters answer the
+    command's sizes (tp 8, attention tp 8, MoE ep 8, MoE tp 1) at rank 0, nothing is left unset, and the
+    scheduler's own MoE / FP8 / FP4 set-up runs as that release calls it (the expert location needs the model
+    class, which SGLang registers only where CUDA is: not here)."""
+    python, env = _release_env(release)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text((MODELS / "Qwen3-Coder-480B-A35B-Instruct-FP8.json").read_text())
+    (tmp_path / "groups.py").write_text(GROUPS)
+    command = "python -m sglang.launch_server --model-path q --tp 8 --ep 8 --device cpu"
+    res = subprocess.run([python, str(tmp_path / "groups.py"), str(tmp_path / "model"), command], capture_output=True,
+                         text=True, timeout=600, env={**os.environ, **env, "DGP_TRANSFORMERS_EXIST_OK": "1"})
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    takes = "server_args" if release == "0.5.14" else ""  # 0.5.23's read the published configuration
+    assert got == {"stated": {"_TP": 8, "_ATTN_TP": 8, "_MOE_EP": 8, "_MOE_TP": 1}, "sizes": [8, 8, 8, 1],
+                   "ranks": [0, 0, 0, 0], "notes": [f"SGLang's own {name}({takes})" for _, name in RUNTIME_INIT]}, got

@@ -212,22 +212,36 @@ RUNTIME_INIT = (("sglang.srt.layers.moe", "initialize_moe_config"),
                 ("sglang.srt.layers.quantization.fp4_utils", "initialize_fp4_gemm_config"))
 
 
-def runtime_init(sa, model_config, report: Report) -> None:
+def scheduler_init(sa, report: Report) -> None:
+    """RUNTIME_INIT's functions, each given the server args where it takes them (0.5.14); the runtime-context
+    releases (0.5.23) read the published configuration instead and take none."""
     import importlib
+    import inspect
 
     for module, name in RUNTIME_INIT:
         try:
-            getattr(importlib.import_module(module), name)(sa)
-            report.notes.append(f"SGLang's own {name}(server_args)")
+            fn = getattr(importlib.import_module(module), name)
         except (ImportError, AttributeError) as exc:
             report.notes.append(f"{module}.{name}: not in this release ({exc})")
+            continue
+        takes = bool(inspect.signature(fn).parameters)
+        fn(*([sa] if takes else []))
+        report.notes.append(f"SGLang's own {name}({'server_args' if takes else ''})")
+
+
+def runtime_init(sa, model_config, report: Report) -> None:
+    """What the scheduler sets up (scheduler_init), then the expert location (its server_args where it takes them)."""
+    import inspect
+
+    scheduler_init(sa, report)
     try:
         from sglang.srt.eplb import expert_location as loc
     except ImportError:
         return
     if loc.get_global_expert_location_metadata() is None:
-        loc.set_global_expert_location_metadata(loc.compute_initial_expert_location_metadata(
-            server_args=sa, model_config=model_config, moe_ep_rank=0))
+        compute = loc.compute_initial_expert_location_metadata
+        given = {"server_args": sa} if "server_args" in inspect.signature(compute).parameters else {}
+        loc.set_global_expert_location_metadata(compute(**given, model_config=model_config, moe_ep_rank=0))
         report.notes.append("SGLang's own compute_initial_expert_location_metadata (moe_ep_rank 0)")
 
 

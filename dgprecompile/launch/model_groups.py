@@ -8,6 +8,11 @@ give that group and rank 0. Its all-reduce returns its input (one rank's partial
 which kernels run), its all-gather repeats its input over the group (the gathered shape). Everything else is the
 real 1-rank group's. The sizes follow SGLang's own rules: attention tp from its compute_dp_attention_world_info,
 MoE tp = tp // ep // moe_dp (distributed/parallel_state.py initialize_model_parallel, sglang 0.5.14 :2034-2036).
+
+Releases with a runtime context (sglang 0.5.23: ``sglang.srt.runtime_context``) read every width and group from it:
+the driver publishes the server args as the scheduler's process does (``publish``, role scheduler, rank 0 of the
+command's layout), so the widths are SGLang's own from the command; SGLang's groups are built at world size 1 under
+a scoped override of the four widths, and the groups the context then holds are stated at the published widths.
 """
 
 from __future__ import annotations
@@ -73,24 +78,66 @@ def sampler_flag(report) -> None:
                            "SYNC_TOKEN_IDS_ACROSS_TP flag only")
 
 
+# the runtime context's group of each width, under the names sizes() gives them
+CONTEXT_GROUPS = {"_TP": ("tp_size", "tp_group"), "_ATTN_TP": ("attn_tp_size", "attn_tp_group"),
+                  "_MOE_EP": ("moe_ep_size", "moe_ep_group"), "_MOE_TP": ("moe_tp_size", "moe_tp_group")}
+
+
+def _with_context(ps, sa, backend: str, init_method: str) -> dict[str, int]:
+    """A runtime-context release (module docstring): published as the scheduler, groups built at world size 1,
+    then stated at the published widths; returns those widths."""
+    from sglang.srt.runtime_context import SpawnRanks, get_parallel, publish
+
+    publish(sa, role="scheduler", ranks=SpawnRanks(world_rank=0, dp_rank=None, gpu_id=0))
+    parallel = get_parallel()
+    stated = {name: int(getattr(parallel, width)) for name, (width, _) in CONTEXT_GROUPS.items()}
+    ps.init_distributed_environment(world_size=1, rank=0, local_rank=0, backend=backend,
+                                    distributed_init_method=init_method)
+    with parallel.override(**{width: 1 for width, _ in CONTEXT_GROUPS.values()}):
+        ps.initialize_model_parallel(backend=backend)
+    parallel.override_permanently(**{group: StatedGroup(getattr(parallel, group), stated[name])
+                                     for name, (_, group) in CONTEXT_GROUPS.items() if stated[name] > 1})
+    return stated
+
+
+def _layer_runtime(model_config) -> None:
+    """What bootstrap.py's init_layer_runtime does after the groups (the DP gathered buffer, layernorm SP), called
+    where it is defined: bootstrap.py itself imports the HTTP server's modules (uvicorn), which the model needs not."""
+    from sglang.srt.layers.dp_attention import init_dp_gathered_buffer
+    from sglang.srt.layers.layernorm_sp import initialize_layernorm_sp
+
+    init_dp_gathered_buffer(model_config)
+    initialize_layernorm_sp(model_config=model_config)
+
+
 def install(sa, model_config, report) -> dict[str, int]:
     """SGLang's own 1-rank distributed set-up, then its groups wrapped to the command's sizes."""
+    import inspect
+
     from sglang.srt.distributed import parallel_state as ps
 
     sampler_flag(report)
-
-    ps.init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="nccl",
-                                    distributed_init_method=f"tcp://127.0.0.1:{free_port()}")
-    ps.initialize_model_parallel(tensor_model_parallel_size=1, expert_model_parallel_size=1)
-    stated = sizes(sa)
-    for name, size in stated.items():
-        real = getattr(ps, name, None)
-        if real is not None and size > 1:
-            setattr(ps, name, StatedGroup(real, size))
+    backend = "gloo" if str(getattr(sa, "device", "cuda")) == "cpu" else "nccl"
+    init_method = f"tcp://127.0.0.1:{free_port()}"
+    if "tensor_model_parallel_size" not in inspect.signature(ps.initialize_model_parallel).parameters:
+        stated = _with_context(ps, sa, backend, init_method)
+    else:
+        ps.init_distributed_environment(world_size=1, rank=0, local_rank=0, backend=backend,
+                                        distributed_init_method=init_method)
+        ps.initialize_model_parallel(tensor_model_parallel_size=1, expert_model_parallel_size=1)
+        stated = sizes(sa)
+        for name, size in stated.items():
+            real = getattr(ps, name, None)
+            if real is not None and size > 1:
+                setattr(ps, name, StatedGroup(real, size))
     try:
         from sglang.srt.layers.dp_attention import initialize_dp_attention
 
-        initialize_dp_attention(sa, model_config)
+        if "model_config" in inspect.signature(initialize_dp_attention).parameters:
+            initialize_dp_attention(sa, model_config)
+        else:  # the runtime context's releases: as distributed/bootstrap.py sets the groups up, then its layers
+            initialize_dp_attention(server_args=sa)
+            _layer_runtime(model_config)
     except Exception as exc:  # noqa: BLE001 - reported: the proof says what it could not set up
         report.notes.append(f"initialize_dp_attention: {type(exc).__name__}: {exc}")
     report.standins.append("collectives: SGLang's 1-rank groups stating the command's sizes "

@@ -22,6 +22,13 @@
 #               hold the job's Python (EXT_SUFFIX) and their key its platform: warm there, with the job's Python.
 #   inductor    torch.compile graphs: the key holds the torch build and the live GPU's name.
 #
+# STACK=<base> (issue 44): sglang 0.5.23's serving stack, installed HERE at the same path as on the device
+#   (tests/gpu/carry_stack.sh install <base>, default /tmp/stack0523; PYTHON= a Python 3.12 holding the device's
+#   packages, e.g. tests/gpu/stack0523_cpu_check.sh's venv). Its own deep_gemm (0.2.3.post2), flashinfer 0.7.2 and
+#   Triton 3.8.0 (the same cp312 wheel as there, so the Triton MoE item's record and its host modules' names and
+#   keys hold there too) build here: FAMILIES defaults to deepgemm,flashinfer,triton-moe. Not sglang-jit: 0.5.23's
+#   ninja modules' keys hold `c++ --version`, which differs between this machine and the device.
+#
 # Measured here (2 cores shared with other sessions' tests, nvcc 13.0.88, JOBS=2; 2026-12-04, the README's 480B
 # `--tp 8 --ep 8` server on 0.5.14, 464 s in all): plan 1 s; warm 460 s: 33 DeepGEMM kernels 0.6-6.5 s each (about
 # 60 s of wall), 8 SGLang JIT modules 6.3-12.4 s each (about 30 s), FlashInfer's sampling and trtllm_comm 368 s (side by
@@ -45,17 +52,28 @@ export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 py=${PYTHON:-$root/.venv/bin/python}
 venv=${VENV_DIR:-$root/.venv}
-SITE=${SITE:-/tmp/dgp-carry-site}; SGLANG=${SGLANG:-0.5.14}; FAMILIES=${FAMILIES:-deepgemm,sglang-jit,flashinfer}
+STACK=${STACK:-}
+if [ -n "$STACK" ]; then
+  SGLANG=${SGLANG:-0.5.23}; FAMILIES=${FAMILIES:-deepgemm,flashinfer,triton-moe}
+else
+  SGLANG=${SGLANG:-0.5.14}; FAMILIES=${FAMILIES:-deepgemm,sglang-jit,flashinfer}
+fi
+SITE=${SITE:-/tmp/dgp-carry-site}
 OUTDIR=${OUTDIR:-$root/.carry}; KEYDIR=${KEYDIR:-$root/.carry-key}
 case $OUTDIR in /*) ;; *) OUTDIR=$PWD/$OUTDIR ;; esac  # the split runs in OUTDIR: the paths must hold there
 case $KEYDIR in /*) ;; *) KEYDIR=$PWD/$KEYDIR ;; esac
 fail() { echo "error: $1" >&2; echo "hint: $2" >&2; exit "${3:-1}"; }
 [ -n "${SERVER:-}${MANIFEST:-}" ] || fail "no plan: give SERVER= (the sglang server command) or MANIFEST= (a plan)" \
   "SERVER=\"python -m sglang.launch_server --model-path M --tp 8 --ep 8\" bash tests/gpu/carry_build.sh" 2
-for d in sgl-deep-gemm-0.1.3/deep_gemm sglang-$SGLANG/sglang flashinfer-0.6.12/flashinfer \
-         nvidia-curand-10.4.0.35/nvidia/cu13/include; do
+needed=(nvidia-curand-10.4.0.35/nvidia/cu13/include)
+[ -n "$STACK" ] || needed+=(sgl-deep-gemm-0.1.3/deep_gemm "sglang-$SGLANG/sglang" flashinfer-0.6.12/flashinfer)
+for d in "${needed[@]}"; do
   [ -e "$venv/$d" ] || fail "$venv/$d is missing" "run make setup (it installs these beside the venv)"
 done
+if [ -n "$STACK" ]; then
+  [ -f "$STACK/stack.env" ] || fail "no $STACK/stack.env" "bash tests/gpu/carry_stack.sh install $STACK (the device's path)" 2
+  [ -n "${PYTHON:-}" ] || fail "STACK= needs PYTHON=" "a Python 3.12 with the device's packages (stack0523_cpu_check.sh's venv)" 2
+fi
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda-13.0/bin/nvcc)}
 [ -x "$NVCC" ] || fail "no nvcc" "export PATH=/usr/local/cuda-13.0/bin:\$PATH"
 export PATH=$(dirname "$NVCC"):$PATH
@@ -70,9 +88,14 @@ echo "tests/gpu/carry_build.sh $(date -u +%FT%TZ) git $(git -C "$root" rev-parse
 if [ -e "$SITE" ] && [ -n "$(ls -A "$SITE" 2>/dev/null)" ] && [ ! -f "$SITE/.dgp-carry-site" ]; then
   fail "SITE=$SITE holds files this script did not put there" "set SITE= to a new folder (the same path on the device)" 2
 fi
-rm -rf "$SITE"; mkdir -p "$SITE"; touch "$SITE/.dgp-carry-site"
-cp -a "$venv/sgl-deep-gemm-0.1.3/." "$SITE/" || fail "could not copy deep_gemm to $SITE" "set SITE= to a writable path"
-export PYTHONPATH="$SITE:$venv/sglang-$SGLANG:$venv/flashinfer-0.6.12:$root/tests/standins:$root"
+if [ -n "$STACK" ]; then  # the stack's own packages, at the device's path
+  . "$STACK/stack.env"
+  export PYTHONPATH="$STACK_SITE:$root/tests/standins:$root" DGP_STANDINS=sgl_kernel
+else
+  rm -rf "$SITE"; mkdir -p "$SITE"; touch "$SITE/.dgp-carry-site"
+  cp -a "$venv/sgl-deep-gemm-0.1.3/." "$SITE/" || fail "could not copy deep_gemm to $SITE" "set SITE= to a writable path"
+  export PYTHONPATH="$SITE:$venv/sglang-$SGLANG:$venv/flashinfer-0.6.12:$root/tests/standins:$root"
+fi
 export DGP_TRANSFORMERS_EXIST_OK=1 CUDA_VISIBLE_DEVICES=
 unset CUDA_HOME CUDA_PATH CPATH CPLUS_INCLUDE_PATH
 export FLASHINFER_EXTRA_CUDAFLAGS="-I$venv/nvidia-curand-10.4.0.35/nvidia/cu13/include${FLASHINFER_EXTRA_CUDAFLAGS:+ $FLASHINFER_EXTRA_CUDAFLAGS}"
@@ -90,13 +113,13 @@ else  # the command as model_proof.sh plans it there: its model path at a folder
     || { cat "$WORK/plan.txt" >&2; fail "plan failed" "check SERVER and CONFIG"; }
 fi
 # the carried part of the plan: the families above, nothing else (the device's warm builds the rest)
-"$py" - "$OUTDIR/plan.yaml" "$OUTDIR/carry.yaml" "$FAMILIES" >> "$log" <<'PY' || fail "cannot cut the plan" "FAMILIES= lists deepgemm, sglang-jit, flashinfer" 2
+"$py" - "$OUTDIR/plan.yaml" "$OUTDIR/carry.yaml" "$FAMILIES" >> "$log" <<'PY' || fail "cannot cut the plan" "FAMILIES= lists deepgemm, sglang-jit, flashinfer, triton-moe" 2
 import sys
 import yaml
 from dgprecompile.planning.manifest import plan_from_dict, write_manifest
 data = yaml.safe_load(open(sys.argv[1]))
 keep = set(sys.argv[3].split(","))
-bad = keep - {"deepgemm", "sglang-jit", "flashinfer"}
+bad = keep - {"deepgemm", "sglang-jit", "flashinfer", "triton-moe"}
 if bad:
     sys.exit(f"not a carried family: {', '.join(sorted(bad))}")
 if "deepgemm" not in keep:
@@ -106,10 +129,11 @@ if "deepgemm" not in keep:
 for family, section in (("sglang-jit", "sglang_jit_modules"), ("flashinfer", "flashinfer")):
     if family not in keep:
         data.pop(section, None)
-left = [s for s in ("triton_moe", "inductor") if data.pop(s, None)]
+left = [s for s in ("triton_moe", "inductor") if s.replace("_", "-") not in keep and data.pop(s, None)]
 write_manifest(plan_from_dict(data), sys.argv[2])
 print(f"carried: {len(data.get('kernels', []))} DeepGEMM kernels, {len(data.get('sglang_jit_modules', []))} SGLang JIT "
-      f"modules, {len(data.get('flashinfer', []))} FlashInfer modules; left to the device: {', '.join(left) or 'none'}")
+      f"modules, {len(data.get('flashinfer', []))} FlashInfer modules, {len(data.get('triton_moe', []))} Triton MoE "
+      f"items; left to the device: {', '.join(left) or 'none'}")
 PY
 part plan
 jobs=(); [ -n "${JOBS:-}" ] && jobs=(--jobs "$JOBS")

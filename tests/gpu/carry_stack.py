@@ -19,15 +19,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import subprocess
 import sys
 
 import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the checkout: dgprecompile's schemas
 MARGIN = 1 << 20  # what the tree may grow between `tree` here and the calls
-KEYS = {"package", "version", "why", "wheel", "sha256", "size"}
 
 
 def _fail(code: int, message: str, hint: str) -> int:
@@ -42,43 +41,31 @@ def load(path: str | None = None) -> dict:
 
 
 def problems(data: dict) -> list[str]:
-    """What keeps the data file from being one: every field of every carried wheel, and the wheels' names."""
-    out = []
-    if data.get("format") != "dgprecompile-stack/1":
-        out.append(f"format {data.get('format')!r} is not dgprecompile-stack/1")
-    for key in ("piece_bytes", "carry_limit_bytes"):
-        if not isinstance(data.get(key), int) or data[key] <= 0:
-            out.append(f"{key} is not a positive integer")
+    """What keeps the data file from being one: its schema (dgprecompile/data/schemas/stack.json), then what a schema
+    cannot say: each wheel's file is its package at its version, no wheel twice, one installed version per package.
+    On the device before the stack is installed there is no jsonschema: the schema part is left to the calls here
+    (fetch, split) and the tests, which run it on the same committed file."""
+    try:
+        from dgprecompile import schemas
+
+        out = schemas.problems(data, "stack")
+    except ImportError:
+        out = []
+    if out:
+        return out
     seen, installed = set(), {}
-    for i, entry in enumerate(data.get("carried") or []):
-        label = f"carried[{i}] ({entry.get('package', '?')})"
-        if set(entry) - KEYS - {"install"} or KEYS - set(entry):
-            out.append(f"{label}: keys {sorted(entry)}, wants {sorted(KEYS)} (and install: false where not installed)")
-            continue
-        wheel, version = entry["wheel"], str(entry["version"])
-        stem = entry["package"].replace("-", "_").lower()
-        if not isinstance(entry["version"], str) or not wheel.lower().startswith(f"{stem}-{version}-".lower()):
-            out.append(f"{label}: wheel {wheel} is not {entry['package']} {version} (versions are strings)")
-        if not re.fullmatch(r".+-(cp312-cp312|cp3\d+-abi3|cp36-abi3|py3-none|py2\.py3-none)-"
-                            r"(manylinux[\w.]*x86_64|any)\.whl", wheel):
-            out.append(f"{label}: {wheel} is not a cp312 / abi3 / pure wheel for manylinux x86_64")
-        if not re.fullmatch(r"[0-9a-f]{64}", str(entry["sha256"])):
-            out.append(f"{label}: sha256 is not 64 hex digits")
-        if not isinstance(entry["size"], int) or entry["size"] <= 0:
-            out.append(f"{label}: size is not a positive integer")
+    for i, entry in enumerate(data["carried"]):
+        label = f"carried[{i}] ({entry['package']})"
+        wheel, version = entry["wheel"], entry["version"]
+        if not wheel.lower().startswith(f"{entry['package'].replace('-', '_')}-{version}-".lower()):
+            out.append(f"{label}: wheel {wheel} is not {entry['package']} {version}")
         if wheel in seen:
             out.append(f"{label}: {wheel} twice")
         seen.add(wheel)
         if entry.get("install", True):
             installed.setdefault(entry["package"], []).append(version)
-    out += [f"{pkg} installed at {len(v)} versions ({', '.join(v)}): mark all but one install: false"
-            for pkg, v in installed.items() if len(v) > 1]
-    if not seen:
-        out.append("no carried wheels")
-    modules = data.get("model_path_modules", [])
-    if not isinstance(modules, list) or not all(isinstance(m, str) and re.fullmatch(r"[\w.]+", m) for m in modules):
-        out.append("model_path_modules is not a list of module names")
-    return out
+    return out + [f"{pkg} installed at {len(v)} versions ({', '.join(v)}): mark all but one install: false"
+                  for pkg, v in installed.items() if len(v) > 1]
 
 
 def piece_count(data: dict) -> int:

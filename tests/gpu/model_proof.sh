@@ -30,7 +30,9 @@
 # (sglang 0.5.23's: tests/gpu/stack_0523.yaml, README-stack0523.md): its <base>/stack.env names the site put first on
 # PYTHONPATH (torch, triton, flashinfer, deep_gemm, sglang, transformers and dgprecompile's own dependencies) and
 # preloads the NCCL stand-in; nothing is installed from .whl, and the carried files' sha256s (stack_manifest.json) go
-# into this folder. Not with CARRIED (carry_build.sh builds 0.5.14's families). Without STACK nothing changes.
+# into this folder. With CARRIED too: the families carry_build.sh STACK=<base> built here at the device's path
+# (CARRIED_FAMILIES="deepgemm flashinfer triton-moe", which summary.txt's expectations then hold as carried).
+# Without STACK nothing changes.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 root=$PWD; OUT=${OUT:-$root/out}; NAME=${NAME:-model-proof}; d=$OUT/$NAME; mkdir -p "$d"
@@ -44,7 +46,7 @@ stamp() {  # a step begins: the one before it ends, its device seconds into summ
   step=$1; step_t=$now; echo "=== $1 $(date -u +%FT%TZ) (+$((now - t0)) s)" >> "$d/logs.txt"; }
 CARRIED=${CARRIED:-}; art=; STACK=${STACK:-}; STACK_SITE=
 if [ -n "$STACK" ]; then
-  [ -z "$CARRIED" ] || { echo "error: STACK= and CARRIED= together (carry_build.sh builds sglang 0.5.14's families)" >&2; exit 2; }
+  [ -z "$CARRIED" ] || [ -n "${CARRIED_FAMILIES:-}" ] || { echo "error: STACK= with CARRIED= needs CARRIED_FAMILIES= (what carry_build.sh STACK= built: deepgemm flashinfer triton-moe)" >&2; exit 2; }
   [ -f "$STACK/stack.env" ] || { echo "error: no $STACK/stack.env: run tests/gpu/carry_stack.sh install $STACK first" >&2; exit 2; }
   . "$STACK/stack.env"  # STACK_SITE, and LD_PRELOAD with the NCCL stand-in
   cp "$STACK/stack_manifest.json" "$d/stack_manifest.json"
@@ -63,6 +65,12 @@ w=$(mktemp -d); cache=$w/cache; model=$w/model; mkdir -p "$model"; cp "$CONFIG" 
 stamp install
 [ -n "$STACK" ] || python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" .whl/sgl_deep_gemm-0.1.3-*.whl \
   .whl/apache_tvm_ffi-*.whl .whl/sglang/*.whl .whl/extra/*.whl >> "$d/logs.txt" 2>&1
+# a stack's carried artifact: `unpack --trusted-key` checks its signature with cryptography, which the stack lacks
+# (carry .whl/extra's cryptography, cffi and pycparser wheels in this call)
+if [ -n "$STACK" ] && [ -n "$CARRIED" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" .whl/extra/cryptography-*.whl \
+    .whl/extra/cffi-*.whl .whl/extra/pycparser-*.whl >> "$d/logs.txt" 2>&1 || { echo "error: no cryptography wheels in .whl/extra" >&2; exit 2; }
+fi
 # FlashInfer: the real flashinfer-python where .whl/extra carries its wheel (its modules are planned, warmed GPU-free,
 # and the driver's DeepSeek routing runs its JIT module), else tests/standins' named stand-in
 if PYTHONPATH="${STACK_SITE:+$STACK_SITE:}$site" python3 -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('flashinfer') is None)"; then
@@ -87,7 +95,12 @@ if [ -n "$CARRIED" ]; then
   if [ "$unpack_rc" != 0 ]; then stamp stopped; cat "$d/summary.txt"; exit 1; fi
 fi
 stamp plan
-dg plan --sglang "$SGLANG" --sglang-cmd "$LOCAL" -o "$w/plan.yaml" > "$d/plan.txt" 2>&1
+# the GPU the user names with --gpu: this machine's (an H100 or an H200 may come; SGLang picks its tuned Triton MoE
+# configs and inductor keys the graphs by the device's name), from nvidia-smi, not from anything the plan says
+GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+GPU=${GPU:-$(python3 -c "import sys; from dgprecompile.planning.plan import gpu_named; print(gpu_named(sys.argv[1]) or '')" "$GPU_NAME")}
+echo "plan --gpu ${GPU:-(default: $GPU_NAME is not in data/gpus.yaml)}" >> "$d/summary.txt"
+dg plan --sglang "$SGLANG" --sglang-cmd "$LOCAL" ${GPU:+--gpu "$GPU"} -o "$w/plan.yaml" > "$d/plan.txt" 2>&1
 echo "plan rc=$?" >> "$d/summary.txt"
 stamp warm
 tw=$(date +%s.%N)
@@ -207,7 +220,9 @@ for f in deepgemm sglang-jit triton-moe triton-host inductor; do  # each family:
 done
 for f in deepgemm sglang-jit triton-moe inductor; do expects+=(--expect "$f=summary.txt:^deleted-run: deleted $f refused by name$"); done
 if [ -n "$CARRIED" ]; then  # the carried families were unpacked under the trusted key and not rebuilt here
-  carried_families=(deepgemm sglang-jit); [ "$FLASHINFER" = real ] && carried_families+=(flashinfer)
+  # carry_build.sh's families: CARRIED_FAMILIES (a stack's build), else 0.5.14's (with FlashInfer where it is real)
+  read -r -a carried_families <<< "${CARRIED_FAMILIES:-deepgemm sglang-jit}"
+  [ -z "${CARRIED_FAMILIES:-}" ] && [ "$FLASHINFER" = real ] && carried_families+=(flashinfer)
   for f in "${carried_families[@]}"; do
     expects+=(--expect "$f=summary.txt:^carried: unpack rc=0; signed by trusted key"
               --expect "$f=summary.txt:^carried: [1-9][0-9]* items unpacked; warm \(GPU hidden\) rebuilt 0 of them$")
@@ -220,7 +235,7 @@ if [ "$FLASHINFER" = real ]; then  # its planned modules warmed GPU-free; the on
 fi
 python3 tests/gpu/proof_record.py --name "$NAME" --dir "$d" --out "$d/record.json" --sglang "$SGLANG" --server "$SERVER" \
   --command "${STACK:+STACK=$STACK }SGLANG=$SGLANG SERVER=\"$SERVER\" CONFIG=$CONFIG MS=$MS bash tests/gpu/model_proof.sh" \
-  --wheels $([ -n "$STACK" ] || echo .whl) \
+  --wheels $([ -n "$STACK" ] || echo .whl) --ran "summary.txt:^driver: [1-9][0-9]* modules" \
   "${expects[@]}" >> "$d/summary.txt" 2>&1
 [ -f "$d/asks.json" ] && python3 -c "import json, sys, time; p = sys.argv[1]; r = json.load(open(p)); r['device_s'] = round(time.time() - int(sys.argv[2])); json.dump(r, open(p, 'w'), indent=1)" "$d/asks.json" "$t0"
 echo "device seconds: total $(( $(date +%s) - t0 ))" >> "$d/summary.txt"

@@ -22,8 +22,10 @@ if [ ! -x "$work/venv/bin/python" ]; then  # the device image's packages the pat
   "$work/venv/bin/python" -m pip install -q pyyaml huggingface-hub==1.33.0 tokenizers==0.23.2 safetensors==0.8.0 numpy \
     pillow psutil tqdm regex packaging requests anyio httpx typer click rich filelock fsspec jinja2 sympy networkx \
     typing_extensions setuptools aiohttp pygments einops tabulate nvidia-ml-py "cuda-bindings>=13.0.3,<14" xxhash \
-    prometheus-client
+    prometheus-client ninja
 fi
+# what the device gets from .whl/extra for `unpack --trusted-key` and `pack --signing-key` (carry_build.sh STACK=)
+"$work/venv/bin/python" -c "import cryptography" 2>/dev/null || "$work/venv/bin/python" -m pip install -q cryptography
 if [ ! -d "$work/nv/nvidia" ]; then
   nv=(); for d in $nvw; do nv+=("$d"/nvidia_*.whl); done
   "$work/venv/bin/python" -m pip install -q --no-deps --no-index --no-compile --target "$work/nv" "${nv[@]}"
