@@ -147,6 +147,14 @@ class History:
         return (lines[0][:7], lines[1] if len(lines) > 1 else "?") if lines else None
 
 
+def _outside(where: str, held: int | None, detail: str, why: str) -> Cell:
+    """A record whose commit HEAD's history lacks: its complete asks still hold it (they, not the commit, are what
+    tests/test_proof_asks.py holds HEAD's plan to); without asks it says nothing at HEAD."""
+    if held:
+        return Cell("proven", where, f"its {held} asks held at HEAD (tests/test_proof_asks.py; {why}); {detail}")
+    return Cell("not proven at HEAD", where, why)
+
+
 def cell(record: dict | None, family: str, paths: list[str], history: History) -> Cell:
     if record is None:
         return Cell("not proven", "-", "no record")
@@ -159,17 +167,17 @@ def cell(record: dict | None, family: str, paths: list[str], history: History) -
         return Cell("failed", where, detail)
     if commit is None:
         return Cell("not proven at HEAD", where, "the record names no commit: " + record.get("commit_note", ""))
+    held = record.get("asks", {}).get(family)
     if not history.present(commit):
         if history.shallow:
             return Cell("unknown", where, "shallow clone: the commit is not in its history (git fetch --unshallow)")
-        return Cell("not proven at HEAD", where, "the commit is not in this repository")
+        return _outside(where, held, detail, "the commit is not in this repository")
     ancestor = history.is_ancestor(commit)
     if ancestor is None or (ancestor is False and history.shallow):
         return Cell("unknown", where, "shallow clone: ancestry not known (git fetch --unshallow)")
     if not ancestor:
-        return Cell("not proven at HEAD", where, "the commit is not an ancestor of HEAD")
+        return _outside(where, held, detail, "the commit is not an ancestor of HEAD")
     change = history.first_change(commit, paths)
-    held = record.get("asks", {}).get(family)
     if change is not None and held:  # the run's every ask of the family, held against HEAD's plan by make test
         return Cell("proven", where, f"its {held} asks held at HEAD (tests/test_proof_asks.py; {change[0]} changed "
                     f"{change[1]} after it); {detail}")

@@ -185,6 +185,25 @@ def test_a_complete_asks_record_keeps_the_proof_past_a_change_and_a_partial_one_
     assert proc.returncode == 2 and "not the commit or sglang of its record.json" in proc.stderr
 
 
+def test_complete_asks_hold_a_record_whose_commit_is_in_no_history(repo: Path):
+    """A run whose commit never reached main (a session that ended unsubmitted): its complete asks still hold the
+    family at HEAD and the cell says the commit is missing; a family it has no asks of is not proven at HEAD."""
+    commit_all(repo, "base")
+    lost = "c" * 40
+    asks = {"format": "dgprecompile-proof-asks", "schema": 1, "name": "lost", "commit": lost,
+            "date": "2026-12-02T01:00:00Z", "command": "bash tests/gpu/model_proof.sh", "device_s": 300,
+            "complete": True, "how": "t", "server_command": "python -m sglang.launch_server --model-path m",
+            "config": "config.json", "sglang": "0.5.14", "environment": {"gpu": "g", "versions": {}},
+            "families": {"fam-a": {"entries": ["e1"]}}}
+    write(repo, "bench/results/lost/asks.json", json.dumps(asks))
+    add_record(repo, record("lost", lost, {"fam-a": "pass", "fam-b": "pass"}))
+    rows = rows_of(repo)
+    assert rows[("0.5.14", "fam-a")][0] == "proven", rows
+    assert rows[("0.5.14", "fam-a")][2].startswith("its 1 asks held at HEAD (tests/test_proof_asks.py; the commit is "
+                                                   "not in this repository)")
+    assert rows[("0.5.14", "fam-b")][::2] == ["not proven at HEAD", "the commit is not in this repository"]
+
+
 def test_the_readme_names_every_record_behind_a_proven_cell_and_when_it_ran(repo: Path):
     """Two runs (two server commands) with complete asks both hold the row after its code changes: the README names
     both, with commit and date; a record that no longer proves (no asks, code changed) is not named."""
