@@ -111,8 +111,7 @@ PROOF = textwrap.dedent("""
     build._build, build._load_module_from_path = refused, load
     from dgprecompile.launch.hook._dgprecompile_hook import patch_triton_build
     from triton.backends.nvidia import driver
-    patch_triton_build(build)  # strict launch's own refusal of a host-module miss, as in a launched job, where the
-    driver.compile_module_from_src = build.compile_module_from_src  # hook patches before the driver binds the name
+    patch_triton_build(build)  # strict launch's own refusal of a host-module miss (its _build), as in a launched job
     from dgprecompile.launch import model_asks  # the model proof driver's record of the job's own lookups
     asks = model_asks.Asks()
     model_asks.watch_host(asks)
@@ -269,8 +268,8 @@ def test_the_key_holds_no_path_and_a_machine_that_cannot_build_leaves_them_to_ca
 
 @needs_triton
 def test_the_watcher_takes_each_binding_whether_the_driver_bound_before_or_after_launchs_wrapper():
-    """Strict launch wraps Triton's compile_module_from_src where triton.runtime.build loads; a driver that bound the
-    name before (or a wrapper of the wrapper) keeps another function. The watcher wraps each binding of the function
+    """A tool may wrap Triton's compile_module_from_src where triton.runtime.build loads (launch's hook did until it
+    wrapped _build); a driver that bound the name before (or a wrapper of the wrapper) keeps another function. The watcher wraps each binding of the function
     or of what it wraps, so the driver's own lookups are recorded either way, and wraps it once."""
     code = textwrap.dedent("""
         import functools, json
@@ -281,7 +280,7 @@ def test_the_watcher_takes_each_binding_whether_the_driver_bound_before_or_after
         assert driver.compile_module_from_src is real  # bound at import, before any wrapper
 
         @functools.wraps(real)
-        def strict(src, name, *args, **kwargs):  # STAND-IN for launch's hook wrapper (its own test: test_launch*)
+        def strict(src, name, *args, **kwargs):  # STAND-IN for another tool's wrapper of the function
             return real(src, name, *args, **kwargs)
 
         build.compile_module_from_src = strict

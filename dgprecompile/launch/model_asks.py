@@ -8,10 +8,11 @@ own terms and independent of any plan:
 * triton-moe: every call of SGLang's Triton fused MoE (``_fused_moe_kernel_sequence``, where a release has none
   ``fused_experts_impl``; wherever a module holds it): its experts, hidden and intermediate sizes and top-k from the
   tensors it is handed (w1, w2, topk_ids) and m (tokens);
-* triton-host: every host module the job's Triton looks up (``compile_module_from_src``: ``cuda_utils`` when its CUDA
-  driver starts, a ``__triton_launcher`` at each compiled kernel's first launch): its name, the cache key directory
-  and file it was found in (or built into), Triton's ``platform_key()`` and, for a launcher, what Triton generated
-  its source from (the kernel's name, the signature its JIT bound, the tensor-descriptor metadata);
+* triton-host: every host module the job's Triton looks up (HOST_BUILDERS: ``cuda_utils`` when its CUDA driver
+  starts, under Triton 3.5-3.7 a ``__triton_launcher`` at each compiled kernel's first launch): its name, the cache
+  key directory and file it was found in (or built into), Triton's ``platform_key()``, for a launcher what Triton
+  generated its source from (the kernel's name, the signature its JIT bound, the tensor-descriptor metadata) and,
+  where the key holds them (3.8), the build's folders and libraries;
 * inductor: every call of a function SGLang compiles with ``torch.compile`` (``torch.compile`` is wrapped before
   SGLang is imported, so every decorator SGLang applies goes through it): the function's module and qualified name,
   its arguments (tensors as shape and dtype, the first dimension of the first tensor shown as ``"m"``; scalars as
@@ -111,15 +112,18 @@ class Asks:
         ms.add(call_m(args, kwargs) or 1)
         looked[0] += lookups
 
-    def host_module(self, name: str, path: str | None, launcher: dict[str, Any] | None) -> None:
+    def host_module(self, name: str, path: str | None, launcher: dict[str, Any] | None,
+                    built: dict[str, list[str]] | None = None) -> None:
         """A host module Triton looked up and loaded from ``path`` (``<key>/<file>`` in its cache); ``launcher``: what
-        the launcher's source was generated from."""
+        the launcher's source was generated from; ``built``: the build's folders and libraries where the key holds
+        them (Triton 3.8's compile_module_from_file)."""
         if not path:
             self.note(f"a Triton host module {name} loaded from no file: not recorded")
             return
         key = os.path.basename(os.path.dirname(path))
         self.host.setdefault((name, key), {"name": name, "key": key, "file": os.path.basename(path),
-                                           **({"launcher": launcher} if launcher is not None else {})})
+                                           **({"launcher": launcher} if launcher is not None else {}),
+                                           **({"build": built} if built is not None else {})})
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -233,45 +237,64 @@ def _plain(value: Any) -> Any:
     return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
 
 
+# the functions Triton builds its host modules with (triton/runtime/build.py): from a source string (3.5-3.7:
+# cuda_utils and each launcher; its key: the source and platform_key()) and from a file (3.8: cuda_utils from
+# driver.c; its key also holds the build's folders and libraries, recorded here as the call gave them)
+HOST_BUILDERS = ("compile_module_from_src", "compile_module_from_file")
+BUILD_ARGS = ("library_dirs", "include_dirs", "libraries", "ccflags")
+
+
+def _host_recording(asks: Asks, making: list[dict[str, Any]], by_file: bool):
+    def recording(inner):
+        signature = inspect.signature(inner)  # Triton's drivers call it with keywords (3.8) or positionally
+
+        @functools.wraps(inner)
+        def compile_module(*args, **kwargs):
+            module = inner(*args, **kwargs)
+            given = signature.bind(*args, **kwargs).arguments
+            name = str(given.get("name"))
+            built = {k: [str(v) for v in (given.get(k) or [])] for k in BUILD_ARGS} if by_file else None
+            asks.host_module(name, getattr(module, "__file__", None),
+                             making[-1] if making and name != "cuda_utils" else None, built)
+            return module
+
+        compile_module._dgp_asks = True
+        return compile_module
+
+    return recording
+
+
 def watch_host(asks: Asks) -> str | None:
-    """Wrap Triton's ``compile_module_from_src`` (triton/runtime/build.py) in every loaded module that holds it (its
-    CUDA driver imports it by name) and its CUDA launcher's ``__init__``, so each host module the job's Triton looks up
-    is recorded with what a launcher's source came from; before the job's first Triton launch. The wrapped name, or
-    None (a note says why) where this Triton has none of them."""
+    """Wrap Triton's host-module builders (HOST_BUILDERS, triton/runtime/build.py) in every loaded module that holds
+    them (its CUDA driver imports one by name) and its CUDA launcher's ``__init__``, so each host module the job's
+    Triton looks up is recorded with what a launcher's source came from; before the job's first Triton launch. The
+    wrapped names, or None (a note says why) where this Triton has none of them."""
     try:
         from triton.backends.nvidia import driver
         from triton.runtime import build
     except ImportError as exc:
         asks.notes.append(f"Triton host modules not recorded: {exc}")
         return None
-    target, launcher_cls = getattr(build, "compile_module_from_src", None), getattr(driver, "CudaLauncher", None)
-    if target is None or launcher_cls is None or getattr(target, "_dgp_asks", False):
-        if target is None or launcher_cls is None:
-            asks.notes.append("Triton has no compile_module_from_src or CudaLauncher: host modules not recorded")
+    targets = {name: getattr(build, name) for name in HOST_BUILDERS if getattr(build, name, None) is not None}
+    launcher_cls = getattr(driver, "CudaLauncher", None)
+    if not targets or launcher_cls is None:
+        asks.notes.append("Triton has no compile_module_from_src, compile_module_from_file or CudaLauncher: host "
+                          "modules not recorded")
+        return None
+    if any(getattr(t, "_dgp_asks", False) for t in targets.values()):
         return None
     asks.platform_key = build.platform_key() if hasattr(build, "platform_key") else None
     utils = getattr(driver, "CudaUtils", None)
     if utils is not None and hasattr(utils, "instance"):  # Triton's driver started before this: its lookup is gone
         asks.notes.append("Triton's CUDA driver started before the watcher: its cuda_utils lookup is not recorded")
     making: list[dict[str, Any]] = []  # the launcher being made (CudaLauncher.__init__ builds it)
-
-    def recording(inner):
-        @functools.wraps(inner)
-        def compile_module(src, name, *args, **kwargs):
-            module = inner(src, name, *args, **kwargs)
-            asks.host_module(name, getattr(module, "__file__", None), making[-1] if making and name != "cuda_utils"
-                             else None)
-            return module
-
-        compile_module._dgp_asks = True
-        return compile_module
-
-    # the function and what it wraps (strict launch's refusal wraps it): a module that bound either is recorded
-    chain, inner = [], target
-    while callable(inner) and inner not in chain:
-        chain.append(inner)
-        inner = getattr(inner, "__wrapped__", None)
-    _rebind("compile_module_from_src", chain, recording)
+    for name, target in targets.items():
+        # the function and what wraps of it (a wrapper's __wrapped__): a module that bound either is recorded
+        chain, inner = [], target
+        while callable(inner) and inner not in chain:
+            chain.append(inner)
+            inner = getattr(inner, "__wrapped__", None)
+        _rebind(name, chain, _host_recording(asks, making, name == "compile_module_from_file"))
     init = launcher_cls.__init__
 
     @functools.wraps(init)
@@ -288,4 +311,4 @@ def watch_host(asks: Asks) -> str | None:
             making.pop()
 
     launcher_cls.__init__ = launcher_init
-    return "triton.runtime.build.compile_module_from_src"
+    return ", ".join(f"triton.runtime.build.{name}" for name in targets)

@@ -260,6 +260,10 @@ def _host_keys(asks: dict[str, Any], record: dict[str, Any]) -> tuple[dict[str, 
         return None, f"no Triton here ({exc}); the run had {want}"
     if triton.__version__ != want:
         return None, f"Triton {triton.__version__} here, the run had {want} (its driver's source is in the keys)"
+    built = next((m["build"] for m in asks.get("modules", []) if "build" in m), None)
+    if built is not None:  # Triton 3.8: the key holds the job's own folders (libcuda's, Triton's install)
+        return None, ("its key holds the job machine's folders (" + ", ".join(built["library_dirs"])[:160] +
+                      "): HEAD's warm files it there only where it ran with the same; not computed here")
     launchers = {str(i): m["launcher"] for i, m in enumerate(asks.get("modules", [])) if "launcher" in m}
     try:
         keys = lookup_keys(launchers)

@@ -21,9 +21,10 @@ Whole, per family, is defined from the library's own writer (cited on each):
   a ``__grp__<kernel>.json`` whose ``child_paths`` all exist in that directory, and no ``tmp.pid_*`` write is in
   flight. The group file names absolute paths, so the cache must sit at the same path where it is used.
   Triton's host modules (``triton/runtime/build.py`` compile_module_from_src: the driver's ``cuda_utils`` once per
-  machine, a ``__triton_launcher`` per kernel signature at its first launch; one ``put`` of
-  ``<name><EXT_SUFFIX>`` under ``sha256(source + platform_key())``, no group file) are whole when the entry holds
-  only such non-empty ``.so`` files: each was written in one atomic ``put``.
+  machine, a ``__triton_launcher`` per kernel signature at its first launch (3.5-3.7); 3.8's compile_module_from_file:
+  ``cuda_utils`` only; one ``put`` of ``<name><EXT_SUFFIX>`` under a sha256 of the source and ``platform_key()``,
+  in 3.8 also of the build's folders; no group file) are whole when the entry holds only such non-empty ``.so``
+  files: each was written in one atomic ``put``.
 * FlashInfer 0.6 (``flashinfer/jit/core.py`` JitSpec: ``jit_library_path`` =
   ``FLASHINFER_JIT_DIR/<name>/<name>.so``, ``is_compiled`` = that file exists; ``jit/env.py``:
   ``FLASHINFER_JIT_DIR = $FLASHINFER_WORKSPACE_BASE/.cache/flashinfer/<version>/<archs>/cached_ops``): a module

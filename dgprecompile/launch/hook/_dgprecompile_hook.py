@@ -470,36 +470,37 @@ _state = {}
 
 
 def patch_triton_build(module):
-    """Make a miss of one of Triton's host modules raise, naming it, instead of building it with the C compiler.
+    """Make a miss of one of Triton's host modules raise, naming it, instead of running the C compiler.
 
-    triton.runtime.build.compile_module_from_src (Triton 3.x) files ``<name><EXT_SUFFIX>`` under the cache key
-    ``sha256(source + platform_key())`` and builds only when ``get_file`` finds nothing: the driver's ``cuda_utils``
-    and one ``__triton_launcher`` per kernel signature. The wrapper asks the same cache manager first and refuses a
-    miss; a hit goes to Triton unchanged. Triton's driver imports the function by name after this module loads,
-    so it gets the wrapper. A Triton without ``platform_key`` is left alone (the launcher's check of what appeared
-    in the cache during a strict run still fails it)."""
-    real = getattr(module, "compile_module_from_src", None)
-    platform_key = getattr(module, "platform_key", None)
-    if real is None or platform_key is None:
+    triton/runtime/build.py runs its ``_build`` (the C compiler) only where the cache manager it has just asked
+    (``get_cache_manager(key)``) holds no ``<name><EXT_SUFFIX>``, or one that does not load: Triton 3.5-3.7's
+    compile_module_from_src (the driver's ``cuda_utils`` and one ``__triton_launcher`` per kernel signature) and
+    3.8's _compile_so (``cuda_utils`` from driver.c by compile_module_from_file, under a key that also holds the
+    build's folders). Both are module globals build.py calls by name: whichever function a driver imported, and
+    when, its miss is refused, naming the module and the key Triton asked for, and the empty entry directory the
+    manager made is removed. A Triton without them is left alone (the strict run's new-file check fails it)."""
+    real_build, real_manager = getattr(module, "_build", None), getattr(module, "get_cache_manager", None)
+    if real_build is None or real_manager is None:
         return
+    asked: list = []  # the last lookup: (key, manager); build.py asks, then builds on a miss, in one thread
 
-    @functools.wraps(real)
-    def compile_module_from_src(src, name, *args, **kwargs):
-        import hashlib
-        import sysconfig
+    @functools.wraps(real_manager)
+    def get_cache_manager(key, *args, **kwargs):
+        manager = real_manager(key, *args, **kwargs)
+        asked[:] = [(key, manager)]
+        return manager
 
-        key = hashlib.sha256((src + platform_key()).encode("utf-8")).hexdigest()
-        manager = module.get_cache_manager(key)
-        if manager.get_file(f"{name}{sysconfig.get_config_var('EXT_SUFFIX')}") is None:
-            try:  # the manager made its entry directory before the lookup: leave the cache as it was
-                os.rmdir(getattr(manager, "cache_dir", None))
-            except (OSError, TypeError):
-                pass
-            stop_build(triton_refusal_message(f"{name} (Triton's host module, {key[:16]})"), "triton", name, key)
-        return real(src, name, *args, **kwargs)
+    @functools.wraps(real_build)
+    def _build(name, *args, **kwargs):
+        key, manager = asked.pop() if asked else ("(no lookup seen)", None)
+        try:  # the manager made its entry directory before the lookup: leave the cache as it was
+            os.rmdir(getattr(manager, "cache_dir", None))
+        except (OSError, TypeError):
+            pass
+        stop_build(triton_refusal_message(f"{name} (Triton's host module, {str(key)[:16]})"), "triton", name, key)
 
-    compile_module_from_src.__dgprecompile_refuses__ = "triton"
-    module.compile_module_from_src = compile_module_from_src
+    _build.__dgprecompile_refuses__ = "triton"
+    module.get_cache_manager, module._build = get_cache_manager, _build
 
 
 patch_legacy_compiler.guard = True  # a strict-mode guard: if it cannot be applied, the import fails

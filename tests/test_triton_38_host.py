@@ -1,0 +1,152 @@
+"""Triton 3.8.0 (torch 2.14.1's pin, so sglang 0.5.22-0.5.23's own stack) and its one host module, against the real
+thing on this GPU-less machine: its CUDA driver's ``CudaUtils()`` builds ``cuda_utils`` from driver.c through
+``compile_module_from_file`` (no per-kernel launcher module any more), under a key that also holds the build's
+folders. A strict launch refuses that build by name (launch/hook's wrapper of Triton's ``_build``), `launch
+--capture` files it, and a later strict launch finds it; the model driver's watcher records the lookup with the
+folders its key holds. The libcuda.so.1 the module links and loads against is a STAND-IN here (no driver on this
+machine): compile/triton_host.py ``link_libcuda``'s, on LD_LIBRARY_PATH and TRITON_LIBCUDA_PATH."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dgprecompile.cli.main import cli
+from dgprecompile.planning.manifest import write_manifest
+from dgprecompile.planning.plan import PlanRequest
+from dgprecompile.planning.trace import plan_from_calls
+from dgprecompile.runtimes import CAPTURED
+
+REPO = Path(__file__).resolve().parent.parent
+TRITON = Path(os.environ.get("DGP_TRITON38_DIR", REPO / ".venv" / "triton-3.8.0"))
+needs_triton = pytest.mark.skipif(not (TRITON / "triton" / "__init__.py").is_file(),
+                                  reason=f"no Triton 3.8.0 at {TRITON} (make setup installs it)")
+
+# the job's first Triton use, in miniature: Triton's own CUDA driver starting (what any kernel launch does first)
+CHILD = textwrap.dedent("""
+    from triton.backends.nvidia.driver import CudaUtils
+    utils = CudaUtils()
+    print("cuda_utils loaded", callable(utils.launch))
+""")
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch):
+    for name in list(os.environ):
+        if name.startswith(("SGL_", "SGLANG_", "DG_JIT_", "DGPRECOMPILE_", "TRITON_")) or name in [
+                e for f in CAPTURED for e in f.cache_env]:
+            monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(scope="module")
+def stub(tmp_path_factory) -> Path:
+    """A libcuda.so.1 STAND-IN (module docstring), made by the code warm links with."""
+    where = tmp_path_factory.mktemp("libcuda")
+    code = ("import sys; from pathlib import Path; from dgprecompile.compile.triton_host import link_libcuda; "
+            "print(link_libcuda(Path(sys.argv[1]))[1])")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TRITON), str(REPO)]), "CUDA_HOME": str(where / "none")}
+    env.pop("TRITON_LIBCUDA_PATH", None)
+    made = subprocess.run([sys.executable, "-c", code, str(where)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert made.returncode == 0 and (where / "libcuda.so.1").exists(), made.stderr[-2000:]
+    return where
+
+
+@pytest.fixture
+def job(tmp_path, monkeypatch, stub):
+    (tmp_path / "child.py").write_text(CHILD)
+    plan = plan_from_calls([{"kernel_type": "GEMM_NT_F8F8BF16", "m": 64, "n": 512, "k": 512, "num_groups": 1}],
+                           PlanRequest(sglang="0.5.1"))
+    write_manifest(plan, tmp_path / "plan.yaml")
+    monkeypatch.setenv("PYTHONPATH", f"{REPO}{os.pathsep}{TRITON}")
+    monkeypatch.setenv("TRITON_LIBCUDA_PATH", str(stub))
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(stub))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def launch(*args):
+    return CliRunner().invoke(cli, ["launch", "--manifest", "plan.yaml", "--cache-dir", "cache", "--allow-missing",
+                                    *args, "--", sys.executable, "child.py"], catch_exceptions=False)
+
+
+def _tree(area: Path) -> dict[str, list[str]]:
+    return {p.name: sorted(q.name for q in p.iterdir()) for p in area.iterdir()} if area.is_dir() else {}
+
+
+@needs_triton
+def test_strict_refuses_cuda_utils_by_name_capture_files_it_and_strict_then_finds_it(job, capfd):
+    area = job / "cache" / "triton"
+    r = launch()
+    assert r.exit_code == 1, r.output
+    child = capfd.readouterr().err
+    assert "Triton tried to compile kernel cuda_utils (Triton's host module" in child, child[-3000:]
+    assert "strict mode refused 1 runtime compile(s): cuda_utils" in r.output, r.output
+    assert _tree(area) == {}  # refused before the C compiler ran; the lookup's empty entry directory removed
+
+    r = launch("--capture")
+    assert r.exit_code == 0, r.output + capfd.readouterr().err
+    assert "cuda_utils loaded True" in capfd.readouterr().out
+    (entry, files), = _tree(area).items()
+    assert len(files) == 1 and files[0].startswith("cuda_utils.") and files[0].endswith(".so")
+    index = json.loads((job / "cache" / "dgprecompile" / "index.json").read_text())["extra"]
+    assert [v["entry"] for v in index.values() if v.get("area") == "triton"] == [entry]
+
+    r = launch()  # strict: Triton's own lookup finds it; nothing is built or written
+    assert r.exit_code == 0, r.output + capfd.readouterr().err
+    assert "cuda_utils loaded True" in capfd.readouterr().out
+    assert _tree(area) == {entry: files}
+
+
+WATCH = textwrap.dedent("""
+    import json, sys
+    from triton.runtime import build
+    from dgprecompile.launch.hook._dgprecompile_hook import patch_triton_build
+    patch_triton_build(build)  # as in a strict launch: the hook patches triton.runtime.build when it loads
+    from dgprecompile.launch import model_asks
+    asks = model_asks.Asks()
+    wrapped = model_asks.watch_host(asks)
+    from triton.backends.nvidia.driver import CudaUtils
+    try:
+        CudaUtils()
+        outcome = "loaded"
+    except RuntimeError as exc:
+        outcome = str(exc).splitlines()[0]
+    print(json.dumps({"wrapped": wrapped, "outcome": outcome, "asks": asks.to_dict(), "notes": asks.notes}))
+""")
+
+
+@needs_triton
+def test_the_watcher_records_cuda_utils_with_the_folders_its_key_holds(job):
+    """The model driver's watcher wraps Triton 3.8's compile_module_from_file (its driver's binding too) and records
+    the cuda_utils lookup with the library and include folders the call gave, which Triton 3.8 hashes into the key;
+    with the strict hook beside it a miss is still refused by name."""
+    env = {**os.environ, "TRITON_CACHE_DIR": str(job / "t")}
+
+    def run() -> dict:
+        res = subprocess.run([sys.executable, "-c", WATCH], capture_output=True, text=True, timeout=300, env=env)
+        assert res.returncode == 0, res.stderr[-3000:]
+        return json.loads(res.stdout.strip().splitlines()[-1])
+
+    refused = run()
+    assert "compile_module_from_file" in refused["wrapped"] and refused["asks"] == {}
+    assert refused["outcome"].startswith("dgprecompile strict mode: Triton tried to compile kernel cuda_utils")
+    subprocess.run([sys.executable, "-c", "from triton.backends.nvidia.driver import CudaUtils; CudaUtils()"],
+                   env=env, check=True, capture_output=True, timeout=300)  # Triton builds it itself, unwatched
+    found = run()
+    assert found["outcome"] == "loaded" and found["notes"] == [], found
+    (module,) = found["asks"]["triton-host"]["modules"]
+    (entry,) = os.listdir(job / "t")
+    assert module["name"] == "cuda_utils" and module["key"] == entry and "launcher" not in module
+    nvidia = TRITON.resolve() / "triton" / "backends" / "nvidia"  # Triton's own folders, where it is installed
+    assert module["build"] == {"library_dirs": [str(nvidia / "lib"), os.environ["TRITON_LIBCUDA_PATH"]],
+                               "include_dirs": [str(nvidia / "include")], "libraries": ["libcuda.so.1"],
+                               "ccflags": []}, module
