@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from helpers import run_in_fresh_python
 
 from dgprecompile.cli.main import cli
-from dgprecompile.diagnostics.doctor import BurstModel, estimate_bursts
+from dgprecompile.data import load_yaml
+from dgprecompile.diagnostics.doctor import BurstModel, estimate_bursts, gpu_detail, gpu_info
+from dgprecompile.planning.plan import gpu_named
 from dgprecompile.planning.profiles import resolve_profile
 
 FIX = Path(__file__).parent / "fixtures" / "doctor"
@@ -138,3 +141,23 @@ def test_whole_output_of_a_predicted_failure():
     assert res.exit_code == 1
     assert res.stdout.splitlines()[-1] == f"verdict: {data['verdict']}"
     assert res.stderr == f"error: doctor predicts `can't start new thread` for this job\nhint: {fix}\n"
+
+
+# ---- the GPU's row of data/gpus.yaml: doctor names it as the proofs do (planning's gpu_named) ----------------
+
+ROWS = load_yaml("gpus.yaml")["gpus"]
+NEAR = {"NVIDIA H200 141GB HBM3e": "h200", "nvidia  h100 pcie": "h100-pcie", "NVIDIA H200 (sm90)": "h200",
+        "NVIDIA A100-SXM4-80GB": None}  # a longer name, another spelling, a record's name, a GPU the table lacks
+
+
+@pytest.mark.parametrize("name", [*(row["name"] for row in ROWS.values()), *NEAR])
+def test_doctor_and_the_proofs_pick_the_same_row(tmp_path, name):
+    smi = tmp_path / "nvidia-smi"  # prints the name twice, as on a node of two such GPUs
+    smi.write_text(f"#!/bin/sh\nprintf '%s\\n' '{name}' '{name}'\n")
+    smi.chmod(0o755)
+    info = gpu_info(str(smi))
+    want = NEAR[name] if name in NEAR else next(key for key, row in ROWS.items() if row["name"] == name)
+    assert gpu_named(name) == want  # an exact name wins: "NVIDIA H200" is h200, never h20
+    assert (info["name"], info["count"], info["gpu"]) == (name, 2, want)
+    assert info["num_sms"] == (ROWS[want]["sms"] if want else None)
+    assert (f"(plan --gpu {want})" in gpu_detail(info)) == (want is not None)  # doctor's GPU row says it
