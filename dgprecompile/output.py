@@ -72,6 +72,12 @@ class Output:
         self.out.file.write(text if text.endswith("\n") else text + "\n")
         self.out.file.flush()
 
+    def data_wrapped(self, text: str, hanging: int = 0) -> None:
+        """Plain prose on stdout in lines of the console's width, broken at spaces only (see _fit), every line after
+        the first indented by ``hanging`` columns: a verdict that a pipe's 80 columns show whole."""
+        for line in _fit(Text(text), self.out.width, hanging):
+            self.data_text(line.plain)
+
     def table(self, title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]],
               to_stderr: bool = False, no_wrap: Sequence[str] = ()) -> None:
         """A table that never breaks a token: a cell folds only at its spaces and line breaks, so an id, path or
@@ -106,7 +112,8 @@ class Output:
     @staticmethod
     def _plain_table(console: Console, columns: Sequence[str], cells: list[list[str]], whole: list[bool]) -> None:
         """One ``name=value`` group per row: its fields packed onto lines of the width, never split between
-        lines unless one alone is wider, and then only at its spaces (numbers and unbreakable cells stay whole)."""
+        lines unless one alone is wider, and then only at its spaces (numbers and unbreakable cells stay whole;
+        a continuation line's indent of 4 shrinks for a word that would not fit beside it)."""
         width = max(console.width, 20)
         wrapper = textwrap.TextWrapper(width=width - 4, break_long_words=False, break_on_hyphens=False)
         for row in cells:
@@ -122,14 +129,23 @@ class Output:
                 elif len(indent) + len(field) <= width:
                     lines.append(indent + field)
                 else:
-                    lines += [("    " if lines or i else "") + part for i, part in enumerate(wrapper.wrap(field))]
+                    lines += [(_indent(part, width) if lines or i else "") + part
+                              for i, part in enumerate(wrapper.wrap(field))]
             for ln in lines:
                 console.print(Text(ln.replace(_NBSP, " ")), soft_wrap=True)
 
     # -- messages on stderr: every str part is plain text, printed as given --
-    def info(self, *parts: Part) -> None:
+    def info(self, *parts: Part, hanging: int | None = None) -> None:
+        """A note of progress; ``hanging``: folded to the console's width (see _fit), later lines indented by it."""
         if not self.quiet:
-            self.err.print(_message(*parts))
+            self._say(_message(*parts), hanging)
+
+    def _say(self, message: Text, hanging: int | None) -> None:
+        if hanging is None:  # one line, however long: what most commands' messages are
+            self.err.print(message)
+            return
+        for line in _fit(message, self.err.width, hanging):
+            self.err.print(line)
 
     def note(self, *parts: Part) -> None:
         self.info(styled("note:", "dim"), " ", *parts)
@@ -142,11 +158,13 @@ class Output:
         """A failure that does not end the command (a kernel that did not compile): ``label:`` in red."""
         self.err.print(_message(styled(f"{label}:", "red"), " ", *parts))
 
-    def error(self, message: str, hint: str | None = None) -> None:
+    def error(self, message: str, hint: str | None = None, *, wrap: bool = False) -> None:
+        """``error:`` and the message, then ``hint:`` and the hint; ``wrap``: each folded to the console's width
+        under its own text (see _fit), else each on one line however long."""
         # messages are plain text: `[s3]` in a hint is an extra's name, not markup
-        self.err.print(_message(styled("error:", "red"), " ", message))
+        self._say(_message(styled("error:", "red"), " ", message), len("error: ") if wrap else None)
         if hint:
-            self.err.print(_message(styled("hint:", "dim"), " ", hint))
+            self._say(_message(styled("hint:", "dim"), " ", hint), len("hint: ") if wrap else None)
 
     def progress(self, total: int, description: str = "compiling", *, seconds_per_item: float | None = None,
                  workers: int = 1) -> KernelProgress:
@@ -175,6 +193,33 @@ def _wrap_words(text: str, width: int) -> list[str]:
     lines = textwrap.wrap(_keep_parentheses(text), width=max(width, 20), break_long_words=False,
                           break_on_hyphens=False)
     return [line.replace(_NBSP, " ") for line in lines] or [""]
+
+
+def _indent(part: str, width: int) -> str:
+    """A plain table's continuation indent of 4 for ``part``, less where that lets a word of 77 to 80 columns (a path)
+    fit the width; a wider word keeps the 4 (it overflows whatever its indent)."""
+    return " " * (width - len(part) if width - 4 < len(part) <= width else 4)
+
+
+def _fit(message: Text, width: int, hanging: int) -> list[Text]:
+    """``message`` in lines of at most ``width``, broken at spaces only and never inside a short parenthesis (a word
+    longer than a line stays whole on its own line, so nothing is cut), every line after the first indented by
+    ``hanging`` columns; its styles kept. A line break in it starts a new line."""
+    pad = " " * hanging
+    out: list[Text] = []
+    for part in message.split("\n"):
+        # the spaces kept whole are NBSP, one column like a space: offsets in ``flat`` are offsets in ``part``
+        flat = _keep_parentheses(part.plain).translate({ord(c): " " for c in "\t\x0b\x0c\r"})
+        lines = textwrap.wrap(flat, width=max(width, hanging + 20), initial_indent=pad if out else "",
+                              subsequent_indent=pad, break_long_words=False, break_on_hyphens=False,
+                              expand_tabs=False) or [""]
+        at = 0
+        for line in lines:
+            prefix = pad if out else ""
+            start = flat.index(line[len(prefix):], at)
+            at = start + len(line) - len(prefix)
+            out.append(Text(prefix) + part[start:at])
+    return out
 
 
 def _fold(cell: str, width: int) -> str:

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from helpers import run_in_fresh_python
 
 from dgprecompile.cli.main import cli
-from dgprecompile.diagnostics.doctor import BurstModel, estimate_bursts
+from dgprecompile.data import load_yaml
+from dgprecompile.diagnostics.doctor import BurstModel, estimate_bursts, gpu_detail, gpu_info
+from dgprecompile.planning.plan import gpu_named
 from dgprecompile.planning.profiles import resolve_profile
 
 FIX = Path(__file__).parent / "fixtures" / "doctor"
@@ -138,3 +145,60 @@ def test_whole_output_of_a_predicted_failure():
     assert res.exit_code == 1
     assert res.stdout.splitlines()[-1] == f"verdict: {data['verdict']}"
     assert res.stderr == f"error: doctor predicts `can't start new thread` for this job\nhint: {fix}\n"
+
+
+# ---- the GPU's row of data/gpus.yaml: doctor names it as the proofs do (planning's gpu_named) ----------------
+
+ROWS = load_yaml("gpus.yaml")["gpus"]
+NEAR = {"NVIDIA H200 141GB HBM3e": "h200", "nvidia  h100 pcie": "h100-pcie", "NVIDIA H200 (sm90)": "h200",
+        "NVIDIA A100-SXM4-80GB": None}  # a longer name, another spelling, a record's name, a GPU the table lacks
+
+
+@pytest.mark.parametrize("name", [*(row["name"] for row in ROWS.values()), *NEAR])
+def test_doctor_and_the_proofs_pick_the_same_row(tmp_path, name):
+    smi = tmp_path / "nvidia-smi"  # prints the name twice, as on a node of two such GPUs
+    smi.write_text(f"#!/bin/sh\nprintf '%s\\n' '{name}' '{name}'\n")
+    smi.chmod(0o755)
+    info = gpu_info(str(smi))
+    want = NEAR[name] if name in NEAR else next(key for key, row in ROWS.items() if row["name"] == name)
+    assert gpu_named(name) == want  # an exact name wins: "NVIDIA H200" is h200, never h20
+    assert (info["name"], info["count"], info["gpu"]) == (name, 2, want)
+    assert info["num_sms"] == (ROWS[want]["sms"] if want else None)
+    assert (f"(plan --gpu {want})" in gpu_detail(info)) == (want is not None)  # doctor's GPU row says it
+
+
+# ---- every line of the text output fits a pipe's 80 columns, nothing cut -------------------------------------
+# (--json is data for jq: a JSON string cannot span lines, so its long details stay one line each)
+
+
+def _doctor_piped(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "80"}
+    env.pop("TERM", None)
+    return subprocess.run([sys.executable, "-m", "dgprecompile", "doctor", *args], capture_output=True, text=True,
+                          env=env, timeout=120)
+
+
+def _fixture_args(fixture: str) -> list[str]:
+    return ["--proc-root", str(FIX / fixture / "proc"), "--sys-root", str(FIX / fixture / "sys"), *COMMON]
+
+
+@pytest.mark.parametrize("args", [_fixture_args("v1_tight"), _fixture_args("v2_generous"),
+                                  ["--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8", "--sglang", "0.5.1"]],
+                         ids=["predicted-failure", "long-cgroup-path", "this-machine-with-a-plan"])
+def test_every_line_fits_80_columns_piped(args):
+    text, truth = _doctor_piped(*args), json.loads(_doctor_piped(*args, "--json").stdout)
+    assert text.returncode == (1 if truth["predicts_failure"] else 0), text.stderr
+    for line in (text.stdout + text.stderr).splitlines():
+        # the one exemption: a line that is a single token wider than 80 (the fixture's cgroup path, under a
+        # tree of this checkout, in the plain layout): it is never broken, so that it can be copied whole
+        assert len(line) <= 80 or len(line.split()) == 1 and len(line.strip()) > 80, line
+    # folded, not cut: the verdict and the fix read as the JSON's once lines are joined (numbers aside: on this
+    # machine the tasks in use change between the two runs)
+    assert _joined(f"verdict: {truth['verdict']}") in _joined(text.stdout)
+    if truth["predicts_failure"]:
+        fix = next(c["fix"] for c in truth["checks"] if c["mark"] == "fail" and c["fix"])
+        assert _joined(f"hint: {fix}") in _joined(text.stderr)
+
+
+def _joined(text: str) -> str:
+    return re.sub(r"\d+", "N", " ".join(text.split()))

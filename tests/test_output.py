@@ -12,7 +12,7 @@ import time
 import pytest
 from rich.console import Console
 
-from dgprecompile.output import PLAIN_EVERY_SECONDS, KernelProgress, Output
+from dgprecompile.output import PLAIN_EVERY_SECONDS, KernelProgress, Output, styled
 
 PLAN = ["plan", "--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8", "--sglang", "0.5.1"]
 
@@ -262,6 +262,48 @@ def test_the_plain_fallback_table_prints_cells_as_given(monkeypatch):
     out = io.StringIO()
     Output(stdout=out).table(None, ["path", "n"], [["/tmp/[weird]/a-long-cache-directory-name", 1]])
     assert "path=/tmp/[weird]/a-long-cache-directory-name" in out.getvalue(), out.getvalue()
+
+
+@pytest.mark.parametrize("length", [76, 78, 80, 84])
+def test_a_path_of_the_width_fits_the_plain_fallback_whole(monkeypatch, length):
+    monkeypatch.setenv("COLUMNS", "80")
+    out = io.StringIO()
+    path = "(/" + "p" * (length - 3) + ")"  # one word, as doctor's "(<cgroup path>)" after a limit's numbers
+    Output(stdout=out).table(None, ["", "detail"], [["ok", f"20 of 100000 in use, headroom 99980 {path}"]] * 2)
+    lines = out.getvalue().splitlines()
+    assert sum(line.strip() == path for line in lines) == 2, lines
+    # the indent gives way up to the width; a word wider than that is the only line over it, indented as ever
+    assert all(len(line) <= 80 or line == "    " + path for line in lines), lines
+
+
+def test_folded_messages_keep_their_words_and_styles(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    err, out = io.StringIO(), io.StringIO()
+    o = Output(stdout=out, stderr=err)
+    long = "/" + "q" * 90  # one word wider than the line: alone on its line, whole
+    words = f"a verdict of many words (ulimit -u) with a path {long} and an end"
+    o.data_wrapped(f"verdict: {words}", hanging=9)
+    o.error(words, hint=words, wrap=True)
+    o.info("header ", styled("0.5.1", "bold"), f" {words}", hanging=2)
+    err_lines = err.getvalue().splitlines()
+    hint = next(i for i, ln in enumerate(err_lines) if ln.startswith("hint: "))
+    header = next(i for i, ln in enumerate(err_lines) if ln.startswith("header "))
+    for lines, prefix in ((out.getvalue().splitlines(), "verdict: "), (err_lines[:hint], "error: "),
+                          (err_lines[hint:header], "hint: "), (err_lines[header:], "header ")):
+        assert lines[0].startswith(prefix) and len(lines) > 1, lines
+        indent = " " * (2 if prefix == "header " else len(prefix))
+        assert all(ln.startswith(indent) and not ln[len(indent)].isspace() for ln in lines[1:]), lines
+        assert all(len(ln) <= 80 or ln.strip() == long for ln in lines), lines
+        assert " ".join(" ".join(lines).split()) == f"{prefix.replace('header ', 'header 0.5.1 ')}{words}"
+        assert any("(ulimit -u)" in ln for ln in lines)  # a short parenthesis is never split
+
+
+def test_a_folded_line_keeps_the_style_of_its_part():
+    from dgprecompile.output import _fit, _message
+
+    lines = _fit(_message("x" * 76, " ", styled("bold", "bold"), " tail"), 80, 2)
+    assert [ln.plain for ln in lines] == ["x" * 76, "  bold tail"]
+    assert [(sp.start, sp.end, sp.style) for sp in lines[1].spans] == [(2, 6, "bold")]
 
 
 LEGACY = ["--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8", "--sglang", "0.5.1"]

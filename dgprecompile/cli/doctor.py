@@ -74,13 +74,14 @@ def command(plan_request, manifest, config, ranks, base_tasks, dataloader_worker
 def render(out: Output, report: Diagnosis) -> None:
     plan = report.plan
     where = f"plan {plan['model']} ({plan['keys']} keys)" if plan else "no plan (assuming a key fills the pool)"
-    out.info("sglang profile ", styled(report.profile_id, "bold"), f", {report.ranks} ranks, {where}")
+    # every line of prose folds to the width at its spaces (a pipe's 80 columns show it all, nothing cut)
+    out.info("sglang profile ", styled(report.profile_id, "bold"), f", {report.ranks} ranks, {where}", hanging=2)
     if any(c.fix for c in report.checks):
         out.table(None, ["", "check", "detail", "fix"], [[MARKS[c.mark], c.name, c.detail, c.fix] for c in report.checks])
     else:  # nothing to fix: no empty column
         out.table(None, ["", "check", "detail"], [[MARKS[c.mark], c.name, c.detail] for c in report.checks])
-    out.data_text(f"verdict: {report.verdict}")
+    out.data_wrapped(f"verdict: {report.verdict}", hanging=len("verdict: "))
     if report.predicts_failure:
-        out.error("doctor predicts `can't start new thread` for this job", report.fix)
+        out.error("doctor predicts `can't start new thread` for this job", report.fix, wrap=True)
     else:
         out.info(MARKS["ok"], " no failure predicted")

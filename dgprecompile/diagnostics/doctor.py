@@ -64,29 +64,33 @@ def deepgemm_generation() -> dict[str, Any]:
 
 
 def gpu_info(nvidia_smi: str | None = None) -> dict[str, Any]:
-    from dgprecompile.planning.plan import gpu_sms
+    from dgprecompile.planning.plan import gpu_named, gpu_sms
 
     exe = nvidia_smi or shutil.which("nvidia-smi")
     if not exe:
-        return {"name": None, "count": 0, "num_sms": None, "note": "nvidia-smi not found"}
+        return {"name": None, "count": 0, "num_sms": None, "gpu": None, "note": "nvidia-smi not found"}
     try:
         res = subprocess.run([exe, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True,
                              timeout=30)
     except (OSError, subprocess.SubprocessError) as exc:
-        return {"name": None, "count": 0, "num_sms": None, "note": f"nvidia-smi failed: {exc}"}
+        return {"name": None, "count": 0, "num_sms": None, "gpu": None, "note": f"nvidia-smi failed: {exc}"}
     names = [n.strip() for n in res.stdout.splitlines() if n.strip()]
     if res.returncode != 0 or not names:
-        return {"name": None, "count": 0, "num_sms": None, "note": (res.stderr or res.stdout).strip()[:200]}
-    sms = None
-    lowered = names[0].lower().replace(" ", "").replace("nvidia", "")
-    table = gpu_sms()
-    for key in sorted(table, key=len, reverse=True):
-        token = key.replace("-", "")
-        if token in lowered.replace("-", "") and ("pcie" in key) == ("pcie" in lowered):
-            sms = table[key]
-            break
-    return {"name": names[0], "count": len(names), "num_sms": sms,
+        return {"name": None, "count": 0, "num_sms": None, "gpu": None,
+                "note": (res.stderr or res.stdout).strip()[:200]}
+    key = gpu_named(names[0])  # the --gpu a plan for this GPU names, as the proofs pick it
+    sms = gpu_sms()[key] if key else None
+    return {"name": names[0], "count": len(names), "num_sms": sms, "gpu": key,
             "note": "" if sms else "SM count unknown for this GPU name (pass --num-sms to plan)"}
+
+
+def gpu_detail(gpu: dict[str, Any]) -> str:
+    """The GPU row's detail: what nvidia-smi names, its SMs and the ``--gpu`` of its row of data/gpus.yaml."""
+    if not gpu["name"]:
+        return f"none seen ({gpu['note']})"
+    if not gpu["gpu"]:
+        return f"{gpu['count']} x {gpu['name']}, ? SMs: {gpu['note']}"
+    return f"{gpu['count']} x {gpu['name']}, {gpu['num_sms']} SMs (plan --gpu {gpu['gpu']})"
 
 
 def cache_info(profile: Profile, plan: Plan | None, cache_dir: str | Path) -> dict[str, Any]:
@@ -399,9 +403,7 @@ def environment_checks(profile: Profile, plan: Plan | None, cache_dir: str | Pat
                         f"({', '.join(n for ns in spelling['names'].values() for n in ns)}); {spelling['other_spelling']}"))
     gpu = gpu_info(nvidia_smi)
     env["gpu"] = gpu
-    checks.append(Check("GPU", "ok" if gpu["name"] else "info",
-                        f"{gpu['count']} x {gpu['name']}, {gpu['num_sms'] or '?'} SMs" if gpu["name"] else
-                        f"none seen ({gpu['note']})"))
+    checks.append(Check("GPU", "ok" if gpu["name"] else "info", gpu_detail(gpu)))
     cache = cache_info(profile, plan, cache_dir)
     env["cache"] = cache
     size = "absent" if cache["bytes"] is None else f"{cache['bytes'] / 1048576:.1f} MiB"

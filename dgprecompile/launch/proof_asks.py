@@ -76,7 +76,8 @@ def load_record(path: Path) -> dict[str, Any]:
 def record_plan(record: dict[str, Any], base: Path):
     """HEAD's plan of the record's server command, its model path at a folder holding the record's config.json
     (``config``: a path relative to ``base``, the repository or the record's folder), for the record's GPU (its
-    row of data/gpus.yaml; one the table lacks: the default GPU), as the proof ran it."""
+    row of data/gpus.yaml as planning's gpu_named and doctor find it; one the table lacks: the default GPU), as
+    the proof ran it. A near name's row plans that row's device name, so asks of another name stay MISSING."""
     from dgprecompile.planning.plan import PlanRequest, gpu_named
     from dgprecompile.planning.server_plan import plan_from_server
 

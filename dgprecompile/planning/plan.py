@@ -206,11 +206,30 @@ def gpu_sms() -> dict[str, int]:
     return {name: int(row["sms"]) for name, row in load_yaml("gpus.yaml")["gpus"].items()}
 
 
+def _squeezed(text: str) -> str:
+    """A GPU name or key compared loosely: lower case, without spaces, dashes, underscores or "nvidia"."""
+    return "".join(text.lower().split()).replace("-", "").replace("_", "").replace("nvidia", "")
+
+
 def gpu_named(device_name: str) -> str | None:
-    """The ``--gpu`` whose row of data/gpus.yaml has this device name (what torch.cuda.get_device_name() and
-    nvidia-smi print: a record's GPU), or None for a GPU the table does not hold."""
+    """The ``--gpu`` whose row of data/gpus.yaml is this device (a name torch.cuda.get_device_name() or nvidia-smi
+    prints: a record's GPU, doctor's), or None for a GPU the table does not hold.
+
+    A row whose name is exactly ``device_name`` wins; then one whose name differs only in case, spaces, dashes or
+    "NVIDIA"; then the longest key found inside the name ("NVIDIA H200 141GB HBM3e": h200, not h20), a PCIe part
+    only for a PCIe key and the other way round."""
     rows = load_yaml("gpus.yaml")["gpus"]
-    return next((key for key, row in rows.items() if row["name"] == device_name.strip()), None)
+    name = device_name.strip()
+    exact = next((key for key, row in rows.items() if row["name"] == name), None)
+    if exact is not None:
+        return exact
+    loose = _squeezed(name)
+    same = next((key for key, row in rows.items() if _squeezed(row["name"]) == loose), None)
+    if same is not None or not loose:
+        return same
+    pcie = "pcie" in loose
+    return next((key for key in sorted(rows, key=len, reverse=True)
+                 if _squeezed(key) in loose and ("pcie" in key) == pcie), None)
 
 
 def resolve_num_sms(gpu: str | None, num_sms: int | None) -> int:
