@@ -150,3 +150,74 @@ def test_the_watcher_records_cuda_utils_with_the_folders_its_key_holds(job):
     assert module["build"] == {"library_dirs": [str(nvidia / "lib"), os.environ["TRITON_LIBCUDA_PATH"]],
                                "include_dirs": [str(nvidia / "include")], "libraries": ["libcuda.so.1"],
                                "ccflags": []}, module
+
+
+WARM = ("import json, sys; from dgprecompile.compile.triton_host import warm_host_modules; "
+        "print(json.dumps(warm_host_modules(sys.argv[1], sys.argv[2:], {})))")
+
+
+def _warm(root: Path, *entries: str, **env: str | None) -> dict:
+    full = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TRITON), str(REPO)]), "CUDA_VISIBLE_DEVICES": ""}
+    full.update({k: v for k, v in env.items() if v is not None})
+    for k in [k for k, v in env.items() if v is None]:
+        full.pop(k, None)
+    res = subprocess.run([sys.executable, "-c", WARM, str(root), *entries], capture_output=True, text=True,
+                         timeout=600, env=full)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+@needs_triton
+def test_a_gpu_free_warm_builds_cuda_utils_under_the_key_the_jobs_strict_launch_looks_up(job, capfd, stub):
+    """warm (no GPU, no driver) builds Triton 3.8's cuda_utils with Triton's own CudaUtils() under the job's libcuda
+    folder (here the user's TRITON_LIBCUDA_PATH, kept by launch), linked against it where it holds the library;
+    a strict launch of the job then finds it and builds nothing. A kernel entry needs no launcher module (3.8 has
+    none). Without the variable warm keys with data/triton_moe.yaml's folder, linking what Triton finds: another key."""
+    root = job / "cache"
+    report = _warm(root, "SOMEKERNELENTRY")  # an entry without a recorded signature: 3.8 needs none
+    assert "left_to_capture" not in report, report
+    assert report["launchers"] == {} and report["entries"] == [report["cuda_utils"]] and len(report["built"]) == 1
+    nvidia = TRITON.resolve() / "triton" / "backends" / "nvidia"
+    assert report["machine"]["key"]["folders"] == {"library_dirs": [str(nvidia / "lib"), str(stub)],
+                                                   "include_dirs": [str(nvidia / "include")]}
+    assert report["not_whole"] == []
+    before = _tree(root / "triton")
+
+    r = launch()  # strict
+    assert r.exit_code == 0, r.output + capfd.readouterr().err
+    assert "cuda_utils loaded True" in capfd.readouterr().out
+    assert _tree(root / "triton") == before  # found under warm's key: nothing built, nothing written
+
+    from dgprecompile.runtimes import TRITON_MOE
+
+    other = _warm(job / "other", TRITON_LIBCUDA_PATH=None)
+    assert other["machine"]["key"]["folders"]["library_dirs"] == [str(nvidia / "lib"), TRITON_MOE.libcuda_dir]
+    assert other["cuda_utils"] != report["cuda_utils"]  # the folder is in Triton 3.8's key
+    # linked against what Triton's own search finds here (this job's LD_LIBRARY_PATH: the stand-in), not that folder
+    assert other["machine"]["libcuda"] == f"the driver's libcuda.so.1 in {stub}", other["machine"]
+
+
+def test_launch_points_tritons_libcuda_folder_where_warm_keyed_it_and_keeps_the_users(tmp_path):
+    """compose_env's Triton concern for the README's 480B server plan (Triton MoE items): the folder warm keyed
+    cuda_utils with where this machine's libcuda.so.1 is there; the user's own TRITON_LIBCUDA_PATH kept, not a
+    conflict; a machine whose driver lies elsewhere gets a note naming the variable and no setting."""
+    from dgprecompile.launch.environment import _EnvComposer, _triton_libcuda_env
+    from dgprecompile.planning.plan import PlanRequest
+    from dgprecompile.planning.request import plan_from_request
+
+    plan = plan_from_request(PlanRequest(sglang="0.5.14", sglang_cmd="python -m sglang.launch_server --model-path "
+                                         "Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 --tp 8 --ep 8"))
+    assert plan.triton_moe
+    driver = tmp_path / "driver"
+    driver.mkdir()
+    (driver / "libcuda.so.1").write_bytes(b"\x7fELF")
+
+    def composed(base: dict[str, str], folder: Path):
+        c = _EnvComposer(base, dict(base))
+        _triton_libcuda_env(c, plan, str(folder))
+        return c.env.get("TRITON_LIBCUDA_PATH"), [s.kept for s in c.settings], c.conflicts, c.notes
+
+    assert composed({}, driver) == (str(driver), [False], [], [])
+    assert composed({"TRITON_LIBCUDA_PATH": "/mine"}, driver) == ("/mine", [True], [], [])
+    value, settings, conflicts, notes = composed({}, tmp_path / "elsewhere")
+    assert (value, settings, conflicts) == (None, [], []) and "TRITON_LIBCUDA_PATH" in notes[0], notes

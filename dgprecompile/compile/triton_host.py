@@ -1,5 +1,13 @@
 """Triton's host modules, built without a GPU: the CUDA driver's ``cuda_utils`` (built once when Triton's CUDA
-driver initialises) and one ``__triton_launcher`` per kernel signature (built at a compiled kernel's first launch).
+driver initialises) and, up to Triton 3.7, one ``__triton_launcher`` per kernel signature (built at a compiled
+kernel's first launch).
+
+Triton 3.8 builds only ``cuda_utils`` (its launcher calls that module's generic ``launch``), from driver.c with
+``compile_module_from_file``, under a key that also holds the build's folders: Triton's own install folders and the
+job's libcuda folder (:func:`key_libcuda_dir`: TRITON_LIBCUDA_PATH, else data/triton_moe.yaml's ``host`` folder,
+where launch points TRITON_LIBCUDA_PATH on a machine whose driver is there). warm builds it with that folder in
+Triton's environment and, where it holds no libcuda.so.1 here, links against one found as below; the key is the
+job's only where Triton is installed at the same path (the job's image). The rest of this docstring is 3.6's build.
 
 Both are C extensions Triton builds at run time with ``triton/runtime/build.py`` ``compile_module_from_src``
 (the C compiler, the Python headers and the ``cuda.h`` Triton ships, linked against ``libcuda.so.1``) and stores in
@@ -118,10 +126,11 @@ def _swapped(env: Mapping[str, str], **functions) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _building(env: Mapping[str, str]) -> Iterator[list[dict[str, Any]]]:
-    """Around Triton's own builds: the loader stand-in, ``env`` (TRITON_CACHE_DIR, TRITON_LIBCUDA_PATH where a
-    link directory is given), and an observer of each module Triton looks up (its cache manager's key and
-    directory, the name, and whether it ran the C compiler). Restores everything after."""
+def _building(env: Mapping[str, str], link_dir: str | None) -> Iterator[list[dict[str, Any]]]:
+    """Around Triton's own builds: the loader stand-in, ``env`` (TRITON_CACHE_DIR, TRITON_LIBCUDA_PATH: the job's
+    libcuda folder), ``link_dir`` (where a libcuda.so.1 to link against is, where that folder has none here: added
+    to the C compiler's library folders after Triton computed the key), and an observer of each module Triton looks
+    up (its cache manager's key and directory, the name, and whether it ran the C compiler). Restores everything."""
     from triton.runtime import build
 
     modules: list[dict[str, Any]] = []
@@ -132,9 +141,9 @@ def _building(env: Mapping[str, str]) -> Iterator[list[dict[str, Any]]]:
         modules.append({"key": manager.key, "dir": manager.cache_dir, "built": False})
         return manager
 
-    def compile_c(name, *args, **kwargs):
+    def compile_c(name, src, srcdir, library_dirs, *args, **kwargs):
         modules[-1]["built"] = True
-        return real_build(name, *args, **kwargs)
+        return real_build(name, src, srcdir, [*library_dirs, *([link_dir] if link_dir else [])], *args, **kwargs)
 
     def load(name, path):
         modules[-1].update(name=name, path=path)
@@ -210,15 +219,18 @@ def cuda_functions(cuda_h: Path, cc: str) -> list[str]:
 
 
 def link_libcuda(scratch: Path) -> tuple[str | None, str]:
-    """(directory for TRITON_LIBCUDA_PATH or None, what is linked): the knob when set, the driver Triton finds
-    itself (ldconfig), the toolkit's stub, else a stand-in built here (module docstring)."""
-    from triton import knobs
+    """(a folder with a libcuda.so.1 to link against or None, what is linked): None where TRITON_LIBCUDA_PATH's
+    folder has it; else the driver's folder Triton finds itself (ldconfig), the toolkit's stub, else a stand-in
+    built here (module docstring)."""
     from triton.backends.nvidia import driver
 
-    if knobs.nvidia.libcuda_path:
-        return None, f"TRITON_LIBCUDA_PATH={knobs.nvidia.libcuda_path}"
-    try:
-        return None, "the driver's libcuda.so.1 in " + ", ".join(driver.libcuda_dirs())
+    given = os.environ.get("TRITON_LIBCUDA_PATH")
+    if given and (Path(given) / STUB_SONAME).exists():
+        return None, f"TRITON_LIBCUDA_PATH={given}"
+    try:  # Triton's own search, without the variable (where it names a folder without the library: the job's)
+        with environ({"TRITON_LIBCUDA_PATH": ""}):
+            found = driver.libcuda_dirs()
+        return found[0], "the driver's libcuda.so.1 in " + ", ".join(found)
     except (AssertionError, OSError, subprocess.CalledProcessError):
         pass
     finally:
@@ -246,9 +258,10 @@ def compiler() -> str:
     return cc
 
 
-def machine(linked: str) -> dict[str, Any]:
+def machine(linked: str, folders: dict[str, list[str]] | None = None) -> dict[str, Any]:
     """What the host modules' key, file name and bytes depend on here (module docstring): ``key`` holds what
-    Triton's lookup compares, the rest is what the bytes were built with."""
+    Triton's lookup compares (with Triton 3.8 the build's ``folders`` too), the rest is what the bytes were built
+    with."""
     import triton
     from triton.runtime.build import platform_key
 
@@ -258,27 +271,50 @@ def machine(linked: str) -> dict[str, Any]:
     except OSError:
         version = ""
     return {"key": {"platform_key": platform_key(), "ext_suffix": sysconfig.get_config_var("EXT_SUFFIX"),
-                    "triton": triton.__version__},
+                    "triton": triton.__version__, **({"folders": folders} if folders else {})},
             "python": platform.python_version(), "cc": f"{cc}: {(version.splitlines() or ['?'])[0]}",
             "python_include": sysconfig.get_paths()["include"], "libcuda": linked}
 
 
+def launcher_modules() -> bool:
+    """Whether this Triton builds a host module per kernel signature: 3.5-3.7's CUDA driver makes each launcher's C
+    source and builds it with compile_module_from_src; 3.8's has no such build (its CudaLauncher calls the generic
+    ``launch`` of ``cuda_utils``, which it builds with compile_module_from_file)."""
+    from triton.backends.nvidia import driver
+
+    return hasattr(driver, "compile_module_from_src")
+
+
+def key_libcuda_dir() -> str:
+    """The folder of the job's libcuda.so.1, as Triton 3.8 puts it in ``cuda_utils``' key (driver.py library_dirs():
+    TRITON_LIBCUDA_PATH, else ldconfig's folders): the environment's TRITON_LIBCUDA_PATH where set, else the folder
+    launch sets it to where the job's machine has its libcuda.so.1 there (data/triton_moe.yaml ``host``)."""
+    from dgprecompile.runtimes import TRITON_MOE
+
+    return os.environ.get("TRITON_LIBCUDA_PATH") or TRITON_MOE.libcuda_dir
+
+
 def build(root: str | Path, kernels: Mapping[str, Mapping[str, Any]], scratch: Path) -> dict[str, Any]:
-    """Build ``cuda_utils`` and each kernel entry's launcher (``kernels``: entry -> :func:`watch_kernels`' record)
-    into ``<root>/triton`` with Triton's own code; a module already there is Triton's own cache hit (not rebuilt).
-    Returns ``{"cuda_utils": entry, "launchers": {kernel entry: entry}, "entries", "built", "machine"}``."""
+    """Build ``cuda_utils`` and, where this Triton builds them (:func:`launcher_modules`), each kernel entry's
+    launcher (``kernels``: entry -> :func:`watch_kernels`' record) into ``<root>/triton`` with Triton's own code,
+    the job's libcuda folder in Triton's environment (:func:`key_libcuda_dir`); a module already there is
+    Triton's own cache hit (not rebuilt). Returns ``{"cuda_utils": entry, "launchers": {kernel entry: entry},
+    "entries", "built", "machine"}``."""
     from triton.backends.nvidia.driver import CudaLauncher, CudaUtils
 
     from dgprecompile.runtimes import family_for_area
 
     triton_dir = family_for_area("triton").area_dir(root).resolve()
-    libcuda_dir, linked = link_libcuda(scratch)
-    env = {"TRITON_CACHE_DIR": str(triton_dir), **({"TRITON_LIBCUDA_PATH": libcuda_dir} if libcuda_dir else {})}
+    key_dir = key_libcuda_dir()
+    link_dir, linked = (None, f"the job's libcuda.so.1 in {key_dir}") if (Path(key_dir) / STUB_SONAME).exists() \
+        else link_libcuda(scratch)
+    env = {"TRITON_CACHE_DIR": str(triton_dir), "TRITON_LIBCUDA_PATH": key_dir}
     launchers: dict[str, str] = {}
-    with _building(env) as modules:
+    with _building(env, link_dir) as modules:
         CudaUtils()  # the driver's initialisation
         utils = modules[-1]
-        for entry, spec in sorted(kernels.items()):
+        folders = _folders()
+        for entry, spec in sorted(kernels.items()) if launcher_modules() else ():
             kernel = compiled_kernel(triton_dir, entry, spec)
             CudaLauncher(kernel.src, kernel.metadata)  # CompiledKernel._init_handles' call
             launchers[entry] = modules[-1]["key"]
@@ -287,7 +323,24 @@ def build(root: str | Path, kernels: Mapping[str, Mapping[str, Any]], scratch: P
             raise RuntimeError(f"Triton put {m.get('name')} at {m.get('path')}, not under {triton_dir}")
     return {"cuda_utils": utils["key"], "launchers": launchers, "entries": sorted({m["key"] for m in modules}),
             "built": sorted({f"{m['key']}/{os.path.basename(m['path'])}" for m in modules if m["built"]}),
-            "machine": machine(linked)}
+            "machine": machine(linked, folders)}
+
+
+def _folders() -> dict[str, list[str]] | None:
+    """Where Triton 3.8 builds ``cuda_utils`` from (its key holds them): Triton's own folders and the libcuda folder
+    under the environment in force; None for a Triton whose key holds none (3.5-3.7)."""
+    from triton.backends.nvidia import driver
+
+    if launcher_modules():
+        return None
+    return {"library_dirs": list(driver.library_dirs()), "include_dirs": list(driver.include_dirs)}
+
+
+def _launchers_here() -> bool:
+    try:
+        return launcher_modules()
+    except ImportError:
+        return True
 
 
 def warm_host_modules(root: str | Path, entries: list[str], seen: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -299,14 +352,14 @@ def warm_host_modules(root: str | Path, entries: list[str], seen: Mapping[str, M
     from dgprecompile.host import scratch as scratch_dirs
 
     missing = [e for e in entries if e not in seen]
-    if missing:
+    if missing and _launchers_here():
         return {"left_to_capture": f"no signature recorded for {', '.join(missing[:3])}"}
     where = scratch_dirs.run_dir("dgprecompile-triton-host-")
     try:
-        report = build(root, {e: seen[e] for e in entries}, where)
+        report = build(root, {e: seen[e] for e in entries if e in seen}, where)
     except (RuntimeError, OSError, subprocess.SubprocessError, AttributeError) as exc:
         # AttributeError: a Triton whose launcher asks the active driver for more than the compile-only driver
-        # states (Triton 3.7.1's CudaLauncher reads driver.active.utils.launch, backends/nvidia/driver.py:300)
+        # states (a CudaLauncher that reads driver.active.utils.launch but builds its own module)
         return {"left_to_capture": f"Triton's host-module build failed here: {exc}"[:600]}
     finally:
         scratch_dirs.release(where)

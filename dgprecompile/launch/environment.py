@@ -110,17 +110,19 @@ def compose_env(plan: Plan, cache_dir: str, fingerprint: Mapping[str, Any], base
                 warm_hint: str = "", python: str | None = None, standin: str = NVCC_STANDIN,
                 hook_dir: str = HOOK_DIR, shared: list[str] | tuple[str, ...] = (),
                 families: list[tuple[str, str, str]] = ()) -> LaunchEnv:
-    """The child's environment. Pure: reads only its arguments (and, for the C++ JIT, whether a path exists).
+    """The child's environment. Pure: reads only its arguments (and whether a path exists: for the C++ JIT, and the
+    libcuda.so.1 Triton's key may hold).
 
     One helper per concern, in this order (a later one sees what an earlier one set, and the settings table lists
     them in this order): SGLang's precompile off, the DeepGEMM cache dirs, SGLang's own JIT loader, the other
-    families' caches (launch/capture.py), the fingerprint's key variables, the nvcc (recorded or stand-in), and
-    last the startup hook's variables and PYTHONPATH."""
+    families' caches (launch/capture.py), Triton's libcuda folder, the fingerprint's key variables, the nvcc
+    (recorded or stand-in), and last the startup hook's variables and PYTHONPATH."""
     c = _EnvComposer(base_env, dict(base_env))
     _precompile_env(c, plan)
     for runtime in job_runtimes(plan):  # each runtime the job runs, as its kind sets it up (RUNTIME_ENV)
         RUNTIME_ENV[runtime.kind](c, plan, runtime, cache_dir, strict=strict, shared=shared)
     _family_cache_env(c, families)
+    _triton_libcuda_env(c, plan)
     _recorded_key_env(c, fingerprint)
     _nvcc_env(c, plan, fingerprint, strict, standin)
     _hook_env(c, plan, cache_dir, strict=strict, trace_dir=trace_dir, run_dir=run_dir, warm_hint=warm_hint,
@@ -220,6 +222,25 @@ def _family_cache_env(c: _EnvComposer, families: list[tuple[str, str, str]] | tu
     """The other JIT families' cache variables (launch/capture.py); their DGPRECOMPILE_ switches go to the hook."""
     for name, value, why in [f for f in families if not f[0].startswith("DGPRECOMPILE_")]:
         c.put(name, value, why, same=_same_path if name.endswith(("_DIR", "_BASE")) else _equal)
+
+
+def _triton_libcuda_env(c: _EnvComposer, plan: Plan, folder: str | None = None) -> None:
+    """Triton 3.8 keys its ``cuda_utils`` by the folders of the machine's libcuda.so.1 (TRITON_LIBCUDA_PATH, else
+    ldconfig's): point it at the folder warm keyed with (runtimes/triton_moe.py ``libcuda_dir``) where this machine
+    has its libcuda.so.1 there, so ldconfig's other folders do not change the key. The user's own value is kept (a
+    warm under the same value keys with it); where the driver lies elsewhere, a plan whose warm built cuda_utils
+    (its Triton MoE items) gets a note, and nothing changes."""
+    from dgprecompile.runtimes import TRITON_MOE
+
+    folder, name = folder or TRITON_MOE.libcuda_dir, "TRITON_LIBCUDA_PATH"
+    if name in c.base_env:
+        c.settings.append(EnvSetting(name, c.base_env[name], "Triton's libcuda folder, yours (warm with the same: "
+                                     "Triton 3.8's cuda_utils key holds it)", kept=True))
+    elif os.path.exists(os.path.join(folder, "libcuda.so.1")):
+        c.put(name, folder, "Triton's libcuda folder, as warm keyed Triton 3.8's cuda_utils with it")
+    elif plan.triton_moe:
+        c.notes.append(f"no libcuda.so.1 in {folder} here: under Triton 3.8 the job looks cuda_utils up under "
+                       f"another key than warm's (set {name} to this machine's driver folder for warm and job)")
 
 
 def _recorded_key_env(c: _EnvComposer, fingerprint: Mapping[str, Any]) -> None:

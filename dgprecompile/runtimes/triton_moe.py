@@ -59,6 +59,12 @@ class TritonMoeFamily:
     def data(self) -> dict:
         return _yaml_data(self.data_file)
 
+    @property
+    def libcuda_dir(self) -> str:
+        """The folder of the job's libcuda.so.1 that Triton 3.8's ``cuda_utils`` key is built with and launch points
+        TRITON_LIBCUDA_PATH at (data file ``host``)."""
+        return str(self.data()["host"]["libcuda_dir"])
+
     def release(self, version: str | None) -> dict | None:
         """The data file's entry for ``version`` (an exact sglang release), with ``version`` added, or None."""
         if not version:
