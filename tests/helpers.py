@@ -314,3 +314,19 @@ def make_wheel(path: Path, name: str, version: str, blob: int = 0) -> None:
     with zipfile.ZipFile(path, "w") as z:
         for n, text in {**files, f"{info}/RECORD": record}.items():
             z.writestr(n, text)
+
+
+JOB_PREFIXES = ("SGL_", "SGLANG_", "DG_JIT_", "DGPRECOMPILE_")
+
+
+def clear_job_env(monkeypatch, *prefixes: str, caches: bool = True) -> None:
+    """Unset what a launched job's environment would inherit from this one and change its outcome: SGLang's,
+    DeepGEMM's and dgprecompile's variables, ``prefixes`` besides, and (``caches``) every captured family's cache
+    variable."""
+    from dgprecompile.runtimes import CAPTURED
+
+    cache_vars = {e for f in CAPTURED for e in f.cache_env} if caches else set()
+    for name in list(os.environ):
+        if name.startswith(JOB_PREFIXES + prefixes) or name in cache_vars:
+            monkeypatch.delenv(name, raising=False)
+

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from helpers import needs_legacy, needs_nvcc
+from helpers import clear_job_env, needs_legacy, needs_nvcc
 
 from dgprecompile.cache.artifact import check_member
 from dgprecompile.cache.store import CacheStore, valid_entry_name
@@ -27,7 +27,7 @@ from dgprecompile.errors import InputError
 from dgprecompile.planning.manifest import write_manifest
 from dgprecompile.planning.plan import PlanRequest
 from dgprecompile.planning.trace import plan_from_calls
-from dgprecompile.runtimes import CAPTURED, family_for_area
+from dgprecompile.runtimes import family_for_area
 
 REPO = Path(__file__).resolve().parent.parent
 torch_here = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
@@ -54,10 +54,7 @@ CHILD = textwrap.dedent("""
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch):
-    for name in list(os.environ):
-        if name.startswith(("SGL_", "SGLANG_", "DG_JIT_", "DGPRECOMPILE_", "TORCHINDUCTOR_")) or name in [
-                e for f in CAPTURED for e in f.cache_env]:
-            monkeypatch.delenv(name, raising=False)
+    clear_job_env(monkeypatch, "TORCHINDUCTOR_")
 
 
 def _job(folder: Path) -> Path:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from helpers import wait_for
+from helpers import clear_job_env, wait_for
 
 from dgprecompile.cli.main import cli
 from dgprecompile.launch.environment import compose_env
@@ -45,9 +45,7 @@ def _env(sglang, base=None, fingerprint=FP, **kw):
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch):
-    for name in list(os.environ):
-        if name.startswith(("SGL_", "SGLANG_", "DG_JIT_", "DGPRECOMPILE_")):
-            monkeypatch.delenv(name, raising=False)
+    clear_job_env(monkeypatch, caches=False)
 
 
 # ---- environment composition ----------------------------------------------------------------------------

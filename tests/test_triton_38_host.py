@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from helpers import clear_job_env
 
 from dgprecompile.cli.main import cli
 from dgprecompile.planning.manifest import write_manifest
 from dgprecompile.planning.plan import PlanRequest
 from dgprecompile.planning.trace import plan_from_calls
-from dgprecompile.runtimes import CAPTURED
 
 REPO = Path(__file__).resolve().parent.parent
 TRITON = Path(os.environ.get("DGP_TRITON38_DIR", REPO / ".venv" / "triton-3.8.0"))
@@ -39,10 +39,7 @@ CHILD = textwrap.dedent("""
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch):
-    for name in list(os.environ):
-        if name.startswith(("SGL_", "SGLANG_", "DG_JIT_", "DGPRECOMPILE_", "TRITON_")) or name in [
-                e for f in CAPTURED for e in f.cache_env]:
-            monkeypatch.delenv(name, raising=False)
+    clear_job_env(monkeypatch, "TRITON_")
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from helpers import PLAN, warm_once
+from helpers import PLAN, clear_job_env, warm_once
 
 from dgprecompile.cache.store import CacheStore
 from dgprecompile.cli.main import cli
@@ -73,9 +73,7 @@ CHILD = textwrap.dedent("""
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch):
-    for name in list(os.environ):
-        if name.startswith(("SGL_", "SGLANG_", "DG_JIT_", "DGPRECOMPILE_")) or name in [e for f in CAPTURED for e in f.cache_env]:
-            monkeypatch.delenv(name, raising=False)
+    clear_job_env(monkeypatch)
 
 
 @pytest.fixture
