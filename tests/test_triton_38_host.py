@@ -146,7 +146,56 @@ def test_the_watcher_records_cuda_utils_with_the_folders_its_key_holds(job):
     nvidia = TRITON.resolve() / "triton" / "backends" / "nvidia"  # Triton's own folders, where it is installed
     assert module["build"] == {"library_dirs": [str(nvidia / "lib"), os.environ["TRITON_LIBCUDA_PATH"]],
                                "include_dirs": [str(nvidia / "include")], "libraries": ["libcuda.so.1"],
-                               "ccflags": []}, module
+                               "ccflags": None}, module
+
+
+RECORD = REPO / "bench" / "results" / "2026-12-03-h200-model-480b" / "asks.json"  # its server command and config
+
+
+def _watched(tmp: Path, **env: str) -> dict:
+    """The watcher's triton-host asks of a job whose Triton built cuda_utils itself under ``env`` (unwatched)."""
+    full = {**os.environ, "TRITON_CACHE_DIR": str(tmp / "t"), **env}
+    subprocess.run([sys.executable, "-c", "from triton.backends.nvidia.driver import CudaUtils; CudaUtils()"],
+                   env=full, check=True, capture_output=True, timeout=300)
+    res = subprocess.run([sys.executable, "-c", WATCH], capture_output=True, text=True, timeout=300, env=full)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])["asks"]["triton-host"]
+
+
+def _held(tmp: Path, host: dict) -> dict:
+    """proof_asks (HEAD's plan for the 480B record's command) over a record whose only family is ``host``, as a
+    run under Triton 3.8.0 made it: {ask: (status, detail)}."""
+    from helpers import STANDINS, sglang_014_dir
+
+    record = json.loads(RECORD.read_text())
+    record["environment"]["versions"]["triton"] = "3.8.0"
+    record["families"] = {"triton-host": host}
+    (tmp / "config.json").write_text((RECORD.parent / "config.json").read_text())
+    (tmp / "asks.json").write_text(json.dumps(record, sort_keys=True))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(sglang_014_dir()), STANDINS, str(TRITON), str(REPO)]),
+           "DGP_STANDINS": "sgl_kernel,torchvision", "DGP_TRANSFORMERS_EXIST_OK": "1", "CUDA_VISIBLE_DEVICES": ""}
+    res = subprocess.run([sys.executable, "-m", "dgprecompile.launch.proof_asks", str(tmp / "asks.json"), "--json"],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode in (0, 1), res.stdout[-2000:] + res.stderr[-3000:]
+    return {c["ask"]: (c["status"], c["detail"]) for c in json.loads(res.stdout)["checks"]}
+
+
+@needs_triton
+@pytest.mark.skipif(not (REPO / ".venv" / "sglang-0.5.14").is_dir(), reason="no sglang 0.5.14 (make setup)")
+def test_heads_plan_holds_a_jobs_cuda_utils_ask_keyed_with_the_folder_warm_keys_with(job, stub):
+    """A job's cuda_utils lookup under Triton 3.8 (the watcher's ask, with its build folders) against HEAD: keyed
+    with the libcuda folder launch points TRITON_LIBCUDA_PATH at (data/triton_moe.yaml; the job's driver there, the
+    linker finding a stand-in through LIBRARY_PATH) it is covered, the key computed by Triton's own
+    compile_module_from_file; keyed with another folder it is MISSING, naming both folders."""
+    from dgprecompile.runtimes import TRITON_MOE
+
+    there = _watched(job / "a", TRITON_LIBCUDA_PATH=TRITON_MOE.libcuda_dir, LIBRARY_PATH=str(stub))
+    (covered,) = _held(job / "a", there).values()
+    assert covered[0] == "covered", covered
+    elsewhere = _watched(job / "b")  # the job fixture's TRITON_LIBCUDA_PATH: the stand-in's folder
+    ((ask, (status, detail)),) = _held(job / "b", elsewhere).items()
+    assert ask.startswith("cuda_utils ") and status == "missing", (ask, status, detail)
+    assert f"the job's libcuda folder: {stub}; warm keys with {TRITON_MOE.libcuda_dir}" in detail, detail
 
 
 WARM = ("import json, sys; from dgprecompile.compile.triton_host import warm_host_modules; "

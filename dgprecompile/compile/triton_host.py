@@ -157,12 +157,14 @@ class _Named(Exception):
     """Stops Triton's own lookup once its key is computed (:func:`lookup_keys`)."""
 
 
-def lookup_keys(launchers: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def lookup_keys(launchers: Mapping[str, Mapping[str, Any]], built: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The cache keys this Triton looks its host modules up by: ``cuda_utils``'s, and each launcher's from what its
     source is generated from (``launchers``: id -> ``{"kernel", "signature", "tensordesc_meta"}``, a signature as
     :class:`RecordedSource` takes it), computed by Triton's own CudaUtils() and CudaLauncher() as :func:`build` calls
     them, each stopped at its cache lookup: nothing is compiled or written. With ``platform_key`` and the file
-    suffix, the rest of what the key and the file name hold."""
+    suffix, the rest of what the key and the file name hold. ``built``: what a job's Triton 3.8 built cuda_utils
+    with (its key holds it): the key warm files it under in that job's image, Triton's own folders as the job had
+    them and the libcuda folder warm keys with (:func:`key_libcuda_dir`'s default, where launch points the job)."""
     import tempfile
     from types import SimpleNamespace
 
@@ -188,13 +190,27 @@ def lookup_keys(launchers: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         # the library folders are no part of the key; the scratch cache gets the manager's empty directories
         env = {"TRITON_LIBCUDA_PATH": scratch, "TRITON_CACHE_DIR": scratch}
         with _swapped(env, get_cache_manager=get_cache_manager):
-            out["cuda_utils"] = named(CudaUtils)
+            out["cuda_utils"] = named(CudaUtils if built is None else lambda: _utils_as_warm(built))
             for ident, spec in sorted(launchers.items()):
                 src = RecordedSource(str(spec["kernel"]), spec["signature"])
                 meta = SimpleNamespace(tensordesc_meta=spec.get("tensordesc_meta"))
                 out["launchers"][ident] = named(lambda s=src, m=meta: CudaLauncher(s, m))
     out.update(platform_key=triton_build.platform_key(), ext_suffix=sysconfig.get_config_var("EXT_SUFFIX"))
     return out
+
+
+def _utils_as_warm(built: Mapping[str, Any]) -> None:
+    """Triton 3.8's own build of cuda_utils (driver.py CudaUtils' call: its driver.c, name and libraries) with the
+    job's Triton folders and the libcuda folder warm keys with."""
+    from triton.backends.nvidia import driver
+    from triton.runtime import build as triton_build
+
+    from dgprecompile.runtimes import TRITON_MOE
+
+    triton_build.compile_module_from_file(
+        src_path=os.path.join(driver.dirname, "driver.c"), name="cuda_utils",
+        library_dirs=[*built["library_dirs"][:1], TRITON_MOE.libcuda_dir], include_dirs=built["include_dirs"],
+        libraries=built["libraries"], ccflags=built["ccflags"])
 
 
 def compiled_kernel(triton_dir: Path, entry: str, spec: Mapping[str, Any]):

@@ -253,7 +253,9 @@ def _host_recording(asks: Asks, making: list[dict[str, Any]], by_file: bool):
             module = inner(*args, **kwargs)
             given = signature.bind(*args, **kwargs).arguments
             name = str(given.get("name"))
-            built = {k: [str(v) for v in (given.get(k) or [])] for k in BUILD_ARGS} if by_file else None
+            # None stays None: Triton 3.8's key skips a None argument but hashes the name of an empty one
+            built = {k: None if given.get(k) is None else [str(v) for v in given[k]] for k in BUILD_ARGS} \
+                if by_file else None
             asks.host_module(name, getattr(module, "__file__", None),
                              making[-1] if making and name != "cuda_utils" else None, built)
             return module

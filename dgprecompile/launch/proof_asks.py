@@ -261,18 +261,25 @@ def _host_keys(asks: dict[str, Any], record: dict[str, Any]) -> tuple[dict[str, 
         return None, f"no Triton here ({exc}); the run had {want}"
     if triton.__version__ != want:
         return None, f"Triton {triton.__version__} here, the run had {want} (its driver's source is in the keys)"
-    built = next((m["build"] for m in asks.get("modules", []) if "build" in m), None)
-    if built is not None:  # Triton 3.8: the key holds the job's own folders (libcuda's, Triton's install)
-        return None, ("its key holds the job machine's folders (" + ", ".join(built["library_dirs"])[:160] +
-                      "): HEAD's warm files it there only where it ran with the same; not computed here")
+    built = next((m["build"] for m in asks.get("modules", []) if "build" in m), None)  # Triton 3.8: its folders
     launchers = {str(i): m["launcher"] for i, m in enumerate(asks.get("modules", [])) if "launcher" in m}
     try:
-        keys = lookup_keys(launchers)
+        keys = lookup_keys(launchers, built)
     except (RuntimeError, AttributeError, TypeError, KeyError, OSError) as exc:
         return None, f"Triton {want}'s own lookup failed here: {type(exc).__name__}: {exc}"[:300]
     if asks.get("platform_key") and keys["platform_key"] != asks["platform_key"]:
         return None, f"platform {keys['platform_key']} here, the run's {asks['platform_key']} (in every key)"
     return keys, ""
+
+
+def _folders_said(module: dict[str, Any]) -> str:
+    """For a Triton 3.8 module: the libcuda folder the job keyed it with, against the one warm keys with."""
+    from dgprecompile.runtimes import TRITON_MOE
+
+    if "build" not in module:
+        return ""
+    return (f" (the job's libcuda folder: {', '.join(module['build']['library_dirs'][1:]) or 'none'}; warm keys "
+            f"with {TRITON_MOE.libcuda_dir})")
 
 
 def _triton_host(plan, asks: dict[str, Any], record: dict[str, Any], notes: list[str], nvcc: str | None):
@@ -296,7 +303,7 @@ def _triton_host(plan, asks: dict[str, Any], record: dict[str, Any], notes: list
                else f"a launcher of {launcher['kernel']}: HEAD's plan warms only {TRITON_MOE.kernel}"
                if launcher and launcher.get("kernel") != TRITON_MOE.kernel
                else f"{module['name']}: a module warm does not build" if named is None
-               else f"HEAD's warm files it under {named}" if named != module["key"] else "")
+               else f"HEAD's warm files it under {named}{_folders_said(module)}" if named != module["key"] else "")
         out.append(AskCheck("triton-host", _host_shown(module), MISSING if why else COVERED, why))
     return out
 
