@@ -218,7 +218,8 @@ def test_a_gpu_free_warm_builds_cuda_utils_under_the_key_the_jobs_strict_launch_
     """warm (no GPU, no driver) builds Triton 3.8's cuda_utils with Triton's own CudaUtils() under the job's libcuda
     folder (here the user's TRITON_LIBCUDA_PATH, kept by launch), linked against it where it holds the library;
     a strict launch of the job then finds it and builds nothing. A kernel entry needs no launcher module (3.8 has
-    none). Without the variable warm keys with data/triton_moe.yaml's folder, linking what Triton finds: another key."""
+    none). Without the variable warm keys as launch sets the job up here: the driver's folder Triton finds, else
+    (no driver) data/triton_moe.yaml's folder: another key."""
     root = job / "cache"
     report = _warm(root, "SOMEKERNELENTRY")  # an entry without a recorded signature: 3.8 needs none
     assert "left_to_capture" not in report, report
@@ -236,11 +237,17 @@ def test_a_gpu_free_warm_builds_cuda_utils_under_the_key_the_jobs_strict_launch_
 
     from dgprecompile.runtimes import TRITON_MOE
 
-    other = _warm(job / "other", TRITON_LIBCUDA_PATH=None)
-    assert other["machine"]["key"]["folders"]["library_dirs"] == [str(nvidia / "lib"), TRITON_MOE.libcuda_dir]
-    assert other["cuda_utils"] != report["cuda_utils"]  # the folder is in Triton 3.8's key
-    # linked against what Triton's own search finds here (this job's LD_LIBRARY_PATH: the stand-in), not that folder
-    assert other["machine"]["libcuda"] == f"the driver's libcuda.so.1 in {stub}", other["machine"]
+    # no variable, a driver Triton's own search finds (this job's LD_LIBRARY_PATH): keyed with its folder, as the
+    # job's Triton looks it up on this machine when launch sets nothing (the data file's folder has no driver here)
+    here = _warm(job / "here", TRITON_LIBCUDA_PATH=None)
+    assert here["cuda_utils"] == report["cuda_utils"] and here["machine"]["libcuda"] == f"the driver's libcuda.so.1 " \
+        f"in {stub}", here["machine"]
+    # no driver at all (a GPU-free warm): keyed with the data file's folder, where launch points a job whose driver
+    # is there; linked against a stand-in or the toolkit's stub
+    free = _warm(job / "free", TRITON_LIBCUDA_PATH=None, LD_LIBRARY_PATH=None)
+    assert free["machine"]["key"]["folders"]["library_dirs"] == [str(nvidia / "lib"), TRITON_MOE.libcuda_dir]
+    assert free["cuda_utils"] != report["cuda_utils"]  # the folder is in Triton 3.8's key
+    assert not free["machine"]["libcuda"].startswith("the driver's"), free["machine"]
 
 
 def test_launch_points_tritons_libcuda_folder_where_warm_keyed_it_and_keeps_the_users(tmp_path):

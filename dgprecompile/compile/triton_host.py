@@ -4,10 +4,10 @@ kernel's first launch).
 
 Triton 3.8 builds only ``cuda_utils`` (its launcher calls that module's generic ``launch``), from driver.c with
 ``compile_module_from_file``, under a key that also holds the build's folders: Triton's own install folders and the
-job's libcuda folder (:func:`key_libcuda_dir`: TRITON_LIBCUDA_PATH, else data/triton_moe.yaml's ``host`` folder,
-where launch points TRITON_LIBCUDA_PATH on a machine whose driver is there). warm builds it with that folder in
-Triton's environment and, where it holds no libcuda.so.1 here, links against one found as below; the key is the
-job's only where Triton is installed at the same path (the job's image). The rest of this docstring is 3.6's build.
+job's libcuda folder (:func:`key_libcuda_dir`, as launch sets it up: TRITON_LIBCUDA_PATH, else data/triton_moe.yaml's
+``host`` folder where the driver is there or where there is no driver, else Triton's own search). warm builds it so
+and, where the folder holds no libcuda.so.1 here, links against one found as below; the key is the job's only where
+Triton is installed at the same path (the job's image). The rest of this docstring is 3.6's build.
 
 Both are C extensions Triton builds at run time with ``triton/runtime/build.py`` ``compile_module_from_src``
 (the C compiler, the Python headers and the ``cuda.h`` Triton ships, linked against ``libcuda.so.1``) and stores in
@@ -187,7 +187,8 @@ def lookup_keys(launchers: Mapping[str, Mapping[str, Any]], built: Mapping[str, 
 
     out: dict[str, Any] = {"launchers": {}}
     with tempfile.TemporaryDirectory(prefix="dgprecompile-triton-keys-") as scratch:
-        # the library folders are no part of the key; the scratch cache gets the manager's empty directories
+        # the library folders are no part of 3.6's keys (3.8's: given by ``built``); the scratch cache gets the
+        # manager's empty directories
         env = {"TRITON_LIBCUDA_PATH": scratch, "TRITON_CACHE_DIR": scratch}
         with _swapped(env, get_cache_manager=get_cache_manager):
             out["cuda_utils"] = named(CudaUtils if built is None else lambda: _utils_as_warm(built))
@@ -243,14 +244,9 @@ def link_libcuda(scratch: Path) -> tuple[str | None, str]:
     given = os.environ.get("TRITON_LIBCUDA_PATH")
     if given and (Path(given) / STUB_SONAME).exists():
         return None, f"TRITON_LIBCUDA_PATH={given}"
-    try:  # Triton's own search, without the variable (where it names a folder without the library: the job's)
-        with environ({"TRITON_LIBCUDA_PATH": ""}):
-            found = driver.libcuda_dirs()
+    found = driver_folders()  # where the variable names a folder without the library (the job's), Triton's search
+    if found:
         return found[0], "the driver's libcuda.so.1 in " + ", ".join(found)
-    except (AssertionError, OSError, subprocess.CalledProcessError):
-        pass
-    finally:
-        driver.libcuda_dirs.cache_clear()
     homes = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
     for home in [h for h in homes if h]:
         for stub in [Path(home) / "lib64" / "stubs" / "libcuda.so", *Path(home).glob("targets/*/lib/stubs/libcuda.so")]:
@@ -301,13 +297,32 @@ def launcher_modules() -> bool:
     return hasattr(driver, "compile_module_from_src")
 
 
-def key_libcuda_dir() -> str:
-    """The folder of the job's libcuda.so.1, as Triton 3.8 puts it in ``cuda_utils``' key (driver.py library_dirs():
-    TRITON_LIBCUDA_PATH, else ldconfig's folders): the environment's TRITON_LIBCUDA_PATH where set, else the folder
-    launch sets it to where the job's machine has its libcuda.so.1 there (data/triton_moe.yaml ``host``)."""
+def key_libcuda_dir() -> str | None:
+    """The libcuda folder Triton 3.8 puts in ``cuda_utils``' key (driver.py library_dirs(): TRITON_LIBCUDA_PATH, else
+    the folders it finds the driver in), as launch sets it up on this machine: TRITON_LIBCUDA_PATH where the
+    environment sets it; data/triton_moe.yaml's ``host`` folder where this machine's libcuda.so.1 is there, or where
+    this machine has no driver at all (a GPU-free warm: the job's machine is taken to have it there); else None,
+    Triton's own search, as the job's Triton searches on this machine."""
     from dgprecompile.runtimes import TRITON_MOE
 
-    return os.environ.get("TRITON_LIBCUDA_PATH") or TRITON_MOE.libcuda_dir
+    given, folder = os.environ.get("TRITON_LIBCUDA_PATH"), TRITON_MOE.libcuda_dir
+    if given:
+        return given
+    return None if not (Path(folder) / STUB_SONAME).exists() and driver_folders() else folder
+
+
+def driver_folders() -> list[str]:
+    """The folders Triton's own search finds the driver's libcuda.so.1 in (ldconfig, else LD_LIBRARY_PATH), without
+    TRITON_LIBCUDA_PATH; [] on a machine without a driver."""
+    from triton.backends.nvidia import driver
+
+    try:
+        with environ({"TRITON_LIBCUDA_PATH": ""}):
+            return list(driver.libcuda_dirs())
+    except (AssertionError, OSError, subprocess.CalledProcessError):
+        return []
+    finally:
+        driver.libcuda_dirs.cache_clear()
 
 
 def build(root: str | Path, kernels: Mapping[str, Mapping[str, Any]], scratch: Path) -> dict[str, Any]:
@@ -322,9 +337,13 @@ def build(root: str | Path, kernels: Mapping[str, Mapping[str, Any]], scratch: P
 
     triton_dir = family_for_area("triton").area_dir(root).resolve()
     key_dir = key_libcuda_dir()
-    link_dir, linked = (None, f"the job's libcuda.so.1 in {key_dir}") if (Path(key_dir) / STUB_SONAME).exists() \
-        else link_libcuda(scratch)
-    env = {"TRITON_CACHE_DIR": str(triton_dir), "TRITON_LIBCUDA_PATH": key_dir}
+    if key_dir is None:
+        link_dir, linked = None, "the driver's libcuda.so.1 in " + ", ".join(driver_folders())
+    elif (Path(key_dir) / STUB_SONAME).exists():
+        link_dir, linked = None, f"the job's libcuda.so.1 in {key_dir}"
+    else:
+        link_dir, linked = link_libcuda(scratch)
+    env = {"TRITON_CACHE_DIR": str(triton_dir), **({"TRITON_LIBCUDA_PATH": key_dir} if key_dir else {})}
     launchers: dict[str, str] = {}
     with _building(env, link_dir) as modules:
         CudaUtils()  # the driver's initialisation

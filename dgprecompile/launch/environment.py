@@ -228,8 +228,9 @@ def _triton_libcuda_env(c: _EnvComposer, plan: Plan, folder: str | None = None) 
     """Triton 3.8 keys its ``cuda_utils`` by the folders of the machine's libcuda.so.1 (TRITON_LIBCUDA_PATH, else
     ldconfig's): point it at the folder warm keyed with (runtimes/triton_moe.py ``libcuda_dir``) where this machine
     has its libcuda.so.1 there, so ldconfig's other folders do not change the key. The user's own value is kept (a
-    warm under the same value keys with it); where the driver lies elsewhere, a plan whose warm built cuda_utils
-    (its Triton MoE items) gets a note, and nothing changes."""
+    warm under the same value keys with it); where the driver lies elsewhere nothing is set (Triton's own search,
+    which a warm on this machine keys with too: compile/triton_host.py key_libcuda_dir), and a plan whose warm built
+    cuda_utils (its Triton MoE items) gets a note."""
     from dgprecompile.runtimes import TRITON_MOE
 
     folder, name = folder or TRITON_MOE.libcuda_dir, "TRITON_LIBCUDA_PATH"
@@ -239,8 +240,9 @@ def _triton_libcuda_env(c: _EnvComposer, plan: Plan, folder: str | None = None) 
     elif os.path.exists(os.path.join(folder, "libcuda.so.1")):
         c.put(name, folder, "Triton's libcuda folder, as warm keyed Triton 3.8's cuda_utils with it")
     elif plan.triton_moe:
-        c.notes.append(f"no libcuda.so.1 in {folder} here: under Triton 3.8 the job looks cuda_utils up under "
-                       f"another key than warm's (set {name} to this machine's driver folder for warm and job)")
+        c.notes.append(f"no libcuda.so.1 in {folder} here: Triton 3.8 keys cuda_utils with this machine's driver "
+                       f"folder, which a warm here matches but a GPU-free warm (keyed with {folder}) does not; for "
+                       f"that, set {name} to the driver's folder for warm and job")
 
 
 def _recorded_key_env(c: _EnvComposer, fingerprint: Mapping[str, Any]) -> None:
