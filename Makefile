@@ -70,6 +70,9 @@ TRITON_DIR := $(VENV)/triton-3.6.0
 # Triton 3.8.0 (torch 2.14.1's pin, so sglang 0.5.22-0.5.23's stack; a 248 MB wheel, about 900 MB installed) the same
 # way: tests/test_triton_38_host.py builds, refuses and captures its one host module (cuda_utils) with its own code.
 TRITON_38 := $(VENV)/triton-3.8.0
+# Triton 3.7.1 (sglang 0.5.18-0.5.21's torch pin) the same way, for the same tests: its cuda_utils is keyed as 3.6's,
+# and, like 3.8, it builds no launcher module
+TRITON_37 := $(VENV)/triton-3.7.1
 # flashinfer-python 0.6.12 (what sglang 0.5.14 and 0.5.15 pin; a 14 MB wheel with FlashInfer's sources and headers)
 # in a folder of its own with the small packages its import needs: tests/test_flashinfer_modules.py builds one of its
 # JIT modules GPU-free with FlashInfer's own JitSpec and builder (apache-tvm-ffi comes from SGL014).
@@ -116,6 +119,7 @@ $(TEST_STAMP): $(RUN_STAMP)
 	$(BIN)/pip install -q --no-deps --target $(SGL014) $(SGL014_PKGS)
 	$(BIN)/pip install -q --no-deps --target $(TRITON_DIR) triton==3.6.0 einops==0.8.1
 	$(BIN)/pip install -q --no-deps --target $(TRITON_38) triton==3.8.0
+	$(BIN)/pip install -q --no-deps --target $(TRITON_37) triton==3.7.1
 	$(BIN)/pip install -q --no-deps --target $(FLASHINFER_DIR) $(FLASHINFER_PKGS)
 	$(BIN)/pip install -q --no-deps --target $(FLASHINFER_072) $(FLASHINFER_072_PKGS)
 	$(BIN)/pip install -q --no-deps --target $(CURAND_DIR) nvidia-curand==10.4.0.35

@@ -4,7 +4,8 @@ thing on this GPU-less machine: its CUDA driver's ``CudaUtils()`` builds ``cuda_
 folders. A strict launch refuses that build by name (launch/hook's wrapper of Triton's ``_build``), `launch
 --capture` files it, and a later strict launch finds it; the model driver's watcher records the lookup with the
 folders its key holds. The libcuda.so.1 the module links and loads against is a STAND-IN here (no driver on this
-machine): compile/triton_host.py ``link_libcuda``'s, on LD_LIBRARY_PATH and TRITON_LIBCUDA_PATH."""
+machine): compile/triton_host.py ``link_libcuda``'s, on LD_LIBRARY_PATH and TRITON_LIBCUDA_PATH. Triton 3.7.1
+(sglang 0.5.18-0.5.21's) builds no launcher module either, its cuda_utils keyed as 3.6's: the last test."""
 
 from __future__ import annotations
 
@@ -202,8 +203,8 @@ WARM = ("import json, sys; from dgprecompile.compile.triton_host import warm_hos
         "print(json.dumps(warm_host_modules(sys.argv[1], sys.argv[2:], {})))")
 
 
-def _warm(root: Path, *entries: str, **env: str | None) -> dict:
-    full = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TRITON), str(REPO)]), "CUDA_VISIBLE_DEVICES": ""}
+def _warm(root: Path, *entries: str, triton: Path = TRITON, **env: str | None) -> dict:
+    full = {**os.environ, "PYTHONPATH": os.pathsep.join([str(triton), str(REPO)]), "CUDA_VISIBLE_DEVICES": ""}
     full.update({k: v for k, v in env.items() if v is not None})
     for k in [k for k, v in env.items() if v is None]:
         full.pop(k, None)
@@ -274,3 +275,25 @@ def test_launch_points_tritons_libcuda_folder_where_warm_keyed_it_and_keeps_the_
     assert composed({"TRITON_LIBCUDA_PATH": "/mine"}, driver) == ("/mine", [True], [], [])
     value, settings, conflicts, notes = composed({}, tmp_path / "elsewhere")
     assert (value, settings, conflicts) == (None, [], []) and "TRITON_LIBCUDA_PATH" in notes[0], notes
+
+
+TRITON_37 = Path(os.environ.get("DGP_TRITON37_DIR", REPO / ".venv" / "triton-3.7.1"))
+
+
+@pytest.mark.skipif(not (TRITON_37 / "triton" / "__init__.py").is_file(),
+                    reason=f"no Triton 3.7.1 at {TRITON_37} (make setup installs it)")
+def test_triton_371_gets_cuda_utils_from_a_gpu_free_warm_and_no_launcher_module(job, capfd, monkeypatch):
+    """Triton 3.7.1's launcher calls cuda_utils' generic launch (no module per kernel signature) and its cuda_utils
+    key is the source and platform only: warm builds cuda_utils alone GPU-free, a kernel entry without a recorded
+    signature needs none, and a strict launch of Triton 3.7.1's own CudaUtils() finds it, building nothing."""
+    root = job / "cache"
+    report = _warm(root, "SOMEKERNELENTRY", triton=TRITON_37)
+    assert "left_to_capture" not in report, report
+    assert report["launchers"] == {} and report["entries"] == [report["cuda_utils"]] and len(report["built"]) == 1
+    assert report["machine"]["key"]["triton"] == "3.7.1" and "folders" not in report["machine"]["key"]
+    before = _tree(root / "triton")
+    monkeypatch.setenv("PYTHONPATH", f"{REPO}{os.pathsep}{TRITON_37}")
+    r = launch()  # strict
+    assert r.exit_code == 0, r.output + capfd.readouterr().err
+    assert "cuda_utils loaded True" in capfd.readouterr().out
+    assert _tree(root / "triton") == before

@@ -1,8 +1,8 @@
 """Triton's host modules, built without a GPU: the CUDA driver's ``cuda_utils`` (built once when Triton's CUDA
-driver initialises) and, up to Triton 3.7, one ``__triton_launcher`` per kernel signature (built at a compiled
-kernel's first launch).
+driver initialises) and, up to Triton 3.6, one ``__triton_launcher`` per kernel signature (built at a compiled
+kernel's first launch; 3.7 and 3.8 build none: their launcher calls ``cuda_utils``' generic ``launch``).
 
-Triton 3.8 builds only ``cuda_utils`` (its launcher calls that module's generic ``launch``), from driver.c with
+Triton 3.8 builds ``cuda_utils`` from driver.c with
 ``compile_module_from_file``, under a key that also holds the build's folders: Triton's own install folders and the
 job's libcuda folder (:func:`key_libcuda_dir`, as launch sets it up: TRITON_LIBCUDA_PATH, else data/triton_moe.yaml's
 ``host`` folder where the driver is there or where there is no driver, else Triton's own search). warm builds it so
@@ -289,12 +289,20 @@ def machine(linked: str, folders: dict[str, list[str]] | None = None) -> dict[st
 
 
 def launcher_modules() -> bool:
-    """Whether this Triton builds a host module per kernel signature: 3.5-3.7's CUDA driver makes each launcher's C
-    source and builds it with compile_module_from_src; 3.8's has no such build (its CudaLauncher calls the generic
-    ``launch`` of ``cuda_utils``, which it builds with compile_module_from_file)."""
+    """Whether this Triton builds a host module per kernel signature: 3.5-3.6's CUDA driver generates each
+    launcher's C source (``make_launcher``) and builds it; 3.7 and 3.8 have no such build (their CudaLauncher calls
+    the generic ``launch`` of ``cuda_utils``)."""
     from triton.backends.nvidia import driver
 
-    return hasattr(driver, "compile_module_from_src")
+    return hasattr(driver, "make_launcher")
+
+
+def folders_in_key() -> bool:
+    """Whether this Triton's ``cuda_utils`` key holds its build's folders: 3.8's driver builds it with
+    compile_module_from_file (whose key hashes them), 3.5-3.7's with compile_module_from_src (source and platform)."""
+    from triton.backends.nvidia import driver
+
+    return hasattr(driver, "compile_module_from_file")
 
 
 def key_libcuda_dir() -> str | None:
@@ -362,11 +370,11 @@ def build(root: str | Path, kernels: Mapping[str, Mapping[str, Any]], scratch: P
 
 
 def _folders() -> dict[str, list[str]] | None:
-    """Where Triton 3.8 builds ``cuda_utils`` from (its key holds them): Triton's own folders and the libcuda folder
-    under the environment in force; None for a Triton whose key holds none (3.5-3.7)."""
+    """Where Triton 3.8 builds ``cuda_utils`` from (its key holds them: :func:`folders_in_key`): Triton's own folders
+    and the libcuda folder under the environment in force; None for a Triton whose key holds none (3.5-3.7)."""
     from triton.backends.nvidia import driver
 
-    if launcher_modules():
+    if not folders_in_key():
         return None
     return {"library_dirs": list(driver.library_dirs()), "include_dirs": list(driver.include_dirs)}
 

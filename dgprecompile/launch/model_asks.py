@@ -9,7 +9,7 @@ own terms and independent of any plan:
   ``fused_experts_impl``; wherever a module holds it): its experts, hidden and intermediate sizes and top-k from the
   tensors it is handed (w1, w2, topk_ids) and m (tokens);
 * triton-host: every host module the job's Triton looks up (HOST_BUILDERS: ``cuda_utils`` when its CUDA driver
-  starts, under Triton 3.5-3.7 a ``__triton_launcher`` at each compiled kernel's first launch): its name, the cache
+  starts, under Triton 3.5-3.6 a ``__triton_launcher`` at each compiled kernel's first launch): its name, the cache
   key directory and file it was found in (or built into), Triton's ``platform_key()``, for a launcher what Triton
   generated its source from (the kernel's name, the signature its JIT bound, the tensor-descriptor metadata) and,
   where the key holds them (3.8), the build's folders and libraries;
@@ -238,7 +238,7 @@ def _plain(value: Any) -> Any:
 
 
 # the functions Triton builds its host modules with (triton/runtime/build.py): from a source string (3.5-3.7:
-# cuda_utils and each launcher; its key: the source and platform_key()) and from a file (3.8: cuda_utils from
+# cuda_utils, and up to 3.6 each launcher; its key: the source and platform_key()) and from a file (3.8: cuda_utils from
 # driver.c; its key also holds the build's folders and libraries, recorded here as the call gave them)
 HOST_BUILDERS = ("compile_module_from_src", "compile_module_from_file")
 BUILD_ARGS = ("library_dirs", "include_dirs", "libraries", "ccflags")

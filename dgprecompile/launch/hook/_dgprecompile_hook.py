@@ -474,7 +474,7 @@ def patch_triton_build(module):
 
     triton/runtime/build.py runs its ``_build`` (the C compiler) only where the cache manager it has just asked
     (``get_cache_manager(key)``) holds no ``<name><EXT_SUFFIX>``, or one that does not load: Triton 3.5-3.7's
-    compile_module_from_src (the driver's ``cuda_utils`` and one ``__triton_launcher`` per kernel signature) and
+    compile_module_from_src (the driver's ``cuda_utils``, up to 3.6 one ``__triton_launcher`` per signature) and
     3.8's _compile_so (``cuda_utils`` from driver.c by compile_module_from_file, under a key that also holds the
     build's folders). Both are module globals build.py calls by name: whichever function a driver imported, and
     when, its miss is refused, naming the module and the key Triton asked for, and the empty entry directory the
