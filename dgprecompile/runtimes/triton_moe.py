@@ -164,8 +164,8 @@ class TritonMoeFamily:
             return (f"Triton's host modules (cuda_utils, one __triton_launcher per {self.kernel} signature): `warm` "
                     "builds them GPU-free with Triton's own build (the C compiler and Python headers here, a libcuda "
                     "stand-in to link; the driver's libcuda.so.1 at load). Their key holds the platform and their "
-                    "file name the Python (EXT_SUFFIX): warm with the job's Python on its platform. Triton 3.8 "
-                    "builds cuda_utils only, keyed also by Triton's install path and the libcuda folder "
+                    "file name the Python (EXT_SUFFIX): warm with the job's Python on its platform. Triton 3.7 and "
+                    "3.8 build cuda_utils only, 3.8's keyed also by Triton's install path and the libcuda folder "
                     f"(TRITON_LIBCUDA_PATH, else {self.libcuda_dir}, where launch points it): warm in the job's "
                     "image. Other Triton kernels' launchers are left to one `launch --capture` run")
         return ("Triton's host modules (cuda_utils, a __triton_launcher per kernel signature) are left to one "
