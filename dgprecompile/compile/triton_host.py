@@ -235,16 +235,13 @@ def cuda_functions(cuda_h: Path, cc: str) -> list[str]:
     return sorted(set(re.findall(r"\b(cu[A-Z]\w*)\s*\(", res.stdout)))
 
 
-def link_libcuda(scratch: Path) -> tuple[str | None, str]:
-    """(a folder with a libcuda.so.1 to link against or None, what is linked): None where TRITON_LIBCUDA_PATH's
-    folder has it; else the driver's folder Triton finds itself (ldconfig), the toolkit's stub, else a stand-in
-    built here (module docstring)."""
+def link_libcuda(scratch: Path, found: list[str] | None = None) -> tuple[str, str]:
+    """(a folder with a libcuda.so.1 to link against, what is linked), for a key folder that has none here: the
+    driver's folder Triton finds itself (``found``: :func:`driver_folders`, computed where not given), the
+    toolkit's stub, else a stand-in built here (module docstring)."""
     from triton.backends.nvidia import driver
 
-    given = os.environ.get("TRITON_LIBCUDA_PATH")
-    if given and (Path(given) / STUB_SONAME).exists():
-        return None, f"TRITON_LIBCUDA_PATH={given}"
-    found = driver_folders()  # where the variable names a folder without the library (the job's), Triton's search
+    found = driver_folders() if found is None else found
     if found:
         return found[0], "the driver's libcuda.so.1 in " + ", ".join(found)
     homes = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
@@ -305,18 +302,18 @@ def folders_in_key() -> bool:
     return hasattr(driver, "compile_module_from_file")
 
 
-def key_libcuda_dir() -> str | None:
+def key_libcuda_dir(found: list[str]) -> str | None:
     """The libcuda folder Triton 3.8 puts in ``cuda_utils``' key (driver.py library_dirs(): TRITON_LIBCUDA_PATH, else
     the folders it finds the driver in), as launch sets it up on this machine: TRITON_LIBCUDA_PATH where the
     environment sets it; data/triton_moe.yaml's ``host`` folder where this machine's libcuda.so.1 is there, or where
     this machine has no driver at all (a GPU-free warm: the job's machine is taken to have it there); else None,
-    Triton's own search, as the job's Triton searches on this machine."""
+    Triton's own search, as the job's Triton searches on this machine. ``found``: :func:`driver_folders`."""
     from dgprecompile.runtimes import TRITON_MOE
 
     given, folder = os.environ.get("TRITON_LIBCUDA_PATH"), TRITON_MOE.libcuda_dir
     if given:
         return given
-    return None if not (Path(folder) / STUB_SONAME).exists() and driver_folders() else folder
+    return None if not (Path(folder) / STUB_SONAME).exists() and found else folder
 
 
 def driver_folders() -> list[str]:
@@ -344,13 +341,15 @@ def build(root: str | Path, kernels: Mapping[str, Mapping[str, Any]], scratch: P
     from dgprecompile.runtimes import family_for_area
 
     triton_dir = family_for_area("triton").area_dir(root).resolve()
-    key_dir = key_libcuda_dir()
+    found = driver_folders()
+    key_dir = key_libcuda_dir(found)
+    link_dir: str | None = None
     if key_dir is None:
-        link_dir, linked = None, "the driver's libcuda.so.1 in " + ", ".join(driver_folders())
+        linked = "the driver's libcuda.so.1 in " + ", ".join(found)
     elif (Path(key_dir) / STUB_SONAME).exists():
-        link_dir, linked = None, f"the job's libcuda.so.1 in {key_dir}"
+        linked = f"the job's libcuda.so.1 in {key_dir}"
     else:
-        link_dir, linked = link_libcuda(scratch)
+        link_dir, linked = link_libcuda(scratch, found)
     env = {"TRITON_CACHE_DIR": str(triton_dir), **({"TRITON_LIBCUDA_PATH": key_dir} if key_dir else {})}
     launchers: dict[str, str] = {}
     with _building(env, link_dir) as modules:
@@ -379,13 +378,6 @@ def _folders() -> dict[str, list[str]] | None:
     return {"library_dirs": list(driver.library_dirs()), "include_dirs": list(driver.include_dirs)}
 
 
-def _launchers_here() -> bool:
-    try:
-        return launcher_modules()
-    except ImportError:
-        return True
-
-
 def warm_host_modules(root: str | Path, entries: list[str], seen: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """What the Triton MoE warm calls after its kernels are compiled: build the host modules for ``entries`` (the
     warm's kernel entries; ``seen``: :func:`watch_kernels`' records) and file them in the index (by warm, area
@@ -395,7 +387,7 @@ def warm_host_modules(root: str | Path, entries: list[str], seen: Mapping[str, M
     from dgprecompile.host import scratch as scratch_dirs
 
     missing = [e for e in entries if e not in seen]
-    if missing and _launchers_here():
+    if missing and launcher_modules():
         return {"left_to_capture": f"no signature recorded for {', '.join(missing[:3])}"}
     where = scratch_dirs.run_dir("dgprecompile-triton-host-")
     try:
