@@ -330,3 +330,38 @@ def clear_job_env(monkeypatch, *prefixes: str, caches: bool = True) -> None:
         if name.startswith(JOB_PREFIXES + prefixes) or name in cache_vars:
             monkeypatch.delenv(name, raising=False)
 
+
+# the README's 480B server command and config, as the device's 480B model proof recorded them
+HOST_RECORD = os.path.join(os.path.dirname(VENV), "bench", "results", "2026-12-03-h200-model-480b", "asks.json")
+
+
+def host_asks_held(folder, host: dict, env: dict[str, str], triton: str | None = None) -> dict:
+    """proof_asks (HEAD's plan for HOST_RECORD's command) over that record with ``host`` as its only family
+    (triton-host), as a run under ``triton`` (default: the record's Triton) made it, run with ``env`` in ``folder``:
+    {ask: (status, detail)}."""
+    with open(HOST_RECORD) as f:
+        record = json.load(f)
+    if triton:
+        record["environment"]["versions"]["triton"] = triton
+    record["families"] = {"triton-host": host}
+    with open(os.path.join(os.path.dirname(HOST_RECORD), "config.json")) as src, \
+            open(os.path.join(folder, "config.json"), "w") as dst:
+        dst.write(src.read())
+    # keys sorted, as the driver writes its report (model_driver.py) and cache_opens.py takes the asks from it
+    with open(os.path.join(folder, "asks.json"), "w") as f:
+        json.dump(record, f, sort_keys=True)
+    res = subprocess.run([sys.executable, "-m", "dgprecompile.launch.proof_asks", os.path.join(folder, "asks.json"),
+                          "--json"], capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode in (0, 1), res.stdout[-2000:] + res.stderr[-3000:]
+    return {c["ask"]: (c["status"], c["detail"]) for c in json.loads(res.stdout)["checks"]}
+
+
+def libcuda_standin(where, env: dict[str, str]) -> None:
+    """A libcuda.so.1 STAND-IN in ``where`` (an existing folder), made by the code Triton's host-module warm links
+    with (compile/triton_host.py link_libcuda), run with ``env`` (a Triton on its PYTHONPATH)."""
+    code = ("import sys; from pathlib import Path; from dgprecompile.compile.triton_host import link_libcuda; "
+            "print(link_libcuda(Path(sys.argv[1]))[1])")
+    made = subprocess.run([sys.executable, "-c", code, str(where)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert made.returncode == 0 and os.path.exists(os.path.join(where, "libcuda.so.1")), made.stderr[-2000:]
+

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from helpers import clear_job_env
+from helpers import STANDINS, clear_job_env, host_asks_held, libcuda_standin, needs_sgl014, sglang_014_dir
 
 from dgprecompile.cli.main import cli
 from dgprecompile.planning.manifest import write_manifest
@@ -47,13 +47,9 @@ def _clean_env(monkeypatch):
 def stub(tmp_path_factory) -> Path:
     """A libcuda.so.1 STAND-IN (module docstring), made by the code warm links with."""
     where = tmp_path_factory.mktemp("libcuda")
-    code = ("import sys; from pathlib import Path; from dgprecompile.compile.triton_host import link_libcuda; "
-            "print(link_libcuda(Path(sys.argv[1]))[1])")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TRITON), str(REPO)]), "CUDA_HOME": str(where / "none")}
     env.pop("TRITON_LIBCUDA_PATH", None)
-    made = subprocess.run([sys.executable, "-c", code, str(where)], env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert made.returncode == 0 and (where / "libcuda.so.1").exists(), made.stderr[-2000:]
+    libcuda_standin(where, env)
     return where
 
 
@@ -150,9 +146,6 @@ def test_the_watcher_records_cuda_utils_with_the_folders_its_key_holds(job):
                                "ccflags": None}, module
 
 
-RECORD = REPO / "bench" / "results" / "2026-12-03-h200-model-480b" / "asks.json"  # its server command and config
-
-
 def _watched(tmp: Path, **env: str) -> dict:
     """The watcher's triton-host asks of a job whose Triton built cuda_utils itself under ``env`` (unwatched)."""
     full = {**os.environ, "TRITON_CACHE_DIR": str(tmp / "t"), **env}
@@ -164,25 +157,15 @@ def _watched(tmp: Path, **env: str) -> dict:
 
 
 def _held(tmp: Path, host: dict) -> dict:
-    """proof_asks (HEAD's plan for the 480B record's command) over a record whose only family is ``host``, as a
-    run under Triton 3.8.0 made it: {ask: (status, detail)}."""
-    from helpers import STANDINS, sglang_014_dir
-
-    record = json.loads(RECORD.read_text())
-    record["environment"]["versions"]["triton"] = "3.8.0"
-    record["families"] = {"triton-host": host}
-    (tmp / "config.json").write_text((RECORD.parent / "config.json").read_text())
-    (tmp / "asks.json").write_text(json.dumps(record, sort_keys=True))
+    """proof_asks over the 480B record with ``host`` as its triton-host family, as a run under Triton 3.8.0 made
+    it: {ask: (status, detail)}."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(sglang_014_dir()), STANDINS, str(TRITON), str(REPO)]),
            "DGP_STANDINS": "sgl_kernel,torchvision", "DGP_TRANSFORMERS_EXIST_OK": "1", "CUDA_VISIBLE_DEVICES": ""}
-    res = subprocess.run([sys.executable, "-m", "dgprecompile.launch.proof_asks", str(tmp / "asks.json"), "--json"],
-                         capture_output=True, text=True, timeout=300, env=env)
-    assert res.returncode in (0, 1), res.stdout[-2000:] + res.stderr[-3000:]
-    return {c["ask"]: (c["status"], c["detail"]) for c in json.loads(res.stdout)["checks"]}
+    return host_asks_held(tmp, host, env, triton="3.8.0")
 
 
 @needs_triton
-@pytest.mark.skipif(not (REPO / ".venv" / "sglang-0.5.14").is_dir(), reason="no sglang 0.5.14 (make setup)")
+@needs_sgl014
 def test_heads_plan_holds_a_jobs_cuda_utils_ask_keyed_with_the_folder_warm_keys_with(job, stub):
     """A job's cuda_utils lookup under Triton 3.8 (the watcher's ask, with its build folders) against HEAD: keyed
     with the libcuda folder launch points TRITON_LIBCUDA_PATH at (data/triton_moe.yaml; the job's driver there, the

@@ -16,7 +16,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import STANDINS, needs_sgl014, sglang_014_dir
+from helpers import STANDINS, host_asks_held, libcuda_standin, needs_sgl014, sglang_014_dir
 
 from dgprecompile.cache.store import CacheStore
 from dgprecompile.cache.triton_moe import host_key_here
@@ -136,11 +136,7 @@ def proved(warmed, tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("proof")
     stub = tmp_path / "stub"
     stub.mkdir()
-    make = ("import sys; from pathlib import Path; from dgprecompile.compile.triton_host import link_libcuda; "
-            "print(link_libcuda(Path(sys.argv[1]))[1])")
-    made = subprocess.run([sys.executable, "-c", make, str(stub)], env=_env(), capture_output=True, text=True,
-                          timeout=300)
-    assert made.returncode == 0 and (stub / "libcuda.so.1").exists(), made.stderr[-2000:]
+    libcuda_standin(stub, _env())
     (tmp_path / "proof.py").write_text(PROOF)
     before = _files(root / "triton")
     res = subprocess.run([sys.executable, str(tmp_path / "proof.py"), str(root)], capture_output=True, text=True,
@@ -166,20 +162,10 @@ def test_tritons_own_runtime_finds_and_loads_every_module_under_its_key(proved):
     assert _files(root / "triton") == before  # nothing compiled, nothing written
 
 
-RECORD = REPO / "bench" / "results" / "2026-12-03-h200-model-480b" / "asks.json"  # its server command and config
-
-
 def _held(tmp_path: Path, host: dict) -> dict:
-    """proof_asks (HEAD's plan for the 480B record's command) over a record whose only family is ``host``, with
-    Triton 3.6.0 (the record's) on the path: {ask: (status, detail)}."""
-    record = {**json.loads(RECORD.read_text()), "families": {"triton-host": host}}
-    (tmp_path / "config.json").write_text((RECORD.parent / "config.json").read_text())
-    # keys sorted, as the driver writes its report (model_driver.py) and cache_opens.py takes the asks from it
-    (tmp_path / "asks.json").write_text(json.dumps(record, sort_keys=True))
-    res = subprocess.run([sys.executable, "-m", "dgprecompile.launch.proof_asks", str(tmp_path / "asks.json"),
-                          "--json"], capture_output=True, text=True, timeout=300, env=_env())
-    assert res.returncode in (0, 1), res.stdout[-2000:] + res.stderr[-3000:]
-    return {c["ask"]: (c["status"], c["detail"]) for c in json.loads(res.stdout)["checks"]}
+    """proof_asks over the 480B record with ``host`` as its triton-host family, Triton 3.6.0 (the record's) on the
+    path: {ask: (status, detail)}."""
+    return host_asks_held(tmp_path, host, _env())
 
 
 @needs_triton
