@@ -174,10 +174,21 @@ def test_a_sigkilled_warms_scratch_is_removed_by_the_next_warm(tmp_path, small_m
                             stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     _wait_for_compiler(proc)
     time.sleep(1.0)
-    os.killpg(proc.pid, signal.SIGKILL)  # the warm, its zygote, worker and compilers: nothing runs a cleanup
+    compilers = [st.pid for st in _descendants(proc.pid) if st.comm in ("nvcc", "cicc", "ptxas", "cudafe++")]
+    os.killpg(proc.pid, signal.SIGKILL)  # warm's process group: the warm runs no cleanup
     proc.communicate(timeout=60)
     left = [p.name for p in tmpdir.iterdir()]
     assert any(n.startswith("dgprecompile-warm-") for n in left), left
+    # the zygote, in a session of its own, ends the worker and its compilers (a cicc or nvcc left running goes on
+    # writing into the scratch), and holds the scratch's lock until it has: no run removes it under them
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        alive = [st.comm for st in proc_stats() if st.pid in compilers and st.state != "Z"]
+        if not alive:
+            break
+        assert scratch.held(tmpdir / left[0]), f"{alive} still run in a scratch whose lock is free"
+        time.sleep(0.02)
+    assert not alive, f"{alive} outlived the warm by 30 s"
     assert list((cache / "dgprecompile" / "staging").iterdir())
     rerun = subprocess.run(_warm_argv(small_manifest, cache, "--json"), capture_output=True, text=True, env=env,
                            timeout=600)

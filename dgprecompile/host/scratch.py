@@ -36,6 +36,7 @@ LOCK_NAME = ".owner.lock"
 FOREIGN_STALE_SECONDS = 24 * 3600
 UNLOCKED_STALE_SECONDS = 3600
 _HELD: dict[str, int] = {}  # scratch directory -> the fd of its held lock, for this process's life
+_RUN_PREFIX: dict[str, str] = {}  # run directory (run_dir) -> its prefix, swept again when it is released
 
 
 def host_id() -> str:
@@ -74,11 +75,22 @@ def make(base: Path | str, prefix: str) -> Path:
 
 
 def release(path: Path | str) -> None:
-    """Remove a scratch directory this process made, its lock with it."""
+    """Remove a scratch directory this process made, its lock with it. A run directory's release sweeps its
+    base for dead runs' directories again: one whose lock a dead run's last process (warm's zygote, ending its
+    compilers) still held when this run started is removed now rather than by the run after."""
     shutil.rmtree(path, ignore_errors=True)
     fd = _HELD.pop(str(path), None)
     if fd is not None:
         os.close(fd)
+    prefix = _RUN_PREFIX.pop(str(path), None)
+    if prefix is not None:
+        clean_stale(Path(path).parent, prefix)
+
+
+def lock_fd(path: Path | str) -> int | None:
+    """The descriptor of the lock this process holds on ``path`` (None where it holds none), for a child that is
+    to hold it too (pass it with ``pass_fds``): the directory then stays someone's until that child has ended."""
+    return _HELD.get(str(path))
 
 
 def held(path: Path | str) -> bool:
@@ -164,12 +176,14 @@ def run_dir(prefix: str) -> Path:
     base = Path(tempfile.gettempdir())
     clean_stale(base, prefix)
     try:
-        return make(base, prefix)
+        path = make(base, prefix)
     except OSError as exc:
         if exc.errno not in NO_SPACE_ERRNOS:
             raise
         message, hint = space_message(base, exc.errno, doing=f"making scratch space in {base}", tmpdir=True)
         raise EnvironmentProblem(message, hint) from None
+    _RUN_PREFIX[str(path)] = prefix
+    return path
 
 
 def compiler_env(scratch: Path | str) -> dict[str, str]:
