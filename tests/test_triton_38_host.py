@@ -256,6 +256,10 @@ def test_launch_points_tritons_libcuda_folder_where_warm_keyed_it_and_keeps_the_
 
     assert composed({}, driver) == (str(driver), [False], [], [])
     assert composed({"TRITON_LIBCUDA_PATH": "/mine"}, driver) == ("/mine", [True], [], [])
+    # an empty value is Triton's "unset" (its own search), as warm's key reads it: launch needs the folder, and
+    # says so rather than override what the user set
+    value, settings, conflicts, notes = composed({"TRITON_LIBCUDA_PATH": ""}, driver)
+    assert (settings, notes) == ([], []) and str(driver) in conflicts[0], conflicts
     value, settings, conflicts, notes = composed({}, tmp_path / "elsewhere")
     assert (value, settings, conflicts) == (None, [], []) and "TRITON_LIBCUDA_PATH" in notes[0], notes
 

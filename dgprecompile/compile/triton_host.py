@@ -304,16 +304,14 @@ def folders_in_key() -> bool:
 
 def key_libcuda_dir(found: list[str]) -> str | None:
     """The libcuda folder Triton 3.8 puts in ``cuda_utils``' key (driver.py library_dirs(): TRITON_LIBCUDA_PATH, else
-    the folders it finds the driver in), as launch sets it up on this machine: TRITON_LIBCUDA_PATH where the
-    environment sets it; data/triton_moe.yaml's ``host`` folder where this machine's libcuda.so.1 is there, or where
-    this machine has no driver at all (a GPU-free warm: the job's machine is taken to have it there); else None,
-    Triton's own search, as the job's Triton searches on this machine. ``found``: :func:`driver_folders`."""
+    the folders it finds the driver in), as launch sets the job up on this machine (runtimes/triton_moe.py
+    ``job_libcuda_dir``: the environment's TRITON_LIBCUDA_PATH, else data/triton_moe.yaml's ``host`` folder where
+    this machine's libcuda.so.1 is there, else Triton's own search, None); where this machine has no driver at all
+    (a GPU-free warm) the job's machine is taken to have it in that folder. ``found``: :func:`driver_folders`."""
     from dgprecompile.runtimes import TRITON_MOE
 
-    given, folder = os.environ.get("TRITON_LIBCUDA_PATH"), TRITON_MOE.libcuda_dir
-    if given:
-        return given
-    return None if not (Path(folder) / STUB_SONAME).exists() and found else folder
+    folder, _ = TRITON_MOE.job_libcuda_dir(os.environ)
+    return folder if folder or found else TRITON_MOE.libcuda_dir
 
 
 def driver_folders() -> list[str]:

@@ -226,20 +226,22 @@ def _family_cache_env(c: _EnvComposer, families: list[tuple[str, str, str]] | tu
 
 def _triton_libcuda_env(c: _EnvComposer, plan: Plan, folder: str | None = None) -> None:
     """Triton 3.8 keys its ``cuda_utils`` by the folders of the machine's libcuda.so.1 (TRITON_LIBCUDA_PATH, else
-    ldconfig's): point it at the folder warm keyed with (runtimes/triton_moe.py ``libcuda_dir``) where this machine
-    has its libcuda.so.1 there, so ldconfig's other folders do not change the key. The user's own value is kept (a
-    warm under the same value keys with it); where the driver lies elsewhere nothing is set (Triton's own search,
-    which a warm on this machine keys with too: compile/triton_host.py key_libcuda_dir), and a plan whose warm built
-    cuda_utils (its Triton MoE items) gets a note."""
+    ldconfig's): the job gets the folder warm keyed with, by the rule both follow (runtimes/triton_moe.py
+    ``job_libcuda_dir``): the user's own value is kept (a warm under the same value keys with it); the data file's
+    folder (or ``folder``) is set where this machine has its libcuda.so.1 there, so ldconfig's other folders do not
+    change the key; where the driver lies elsewhere nothing is set (Triton's own search, which a warm on this
+    machine keys with too), and a plan whose warm built cuda_utils (its Triton MoE items) gets a note."""
     from dgprecompile.runtimes import TRITON_MOE
 
-    folder, name = folder or TRITON_MOE.libcuda_dir, "TRITON_LIBCUDA_PATH"
-    if name in c.base_env:
-        c.settings.append(EnvSetting(name, c.base_env[name], "Triton's libcuda folder, yours (warm with the same: "
+    name = "TRITON_LIBCUDA_PATH"
+    value, whose = TRITON_MOE.job_libcuda_dir(c.base_env, folder)
+    if whose == "yours":
+        c.settings.append(EnvSetting(name, value, "Triton's libcuda folder, yours (warm with the same: "
                                      "Triton 3.8's cuda_utils key holds it)", kept=True))
-    elif os.path.exists(os.path.join(folder, "libcuda.so.1")):
-        c.put(name, folder, "Triton's libcuda folder, as warm keyed Triton 3.8's cuda_utils with it")
+    elif whose == "launch":
+        c.put(name, value, "Triton's libcuda folder, as warm keyed Triton 3.8's cuda_utils with it")
     elif plan.triton_moe:
+        folder = folder or TRITON_MOE.libcuda_dir
         c.notes.append(f"no libcuda.so.1 in {folder} here: Triton 3.8 keys cuda_utils with this machine's driver "
                        f"folder, which a warm here matches but a GPU-free warm (keyed with {folder}) does not; for "
                        f"that, set {name} to the driver's folder for warm and job")

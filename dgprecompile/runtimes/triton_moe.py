@@ -4,6 +4,7 @@ captured Triton family's area, runtimes/captured.py)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import metadata
 
@@ -64,6 +65,20 @@ class TritonMoeFamily:
         """The folder of the job's libcuda.so.1 that Triton 3.8's ``cuda_utils`` key is built with and launch points
         TRITON_LIBCUDA_PATH at (data file ``host``)."""
         return str(self.data()["host"]["libcuda_dir"])
+
+    def job_libcuda_dir(self, env: Mapping[str, str], folder: str | None = None) -> tuple[str | None, str]:
+        """The libcuda folder a job's Triton 3.8 keys ``cuda_utils`` with under launch on this machine, and whose
+        choice it is -- the one rule warm's key (compile/triton_host.py) and launch's environment
+        (launch/environment.py) both follow: ``(value, "yours")``, the job's own TRITON_LIBCUDA_PATH (an empty one
+        is Triton's "unset"); ``(folder, "launch")``, the data file's folder (or ``folder``) where this machine's
+        libcuda.so.1 is there, which launch sets; ``(None, "search")``, Triton's own search of this machine's
+        driver, where it lies elsewhere or nowhere (a warm then decides for a machine without a driver)."""
+        folder = folder or self.libcuda_dir
+        if env.get("TRITON_LIBCUDA_PATH"):
+            return env["TRITON_LIBCUDA_PATH"], "yours"
+        if os.path.exists(os.path.join(folder, "libcuda.so.1")):
+            return folder, "launch"
+        return None, "search"
 
     def release(self, version: str | None) -> dict | None:
         """The data file's entry for ``version`` (an exact sglang release), with ``version`` added, or None."""
