@@ -73,6 +73,9 @@ TRITON_38 := $(VENV)/triton-3.8.0
 # Triton 3.7.1 (sglang 0.5.18-0.5.21's torch pin) the same way, for the same tests: its cuda_utils is keyed as 3.6's,
 # and, like 3.8, it builds no launcher module
 TRITON_37 := $(VENV)/triton-3.7.1
+# Triton 3.5.1 (torch 2.9.1's pin, so sglang 0.5.9-0.5.10's) the same way, with the einops 0.5.9's MoE imports:
+# tests/test_triton_35_host.py warms 0.5.9's fused MoE and its host modules (3.5 links -lcuda) GPU-free
+TRITON_35 := $(VENV)/triton-3.5.1
 # flashinfer-python 0.6.12 (what sglang 0.5.14 and 0.5.15 pin; a 14 MB wheel with FlashInfer's sources and headers)
 # in a folder of its own with the small packages its import needs: tests/test_flashinfer_modules.py builds one of its
 # JIT modules GPU-free with FlashInfer's own JitSpec and builder (apache-tvm-ffi comes from SGL014).
@@ -120,6 +123,7 @@ $(TEST_STAMP): $(RUN_STAMP)
 	$(BIN)/pip install -q --no-deps --target $(TRITON_DIR) triton==3.6.0 einops==0.8.1
 	$(BIN)/pip install -q --no-deps --target $(TRITON_38) triton==3.8.0
 	$(BIN)/pip install -q --no-deps --target $(TRITON_37) triton==3.7.1
+	$(BIN)/pip install -q --no-deps --target $(TRITON_35) triton==3.5.1 einops==0.8.1
 	$(BIN)/pip install -q --no-deps --target $(FLASHINFER_DIR) $(FLASHINFER_PKGS)
 	$(BIN)/pip install -q --no-deps --target $(FLASHINFER_072) $(FLASHINFER_072_PKGS)
 	$(BIN)/pip install -q --no-deps --target $(CURAND_DIR) nvidia-curand==10.4.0.35

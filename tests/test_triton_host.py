@@ -121,7 +121,7 @@ PROOF = textwrap.dedent("""
     t.warm(Namespace(experts=20, global_experts=160, hidden=6144, intermediate=2560, topk=8, m="1-2", m_bound=0,
                      capability=90, device_name="NVIDIA H200", cache_dir=sys.argv[1]))
     CudaUtils()
-    jit = importlib.import_module(t.MOE + ".fused_moe_triton_kernels").fused_moe_kernel
+    jit = importlib.import_module(t.moe_package() + ".fused_moe_triton_kernels").fused_moe_kernel
     kernels = list(jit.device_caches[0][0].values())
     for kernel in kernels:
         CudaLauncher(kernel.src, kernel.metadata)

@@ -85,12 +85,15 @@ class RecordedSource:
     does not read them."""
 
     def __init__(self, name: str, signature: Mapping[str, Any] | list):
-        from triton.runtime.jit import convert_to_tuple_if_list  # JSON made the tuple types lists
-
         self.name = name
-        self.signature = {str(k): convert_to_tuple_if_list(v) for k, v in dict(signature).items()}
+        self.signature = {str(k): _tuples(v) for k, v in dict(signature).items()}  # JSON made the tuple types lists
         self.constants: dict = {}
         self.fn = type("RecordedFn", (), {"arg_names": list(self.signature)})()
+
+
+def _tuples(value: Any) -> Any:
+    """A recorded signature type as Triton holds it: JSON's lists back to (nested) tuples."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
 class NotLoaded:
@@ -236,27 +239,44 @@ def cuda_functions(cuda_h: Path, cc: str) -> list[str]:
 
 
 def link_libcuda(scratch: Path, found: list[str] | None = None) -> tuple[str, str]:
-    """(a folder with a libcuda.so.1 to link against, what is linked), for a key folder that has none here: the
-    driver's folder Triton finds itself (``found``: :func:`driver_folders`, computed where not given), the
-    toolkit's stub, else a stand-in built here (module docstring)."""
+    """(a folder with a libcuda to link against, what is linked), for a key folder that has none here: ``scratch``,
+    holding the driver's libcuda.so.1 Triton finds itself (``found``: :func:`driver_folders`, computed where not
+    given), else the toolkit's stub, else a stand-in built here (module docstring), under both names Triton's
+    releases link by (:func:`link_file`): 3.6-3.8's ``-l:libcuda.so.1`` and 3.5's ``-lcuda`` (libcuda.so, which a
+    driver's folder may lack)."""
     from triton.backends.nvidia import driver
 
     found = driver_folders() if found is None else found
+    target, linked = None, ""
     if found:
-        return found[0], "the driver's libcuda.so.1 in " + ", ".join(found)
+        target, linked = Path(found[0]) / STUB_SONAME, "the driver's libcuda.so.1 in " + ", ".join(found)
     homes = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
-    for home in [h for h in homes if h]:
+    for home in [h for h in homes if h and target is None]:
         for stub in [Path(home) / "lib64" / "stubs" / "libcuda.so", *Path(home).glob("targets/*/lib/stubs/libcuda.so")]:
-            if stub.is_file():
-                (scratch / STUB_SONAME).symlink_to(stub)
-                return str(scratch), f"the toolkit's stub {stub}"
-    cc = compiler()
-    names = cuda_functions(Path(driver.include_dirs[0]) / "cuda.h", cc)
-    (scratch / "stub.c").write_text("/* link-time STAND-IN for the CUDA driver (dgprecompile triton_host) */\n" +
-                                    "".join(f"void {n}(void) {{}}\n" for n in names))
-    subprocess.run([cc, "-shared", "-fPIC", f"-Wl,-soname,{STUB_SONAME}", "-o", str(scratch / STUB_SONAME),
-                    str(scratch / "stub.c")], check=True, capture_output=True, timeout=300)
-    return str(scratch), f"a stand-in exporting the {len(names)} cu* functions of Triton's cuda.h"
+            if stub.is_file() and target is None:
+                target, linked = stub, f"the toolkit's stub {stub}"
+    if target is None:
+        cc = compiler()
+        names = cuda_functions(Path(driver.include_dirs[0]) / "cuda.h", cc)
+        (scratch / "stub.c").write_text("/* link-time STAND-IN for the CUDA driver (dgprecompile triton_host) */\n" +
+                                        "".join(f"void {n}(void) {{}}\n" for n in names))
+        target, linked = scratch / "stand-in" / STUB_SONAME, f"a stand-in exporting the {len(names)} cu* functions " \
+                                                              "of Triton's cuda.h"
+        target.parent.mkdir()
+        subprocess.run([cc, "-shared", "-fPIC", f"-Wl,-soname,{STUB_SONAME}", "-o", str(target),
+                        str(scratch / "stub.c")], check=True, capture_output=True, timeout=300)
+    for name in (STUB_SONAME, "libcuda.so"):
+        (scratch / name).symlink_to(target)
+    return str(scratch), linked
+
+
+def link_file() -> str:
+    """The file the linker looks for by Triton's own ``libraries`` (driver.py): libcuda.so.1 for 3.6-3.8's
+    ``-l:libcuda.so.1``, libcuda.so for 3.5's ``-lcuda``."""
+    from triton.backends.nvidia import driver
+
+    (lib,) = [name for name in driver.libraries if "cuda" in name]
+    return lib if ".so" in lib else f"lib{lib}.so"
 
 
 def compiler() -> str:
@@ -342,10 +362,11 @@ def build(root: str | Path, kernels: Mapping[str, Mapping[str, Any]], scratch: P
     found = driver_folders()
     key_dir = key_libcuda_dir(found)
     link_dir: str | None = None
-    if key_dir is None:
-        linked = "the driver's libcuda.so.1 in " + ", ".join(found)
-    elif (Path(key_dir) / STUB_SONAME).exists():
-        linked = f"the job's libcuda.so.1 in {key_dir}"
+    lib = link_file()
+    if key_dir is None and any((Path(f) / lib).exists() for f in found):
+        linked = f"the driver's {lib} in " + ", ".join(found)
+    elif key_dir is not None and (Path(key_dir) / lib).exists():
+        linked = f"the job's {lib} in {key_dir}"
     else:
         link_dir, linked = link_libcuda(scratch, found)
     env = {"TRITON_CACHE_DIR": str(triton_dir), **({"TRITON_LIBCUDA_PATH": key_dir} if key_dir else {})}
@@ -390,9 +411,10 @@ def warm_host_modules(root: str | Path, entries: list[str], seen: Mapping[str, M
     where = scratch_dirs.run_dir("dgprecompile-triton-host-")
     try:
         report = build(root, {e: seen[e] for e in entries if e in seen}, where)
-    except (RuntimeError, OSError, subprocess.SubprocessError, AttributeError) as exc:
+    except (RuntimeError, OSError, subprocess.SubprocessError, AttributeError, ImportError) as exc:
         # AttributeError: a Triton whose launcher asks the active driver for more than the compile-only driver
-        # states (a CudaLauncher that reads driver.active.utils.launch but builds its own module)
+        # states (a CudaLauncher that reads driver.active.utils.launch but builds its own module); ImportError: a
+        # Triton without a function this build calls
         return {"left_to_capture": f"Triton's host-module build failed here: {exc}"[:600]}
     finally:
         scratch_dirs.release(where)
