@@ -379,6 +379,42 @@ def test_sigterm_stops_the_chunks_and_their_compilers_and_records_nothing(tmp_pa
     assert not index.is_file() or json.loads(index.read_text()).get("triton_moe", {}) == {}
 
 
+@needs_all
+def test_a_sigkilled_warms_chunks_end_with_it_and_keep_its_scratch_until_they_have(tmp_path):
+    """A chunk leads a session of its own, so nothing of warm's group reaches it: a `kill -9` of warm alone ends
+    each chunk's whole group (its Triton compiles too) through its parent-death signal, not minutes later when
+    its m are done; while any of it runs, warm's scratch (its compilers' TMPDIR) stays locked, so no later run
+    removes it under them."""
+    import signal
+    import time
+
+    from dgprecompile.host import scratch
+
+    manifest = _trimmed(tmp_path / "t4.yaml", m_max=4)
+    cache, tmpdir = tmp_path / "cache", tmp_path / "tmp"
+    tmpdir.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "dgprecompile", "warm", "--manifest", str(manifest), "--cache-dir",
+                             str(cache), "--nvcc", NVCC, "--sglang-jit", "on", "--jobs", "3"],
+                            env={**_full_env(), "TMPDIR": str(tmpdir)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    chunks: set[int] = set()
+    deadline = time.time() + 120
+    while len(chunks) < 3 and time.time() < deadline and proc.poll() is None:
+        chunks = {pid for pid, cmd in _groups_alive(set(range(1, 1 << 22)))
+                  if "dgprecompile.compile.triton_moe" in cmd and str(cache) in cmd}
+        time.sleep(0.2)
+    assert len(chunks) == 3, chunks
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGKILL)  # warm alone: its handler never runs
+    proc.communicate(timeout=60)
+    (run,) = [p for p in tmpdir.iterdir() if p.name.startswith("dgprecompile-warm-")]
+    deadline = time.time() + 8
+    while time.time() < deadline and (alive := _groups_alive(chunks)):
+        assert scratch.held(run) or all(not c for _, c in alive), alive  # a zombie has no cmdline
+        time.sleep(0.05)
+    assert _groups_alive(chunks) == [], "a chunk outlived its warm by 8 s"
+
+
 def test_a_failed_chunk_fails_its_item_and_nothing_is_recorded_until_every_chunk_is_in(tmp_path):
     from dgprecompile.cache.store import CacheStore
     from dgprecompile.compile.triton_chunks import ChunkedItem

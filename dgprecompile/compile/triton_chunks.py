@@ -29,6 +29,7 @@ from typing import Any
 
 from dgprecompile.cache.triton_moe import HOST_FIELDS, make_record
 from dgprecompile.errors import CompileFailed, DGError
+from dgprecompile.host import lifeline
 from dgprecompile.runtimes.items import TritonMoeItem
 from dgprecompile.runtimes.triton_moe import TRITON_MOE
 
@@ -133,9 +134,10 @@ def chunk_argv(item: TritonMoeItem, chunk: Chunk, cache_dir: str, python: str) -
     return argv
 
 
-def start_chunk(argv: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
-    """The chunk's subprocess, in its own session (stopped with its compilers: :func:`stop_chunk`); its report
-    comes on stdout, its log goes to ``log``. SGLang points the caches it does not own (inductor, CUDA's,
+def start_chunk(argv: list[str], log: Path, env: dict[str, str], keep_fds: tuple[int, ...] = ()) -> subprocess.Popen:
+    """The chunk's subprocess, in its own session (stopped with its compilers: :func:`stop_chunk`; and ended with
+    them when warm dies, SIGKILL included: lifeline.end_group_with_parent), holding ``keep_fds`` (warm's scratch
+    lock: the scratch stays warm's until the chunk has ended); its report comes on stdout, its log goes to ``log``. SGLang points the caches it does not own (inductor, CUDA's,
     TileLang's) at $SGLANG_CACHE_DIR, by default ~/.cache/sglang: a warm writes only into its cache, so they go to
     a scratch folder beside the log (warm's own temporary folder, removed after it)."""
     scratch = log.parent / f"{log.stem}.sglang-cache"
@@ -143,8 +145,9 @@ def start_chunk(argv: list[str], log: Path, env: dict[str, str]) -> subprocess.P
     with open(log, "wb") as err:
         return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
                                 env={**env, **TRITON_MOE.warm_env, "SGLANG_CACHE_DIR": str(scratch),
-                                     "TORCHINDUCTOR_CACHE_DIR": str(scratch / "inductor")},
-                                start_new_session=True)
+                                     "TORCHINDUCTOR_CACHE_DIR": str(scratch / "inductor"),
+                                     lifeline.WARM_PID_ENV: str(os.getpid())},
+                                start_new_session=True, pass_fds=keep_fds)
 
 
 def stop_chunk(proc: subprocess.Popen) -> None:

@@ -121,7 +121,8 @@ class Processes:
         from dgprecompile.compile.triton_chunks import start_chunk
 
         env = {**os.environ, **WORKER_ENV, **scratch.compiler_env(self.tmp)}
-        proc = start_chunk(argv, self.tmp / f"chunk-{slot}.log", env)
+        lock = scratch.lock_fd(self.tmp)
+        proc = start_chunk(argv, self.tmp / f"chunk-{slot}.log", env, () if lock is None else (lock,))
         self.chunks[slot], self.chunk_out[slot] = proc, ""
         assert proc.stdout is not None
         self.sel.register(proc.stdout, selectors.EVENT_READ, ("chunk", slot))

@@ -6,7 +6,7 @@ it. The supervisor names itself (PR_SET_NAME) ``dgp-strict`` in a strict launch;
 own threads, so a job cannot rename it, and :func:`strict_launch_above` finds it by walking the parent chain,
 which the job cannot change either (an orphan is re-parented to the supervisor itself).
 
-`warm`'s zygote and workers die with their parent (PR_SET_PDEATHSIG), and a worker checks that its parent is
+`warm`'s zygote, workers and Triton MoE chunks die with their parent (PR_SET_PDEATHSIG), and a worker checks that its parent is
 still the zygote and that warm still holds the pipe it watches (:func:`bind_parents`, :func:`parents_alive`)
 before it installs an entry.
 Everything here is a no-op where prctl is not available.
@@ -19,6 +19,7 @@ import os
 PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
 PR_SET_CHILD_SUBREAPER = 36
+WARM_PID_ENV = "DGPRECOMPILE_WARM_PID"  # set for a Triton MoE chunk warm starts: the pid it is to die with
 STRICT_SUPERVISOR = "dgp-strict"  # the comm of a strict launch's supervisor (15 bytes at most)
 SUPERVISOR = "dgp-launch"  # ... of a non-strict one
 
@@ -41,6 +42,23 @@ def set_subreaper() -> bool:
 def set_parent_death_signal(signum: int) -> bool:
     """Get ``signum`` when the parent (the thread that forked us) dies."""
     return _prctl(PR_SET_PDEATHSIG, signum)
+
+
+def end_group_with_parent(parent: int) -> None:
+    """For a process that leads a process group of its own (a session leader): when ``parent`` (its parent's pid)
+    dies, however it dies, SIGKILL the whole group (this process and the compilers it runs); a SIGTERM does the
+    same. Where ``parent`` is gone already, now."""
+    import signal
+
+    def end(_signum=None, _frame=None) -> None:
+        if os.getpgrp() == os.getpid():
+            os.killpg(0, signal.SIGKILL)
+        os._exit(128 + signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, end)
+    set_parent_death_signal(signal.SIGTERM)
+    if os.getppid() != parent:  # it died before the signal was armed
+        end()
 
 
 def set_name(name: str) -> bool:
