@@ -23,6 +23,7 @@ import pytest
 from helpers import NVCC, Background, beside_venv, no_user_sglang_env, sgl_deep_gemm_013_dir, sglang_014_dir
 
 from dgprecompile.errors import InputError
+from dgprecompile.host.procfs import proc_stats
 from dgprecompile.planning.manifest import plan_from_dict, write_manifest
 from dgprecompile.planning.plan import PlanRequest
 from dgprecompile.planning.server_plan import plan_from_server
@@ -260,3 +261,45 @@ def test_warm_starts_flashinfers_build_beside_the_pool_not_after_it(tmp_path):
     kernels = [p.stat().st_mtime for p in (cache / "cache").rglob("*") if p.is_file()]
     assert len(kernels) >= data["total_kernels"]
     assert module.stat().st_mtime < max(kernels), (report["item_seconds"], report.get("wall_seconds"))
+
+
+def test_a_sigkilled_warms_flashinfer_build_ends_with_it(tmp_path):
+    """A FlashInfer module's build runs in a session of its own (compile/recorded_items.py Started), so nothing of
+    warm's group reaches it: a `kill -9` of warm alone ends the build's whole group (FlashInfer's ninja and nvcc)
+    through its parent-death signal instead of leaving it to run for minutes, and the build's scratch (its output
+    files) stays locked while any of it runs, then a later run's sweep removes it."""
+    import signal
+    import time
+
+    from dgprecompile.host import scratch
+
+    version = "0.6.12"
+    if _missing(version):
+        pytest.skip(_missing(version))
+    data = _plan(QWEN, PINS[version]).to_dict()
+    for section in ("sglang_jit_modules", "triton_moe", "inductor"):
+        data.pop(section, None)
+    data["flashinfer"] = [_router(version)]
+    manifest = tmp_path / "plan.yaml"
+    write_manifest(plan_from_dict(data), manifest)
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "dgprecompile", "warm", "--manifest", str(manifest), "--cache-dir",
+                             str(tmp_path / "cache"), "--nvcc", NVCC, "--jobs", "2"],
+                            env={**_env(version), "TMPDIR": str(tmpdir)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    build, deadline = None, time.time() + 300
+    while build is None and time.time() < deadline and proc.poll() is None:
+        build = next((p for p in proc_stats() if p.ppid == proc.pid and p.pgid == p.pid
+                      and any(q.comm in ("ninja", "nvcc", "cicc") for q in proc_stats() if q.pgid == p.pid)), None)
+        time.sleep(0.1)
+    assert build is not None, "no FlashInfer build started under the warm"
+    proc.send_signal(signal.SIGKILL)  # warm alone: its handlers never run
+    proc.communicate(timeout=60)
+    (items,) = [p for p in tmpdir.iterdir() if p.name.startswith("dgprecompile-items-")]
+    deadline = time.time() + 8
+    while time.time() < deadline and (alive := [p for p in proc_stats() if p.pgid == build.pid and p.state != "Z"]):
+        assert scratch.held(items), [p.comm for p in alive]
+        time.sleep(0.05)
+    assert not [p.comm for p in proc_stats() if p.pgid == build.pid and p.state != "Z"], "outlived warm by 8 s"
+    assert scratch.clean_stale(tmpdir, "dgprecompile-items-") == 1 and not items.exists()

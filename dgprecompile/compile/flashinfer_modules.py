@@ -32,6 +32,8 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+from dgprecompile.host import lifeline
+
 
 def link_standin(home: str | None, scratch: Path) -> str | None:
     """A directory to put on LIBRARY_PATH when nothing here provides libcuda.so to link against (None: something
@@ -97,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--flashinfer", required=True)
     p.add_argument("--arch", required=True)
     p.add_argument("--cache-dir", required=True)
-    report = build(p.parse_args(argv))
+    args = p.parse_args(argv)
+    lifeline.end_with_warm()  # started by warm (compile/recorded_items.py): it and its ninja tree end with warm
+    report = build(args)
     json.dump(report, sys.stdout)
     sys.stdout.write("\n")
     return 0

@@ -32,6 +32,7 @@ import sys
 import time
 from typing import Any
 
+from dgprecompile.host import lifeline
 from dgprecompile.runtimes.inductor import INDUCTOR_GRAPHS
 
 
@@ -186,7 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--grad", default="no_grad", choices=("no_grad", "inference"))
     # the job's device; "cpu" runs the same calls through inductor's CPU backend (the CPU tests: no GPU there)
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help=argparse.SUPPRESS)
-    report = run(p.parse_args(argv))
+    args = p.parse_args(argv)
+    lifeline.end_with_warm()  # started by warm (compile/recorded_items.py): it and its compile workers end with warm
+    report = run(args)
     json.dump(report, sys.stdout)
     sys.stdout.write("\n")
     return 0

@@ -19,13 +19,12 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 from dgprecompile.cache import item_records as records
 from dgprecompile.errors import CompileFailed, DGError
+from dgprecompile.host import lifeline, scratch
 from dgprecompile.runtimes import family_for_area
 
 
@@ -193,19 +192,28 @@ def _areas_env(root: str, runtime, part) -> dict[str, str]:
 
 
 class Started:
-    """Commands started side by side, each in its own session, its output in files of a scratch folder (nothing
-    waits on a pipe while the parent is busy elsewhere); ``collect`` waits for each and gives its report (its last
-    stdout line, JSON) or why it failed (its exit code, then everything it printed); ``stop`` kills what still runs
-    with its process group and removes the folder."""
+    """Commands started side by side, each in its own session, its output in files of a locked scratch folder in
+    TMPDIR (nothing waits on a pipe while the parent is busy elsewhere); ``collect`` waits for each and gives its
+    report (its last stdout line, JSON) or why it failed (its exit code, then everything it printed); ``stop``
+    kills what still runs with its process group and removes the folder. Each command ends with this process
+    however it dies (it calls lifeline.end_with_warm) and holds the folder's lock until it has, so a later run
+    removes the folder a killed one left only when nothing of it runs. ``in_scratch``: variables pointed at a
+    folder of that name inside it (SGLang's own cache of a graph's parts)."""
 
-    def __init__(self, argvs: list[list[str]], env: dict[str, str]):
-        self.tmp = Path(tempfile.mkdtemp(prefix="dgprecompile-items-"))
+    def __init__(self, argvs: list[list[str]], env: dict[str, str], in_scratch: tuple[str, ...] = ()):
+        self.tmp = scratch.run_dir("dgprecompile-items-")
         self.procs: list[subprocess.Popen] = []
+        lock = scratch.lock_fd(self.tmp)
+        env = {**env, lifeline.WARM_PID_ENV: str(os.getpid())}
+        for name in in_scratch:
+            (self.tmp / name.lower()).mkdir()
+            env[name] = str(self.tmp / name.lower())
         try:
             for i, argv in enumerate(argvs):
                 with open(self.tmp / f"item-{i}.out", "wb") as out, open(self.tmp / f"item-{i}.log", "wb") as log:
                     self.procs.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=log,
-                                                       env=env, start_new_session=True))
+                                                       env=env, start_new_session=True,
+                                                       pass_fds=() if lock is None else (lock,)))
         except BaseException:
             self.stop()
             raise
@@ -229,12 +237,13 @@ class Started:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        scratch.release(self.tmp)
 
 
-def run_each(argvs: list[list[str]], env: dict[str, str]) -> list[tuple[dict[str, Any] | None, str | None]]:
+def run_each(argvs: list[list[str]], env: dict[str, str], in_scratch: tuple[str, ...] = ()
+             ) -> list[tuple[dict[str, Any] | None, str | None]]:
     """Every command side by side (:class:`Started`), waited for; an interrupt stops them all."""
-    started = Started(argvs, env)
+    started = Started(argvs, env, in_scratch)
     try:
         return started.collect()
     finally:
@@ -244,9 +253,8 @@ def run_each(argvs: list[list[str]], env: dict[str, str]) -> list[tuple[dict[str
 def run_parts(argv: list[str], env: dict[str, str], parts: int) -> list[dict[str, Any]]:
     """The item's parts side by side (:func:`run_each`); their reports, or one error naming the first that failed.
     SGLang's own cache (its compiled functions' other files) goes to a scratch folder of this run."""
-    with tempfile.TemporaryDirectory(prefix="dgprecompile-sglang-cache-") as tmp:
-        outcomes = run_each([[*argv, *(["--part", f"{i}/{parts}"] if parts > 1 else [])] for i in range(parts)],
-                            {**env, "SGLANG_CACHE_DIR": tmp})
+    outcomes = run_each([[*argv, *(["--part", f"{i}/{parts}"] if parts > 1 else [])] for i in range(parts)], env,
+                        in_scratch=("SGLANG_CACHE_DIR",))
     for i, (_, error) in enumerate(outcomes):
         if error is not None:
             raise CompileFailed(f"python -m {argv[2]} part {i}/{parts} {error}")

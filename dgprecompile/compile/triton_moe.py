@@ -402,9 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device-name", default="NVIDIA H200")
     p.add_argument("--cache-dir", required=True, help="the dgprecompile cache root (Triton writes into <root>/triton)")
     args = p.parse_args(argv)
-    warm_pid = os.environ.get(lifeline.WARM_PID_ENV)
-    if warm_pid:  # a chunk warm started (compile/triton_chunks.py): it and its compilers end when warm does
-        lifeline.end_group_with_parent(int(warm_pid))
+    lifeline.end_with_warm()  # a chunk warm started (compile/triton_chunks.py): it and its compilers end with warm
     os.makedirs(args.cache_dir, exist_ok=True)
     from dgprecompile.compile import triton_host
 

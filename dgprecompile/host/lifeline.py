@@ -19,7 +19,7 @@ import os
 PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
 PR_SET_CHILD_SUBREAPER = 36
-WARM_PID_ENV = "DGPRECOMPILE_WARM_PID"  # set for a Triton MoE chunk warm starts: the pid it is to die with
+WARM_PID_ENV = "DGPRECOMPILE_WARM_PID"  # set for the subprocesses warm starts in sessions of their own: its pid
 STRICT_SUPERVISOR = "dgp-strict"  # the comm of a strict launch's supervisor (15 bytes at most)
 SUPERVISOR = "dgp-launch"  # ... of a non-strict one
 
@@ -59,6 +59,15 @@ def end_group_with_parent(parent: int) -> None:
     set_parent_death_signal(signal.SIGTERM)
     if os.getppid() != parent:  # it died before the signal was armed
         end()
+
+
+def end_with_warm() -> None:
+    """In a subprocess warm started in a session of its own (a Triton MoE chunk, a FlashInfer module's build, a
+    graph's part: :data:`WARM_PID_ENV` set to warm's pid): end with warm (:func:`end_group_with_parent`). The
+    variable is taken out of the environment, so nothing this process starts takes warm for its own parent."""
+    warm = os.environ.pop(WARM_PID_ENV, None)
+    if warm:
+        end_group_with_parent(int(warm))
 
 
 def set_name(name: str) -> bool:
