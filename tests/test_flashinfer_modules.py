@@ -232,23 +232,30 @@ def test_the_runtime_is_planned_and_refused_by_the_hook():
     assert FLASHINFER_MODULES.strict_by == "hook" and FLASHINFER_MODULES.needs_gpu is None
 
 
-def test_warm_starts_flashinfers_build_beside_the_pool_not_after_it(tmp_path):
-    """FlashInfer's modules are a server plan's longest builds and need no worker: warm starts them with the pool
-    (compile/warm.py BESIDE_POOL), so a module shorter than the pool's kernels is done before the last kernel is
-    (after the pool, as before, its .so would be the newest file of the cache)."""
-    version = "0.6.12"
+def _router_and_kernels(version: str) -> dict:
+    """The 480B server plan of the release pinning ``version`` with its DeepGEMM kernels and one FlashInfer module
+    (the router GEMM) only; skips where that release or FlashInfer is not installed."""
     if _missing(version):
         pytest.skip(_missing(version))
     data = _plan(QWEN, PINS[version]).to_dict()
     for section in ("sglang_jit_modules", "triton_moe", "inductor"):
         data.pop(section, None)
+    data["flashinfer"] = [_router(version)]
+    return data
+
+
+def test_warm_starts_flashinfers_build_beside_the_pool_not_after_it(tmp_path):
+    """FlashInfer's modules are a server plan's longest builds and need no worker: warm starts them with the pool
+    (compile/warm.py BESIDE_POOL), so a module shorter than the pool's kernels is done before the last kernel is
+    (after the pool, as before, its .so would be the newest file of the cache)."""
+    version = "0.6.12"
+    data = _router_and_kernels(version)
     refs = [json.dumps(shape) for shape in data["shapes"]]
     counts = [sum(k["id"] in text for k in data["kernels"]) for text in refs]
     pick = min((c, i) for i, c in enumerate(counts) if c >= 12)[1]  # a shape with enough kernels to outlast it
     data["shapes"] = [data["shapes"][pick]]
     data["kernels"] = [k for k in data["kernels"] if k["id"] in refs[pick]]
     data["total_kernels"] = len(data["kernels"])
-    data["flashinfer"] = [_router(version)]
     manifest = tmp_path / "plan.yaml"
     write_manifest(plan_from_dict(data), manifest)
     cache = tmp_path / "cache"
@@ -274,12 +281,7 @@ def test_a_sigkilled_warms_flashinfer_build_ends_with_it(tmp_path):
     from dgprecompile.host import scratch
 
     version = "0.6.12"
-    if _missing(version):
-        pytest.skip(_missing(version))
-    data = _plan(QWEN, PINS[version]).to_dict()
-    for section in ("sglang_jit_modules", "triton_moe", "inductor"):
-        data.pop(section, None)
-    data["flashinfer"] = [_router(version)]
+    data = _router_and_kernels(version)
     manifest = tmp_path / "plan.yaml"
     write_manifest(plan_from_dict(data), manifest)
     tmpdir = tmp_path / "tmp"
@@ -290,16 +292,17 @@ def test_a_sigkilled_warms_flashinfer_build_ends_with_it(tmp_path):
                             stderr=subprocess.PIPE, text=True)
     build, deadline = None, time.time() + 300
     while build is None and time.time() < deadline and proc.poll() is None:
-        build = next((p for p in proc_stats() if p.ppid == proc.pid and p.pgid == p.pid
-                      and any(q.comm in ("ninja", "nvcc", "cicc") for q in proc_stats() if q.pgid == p.pid)), None)
+        build = next((p for p in proc_stats() if p.ppid == proc.pid and p.sid == p.pid
+                      and any(q.comm in ("nvcc", "cicc") for q in proc_stats() if q.sid == p.pid)), None)
         time.sleep(0.1)
     assert build is not None, "no FlashInfer build started under the warm"
     proc.send_signal(signal.SIGKILL)  # warm alone: its handlers never run
     proc.communicate(timeout=60)
     (items,) = [p for p in tmpdir.iterdir() if p.name.startswith("dgprecompile-items-")]
     deadline = time.time() + 8
-    while time.time() < deadline and (alive := [p for p in proc_stats() if p.pgid == build.pid and p.state != "Z"]):
+    # ninja runs each command in a process group of its own: the build's whole session
+    while time.time() < deadline and (alive := [p for p in proc_stats() if p.sid == build.pid and p.state != "Z"]):
         assert scratch.held(items), [p.comm for p in alive]
         time.sleep(0.05)
-    assert not [p.comm for p in proc_stats() if p.pgid == build.pid and p.state != "Z"], "outlived warm by 8 s"
+    assert not [p.comm for p in proc_stats() if p.sid == build.pid and p.state != "Z"], "outlived warm by 8 s"
     assert scratch.clean_stale(tmpdir, "dgprecompile-items-") == 1 and not items.exists()

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import STANDINS, beside_venv, libcuda_standin
-from test_triton_host import PROOF, WARM, _elf, _files
+from helpers import STANDINS, beside_venv
+from test_triton_host import WARM, _elf, _files, loaded_as_warmed, run_proof
 
 REPO = Path(__file__).resolve().parent.parent
 TRITON = Path(os.environ.get("DGP_TRITON35_DIR", REPO / ".venv" / "triton-3.5.1"))
@@ -66,21 +66,7 @@ def test_triton_3_5_1s_own_runtime_loads_every_module_and_builds_none(warmed, tm
     """PROOF: Triton 3.5.1's JIT compiles 0.5.9's kernels again (hits), its CudaUtils() and each kernel's
     CudaLauncher() look their modules up with its own key and load them; its C build refused."""
     root, report = warmed
-    host = report["host_modules"]
-    stub = tmp_path / "stub"
-    stub.mkdir()
-    libcuda_standin(stub, _env())
-    (tmp_path / "proof.py").write_text(PROOF)
-    before = _files(root / "triton")
-    res = subprocess.run([sys.executable, str(tmp_path / "proof.py"), str(root)], capture_output=True, text=True,
-                         timeout=900, env=_env(LD_LIBRARY_PATH=str(stub), TRITON_LIBCUDA_PATH=str(stub),
-                                               TRITON_CACHE_DIR=str(root / "triton")))
-    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
-    proof = json.loads(res.stdout.strip().splitlines()[-1])
+    before, proof = run_proof(root, tmp_path, _env)
     assert proof["kernels"] == 4
-    suffix = host["machine"]["key"]["ext_suffix"]
-    expected = {("cuda_utils", str(root / "triton" / host["cuda_utils"] / f"cuda_utils{suffix}"))}
-    expected |= {("__triton_launcher", str(root / "triton" / key / f"__triton_launcher{suffix}"))
-                 for key in host["launchers"].values()}
-    assert {(name, path) for name, path, _ in proof["loaded"]} == expected
+    loaded_as_warmed(root, report["host_modules"], proof)
     assert _files(root / "triton") == before  # nothing compiled, nothing written

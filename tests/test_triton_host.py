@@ -129,21 +129,37 @@ PROOF = textwrap.dedent("""
 """)
 
 
+def run_proof(root: Path, tmp_path: Path, env) -> tuple[dict, dict]:
+    """PROOF in a fresh process over the warmed cache at ``root`` (``env(**extra)``: the job's environment, a
+    libcuda.so.1 stand-in on its paths): (the Triton area's files before it, what it printed)."""
+    stub = tmp_path / "stub"
+    stub.mkdir()
+    libcuda_standin(stub, env())
+    (tmp_path / "proof.py").write_text(PROOF)
+    before = _files(root / "triton")
+    res = subprocess.run([sys.executable, str(tmp_path / "proof.py"), str(root)], capture_output=True, text=True,
+                         timeout=900, env=env(LD_LIBRARY_PATH=str(stub), TRITON_LIBCUDA_PATH=str(stub),
+                                          TRITON_CACHE_DIR=str(root / "triton")))
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    return before, json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def loaded_as_warmed(root: Path, host: dict, proof: dict) -> None:
+    """PROOF loaded cuda_utils and each launcher from where warm filed them, and wrote nothing."""
+    suffix = host["machine"]["key"]["ext_suffix"]
+    expected = {("cuda_utils", str(root / "triton" / host["cuda_utils"] / f"cuda_utils{suffix}"))}
+    expected |= {("__triton_launcher", str(root / "triton" / key / f"__triton_launcher{suffix}"))
+                 for key in host["launchers"].values()}
+    assert {(name, path) for name, path, _ in proof["loaded"]} == expected
+    assert all(name == module for name, _, module in proof["loaded"])  # the real extension modules, imported
+
+
 @pytest.fixture(scope="module")
 def proved(warmed, tmp_path_factory):
     """Triton's own runtime over the warmed cache (PROOF), the model driver's watcher recording its lookups."""
     root, report = warmed
-    tmp_path = tmp_path_factory.mktemp("proof")
-    stub = tmp_path / "stub"
-    stub.mkdir()
-    libcuda_standin(stub, _env())
-    (tmp_path / "proof.py").write_text(PROOF)
-    before = _files(root / "triton")
-    res = subprocess.run([sys.executable, str(tmp_path / "proof.py"), str(root)], capture_output=True, text=True,
-                         timeout=900, env=_env(LD_LIBRARY_PATH=str(stub), TRITON_LIBCUDA_PATH=str(stub),
-                                           TRITON_CACHE_DIR=str(root / "triton")))
-    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
-    return root, report, before, json.loads(res.stdout.strip().splitlines()[-1])
+    before, proof = run_proof(root, tmp_path_factory.mktemp("proof"), _env)
+    return root, report, before, proof
 
 
 @needs_triton
@@ -151,14 +167,8 @@ def proved(warmed, tmp_path_factory):
 @pytest.mark.slow
 def test_tritons_own_runtime_finds_and_loads_every_module_under_its_key(proved):
     root, report, before, proof = proved
-    host = report["host_modules"]
     assert proof["kernels"] == 4
-    suffix = host["machine"]["key"]["ext_suffix"]
-    expected = {("cuda_utils", str(root / "triton" / host["cuda_utils"] / f"cuda_utils{suffix}"))}
-    expected |= {("__triton_launcher", str(root / "triton" / key / f"__triton_launcher{suffix}"))
-                 for key in host["launchers"].values()}
-    assert {(name, path) for name, path, _ in proof["loaded"]} == expected
-    assert all(name == module for name, _, module in proof["loaded"])  # the real extension modules, imported
+    loaded_as_warmed(root, report["host_modules"], proof)
     assert _files(root / "triton") == before  # nothing compiled, nothing written
 
 

@@ -349,17 +349,14 @@ def _groups_alive(groups: set[int]) -> list[tuple[int, str]]:
     return alive
 
 
-@needs_all
-def test_sigterm_stops_the_chunks_and_their_compilers_and_records_nothing(tmp_path):
-    """warm's parent runs the chunks in sessions of their own: a SIGTERM to warm ends each chunk's whole group
-    (its Triton compiles too), exits 143 with one line, and no record is written for the item."""
-    import signal
+def _three_chunks(tmp_path: Path, cache: Path, env: dict[str, str]) -> tuple[subprocess.Popen, set[int]]:
+    """A warm of the item trimmed to m 1..4 with --jobs 3, started, once its 3 chunks run (and 1 s more): (warm,
+    the chunks' pids, each its group's)."""
     import time
 
     manifest = _trimmed(tmp_path / "t4.yaml", m_max=4)
-    cache = tmp_path / "cache"
     proc = subprocess.Popen([sys.executable, "-m", "dgprecompile", "warm", "--manifest", str(manifest), "--cache-dir",
-                             str(cache), "--nvcc", NVCC, "--sglang-jit", "on", "--jobs", "3"], env=_full_env(),
+                             str(cache), "--nvcc", NVCC, "--sglang-jit", "on", "--jobs", "3"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     chunks: set[int] = set()
     deadline = time.time() + 120
@@ -369,6 +366,17 @@ def test_sigterm_stops_the_chunks_and_their_compilers_and_records_nothing(tmp_pa
         time.sleep(0.2)
     assert len(chunks) == 3, chunks  # m 1..4 in 3 chunks, all started at once (no zygote: nothing else planned)
     time.sleep(1.0)
+    return proc, chunks
+
+
+@needs_all
+def test_sigterm_stops_the_chunks_and_their_compilers_and_records_nothing(tmp_path):
+    """warm's parent runs the chunks in sessions of their own: a SIGTERM to warm ends each chunk's whole group
+    (its Triton compiles too), exits 143 with one line, and no record is written for the item."""
+    import signal
+
+    cache = tmp_path / "cache"
+    proc, chunks = _three_chunks(tmp_path, cache, _full_env())
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 143 and "Traceback" not in err, err
@@ -390,21 +398,9 @@ def test_a_sigkilled_warms_chunks_end_with_it_and_keep_its_scratch_until_they_ha
 
     from dgprecompile.host import scratch
 
-    manifest = _trimmed(tmp_path / "t4.yaml", m_max=4)
     cache, tmpdir = tmp_path / "cache", tmp_path / "tmp"
     tmpdir.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "dgprecompile", "warm", "--manifest", str(manifest), "--cache-dir",
-                             str(cache), "--nvcc", NVCC, "--sglang-jit", "on", "--jobs", "3"],
-                            env={**_full_env(), "TMPDIR": str(tmpdir)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    chunks: set[int] = set()
-    deadline = time.time() + 120
-    while len(chunks) < 3 and time.time() < deadline and proc.poll() is None:
-        chunks = {pid for pid, cmd in _groups_alive(set(range(1, 1 << 22)))
-                  if "dgprecompile.compile.triton_moe" in cmd and str(cache) in cmd}
-        time.sleep(0.2)
-    assert len(chunks) == 3, chunks
-    time.sleep(1.0)
+    proc, chunks = _three_chunks(tmp_path, cache, {**_full_env(), "TMPDIR": str(tmpdir)})
     proc.send_signal(signal.SIGKILL)  # warm alone: its handler never runs
     proc.communicate(timeout=60)
     (run,) = [p for p in tmpdir.iterdir() if p.name.startswith("dgprecompile-warm-")]

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import time
 from typing import Any
@@ -235,7 +234,7 @@ class Started:
     def stop(self) -> None:
         for proc in self.procs:
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+                lifeline.kill_job(proc.pid)  # its session: FlashInfer's ninja runs each nvcc in a group of its own
                 proc.wait()
         scratch.release(self.tmp)
 

@@ -162,10 +162,7 @@ def stop_chunk(proc: subprocess.Popen) -> None:
             proc.wait(timeout=wait)
         except subprocess.TimeoutExpired:
             continue
-    try:  # the compilers it left (ptxas, the C compiler) are in its group
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    lifeline.kill_job(proc.pid)  # the compilers it left (ptxas, the C compiler): its session
 
 
 def parse_report(chunk_id: str, code: int, stdout: str, log: Path) -> dict[str, Any]:

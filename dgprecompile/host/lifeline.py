@@ -44,15 +44,38 @@ def set_parent_death_signal(signum: int) -> bool:
     return _prctl(PR_SET_PDEATHSIG, signum)
 
 
+def kill_job(root: int, spare: int | None = None, seconds: float = 2.0) -> None:
+    """SIGKILL every process of the job started as ``root`` in a session of its own (procfs.job_processes: its
+    descendants, its session, its group; ninja, for one, runs each command in a process group of its own) but
+    ``spare``, pass after pass until a pass finds none or ``seconds`` have gone: one started meanwhile is found
+    in the next pass (it stays in the session, or below one found)."""
+    import signal
+    import time
+
+    from dgprecompile.host.procfs import job_processes
+
+    deadline = time.monotonic() + seconds
+    while True:
+        found = [st.pid for st in job_processes(root) if st.pid != spare and st.state != "Z"]
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if not found or time.monotonic() >= deadline:
+            return
+        time.sleep(0.01)
+
+
 def end_group_with_parent(parent: int) -> None:
-    """For a process that leads a process group of its own (a session leader): when ``parent`` (its parent's pid)
-    dies, however it dies, SIGKILL the whole group (this process and the compilers it runs); a SIGTERM does the
-    same. Where ``parent`` is gone already, now."""
+    """For a process that leads a session of its own: when ``parent`` (its parent's pid) dies, however it dies,
+    SIGKILL everything it started (:func:`kill_job`: the compilers it runs, whatever process group they are in),
+    then end; a SIGTERM does the same. Where ``parent`` is gone already, now."""
     import signal
 
     def end(_signum=None, _frame=None) -> None:
-        if os.getpgrp() == os.getpid():
-            os.killpg(0, signal.SIGKILL)
+        if os.getsid(0) == os.getpid():
+            kill_job(os.getpid(), spare=os.getpid())
         os._exit(128 + signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, end)
