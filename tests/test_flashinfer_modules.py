@@ -23,7 +23,7 @@ import pytest
 from helpers import NVCC, Background, beside_venv, no_user_sglang_env, sgl_deep_gemm_013_dir, sglang_014_dir
 
 from dgprecompile.errors import InputError
-from dgprecompile.host.procfs import proc_stats
+from dgprecompile.host.procfs import command_line, proc_stats
 from dgprecompile.planning.manifest import plan_from_dict, write_manifest
 from dgprecompile.planning.plan import PlanRequest
 from dgprecompile.planning.server_plan import plan_from_server
@@ -290,10 +290,13 @@ def test_a_sigkilled_warms_flashinfer_build_ends_with_it(tmp_path):
                              str(tmp_path / "cache"), "--nvcc", NVCC, "--jobs", "2"],
                             env={**_env(version), "TMPDIR": str(tmpdir)}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+    def building(p) -> bool:  # the FlashInfer item's process (not the zygote, whose session compiles kernels)
+        return p.ppid == proc.pid and p.sid == p.pid and "dgprecompile.compile.flashinfer_modules" in \
+            command_line(p.pid, 3) and any(q.comm in ("nvcc", "cicc") for q in proc_stats() if q.sid == p.pid)
+
     build, deadline = None, time.time() + 300
     while build is None and time.time() < deadline and proc.poll() is None:
-        build = next((p for p in proc_stats() if p.ppid == proc.pid and p.sid == p.pid
-                      and any(q.comm in ("nvcc", "cicc") for q in proc_stats() if q.sid == p.pid)), None)
+        build = next((p for p in proc_stats() if building(p)), None)
         time.sleep(0.1)
     assert build is not None, "no FlashInfer build started under the warm"
     proc.send_signal(signal.SIGKILL)  # warm alone: its handlers never run
@@ -305,4 +308,7 @@ def test_a_sigkilled_warms_flashinfer_build_ends_with_it(tmp_path):
         assert scratch.held(items), [p.comm for p in alive]
         time.sleep(0.05)
     assert not [p.comm for p in proc_stats() if p.sid == build.pid and p.state != "Z"], "outlived warm by 8 s"
+    deadline = time.time() + 10  # the kernel drops a dead process's flock a moment after its exit (test_scratch)
+    while scratch.held(items) and time.time() < deadline:
+        time.sleep(0.05)
     assert scratch.clean_stale(tmpdir, "dgprecompile-items-") == 1 and not items.exists()
