@@ -33,15 +33,14 @@ from importlib import metadata
 from pathlib import Path
 
 from dgprecompile.host import lifeline
+from dgprecompile.host.toolchain import toolkit_libcuda_stub
 
 
 def link_standin(home: str | None, scratch: Path) -> str | None:
     """A directory to put on LIBRARY_PATH when nothing here provides libcuda.so to link against (None: something
     does: the toolkit's stubs, or the driver's library in the linker's path)."""
-    homes = [h for h in (home, os.environ.get("CUDA_HOME"), "/usr/local/cuda") if h]
-    for h in homes:
-        if (Path(h) / "lib64" / "stubs" / "libcuda.so").is_file() or any(Path(h).glob("targets/*/lib/stubs/libcuda.so")):
-            return None
+    if toolkit_libcuda_stub([home, os.environ.get("CUDA_HOME"), "/usr/local/cuda"]) is not None:
+        return None
     try:
         found = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=60).stdout
     except (OSError, subprocess.TimeoutExpired):

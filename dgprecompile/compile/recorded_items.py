@@ -194,7 +194,7 @@ class Started:
     """Commands started side by side, each in its own session, its output in files of a locked scratch folder in
     TMPDIR (nothing waits on a pipe while the parent is busy elsewhere); ``collect`` waits for each and gives its
     report (its last stdout line, JSON) or why it failed (its exit code, then everything it printed); ``stop``
-    kills what still runs with its process group and removes the folder. Each command ends with this process
+    kills what still runs with its session (lifeline.kill_job) and removes the folder. Each command ends with this process
     however it dies (it calls lifeline.end_with_warm) and holds the folder's lock until it has, so a later run
     removes the folder a killed one left only when nothing of it runs. ``in_scratch``: variables pointed at a
     folder of that name inside it (SGLang's own cache of a graph's parts)."""
@@ -202,7 +202,6 @@ class Started:
     def __init__(self, argvs: list[list[str]], env: dict[str, str], in_scratch: tuple[str, ...] = ()):
         self.tmp = scratch.run_dir("dgprecompile-items-")
         self.procs: list[subprocess.Popen] = []
-        lock = scratch.lock_fd(self.tmp)
         env = {**env, lifeline.WARM_PID_ENV: str(os.getpid())}
         for name in in_scratch:
             (self.tmp / name.lower()).mkdir()
@@ -212,7 +211,7 @@ class Started:
                 with open(self.tmp / f"item-{i}.out", "wb") as out, open(self.tmp / f"item-{i}.log", "wb") as log:
                     self.procs.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=log,
                                                        env=env, start_new_session=True,
-                                                       pass_fds=() if lock is None else (lock,)))
+                                                       pass_fds=scratch.lock_fds(self.tmp)))
         except BaseException:
             self.stop()
             raise

@@ -246,22 +246,21 @@ def link_libcuda(scratch: Path, found: list[str] | None = None) -> tuple[str, st
     driver's folder may lack)."""
     from triton.backends.nvidia import driver
 
+    from dgprecompile.host.toolchain import toolkit_libcuda_stub
+
     found = driver_folders() if found is None else found
-    target, linked = None, ""
+    homes = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
     if found:
         target, linked = Path(found[0]) / STUB_SONAME, "the driver's libcuda.so.1 in " + ", ".join(found)
-    homes = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
-    for home in [h for h in homes if h and target is None]:
-        for stub in [Path(home) / "lib64" / "stubs" / "libcuda.so", *Path(home).glob("targets/*/lib/stubs/libcuda.so")]:
-            if stub.is_file() and target is None:
-                target, linked = stub, f"the toolkit's stub {stub}"
-    if target is None:
+    elif (stub := toolkit_libcuda_stub(homes)) is not None:
+        target, linked = stub, f"the toolkit's stub {stub}"
+    else:
         cc = compiler()
         names = cuda_functions(Path(driver.include_dirs[0]) / "cuda.h", cc)
         (scratch / "stub.c").write_text("/* link-time STAND-IN for the CUDA driver (dgprecompile triton_host) */\n" +
                                         "".join(f"void {n}(void) {{}}\n" for n in names))
-        target, linked = scratch / "stand-in" / STUB_SONAME, f"a stand-in exporting the {len(names)} cu* functions " \
-                                                              "of Triton's cuda.h"
+        target = scratch / "stand-in" / STUB_SONAME
+        linked = f"a stand-in exporting the {len(names)} cu* functions of Triton's cuda.h"
         target.parent.mkdir()
         subprocess.run([cc, "-shared", "-fPIC", f"-Wl,-soname,{STUB_SONAME}", "-o", str(target),
                         str(scratch / "stub.c")], check=True, capture_output=True, timeout=300)

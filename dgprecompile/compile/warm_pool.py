@@ -101,14 +101,13 @@ class Processes:
         child_fds.append(life_r)
         env = {**os.environ, **WORKER_ENV, **scratch.compiler_env(self.tmp),
                "DGPRECOMPILE_WORKERS": json.dumps(spec), "DGPRECOMPILE_WARM_LIFELINE": str(life_r)}
-        lock = scratch.lock_fd(self.tmp)
         # A session of its own, so a kill of warm's process group leaves the zygote to end the workers and their
         # compilers (its parent-death signal); it holds the scratch's lock until it has, so no later run removes
         # the scratch while a compiler of this one still writes in it.
         self.zygote = subprocess.Popen(
             [sys.executable, "-m", "dgprecompile.compile.worker", str(job_path), "--zygote"],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=open(self.tmp / "zygote.log", "wb"), env=env,
-            pass_fds=child_fds + ([lock] if lock is not None else []), start_new_session=True)
+            pass_fds=(*child_fds, *scratch.lock_fds(self.tmp)), start_new_session=True)
         for fd in child_fds:
             os.close(fd)
         assert self.zygote.stdout is not None
@@ -121,8 +120,7 @@ class Processes:
         from dgprecompile.compile.triton_chunks import start_chunk
 
         env = {**os.environ, **WORKER_ENV, **scratch.compiler_env(self.tmp)}
-        lock = scratch.lock_fd(self.tmp)
-        proc = start_chunk(argv, self.tmp / f"chunk-{slot}.log", env, () if lock is None else (lock,))
+        proc = start_chunk(argv, self.tmp / f"chunk-{slot}.log", env, scratch.lock_fds(self.tmp))
         self.chunks[slot], self.chunk_out[slot] = proc, ""
         assert proc.stdout is not None
         self.sel.register(proc.stdout, selectors.EVENT_READ, ("chunk", slot))

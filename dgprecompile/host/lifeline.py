@@ -6,9 +6,9 @@ it. The supervisor names itself (PR_SET_NAME) ``dgp-strict`` in a strict launch;
 own threads, so a job cannot rename it, and :func:`strict_launch_above` finds it by walking the parent chain,
 which the job cannot change either (an orphan is re-parented to the supervisor itself).
 
-`warm`'s zygote, workers and Triton MoE chunks die with their parent (PR_SET_PDEATHSIG), and a worker checks that its parent is
-still the zygote and that warm still holds the pipe it watches (:func:`bind_parents`, :func:`parents_alive`)
-before it installs an entry.
+`warm`'s zygote, workers and the subprocesses it starts in sessions of their own die with their parent
+(PR_SET_PDEATHSIG; :func:`end_with_warm`), and a worker checks that its parent is still the zygote and that warm
+still holds the pipe it watches (:func:`bind_parents`, :func:`parents_alive`) before it installs an entry.
 Everything here is a no-op where prctl is not available.
 """
 
@@ -67,7 +67,7 @@ def kill_job(root: int, spare: int | None = None, seconds: float = 2.0) -> None:
         time.sleep(0.01)
 
 
-def end_group_with_parent(parent: int) -> None:
+def end_job_with_parent(parent: int) -> None:
     """For a process that leads a session of its own: when ``parent`` (its parent's pid) dies, however it dies,
     SIGKILL everything it started (:func:`kill_job`: the compilers it runs, whatever process group they are in),
     then end; a SIGTERM does the same. Where ``parent`` is gone already, now."""
@@ -86,11 +86,11 @@ def end_group_with_parent(parent: int) -> None:
 
 def end_with_warm() -> None:
     """In a subprocess warm started in a session of its own (a Triton MoE chunk, a FlashInfer module's build, a
-    graph's part: :data:`WARM_PID_ENV` set to warm's pid): end with warm (:func:`end_group_with_parent`). The
+    graph's part: :data:`WARM_PID_ENV` set to warm's pid): end with warm (:func:`end_job_with_parent`). The
     variable is taken out of the environment, so nothing this process starts takes warm for its own parent."""
     warm = os.environ.pop(WARM_PID_ENV, None)
     if warm:
-        end_group_with_parent(int(warm))
+        end_job_with_parent(int(warm))
 
 
 def set_name(name: str) -> bool:

@@ -87,10 +87,11 @@ def release(path: Path | str) -> None:
         clean_stale(Path(path).parent, prefix)
 
 
-def lock_fd(path: Path | str) -> int | None:
-    """The descriptor of the lock this process holds on ``path`` (None where it holds none), for a child that is
-    to hold it too (pass it with ``pass_fds``): the directory then stays someone's until that child has ended."""
-    return _HELD.get(str(path))
+def lock_fds(path: Path | str) -> tuple[int, ...]:
+    """The descriptor of the lock this process holds on ``path`` (none where it holds none), for a child that is
+    to hold it too (``pass_fds``): the directory then stays someone's until that child has ended."""
+    fd = _HELD.get(str(path))
+    return () if fd is None else (fd,)
 
 
 def held(path: Path | str) -> bool:

@@ -63,6 +63,16 @@ def default_nvcc_path(environ: dict[str, str] | None = None) -> str | None:
     return locate_nvcc(environ)[0]
 
 
+def toolkit_libcuda_stub(homes: list[str | None]) -> Path | None:
+    """The CUDA toolkit's link-time libcuda.so stub (``lib64/stubs``, else ``targets/<arch>/lib/stubs``) under the
+    first of ``homes`` (empty ones skipped) that has one; None where none has."""
+    for home in filter(None, homes):
+        for stub in [Path(home) / "lib64" / "stubs" / "libcuda.so", *Path(home).glob("targets/*/lib/stubs/libcuda.so")]:
+            if stub.is_file():
+                return stub
+    return None
+
+
 @lru_cache(maxsize=8)
 def probe_nvcc(path: str) -> Nvcc:
     try:
