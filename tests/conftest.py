@@ -17,6 +17,13 @@ from ci_skips import pytest_runtest_makereport  # noqa: E402,F401  (CI=true: a s
 os.environ["XDG_STATE_HOME"] = __import__("tempfile").mkdtemp(prefix="dgp-state-")
 
 
+def pytest_unconfigure(config):
+    """The session's state folder goes with the session (one was left in TMPDIR per run)."""
+    import shutil
+
+    shutil.rmtree(os.environ["XDG_STATE_HOME"], ignore_errors=True)
+
+
 @pytest.fixture(autouse=True)
 def _no_user_sglang_env(monkeypatch):
     """Tests must not see the developer's own SGLang/DeepGEMM settings."""
