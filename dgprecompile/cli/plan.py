@@ -118,7 +118,8 @@ def command(plan_request, manifest, config, fmt, show_buckets, output, from_trac
     Examples:
       dgprecompile plan --model Qwen3-Coder-480B --tp 8 --ep 8 --sglang 0.5.1
       dgprecompile plan --model Qwen3-Coder-480B --sglang 0.5.14 --format json
-      dgprecompile plan --model ./my-model/ --specforge-cmd "torchrun ... --tp-size 8 --ep-size 8" -o plan.yaml
+      dgprecompile plan --model ./my-model/ \\
+          --specforge-cmd "torchrun ... --tp-size 8 --ep-size 8" -o plan.yaml
       dgprecompile plan --from-trace traces/ --sglang 0.5.14 -o plan.yaml
     """
     if out.json_mode and fmt == "yaml":
