@@ -147,8 +147,10 @@ class Output:
         for line in _fit(message, self.err.width, hanging):
             self.err.print(line)
 
-    def note(self, *parts: Part) -> None:
-        self.info(styled("note:", "dim"), " ", *parts)
+    def note(self, *parts: Part, wrap: bool = False) -> None:
+        """``note:`` and the parts; ``wrap``: folded to the console's width under its own text (see _fit), else one
+        line however long."""
+        self.info(styled("note:", "dim"), " ", *parts, hanging=len("note: ") if wrap else None)
 
     def warn(self, *parts: Part) -> None:
         if not self.silent:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -191,7 +192,7 @@ def test_launch_finds_a_command_of_its_own_venv_that_is_not_on_path(tmp_path):
 def test_unpack_help_example_verifies_the_cache_it_unpacked_into():
     from dgprecompile.cli.unpack import command
 
-    for line in command.help.splitlines():
+    for line in re.sub(r"[ \t]*\\\n[ \t]*", " ", command.help).splitlines():  # a ` \` fold joined
         if "unpack" in line and "&& dgprecompile verify" in line:
             unpack, verify = line.split("&&")
             where = unpack.split("--cache-dir")[1].split()[0]

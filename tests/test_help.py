@@ -20,9 +20,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _examples(help_text: str) -> list[str]:
-    """The indented command lines under ``Examples:`` (and the group's ``Typical flow:``)."""
+    """The indented command lines under ``Examples:`` (and the group's ``Typical flow:``), a line folded with a
+    trailing `` \\`` joined to its continuation lines as a shell joins them."""
     lines, inside = [], False
-    for line in help_text.splitlines():
+    for line in re.sub(r"[ \t]*\\\n[ \t]*", " ", help_text).splitlines():
         stripped = line.strip()
         if stripped in ("Examples:", "Typical flow:"):
             inside = True
@@ -89,6 +90,24 @@ def test_every_help_example_parses(name, tmp_path):
             except click.ClickException as exc:
                 raise AssertionError(f"{line!r}: {exc.format_message()}") from None
             assert ctx.command.name == argv[0]
+
+
+@pytest.mark.parametrize("name", [None, *COMMANDS])
+def test_every_help_line_fits_80_columns(name):
+    """COLUMNS=80 (a terminal of 80, a pipe, a CI log): every line of every --help fits 80 columns, counted in
+    characters; its examples fold with ` \\` continuations instead of running past the edge."""
+    from click.testing import CliRunner
+
+    result = CliRunner().invoke(cli, [name, "--help"] if name else ["--help"], env={"COLUMNS": "80"},
+                                prog_name="dgprecompile", catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    wide = [line for line in result.output.splitlines() if len(line) > 80]
+    assert not wide, "\n".join(wide)
+
+
+def test_a_folded_example_is_one_command_line():
+    help_text = "Examples:\n  dgprecompile push --to s3://b/x \\\n      --signing-key k.key   # once\n  dgprecompile push\n"
+    assert _examples(help_text) == ["dgprecompile push --to s3://b/x --signing-key k.key   # once", "dgprecompile push"]
 
 
 def test_a_wrong_example_would_be_caught(tmp_path):

@@ -203,6 +203,31 @@ def test_warm_summary_headers_stay_whole(monkeypatch, columns):
         assert token in words, out.getvalue()
 
 
+def _readme_line(command: str) -> list[str]:
+    """The argv of the README's example line for ``dgprecompile COMMAND`` (its comment dropped)."""
+    import shlex
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    line = next(ln for ln in readme.splitlines() if ln.startswith(f"dgprecompile {command} "))
+    return shlex.split(line, comments=True)[1:]
+
+
+def test_plan_text_of_the_readme_example_fits_80_columns_piped(tmp_path):
+    """The README's `plan` line at COLUMNS=80, piped: every line of stdout and stderr fits 80 columns (the profile
+    line and the notes fold at their spaces), and nothing is cut: each note reads whole once lines are joined."""
+    argv = [str(tmp_path / a) if a.endswith(".yaml") else a for a in _readme_line("plan")]
+    proc = _cli(argv, 80)
+    assert proc.returncode == 0, proc.stderr
+    wide = [line for line in (proc.stdout + proc.stderr).splitlines() if len(line) > 80]
+    assert not wide, "\n".join(wide)
+    truth = json.loads(_cli([*argv, "--json"], 80).stdout)
+    joined = " ".join(proc.stderr.split())
+    assert truth["notes"] and "…" not in proc.stderr
+    for note in [*truth["notes"], truth["sglang_profile"]]:
+        assert " ".join(str(note).split()) in joined, note
+
+
 @pytest.mark.parametrize("columns", [80, 160])
 def test_plan_jit_module_names_whole_piped(columns):
     proc = _cli(["plan", "--model", "Qwen3-Coder-480B", "--sglang", "0.5.14"], columns)

@@ -54,7 +54,8 @@ def command(plan_request, manifest, config, ranks, base_tasks, dataloader_worker
     \b
     Examples:
       dgprecompile doctor
-      dgprecompile doctor --model Qwen3-Coder-480B --tp 8 --ep 8 --sglang 0.5.1 --ranks 8
+      dgprecompile doctor --model Qwen3-Coder-480B --tp 8 --ep 8 \\
+          --sglang 0.5.1 --ranks 8
       dgprecompile doctor --manifest plan.yaml --dataloader-workers 4 --json
     """
     from dgprecompile.diagnostics.doctor import BurstModel, run_doctor

@@ -77,15 +77,22 @@ def command(plan_request, manifest, config, cache_dir, shared_cache, strict, all
 
     \b
     Examples:
-      dgprecompile launch --manifest plan.yaml -- torchrun --nproc_per_node 8 train.py ...
+      dgprecompile launch --manifest plan.yaml -- \\
+          torchrun --nproc_per_node 8 train.py ...
       dgprecompile launch --config train.yaml
-      dgprecompile launch --manifest plan.yaml --no-strict -- python train.py   # records misses
-      dgprecompile launch --capture -- python -m sglang.launch_server ...   # once: files Triton's kernels
+      dgprecompile launch --manifest plan.yaml --no-strict -- \\
+          python train.py   # records misses
+      dgprecompile launch --capture -- \\
+          python -m sglang.launch_server ...   # once: files Triton's kernels
       dgprecompile launch --manifest plan.yaml --trace traces/ -- python train.py
-      dgprecompile launch -- python -m sglang.launch_server --model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 --tp 8
-      dgprecompile launch --specforge-config run.yaml -- specforge train -c run.yaml
-      dgprecompile launch --pull s3://my-bucket/dg/train-480b --trusted-key ci.pub --manifest plan.yaml -- torchrun ...
-      dgprecompile launch --manifest plan.yaml --shared-cache /opt/dg -- python -m sglang.launch_server ...
+      dgprecompile launch -- python -m sglang.launch_server \\
+          --model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 --tp 8
+      dgprecompile launch --specforge-config run.yaml -- \\
+          specforge train -c run.yaml
+      dgprecompile launch --pull s3://my-bucket/dg/train-480b \\
+          --trusted-key ci.pub --manifest plan.yaml -- torchrun ...
+      dgprecompile launch --manifest plan.yaml --shared-cache /opt/dg -- \\
+          python -m sglang.launch_server ...
     """
     from dgprecompile.launch.launcher import LaunchOptions, prepare_launch, run_launch
 

@@ -95,10 +95,12 @@ def cli(ctx: click.Context) -> None:
 
     \b
     Typical flow:
-      dgprecompile plan   --model Qwen3-Coder-480B --tp 8 --ep 8 --sglang 0.5.1 -o plan.yaml
+      dgprecompile plan   --model Qwen3-Coder-480B --tp 8 --ep 8 --sglang 0.5.1 \\
+          -o plan.yaml
       dgprecompile warm   --manifest plan.yaml
       dgprecompile verify --manifest plan.yaml
-      dgprecompile launch --manifest plan.yaml -- torchrun --nproc_per_node 8 train.py ...
+      dgprecompile launch --manifest plan.yaml -- \\
+          torchrun --nproc_per_node 8 train.py ...
     """
     ctx.obj = Output()
 

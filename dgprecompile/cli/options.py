@@ -156,7 +156,7 @@ def resolve_plan(plan_request: PlanRequest, manifest: str | None, trace: str | N
     out = click.get_current_context(silent=True)
     out = out.find_object(Output) if out is not None else None
     for assumption in plan.assumed if out is not None else ():
-        out.note(assumption)  # `--ep 8` alone: tp 8, said by every command that plans
+        out.note(assumption, wrap=True)  # `--ep 8` alone: tp 8, said by every command that plans
     return plan
 
 

@@ -47,9 +47,12 @@ def command(plan_request, manifest, config, cache_dir, output, allow_missing, li
 
     \b
     Examples:
-      dgprecompile pack --manifest plan.yaml --cache-dir .cache/deep_gemm -o out/deepgemm-{fingerprint}.tar.gz
-      dgprecompile pack --model Qwen3-Coder-480B --tp 8 --ep 8 --sglang 0.5.1 -o cache.tar.gz --signing-key ci.key
-      dgprecompile pack --manifest plan.yaml -o 's3://my-bucket/dg/deepgemm-{fingerprint}.tar.gz'   # [s3] extra
+      dgprecompile pack --manifest plan.yaml --cache-dir .cache/deep_gemm \\
+          -o out/deepgemm-{fingerprint}.tar.gz
+      dgprecompile pack --model Qwen3-Coder-480B --tp 8 --ep 8 --sglang 0.5.1 \\
+          -o cache.tar.gz --signing-key ci.key
+      dgprecompile pack --manifest plan.yaml \\
+          -o 's3://my-bucket/dg/deepgemm-{fingerprint}.tar.gz'   # [s3] extra
     """
     plan = resolve_plan(plan_request, manifest)
     store = CacheStore(resolve_cache_dir(plan, cache_dir))

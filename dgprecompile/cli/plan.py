@@ -90,9 +90,9 @@ def render_plan(out: Output, plan: Plan, show_buckets: bool) -> None:
     if not table["read_here"]:
         out.note(f"the rows' paths were read from sglang {table['read_for']}; sglang {plan.profile.id} may build other "
                  "kernels of these families: a strict launch refuses each one the cache lacks, by name, and one "
-                 "`launch --capture` run files them")
-    for note in plan.notes:
-        out.note(note)
+                 "`launch --capture` run files them", wrap=True)
+    for note in plan.notes:  # prose, folded at its spaces: a pipe's 80 columns show it all, nothing cut
+        out.note(note, wrap=True)
 
 
 PATH_OPTION = "-o"  # where this command is told to write: named in the hint of a file error
@@ -118,13 +118,15 @@ def command(plan_request, manifest, config, fmt, show_buckets, output, from_trac
     Examples:
       dgprecompile plan --model Qwen3-Coder-480B --tp 8 --ep 8 --sglang 0.5.1
       dgprecompile plan --model Qwen3-Coder-480B --sglang 0.5.14 --format json
-      dgprecompile plan --model ./my-model/ --specforge-cmd "torchrun ... --tp-size 8 --ep-size 8" -o plan.yaml
+      dgprecompile plan --model ./my-model/ \\
+          --specforge-cmd "torchrun ... --tp-size 8 --ep-size 8" -o plan.yaml
       dgprecompile plan --from-trace traces/ --sglang 0.5.14 -o plan.yaml
     """
     if out.json_mode and fmt == "yaml":
         raise InputError("--format yaml and --json contradict each other", hint="pass --format yaml or --json")
     plan = resolve_plan(plan_request, manifest, trace=from_trace)
-    out.info("sglang profile ", styled(plan.profile.id, "bold"), f" ({plan.profile_reason}): {plan.profile.summary}")
+    out.info("sglang profile ", styled(plan.profile.id, "bold"), f" ({plan.profile_reason}): {plan.profile.summary}",
+             hanging=2)
     if fmt == "json" or out.json_mode:  # the manifest, and how each JIT family is covered
         out.data_json({**plan.to_dict(), "families": plan.families()})
     elif fmt == "yaml":
@@ -136,4 +138,4 @@ def command(plan_request, manifest, config, fmt, show_buckets, output, from_trac
             write_manifest(plan, Path(output))
         except OSError as exc:  # name the file asked for, not the temporary file beside it
             raise os_error(OSError(exc.errno, exc.strerror, output), "write", PATH_OPTION) from None
-        out.info(f"manifest written to {output}")
+        out.info(f"manifest written to {output}", hanging=2)  # a long path on a line of its own, whole

@@ -89,9 +89,12 @@ def command(plan_request, manifest, config, cache_dir, source, nvcc, replace_cha
 
     \b
     Examples:
-      dgprecompile pull --manifest plan.yaml --from s3://my-bucket/dgprecompile/train-480b --trusted-key ci.pub
-      DGPRECOMPILE_TRUSTED_KEYS=old.pub:new.pub dgprecompile pull --manifest plan.yaml --from s3://cache/480b
-      dgprecompile pull --manifest plan.yaml --from https://cache.example.com/480b --trusted-key ci.pub --json
+      dgprecompile pull --manifest plan.yaml \\
+          --from s3://my-bucket/dgprecompile/train-480b --trusted-key ci.pub
+      DGPRECOMPILE_TRUSTED_KEYS=old.pub:new.pub \\
+          dgprecompile pull --manifest plan.yaml --from s3://cache/480b
+      dgprecompile pull --manifest plan.yaml \\
+          --from https://cache.example.com/480b --trusted-key ci.pub --json
     """
     from dgprecompile.cache.fleet import pull
 

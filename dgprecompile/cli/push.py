@@ -48,7 +48,8 @@ def command(plan_request, manifest, config, cache_dir, target, allow_missing, re
 
     \b
     Examples:
-      dgprecompile push --manifest plan.yaml --cache-dir /tmp/dg --to s3://my-bucket/dgprecompile/train-480b \
+      dgprecompile push --manifest plan.yaml --cache-dir /tmp/dg \\
+          --to s3://my-bucket/dgprecompile/train-480b \\
           --signing-key "$RUNNER_TEMP/dgprecompile-signing.key"
       dgprecompile push --manifest plan.yaml --to /shared/artifacts/train-480b
     """

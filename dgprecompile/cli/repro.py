@@ -51,7 +51,8 @@ def command(ranks, tasks_max, backend, workers, keys, kernels, mechanism, nvcc, 
     Examples:
       dgprecompile repro
       dgprecompile repro --backend legacy --ranks 2 --kernels 3
-      dgprecompile repro --backend cxx --ranks 8 --keys 2 --deepgemm-path $SITE   # on an H200
+      dgprecompile repro --backend cxx --ranks 8 --keys 2 \\
+          --deepgemm-path $SITE   # on an H200
     """
     from dgprecompile.diagnostics.repro import Repro, ReproConfig
 

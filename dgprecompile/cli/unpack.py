@@ -44,9 +44,12 @@ def command(artifact, cache_dir, force, nvcc, num_sms, replace_changed, trust, o
 
     \b
     Examples:
-      dgprecompile unpack deepgemm-3f2a9c0d1e2b4a5c.tar.gz --cache-dir /shared/deep_gemm --trusted-key ci.pub
-      dgprecompile unpack cache.tar.gz --cache-dir /shared/deep_gemm && dgprecompile verify --manifest plan.yaml --cache-dir /shared/deep_gemm
-      dgprecompile unpack s3://my-bucket/dg/deepgemm-3f2a9c0d1e2b4a5c.tar.gz --trusted-key ci.pub   # downloads beside the cache first
+      dgprecompile unpack deepgemm-3f2a9c0d1e2b4a5c.tar.gz \\
+          --cache-dir /shared/deep_gemm --trusted-key ci.pub
+      dgprecompile unpack cache.tar.gz --cache-dir /shared/deep_gemm && \\
+          dgprecompile verify --manifest plan.yaml --cache-dir /shared/deep_gemm
+      dgprecompile unpack s3://my-bucket/dg/deepgemm-3f2a9c0d1e2b4a5c.tar.gz \\
+          --trusted-key ci.pub   # downloads beside the cache first
     """
     if num_sms is not None and num_sms < 1:
         raise InputError("--num-sms must be a positive integer", hint="pass the SM count of the GPUs here, e.g. 132")

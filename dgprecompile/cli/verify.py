@@ -60,11 +60,16 @@ def command(plan_request, manifest, config, cache_dir, shared_cache, nvcc, trace
     \b
     Examples:
       dgprecompile verify --manifest plan.yaml --cache-dir /shared/deep_gemm
-      dgprecompile verify --model Qwen3-Coder-480B --tp 8 --ep 8 --sglang 0.5.1 --json
-      dgprecompile verify --manifest plan.yaml --num-sms 78      # the job runs on H20s
-      dgprecompile verify --manifest plan.yaml --live --live-m all   # GPU: SGLang's own layers, every m
-      dgprecompile verify --manifest plan.yaml --live --live-server "python -m sglang.launch_server --model-path M --tp 8"
-      dgprecompile verify --manifest plan.yaml --cache-dir ~/.cache/dg --shared-cache /opt/dg   # DeepJIT roots
+      dgprecompile verify --model Qwen3-Coder-480B --tp 8 --ep 8 \\
+          --sglang 0.5.1 --json
+      dgprecompile verify --manifest plan.yaml \\
+          --num-sms 78   # the job runs on H20s
+      dgprecompile verify --manifest plan.yaml --live \\
+          --live-m all   # GPU: SGLang's own layers, every m
+      dgprecompile verify --manifest plan.yaml --live \\
+          --live-server "python -m sglang.launch_server --model-path M --tp 8"
+      dgprecompile verify --manifest plan.yaml --cache-dir ~/.cache/dg \\
+          --shared-cache /opt/dg   # DeepJIT roots
 
     With --live (GPU, sglang 0.5.14): builds SGLang's Fp8LinearMethod for each dense key and its
     DeepGemmRunnerCore masked path for each MoE key pair with random FP8 weights of the planned shapes, calls

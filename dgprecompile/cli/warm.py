@@ -71,7 +71,8 @@ def command(plan_request, manifest, config, cache_dir, backend, jobs, gpus, nvcc
     \b
     Examples:
       dgprecompile warm --model Qwen3-Coder-480B --tp 8 --ep 8 --sglang 0.5.1
-      dgprecompile warm --manifest plan.yaml --cache-dir /shared/deep_gemm --jobs 16
+      dgprecompile warm --manifest plan.yaml --cache-dir /shared/deep_gemm \\
+          --jobs 16
       dgprecompile warm --manifest plan.yaml --from-misses misses.jsonl
     """
     if from_misses is not None:
