@@ -167,19 +167,25 @@ def _held(tmp: Path, host: dict) -> dict:
 @needs_triton
 @needs_sgl014
 def test_heads_plan_holds_a_jobs_cuda_utils_ask_keyed_with_the_folder_warm_keys_with(job, stub):
-    """A job's cuda_utils lookup under Triton 3.8 (the watcher's ask, with its build folders) against HEAD: keyed
-    with the libcuda folder launch points TRITON_LIBCUDA_PATH at (data/triton_moe.yaml; the job's driver there, the
-    linker finding a stand-in through LIBRARY_PATH) it is covered, the key computed by Triton's own
-    compile_module_from_file; keyed with another folder it is MISSING, naming both folders."""
+    """A job's cuda_utils lookup under Triton 3.8 (the watcher's ask, with its build folders) against HEAD, the key
+    computed by Triton's own compile_module_from_file as a warm on the job's machine builds it: keyed with the
+    libcuda folder launch points TRITON_LIBCUDA_PATH at (data/triton_moe.yaml; the job's driver there, the linker
+    finding a stand-in through LIBRARY_PATH) it is covered; keyed with a folder of the job's own (its driver
+    elsewhere, as /usr/local/nvidia/lib64 on the H100 of 2026-12-06) it is covered too, since warm there keys with
+    the folders Triton's own search finds; an ask whose key no warm files it under is MISSING, naming both."""
     from dgprecompile.runtimes import TRITON_MOE
 
     there = _watched(job / "a", TRITON_LIBCUDA_PATH=TRITON_MOE.libcuda_dir, LIBRARY_PATH=str(stub))
     (covered,) = _held(job / "a", there).values()
     assert covered[0] == "covered", covered
     elsewhere = _watched(job / "b")  # the job fixture's TRITON_LIBCUDA_PATH: the stand-in's folder
-    ((ask, (status, detail)),) = _held(job / "b", elsewhere).items()
+    (covered,) = _held(job / "b", elsewhere).values()
+    assert covered[0] == "covered", covered
+    elsewhere["modules"][0]["key"] = "A" * 52  # a key no warm computes
+    (job / "c").mkdir()
+    ((ask, (status, detail)),) = _held(job / "c", elsewhere).items()
     assert ask.startswith("cuda_utils ") and status == "missing", (ask, status, detail)
-    assert f"the job's libcuda folder: {stub}; warm keys with {TRITON_MOE.libcuda_dir}" in detail, detail
+    assert f"the job's libcuda folder: {stub}; warm keys with {stub}" in detail, detail
 
 
 WARM = ("import json, sys; from dgprecompile.compile.triton_host import warm_host_modules; "

@@ -205,16 +205,25 @@ def lookup_keys(launchers: Mapping[str, Mapping[str, Any]], built: Mapping[str, 
 
 def _utils_as_warm(built: Mapping[str, Any]) -> None:
     """Triton 3.8's own build of cuda_utils (driver.py CudaUtils' call: its driver.c, name and libraries) with the
-    job's Triton folders and the libcuda folder warm keys with."""
+    job's Triton folders and the libcuda folders a warm on the job's machine keys with (:func:`warm_libcuda_dirs`)."""
     from triton.backends.nvidia import driver
     from triton.runtime import build as triton_build
 
-    from dgprecompile.runtimes import TRITON_MOE
-
     triton_build.compile_module_from_file(
         src_path=os.path.join(driver.dirname, "driver.c"), name="cuda_utils",
-        library_dirs=[*built["library_dirs"][:1], TRITON_MOE.libcuda_dir], include_dirs=built["include_dirs"],
-        libraries=built["libraries"], ccflags=built["ccflags"])
+        library_dirs=[*built["library_dirs"][:1], *warm_libcuda_dirs(built["library_dirs"][1:])],
+        include_dirs=built["include_dirs"], libraries=built["libraries"], ccflags=built["ccflags"])
+
+
+def warm_libcuda_dirs(job_dirs: list[str]) -> list[str]:
+    """The libcuda folders a warm on a job's machine keys cuda_utils with, from the folders the job's Triton 3.8 keyed
+    it with (``job_dirs``), by :func:`key_libcuda_dir`'s rule: the data file's folder where the job had it (launch
+    pointed the job there: its libcuda.so.1 was there), else the job's own folders (that machine's driver lies
+    elsewhere, e.g. /usr/local/nvidia/lib64 in a container: warm there keys with Triton's own search, as the job
+    did), and the data file's folder for a job with none (a warm on a machine without a driver)."""
+    from dgprecompile.runtimes import TRITON_MOE
+
+    return list(job_dirs) if job_dirs and TRITON_MOE.libcuda_dir not in job_dirs else [TRITON_MOE.libcuda_dir]
 
 
 def compiled_kernel(triton_dir: Path, entry: str, spec: Mapping[str, Any]):

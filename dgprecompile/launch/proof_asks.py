@@ -274,12 +274,12 @@ def _host_keys(asks: dict[str, Any], record: dict[str, Any]) -> tuple[dict[str, 
 
 def _folders_said(module: dict[str, Any]) -> str:
     """For a Triton 3.8 module: the libcuda folder the job keyed it with, against the one warm keys with."""
-    from dgprecompile.runtimes import TRITON_MOE
+    from dgprecompile.compile.triton_host import warm_libcuda_dirs
 
     if "build" not in module:
         return ""
-    return (f" (the job's libcuda folder: {', '.join(module['build']['library_dirs'][1:]) or 'none'}; warm keys "
-            f"with {TRITON_MOE.libcuda_dir})")
+    job = module["build"]["library_dirs"][1:]
+    return f" (the job's libcuda folder: {', '.join(job) or 'none'}; warm keys with {', '.join(warm_libcuda_dirs(job))})"
 
 
 def _triton_host(plan, asks: dict[str, Any], record: dict[str, Any], notes: list[str], nvcc: str | None):
