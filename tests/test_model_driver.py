@@ -328,3 +328,26 @@ def test_sglangs_own_groups_are_built_for_one_rank_and_state_the_commands_sizes(
     takes = "server_args" if release == "0.5.14" else ""  # 0.5.23's read the published configuration
     assert got == {"stated": {"_TP": 8, "_ATTN_TP": 8, "_MOE_EP": 8, "_MOE_TP": 1}, "sizes": [8, 8, 8, 1],
                    "ranks": [0, 0, 0, 0], "notes": [f"SGLang's own {name}({takes})" for _, name in RUNTIME_INIT]}, got
+
+
+def test_the_summary_counts_sglang_0523s_own_refusal_and_deepjits_refused_compile(tmp_path):
+    """The deleted-entry run of sglang 0.5.23's 480B proof on the H100 (bench/results/2026-12-06-h100-model-480b-0523,
+    its driver's report and launch's closing line as the run wrote them): SGLang's ninja loader refuses a missing
+    module itself (SGLANG_CRASH_ON_JIT_COMPILE, which launch sets) and DeepJIT asserts on the refusing compiler's
+    exit status 97; both are the deleted entries' refusals, not other failures (the run's own summary, older than
+    this rule, said "deleted sglang-jit NOT refused" and 4 other failures)."""
+    run = REPO / "bench" / "results" / "2026-12-06-h100-model-480b-0523"
+    stderr = tmp_path / "err"
+    stderr.write_text("".join(line + "\n" for line in (run / "logs.txt").read_text().splitlines()
+                              if line.startswith("error: strict mode refused 389 ")))
+    victims = tmp_path / "victims"
+    victims.write_text("deepgemm cache/x\nsglang-jit sglang-jit/sm90a/x\nflashinfer flashinfer/x\n")
+    res = subprocess.run([sys.executable, str(REPO / "tests" / "gpu" / "model_proof_summary.py"), "--driver",
+                          str(run / "driver_deleted-run.json"), "--stderr", str(stderr), "--deleted", str(victims)],
+                         capture_output=True, text=True, timeout=60)
+    out = res.stdout.splitlines()
+    assert stderr.read_text() and res.returncode == 0, res.stderr
+    assert "driver failures other than refusals: 0" in out, out
+    assert {"deleted deepgemm refused by name", "deleted sglang-jit refused by name",
+            "deleted flashinfer refused by name"} <= set(out), out
+    assert "family sglang-jit: refused 1, new 0" in out, out

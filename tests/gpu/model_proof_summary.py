@@ -71,7 +71,11 @@ def family_of_path(path: str) -> str:
 # C++ DeepGEMM's refused compile: its runtime runs the nvcc stand-in launch names (DG_JIT_NVCC_COMPILER) and keeps
 # its output, so the job's stderr has only DeepGEMM's own assertion; launch's closing line names the kernel
 DEEPGEMM_KERNEL = re.compile(r"\bsm\d+\w*_impl<")
-DEEPGEMM_REFUSED = "NVCC compilation failed"
+# C++ DeepGEMM 0.1.x says the first; DeepJIT (sgl-deep-gemm 0.2.x) asserts on the refusing stand-in's exit status,
+# launch's REFUSED_EXIT (launch/hook/_dgprecompile_hook.py)
+DEEPGEMM_REFUSED = ("NVCC compilation failed", "command failed with exit code 97")
+# SGLang's own strict switch (0.5.20 on), which launch sets: its loader raises naming the module it lacks
+SGLANG_REFUSED = "SGLANG_CRASH_ON_JIT_COMPILE forbids compiling"
 
 
 def refusals(stderr: str) -> dict[str, list[str]]:
@@ -96,9 +100,9 @@ def summarise(args) -> int:
     for name, fail in sorted(driver.get("failed", {}).items()):
         fam = family_of_message(fail["error"])
         say(f"driver: {name} failed at {fail.get('count', 1)} m, first m={fail['m']}: {fail['error'][:200]}")
-        if DEEPGEMM_REFUSED in fail["error"] and refused.get("deepgemm"):
+        if any(m in fail["error"] for m in DEEPGEMM_REFUSED) and refused.get("deepgemm"):
             continue  # DeepGEMM's own reaction to the refusing nvcc stand-in that launch named above
-        if "strict mode" in fail["error"]:
+        if "strict mode" in fail["error"] or SGLANG_REFUSED in fail["error"]:
             if not refused.get(fam):
                 refused.setdefault(fam, []).append(fail["error"])
         else:
