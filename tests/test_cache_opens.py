@@ -18,9 +18,10 @@ from dgprecompile.launch.proof_asks import load_record
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "tests" / "gpu" / "cache_opens.py"
 ROPE = "sgl_kernel_jit_fused_rope_true_128_true_bf16_t_57b2f3a46420e695"
+NINJA = "sgl_kernel_jit_fused_rope_true_128_true_bf16_t_bf16_t"  # sglang 0.5.20 on: <arch>/<module>/build-<key>/
 FILES = ["cache/kernel.a.1/kernel.cubin", "cache/kernel.a.1/kernel.cu", "cache/kernel.b.2/kernel.cubin",
          f"tvm-ffi/{ROPE}__arch_9.0/{ROPE}.so", "flashinfer/0.6.12/90a/cached_ops/sampling/sampling.so",
-         "triton/ABC/fused_moe_kernel.cubin"]
+         "triton/ABC/fused_moe_kernel.cubin", f"sglang-jit/sm90a/{NINJA}/build-017b/deps-9/{NINJA}.so"]
 
 
 def _tree(root: Path) -> None:
@@ -33,14 +34,15 @@ JOB = textwrap.dedent("""
     import os, sys, time
     root = sys.argv[1]
     for rel in ("cache/kernel.a.1/kernel.cubin", "tvm-ffi/{rope}__arch_9.0/{rope}.so",
-                "flashinfer/0.6.12/90a/cached_ops/sampling/sampling.so", "triton/ABC/fused_moe_kernel.cubin"):
+                "flashinfer/0.6.12/90a/cached_ops/sampling/sampling.so", "triton/ABC/fused_moe_kernel.cubin",
+                "sglang-jit/sm90a/{ninja}/build-017b/deps-9/{ninja}.so"):
         with open(os.path.join(root, rel), "rb") as f:
             f.read()
     os.stat(os.path.join(root, "cache/kernel.b.2/kernel.cubin"))  # looked at, not loaded
     os.makedirs(os.path.join(root, "tvm-ffi/late"))
     time.sleep(1.0)
     open(os.path.join(root, "tvm-ffi/late/late.so"), "wb").close()
-""").replace("{rope}", ROPE)
+""").replace("{rope}", ROPE).replace("{ninja}", NINJA)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's")
@@ -49,7 +51,8 @@ def test_what_another_process_opens_is_recorded_per_family_and_makes_a_valid_ask
     _tree(root)
     opens, marks = tmp_path / "opens.json", tmp_path / "marks"
     marks.mkdir()
-    watcher = subprocess.Popen([sys.executable, str(SCRIPT), "watch", str(root), "cache", "tvm-ffi", "flashinfer",
+    watcher = subprocess.Popen([sys.executable, str(SCRIPT), "watch", str(root), "cache", "tvm-ffi", "sglang-jit",
+                                "flashinfer",
                                 "--marks", str(marks), "--out", str(opens)], stdout=subprocess.PIPE, text=True)
     try:
         assert watcher.stdout.readline().startswith("watching ")
@@ -67,11 +70,13 @@ def test_what_another_process_opens_is_recorded_per_family_and_makes_a_valid_ask
     opened = seen["opened"]
     assert seen["job_ended"] and seen["overflow"] == 0
     assert set(opened) == {"cache/kernel.a.1/kernel.cubin", f"tvm-ffi/{ROPE}__arch_9.0/{ROPE}.so",
-                           "flashinfer/0.6.12/90a/cached_ops/sampling/sampling.so", "tvm-ffi/late/late.so"}, opened
+                           "flashinfer/0.6.12/90a/cached_ops/sampling/sampling.so", "tvm-ffi/late/late.so",
+                           f"sglang-jit/sm90a/{NINJA}/build-017b/deps-9/{NINJA}.so"}, opened
     # the job's stderr: a refusal names a module the cache did not hold
     stderr = tmp_path / "strict.err"
     stderr.write_text("dgprecompile strict mode: SGLang tried to build its JIT module sgl_kernel_jit_x_1 at run time "
-                      "(tvm-ffi)\n")
+                      "(tvm-ffi)\nRuntimeError: JIT module 'sgl_kernel_jit_y' has no usable cached build under /c/sgl"
+                      "ang-jit/sm90a/sgl_kernel_jit_y/build-1, and SGLANG_CRASH_ON_JIT_COMPILE forbids compiling\n")
     template = json.loads((REPO / "bench/results/2026-12-03-h200-model-480b/asks.json").read_text())
     (tmp_path / "template.json").write_text(json.dumps({**template, "complete": True, "families": {}}))
     (tmp_path / "config.json").write_text("{}")
@@ -91,5 +96,6 @@ def test_what_another_process_opens_is_recorded_per_family_and_makes_a_valid_ask
         record = load_record(tmp_path / "asks.json")
         assert record["families"] == {
             "deepgemm": {"entries": ["kernel.a.1"]},
-            "sglang-jit": {"entries": ["late", f"{ROPE}__arch_9.0"], "modules": ["sgl_kernel_jit_x_1"]},
+            "sglang-jit": {"entries": ["late", f"{ROPE}__arch_9.0"],
+                           "modules": [NINJA, "sgl_kernel_jit_x_1", "sgl_kernel_jit_y"]},
             "flashinfer": {"entries": ["0.6.12/90a/cached_ops/sampling"]}, **extra}

@@ -33,9 +33,14 @@ import sys
 IN_OPEN, IN_CREATE, IN_MOVED_TO, IN_ISDIR, IN_Q_OVERFLOW = 0x20, 0x100, 0x80, 0x40000000, 0x4000
 IN_NONBLOCK, IN_CLOEXEC = 0o4000, 0o2000000
 EVENT = struct.Struct("iIII")
-# area -> (family, how many path parts below the area name an entry)
-AREAS = {"cache": ("deepgemm", 1), "tvm-ffi": ("sglang-jit", 1), "flashinfer": ("flashinfer", 4)}
+# area -> (family, the asks field, the path parts below the area name that name what was asked: [first, last)).
+# SGLang's ninja loader (0.5.20 on) keeps <arch>/<module>/build-<key>/: the module is the ask (its key holds the
+# compilers' --version, which the CPU that checks the asks does not have; the run's 0 new entries prove the key)
+AREAS = {"cache": ("deepgemm", "entries", 1, 2), "tvm-ffi": ("sglang-jit", "entries", 1, 2),
+         "sglang-jit": ("sglang-jit", "modules", 2, 3), "flashinfer": ("flashinfer", "entries", 1, 5)}
 REFUSED_MODULE = re.compile(r"(SGLang|FlashInfer) tried to build its JIT module (\S+) at run time")
+# SGLang's own refusal under its strict switch (0.5.20 on: SGLANG_CRASH_ON_JIT_COMPILE, which launch sets)
+REFUSED_BY_SGLANG = re.compile(r"JIT module '(\S+)' has no usable cached build under .*SGLANG_CRASH_ON_JIT_COMPILE")
 REFUSER = {"SGLang": "sglang-jit", "FlashInfer": "flashinfer"}
 
 
@@ -118,15 +123,18 @@ def watch(root: str, areas: list[str], marks: str, out: str) -> int:
     return 0
 
 
-def entries(opened: dict[str, int]) -> dict[str, list[str]]:
-    """family -> the entries (directories under its area) whose files were opened."""
-    out: dict[str, set[str]] = {}
+def entries(opened: dict[str, int]) -> dict[str, dict[str, list[str]]]:
+    """family -> asks field -> the entries (directories under its area) or modules whose files were opened."""
+    out: dict[tuple[str, str], set[str]] = {}
     for path in opened:
         parts = path.split("/")
-        family, depth = AREAS.get(parts[0], (None, 0))
-        if family and len(parts) > depth + 1:
-            out.setdefault(family, set()).add("/".join(parts[1:1 + depth]))
-    return {fam: sorted(names) for fam, names in out.items()}
+        family, field, first, last = AREAS.get(parts[0], (None, "", 0, 0))
+        if family and len(parts) > last:
+            out.setdefault((family, field), set()).add("/".join(parts[first:last]))
+    families: dict[str, dict[str, list[str]]] = {}
+    for (family, field), names in sorted(out.items()):
+        families.setdefault(family, {})[field] = sorted(names)
+    return families
 
 
 def asks(opens: str, refusals: str, template: str, out: str, driver: str | None = None) -> int:
@@ -139,8 +147,9 @@ def asks(opens: str, refusals: str, template: str, out: str, driver: str | None 
     with open(template) as f:
         record = json.load(f)
     with open(refusals, errors="replace") as f:
-        refused = sorted(set(REFUSED_MODULE.findall(f.read())))
-    families = {fam: {"entries": names} for fam, names in entries(seen["opened"]).items()}
+        text = f.read()
+    refused = sorted(set(REFUSED_MODULE.findall(text)) | {("SGLang", m) for m in REFUSED_BY_SGLANG.findall(text)})
+    families = entries(seen["opened"])
     for who, module in refused:
         families.setdefault(REFUSER[who], {}).setdefault("modules", []).append(module)
     if driver and os.path.exists(driver):  # the Triton MoE's and torch.compile's calls (launch/model_asks.py)

@@ -137,7 +137,7 @@ stamp strict
 # by inotify (tests/gpu/cache_opens.py), between the marks the job's own wrapper makes at its start and end (the
 # launcher reads the cache before and after the job; those reads are not the runtime's)
 mkdir -p "$w/marks"
-python3 tests/gpu/cache_opens.py watch "$cache" cache tvm-ffi flashinfer --marks "$w/marks" --out "$w/opens.json" \
+python3 tests/gpu/cache_opens.py watch "$cache" cache tvm-ffi sglang-jit flashinfer --marks "$w/marks" --out "$w/opens.json" \
   > "$w/watch.out" 2>&1 & watcher=$!
 for _ in $(seq 300); do grep -q '^watching' "$w/watch.out" && break; sleep 0.1; done
 dg launch --manifest "$w/plan.yaml" --cache-dir "$cache" -- sh -c 'touch "$0/started"; "$@"; rc=$?; touch "$0/ended"; exit $rc' \
