@@ -36,7 +36,7 @@ if [ -n "${STACK:-}" ]; then
   [ -f "$STACK/stack.env" ] || fail "no $STACK/stack.env: run tests/gpu/carry_stack.sh install $STACK first"
   . "$STACK/stack.env"  # STACK_SITE (torch 2.14.1 and the rest), LD_PRELOAD (its NCCL stand-in)
   rm -rf "$base" && mkdir -p "$base/lib" && ln -s "$STACK/joined" "$base/joined" && ln -s "$STACK_SITE" "$base/torch"
-  VERSIONS="0.2.0:0.5.20 0.2.2:0.5.22 0.2.3.post2:0.5.23"  # the stack carries only the 0.2.x wheels
+  VERSIONS="${STACK_VERSIONS:-0.2.0:0.5.20 0.2.2:0.5.22 0.2.3.post2:0.5.23}"  # the stack carries only the 0.2.x wheels
 else
   say "1. keep, join, install torch 2.14.1 into $base/torch"
   bash tests/gpu/carry_torch.sh keep || fail "keep (a piece arrived corrupt or none was carried: see above)"

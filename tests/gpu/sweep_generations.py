@@ -492,8 +492,11 @@ def version(args: dict) -> int:
     # from the dgprecompile folder itself: `python -m` puts the working directory first on sys.path
     summary["steps"]["plan"] = run([sys.executable, "-m", "dgprecompile", "plan", *plan_args, "--format", "json"],
                                    env, os.path.join(out, "plan.json"), 120, cwd=args["repo"])
+    # DeepGEMM's kernels only: where the plan's sglang is installed (sglang 0.5.23's stack) warm would otherwise build
+    # its JIT modules, FlashInfer's modules and the Triton MoE too (on 2026-12-06 that took the whole budget)
     summary["steps"]["warm"] = run([sys.executable, "-m", "dgprecompile", "warm", *plan_args, "--cache-dir", warm_cache,
-                                    "--jobs", str(args["jobs"]), "--backend", args["backend"], "--json"], env,
+                                    "--jobs", str(args["jobs"]), "--backend", args["backend"], "--sglang-jit", "off",
+                                    "--json"], env,
                                    os.path.join(out, "warm.json"), left * 0.65, cwd=args["repo"])
     save()
     try:
