@@ -1,6 +1,6 @@
 """Write one record.json per sglang release from an issue-32 run's SUMMARY.txt (tests/gpu/deepgemm_torch214_proof.sh).
 
-usage: python3 bench/results/2026-12-02-h200-torch214-generations/torch214_records.py RESULT_DIR COMMIT DATE
+usage: python3 bench/results/2026-12-02-h200-torch214-generations/torch214_records.py RESULT_DIR COMMIT DATE [COMMAND]
 RESULT_DIR holds SUMMARY.txt, machine.txt and torch-check.txt as the device call returned them; each release's record
 goes to bench/results/<RESULT_DIR's name>-sglang-<release>/record.json. A release passes when its cold sweep ran, its
 GPU-free warm built entries and the sweep after that warm made 0 new entries (the kernel model matched every choice
@@ -20,6 +20,8 @@ LINE = re.compile(r"^(?P<dg>\S+) \(sglang (?P<sglang>[0-9.]+)\): cold (?P<cold>\
 
 def main(argv: list[str]) -> int:
     src, commit, date = Path(argv[0]), argv[1], argv[2]
+    command = argv[3] if len(argv) > 3 else ("bash tests/gpu/carry_torch.sh keep (calls 1-9), then bash tests/gpu/"
+                                             "deepgemm_torch214_proof.sh 440 (tests/gpu/README-torch214.md)")
     machine = (src / "machine.txt").read_text().strip().replace("\n", "; ")
     for line in (src / "SUMMARY.txt").read_text().splitlines():
         m = LINE.match(line)
@@ -28,8 +30,7 @@ def main(argv: list[str]) -> int:
         ok = m["new"] == "0" and m["warmed"] != "0"
         name = f"{src.name}-sglang-{m['sglang']}"
         record = {"schema": 1, "name": name, "commit": commit, "date": date,
-                  "command": "bash tests/gpu/carry_torch.sh keep (calls 1-9), then bash tests/gpu/"
-                             "deepgemm_torch214_proof.sh 440 (tests/gpu/README-torch214.md)",
+                  "command": command,
                   "machine": machine, "sglang": m["sglang"],
                   "versions": {"torch": "2.14.1+cu130 (carried)", "sgl-deep-gemm": m["dg"], "python": "3.12.3"},
                   "families": {"deepgemm": {"result": "pass" if ok else "fail", "detail": line[:600]}},
