@@ -156,3 +156,21 @@ def test_a_record_that_is_not_valid_is_refused_naming_the_field(tmp_path):
                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert res.returncode == 2 and res.stderr.startswith("error: ") and "\nhint: " in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_sglang_0523s_ninja_module_names_are_the_ones_its_runtime_asked_for(tmp_path):
+    """SGLang 0.5.23's ninja loader named the module it refused in the deleted-entry run of
+    bench/results/2026-12-06-h100-model-480b-0523 (driver_deleted-run.json: "JIT module '<name>' has no usable cached
+    build"); HEAD's plan of that run's command names the same module, and not a changed one."""
+    run = REPO / "bench" / "results" / "2026-12-06-h100-model-480b-0523"
+    record = json.loads((run / "asks.json").read_text())
+    errors = [f["error"] for f in json.loads((run / "driver_deleted-run.json").read_text())["failed"].values()]
+    asked = sorted({e.split("JIT module '", 1)[1].split("'", 1)[0] for e in errors if "JIT module '" in e})
+    assert asked, errors
+    record["families"] = {"sglang-jit": {"modules": [*asked, asked[0].replace("_128_", "_64_")]}}
+    path = tmp_path / "asks.json"
+    path.write_text(json.dumps(record))
+    (tmp_path / "config.json").write_text((run / "config.json").read_text())
+    res = _check(path)
+    checks = {c["ask"]: c["status"] for c in json.loads(res.stdout)["checks"]}
+    assert checks == {**{a: COVERED for a in asked}, asked[0].replace("_128_", "_64_"): MISSING}, res.stdout
