@@ -53,10 +53,10 @@ PATH_OPTION = "--cache-dir"  # where this command is told to write: named in the
 @click.option("--from-misses", type=click.Path(dir_okay=False), default=None,
               help="Warm the calls recorded in a misses file from `launch --no-strict` (instead of a plan).")
 @click.option("--sglang-jit", "sglang_jit", type=click.Choice(["auto", "on", "off"]), default="auto",
-              help="SGLang's own JIT modules of the plan (sglang 0.5.14): build them with the installed sglang into "
-                   "<cache>/tvm-ffi, and its Triton fused-MoE items with the installed sglang and Triton into "
-                   "<cache>/triton (auto: when that sglang is installed here, else warm the rest and exit 3 naming what to "
-                   "install; on: fail at once if it is not; off: leave them out).")
+              help="The plan's items that the installed sglang builds: its own JIT modules, its Triton fused-MoE "
+                   "items, FlashInfer's modules and its torch.compile graphs (auto: when the plan's sglang is installed "
+                   "here, else warm the rest and exit 3 naming what to install; on: fail at once if it is not; off: "
+                   "leave them out, DeepGEMM's kernels only).")
 @click.option("--keep-going", "keep_going", is_flag=True,
               help="Build what can be built even where the check before compiling finds a family's build lacking a "
                    "piece (a program, a CUDA toolkit header): those items then fail with their compiler's error.")
