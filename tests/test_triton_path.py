@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import STANDINS, beside_venv
+from helpers import NVCC, STANDINS, beside_venv
 
 from dgprecompile.runtimes.triton_moe import TRITON_PATH
 
@@ -143,3 +144,58 @@ def test_the_warmed_entries_are_what_tritons_own_jit_looks_up_and_an_unplanned_v
     assert len(planned) == 8 * 2 * 3 + 7 and set(planned.values()) == {"hit"}, planned
     assert asked["emb unplanned"].endswith("compile kernel _vocab_parallel_embedding_kernel")
     assert asked["router unplanned"].endswith("compile kernel _router_triton_kernel")
+
+
+SERVER = "python -m sglang.launch_server --model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 --tp 8 --ep 8"
+
+
+def _server_plan():
+    from dgprecompile.planning.plan import PlanRequest
+    from dgprecompile.planning.request import plan_from_request
+
+    return plan_from_request(PlanRequest(sglang_cmd=SERVER, sglang="0.5.23", gpu="h100"))
+
+
+def test_the_480b_server_plan_carries_the_items_and_its_manifest_reads_them_back(tmp_path):
+    from dgprecompile.planning.manifest import read_manifest, write_manifest
+
+    plan = _server_plan()
+    assert sorted(i.kernel for i in plan.triton_path.values()) == ["router", "vocab_parallel_embedding"]
+    assert all(plan.runtime_of(i) is TRITON_PATH for i in plan.triton_path.values())
+    write_manifest(plan, tmp_path / "plan.yaml")
+    assert read_manifest(tmp_path / "plan.yaml").triton_path == plan.triton_path
+
+
+@needs_stack
+@pytest.mark.skipif(not NVCC, reason="no nvcc")
+def test_warm_and_verify_carry_the_480b_plans_items(tmp_path):
+    """`warm` runs the 480B plan's embedding and router items (the plan trimmed to them, as other tests trim
+    manifests) after its pool, files their entries and records; `verify` finds them whole; a deleted entry is named."""
+    from helpers import sgl_deep_gemm_dir
+
+    from dgprecompile.planning.manifest import plan_from_dict, write_manifest
+
+    data = _server_plan().to_dict()
+    for shape in data["shapes"]:
+        shape["buckets"], shape["aux_kernels"] = [], []
+    data["kernels"], data["total_kernels"] = [], 0
+    for section in ("sglang_jit_modules", "inductor", "flashinfer", "triton_moe"):
+        data.pop(section, None)
+    manifest = tmp_path / "plan.yaml"
+    write_manifest(plan_from_dict(data), manifest)
+    env = {**_env(), "PYTHONPATH": os.pathsep.join([_env()["PYTHONPATH"], str(sgl_deep_gemm_dir("0.2.2") or "")])}
+    cache = tmp_path / "cache"
+    run = lambda *a: subprocess.run([sys.executable, "-m", "dgprecompile", *map(str, a), "--nvcc", NVCC, "--json"],  # noqa: E731
+                                    capture_output=True, text=True, env=env, timeout=900)
+    r = run("warm", "--manifest", manifest, "--cache-dir", cache, "--sglang-jit", "on")
+    assert r.returncode == 0, r.stdout + r.stderr
+    summary = json.loads(r.stdout)
+    assert (summary["compiled"], summary["failed"]) == (2, 0), summary
+    records = json.loads((cache / "dgprecompile" / "index.json").read_text())["triton_path"]
+    assert sorted(len(r["entries"]) for r in records.values()) == [3, 16]
+    v = run("verify", "--manifest", manifest, "--cache-dir", cache)
+    assert v.returncode == 0 and json.loads(v.stdout)["complete"], v.stdout + v.stderr
+    gone = next(r["entries"][0] for r in records.values() if r["kernel"] == "_router_triton_kernel")
+    shutil.rmtree(cache / gone)
+    v = run("verify", "--manifest", manifest, "--cache-dir", cache)
+    assert v.returncode != 0 and gone in v.stdout, v.stdout

@@ -294,8 +294,9 @@ class TritonPathKernels(PackageKeyed):
         for name, k in self.data()["kernels"].items():
             where = k["releases"].get(sglang_version or "")
             if where is None:
-                notes.append(f"{self.label}: {k['kernel']} not planned: sglang {sglang_version}'s model path was "
-                             f"not read for it (read: {', '.join(k['releases'])})")
+                if _at_least(sglang_version, str(k["since"])):  # older releases ship no such kernel: no note
+                    notes.append(f"{self.label}: {k['kernel']} not planned: sglang {sglang_version}'s model path "
+                                 f"was not read for it (read: {', '.join(k['releases'])})")
                 continue
             make = _embedding_item if k["when"] == "tp" else _router_item
             item, why = make(self, name, k, config, tp, capability, where)
@@ -356,6 +357,13 @@ def _router_item(runtime: TritonPathKernels, name: str, k: dict, config: dict, t
     except KeyError as exc:
         return None, f"not planned: config.json has no {exc.args[0]}"
     return TritonPathItem(name, params, runtime.ms(name), capability, where), ""
+
+
+def _at_least(version: str | None, since: str) -> bool:
+    try:
+        return version is not None and Version(version) >= Version(since)
+    except InvalidVersion:
+        return False
 
 
 @cache
