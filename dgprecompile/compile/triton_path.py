@@ -22,7 +22,8 @@ Named STAND-INS:
 
 Run: ``python -m dgprecompile.compile.triton_path --item ID --kernel router --params experts=160,topk=8,...
 --m 1,16,17 --capability 90 --cache-dir ROOT``; prints one JSON report (its ``record``: what warm files in the index's
-``triton_path`` section, compile/recorded_items.py).
+``triton_path`` section, compile/recorded_items.py) and its ``host_modules`` (Triton's host modules for its kernels,
+built GPU-free by compile/triton_host.py, as the fused MoE warm builds them).
 """
 
 from __future__ import annotations
@@ -156,7 +157,15 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     lifeline.end_with_warm()
     os.makedirs(args.cache_dir, exist_ok=True)
-    json.dump(warm(args), sys.stdout)
+    from dgprecompile.compile import triton_host
+
+    # Triton's host modules (3.7-3.8: cuda_utils; 3.5-3.6: a launcher per kernel signature), built GPU-free as the
+    # fused MoE warm builds them (compile/triton_host.py): a plan whose experts run on DeepGEMM has no other warm
+    # that builds them, and the job's first Triton launch (this embedding) needs them
+    signatures = triton_host.watch_kernels()
+    report = warm(args)
+    report["host_modules"] = triton_host.warm_host_modules(args.cache_dir, report["record"]["lookups"], signatures)
+    json.dump(report, sys.stdout)
     sys.stdout.write("\n")
     return 0
 
