@@ -283,7 +283,7 @@ def test_an_sglang_jit_module_failing_in_nvcc_shows_its_first_error_line(tmp_pat
     data["kernels"], data["total_kernels"] = [], 0
     data["sglang_jit_modules"] = data["sglang_jit_modules"][:1]
     victim = data["sglang_jit_modules"][0]["id"]
-    for section in ("inductor", "flashinfer", "triton_moe"):
+    for section in ("inductor", "flashinfer", "triton_moe", "triton_path"):
         data.pop(section, None)
     manifest = tmp_path / "plan.yaml"
     write_manifest(plan_from_dict(data), manifest)
@@ -337,7 +337,7 @@ def _sampling_plan(tmp_path: Path, version: str) -> Path:
     for shape in data["shapes"]:
         shape["buckets"], shape["aux_kernels"] = [], []
     data["kernels"], data["total_kernels"] = [], 0
-    for section in ("sglang_jit_modules", "triton_moe", "inductor"):
+    for section in ("sglang_jit_modules", "triton_moe", "inductor", "triton_path"):
         data.pop(section, None)
     data["flashinfer"] = [it for it in data["flashinfer"] if it["module"] == "sampling"]
     assert len(data["flashinfer"]) == 1

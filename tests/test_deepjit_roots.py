@@ -63,6 +63,7 @@ def shared(tmp_path_factory):
     data["sglang_jit_modules"] = []  # DeepGEMM's roots only: SGLang's own modules live in --cache-dir alone
     data.pop("inductor", None)  # the torch.compile items need the job's GPU: tests/test_inductor_graphs.py
     data.pop("flashinfer", None)  # FlashInfer's modules: tests/test_flashinfer_modules.py
+    data.pop("triton_path", None)  # the model path's other Triton kernels: tests/test_triton_path.py
     manifest = tmp / "plan.yaml"
     write_manifest(plan_from_dict(data), manifest)
     cache = tmp / "shared"

@@ -134,7 +134,7 @@ def warms(tmp_path_factory):
             for shape in data["shapes"]:
                 shape["buckets"], shape["aux_kernels"] = [], []
             data["kernels"], data["total_kernels"] = [], 0
-            for section in ("sglang_jit_modules", "triton_moe", "inductor"):
+            for section in ("sglang_jit_modules", "triton_moe", "inductor", "triton_path"):
                 data.pop(section, None)
             data["flashinfer"] = [_router(version)]
             manifest = tmp / "plan.yaml"
@@ -238,7 +238,7 @@ def _router_and_kernels(version: str) -> dict:
     if _missing(version):
         pytest.skip(_missing(version))
     data = _plan(QWEN, PINS[version]).to_dict()
-    for section in ("sglang_jit_modules", "triton_moe", "inductor"):
+    for section in ("sglang_jit_modules", "triton_moe", "inductor", "triton_path"):
         data.pop(section, None)
     data["flashinfer"] = [_router(version)]
     return data

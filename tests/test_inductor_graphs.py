@@ -376,7 +376,7 @@ def test_a_gpu_free_warm_leaves_them_naming_the_gpu_verify_names_them_and_launch
     for shape in data["shapes"]:
         shape["buckets"], shape["aux_kernels"] = [], []
     data["kernels"], data["total_kernels"] = [], 0
-    for section in ("sglang_jit_modules", "triton_moe", "flashinfer"):
+    for section in ("sglang_jit_modules", "triton_moe", "flashinfer", "triton_path"):
         data.pop(section, None)
     manifest = tmp_path / "plan.yaml"
     write_manifest(plan_from_dict(data), manifest)
@@ -454,7 +454,7 @@ def test_warm_builds_the_graphs_while_flashinfers_modules_are_still_building(tmp
     for shape in data["shapes"]:
         shape["buckets"], shape["aux_kernels"] = [], []
     data["kernels"], data["total_kernels"] = [], 0
-    for section in ("sglang_jit_modules", "triton_moe"):
+    for section in ("sglang_jit_modules", "triton_moe", "triton_path"):
         data.pop(section, None)
     data["flashinfer"] = [_router(version)]
     graphs = [InductorGraphItem("moe_sum_reduce", (("topk", 3), ("hidden", 16), ("dtype", "float32"),

@@ -64,6 +64,7 @@ def nvcc_cache(tmp_path_factory):
     data.pop("sglang_jit_modules", None)
     data.pop("inductor", None)  # the torch.compile items need the job's GPU: tests/test_inductor_graphs.py
     data.pop("flashinfer", None)  # FlashInfer's modules: tests/test_flashinfer_modules.py
+    data.pop("triton_path", None)  # the model path's other Triton kernels: tests/test_triton_path.py
     base = tmp_path_factory.mktemp("nvcc")
     manifest = base / "w2.yaml"
     write_manifest(plan_from_dict(data), manifest)
@@ -248,6 +249,7 @@ def jit_warmed(tmp_path_factory):
     data["sglang_jit_modules"] = [m for m in data["sglang_jit_modules"] if m["id"] in (V2, ACT)]
     data.pop("inductor", None)  # the torch.compile items need the job's GPU: tests/test_inductor_graphs.py
     data.pop("flashinfer", None)  # FlashInfer's modules: tests/test_flashinfer_modules.py
+    data.pop("triton_path", None)  # the model path's other Triton kernels: tests/test_triton_path.py
     base = tmp_path_factory.mktemp("jit")
     write_manifest(plan_from_dict(data), base / "jit.yaml")
     r = _run("warm", "--manifest", base / "jit.yaml", "--cache-dir", base / "cache", "--nvcc", NVCC, "--sglang-jit",

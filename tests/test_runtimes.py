@@ -190,9 +190,10 @@ def test_the_plan_carries_one_list_of_typed_items_each_naming_its_runtime():
     plan = read_manifest(Path(__file__).parent.parent / "shapes"
                          / "Qwen3-Coder-480B-A35B-Instruct-FP8.tp8.ep8.sglang-0.5.20-0.5.23.auto.yaml")
     groups = {runtime.id: items for runtime, items in plan.by_runtime()}
-    assert list(groups) == ["sgl-deep-gemm-0.2", "sglang-ninja", "triton-moe", "flashinfer-module", "inductor-graph"]
+    assert list(groups) == ["sgl-deep-gemm-0.2", "sglang-ninja", "triton-moe", "flashinfer-module", "inductor-graph",
+                            "triton-path"]
     assert [it.id for it in plan.items] == [*plan.kernels, *plan.jit_modules, *plan.triton_moe, *plan.flashinfer,
-                                            *plan.inductor]
+                                            *plan.inductor, *plan.triton_path]
     for item in plan.items:
         assert isinstance(item, PlanItem) and plan.runtime_of(item).kind == item.kind
     assert {type(it) for it in groups["triton-moe"]} == {TritonMoeItem}

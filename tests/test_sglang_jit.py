@@ -150,6 +150,7 @@ def jit_only(tmp_path_factory):
     data["sglang_jit_modules"] = [m for m in data["sglang_jit_modules"] if m["id"] in (V2, ACT)]
     data.pop("inductor", None)  # the torch.compile items need the job's GPU: tests/test_inductor_graphs.py
     data.pop("flashinfer", None)  # FlashInfer's modules: tests/test_flashinfer_modules.py
+    data.pop("triton_path", None)  # the model path's other Triton kernels: tests/test_triton_path.py
     data["total_kernels"] = len(data["kernels"])  # a trimmed manifest states its own count
     path = tmp_path_factory.mktemp("plan") / "jit.yaml"
     write_manifest(plan_from_dict(data), path)
@@ -200,6 +201,7 @@ def test_kernels_and_modules_share_one_worker_budget(tmp_path):
     data["sglang_jit_modules"] = [m for m in data["sglang_jit_modules"] if m["id"] in (V2, ACT)]
     data.pop("inductor", None)  # the torch.compile items need the job's GPU: tests/test_inductor_graphs.py
     data.pop("flashinfer", None)  # FlashInfer's modules: tests/test_flashinfer_modules.py
+    data.pop("triton_path", None)  # the model path's other Triton kernels: tests/test_triton_path.py
     write_manifest(plan_from_dict(data), manifest)
     r = _run("warm", "--manifest", manifest, "--cache-dir", tmp_path / "c", "--nvcc", NVCC, "--sglang-jit", "on",
              "--backend", "nvcc", "--jobs", "2", "--json", pythonpath=_sgl_path())
@@ -251,6 +253,7 @@ def test_the_kernels_workers_are_forked_before_the_zygote_imports_sglang(tmp_pat
     data["sglang_jit_modules"] = [m for m in data["sglang_jit_modules"] if m["id"] in (V2, ACT)]
     data.pop("inductor", None)  # the torch.compile items need the job's GPU: tests/test_inductor_graphs.py
     data.pop("flashinfer", None)  # FlashInfer's modules: tests/test_flashinfer_modules.py
+    data.pop("triton_path", None)  # the model path's other Triton kernels: tests/test_triton_path.py
     write_manifest(plan_from_dict(data), manifest)
     (tmp_path / "run").mkdir()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([*_sgl_path(), str(REPO)])}

@@ -216,7 +216,7 @@ def one_module_manifest(data: dict, module_id: str, folder: Path) -> tuple[Path,
     for shape in data["shapes"]:
         shape["buckets"], shape["aux_kernels"] = [], []
     data["kernels"], data["total_kernels"] = [], 0
-    for section in ("triton_moe", "inductor", "flashinfer"):  # FlashInfer's: tests/test_flashinfer_modules.py
+    for section in ("triton_moe", "inductor", "flashinfer", "triton_path"):  # FlashInfer's: tests/test_flashinfer_modules.py
         data.pop(section, None)
     data["sglang_jit_modules"] = [m for m in data["sglang_jit_modules"] if m["id"] == module_id]
     assert len(data["sglang_jit_modules"]) == 1

@@ -336,6 +336,7 @@ def clamp_only(tmp_path_factory):
     data["sglang_jit_modules"] = [m for m in data["sglang_jit_modules"] if m["id"] == CLAMP]
     data.pop("inductor", None)  # the torch.compile items need the job's GPU: tests/test_inductor_graphs.py
     data.pop("flashinfer", None)  # FlashInfer's modules: tests/test_flashinfer_modules.py
+    data.pop("triton_path", None)  # the model path's other Triton kernels: tests/test_triton_path.py
     assert data.pop("triton_moe", None)  # the MoE's Triton item (tests/test_triton_moe_plan.py warms 0.5.23's)
     assert len(data["sglang_jit_modules"]) == 1 and data["sglang_jit_modules"][0]["family"] == "sglang-ninja"
     path = tmp_path_factory.mktemp("plan") / "clamp.yaml"

@@ -201,6 +201,7 @@ def test_0_5_18_module_warmed_verified_loaded_and_refused_by_the_hook_when_missi
     data["sglang_jit_modules"] = [m for m in data["sglang_jit_modules"] if m["id"] == CLAMP]
     data.pop("inductor", None)  # the torch.compile items need the job's GPU: tests/test_inductor_graphs.py
     data.pop("flashinfer", None)  # FlashInfer's modules: tests/test_flashinfer_modules.py
+    data.pop("triton_path", None)  # the model path's other Triton kernels: tests/test_triton_path.py
     manifest, cache = tmp_path / "clamp.yaml", tmp_path / "cache"
     write_manifest(plan_from_dict(data), manifest)
     w = cli("0.5.18", "warm", "--manifest", manifest, "--cache-dir", cache, "--sglang-jit", "on", "--json")

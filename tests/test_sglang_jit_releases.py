@@ -269,6 +269,7 @@ def one_module_manifest(version, server, name, tmp_path) -> Path:
     data["sglang_jit_modules"] = [m for m in data["sglang_jit_modules"] if m["name"] == name][:1]
     data.pop("inductor", None)  # the torch.compile items need the job's GPU: tests/test_inductor_graphs.py
     data.pop("flashinfer", None)  # FlashInfer's modules: tests/test_flashinfer_modules.py
+    data.pop("triton_path", None)  # the model path's other Triton kernels: tests/test_triton_path.py
     path = tmp_path / "one.yaml"
     write_manifest(plan_from_dict(data), path)
     return path

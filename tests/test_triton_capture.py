@@ -351,6 +351,7 @@ def _moe_manifest(path: Path) -> Path:
     data.pop("sglang_jit_modules", None)
     data.pop("inductor", None)  # the torch.compile items need the job's GPU: tests/test_inductor_graphs.py
     data.pop("flashinfer", None)  # FlashInfer's modules: tests/test_flashinfer_modules.py
+    data.pop("triton_path", None)  # the model path's other Triton kernels: tests/test_triton_path.py
     assert data["triton_moe"]
     write_manifest(plan_from_dict(data), path)
     return path

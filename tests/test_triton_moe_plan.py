@@ -142,6 +142,7 @@ def _trimmed(path: Path, sglang: str = "0.5.14", m_max: int = 2) -> Path:
     data.pop("sglang_jit_modules", None)
     data.pop("inductor", None)  # its GPU-only items: tests/test_inductor_graphs.py
     data.pop("flashinfer", None)  # FlashInfer's modules: tests/test_flashinfer_modules.py
+    data.pop("triton_path", None)  # the model path's other Triton kernels: tests/test_triton_path.py
     item = TritonMoeItem.from_dict(data["triton_moe"][0])
     data["triton_moe"] = [TritonMoeItem(**{**item.__dict__, "m_max": m_max}).to_dict()]
     write_manifest(plan_from_dict(data), path)

@@ -31,6 +31,7 @@ def masked_w2_manifest(tmp_path_factory):
     data.pop("sglang_jit_modules", None)  # DeepGEMM only here; SGLang's own JIT modules: test_sglang_jit.py
     data.pop("inductor", None)  # the torch.compile items need the job's GPU: tests/test_inductor_graphs.py
     data.pop("flashinfer", None)  # FlashInfer's modules: tests/test_flashinfer_modules.py
+    data.pop("triton_path", None)  # the model path's other Triton kernels: tests/test_triton_path.py
     path = tmp_path_factory.mktemp("m") / "w2.yaml"
     write_manifest(plan_from_dict(data), path)
     return path, plan_from_dict(data)

@@ -59,7 +59,7 @@ def output_path(template: str, fingerprint: dict[str, Any]) -> Path:
 # its own in ``kernels`` (packed with its record), or a record in ``triton_moe``/``inductor`` naming extra entries (packed with
 # every intact extra entry); tests/test_runtimes.py keeps it in step with the runtimes
 FILED_IN = {"deepgemm": "kernels", "sglang-jit": "kernels", "triton-moe": "triton_moe", "inductor-graph": "inductor",
-            "flashinfer-module": "flashinfer"}
+            "flashinfer-module": "flashinfer", "triton-path": "triton_path"}
 
 
 def _planned(plan: Plan, section: str) -> list[str]:
@@ -123,10 +123,10 @@ def pack_cache(plan: Plan, store: CacheStore, output: str, *, allow_missing: boo
     # + swept m ranges, + the plan's Triton fused-MoE records (their entries are extra entries, packed above)
     recorded = set(_planned(plan, "triton_moe"))
     triton_moe = {i: r for i, r in sorted(index.triton_moe.items()) if i in recorded}
-    inductor, flashinfer = ({i: r for i, r in sorted(getattr(index, s).items()) if i in set(_planned(plan, s))}
-                            for s in ("inductor", "flashinfer"))
+    inductor, flashinfer, triton_path = ({i: r for i, r in sorted(getattr(index, s).items())
+                                          if i in set(_planned(plan, s))} for s in ("inductor", "flashinfer", "triton_path"))
     packed = Index(index.fingerprint, kernels, extra, [plan.summary()], list(index.sweeps), triton_moe, inductor,
-                   flashinfer)
+                   flashinfer, triton_path)
     entries = sorted({r.member_dir: r for r in [*kernels.values(), *extra.values()]}.values(),
                      key=lambda r: r.member_dir)
 

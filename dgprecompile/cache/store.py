@@ -160,6 +160,8 @@ class Index:
     inductor: dict[str, dict[str, Any]] = field(default_factory=dict)
     # FlashInfer JIT module items warm built: item id -> its record (the flashinfer-python, its entry; ditto)
     flashinfer: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # SGLang's model-path Triton kernel items warm ran: item id -> its record (the Triton, its entries; ditto)
+    triton_path: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": INDEX_SCHEMA, "fingerprint": self.fingerprint,
@@ -168,7 +170,8 @@ class Index:
                 "plans": self.plans, **({"sweeps": self.sweeps} if self.sweeps else {}),
                 **({"triton_moe": dict(sorted(self.triton_moe.items()))} if self.triton_moe else {}),
                 **({"inductor": dict(sorted(self.inductor.items()))} if self.inductor else {}),
-                **({"flashinfer": dict(sorted(self.flashinfer.items()))} if self.flashinfer else {})}
+                **({"flashinfer": dict(sorted(self.flashinfer.items()))} if self.flashinfer else {}),
+                **({"triton_path": dict(sorted(self.triton_path.items()))} if self.triton_path else {})}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str) -> Index:
@@ -178,7 +181,8 @@ class Index:
                    {k: EntryRecord.from_dict(v) for k, v in d.get("kernels", {}).items()},
                    {k: EntryRecord.from_dict(v) for k, v in d.get("extra", {}).items()},
                    list(d.get("plans", [])), list(d.get("sweeps", [])), dict(d.get("triton_moe", {})),
-                   dict(d.get("inductor", {})), dict(d.get("flashinfer", {})))
+                   dict(d.get("inductor", {})), dict(d.get("flashinfer", {})),
+                   dict(d.get("triton_path", {})))
 
 
 LINKED_HINT = ("remove the link (the cache's own folder belongs there: `mkdir` it), or use another --cache-dir; "

@@ -294,9 +294,9 @@ def _merge_index(index: Index, art: Artifact, store: CacheStore, changed: dict[s
         if index.triton_moe.get(item) != record and (item not in index.triton_moe
                                                      or not _covers_here(store, index, item)):
             index.triton_moe[item] = record  # a record that still covers the item here is kept
-    from dgprecompile.runtimes import FLASHINFER_MODULES, INDUCTOR_GRAPHS
+    from dgprecompile.runtimes import FLASHINFER_MODULES, INDUCTOR_GRAPHS, TRITON_PATH
 
-    for runtime in (INDUCTOR_GRAPHS, FLASHINFER_MODULES):  # verify checks their records (cache/item_records.py)
+    for runtime in (INDUCTOR_GRAPHS, FLASHINFER_MODULES, TRITON_PATH):  # verify checks their records (cache/item_records.py)
         mine = getattr(index, runtime.section)
         for item, record in getattr(art.index, runtime.section).items():
             if mine.get(item) != record and (item not in mine or not _recorded_here(store, index, runtime, item)):

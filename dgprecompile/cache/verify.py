@@ -537,7 +537,8 @@ def _record_checks(ctx: Checking, coverage, items, installed) -> list[KernelChec
 # each runtime's items are checked by the check its kind names (runtimes/base.py Runtime.kind; tests/test_runtimes.py
 # keeps this table in step with the runtimes that plan items)
 CHECKS = {"deepgemm": _check_deepgemm, "sglang-jit": _check_jit, "triton-moe": _check_triton_moe,
-          "inductor-graph": _check_item_records, "flashinfer-module": _check_item_records}
+          "inductor-graph": _check_item_records, "flashinfer-module": _check_item_records,
+          "triton-path": _check_item_records}
 
 
 def _status(problem: str) -> str:

@@ -52,9 +52,17 @@ def _flashinfer_table(out: Output, plan: Plan, runtime, items) -> None:
               [[m.module, m.flashinfer, m.arch, m.why] for m in items])
 
 
+def _triton_path_table(out: Output, plan: Plan, runtime, items) -> None:
+    out.table(f"{runtime.label} (sglang {plan.sglang_version}; warm compiles them GPU-free with SGLang's own "
+              f"wrappers, python -m {runtime.warm_module})",
+              ["kernel", "shape", "m", "target", "read from"],
+              [[runtime.kernel(t.kernel)["kernel"], ", ".join(f"{k}={v}" for k, v in t.params),
+                ",".join(map(str, t.ms)), f"sm_{t.capability}", t.why] for t in items])
+
+
 # how `plan` shows each runtime's items beside DeepGEMM's keys, by its kind (runtimes/base.py Runtime.kind)
 TABLES = {"sglang-jit": _jit_table, "triton-moe": _triton_moe_table, "inductor-graph": _inductor_table,
-          "flashinfer-module": _flashinfer_table}
+          "flashinfer-module": _flashinfer_table, "triton-path": _triton_path_table}
 
 
 def render_plan(out: Output, plan: Plan, show_buckets: bool) -> None:

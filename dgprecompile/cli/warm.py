@@ -147,11 +147,17 @@ def _flashinfer_line(plan, setup: WarmSetup, part) -> str:
             f"{setup.store.root / part.runtime.area}")
 
 
+def _triton_path_line(plan, setup: WarmSetup, part) -> str:
+    return (f"{part.runtime.label}: each item by `python -m {part.runtime.warm_module}` after the rest, GPU-free "
+            f"(SGLang's own wrappers on meta tensors, Triton's own JIT), into {setup.store.root / part.runtime.area}")
+
+
 # what warm says about each runtime's items beside DeepGEMM's kernels, by its kind (runtimes/base.py Runtime.kind)
 PLURAL = {"sglang-jit": "SGLang JIT modules", "triton-moe": "Triton fused-MoE items",
-          "inductor-graph": "torch.compile items", "flashinfer-module": "FlashInfer modules"}
+          "inductor-graph": "torch.compile items", "flashinfer-module": "FlashInfer modules",
+          "triton-path": "model-path Triton items"}
 ANNOUNCE = {"sglang-jit": _jit_line, "triton-moe": _triton_moe_line, "inductor-graph": _inductor_line,
-            "flashinfer-module": _flashinfer_line}
+            "flashinfer-module": _flashinfer_line, "triton-path": _triton_path_line}
 
 
 def _announce(out: Output, plan, setup: WarmSetup) -> None:

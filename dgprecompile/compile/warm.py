@@ -30,7 +30,7 @@ BESIDE_POOL = ("flashinfer-module",)
 # graphs that need the GPU (their areas, inductor's and Triton's, are the pool's Triton MoE chunks' too, so not
 # during the pool; FlashInfer's builds write only FlashInfer's area). After FlashInfer's builds, as before, they added
 # their 73-112 s on the H200 to a wall those builds already set (bench/results/2026-12-03-h200-model-*)
-AFTER_POOL = ("inductor-graph",)
+AFTER_POOL = ("inductor-graph", "triton-path")
 
 
 def _record_plan(setup: WarmSetup) -> None:
@@ -44,6 +44,7 @@ def _record_plan(setup: WarmSetup) -> None:
             index.triton_moe.clear()  # their entries were extra entries
             index.inductor.clear()
             index.flashinfer.clear()
+            index.triton_path.clear()
         index.fingerprint = setup.fingerprint
         entry = plan.summary()
         if entry not in index.plans:

@@ -533,7 +533,7 @@ def _prepare_recorded(plan: Plan, opts: WarmOptions, runtime, items: list[PlanIt
 # how each runtime's items become a warm's work, by its kind (runtimes/base.py Runtime.kind): its part, prepared
 # from the plan (PREPARE); for a part whose work runs outside the workers, its work cut for the budget (CUT)
 PREPARE = {"sglang-jit": _prepare_jit, "triton-moe": _prepare_triton, "inductor-graph": _prepare_recorded,
-           "flashinfer-module": _prepare_recorded}
+           "flashinfer-module": _prepare_recorded, "triton-path": _prepare_recorded}
 CUT = {"triton-moe": _triton_chunks}
 
 

@@ -154,11 +154,13 @@ def job_versions(env: Mapping[str, str]) -> dict[str, str | None]:
 
 
 def planned_kernels(plan: Any) -> set[str]:
-    """The kernels the plan's warm compiles in a filed family's area (the Triton fused MoE items' kernel): a
-    capture that built one found a warm's miss, and filing it would hide that miss from every later check."""
-    from dgprecompile.runtimes.triton_moe import TRITON_MOE
+    """The kernels the plan's warm compiles in a filed family's area (the Triton fused MoE items' kernel, the
+    model-path Triton items' kernels): a capture that built one found a warm's miss, and filing it would hide that
+    miss from every later check."""
+    from dgprecompile.runtimes.triton_moe import TRITON_MOE, TRITON_PATH
 
-    return {TRITON_MOE.kernel} if getattr(plan, "triton_moe", None) else set()
+    moe = {TRITON_MOE.kernel} if getattr(plan, "triton_moe", None) else set()
+    return moe | {TRITON_PATH.kernel(it.kernel)["kernel"] for it in (getattr(plan, "triton_path", None) or {}).values()}
 
 
 def file_captured(store: CacheStore, reports: list[FamilyReport], env: Mapping[str, str] | None = None,

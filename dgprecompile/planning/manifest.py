@@ -21,6 +21,7 @@ from dgprecompile.runtimes.items import (
     KernelSpec,
     KernelType,
     TritonMoeItem,
+    TritonPathItem,
 )
 
 
@@ -81,7 +82,8 @@ def plan_from_dict(data: Any, where: str = "manifest") -> Plan:
     triton_moe = _triton_moe(data.get("triton_moe", []), where)  # manifests before it have no section
     inductor = _items(InductorGraphItem, data, where)
     flashinfer = _items(FlashInferItem, data, where)
-    if not keys and not jit_modules and not triton_moe:
+    triton_path = _items(TritonPathItem, data, where)
+    if not keys and not jit_modules and not triton_moe and not triton_path:
         raise InputError(f"{where} plans no kernel at all (no shapes, no SGLang JIT modules): there is nothing to "
                          "warm or verify", hint=REGENERATE)
     return Plan(model=data["model"], model_source=data.get("model_source", ""),
@@ -91,7 +93,8 @@ def plan_from_dict(data: Any, where: str = "manifest") -> Plan:
                 gpu=data.get("gpu"), keys=keys, kernels=kernels, notes=list(data.get("notes", [])),
                 heuristic=bool(heuristic), sglang_version=None if sglang_version is None else str(sglang_version),
                 sweep_m_max=data.get("sglang_precompile_m_max", 0), server=data.get("server"),
-                jit_modules=jit_modules, triton_moe=triton_moe, inductor=inductor, flashinfer=flashinfer)
+                jit_modules=jit_modules, triton_moe=triton_moe, inductor=inductor, flashinfer=flashinfer,
+                triton_path=triton_path)
 
 
 def _items(cls, data: dict[str, Any], where: str) -> dict:

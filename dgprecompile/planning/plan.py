@@ -28,6 +28,7 @@ from dgprecompile.runtimes.items import (
     KernelSpec,
     PlanItem,
     TritonMoeItem,
+    TritonPathItem,
 )
 
 MANIFEST_SCHEMA = 1
@@ -90,6 +91,8 @@ class Plan:
     inductor: dict[str, InductorGraphItem] = field(default_factory=dict)
     # the FlashInfer JIT modules on these paths: warmed GPU-free per module (runtimes/flashinfer.py)
     flashinfer: dict[str, FlashInferItem] = field(default_factory=dict)
+    # SGLang's model-path Triton kernels beside the fused MoE (embedding, router): warmed GPU-free per item
+    triton_path: dict[str, TritonPathItem] = field(default_factory=dict)
 
     @property
     def items(self) -> list[PlanItem]:
@@ -97,7 +100,7 @@ class Plan:
         and SGLang's torch.compile graphs (each type its runtime's own fields; runtimes/items.py). Stages loop over
         it and ask ``runtime_of``."""
         return [*self.kernels.values(), *self.jit_modules.values(), *self.triton_moe.values(),
-                *self.flashinfer.values(), *self.inductor.values()]
+                *self.flashinfer.values(), *self.inductor.values(), *self.triton_path.values()]
 
     def runtime_of(self, item: PlanItem) -> Runtime:
         """The runtime that builds and checks ``item`` (a DeepGEMM kernel: the plan's generation); one error where
@@ -199,6 +202,8 @@ class Plan:
             **({"inductor": [g.to_dict() for g in self.inductor.values()]} if self.inductor else {}),
             # FlashInfer's JIT modules, built GPU-free by warm with FlashInfer's own builder
             **({"flashinfer": [m.to_dict() for m in self.flashinfer.values()]} if self.flashinfer else {}),
+            # SGLang's model-path Triton kernels (embedding, router), warmed GPU-free as the fused MoE items are
+            **({"triton_path": [t.to_dict() for t in self.triton_path.values()]} if self.triton_path else {}),
         }
 
 
@@ -438,7 +443,18 @@ def build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: int
     plan.notes += notes
     plan.flashinfer, notes = plan_flashinfer(model, par, sglang_version, moe_options or server_options or {})
     plan.notes += notes
+    plan.triton_path, notes = plan_triton_path(model, par, sglang_version, gpu)
+    plan.notes += notes
     return plan
+
+
+def plan_triton_path(model: ModelConfig, par: Parallel, sglang_version: str | None, gpu: str | None):
+    """SGLang's model-path Triton kernels beside the fused MoE (runtimes/triton_moe.py TRITON_PATH), by id, and the
+    notes."""
+    from dgprecompile.runtimes.triton_moe import TRITON_PATH
+
+    items, notes = TRITON_PATH.plan_items(model.config, tp=par.tp, sglang_version=sglang_version, gpu=gpu)
+    return {it.id: it for it in items}, notes
 
 
 def plan_flashinfer(model: ModelConfig, par: Parallel, sglang_version: str | None, options: dict[str, Any]):

@@ -17,7 +17,7 @@ per runtime:
 * items.py: what the runtimes plan (GEMM keys and kernel specs, JIT modules, Triton MoE items).
 
 The registry below is the set the stages ask: ``GENERATIONS`` (the DeepGEMM generations by id), ``JIT_FAMILIES``
-(SGLang's loaders by id), ``TRITON_MOE``, ``INDUCTOR_GRAPHS`` and ``CAPTURED``; ``RUNTIMES`` is all of them.
+(SGLang's loaders by id), ``TRITON_MOE``, ``TRITON_PATH``, ``INDUCTOR_GRAPHS`` and ``CAPTURED``; ``RUNTIMES`` is all of them.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from dgprecompile.runtimes.flashinfer import FLASHINFER_MODULES, FlashInferModul
 from dgprecompile.runtimes.inductor import INDUCTOR_GRAPHS, InductorGraphs
 from dgprecompile.runtimes.jit_loader import JitFamily
 from dgprecompile.runtimes.sglang_ninja import SGLANG_NINJA, SGLANG_NINJA_HOOK
-from dgprecompile.runtimes.triton_moe import TRITON_MOE, TritonMoeFamily
+from dgprecompile.runtimes.triton_moe import TRITON_MOE, TRITON_PATH, TritonMoeFamily, TritonPathKernels
 from dgprecompile.runtimes.tvm_ffi import TVM_FFI
 
 GENERATIONS: dict[str, Generation] = {g.id: g for g in (LEGACY, *CXX_GENERATIONS)}
@@ -41,11 +41,11 @@ JIT_FAMILIES: dict[str, JitFamily] = {f.id: f for f in (TVM_FFI, SGLANG_NINJA, S
 CAPTURED: tuple[CacheFamily, ...] = (*CACHE_FAMILIES, CUDA_DRIVER)
 FILED_AREAS: tuple[str, ...] = tuple(f.area for f in CAPTURED if f.filed)  # whole entries travel in artifacts
 RUNTIMES: tuple[Runtime, ...] = (*GENERATIONS.values(), *JIT_FAMILIES.values(), TRITON_MOE, INDUCTOR_GRAPHS,
-                                  FLASHINFER_MODULES, *CAPTURED)
+                                  FLASHINFER_MODULES, TRITON_PATH, *CAPTURED)
 
-__all__ = ["BACKENDS", "CAPTURED", "FILED_AREAS", "FLASHINFER_MODULES", "FlashInferModules", "family_for_area", "GENERATIONS", "INDUCTOR_GRAPHS", "JIT_FAMILIES", "RUNTIMES", "TRITON_MOE", "Backend",
+__all__ = ["BACKENDS", "CAPTURED", "FILED_AREAS", "FLASHINFER_MODULES", "FlashInferModules", "family_for_area", "GENERATIONS", "INDUCTOR_GRAPHS", "JIT_FAMILIES", "RUNTIMES", "TRITON_MOE", "TRITON_PATH", "Backend",
            "InductorGraphs",
-           "CacheFamily", "Generation", "JitFamily", "Runtime", "StrictBy", "TritonMoeFamily", "family_for",
+           "CacheFamily", "Generation", "JitFamily", "Runtime", "StrictBy", "TritonMoeFamily", "TritonPathKernels", "family_for",
            "get_backend", "get_family", "get_generation", "get_runtime", "hook_targets"]
 
 

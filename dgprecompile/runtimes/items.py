@@ -213,6 +213,46 @@ class TritonMoeItem(PlanItem):
 
 
 @dataclass(frozen=True)
+class TritonPathItem(PlanItem):
+    """One instance family of a Triton kernel on SGLang's model path outside the MoE experts (data/triton_path.yaml
+    ``kernels``: the vocab-parallel embedding, the router): what the GPU-free warm (compile/triton_path.py) calls
+    SGLang's own wrapper (``kernel``'s ``function``) with, for each m of ``ms`` (decided once in the plan: one m per
+    class of Triton's int specialisation, or the one m of a kernel whose key holds none). ``params`` are the call's
+    shape facts (embedding: vocab, hidden, tp, ids dtypes; router: experts, topk, scoring, renormalize, scores
+    dtype); ``capability`` the target Triton compiles for. All of them are part of the id."""
+
+    section: ClassVar[str] = "triton_path"
+    kind: ClassVar[str] = "triton-path"
+    RUNTIME: ClassVar[str] = "triton-path"  # runtimes/triton_moe.py TRITON_PATH.id
+    kernel: str  # its key in data/triton_path.yaml ``kernels``
+    params: tuple[tuple[str, object], ...]
+    ms: tuple[int, ...]
+    capability: int
+    why: str = field(default="", compare=False)  # the file:line it was read from
+
+    @property
+    def id(self) -> str:
+        shown = ".".join(f"{k}{_fmt(v)}" for k, v in self.params)
+        return f"triton_path:{self.kernel}.{shown}.m{'_'.join(map(str, self.ms))}.sm{self.capability}"
+
+    @property
+    def runtime_id(self) -> str:
+        return self.RUNTIME
+
+    def param(self, name: str) -> object:
+        return dict(self.params)[name]
+
+    def to_dict(self) -> dict[str, object]:
+        return {"id": self.id, "kernel": self.kernel, "params": dict(self.params), "ms": list(self.ms),
+                "capability": self.capability, "why": self.why}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TritonPathItem:
+        return cls(str(d["kernel"]), tuple((str(k), v) for k, v in dict(d["params"]).items()),
+                   tuple(int(m) for m in d["ms"]), int(d["capability"]), str(d.get("why", "")))
+
+
+@dataclass(frozen=True)
 class InductorGraphItem(PlanItem):
     """One torch.compile'd function of SGLang's at one shape family: the graphs a job's first forwards compile
     with inductor (data/inductor_graphs.yaml ``graph``), which warm builds on the job's GPU kind by calling that

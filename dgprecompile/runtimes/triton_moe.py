@@ -1,20 +1,23 @@
-"""SGLang's Triton fused MoE kernel: the one Triton kernel planned and warmed ahead of time (its entries live in the
-captured Triton family's area, runtimes/captured.py)."""
+"""SGLang's Triton kernels planned and warmed ahead of time (their entries live in the captured Triton family's area,
+runtimes/captured.py): the fused MoE kernel (:data:`TRITON_MOE`) and the model path's others beside it, the
+vocab-parallel embedding and the router (:data:`TRITON_PATH`)."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
 from importlib import metadata
+from typing import Any
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from dgprecompile.data import load_yaml
-from dgprecompile.runtimes.base import StrictBy
+from dgprecompile.runtimes.base import PackageKeyed, StrictBy
 from dgprecompile.runtimes.captured import not_installed, versions
-from dgprecompile.runtimes.items import TritonMoeItem
+from dgprecompile.runtimes.items import TritonMoeItem, TritonPathItem
 
 
 @dataclass(frozen=True)
@@ -240,3 +243,138 @@ TRITON_MOE = TritonMoeFamily(
     ("triton", "sglang"), ("torch", "triton", "sglang"), "triton_moe.yaml",
     # triton/runtime/cache.py triton_key: libtriton.so's bytes; the CUDA backend's hash: its ptxas's version
     ("triton/_C/libtriton.so", "triton/backends/nvidia/bin/ptxas"), ("TRITON_PTXAS_PATH",))
+
+
+@dataclass(frozen=True)
+class TritonPathKernels(PackageKeyed):
+    """SGLang's model-path Triton kernels beside ``fused_moe_kernel`` (data/triton_path.yaml): the vocab-parallel
+    embedding (``_vocab_parallel_embedding_kernel``) and the router (``_router_triton_kernel``), which releases from
+    0.5.16 run as Triton where earlier ones ran sgl-kernel AOT ops. One
+    :class:`~dgprecompile.runtimes.items.TritonPathItem` per kernel instance family of a rank, warmed GPU-free as the
+    fused MoE items are (compile/triton_path.py: SGLang's own wrapper on meta tensors, Triton's own JIT with a
+    compile-only driver), its entries in Triton's area, recorded per item (cache/item_records.py)."""
+
+    id: str = TritonPathItem.RUNTIME
+    label: str = "SGLang's model-path Triton kernels"
+    area: str = "triton"
+    kind: str = TritonPathItem.kind
+    warm_module: str = "dgprecompile.compile.triton_path"
+    areas: tuple[str, ...] = ("triton",)
+    imports: tuple[str, ...] = ("torch", "triton", "sglang")
+    live: tuple[str, ...] = ()
+    needs_gpu: str = ""  # GPU-free: a compile-only driver names the target
+    section: str = TritonPathItem.section
+    parts: int = 1
+    package: str = "triton"
+    record_key: str = "triton"
+    key_why: str = "Triton's cache key holds its own version"
+
+    @property
+    def strict_by(self) -> StrictBy:
+        """Its entries are Triton's: the startup hook wraps Triton's compile and refuses a miss."""
+        return StrictBy.HOOK
+
+    def data(self) -> dict[str, Any]:
+        return _path_document()
+
+    def kernel(self, name: str) -> dict[str, Any]:
+        return self.data()["kernels"][name]
+
+    def ms(self, name: str) -> tuple[int, ...]:
+        ms = self.kernel(name)["ms"]
+        return tuple(self.data()["m_classes"] if ms == "m_classes" else ms)
+
+    def plan_items(self, config: dict, *, tp: int, sglang_version: str | None, gpu: str | None
+                   ) -> tuple[list[TritonPathItem], list[str]]:
+        """The items of a plan (the model's config, its tensor-parallel size, the exact release, the GPU) and notes
+        saying what was left out and why. Nothing is planned for a release whose model path was not read."""
+        capability = int(gpu_device(gpu)["capability"])
+        items: list[TritonPathItem] = []
+        notes: list[str] = []
+        for name, k in self.data()["kernels"].items():
+            where = k["releases"].get(sglang_version or "")
+            if where is None:
+                if _at_least(sglang_version, str(k["since"])):  # older releases ship no such kernel: no note
+                    notes.append(f"{self.label}: {k['kernel']} not planned: sglang {sglang_version}'s model path "
+                                 f"was not read for it (read: {', '.join(k['releases'])})")
+                continue
+            make = _embedding_item if k["when"] == "tp" else _router_item
+            item, why = make(self, name, k, config, tp, capability, where)
+            if item is not None:
+                items.append(item)
+            if why:
+                notes.append(f"{self.label}: {k['kernel']}: {why}")
+        if items:
+            notes.append(f"{self.label}: {len(items)} item(s), warmed GPU-free for sm_{capability} with the installed "
+                         "sglang and Triton")
+        return items, notes
+
+    def warm_argv(self, item: TritonPathItem, cache_dir: str, python: str) -> list[str]:
+        return [python, "-m", self.warm_module, "--item", item.id, "--kernel", item.kernel, "--params",
+                ",".join(f"{k}={v}" for k, v in item.params), "--m", ",".join(map(str, item.ms)),
+                "--capability", str(item.capability), "--cache-dir", str(cache_dir)]
+
+    def missing(self) -> str | None:
+        """What to install so that the warm can run here (runtimes/captured.py not_installed)."""
+        return not_installed(self.imports)
+
+    def release_problem(self, items: list) -> str | None:
+        """The kernels are built with whatever Triton is here; their records name it (``stale``)."""
+        return None
+
+    def build_env(self, items: list, jobs: int, cuda_home: str | None) -> dict[str, str]:
+        return {"CUDA_VISIBLE_DEVICES": ""}
+
+    def covered(self, record: dict[str, Any]) -> str:
+        return f"{len(record['entries'])} entries, triton {record.get('triton')}, sm_{record.get('capability')}"
+
+
+def _embedding_item(runtime: TritonPathKernels, name: str, k: dict, config: dict, tp: int, capability: int,
+                    where: str) -> tuple[TritonPathItem | None, str]:
+    """The embedding's item: one per model (every rank's shard window is warmed by it), where tp > 1."""
+    if tp <= 1:
+        return None, "not planned: tp 1 embeds without it (_use_triton_embedding)"
+    vocab, hidden = config.get("vocab_size"), config.get("hidden_size")
+    if not isinstance(vocab, int) or not isinstance(hidden, int):
+        return None, "not planned: config.json has no vocab_size or hidden_size"
+    dtype = str(config.get("torch_dtype") or "bfloat16")
+    params = (("vocab", vocab), ("hidden", hidden), ("tp", tp), ("dtype", dtype), ("ids", "+".join(k["ids_dtypes"])))
+    return TritonPathItem(name, params, runtime.ms(name), capability, where), ""
+
+
+def _router_item(runtime: TritonPathKernels, name: str, k: dict, config: dict, tp: int, capability: int,
+                 where: str) -> tuple[TritonPathItem | None, str]:
+    """The router's item: one per model whose architecture's TopK branch to the kernel was read."""
+    archs = [a for a in config.get("architectures") or [] if a in k["architectures"]]
+    if not archs:
+        shown = ", ".join(config.get("architectures") or []) or "no architecture"
+        return None, f"not planned for {shown}: its TopK branch to the kernel was not read"
+    call = k["architectures"][archs[0]]
+    try:
+        params = (("experts", int(config[call["experts"]])), ("topk", int(config[call["topk"]])),
+                  ("scoring", call["scoring_func"]), ("renormalize", bool(config[call["renormalize"]])),
+                  ("scores", call["scores_dtype"]))
+    except KeyError as exc:
+        return None, f"not planned: config.json has no {exc.args[0]}"
+    return TritonPathItem(name, params, runtime.ms(name), capability, where), ""
+
+
+def _at_least(version: str | None, since: str) -> bool:
+    try:
+        return version is not None and Version(version) >= Version(since)
+    except InvalidVersion:
+        return False
+
+
+@cache
+def _path_document() -> dict[str, Any]:
+    """data/triton_path.yaml, checked against its schema once per process."""
+    from dgprecompile import schemas
+
+    doc = load_yaml("triton_path.yaml")
+    schemas.check(doc, "triton-path", "triton_path.yaml",
+                  hint="fix triton_path.yaml (data/schemas/triton-path.json says what each field holds)")
+    return doc
+
+
+TRITON_PATH = TritonPathKernels()

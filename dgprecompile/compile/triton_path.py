@@ -1,0 +1,174 @@
+"""GPU-free Triton warm of SGLang's model-path Triton kernels beside ``fused_moe_kernel`` (data/triton_path.yaml):
+the vocab-parallel embedding's ``_vocab_parallel_embedding_kernel`` and the router's ``_router_triton_kernel``,
+compiled by Triton's own compiler for the planned target under the cache keys Triton's own JIT computes.
+
+How (one process, the item's): SGLang's OWN wrapper (``vocab_parallel_embedding``, ``moe_fused_gate``) runs for each
+planned m on ``meta`` tensors, with Triton's driver set to compile/triton_moe.py's :class:`CompileOnlyDriver` and
+every launch turned into Triton's own ``run(..., warmup=True)`` (:func:`~dgprecompile.compile.triton_moe.compile_only`):
+Triton binds the arguments, specialises them, computes its cache key, looks in ``TRITON_CACHE_DIR`` and compiles on a
+miss, and launches nothing. The planned arch is stated to SGLang's JIT utils (the router's USE_PDL constexpr,
+``is_arch_support_pdl``) with its own override (compile/triton_moe.py ``state_arch``).
+
+Named STAND-INS:
+
+* :class:`CudaMeta`: a meta tensor that answers ``is_cuda`` True, so the embedding wrapper's ``assert input_.is_cuda``
+  / ``assert weight.is_cuda`` pass (the one thing of a CUDA tensor it reads beyond shape, dtype and strides; its
+  output is allocated on ``weight.device``, meta);
+* :func:`shard_windows`: each rank's vocab shard window, SGLang's arithmetic (``pad_vocab_size``,
+  ``VocabParallelEmbedding.__init__``'s padding rule and ``_get_indices``, 0.5.23
+  srt/layers/vocab_parallel_embedding.py:57-59, :273-289, :353-385) done here: the constructor needs the job's
+  process groups and the module imports SGLang's quantization package and its optional dependencies (the device
+  proof holds the windows' keys against the job's).
+
+Run: ``python -m dgprecompile.compile.triton_path --item ID --kernel router --params experts=160,topk=8,...
+--m 1,16,17 --capability 90 --cache-dir ROOT``; prints one JSON report (its ``record``: what warm files in the index's
+``triton_path`` section, compile/recorded_items.py) and its ``host_modules`` (Triton's host modules for its kernels,
+built GPU-free by compile/triton_host.py, as the fused MoE warm builds them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from dgprecompile.host import lifeline
+
+
+def _torch_dtype(name: str):
+    import torch
+
+    return getattr(torch, name)
+
+
+def cuda_meta(shape, dtype):
+    """STAND-IN: a meta tensor of ``shape`` whose ``is_cuda`` is True (module docstring)."""
+    import torch
+
+    class CudaMeta(torch.Tensor):
+        @property
+        def is_cuda(self) -> bool:  # noqa: D401 -- the stand-in's one answer
+            return True
+
+    return torch.empty(shape, dtype=dtype, device="meta").as_subclass(CudaMeta)
+
+
+def _pad(size: int, to: int) -> int:
+    return -(-size // to) * to  # srt/layers/vocab_parallel_embedding.py:57-59 pad_vocab_size
+
+
+def shard_windows(vocab: int, tp: int, padding: int = 64) -> list[tuple[int, tuple[int, int, int, int, int]]]:
+    """STAND-IN for VocabParallelEmbedding's shard arithmetic (module docstring), per rank: (rows per partition,
+    (org start, org end, org padding, added start, added end)), the embedding having no added tokens
+    (num_embeddings == org_vocab_size). As sglang 0.5.23 srt/layers/vocab_parallel_embedding.py computes them:
+    ``padding`` DEFAULT_VOCAB_PADDING_SIZE (:48), times tp where the padded vocab does not divide (:273-275),
+    org and total padded sizes (:284-289), rows per partition (:327-329), _get_indices (:353-385: each rank's
+    padded window, clipped to the vocab; the added window empty) and num_org_vocab_padding (:110-111: the padded
+    window's length minus the clipped one's). Not imported: that module imports SGLang's quantization package and its optional dependencies."""
+    if _pad(vocab, padding) % tp != 0:
+        padding *= tp
+    org_padded = _pad(vocab, padding)
+    padded = _pad(org_padded, padding)
+    per, added_per = org_padded // tp, (padded - org_padded) // tp
+    out = []
+    for rank in range(tp):
+        org_start, org_end = min(rank * per, vocab), min((rank + 1) * per, vocab)
+        added = min(vocab + rank * added_per, vocab), min(vocab + (rank + 1) * added_per, vocab)
+        out.append((padded // tp, (org_start, org_end, per - (org_end - org_start), *added)))
+    return out
+
+
+def warm_embedding(params: dict[str, str], ms: list[int]) -> None:
+    """SGLang's own vocab_parallel_embedding for every rank's shard window, ids dtype and m."""
+    from sglang.kernels.ops.embeddings.vocab_parallel_embedding import vocab_parallel_embedding
+
+    hidden, dtype = int(params["hidden"]), _torch_dtype(params["dtype"])
+    for rows, window in shard_windows(int(params["vocab"]), int(params["tp"])):
+        weight = cuda_meta((rows, hidden), dtype)
+        for ids_dtype in params["ids"].split("+"):
+            for m in ms:
+                vocab_parallel_embedding(cuda_meta((m,), _torch_dtype(ids_dtype)), weight, *window)
+
+
+def warm_router(params: dict[str, str], ms: list[int]) -> None:
+    """SGLang's own moe_fused_gate as the architecture's TopK branch calls it (data/triton_path.yaml)."""
+    from sglang.kernels.ops.moe.moe_fused_gate import moe_fused_gate
+
+    experts, topk = int(params["experts"]), int(params["topk"])
+    if params["scoring"] != "softmax":  # the planned branch: softmax without a bias (topk.py fused_topk)
+        raise SystemExit(f"the router's {params['scoring']} branch is not modelled here")
+    for m in ms:
+        import torch
+
+        scores = torch.empty((m, experts), dtype=_torch_dtype(params["scores"]), device="meta")
+        moe_fused_gate(scores, None, topk, scoring_func="softmax", renormalize=params["renormalize"] in ("t", "True"))
+
+
+WARMS = {"vocab_parallel_embedding": warm_embedding, "router": warm_router}
+
+
+def only_kernel(name: str) -> None:
+    """Compile no Triton kernel but ``name`` in this process (Triton's own ``knobs.runtime.jit_cache_hook``, asked
+    before every compile: True skips it)."""
+    from triton import knobs
+
+    knobs.runtime.jit_cache_hook = lambda *, fn, **_: getattr(fn, "name", name) != name
+
+
+def warm(args: argparse.Namespace) -> dict[str, Any]:
+    from dgprecompile.cache.triton_moe import file_warmed
+    from dgprecompile.compile import triton_moe as moe
+    from dgprecompile.runtimes import family_for_area
+    from dgprecompile.runtimes.triton_moe import TRITON_PATH
+
+    triton_dir = str(family_for_area("triton").area_dir(args.cache_dir))
+    os.environ["TRITON_CACHE_DIR"] = triton_dir
+    kernel = TRITON_PATH.kernel(args.kernel)
+    moe.state_arch(args.capability)
+    importlib.import_module(kernel["module"])  # imported first: SGLang's modules may probe the driver at import
+    moe.compile_only(args.capability)
+    only_kernel(kernel["kernel"])
+    used = moe.watch_lookups()
+    t0 = time.time()
+    params = dict(p.split("=", 1) for p in args.params.split(","))
+    ms = [int(m) for m in args.m.split(",")]
+    WARMS[args.kernel](params, ms)
+    after = moe.triton_entries(triton_dir)
+    mine = sorted(k for k in used if kernel["kernel"] in after.get(k, []))
+    import triton
+
+    return {"item": args.item, "seconds": round(time.time() - t0, 1), "not_whole": file_warmed(args.cache_dir, mine),
+            "record": {"triton": triton.__version__, "capability": args.capability, "kernel": kernel["kernel"],
+                       "ms": ms, "lookups": mine}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m dgprecompile.compile.triton_path", description=__doc__.split("\n")[0])
+    p.add_argument("--item", required=True)
+    p.add_argument("--kernel", required=True, choices=sorted(WARMS))
+    p.add_argument("--params", required=True, help="the item's params, k=v,...")
+    p.add_argument("--m", required=True, help="token counts, e.g. 1,16,17")
+    p.add_argument("--capability", type=int, default=90)
+    p.add_argument("--cache-dir", required=True, help="the dgprecompile cache root (Triton writes into <root>/triton)")
+    args = p.parse_args(argv)
+    lifeline.end_with_warm()
+    os.makedirs(args.cache_dir, exist_ok=True)
+    from dgprecompile.compile import triton_host
+
+    # Triton's host modules (3.7-3.8: cuda_utils; 3.5-3.6: a launcher per kernel signature), built GPU-free as the
+    # fused MoE warm builds them (compile/triton_host.py): a plan whose experts run on DeepGEMM has no other warm
+    # that builds them, and the job's first Triton launch (this embedding) needs them
+    signatures = triton_host.watch_kernels()
+    report = warm(args)
+    report["host_modules"] = triton_host.warm_host_modules(args.cache_dir, report["record"]["lookups"], signatures)
+    json.dump(report, sys.stdout)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""SGLang's model-path Triton kernels beside fused_moe_kernel (runtimes/triton_moe.py TRITON_PATH,
+compile/triton_path.py): the 480B `--tp 8 --ep 8` plan's embedding and router items, warmed GPU-free with the real
+sglang 0.5.23 and Triton 3.8.0 (the stack whose strict launch refused both kernels on the H100,
+bench/results/2026-12-06-h100-model-480b-0523), then held against Triton 3.8.0's own JIT in a fresh process: the
+launch hook's strict refusal (launch/hook, installed as a strict launch's startup installs it) stays silent for every planned variant, also at
+m the warm never called, and fires, naming the kernel, for an unplanned one."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from helpers import NVCC, STANDINS, beside_venv
+
+from dgprecompile.runtimes.triton_moe import TRITON_PATH
+
+REPO = Path(__file__).resolve().parent.parent
+MODEL = json.loads((REPO / "dgprecompile" / "data" / "models" / "Qwen3-Coder-480B-A35B-Instruct-FP8.json").read_text())
+TRITON = REPO / ".venv" / "triton-3.8.0"
+SGLANG = beside_venv("sglang-0.5.23", "transformers/__init__.py", "DGP_SGLANG_023")
+needs_stack = pytest.mark.skipif(SGLANG is None or not (TRITON / "triton" / "__init__.py").is_file(),
+                                 reason="sglang 0.5.23 and Triton 3.8.0 beside the venv (make setup)")
+
+
+def _plan(sglang: str | None = "0.5.23", tp: int = 8, config: dict = MODEL):
+    return TRITON_PATH.plan_items(config, tp=tp, sglang_version=sglang, gpu="h100")
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(SGLANG), STANDINS, str(TRITON), str(REPO)]),
+            "DGP_STANDINS": "sgl_kernel,torchvision", "DGP_TRANSFORMERS_EXIST_OK": "1", "CUDA_VISIBLE_DEVICES": ""}
+
+
+def test_the_480b_plan_has_one_embedding_and_one_router_item_with_one_m_per_specialisation_class():
+    items, notes = _plan()
+    by_kernel = {i.kernel: i for i in items}
+    emb, router = by_kernel["vocab_parallel_embedding"], by_kernel["router"]
+    assert dict(emb.params) == {"vocab": 151936, "hidden": 6144, "tp": 8, "dtype": "bfloat16", "ids": "int64+int32"}
+    assert emb.ms == (1,) and emb.capability == 90
+    assert dict(router.params) == {"experts": 160, "topk": 8, "scoring": "softmax", "renormalize": True,
+                                   "scores": "bfloat16"}
+    assert router.ms == (1, 16, 17) and "moe_fused_gate.py" in router.why
+    assert any("2 item(s)" in n for n in notes)
+    assert type(router).from_dict(router.to_dict()) == router  # the manifest's round trip
+
+
+def test_nothing_is_planned_for_a_release_not_read_tp_1_or_an_architecture_not_read():
+    items, notes = _plan("0.5.19")
+    assert items == [] and all("0.5.19's model path was not read" in n for n in notes)
+    items, notes = _plan(tp=1)
+    assert [i.kernel for i in items] == ["router"] and any("tp 1" in n for n in notes)
+    items, notes = _plan(config={**MODEL, "architectures": ["DeepseekV3ForCausalLM"]})
+    assert [i.kernel for i in items] == ["vocab_parallel_embedding"]
+    assert any("DeepseekV3ForCausalLM" in n and "not read" in n for n in notes)
+
+
+@needs_stack
+def test_tritons_own_int_specialisation_has_the_three_classes_the_plan_samples():
+    """Triton 3.8.0's own specialisation (libtriton's native_specialize_impl, as its JIT calls it for an int argument
+    it may specialise, aligned) of every m up to 4096: exactly the classes of the planned m (data m_classes)."""
+    code = textwrap.dedent("""
+        import json, sys
+        from triton._C.libtriton import native_specialize_impl
+        from triton.backends.compiler import BaseBackend
+        spec = lambda m: repr(native_specialize_impl(BaseBackend, m, False, True, True))
+        print(json.dumps({"all": sorted({spec(m) for m in range(1, 4097)}),
+                          "planned": sorted({spec(m) for m in map(int, sys.argv[1:])})}))
+    """)
+    planned = TRITON_PATH.ms("router")
+    r = subprocess.run([sys.executable, "-c", code, *map(str, planned)], capture_output=True, text=True, env=_env(),
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["all"] == got["planned"] and len(got["all"]) == 3
+
+
+CHECK = textwrap.dedent("""
+    import json, os, sys
+    sys.path.insert(0, os.path.join(os.environ["DGP_REPO"], "dgprecompile", "launch", "hook"))
+    import _dgprecompile_hook as hook
+    hook.install()  # as the job's startup does (DGPRECOMPILE_STRICT=1, families triton): before Triton is imported
+    from dgprecompile.compile import triton_moe as moe, triton_path as path
+    moe.state_arch(90)
+    from sglang.kernels.ops.embeddings.vocab_parallel_embedding import vocab_parallel_embedding
+    from sglang.kernels.ops.moe.moe_fused_gate import moe_fused_gate
+    import torch
+    moe.compile_only(90)
+    out = {}
+    def ask(name, call):
+        try:
+            call()
+            out[name] = "hit"
+        except RuntimeError as exc:
+            out[name] = str(exc).split(" at run time")[0]
+    for rank, (rows, window) in enumerate(path.shard_windows(151936, 8)):
+        weight = path.cuda_meta((rows, 6144), torch.bfloat16)
+        for dt in (torch.int64, torch.int32):
+            for m in (1, 7, 4096):
+                ask(f"emb r{rank} {dt} m{m}", lambda: vocab_parallel_embedding(path.cuda_meta((m,), dt), weight, *window))
+    for m in (1, 2, 15, 32, 33, 4096, 8191):
+        scores = torch.empty((m, 160), dtype=torch.bfloat16, device="meta")
+        ask(f"router m{m}", lambda: moe_fused_gate(scores, None, 8, scoring_func="softmax", renormalize=True))
+    other = path.cuda_meta((151936 // 8, 4096), torch.bfloat16)
+    ask("emb unplanned", lambda: vocab_parallel_embedding(path.cuda_meta((3,), torch.int64), other, 0, 18992, 0, 151936, 151936))
+    scores = torch.empty((5, 128), dtype=torch.bfloat16, device="meta")
+    ask("router unplanned", lambda: moe_fused_gate(scores, None, 8, scoring_func="softmax", renormalize=True))
+    print(json.dumps(out))
+""")
+
+
+@needs_stack
+def test_the_warmed_entries_are_what_tritons_own_jit_looks_up_and_an_unplanned_variant_is_refused(tmp_path):
+    cache, env = tmp_path / "cache", _env()
+    items, _ = _plan()
+    records = {}
+    for item in items:
+        r = subprocess.run(TRITON_PATH.warm_argv(item, str(cache), sys.executable), capture_output=True, text=True,
+                           env=env, timeout=600)
+        assert r.returncode == 0, r.stdout + r.stderr
+        report = json.loads(r.stdout.splitlines()[-1])
+        assert report["item"] == item.id and report["not_whole"] == []
+        assert "left_to_capture" not in report["host_modules"], report["host_modules"]  # Triton 3.8's cuda_utils
+        records[item.kernel] = report["record"]
+    assert len(records["vocab_parallel_embedding"]["lookups"]) == 16  # 8 ranks' shard windows x 2 ids dtypes
+    assert len(records["router"]["lookups"]) == 3  # m == 1, m % 16 == 0, other
+    assert records["router"]["triton"] == "3.8.0"
+    triton_dir = cache / "triton"
+    for entry in records["router"]["lookups"]:  # an sm_90 launch's PDL (the arch stated to SGLang, not detected)
+        assert json.loads((triton_dir / entry / "_router_triton_kernel.json").read_text())["launch_pdl"] is True
+    index = json.loads((cache / "dgprecompile" / "index.json").read_text())
+    filed = set(json.dumps(index.get("extra", {})).split('"'))
+    assert {f"triton/{e}" for k in records.values() for e in k["lookups"]} <= filed  # warm filed them
+    r = subprocess.run([sys.executable, "-c", CHECK], capture_output=True, text=True, timeout=600,
+                       env={**env, "TRITON_CACHE_DIR": str(triton_dir), "DGP_REPO": str(REPO),
+                            "DGPRECOMPILE_STRICT": "1", "DGPRECOMPILE_STRICT_FAMILIES": "triton"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    asked = json.loads(r.stdout.splitlines()[-1])
+    planned = {k: v for k, v in asked.items() if "unplanned" not in k}
+    assert len(planned) == 8 * 2 * 3 + 7 and set(planned.values()) == {"hit"}, planned
+    assert asked["emb unplanned"].endswith("compile kernel _vocab_parallel_embedding_kernel")
+    assert asked["router unplanned"].endswith("compile kernel _router_triton_kernel")
+
+
+SERVER = "python -m sglang.launch_server --model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 --tp 8 --ep 8"
+
+
+def _server_plan():
+    from dgprecompile.planning.plan import PlanRequest
+    from dgprecompile.planning.request import plan_from_request
+
+    return plan_from_request(PlanRequest(sglang_cmd=SERVER, sglang="0.5.23", gpu="h100"))
+
+
+def test_the_480b_server_plan_carries_the_items_and_its_manifest_reads_them_back(tmp_path):
+    from dgprecompile.planning.manifest import read_manifest, write_manifest
+
+    plan = _server_plan()
+    assert sorted(i.kernel for i in plan.triton_path.values()) == ["router", "vocab_parallel_embedding"]
+    assert all(plan.runtime_of(i) is TRITON_PATH for i in plan.triton_path.values())
+    write_manifest(plan, tmp_path / "plan.yaml")
+    assert read_manifest(tmp_path / "plan.yaml").triton_path == plan.triton_path
+
+
+@needs_stack
+@pytest.mark.skipif(not NVCC, reason="no nvcc")
+def test_warm_and_verify_carry_the_480b_plans_items(tmp_path):
+    """`warm` runs the 480B plan's embedding and router items (the plan trimmed to them, as other tests trim
+    manifests) after its pool, files their entries and records; `verify` finds them whole; a deleted entry is named."""
+    from helpers import sgl_deep_gemm_dir
+
+    from dgprecompile.planning.manifest import plan_from_dict, write_manifest
+
+    data = _server_plan().to_dict()
+    for shape in data["shapes"]:
+        shape["buckets"], shape["aux_kernels"] = [], []
+    data["kernels"], data["total_kernels"] = [], 0
+    for section in ("sglang_jit_modules", "inductor", "flashinfer", "triton_moe"):
+        data.pop(section, None)
+    manifest = tmp_path / "plan.yaml"
+    write_manifest(plan_from_dict(data), manifest)
+    env = {**_env(), "PYTHONPATH": os.pathsep.join([_env()["PYTHONPATH"], str(sgl_deep_gemm_dir("0.2.2") or "")])}
+    cache = tmp_path / "cache"
+    run = lambda *a: subprocess.run([sys.executable, "-m", "dgprecompile", *map(str, a), "--nvcc", NVCC, "--json"],  # noqa: E731
+                                    capture_output=True, text=True, env=env, timeout=900)
+    r = run("warm", "--manifest", manifest, "--cache-dir", cache, "--sglang-jit", "on")
+    assert r.returncode == 0, r.stdout + r.stderr
+    summary = json.loads(r.stdout)
+    assert (summary["compiled"], summary["failed"]) == (2, 0), summary
+    records = json.loads((cache / "dgprecompile" / "index.json").read_text())["triton_path"]
+    kernels = {r["kernel"]: [e for e in r["entries"] if e.split("/")[-1] in r["lookups"]] for r in records.values()}
+    assert sorted(map(len, kernels.values())) == [3, 16]
+    v = run("verify", "--manifest", manifest, "--cache-dir", cache)
+    assert v.returncode == 0 and json.loads(v.stdout)["complete"], v.stdout + v.stderr
+    gone = kernels["_router_triton_kernel"][0]
+    shutil.rmtree(cache / gone)
+    v = run("verify", "--manifest", manifest, "--cache-dir", cache)
+    assert v.returncode != 0 and gone in v.stdout, v.stdout
+
+
+def test_a_capture_never_files_a_planned_model_path_kernel():
+    """A capture that built one of the plan's warmed kernels found a warm's miss (launch/capture.py)."""
+    from dgprecompile.launch.capture import planned_kernels
+
+    assert {"_vocab_parallel_embedding_kernel", "_router_triton_kernel"} <= planned_kernels(_server_plan())
