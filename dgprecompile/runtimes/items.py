@@ -212,8 +212,22 @@ class TritonMoeItem(PlanItem):
                    int(d.get("m_period") or 0))
 
 
+class _ByParams:
+    """An item whose facts are its ``params`` pairs and whose runtime is its class's ``RUNTIME``."""
+
+    RUNTIME: ClassVar[str]
+    params: tuple[tuple[str, object], ...]
+
+    @property
+    def runtime_id(self) -> str:
+        return self.RUNTIME
+
+    def param(self, name: str) -> object:
+        return dict(self.params)[name]
+
+
 @dataclass(frozen=True)
-class TritonPathItem(PlanItem):
+class TritonPathItem(_ByParams, PlanItem):
     """One instance family of a Triton kernel on SGLang's model path outside the MoE experts (data/triton_path.yaml
     ``kernels``: the vocab-parallel embedding, the router): what the GPU-free warm (compile/triton_path.py) calls
     SGLang's own wrapper (``kernel``'s ``function``) with, for each m of ``ms`` (decided once in the plan: one m per
@@ -235,13 +249,6 @@ class TritonPathItem(PlanItem):
         shown = ".".join(f"{k}{_fmt(v)}" for k, v in self.params)
         return f"triton_path:{self.kernel}.{shown}.m{'_'.join(map(str, self.ms))}.sm{self.capability}"
 
-    @property
-    def runtime_id(self) -> str:
-        return self.RUNTIME
-
-    def param(self, name: str) -> object:
-        return dict(self.params)[name]
-
     def to_dict(self) -> dict[str, object]:
         return {"id": self.id, "kernel": self.kernel, "params": dict(self.params), "ms": list(self.ms),
                 "capability": self.capability, "why": self.why}
@@ -253,7 +260,7 @@ class TritonPathItem(PlanItem):
 
 
 @dataclass(frozen=True)
-class InductorGraphItem(PlanItem):
+class InductorGraphItem(_ByParams, PlanItem):
     """One torch.compile'd function of SGLang's at one shape family: the graphs a job's first forwards compile
     with inductor (data/inductor_graphs.yaml ``graph``), which warm builds on the job's GPU kind by calling that
     function (compile/inductor_graphs.py) for every specialisation the function's compile mode allows.
@@ -278,13 +285,6 @@ class InductorGraphItem(PlanItem):
         shown = ".".join(f"{k}{_fmt(v)}" for k, v in self.params)
         grad = "" if self.grad == "no_grad" else f".{self.grad}"
         return f"inductor:{self.graph}.{shown}.{self.device_name.replace(' ', '_')}{grad}"
-
-    @property
-    def runtime_id(self) -> str:
-        return self.RUNTIME
-
-    def param(self, name: str) -> object:
-        return dict(self.params)[name]
 
     def to_dict(self) -> dict[str, object]:
         return {"id": self.id, "graph": self.graph, "params": dict(self.params), "device_name": self.device_name,
