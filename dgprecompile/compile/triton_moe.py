@@ -20,7 +20,7 @@ keep the path in srt/layers/moe/fused_moe_triton), its kernel module from SGLang
 
 On a CPU-only machine SGLang takes its non-CUDA branches around the kernel (activation quantisation through its
 Triton ``per_token_group_quant_fp8``, Triton ``moe_sum_reduce``); those kernels are not what a GPU runs, so they are
-not compiled (:func:`only_the_moe_kernel`) and only ``fused_moe_kernel`` entries are warmed. The keys are proved by a
+not compiled (:func:`only_kernel`) and only ``fused_moe_kernel`` entries are warmed. The keys are proved by a
 GPU run (tests/gpu/triton_moe_proof.sh), never by this module's own output.
 
 Run: ``python -m dgprecompile.compile.triton_moe --experts 20 --global-experts 160 --hidden 6144
@@ -84,12 +84,12 @@ def compile_only(capability: int = 90) -> None:
     jit.KernelInterface.__getitem__ = getitem
 
 
-def only_the_moe_kernel() -> bool:
-    """Compile no Triton kernel but ``fused_moe_kernel`` in this process: the others on this path are SGLang's
-    non-CUDA branches (its Triton per_token_group_quant_fp8 and moe_sum_reduce, which a GPU server does not run),
-    compiled for nothing and filed nowhere. Triton's own ``knobs.runtime.jit_cache_hook`` is asked before every
-    compile; answering True skips it (the launch is a warm-up: nothing runs). False where this Triton has no hook
-    (they are compiled then, as before)."""
+def only_kernel(name: str = KERNEL) -> bool:
+    """Compile no Triton kernel but ``name`` in this process (``fused_moe_kernel`` for the MoE warm: the others on
+    its path are SGLang's non-CUDA branches, its Triton per_token_group_quant_fp8 and moe_sum_reduce, which a GPU
+    server does not run, compiled for nothing and filed nowhere). Triton's own ``knobs.runtime.jit_cache_hook`` is
+    asked before every compile; answering True skips it (the launch is a warm-up: nothing runs). False where this
+    Triton has no hook (they are compiled then, as before)."""
     from triton import knobs
 
     runtime = getattr(knobs, "runtime", None)
@@ -97,7 +97,7 @@ def only_the_moe_kernel() -> bool:
         return False
 
     def skip_others(*, fn, **_) -> bool:
-        return getattr(fn, "name", KERNEL) != KERNEL
+        return getattr(fn, "name", name) != name
 
     runtime.jit_cache_hook = skip_others
     return True
@@ -355,7 +355,7 @@ def warm(args: argparse.Namespace) -> dict[str, Any]:
     if args.m_bound:
         check_bound(config, args)
     compile_only(args.capability)
-    only_the_moe_kernel()
+    only_kernel()
     used = watch_lookups()
     before = triton_entries(triton_dir)
     t0 = time.time()

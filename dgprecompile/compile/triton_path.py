@@ -68,7 +68,8 @@ def shard_windows(vocab: int, tp: int, padding: int = 64) -> list[tuple[int, tup
     ``padding`` DEFAULT_VOCAB_PADDING_SIZE (:48), times tp where the padded vocab does not divide (:273-275),
     org and total padded sizes (:284-289), rows per partition (:327-329), _get_indices (:353-385: each rank's
     padded window, clipped to the vocab; the added window empty) and num_org_vocab_padding (:110-111: the padded
-    window's length minus the clipped one's). Not imported: that module imports SGLang's quantization package and its optional dependencies."""
+    window's length minus the clipped one's). Not imported: that module imports SGLang's quantization package and
+    its optional dependencies."""
     if _pad(vocab, padding) % tp != 0:
         padding *= tp
     org_padded = _pad(vocab, padding)
@@ -111,14 +112,6 @@ def warm_router(params: dict[str, str], ms: list[int]) -> None:
 WARMS = {"vocab_parallel_embedding": warm_embedding, "router": warm_router}
 
 
-def only_kernel(name: str) -> None:
-    """Compile no Triton kernel but ``name`` in this process (Triton's own ``knobs.runtime.jit_cache_hook``, asked
-    before every compile: True skips it)."""
-    from triton import knobs
-
-    knobs.runtime.jit_cache_hook = lambda *, fn, **_: getattr(fn, "name", name) != name
-
-
 def warm(args: argparse.Namespace) -> dict[str, Any]:
     from dgprecompile.cache.triton_moe import file_warmed
     from dgprecompile.compile import triton_moe as moe
@@ -131,7 +124,7 @@ def warm(args: argparse.Namespace) -> dict[str, Any]:
     moe.state_arch(args.capability)
     importlib.import_module(kernel["module"])  # imported first: SGLang's modules may probe the driver at import
     moe.compile_only(args.capability)
-    only_kernel(kernel["kernel"])
+    moe.only_kernel(kernel["kernel"])  # no other kernel of SGLang's wrapper is compiled
     used = moe.watch_lookups()
     t0 = time.time()
     params = dict(p.split("=", 1) for p in args.params.split(","))
