@@ -68,6 +68,12 @@ def _planned(plan: Plan, section: str) -> list[str]:
             for i in sorted(it.id for it in items)]
 
 
+def _recorded(plan: Plan, index: Index, section: str) -> dict[str, dict]:
+    """The index's records in ``section`` of the plan's items there, by id."""
+    planned = set(_planned(plan, section))
+    return {i: r for i, r in sorted(getattr(index, section).items()) if i in planned}
+
+
 def _planned_entries(plan: Plan, store: CacheStore, index: Index, arch: str | None):
     """(intact records by kernel id, missing kernel ids, (id, member, problem) of entries that are not intact)."""
     kernels: dict[str, EntryRecord] = {}
@@ -120,11 +126,10 @@ def pack_cache(plan: Plan, store: CacheStore, output: str, *, allow_missing: boo
     # deleted or damaged since (verify may have passed before) refuses the pack, never leaves it out unsaid
     extra = dict(sorted(index.extra.items()))
     _refuse_lost_extra(store, extra, arch)
-    # + swept m ranges, + the plan's Triton fused-MoE records (their entries are extra entries, packed above)
-    recorded = set(_planned(plan, "triton_moe"))
-    triton_moe = {i: r for i, r in sorted(index.triton_moe.items()) if i in recorded}
-    inductor, flashinfer, triton_path = ({i: r for i, r in sorted(getattr(index, s).items())
-                                          if i in set(_planned(plan, s))} for s in ("inductor", "flashinfer", "triton_path"))
+    # + swept m ranges, + the plan's records of the items built outside the pool (their entries are extra entries,
+    # packed above)
+    triton_moe, inductor, flashinfer, triton_path = (_recorded(plan, index, s) for s in
+                                                     ("triton_moe", "inductor", "flashinfer", "triton_path"))
     packed = Index(index.fingerprint, kernels, extra, [plan.summary()], list(index.sweeps), triton_moe, inductor,
                    flashinfer, triton_path)
     entries = sorted({r.member_dir: r for r in [*kernels.values(), *extra.values()]}.values(),
