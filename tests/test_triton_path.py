@@ -2,8 +2,8 @@
 compile/triton_path.py): the 480B `--tp 8 --ep 8` plan's embedding and router items, warmed GPU-free with the real
 sglang 0.5.23 and Triton 3.8.0 (the stack whose strict launch refused both kernels on the H100,
 bench/results/2026-12-06-h100-model-480b-0523), then held against Triton 3.8.0's own JIT in a fresh process: the
-launch hook's strict refusal (launch/hook, installed as a strict launch's startup installs it) stays silent for every planned variant, also at
-m the warm never called, and fires, naming the kernel, for an unplanned one."""
+launch hook's strict refusal (launch/hook, installed as a strict launch's startup installs it) stays silent for every
+planned variant, also at m the warm never called, and fires, naming the kernel, for an unplanned one."""
 
 from __future__ import annotations
 

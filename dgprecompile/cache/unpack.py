@@ -296,7 +296,8 @@ def _merge_index(index: Index, art: Artifact, store: CacheStore, changed: dict[s
             index.triton_moe[item] = record  # a record that still covers the item here is kept
     from dgprecompile.runtimes import FLASHINFER_MODULES, INDUCTOR_GRAPHS, TRITON_PATH
 
-    for runtime in (INDUCTOR_GRAPHS, FLASHINFER_MODULES, TRITON_PATH):  # verify checks their records (cache/item_records.py)
+    # verify checks their records (cache/item_records.py)
+    for runtime in (INDUCTOR_GRAPHS, FLASHINFER_MODULES, TRITON_PATH):
         mine = getattr(index, runtime.section)
         for item, record in getattr(art.index, runtime.section).items():
             if mine.get(item) != record and (item not in mine or not _recorded_here(store, index, runtime, item)):

@@ -194,9 +194,9 @@ class Started:
     """Commands started side by side, each in its own session, its output in files of a locked scratch folder in
     TMPDIR (nothing waits on a pipe while the parent is busy elsewhere); ``collect`` waits for each and gives its
     report (its last stdout line, JSON) or why it failed (its exit code, then everything it printed); ``stop``
-    kills what still runs with its session (lifeline.kill_job) and removes the folder. Each command ends with this process
-    however it dies (it calls lifeline.end_with_warm) and holds the folder's lock until it has, so a later run
-    removes the folder a killed one left only when nothing of it runs. ``in_scratch``: variables pointed at a
+    kills what still runs with its session (lifeline.kill_job) and removes the folder. Each command ends with this
+    process however it dies (it calls lifeline.end_with_warm) and holds the folder's lock until it has, so a later
+    run removes the folder a killed one left only when nothing of it runs. ``in_scratch``: variables pointed at a
     folder of that name inside it (SGLang's own cache of a graph's parts)."""
 
     def __init__(self, argvs: list[list[str]], env: dict[str, str], in_scratch: tuple[str, ...] = ()):

@@ -138,8 +138,9 @@ def start_chunk(argv: list[str], log: Path, env: dict[str, str], keep_fds: tuple
     """The chunk's subprocess, in its own session (stopped with its compilers: :func:`stop_chunk`; and ended with
     them when warm dies, SIGKILL included: lifeline.end_with_warm), holding ``keep_fds`` (warm's scratch lock: the
     scratch stays warm's until the chunk has ended); its report comes on stdout, its log goes to ``log``. SGLang
-    points the caches it does not own (inductor, CUDA's, TileLang's) at $SGLANG_CACHE_DIR, by default ~/.cache/sglang: a warm writes only into its cache, so they go to
-    a scratch folder beside the log (warm's own temporary folder, removed after it)."""
+    points the caches it does not own (inductor, CUDA's, TileLang's) at $SGLANG_CACHE_DIR, by default
+    ~/.cache/sglang: a warm writes only into its cache, so they go to a scratch folder beside the log (warm's own
+    temporary folder, removed after it)."""
     scratch = log.parent / f"{log.stem}.sglang-cache"
     scratch.mkdir(parents=True, exist_ok=True)
     with open(log, "wb") as err:

@@ -17,7 +17,8 @@ per runtime:
 * items.py: what the runtimes plan (GEMM keys and kernel specs, JIT modules, Triton MoE items).
 
 The registry below is the set the stages ask: ``GENERATIONS`` (the DeepGEMM generations by id), ``JIT_FAMILIES``
-(SGLang's loaders by id), ``TRITON_MOE``, ``TRITON_PATH``, ``INDUCTOR_GRAPHS`` and ``CAPTURED``; ``RUNTIMES`` is all of them.
+(SGLang's loaders by id), ``TRITON_MOE``, ``TRITON_PATH``, ``INDUCTOR_GRAPHS`` and ``CAPTURED``; ``RUNTIMES`` is all
+of them.
 """
 
 from __future__ import annotations
