@@ -68,9 +68,11 @@ def load_families(path: Path) -> dict:
     except (OSError, yaml.YAMLError) as exc:
         raise Refused(f"{path}: cannot be read: {exc}", "restore it from git (git checkout -- <path>)") from exc
     ok = (isinstance(data, dict) and data.get("schema") == 1 and isinstance(data.get("families"), dict)
-          and isinstance(data.get("common"), list) and isinstance(data.get("rows", []), list))
+          and isinstance(data.get("common"), list) and isinstance(data.get("rows", []), list)
+          and isinstance(data.get("changed_asks", []), list)
+          and all(isinstance(c, dict) and {"record", "family", "why"} <= set(c) for c in data.get("changed_asks", [])))
     if not ok:
-        raise Refused(f"{path}: not a proof families file (schema 1 with common, families, rows)",
+        raise Refused(f"{path}: not a proof families file (schema 1 with common, families, rows, changed_asks)",
                       "restore it from git (git checkout -- <path>)")
     return data
 
@@ -94,6 +96,8 @@ def load_records(results: Path, families: dict) -> list[dict]:
             raise Refused(f"{path}: {what}", "fix the record (dgprecompile/data/schemas/proof-record.json; family "
                           "ids are the keys of bench/proof_families.yaml)")
         doc["asks"] = asks_held(path.parent / "asks.json", doc)
+        doc["changed_asks"] = {c["family"]: c["why"] for c in families.get("changed_asks", [])
+                               if c["record"] == doc["name"]}
         out.append(doc)
     return out
 
@@ -165,6 +169,8 @@ def cell(record: dict | None, family: str, paths: list[str], history: History) -
     detail = record["families"][family]["detail"]
     if result == "fail":
         return Cell("failed", where, detail)
+    if family in record.get("changed_asks", {}):  # bench/proof_families.yaml changed_asks
+        return Cell("not proven at HEAD", where, "its asks changed: " + record["changed_asks"][family])
     if commit is None:
         return Cell("not proven at HEAD", where, "the record names no commit: " + record.get("commit_note", ""))
     held = record.get("asks", {}).get(family)

@@ -176,6 +176,16 @@ def test_a_complete_asks_record_keeps_the_proof_past_a_change_and_a_partial_one_
     assert rows[("0.5.14", "fam-a")][0] == "proven", rows
     assert rows[("0.5.14", "fam-a")][2].startswith(f"its 2 asks held at HEAD (tests/test_proof_asks.py; {change[:7]}")
     assert rows[("0.5.14", "fam-b")][0] == "not proven at HEAD"  # no asks of it were recorded
+    # asks HEAD no longer makes on purpose (bench/proof_families.yaml changed_asks): that family says why
+    write(repo, "bench/proof_families.yaml", yaml.safe_dump({**FAMILIES, "changed_asks": [
+        {"record": "run1", "family": "fam-a", "why": "launch now sets X"}]}))
+    commit_all(repo, "an ask changed")
+    assert rows_of(repo)[("0.5.14", "fam-a")] == ["not proven at HEAD", f"`run1` at {ran[:7]}, 2026-12-02",
+                                                  "its asks changed: launch now sets X"]
+    write(repo, "bench/proof_families.yaml", yaml.safe_dump({**FAMILIES, "changed_asks": [{"record": "run1"}]}))
+    commit_all(repo, "a changed ask without its family")
+    assert table("--print", repo=repo).returncode == 2
+    write(repo, "bench/proof_families.yaml", yaml.safe_dump(FAMILIES))
     write(repo, "bench/results/run1/asks.json", json.dumps({**asks, "complete": False}))
     commit_all(repo, "partial")
     assert rows_of(repo)[("0.5.14", "fam-a")][0] == "not proven at HEAD"

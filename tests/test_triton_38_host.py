@@ -169,10 +169,11 @@ def _held(tmp: Path, host: dict) -> dict:
 def test_heads_plan_holds_a_jobs_cuda_utils_ask_keyed_with_the_folder_warm_keys_with(job, stub):
     """A job's cuda_utils lookup under Triton 3.8 (the watcher's ask, with its build folders) against HEAD, the key
     computed by Triton's own compile_module_from_file as a warm on the job's machine builds it: keyed with the
-    libcuda folder launch points TRITON_LIBCUDA_PATH at (data/triton_moe.yaml; the job's driver there, the linker
-    finding a stand-in through LIBRARY_PATH) it is covered; keyed with a folder of the job's own (its driver
-    elsewhere, as /usr/local/nvidia/lib64 on the H100 of 2026-12-06) it is covered too, since warm there keys with
-    the folders Triton's own search finds; an ask whose key no warm files it under is MISSING, naming both."""
+    libcuda folder launch points TRITON_LIBCUDA_PATH at (data/triton_moe.yaml; the linker finding a stand-in
+    through LIBRARY_PATH) it is covered; keyed with a folder of the user's own TRITON_LIBCUDA_PATH it is covered too
+    (a warm under the same value keys with it); keyed with the folders Triton's own search found (the H100 of
+    2026-12-06: /usr/local/nvidia/lib64 and /lib, before launch set the folder everywhere) it is MISSING, naming
+    them; an ask whose key no warm files it under is MISSING, naming both."""
     from dgprecompile.runtimes import TRITON_MOE
 
     there = _watched(job / "a", TRITON_LIBCUDA_PATH=TRITON_MOE.libcuda_dir, LIBRARY_PATH=str(stub))
@@ -186,6 +187,14 @@ def test_heads_plan_holds_a_jobs_cuda_utils_ask_keyed_with_the_folder_warm_keys_
     ((ask, (status, detail)),) = _held(job / "c", elsewhere).items()
     assert ask.startswith("cuda_utils ") and status == "missing", (ask, status, detail)
     assert f"the job's libcuda folder: {stub}; warm keys with {stub}" in detail, detail
+    twin = job / "twin"  # a second driver folder: Triton's own search finds both (LD_LIBRARY_PATH, no ldconfig's)
+    twin.mkdir()
+    (twin / "libcuda.so.1").symlink_to(stub / "libcuda.so.1")
+    searched = _watched(job / "d", TRITON_LIBCUDA_PATH="", LD_LIBRARY_PATH=f"{stub}:{twin}")
+    assert searched["modules"][0]["build"]["library_dirs"][1:] == [str(stub), str(twin)], searched
+    ((ask, (status, detail)),) = _held(job / "d", searched).items()
+    assert status == "missing" and f"{stub}, {twin}, Triton's own search" in detail, detail
+    assert f"warm keys with {TRITON_MOE.libcuda_dir}" in detail, detail
 
 
 WARM = ("import json, sys; from dgprecompile.compile.triton_host import warm_host_modules; "
@@ -204,12 +213,14 @@ def _warm(root: Path, *entries: str, triton: Path = TRITON, **env: str | None) -
 
 
 @needs_triton
-def test_a_gpu_free_warm_builds_cuda_utils_under_the_key_the_jobs_strict_launch_looks_up(job, capfd, stub):
+def test_a_gpu_free_warm_builds_cuda_utils_under_the_key_the_jobs_strict_launch_looks_up(job, capfd, stub,
+                                                                                        monkeypatch):
     """warm (no GPU, no driver) builds Triton 3.8's cuda_utils with Triton's own CudaUtils() under the job's libcuda
     folder (here the user's TRITON_LIBCUDA_PATH, kept by launch), linked against it where it holds the library;
     a strict launch of the job then finds it and builds nothing. A kernel entry needs no launcher module (3.8 has
-    none). Without the variable warm keys as launch sets the job up here: the driver's folder Triton finds, else
-    (no driver) data/triton_moe.yaml's folder: another key."""
+    none). Without the variable warm keys as launch sets every job up: data/triton_moe.yaml's folder (another key),
+    linked against the driver found elsewhere or a stand-in; a strict launch of a job whose driver lies elsewhere
+    (the container case) finds that module and loads it."""
     root = job / "cache"
     report = _warm(root, "SOMEKERNELENTRY")  # an entry without a recorded signature: 3.8 needs none
     assert "left_to_capture" not in report, report
@@ -227,47 +238,78 @@ def test_a_gpu_free_warm_builds_cuda_utils_under_the_key_the_jobs_strict_launch_
 
     from dgprecompile.runtimes import TRITON_MOE
 
-    # no variable, a driver Triton's own search finds (this job's LD_LIBRARY_PATH): keyed with its folder, as the
-    # job's Triton looks it up on this machine when launch sets nothing (the data file's folder has no driver here)
+    # no variable, a driver Triton's own search finds elsewhere (this job's LD_LIBRARY_PATH, as
+    # /usr/local/nvidia/lib64 in a container): keyed with the data file's folder, where launch points every job that
+    # sets none, and linked against the driver found
     here = _warm(job / "here", TRITON_LIBCUDA_PATH=None)
-    assert here["cuda_utils"] == report["cuda_utils"] and here["machine"]["libcuda"] == f"the driver's libcuda.so.1 " \
+    assert here["machine"]["key"]["folders"]["library_dirs"] == [str(nvidia / "lib"), TRITON_MOE.libcuda_dir]
+    assert here["cuda_utils"] != report["cuda_utils"] and here["machine"]["libcuda"] == f"the driver's libcuda.so.1 " \
         f"in {stub}", here["machine"]
+    # the container case end to end: launch points the job at the data file's folder (no driver there here) while its
+    # driver lies elsewhere (LD_LIBRARY_PATH's stand-in); the job's Triton finds warm's module and loads the driver
+    monkeypatch.delenv("TRITON_LIBCUDA_PATH")
+    before = _tree(job / "here" / "triton")
+    r = launch("--cache-dir", "here")
+    assert r.exit_code == 0, r.output + capfd.readouterr().err
+    assert "cuda_utils loaded True" in capfd.readouterr().out
+    assert _tree(job / "here" / "triton") == before
     # no driver at all (a GPU-free warm): keyed with the data file's folder, where launch points a job whose driver
     # is there; linked against a stand-in or the toolkit's stub
     free = _warm(job / "free", TRITON_LIBCUDA_PATH=None, LD_LIBRARY_PATH=None)
     assert free["machine"]["key"]["folders"]["library_dirs"] == [str(nvidia / "lib"), TRITON_MOE.libcuda_dir]
-    assert free["cuda_utils"] != report["cuda_utils"]  # the folder is in Triton 3.8's key
+    assert free["cuda_utils"] == here["cuda_utils"] != report["cuda_utils"]  # the folder is in Triton 3.8's key
     assert not free["machine"]["libcuda"].startswith("the driver's"), free["machine"]
 
 
 def test_launch_points_tritons_libcuda_folder_where_warm_keyed_it_and_keeps_the_users(tmp_path):
-    """compose_env's Triton concern for the README's 480B server plan (Triton MoE items): the folder warm keyed
-    cuda_utils with where this machine's libcuda.so.1 is there; the user's own TRITON_LIBCUDA_PATH kept, not a
-    conflict; a machine whose driver lies elsewhere gets a note naming the variable and no setting."""
+    """compose_env's Triton concern: the folder warm keyed cuda_utils with, set on every machine; the user's own
+    TRITON_LIBCUDA_PATH kept, not a conflict, an empty one a conflict; where this machine's driver lies elsewhere
+    (the loader's folders), LIBRARY_PATH gets them first, so a module linked at run time finds the driver."""
     from dgprecompile.launch.environment import _EnvComposer, _triton_libcuda_env
-    from dgprecompile.planning.plan import PlanRequest
-    from dgprecompile.planning.request import plan_from_request
 
-    plan = plan_from_request(PlanRequest(sglang="0.5.14", sglang_cmd="python -m sglang.launch_server --model-path "
-                                         "Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 --tp 8 --ep 8"))
-    assert plan.triton_moe
     driver = tmp_path / "driver"
     driver.mkdir()
     (driver / "libcuda.so.1").write_bytes(b"\x7fELF")
 
-    def composed(base: dict[str, str], folder: Path):
+    def composed(base: dict[str, str], folder: Path, found: list[str] | None = None):
         c = _EnvComposer(base, dict(base))
-        _triton_libcuda_env(c, plan, str(folder))
-        return c.env.get("TRITON_LIBCUDA_PATH"), [s.kept for s in c.settings], c.conflicts, c.notes
+        _triton_libcuda_env(c, str(folder), lambda: [] if found is None else found)
+        return ({k: c.env.get(k) for k in ("TRITON_LIBCUDA_PATH", "LIBRARY_PATH")}, [s.kept for s in c.settings],
+                c.conflicts, c.notes)
 
-    assert composed({}, driver) == (str(driver), [False], [], [])
-    assert composed({"TRITON_LIBCUDA_PATH": "/mine"}, driver) == ("/mine", [True], [], [])
+    assert composed({}, driver, [str(driver)]) == ({"TRITON_LIBCUDA_PATH": str(driver), "LIBRARY_PATH": None},
+                                                   [False], [], [])
+    assert composed({"TRITON_LIBCUDA_PATH": "/mine"}, driver) == ({"TRITON_LIBCUDA_PATH": "/mine",
+                                                                   "LIBRARY_PATH": None}, [True], [], [])
     # an empty value is Triton's "unset" (its own search), as warm's key reads it: launch needs the folder, and
     # says so rather than override what the user set
-    value, settings, conflicts, notes = composed({"TRITON_LIBCUDA_PATH": ""}, driver)
-    assert (settings, notes) == ([], []) and str(driver) in conflicts[0], conflicts
-    value, settings, conflicts, notes = composed({}, tmp_path / "elsewhere")
-    assert (value, settings, conflicts) == (None, [], []) and "TRITON_LIBCUDA_PATH" in notes[0], notes
+    env, settings, conflicts, notes = composed({"TRITON_LIBCUDA_PATH": ""}, tmp_path / "elsewhere", [str(driver)])
+    assert (env["LIBRARY_PATH"], settings, notes) == (None, [], []) and "elsewhere" in conflicts[0], conflicts
+    # the driver elsewhere (/usr/local/nvidia/lib64 in a container): the folder set all the same, the driver's
+    # folders before the user's own LIBRARY_PATH
+    env, settings, conflicts, notes = composed({"LIBRARY_PATH": "/opt/mine"}, tmp_path / "elsewhere",
+                                               [str(driver), "/lib"])
+    assert env == {"TRITON_LIBCUDA_PATH": str(tmp_path / "elsewhere"), "LIBRARY_PATH": f"{driver}:/lib:/opt/mine"}
+    assert (settings, conflicts, notes) == ([False, False], [], []), (settings, conflicts, notes)
+    # no driver at all: the folder only
+    assert composed({}, tmp_path / "elsewhere")[:2] == ({"TRITON_LIBCUDA_PATH": str(tmp_path / "elsewhere"),
+                                                          "LIBRARY_PATH": None}, [False])
+
+
+def test_the_loaders_libcuda_folders_are_read_as_tritons_search_reads_them(tmp_path):
+    """host/toolchain.py driver_libcuda_dirs against this machine's real ldconfig: no driver here, so
+    LD_LIBRARY_PATH's folders that hold a libcuda.so.1, in order, once each; [] with none."""
+    from dgprecompile.host.toolchain import driver_libcuda_dirs
+
+    if "libcuda.so.1 " in subprocess.run(["/sbin/ldconfig", "-p"], capture_output=True, text=True).stdout:
+        pytest.skip("this machine's loader has a driver: its folders come first")
+    a, b, empty = tmp_path / "a", tmp_path / "b", tmp_path / "empty"
+    for d in (a, b, empty):
+        d.mkdir()
+    for d in (a, b):
+        (d / "libcuda.so.1").write_bytes(b"")
+    assert driver_libcuda_dirs({"LD_LIBRARY_PATH": f"{empty}:{b}::{a}:{b}"}) == [str(b), str(a)]
+    assert driver_libcuda_dirs({}) == []
 
 
 TRITON_37 = Path(os.environ.get("DGP_TRITON37_DIR", REPO / ".venv" / "triton-3.7.1"))

@@ -5,9 +5,9 @@ kernel's first launch; 3.7 and 3.8 build none: their launcher calls ``cuda_utils
 Triton 3.8 builds ``cuda_utils`` from driver.c with
 ``compile_module_from_file``, under a key that also holds the build's folders: Triton's own install folders and the
 job's libcuda folder (:func:`key_libcuda_dir`, as launch sets it up: TRITON_LIBCUDA_PATH, else data/triton_moe.yaml's
-``host`` folder where the driver is there or where there is no driver, else Triton's own search). warm builds it so
-and, where the folder holds no libcuda.so.1 here, links against one found as below; the key is the job's only where
-Triton is installed at the same path (the job's image). The rest of this docstring is 3.6's build.
+``host`` folder on every machine). warm builds it so and, where the folder holds no libcuda.so.1 here, links against
+the driver's found elsewhere or a stand-in (below); the key is the job's only where Triton is installed at the same
+path (the job's image). The rest of this docstring is 3.6's build.
 
 Both are C extensions Triton builds at run time with ``triton/runtime/build.py`` ``compile_module_from_src``
 (the C compiler, the Python headers and the ``cuda.h`` Triton ships, linked against ``libcuda.so.1``) and stores in
@@ -216,14 +216,13 @@ def _utils_as_warm(built: Mapping[str, Any]) -> None:
 
 
 def warm_libcuda_dirs(job_dirs: list[str]) -> list[str]:
-    """The libcuda folders a warm on a job's machine keys cuda_utils with, from the folders the job's Triton 3.8 keyed
-    it with (``job_dirs``), by :func:`key_libcuda_dir`'s rule: the data file's folder where the job had it (launch
-    pointed the job there: its libcuda.so.1 was there), else the job's own folders (that machine's driver lies
-    elsewhere, e.g. /usr/local/nvidia/lib64 in a container: warm there keys with Triton's own search, as the job
-    did), and the data file's folder for a job with none (a warm on a machine without a driver)."""
+    """The libcuda folders a warm keys cuda_utils with for a job whose Triton 3.8 keyed it with ``job_dirs``, by
+    :func:`key_libcuda_dir`'s rule: one folder is a TRITON_LIBCUDA_PATH (launch's, or the user's, which a warm under
+    the same value keys with); several, or none, came from Triton's own search, which launch no longer leaves a
+    job: warm keys with the data file's folder, where launch now points that job."""
     from dgprecompile.runtimes import TRITON_MOE
 
-    return list(job_dirs) if job_dirs and TRITON_MOE.libcuda_dir not in job_dirs else [TRITON_MOE.libcuda_dir]
+    return list(job_dirs) if len(job_dirs) == 1 else [TRITON_MOE.libcuda_dir]
 
 
 def compiled_kernel(triton_dir: Path, entry: str, spec: Mapping[str, Any]):
@@ -330,16 +329,13 @@ def folders_in_key() -> bool:
     return hasattr(driver, "compile_module_from_file")
 
 
-def key_libcuda_dir(found: list[str]) -> str | None:
+def key_libcuda_dir() -> str:
     """The libcuda folder Triton 3.8 puts in ``cuda_utils``' key (driver.py library_dirs(): TRITON_LIBCUDA_PATH, else
-    the folders it finds the driver in), as launch sets the job up on this machine (runtimes/triton_moe.py
-    ``job_libcuda_dir``: the environment's TRITON_LIBCUDA_PATH, else data/triton_moe.yaml's ``host`` folder where
-    this machine's libcuda.so.1 is there, else Triton's own search, None); where this machine has no driver at all
-    (a GPU-free warm) the job's machine is taken to have it in that folder. ``found``: :func:`driver_folders`."""
+    the folders it finds the driver in), as launch sets the job up (runtimes/triton_moe.py ``job_libcuda_dir``: the
+    environment's TRITON_LIBCUDA_PATH, else data/triton_moe.yaml's ``host`` folder, on every machine)."""
     from dgprecompile.runtimes import TRITON_MOE
 
-    folder, _ = TRITON_MOE.job_libcuda_dir(os.environ)
-    return folder if folder or found else TRITON_MOE.libcuda_dir
+    return TRITON_MOE.job_libcuda_dir(os.environ)[0]
 
 
 def driver_folders() -> list[str]:
@@ -367,17 +363,14 @@ def build(root: str | Path, kernels: Mapping[str, Mapping[str, Any]], scratch: P
     from dgprecompile.runtimes import family_for_area
 
     triton_dir = family_for_area("triton").area_dir(root).resolve()
-    found = driver_folders()
-    key_dir = key_libcuda_dir(found)
+    key_dir = key_libcuda_dir()
     link_dir: str | None = None
     lib = link_file()
-    if key_dir is None and any((Path(f) / lib).exists() for f in found):
-        linked = f"the driver's {lib} in " + ", ".join(found)
-    elif key_dir is not None and (Path(key_dir) / lib).exists():
+    if (Path(key_dir) / lib).exists():
         linked = f"the job's {lib} in {key_dir}"
     else:
-        link_dir, linked = link_libcuda(scratch, found)
-    env = {"TRITON_CACHE_DIR": str(triton_dir), **({"TRITON_LIBCUDA_PATH": key_dir} if key_dir else {})}
+        link_dir, linked = link_libcuda(scratch, driver_folders())
+    env = {"TRITON_CACHE_DIR": str(triton_dir), "TRITON_LIBCUDA_PATH": key_dir}
     launchers: dict[str, str] = {}
     with _building(env, link_dir) as modules:
         CudaUtils()  # the driver's initialisation

@@ -73,6 +73,21 @@ def toolkit_libcuda_stub(homes: list[str | None]) -> Path | None:
     return None
 
 
+def driver_libcuda_dirs(environ: dict[str, str] | None = None) -> list[str]:
+    """The folders this machine's dynamic loader has the driver's ``libcuda.so.1`` in: those ``ldconfig -p`` lists,
+    else the LD_LIBRARY_PATH folders that hold one (the places Triton's own search looks); [] without a driver."""
+    env = os.environ if environ is None else environ
+    try:
+        listed = subprocess.run(["/sbin/ldconfig", "-p"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        listed = ""
+    dirs = [os.path.dirname(line.split()[-1]) for line in listed.splitlines() if line.split()[:1] == ["libcuda.so.1"]]
+    if not dirs:
+        searched = env.get("LD_LIBRARY_PATH", "").split(":")
+        dirs = [d for d in searched if d and os.path.exists(os.path.join(d, "libcuda.so.1"))]
+    return list(dict.fromkeys(dirs))
+
+
 @lru_cache(maxsize=8)
 def probe_nvcc(path: str) -> Nvcc:
     try:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dgprecompile.errors import EnvironmentProblem
-from dgprecompile.host.toolchain import KEY_ENV_VARS, default_nvcc_path
+from dgprecompile.host.toolchain import KEY_ENV_VARS, default_nvcc_path, driver_libcuda_dirs
 from dgprecompile.keys.schemes import name_stem
 from dgprecompile.launch.hook import HOOK_DIR, NVCC_STANDIN
 from dgprecompile.planning.plan import Plan
@@ -111,7 +111,7 @@ def compose_env(plan: Plan, cache_dir: str, fingerprint: Mapping[str, Any], base
                 hook_dir: str = HOOK_DIR, shared: list[str] | tuple[str, ...] = (),
                 families: list[tuple[str, str, str]] = ()) -> LaunchEnv:
     """The child's environment. Pure: reads only its arguments (and whether a path exists: for the C++ JIT, and the
-    libcuda.so.1 Triton's key may hold).
+    libcuda.so.1 Triton's key may hold, and where it is not there, the folders the loader finds the driver in).
 
     One helper per concern, in this order (a later one sees what an earlier one set, and the settings table lists
     them in this order): SGLang's precompile off, the DeepGEMM cache dirs, SGLang's own JIT loader, the other
@@ -122,7 +122,7 @@ def compose_env(plan: Plan, cache_dir: str, fingerprint: Mapping[str, Any], base
     for runtime in job_runtimes(plan):  # each runtime the job runs, as its kind sets it up (RUNTIME_ENV)
         RUNTIME_ENV[runtime.kind](c, plan, runtime, cache_dir, strict=strict, shared=shared)
     _family_cache_env(c, families)
-    _triton_libcuda_env(c, plan)
+    _triton_libcuda_env(c)
     _recorded_key_env(c, fingerprint)
     _nvcc_env(c, plan, fingerprint, strict, standin)
     _hook_env(c, plan, cache_dir, strict=strict, trace_dir=trace_dir, run_dir=run_dir, warm_hint=warm_hint,
@@ -224,13 +224,14 @@ def _family_cache_env(c: _EnvComposer, families: list[tuple[str, str, str]] | tu
         c.put(name, value, why, same=_same_path if name.endswith(("_DIR", "_BASE")) else _equal)
 
 
-def _triton_libcuda_env(c: _EnvComposer, plan: Plan, folder: str | None = None) -> None:
+def _triton_libcuda_env(c: _EnvComposer, folder: str | None = None,
+                        driver: Callable[[], list[str]] = driver_libcuda_dirs) -> None:
     """Triton 3.8 keys its ``cuda_utils`` by the folders of the machine's libcuda.so.1 (TRITON_LIBCUDA_PATH, else
     ldconfig's): the job gets the folder warm keyed with, by the rule both follow (runtimes/triton_moe.py
-    ``job_libcuda_dir``): the user's own value is kept (a warm under the same value keys with it); the data file's
-    folder (or ``folder``) is set where this machine has its libcuda.so.1 there, so ldconfig's other folders do not
-    change the key; where the driver lies elsewhere nothing is set (Triton's own search, which a warm on this
-    machine keys with too), and a plan whose warm built cuda_utils (its Triton MoE items) gets a note."""
+    ``job_libcuda_dir``): the user's own value is kept (a warm under the same value keys with it); else the data
+    file's folder (or ``folder``) is set on every machine. Where this machine's driver lies elsewhere (``driver``:
+    the folders its loader finds libcuda.so.1 in), the module loads it through the loader's search, and a module
+    Triton builds at run time (non-strict) links against it through LIBRARY_PATH, which the key does not hold."""
     from dgprecompile.runtimes import TRITON_MOE
 
     name = "TRITON_LIBCUDA_PATH"
@@ -238,13 +239,17 @@ def _triton_libcuda_env(c: _EnvComposer, plan: Plan, folder: str | None = None) 
     if whose == "yours":
         c.settings.append(EnvSetting(name, value, "Triton's libcuda folder, yours (warm with the same: "
                                      "Triton 3.8's cuda_utils key holds it)", kept=True))
-    elif whose == "launch":
-        c.put(name, value, "Triton's libcuda folder, as warm keyed Triton 3.8's cuda_utils with it")
-    elif plan.triton_moe:
-        folder = folder or TRITON_MOE.libcuda_dir
-        c.notes.append(f"no libcuda.so.1 in {folder} here: Triton 3.8 keys cuda_utils with this machine's driver "
-                       f"folder, which a warm here matches but a GPU-free warm (keyed with {folder}) does not; for "
-                       f"that, set {name} to the driver's folder for warm and job")
+        return
+    c.put(name, value, "Triton's libcuda folder, as warm keyed Triton 3.8's cuda_utils with it")
+    if c.env.get(name) != value or os.path.exists(os.path.join(value, "libcuda.so.1")):  # a conflict, or there
+        return
+    found = driver()
+    if not found:  # no driver here: nothing to link against (a job without a GPU)
+        return
+    joined = ":".join([*found, *filter(None, c.env.get("LIBRARY_PATH", "").split(":"))])
+    c.env["LIBRARY_PATH"] = joined
+    c.settings.append(EnvSetting("LIBRARY_PATH", joined, f"this machine's libcuda.so.1 ({', '.join(found)}), for "
+                                 f"a Triton module linked at run time while {name} names {value}"))
 
 
 def _recorded_key_env(c: _EnvComposer, fingerprint: Mapping[str, Any]) -> None:

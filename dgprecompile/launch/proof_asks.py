@@ -279,7 +279,9 @@ def _folders_said(module: dict[str, Any]) -> str:
     if "build" not in module:
         return ""
     job = module["build"]["library_dirs"][1:]
-    return f" (the job's libcuda folder: {', '.join(job) or 'none'}; warm keys with {', '.join(warm_libcuda_dirs(job))})"
+    how = "" if len(job) == 1 else ", Triton's own search, which launch no longer leaves a job"
+    return (f" (the job's libcuda folder: {', '.join(job) or 'none'}{how}; warm keys with "
+            f"{', '.join(warm_libcuda_dirs(job))})")
 
 
 def _triton_host(plan, asks: dict[str, Any], record: dict[str, Any], notes: list[str], nvcc: str | None):

@@ -69,19 +69,17 @@ class TritonMoeFamily:
         TRITON_LIBCUDA_PATH at (data file ``host``)."""
         return str(self.data()["host"]["libcuda_dir"])
 
-    def job_libcuda_dir(self, env: Mapping[str, str], folder: str | None = None) -> tuple[str | None, str]:
-        """The libcuda folder a job's Triton 3.8 keys ``cuda_utils`` with under launch on this machine, and whose
-        choice it is -- the one rule warm's key (compile/triton_host.py) and launch's environment
-        (launch/environment.py) both follow: ``(value, "yours")``, the job's own TRITON_LIBCUDA_PATH (an empty one
-        is Triton's "unset"); ``(folder, "launch")``, the data file's folder (or ``folder``) where this machine's
-        libcuda.so.1 is there, which launch sets; ``(None, "search")``, Triton's own search of this machine's
-        driver, where it lies elsewhere or nowhere (a warm then decides for a machine without a driver)."""
-        folder = folder or self.libcuda_dir
+    def job_libcuda_dir(self, env: Mapping[str, str], folder: str | None = None) -> tuple[str, str]:
+        """The libcuda folder a job's Triton 3.8 keys ``cuda_utils`` with under launch, and whose choice it is -- the
+        one rule warm's key (compile/triton_host.py) and launch's environment (launch/environment.py) both follow:
+        ``(value, "yours")``, the job's own TRITON_LIBCUDA_PATH (an empty one is Triton's "unset"); else
+        ``(folder, "launch")``, the data file's folder (or ``folder``), which launch sets on every machine, whether
+        its driver lies there or elsewhere (/usr/local/nvidia/lib64 in many containers): the key is then the same
+        wherever the job runs, and the module loads the driver through the loader's own search, since the folder
+        is no part of the built module (Triton passes it to the linker only: ``-L``)."""
         if env.get("TRITON_LIBCUDA_PATH"):
             return env["TRITON_LIBCUDA_PATH"], "yours"
-        if os.path.exists(os.path.join(folder, "libcuda.so.1")):
-            return folder, "launch"
-        return None, "search"
+        return folder or self.libcuda_dir, "launch"
 
     def release(self, version: str | None) -> dict | None:
         """The data file's entry for ``version`` (an exact sglang release), with ``version`` added, or None."""
