@@ -18,7 +18,7 @@
 #   wheels (<base>/joined: sgl-deep-gemm 0.2.0, 0.2.2, 0.2.3.post2) instead of carry_torch.sh's pieces, its stack.env's
 #   NCCL stand-in, and sweeps the three 0.2.x releases (sglang 0.5.20, 0.5.22, 0.5.23); the rest is unchanged.
 # Results under $OUT: SUMMARY.txt, machine.txt, proof.log, results.tar.gz (every log and record).
-# usage: bash tests/gpu/deepgemm_torch214_proof.sh [SWEEP_BUDGET_SECONDS]   (default 420, less if the steps before
+# usage: [DGP_GIT=<full sha>] bash tests/gpu/deepgemm_torch214_proof.sh [SWEEP_BUDGET_SECONDS]   (default 420, less if the steps before
 #        the sweep took long: the call ends before 570 s)
 set -uo pipefail
 t0=$(date +%s)

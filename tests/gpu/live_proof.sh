@@ -18,7 +18,7 @@ root=$PWD
 OUT=${OUT:-$root/out}; mkdir -p "$OUT"
 t0=$(date +%s)
 stamp() { echo "=== $1 $(date -u +%FT%TZ) (+$(( $(date +%s) - t0 )) s)" | tee -a "$OUT/logs.txt"; }
-echo "tests/gpu/live_proof.sh on $(hostname) $(date -u +%FT%TZ); git $(git rev-parse --short HEAD 2>/dev/null || echo '?')" > "$OUT/COMMAND.txt"
+echo "tests/gpu/live_proof.sh on $(hostname) $(date -u +%FT%TZ); git ${DGP_GIT:-?}" > "$OUT/COMMAND.txt"
 site=$(mktemp -d)
 stamp install
 python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" .whl/sgl_deep_gemm-0.1.3-*.whl \

@@ -50,7 +50,7 @@ fi
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
   python3 -c 'import torch,sys; print("torch", torch.__version__, "python", sys.version.split()[0], "sms", torch.cuda.get_device_properties(0).multi_processor_count)' 2>&1
   echo "which nvcc: $(command -v nvcc || echo none); CUDA_HOME=${CUDA_HOME:-unset}; nproc: $(nproc)"
-  echo "command: bash tests/gpu/sweep_generations.sh $budget (git $(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
+  echo "command: bash tests/gpu/sweep_generations.sh $budget (git ${DGP_GIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '?') (the copied .git, may be stale: give DGP_GIT)})"
   echo "dgprecompile used to plan/warm: $( [ -f "$wheels/dgprecompile.tgz" ] && cat /tmp/dgp-src/DGP_COMMIT 2>/dev/null || echo "this checkout")"
 } > "$out/machine.txt"
 /usr/local/cuda/bin/nvcc --version > "$out/nvcc_version.txt" 2>&1   # hashed into the DeepJIT (0.2.x) key

@@ -28,7 +28,7 @@ tar xzf "${TGZ:-.whl-gen/sglang_kernel-0.4.2-deep_gemm.tgz}" -C "$site" || { ech
 plan=(--model Qwen3-Coder-480B --tp 8 --ep 8 --sglang 0.5.11 --moe-runner-backend deep_gemm
       --max-tokens "${MAX_TOKENS:-4096}")
 {
-  echo "date: $(date -u +%FT%TZ) git: $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+  echo "date: $(date -u +%FT%TZ) git: ${DGP_GIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '?') (the copied .git, may be stale: give DGP_GIT)}"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1
   python3 -c 'import torch; print("torch", torch.__version__, "sms", torch.cuda.get_device_properties(0).multi_processor_count)'
   python3 -c 'from dgprecompile.host.toolchain import find_deepgemm; print("deep_gemm:", find_deepgemm())'
