@@ -186,3 +186,36 @@ def test_sglang_0523s_ninja_module_names_are_the_ones_its_runtime_asked_for(tmp_
     res = _check(path)
     checks = {c["ask"]: c["status"] for c in json.loads(res.stdout)["checks"]}
     assert checks == {**{a: COVERED for a in asked}, asked[0].replace("_128_", "_64_"): MISSING}, res.stdout
+
+
+RECORD_0523 = REPO / "bench" / "results" / "2026-12-06-h100-model-480b-0523-at-87a6116" / "asks.json"
+
+
+def test_a_launcher_of_a_planned_model_path_kernel_is_one_warm_builds(tmp_path):
+    """Under Triton 3.5-3.6 each kernel has a launcher module of its own: HEAD's plan for sglang 0.5.23's 480B command
+    warms the embedding and the router beside fused_moe_kernel (compile/triton_path.py builds their launchers), so a
+    launcher ask of the router is held to the key warm computes (Triton 3.6.0's own CudaLauncher), not called
+    unplanned; a kernel no item warms is named with the ones that are."""
+    triton = beside_venv("triton-3.6.0", "triton/__init__.py")
+    sglang = beside_venv("sglang-0.5.23", "sglang/__init__.py")
+    if triton is None or sglang is None:
+        pytest.skip("Triton 3.6.0's and sglang 0.5.23's folders beside the venv (make setup)")
+    record = json.loads(RECORD_0523.read_text())
+    record["environment"]["versions"]["triton"] = "3.6.0"
+    signature = [["scores_ptr", "*bf16"], ["bias_ptr", "constexpr"], ["out_w_ptr", "*fp32"], ["out_ids_ptr", "*i32"],
+                 ["M", "i32"], ["E", "constexpr"], ["TOPK", "constexpr"]]
+    asked = [{"name": "__triton_launcher", "key": "A" * 52, "file": "__triton_launcher.cpython-312-x86_64-linux-gnu.so",
+              "launcher": {"kernel": kernel, "signature": signature}}
+             for kernel in ("_router_triton_kernel", "other_kernel")]
+    record["families"] = {"triton-host": {"modules": asked, "platform_key": "x86_64,Linux,64bit,ELF"}}
+    (tmp_path / "config.json").write_text((RECORD_0523.parent / "config.json").read_text())
+    (tmp_path / "asks.json").write_text(json.dumps(record))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([sglang, triton, STANDINS, str(REPO)]),
+           "DGP_STANDINS": "sgl_kernel,torchvision"}
+    res = subprocess.run([sys.executable, "-m", "dgprecompile.launch.proof_asks", str(tmp_path / "asks.json"),
+                          "--json"], capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 1, res.stdout[-2000:] + res.stderr[-2000:]
+    router, other = (c["detail"] for c in json.loads(res.stdout)["checks"])
+    assert router.startswith("HEAD's warm files it under "), router  # a key computed, another than the asked one
+    assert other == ("a launcher of other_kernel: HEAD's plan warms only _router_triton_kernel, "
+                     "_vocab_parallel_embedding_kernel, fused_moe_kernel"), other

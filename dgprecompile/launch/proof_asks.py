@@ -287,23 +287,27 @@ def _folders_said(module: dict[str, Any]) -> str:
 def _triton_host(plan, asks: dict[str, Any], record: dict[str, Any], notes: list[str], nvcc: str | None):
     """Each host module the job's Triton looked up, against the key HEAD's warm builds it under: ``cuda_utils``'s
     from this Triton's own driver source, each launcher's from the kernel and signature the runtime bound, through
-    the code warm builds them with; warm builds them for the kernel of a planned Triton MoE item on the run's GPU.
+    the code warm builds them with; warm builds them for the kernel of a planned Triton MoE item on the run's GPU and
+    for each planned model-path kernel (the embedding, the router: compile/triton_path.py).
     Not checked here: that warm's own calls bind the same signatures (the triton-moe asks hold the calls' shapes
     and m to the plan), and the file's name, which holds the job's Python (EXT_SUFFIX)."""
-    from dgprecompile.runtimes import TRITON_MOE
+    from dgprecompile.runtimes import TRITON_MOE, TRITON_PATH
 
     modules = asks.get("modules", [])
     keys, why = _host_keys(asks, record)
     if keys is None:
         return [AskCheck("triton-host", _host_shown(m), UNCHECKED, why) for m in modules]
-    planned = [it for it in plan.triton_moe.values() if it.device_name == record["environment"]["gpu"]]
+    # the warms that build host modules: the fused MoE items for the run's GPU and the model-path items
+    moe = [it for it in plan.triton_moe.values() if it.device_name == record["environment"]["gpu"]]
+    kernels = {TRITON_MOE.kernel} if moe else set()
+    kernels |= {TRITON_PATH.kernel(it.kernel)["kernel"] for it in plan.triton_path.values()}
     out = []
     for i, module in enumerate(modules):
         launcher = module.get("launcher")
         named = keys["cuda_utils"] if module["name"] == "cuda_utils" else keys["launchers"].get(str(i))
-        why = ("HEAD's plan has no Triton MoE item for this GPU: warm builds no host module" if not planned
-               else f"a launcher of {launcher['kernel']}: HEAD's plan warms only {TRITON_MOE.kernel}"
-               if launcher and launcher.get("kernel") != TRITON_MOE.kernel
+        why = ("HEAD's plan has no Triton item for this GPU: warm builds no host module" if not kernels
+               else f"a launcher of {launcher['kernel']}: HEAD's plan warms only {', '.join(sorted(kernels))}"
+               if launcher and launcher.get("kernel") not in kernels
                else f"{module['name']}: a module warm does not build" if named is None
                else f"HEAD's warm files it under {named}{_folders_said(module)}" if named != module["key"] else "")
         out.append(AskCheck("triton-host", _host_shown(module), MISSING if why else COVERED, why))
