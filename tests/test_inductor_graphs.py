@@ -75,10 +75,20 @@ def test_deepseek_v3_tp8_sums_the_fused_shared_expert_with_its_scale(tmp_path):
 
 def test_from_0_5_16_a_triton_kernel_replaces_the_mask_and_an_unread_release_plans_nothing():
     plan = _plan(QWEN, "0.5.23")
-    assert set(_graphs(plan)) == {"moe_sum_reduce"}
+    # 0.5.19 and 0.5.23 sum <= 32 tokens with a Triton kernel where the GPU supports PDL (sm_90 and up: the H200
+    # planned for here, the H100 that ran 0.5.23's model and made no inductor lookup): no graph at all
+    assert _graphs(plan) == {}
     assert any("not compiled in sglang 0.5.23" in n and "_use_triton_embedding" in n for n in plan.notes)
+    assert any("not compiled in sglang 0.5.23 on sm_90: a Triton kernel runs instead" in n
+               and "is_arch_support_pdl" in n for n in plan.notes), plan.notes
+    assert _graphs(_plan(QWEN, "0.5.19")) == {}
     # 0.5.17's experts are planned on Triton fused MoE too (data/triton_moe.yaml), so their sum graph with them
     assert set(_graphs(_plan(QWEN, "0.5.17"))) == {"moe_sum_reduce"}
+    # below sm_90 (no PDL) the release compiles the graph: the rule keeps it
+    from dgprecompile.runtimes.inductor import _triton_instead
+
+    graph = INDUCTOR_GRAPHS.graph("moe_sum_reduce")
+    assert _triton_instead(graph, "0.5.23", 80) is None and _triton_instead(graph, "0.5.17", 90) is None
     old = _plan(QWEN, "0.5.9")
     assert old.inductor == {} or set(_graphs(old)) <= {"moe_sum_reduce"}
     assert any("0.5.9's source was not read" in n for n in old.notes)

@@ -95,6 +95,11 @@ class InductorGraphs(PackageKeyed):
             if g["when"] == "tp" and not isinstance(config.get("vocab_size"), int):
                 notes.append(f"{self.label}: {g['label']}: not planned: config.json has no vocab_size")
                 continue
+            sm = triton_moe[0].capability if g["when"] == "triton-moe" else 0  # one GPU per plan
+            if instead := _triton_instead(g, sglang_version, sm):
+                notes.append(f"{self.label}: {g['label']}: not compiled in sglang {sglang_version} on sm_{sm}: a "
+                             f"Triton kernel runs instead ({instead})")
+                continue
             items += (_moe_sum_items(g, name, config, triton_moe, device_name, grad, where)
                       if g["when"] == "triton-moe" else [_vocab_item(name, config, tp, device_name, grad, where)])
         if items:
@@ -131,6 +136,15 @@ def _document() -> dict[str, Any]:
     doc = load_yaml(DATA)
     schemas.check(doc, SCHEMA, DATA, hint=f"fix {DATA} (data/schemas/{SCHEMA}.json says what each field holds)")
     return doc
+
+
+def _triton_instead(g: dict, sglang_version: str | None, capability: int) -> str | None:
+    """Where the release runs a Triton kernel in the graph's place on a GPU of ``capability`` (data
+    ``triton_at_capability``): the file:line read, else None."""
+    at = g.get("triton_at_capability")
+    if at is None or capability < int(at["min"]):
+        return None
+    return at["releases"].get(sglang_version or "")
 
 
 def _moe_sum_items(g: dict, name: str, config: dict, triton_moe: list, device_name: str, grad: str,
