@@ -148,20 +148,59 @@ def test_the_warmed_entries_are_what_tritons_own_jit_looks_up_and_an_unplanned_v
 
 
 SERVER = "python -m sglang.launch_server --model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 --tp 8 --ep 8"
+DSV3 = "python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8"
 
 
-def _server_plan():
+def _server_plan(cmd: str = SERVER, sglang: str = "0.5.23"):
     from dgprecompile.planning.plan import PlanRequest
     from dgprecompile.planning.request import plan_from_request
 
-    return plan_from_request(PlanRequest(sglang_cmd=SERVER, sglang="0.5.23", gpu="h100"))
+    return plan_from_request(PlanRequest(sglang_cmd=cmd, sglang=sglang, gpu="h100"))
+
+
+def _sum_items(plan) -> list:
+    return [i for i in plan.triton_path.values() if i.kernel == "moe_sum_reduce"]
+
+
+def test_the_moe_sum_is_planned_per_triton_moe_shape_at_its_m_classes_for_the_480b_and_deepseek_v3():
+    """0.5.23's Triton MoE combine sums m <= 32 with _moe_sum_reduce_kernel on sm_90 (data/triton_path.yaml): one item
+    per top-k, hidden and scale of the plan's Triton fused MoE items, m 1, 16, 17 (token_num's three classes)."""
+    (qwen,) = _sum_items(_server_plan())
+    assert dict(qwen.params) == {"topk": 8, "hidden": 6144, "dtype": "bfloat16", "scale": 1.0}
+    assert qwen.ms == (1, 16, 17) and qwen.capability == 90 and "fused_moe.py moe_combine_topk" in qwen.why
+    assert all(m <= TRITON_PATH.kernel("moe_sum_reduce")["m_max"] for m in qwen.ms)
+    (dsv3,) = _sum_items(_server_plan(DSV3))  # 8 routed + the fused shared expert; the config's scale 2.5
+    assert dict(dsv3.params) == {"topk": 9, "hidden": 7168, "dtype": "bfloat16", "scale": 2.5}
+    assert dsv3.ms == (1, 16, 17)
+    assert type(dsv3).from_dict(dsv3.to_dict()) == dsv3
+
+
+def test_the_moe_sum_is_not_planned_without_triton_moe_below_sm_90_or_where_top_k_takes_its_own_sum():
+    assert _sum_items(_server_plan(SERVER + " --moe-runner-backend deep_gemm")) == []  # no Triton fused MoE
+    moe = next(iter(_server_plan().triton_moe.values()))
+    items, notes = TRITON_PATH.plan_items(MODEL, tp=8, sglang_version="0.5.23", gpu="h100",
+                                          triton_moe=[type(moe)(**{**moe.__dict__, "topk": 2})])
+    assert "moe_sum_reduce" not in {i.kernel for i in items} and any("its own sum" in n for n in notes)
+    sm80 = {"name": "NVIDIA A100", "capability": 80}
+    import dgprecompile.runtimes.triton_moe as tm
+
+    real = tm.gpu_device
+    try:
+        tm.gpu_device = lambda gpu: sm80
+        items, notes = TRITON_PATH.plan_items(MODEL, tp=8, sglang_version="0.5.23", gpu="a100", triton_moe=[moe])
+    finally:
+        tm.gpu_device = real
+    assert "moe_sum_reduce" not in {i.kernel for i in items} and any("torch.compile'd" in n for n in notes)
+    items, notes = TRITON_PATH.plan_items(MODEL, tp=8, sglang_version="0.5.19", gpu="h100", triton_moe=[moe])
+    assert items == [] and any("_moe_sum_reduce_kernel" in n and "not read" in n for n in notes)
 
 
 def test_the_480b_server_plan_carries_the_items_and_its_manifest_reads_them_back(tmp_path):
     from dgprecompile.planning.manifest import read_manifest, write_manifest
 
     plan = _server_plan()
-    assert sorted(i.kernel for i in plan.triton_path.values()) == ["router", "vocab_parallel_embedding"]
+    assert sorted(i.kernel for i in plan.triton_path.values()) == ["moe_sum_reduce", "router",
+                                                                   "vocab_parallel_embedding"]
     assert all(plan.runtime_of(i) is TRITON_PATH for i in plan.triton_path.values())
     write_manifest(plan, tmp_path / "plan.yaml")
     assert read_manifest(tmp_path / "plan.yaml").triton_path == plan.triton_path
