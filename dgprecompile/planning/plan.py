@@ -91,7 +91,7 @@ class Plan:
     inductor: dict[str, InductorGraphItem] = field(default_factory=dict)
     # the FlashInfer JIT modules on these paths: warmed GPU-free per module (runtimes/flashinfer.py)
     flashinfer: dict[str, FlashInferItem] = field(default_factory=dict)
-    # SGLang's model-path Triton kernels beside the fused MoE (embedding, router): warmed GPU-free per item
+    # SGLang's model-path Triton kernels beside the fused MoE (embedding, router, MoE sum): warmed GPU-free per item
     triton_path: dict[str, TritonPathItem] = field(default_factory=dict)
 
     @property
@@ -202,7 +202,7 @@ class Plan:
             **({"inductor": [g.to_dict() for g in self.inductor.values()]} if self.inductor else {}),
             # FlashInfer's JIT modules, built GPU-free by warm with FlashInfer's own builder
             **({"flashinfer": [m.to_dict() for m in self.flashinfer.values()]} if self.flashinfer else {}),
-            # SGLang's model-path Triton kernels (embedding, router), warmed GPU-free as the fused MoE items are
+            # SGLang's model-path Triton kernels (embedding, router, MoE sum), warmed GPU-free as the fused MoE items
             **({"triton_path": [t.to_dict() for t in self.triton_path.values()]} if self.triton_path else {}),
         }
 

@@ -1,6 +1,6 @@
 """SGLang's Triton kernels planned and warmed ahead of time (their entries live in the captured Triton family's area,
 runtimes/captured.py): the fused MoE kernel (:data:`TRITON_MOE`) and the model path's others beside it, the
-vocab-parallel embedding and the router (:data:`TRITON_PATH`)."""
+vocab-parallel embedding, the router and the MoE top-k sum (:data:`TRITON_PATH`)."""
 
 from __future__ import annotations
 
@@ -247,7 +247,8 @@ TRITON_MOE = TritonMoeFamily(
 class TritonPathKernels(PackageKeyed):
     """SGLang's model-path Triton kernels beside ``fused_moe_kernel`` (data/triton_path.yaml): the vocab-parallel
     embedding (``_vocab_parallel_embedding_kernel``) and the router (``_router_triton_kernel``), which releases from
-    0.5.16 run as Triton where earlier ones ran sgl-kernel AOT ops. One
+    0.5.16 run as Triton where earlier ones ran sgl-kernel AOT ops, and the Triton MoE's top-k sum
+    (``_moe_sum_reduce_kernel``, m <= 32 on sm_90 and up). One
     :class:`~dgprecompile.runtimes.items.TritonPathItem` per kernel instance family of a rank, warmed GPU-free as the
     fused MoE items are (compile/triton_path.py: SGLang's own wrapper on meta tensors, Triton's own JIT with a
     compile-only driver), its entries in Triton's area, recorded per item (cache/item_records.py)."""
