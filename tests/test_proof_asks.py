@@ -217,5 +217,5 @@ def test_a_launcher_of_a_planned_model_path_kernel_is_one_warm_builds(tmp_path):
     assert res.returncode == 1, res.stdout[-2000:] + res.stderr[-2000:]
     router, other = (c["detail"] for c in json.loads(res.stdout)["checks"])
     assert router.startswith("HEAD's warm files it under "), router  # a key computed, another than the asked one
-    assert other == ("a launcher of other_kernel: HEAD's plan warms only _router_triton_kernel, "
-                     "_vocab_parallel_embedding_kernel, fused_moe_kernel"), other
+    assert other == ("a launcher of other_kernel: HEAD's plan warms only _moe_sum_reduce_kernel, "
+                     "_router_triton_kernel, _vocab_parallel_embedding_kernel, fused_moe_kernel"), other

@@ -80,6 +80,31 @@ def test_tritons_own_int_specialisation_has_the_three_classes_the_plan_samples()
     assert got["all"] == got["planned"] and len(got["all"]) == 3
 
 
+@needs_stack
+def test_the_sums_token_num_has_the_three_classes_the_plan_samples_over_every_m_that_reaches_it():
+    """token_num of _moe_sum_reduce_kernel is annotated ``int``: Triton 3.8.0 keeps its specialisation under the
+    annotation's type (runtime/jit.py create_function_from_signature); over m 0..32 (0: an idle forward, up to the
+    <= 32 tokens that reach the kernel) exactly the classes of the planned m."""
+    code = textwrap.dedent("""
+        import json, sys
+        from triton._C.libtriton import native_specialize_impl
+        from triton.backends.compiler import BaseBackend
+        from triton.runtime.jit import KernelParam
+        from sglang.kernels.ops.moe.fused_moe_triton_kernels import _moe_sum_reduce_kernel as k
+        (param,) = [p for p in k.params if p.name == "token_num"]
+        assert param.annotation_type and not param.do_not_specialize
+        spec = lambda m: repr((param.annotation_type,) + native_specialize_impl(BaseBackend, m, False, True, True)[1:])
+        print(json.dumps({"all": sorted({spec(m) for m in range(0, int(sys.argv[1]) + 1)}),
+                          "planned": sorted({spec(m) for m in map(int, sys.argv[2:])})}))
+    """)
+    planned, m_max = TRITON_PATH.ms("moe_sum_reduce"), TRITON_PATH.kernel("moe_sum_reduce")["m_max"]
+    r = subprocess.run([sys.executable, "-c", code, str(m_max), *map(str, planned)], capture_output=True, text=True,
+                       env={**_env(), "DGP_STANDINS": "sgl_kernel,torchvision"}, timeout=300)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.splitlines()[-1])
+    assert got["all"] == got["planned"] and len(got["all"]) == 3
+
+
 CHECK = textwrap.dedent("""
     import json, os, sys
     sys.path.insert(0, os.path.join(os.environ["DGP_REPO"], "dgprecompile", "launch", "hook"))
@@ -110,6 +135,18 @@ CHECK = textwrap.dedent("""
     ask("emb unplanned", lambda: vocab_parallel_embedding(path.cuda_meta((3,), torch.int64), other, 0, 18992, 0, 151936, 151936))
     scores = torch.empty((5, 128), dtype=torch.bfloat16, device="meta")
     ask("router unplanned", lambda: moe_fused_gate(scores, None, 8, scoring_func="softmax", renormalize=True))
+    from sglang.kernels.ops.moe.fused_moe_triton_kernels import moe_sum_reduce_triton
+    def moe_sum(m, topk, hidden, scale):
+        inter = torch.empty((m, topk, hidden), dtype=torch.bfloat16, device="meta")
+        out = torch.empty((m, hidden), dtype=torch.bfloat16, device="meta")
+        return lambda: moe_sum_reduce_triton(inter.view(*inter.shape), out, scale)
+    for name, topk, hidden, scale in (("480b", 8, 6144, 1.0), ("dsv3", 9, 7168, 2.5)):
+        for m in range(0, 33):  # every m that reaches it: <= 32 tokens (0: an idle forward)
+            ask(f"sum {name} m{m}", moe_sum(m, topk, hidden, scale))
+    # the scale is a constexpr (its value in the key); top-k and hidden only by their int class (a top-k 8 at the
+    # scale 2.5 would find DeepSeek-V3's top-k 9 entries: 8 and 9 are both "neither 1 nor % 16")
+    ask("sum unplanned scale", moe_sum(3, 8, 6144, 2.0))
+    ask("sum unplanned topk", moe_sum(3, 16, 6144, 1.0))
     print(json.dumps(out))
 """)
 
@@ -117,7 +154,7 @@ CHECK = textwrap.dedent("""
 @needs_stack
 def test_the_warmed_entries_are_what_tritons_own_jit_looks_up_and_an_unplanned_variant_is_refused(tmp_path):
     cache, env = tmp_path / "cache", _env()
-    items, _ = _plan()
+    items = [*_server_plan().triton_path.values(), *_sum_items(_server_plan(DSV3))]
     records = {}
     for item in items:
         r = subprocess.run(TRITON_PATH.warm_argv(item, str(cache), sys.executable), capture_output=True, text=True,
@@ -126,9 +163,10 @@ def test_the_warmed_entries_are_what_tritons_own_jit_looks_up_and_an_unplanned_v
         report = json.loads(r.stdout.splitlines()[-1])
         assert report["item"] == item.id and report["not_whole"] == []
         assert "left_to_capture" not in report["host_modules"], report["host_modules"]  # Triton 3.8's cuda_utils
-        records[item.kernel] = report["record"]
+        records[item.kernel + ("" if "topk9" not in item.id else ".dsv3")] = report["record"]
     assert len(records["vocab_parallel_embedding"]["lookups"]) == 16  # 8 ranks' shard windows x 2 ids dtypes
     assert len(records["router"]["lookups"]) == 3  # m == 1, m % 16 == 0, other
+    assert len(records["moe_sum_reduce"]["lookups"]) == len(records["moe_sum_reduce.dsv3"]["lookups"]) == 3
     assert records["router"]["triton"] == "3.8.0"
     triton_dir = cache / "triton"
     for entry in records["router"]["lookups"]:  # an sm_90 launch's PDL (the arch stated to SGLang, not detected)
@@ -142,26 +180,67 @@ def test_the_warmed_entries_are_what_tritons_own_jit_looks_up_and_an_unplanned_v
     assert r.returncode == 0, r.stdout + r.stderr
     asked = json.loads(r.stdout.splitlines()[-1])
     planned = {k: v for k, v in asked.items() if "unplanned" not in k}
-    assert len(planned) == 8 * 2 * 3 + 7 and set(planned.values()) == {"hit"}, planned
+    assert len(planned) == 8 * 2 * 3 + 7 + 2 * 33 and set(planned.values()) == {"hit"}, planned
     assert asked["emb unplanned"].endswith("compile kernel _vocab_parallel_embedding_kernel")
     assert asked["router unplanned"].endswith("compile kernel _router_triton_kernel")
+    assert asked["sum unplanned scale"].endswith("compile kernel _moe_sum_reduce_kernel")
+    assert asked["sum unplanned topk"].endswith("compile kernel _moe_sum_reduce_kernel")
 
 
 SERVER = "python -m sglang.launch_server --model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 --tp 8 --ep 8"
+DSV3 = "python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8"
 
 
-def _server_plan():
+def _server_plan(cmd: str = SERVER, sglang: str = "0.5.23"):
     from dgprecompile.planning.plan import PlanRequest
     from dgprecompile.planning.request import plan_from_request
 
-    return plan_from_request(PlanRequest(sglang_cmd=SERVER, sglang="0.5.23", gpu="h100"))
+    return plan_from_request(PlanRequest(sglang_cmd=cmd, sglang=sglang, gpu="h100"))
+
+
+def _sum_items(plan) -> list:
+    return [i for i in plan.triton_path.values() if i.kernel == "moe_sum_reduce"]
+
+
+def test_the_moe_sum_is_planned_per_triton_moe_shape_at_its_m_classes_for_the_480b_and_deepseek_v3():
+    """0.5.23's Triton MoE combine sums m <= 32 with _moe_sum_reduce_kernel on sm_90 (data/triton_path.yaml): one item
+    per top-k, hidden and scale of the plan's Triton fused MoE items, m 1, 16, 17 (token_num's three classes)."""
+    (qwen,) = _sum_items(_server_plan())
+    assert dict(qwen.params) == {"topk": 8, "hidden": 6144, "dtype": "bfloat16", "scale": 1.0}
+    assert qwen.ms == (1, 16, 17) and qwen.capability == 90 and "fused_moe.py moe_combine_topk" in qwen.why
+    assert all(m <= TRITON_PATH.kernel("moe_sum_reduce")["m_max"] for m in qwen.ms)
+    (dsv3,) = _sum_items(_server_plan(DSV3))  # 8 routed + the fused shared expert; the config's scale 2.5
+    assert dict(dsv3.params) == {"topk": 9, "hidden": 7168, "dtype": "bfloat16", "scale": 2.5}
+    assert dsv3.ms == (1, 16, 17)
+    assert type(dsv3).from_dict(dsv3.to_dict()) == dsv3
+
+
+def test_the_moe_sum_is_not_planned_without_triton_moe_below_sm_90_or_where_top_k_takes_its_own_sum():
+    assert _sum_items(_server_plan(SERVER + " --moe-runner-backend deep_gemm")) == []  # no Triton fused MoE
+    moe = next(iter(_server_plan().triton_moe.values()))
+    items, notes = TRITON_PATH.plan_items(MODEL, tp=8, sglang_version="0.5.23", gpu="h100",
+                                          triton_moe=[type(moe)(**{**moe.__dict__, "topk": 2})])
+    assert "moe_sum_reduce" not in {i.kernel for i in items} and any("its own sum" in n for n in notes)
+    sm80 = {"name": "NVIDIA A100", "capability": 80}
+    import dgprecompile.runtimes.triton_moe as tm
+
+    real = tm.gpu_device
+    try:
+        tm.gpu_device = lambda gpu: sm80
+        items, notes = TRITON_PATH.plan_items(MODEL, tp=8, sglang_version="0.5.23", gpu="a100", triton_moe=[moe])
+    finally:
+        tm.gpu_device = real
+    assert "moe_sum_reduce" not in {i.kernel for i in items} and any("torch.compile'd" in n for n in notes)
+    items, notes = TRITON_PATH.plan_items(MODEL, tp=8, sglang_version="0.5.19", gpu="h100", triton_moe=[moe])
+    assert items == [] and any("_moe_sum_reduce_kernel" in n and "not read" in n for n in notes)
 
 
 def test_the_480b_server_plan_carries_the_items_and_its_manifest_reads_them_back(tmp_path):
     from dgprecompile.planning.manifest import read_manifest, write_manifest
 
     plan = _server_plan()
-    assert sorted(i.kernel for i in plan.triton_path.values()) == ["router", "vocab_parallel_embedding"]
+    assert sorted(i.kernel for i in plan.triton_path.values()) == ["moe_sum_reduce", "router",
+                                                                   "vocab_parallel_embedding"]
     assert all(plan.runtime_of(i) is TRITON_PATH for i in plan.triton_path.values())
     write_manifest(plan, tmp_path / "plan.yaml")
     assert read_manifest(tmp_path / "plan.yaml").triton_path == plan.triton_path
@@ -170,7 +249,7 @@ def test_the_480b_server_plan_carries_the_items_and_its_manifest_reads_them_back
 @needs_stack
 @pytest.mark.skipif(not NVCC, reason="no nvcc")
 def test_warm_and_verify_carry_the_480b_plans_items(tmp_path):
-    """`warm` runs the 480B plan's embedding and router items (the plan trimmed to them, as other tests trim
+    """`warm` runs the 480B plan's embedding, router and MoE sum items (the plan trimmed to them, as other tests trim
     manifests) after its pool, files their entries and records; `verify` finds them whole; a deleted entry is named."""
     from helpers import sgl_deep_gemm_dir
 
@@ -191,10 +270,10 @@ def test_warm_and_verify_carry_the_480b_plans_items(tmp_path):
     r = run("warm", "--manifest", manifest, "--cache-dir", cache, "--sglang-jit", "on")
     assert r.returncode == 0, r.stdout + r.stderr
     summary = json.loads(r.stdout)
-    assert (summary["compiled"], summary["failed"]) == (2, 0), summary
+    assert (summary["compiled"], summary["failed"]) == (3, 0), summary
     records = json.loads((cache / "dgprecompile" / "index.json").read_text())["triton_path"]
     kernels = {r["kernel"]: [e for e in r["entries"] if e.split("/")[-1] in r["lookups"]] for r in records.values()}
-    assert sorted(map(len, kernels.values())) == [3, 16]
+    assert sorted(map(len, kernels.values())) == [3, 3, 16]
     v = run("verify", "--manifest", manifest, "--cache-dir", cache)
     assert v.returncode == 0 and json.loads(v.stdout)["complete"], v.stdout + v.stderr
     gone = kernels["_router_triton_kernel"][0]
@@ -207,4 +286,5 @@ def test_a_capture_never_files_a_planned_model_path_kernel():
     """A capture that built one of the plan's warmed kernels found a warm's miss (launch/capture.py)."""
     from dgprecompile.launch.capture import planned_kernels
 
-    assert {"_vocab_parallel_embedding_kernel", "_router_triton_kernel"} <= planned_kernels(_server_plan())
+    assert {"_vocab_parallel_embedding_kernel", "_router_triton_kernel",
+            "_moe_sum_reduce_kernel"} <= planned_kernels(_server_plan())

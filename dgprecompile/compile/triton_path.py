@@ -1,13 +1,15 @@
 """GPU-free Triton warm of SGLang's model-path Triton kernels beside ``fused_moe_kernel`` (data/triton_path.yaml):
-the vocab-parallel embedding's ``_vocab_parallel_embedding_kernel`` and the router's ``_router_triton_kernel``,
-compiled by Triton's own compiler for the planned target under the cache keys Triton's own JIT computes.
+the vocab-parallel embedding's ``_vocab_parallel_embedding_kernel``, the router's ``_router_triton_kernel`` and the
+MoE combine's ``_moe_sum_reduce_kernel``, compiled by Triton's own compiler for the planned target under the cache
+keys Triton's own JIT computes.
 
-How (one process, the item's): SGLang's OWN wrapper (``vocab_parallel_embedding``, ``moe_fused_gate``) runs for each
-planned m on ``meta`` tensors, with Triton's driver set to compile/triton_moe.py's :class:`CompileOnlyDriver` and
-every launch turned into Triton's own ``run(..., warmup=True)`` (:func:`~dgprecompile.compile.triton_moe.compile_only`):
-Triton binds the arguments, specialises them, computes its cache key, looks in ``TRITON_CACHE_DIR`` and compiles on a
-miss, and launches nothing. The planned arch is stated to SGLang's JIT utils (the router's USE_PDL constexpr,
-``is_arch_support_pdl``) with its own override (compile/triton_moe.py ``state_arch``).
+How (one process, the item's): SGLang's OWN wrapper (``vocab_parallel_embedding``, ``moe_fused_gate``,
+``moe_sum_reduce_triton``) runs for each planned m on ``meta`` tensors, with Triton's driver set to
+compile/triton_moe.py's :class:`CompileOnlyDriver` and every launch turned into Triton's own ``run(..., warmup=True)``
+(:func:`~dgprecompile.compile.triton_moe.compile_only`): Triton binds the arguments, specialises them, computes its
+cache key, looks in ``TRITON_CACHE_DIR`` and compiles on a miss, and launches nothing. The planned arch is stated to
+SGLang's JIT utils (``is_arch_support_pdl``: the router's USE_PDL constexpr, the sum's USE_GDC and launch_pdl) with its
+own override (compile/triton_moe.py ``state_arch``).
 
 Named STAND-INS:
 
@@ -109,7 +111,20 @@ def warm_router(params: dict[str, str], ms: list[int]) -> None:
         moe_fused_gate(scores, None, topk, scoring_func="softmax", renormalize=params["renormalize"] in ("t", "True"))
 
 
-WARMS = {"vocab_parallel_embedding": warm_embedding, "router": warm_router}
+def warm_sum_reduce(params: dict[str, str], ms: list[int]) -> None:
+    """SGLang's own moe_sum_reduce_triton as the Triton MoE's combine calls it (fused_moe.py moe_combine_topk): the
+    contiguous [m, topk, hidden] down-GEMM outputs summed into a fresh [m, hidden] output, at the model's scale."""
+    import torch
+    from sglang.kernels.ops.moe.fused_moe_triton_kernels import moe_sum_reduce_triton
+
+    topk, hidden, dtype = int(params["topk"]), int(params["hidden"]), _torch_dtype(params["dtype"])
+    for m in ms:
+        inter = torch.empty((m, topk, hidden), dtype=dtype, device="meta")
+        moe_sum_reduce_triton(inter.view(*inter.shape), torch.empty((m, hidden), dtype=dtype, device="meta"),
+                              float(params["scale"]))
+
+
+WARMS = {"vocab_parallel_embedding": warm_embedding, "router": warm_router, "moe_sum_reduce": warm_sum_reduce}
 
 
 def warm(args: argparse.Namespace) -> dict[str, Any]:

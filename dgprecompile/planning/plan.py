@@ -91,7 +91,7 @@ class Plan:
     inductor: dict[str, InductorGraphItem] = field(default_factory=dict)
     # the FlashInfer JIT modules on these paths: warmed GPU-free per module (runtimes/flashinfer.py)
     flashinfer: dict[str, FlashInferItem] = field(default_factory=dict)
-    # SGLang's model-path Triton kernels beside the fused MoE (embedding, router): warmed GPU-free per item
+    # SGLang's model-path Triton kernels beside the fused MoE (embedding, router, MoE sum): warmed GPU-free per item
     triton_path: dict[str, TritonPathItem] = field(default_factory=dict)
 
     @property
@@ -202,7 +202,7 @@ class Plan:
             **({"inductor": [g.to_dict() for g in self.inductor.values()]} if self.inductor else {}),
             # FlashInfer's JIT modules, built GPU-free by warm with FlashInfer's own builder
             **({"flashinfer": [m.to_dict() for m in self.flashinfer.values()]} if self.flashinfer else {}),
-            # SGLang's model-path Triton kernels (embedding, router), warmed GPU-free as the fused MoE items are
+            # SGLang's model-path Triton kernels (embedding, router, MoE sum), warmed GPU-free as the fused MoE items
             **({"triton_path": [t.to_dict() for t in self.triton_path.values()]} if self.triton_path else {}),
         }
 
@@ -443,17 +443,19 @@ def build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: int
     plan.notes += notes
     plan.flashinfer, notes = plan_flashinfer(model, par, sglang_version, moe_options or server_options or {})
     plan.notes += notes
-    plan.triton_path, notes = plan_triton_path(model, par, sglang_version, gpu)
+    plan.triton_path, notes = plan_triton_path(model, par, sglang_version, gpu, list(plan.triton_moe.values()))
     plan.notes += notes
     return plan
 
 
-def plan_triton_path(model: ModelConfig, par: Parallel, sglang_version: str | None, gpu: str | None):
+def plan_triton_path(model: ModelConfig, par: Parallel, sglang_version: str | None, gpu: str | None,
+                     triton_moe: list | None = None):
     """SGLang's model-path Triton kernels beside the fused MoE (runtimes/triton_moe.py TRITON_PATH), by id, and the
-    notes."""
+    notes; ``triton_moe``: the plan's Triton fused MoE items (the MoE combine's kernel follows their shapes)."""
     from dgprecompile.runtimes.triton_moe import TRITON_PATH
 
-    items, notes = TRITON_PATH.plan_items(model.config, tp=par.tp, sglang_version=sglang_version, gpu=gpu)
+    items, notes = TRITON_PATH.plan_items(model.config, tp=par.tp, sglang_version=sglang_version, gpu=gpu,
+                                          triton_moe=triton_moe or [])
     return {it.id: it for it in items}, notes
 
 

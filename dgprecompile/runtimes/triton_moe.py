@@ -1,11 +1,11 @@
 """SGLang's Triton kernels planned and warmed ahead of time (their entries live in the captured Triton family's area,
 runtimes/captured.py): the fused MoE kernel (:data:`TRITON_MOE`) and the model path's others beside it, the
-vocab-parallel embedding and the router (:data:`TRITON_PATH`)."""
+vocab-parallel embedding, the router and the MoE top-k sum (:data:`TRITON_PATH`)."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
@@ -247,7 +247,8 @@ TRITON_MOE = TritonMoeFamily(
 class TritonPathKernels(PackageKeyed):
     """SGLang's model-path Triton kernels beside ``fused_moe_kernel`` (data/triton_path.yaml): the vocab-parallel
     embedding (``_vocab_parallel_embedding_kernel``) and the router (``_router_triton_kernel``), which releases from
-    0.5.16 run as Triton where earlier ones ran sgl-kernel AOT ops. One
+    0.5.16 run as Triton where earlier ones ran sgl-kernel AOT ops, and the Triton MoE's top-k sum
+    (``_moe_sum_reduce_kernel``, m <= 32 on sm_90 and up). One
     :class:`~dgprecompile.runtimes.items.TritonPathItem` per kernel instance family of a rank, warmed GPU-free as the
     fused MoE items are (compile/triton_path.py: SGLang's own wrapper on meta tensors, Triton's own JIT with a
     compile-only driver), its entries in Triton's area, recorded per item (cache/item_records.py)."""
@@ -282,10 +283,11 @@ class TritonPathKernels(PackageKeyed):
         ms = self.kernel(name)["ms"]
         return tuple(self.data()["m_classes"] if ms == "m_classes" else ms)
 
-    def plan_items(self, config: dict, *, tp: int, sglang_version: str | None, gpu: str | None
-                   ) -> tuple[list[TritonPathItem], list[str]]:
-        """The items of a plan (the model's config, its tensor-parallel size, the exact release, the GPU) and notes
-        saying what was left out and why. Nothing is planned for a release whose model path was not read."""
+    def plan_items(self, config: dict, *, tp: int, sglang_version: str | None, gpu: str | None,
+                   triton_moe: Sequence[TritonMoeItem] = ()) -> tuple[list[TritonPathItem], list[str]]:
+        """The items of a plan (the model's config, its tensor-parallel size, the exact release, the GPU, the plan's
+        Triton fused MoE items) and notes saying what was left out and why. Nothing is planned for a release whose
+        model path was not read."""
         capability = int(gpu_device(gpu)["capability"])
         items: list[TritonPathItem] = []
         notes: list[str] = []
@@ -296,10 +298,13 @@ class TritonPathKernels(PackageKeyed):
                     notes.append(f"{self.label}: {k['kernel']} not planned: sglang {sglang_version}'s model path "
                                  f"was not read for it (read: {', '.join(k['releases'])})")
                 continue
-            make = _embedding_item if k["when"] == "tp" else _router_item
-            item, why = make(self, name, k, config, tp, capability, where)
-            if item is not None:
-                items.append(item)
+            if k["when"] == "triton-moe":
+                made, why = _sum_reduce_items(self, name, k, config, triton_moe, capability, where)
+            else:
+                make = _embedding_item if k["when"] == "tp" else _router_item
+                item, why = make(self, name, k, config, tp, capability, where)
+                made = [] if item is None else [item]
+            items += made
             if why:
                 notes.append(f"{self.label}: {k['kernel']}: {why}")
         if items:
@@ -355,6 +360,29 @@ def _router_item(runtime: TritonPathKernels, name: str, k: dict, config: dict, t
     except KeyError as exc:
         return None, f"not planned: config.json has no {exc.args[0]}"
     return TritonPathItem(name, params, runtime.ms(name), capability, where), ""
+
+
+def _sum_reduce_items(runtime: TritonPathKernels, name: str, k: dict, config: dict, triton_moe: Sequence[TritonMoeItem],
+                      capability: int, where: str) -> tuple[list[TritonPathItem], str]:
+    """The MoE top-k sum's items: one per top-k, hidden and scale of the plan's Triton fused MoE items, on a GPU whose
+    path runs it (data/triton_path.yaml ``moe_sum_reduce``: where it runs instead of the other sums)."""
+    if not triton_moe:
+        return [], ""  # no MoE layer on Triton fused MoE: its combine never runs
+    if capability < int(k["min_capability"]):
+        return [], (f"not planned for sm_{capability}: below sm_{k['min_capability']} SGLang sums m <= {k['m_max']} "
+                    "with its torch.compile'd moe_sum_reduce (an inductor item)")
+    scale = float(config.get("routed_scaling_factor") or 1.0)
+    dtype = str(config.get("torch_dtype") or "bfloat16")
+    ms = tuple(m for m in runtime.ms(name) if m <= int(k["m_max"]))
+    out: dict[str, TritonPathItem] = {}
+    for moe in triton_moe:
+        if moe.topk in k.get("skip_topk_at_unit_scale", ()) and scale == 1.0:
+            continue
+        params = (("topk", moe.topk), ("hidden", moe.hidden), ("dtype", dtype), ("scale", scale))
+        item = TritonPathItem(name, params, ms, capability, where)
+        out.setdefault(item.id, item)
+    why = "" if out else f"not planned: top-k {sorted({m.topk for m in triton_moe})} at scale 1.0 takes its own sum"
+    return list(out.values()), why
 
 
 def _at_least(version: str | None, since: str) -> bool:
