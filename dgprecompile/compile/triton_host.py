@@ -248,15 +248,15 @@ def cuda_functions(cuda_h: Path, cc: str) -> list[str]:
 
 def link_libcuda(scratch: Path, found: list[str] | None = None) -> tuple[str, str]:
     """(a folder with a libcuda to link against, what is linked), for a key folder that has none here: ``scratch``,
-    holding the driver's libcuda.so.1 Triton finds itself (``found``: :func:`driver_folders`, computed where not
-    given), else the toolkit's stub, else a stand-in built here (module docstring), under both names Triton's
-    releases link by (:func:`link_file`): 3.6-3.8's ``-l:libcuda.so.1`` and 3.5's ``-lcuda`` (libcuda.so, which a
-    driver's folder may lack)."""
+    holding the driver's libcuda.so.1 the loader finds (``found``: host/toolchain.py ``driver_libcuda_dirs``, the
+    search Triton's own makes, computed where not given), else the toolkit's stub, else a stand-in built here (module
+    docstring), under both names Triton's releases link by (:func:`link_file`): 3.6-3.8's ``-l:libcuda.so.1`` and
+    3.5's ``-lcuda`` (libcuda.so, which a driver's folder may lack)."""
     from triton.backends.nvidia import driver
 
-    from dgprecompile.host.toolchain import toolkit_libcuda_stub
+    from dgprecompile.host.toolchain import driver_libcuda_dirs, toolkit_libcuda_stub
 
-    found = driver_folders() if found is None else found
+    found = driver_libcuda_dirs() if found is None else found
     homes = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
     if found:
         target, linked = Path(found[0]) / STUB_SONAME, "the driver's libcuda.so.1 in " + ", ".join(found)
@@ -338,20 +338,6 @@ def key_libcuda_dir() -> str:
     return TRITON_MOE.job_libcuda_dir(os.environ)[0]
 
 
-def driver_folders() -> list[str]:
-    """The folders Triton's own search finds the driver's libcuda.so.1 in (ldconfig, else LD_LIBRARY_PATH), without
-    TRITON_LIBCUDA_PATH; [] on a machine without a driver."""
-    from triton.backends.nvidia import driver
-
-    try:
-        with environ({"TRITON_LIBCUDA_PATH": ""}):
-            return list(driver.libcuda_dirs())
-    except (AssertionError, OSError, subprocess.CalledProcessError):
-        return []
-    finally:
-        driver.libcuda_dirs.cache_clear()
-
-
 def build(root: str | Path, kernels: Mapping[str, Mapping[str, Any]], scratch: Path) -> dict[str, Any]:
     """Build ``cuda_utils`` and, where this Triton builds them (:func:`launcher_modules`), each kernel entry's
     launcher (``kernels``: entry -> :func:`watch_kernels`' record) into ``<root>/triton`` with Triton's own code,
@@ -369,7 +355,7 @@ def build(root: str | Path, kernels: Mapping[str, Mapping[str, Any]], scratch: P
     if (Path(key_dir) / lib).exists():
         linked = f"the job's {lib} in {key_dir}"
     else:
-        link_dir, linked = link_libcuda(scratch, driver_folders())
+        link_dir, linked = link_libcuda(scratch)
     env = {"TRITON_CACHE_DIR": str(triton_dir), "TRITON_LIBCUDA_PATH": key_dir}
     launchers: dict[str, str] = {}
     with _building(env, link_dir) as modules:
