@@ -449,13 +449,13 @@ def build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: int
 
 
 def plan_triton_path(model: ModelConfig, par: Parallel, sglang_version: str | None, gpu: str | None,
-                     triton_moe: list | None = None):
+                     triton_moe: list[TritonMoeItem]):
     """SGLang's model-path Triton kernels beside the fused MoE (runtimes/triton_moe.py TRITON_PATH), by id, and the
     notes; ``triton_moe``: the plan's Triton fused MoE items (the MoE combine's kernel follows their shapes)."""
     from dgprecompile.runtimes.triton_moe import TRITON_PATH
 
     items, notes = TRITON_PATH.plan_items(model.config, tp=par.tp, sglang_version=sglang_version, gpu=gpu,
-                                          triton_moe=triton_moe or [])
+                                          triton_moe=triton_moe)
     return {it.id: it for it in items}, notes
 
 
