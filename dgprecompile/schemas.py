@@ -106,6 +106,11 @@ def _describe(error) -> str:
         return f"{value} is empty or too short"
     if kind in ("maxLength", "maxItems", "maxProperties"):
         return f"{value} is too long"
+    alternatives = [sorted(branch["required"]) for branch in expected if set(branch) == {"required"}] \
+        if kind == "oneOf" and isinstance(error.instance, dict) else []
+    if alternatives and len(alternatives) == len(expected):  # one of several fields, exactly one present
+        names = " or ".join(", ".join(a) for a in alternatives)
+        return f"needs exactly one of {names}"
     return f"{value} is not valid ({kind})"
 
 

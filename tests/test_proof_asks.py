@@ -31,16 +31,18 @@ MOE_SUM = "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe.moe_sum_reduc
 
 
 def _release_path(record: dict) -> list[str] | None:
-    """The release's own folders (make setup) for the record's sglang and sgl-deep-gemm, or None."""
+    """The release's own folders (make setup) for the record's sglang and sgl-deep-gemm, or None. A sweep's record
+    names no sglang among its versions (the run called DeepGEMM alone): its DeepGEMM's folder is enough."""
     versions = record["environment"]["versions"]
-    sglang = (sglang_014_dir() if versions.get("sglang") == "0.5.14"
-              else beside_venv(f"sglang-{versions.get('sglang')}", "sglang/__init__.py"))  # 0.5.9-0.5.23 (make setup)
+    wanted = versions.get("sglang")
+    sglang = (None if wanted is None else sglang_014_dir() if wanted == "0.5.14"
+              else beside_venv(f"sglang-{wanted}", "sglang/__init__.py"))  # 0.5.9-0.5.23 (make setup)
     deep_gemm = sgl_deep_gemm_dir(versions["sgl-deep-gemm"]) if "sgl-deep-gemm" in versions else None
     triton = beside_venv(f"triton-{versions['triton']}", "triton/__init__.py") if "triton" in versions else None
-    if sglang is None or ("sgl-deep-gemm" in versions and deep_gemm is None):
+    if (wanted and sglang is None) or ("sgl-deep-gemm" in versions and deep_gemm is None):
         return None
     # sglang's modules import triton at their top (warm's compiled-function calls import them): the run's release
-    return [sglang, *([deep_gemm] if deep_gemm else []), *([triton] if triton else [])]
+    return [*([sglang] if sglang else []), *([deep_gemm] if deep_gemm else []), *([triton] if triton else [])]
 
 
 def _check(path: Path) -> subprocess.CompletedProcess:
@@ -106,6 +108,26 @@ def test_the_runs_include_path_is_part_of_deepgemms_names(tmp_path):
     (tmp_path / "config.json").write_text((QWEN_RECORD.parent / "config.json").read_text())
     res = _check(tmp_path / "asks.json")
     assert res.returncode == 1 and json.loads(res.stdout)["checks"][0]["status"] == MISSING
+
+
+SWEEP_RECORD = REPO / "bench" / "results" / "2026-12-02-h200-torch214-generations-sglang-0.5.23" / "asks.json"
+
+
+def test_a_sweeps_record_is_held_to_the_plan_of_the_options_its_warm_was_given(tmp_path):
+    """A DeepGEMM sweep called the runtime itself over m 1..65536 (no server): its record names the `plan` options
+    of its warm (--max-tokens 65536). Planned to 4096 tokens instead, the names of the larger m are MISSING;
+    a record with neither a server command nor a plan request is refused."""
+    record = json.loads(SWEEP_RECORD.read_text())
+    record["plan_request"]["max_tokens"] = 4096
+    (tmp_path / "asks.json").write_text(json.dumps(record))
+    (tmp_path / "config.json").write_text((SWEEP_RECORD.parent / "config.json").read_text())
+    res = _check(tmp_path / "asks.json")
+    statuses = [c["status"] for c in json.loads(res.stdout)["checks"]]
+    assert res.returncode == 1 and COVERED in statuses and MISSING in statuses, res.stdout[-2000:] + res.stderr[-2000:]
+    del record["plan_request"]
+    (tmp_path / "asks.json").write_text(json.dumps(record))
+    with pytest.raises(InputError, match="server_command|plan_request"):
+        load_record(tmp_path / "asks.json")
 
 
 def _asks(tmp_path, families: dict) -> dict:

@@ -74,22 +74,26 @@ def load_record(path: Path) -> dict[str, Any]:
 
 
 def record_plan(record: dict[str, Any], base: Path):
-    """HEAD's plan of the record's server command, its model path at a folder holding the record's config.json
-    (``config``: a path relative to ``base``, the repository or the record's folder), for the record's GPU (its
-    row of data/gpus.yaml as planning's gpu_named and doctor find it; one the table lacks: the default GPU), as
-    the proof ran it. A near name's row plans that row's device name, so asks of another name stay MISSING."""
+    """HEAD's plan of the record's server command (or, for a run that called the runtime itself, of its
+    ``plan_request``: the `plan` options its warm was given), its model path at a folder holding the record's
+    config.json (``config``: a path relative to ``base``, the repository or the record's folder), for the record's
+    GPU (its row of data/gpus.yaml as planning's gpu_named and doctor find it; one the table lacks: the default
+    GPU), as the proof ran it. A near name's row plans that row's device name, so asks of another name stay MISSING."""
     from dgprecompile.planning.plan import PlanRequest, gpu_named
-    from dgprecompile.planning.server_plan import plan_from_server
+    from dgprecompile.planning.request import plan_from_request
 
-    argv = shlex.split(record["server_command"])
-    if "--model-path" not in argv[:-1]:
+    gpu = gpu_named(record["environment"]["gpu"])
+    argv = shlex.split(record.get("server_command", ""))
+    if "plan_request" not in record and "--model-path" not in argv[:-1]:
         raise InputError(f"{record['name']}: the server command has no --model-path", hint="fix the record")
     config = (base / record["config"]).read_text()
     with tempfile.TemporaryDirectory(prefix="dgp-asks-") as model:
         (Path(model) / "config.json").write_text(config)
+        if "plan_request" in record:
+            return plan_from_request(PlanRequest(model=model, sglang=record["sglang"], gpu=gpu,
+                                                 **record["plan_request"]))
         argv[argv.index("--model-path") + 1] = model
-        return plan_from_server(PlanRequest(sglang_cmd=shlex.join(argv), sglang=record["sglang"],
-                                            gpu=gpu_named(record["environment"]["gpu"])))
+        return plan_from_request(PlanRequest(sglang_cmd=shlex.join(argv), sglang=record["sglang"], gpu=gpu))
 
 
 def check_asks(record: dict[str, Any], plan, *, nvcc: str | None = None) -> AsksReport:
@@ -288,7 +292,7 @@ def _triton_host(plan, asks: dict[str, Any], record: dict[str, Any], notes: list
     """Each host module the job's Triton looked up, against the key HEAD's warm builds it under: ``cuda_utils``'s
     from this Triton's own driver source, each launcher's from the kernel and signature the runtime bound, through
     the code warm builds them with; warm builds them for the kernel of a planned Triton MoE item on the run's GPU and
-    for each planned model-path kernel (the embedding, the router: compile/triton_path.py).
+    for each planned model-path kernel (the embedding, the router, the MoE sum: compile/triton_path.py).
     Not checked here: that warm's own calls bind the same signatures (the triton-moe asks hold the calls' shapes
     and m to the plan), and the file's name, which holds the job's Python (EXT_SUFFIX)."""
     from dgprecompile.runtimes import TRITON_MOE, TRITON_PATH
