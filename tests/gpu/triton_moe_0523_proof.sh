@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # sglang 0.5.23's Triton MoE keys on the H200: the 480B tp8/ep8 server command planned with --sglang 0.5.23 (its
 # Triton item: m 1..512 every m, one per residue mod 16 above, 8192), the item's own warm command (the argv `warm`
-# runs, TRITON_MOE.warm_argv) with the GPU hidden, then SGLang 0.5.23's own fused_experts on the GPU over MS with
-# TRITON_CACHE_DIR = that cache: count the new fused_moe_kernel entries (expect 0). Not strict: 0.5.23's activation
+# runs, TRITON_MOE.warm_argv) and each model-path Triton item's (TRITON_PATH.warm_argv) with the GPU hidden, then
+# SGLang 0.5.23's own fused_experts on the GPU over MS with TRITON_CACHE_DIR = that cache: count the new entries
+# per kernel (expect none: fused_moe_kernel, and the combine's _moe_sum_reduce_kernel at m <= 32 on sm_90). Not strict: 0.5.23's activation
 # and quantisation are its ninja JIT modules, built here at first use (this checks Triton's keys only).
 # Carry .dev-0523 (prepare: tests/gpu/triton_moe_0523_proof.sh prepare: cp312 wheels of sglang 0.5.23 and what its
 # MoE path imports; the device's own torch 2.11 / triton 3.6.0 / transformers). sgl-kernel is tests/standins' named
@@ -32,8 +33,10 @@ export TVM_FFI_CACHE_DIR=$w/tvm-ffi SGLANG_JIT_CACHE_DIR=$w/sgl-jit TORCHINDUCTO
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } >> "$OUT/summary.txt" 2>&1
 SERVER="python -m sglang.launch_server --model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 --tp 8 --ep 8"
 stamp plan
-python3 -m dgprecompile plan --sglang-cmd "$SERVER" --sglang 0.5.23 --no-sglang-precompile -o "$w/plan.yaml" \
-  > "$OUT/plan.txt" 2>&1
+# the plan is made for the GPU that came (its tuned fused-MoE config is chosen by the device's name)
+gpu=$(python3 -c "import sys, torch; from dgprecompile.planning.plan import gpu_named; print(gpu_named(torch.cuda.get_device_name()) or 'h200')" 2>/dev/null || echo h200)
+python3 -m dgprecompile plan --sglang-cmd "$SERVER" --sglang 0.5.23 --no-sglang-precompile --gpu "$gpu" \
+  -o "$w/plan.yaml" > "$OUT/plan.txt" 2>&1
 echo "plan rc=$?" | tee -a "$OUT/summary.txt"
 python3 - "$w/plan.yaml" "$w/root" > "$w/argv.txt" <<'PY'
 import sys
@@ -49,10 +52,31 @@ mapfile -d '' -t ARGV < "$w/argv.txt"
 env CUDA_VISIBLE_DEVICES= "${ARGV[@]}" > "$OUT/warm.json" 2> "$w/warm.err"
 echo "warm (GPU hidden) rc=$?" | tee -a "$OUT/summary.txt"; tail -5 "$w/warm.err" >> "$OUT/logs.txt"
 python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('warm: ms', r.get('ms'), 'warmed', len(r.get('warmed',[])), 'entries', len(r.get('entries',[])), 'seconds', r.get('seconds'))" "$OUT/warm.json" 2>&1 | tee -a "$OUT/summary.txt"
+# the plan's model-path Triton items (compile/triton_path.py: the embedding, the router, the MoE combine's
+# _moe_sum_reduce_kernel), each by its own warm argv with the GPU hidden, into the same cache
+mkdir -p "$w/path"
+python3 - "$w/plan.yaml" "$w/root" "$w/path" <<'PY'
+import sys
+from pathlib import Path
+from dgprecompile.planning.manifest import read_manifest
+from dgprecompile.runtimes.triton_moe import TRITON_PATH
+plan = read_manifest(sys.argv[1])
+items = plan.triton_path if isinstance(plan.triton_path, list) else list(plan.triton_path.values())
+for i, item in enumerate(items):
+    Path(sys.argv[3], f"argv-{i}").write_text("\0".join(TRITON_PATH.warm_argv(item, sys.argv[2], sys.executable)))
+PY
+for f in "$w"/path/argv-*; do
+  [ -e "$f" ] || continue
+  mapfile -d '' -t PARGV < "$f"
+  env CUDA_VISIBLE_DEVICES= "${PARGV[@]}" >> "$OUT/warm_path.json" 2>> "$w/warm_path.err"
+  echo "path warm (GPU hidden) rc=$? ${PARGV[*]:3:4}" | tee -a "$OUT/summary.txt"
+done
+tail -5 "$w/warm_path.err" >> "$OUT/logs.txt" 2>/dev/null
 stamp forward
 ls "$w/root/triton" > "$w/before.txt"
 TRITON_CACHE_DIR=$w/root/triton python3 "$root/tests/gpu/triton_moe_forward.py" "$MS" > "$OUT/forward.json" 2> "$w/fwd.err"
 rc=$?; ls "$w/root/triton" > "$w/after.txt"
 echo "forward rc=$rc new: $(comm -13 "$w/before.txt" "$w/after.txt" | while read d; do ls "$w/root/triton/$d" | sed -n 's/^__grp__\(.*\)\.json$/\1/p'; done | sort | uniq -c | tr '\n' ';')" | tee -a "$OUT/summary.txt"
 cat "$OUT/forward.json" >> "$OUT/summary.txt"; tail -c 3000 "$w/fwd.err" > "$OUT/forward_stderr.txt"
+for d in "$w"/root/triton/*/; do ls "$d" | sed -n 's/^__grp__\(.*\)\.json$/\1/p'; done | sort | uniq -c > "$OUT/cache_kernels.txt"
 stamp done

@@ -5,7 +5,8 @@ every m given, with random FP8 weights; prints one JSON line (ms, seconds, a che
 STAND-INS, named as such in every record (sgl-kernel's ahead-of-time ops are not carried to the GPU machine and
 are not JIT): ``moe_align_block_size`` (dgprecompile.compile.triton_moe.moe_align_standin, same outputs in torch)
 and ``moe_sum_reduce`` (torch sum over top-k times the scaling factor). Everything else is SGLang's own code:
-its config choice, its Triton ``fused_moe_kernel`` launches, its JIT activation and FP8 quantisation modules.
+its config choice, its Triton ``fused_moe_kernel`` launches, its JIT activation and FP8 quantisation modules, and
+(0.5.19+) its combine's choice of the Triton ``_moe_sum_reduce_kernel``, whose calls are counted (``calls``).
 usage: python3 tests/gpu/triton_moe_forward.py 1-1024,2048,8192
 """
 
@@ -30,6 +31,14 @@ def main() -> int:
     # SGLang's own get_device_name on the real GPU; the arch stated is this GPU's own
     fused, _config = load_sglang(None, major * 10 + minor)
     fused.moe_sum_reduce = moe_sum_reduce_standin
+    calls = {"moe_sum_reduce_triton": 0}  # how often SGLang's combine chose its Triton sum (0.5.19+, m <= 32, sm_90+)
+    own_sum = getattr(fused, "moe_sum_reduce_triton", None)
+    if own_sum is not None:
+        def counted_sum(*args, **kwargs):  # a pass-through counter around SGLang's own function
+            calls["moe_sum_reduce_triton"] += 1
+            return own_sum(*args, **kwargs)
+
+        fused.moe_sum_reduce_triton = counted_sum
     from sglang.srt.layers.moe.moe_runner import MoeRunnerConfig
 
     experts, hidden, inter, topk = 20, 6144, 2560, 8
@@ -47,7 +56,7 @@ def main() -> int:
         check = float(out.float().abs().mean())
     torch.cuda.synchronize()
     print(json.dumps({"ms": len(ms), "m_range": [ms[0], ms[-1]], "seconds": round(time.time() - t0, 1),
-                      "last_mean_abs": check, "finite": bool(torch.isfinite(out).all())}))
+                      "last_mean_abs": check, "finite": bool(torch.isfinite(out).all()), "calls": calls}))
     return 0
 
 
