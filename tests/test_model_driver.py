@@ -170,6 +170,30 @@ def test_the_summary_names_each_family_from_the_hooks_own_refusal_messages(tmp_p
     assert "deleted triton-moe refused by name" in out and "deleted sglang-jit NOT refused" in out
 
 
+def test_the_model_path_kernels_are_their_own_family_where_the_proof_names_them(tmp_path):
+    """SGLang's model-path Triton kernels (data/triton_path.yaml, passed by model_proof.sh as --path-kernels) are
+    family triton-path, refused or new; an unnamed Triton kernel stays "other" (nothing planned it)."""
+    from dgprecompile.launch.hook import _dgprecompile_hook as hook
+    from dgprecompile.runtimes.triton_moe import TRITON_PATH
+
+    names = sorted(k["kernel"] for k in TRITON_PATH.data()["kernels"].values())
+    driver, stderr = tmp_path / "driver.json", tmp_path / "err"
+    driver.write_text(json.dumps({"calls": {"a": 3}, "failed": {}, "ms": 3, "seconds": 1.0, "standins": []}))
+    stderr.write_text("\n".join(hook.triton_refusal_message(k).splitlines()[0]
+                                for k in ("_moe_sum_reduce_kernel", "_some_unplanned_kernel")) + "\n")
+    before, after = tmp_path / "before", tmp_path / "after"
+    before.write_text("")
+    after.write_text("./triton/XYZ/__grp___router_triton_kernel.json\n")
+    argv = [sys.executable, str(REPO / "tests" / "gpu" / "model_proof_summary.py"), "--driver", str(driver),
+            "--stderr", str(stderr), "--before", str(before), "--after", str(after)]
+    named = subprocess.run([*argv, "--path-kernels", ",".join(names)], capture_output=True, text=True, timeout=60)
+    assert "family triton-path: refused 1, new 1" in named.stdout.splitlines(), named.stdout + named.stderr
+    assert "family other: refused 1, new 0" in named.stdout.splitlines()
+    unnamed = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert "family triton-path: refused 0, new 0" in unnamed.stdout.splitlines()
+    assert "family other: refused 2, new 1" in unnamed.stdout.splitlines()
+
+
 @pytest.mark.parametrize("config,args", [(DSV3, "--tp 8"),
                                          (MODELS / "Qwen3-Coder-480B-A35B-Instruct-FP8.json", "--tp 8 --ep 8")])
 def test_the_proof_configs_are_what_the_planner_reads(config, args, tmp_path):

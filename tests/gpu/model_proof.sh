@@ -101,6 +101,10 @@ GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 GPU=${GPU:-$(python3 -c "import sys; from dgprecompile.planning.plan import gpu_named; print(gpu_named(sys.argv[1]) or '')" "$GPU_NAME")}
 echo "plan --gpu ${GPU:-(default: $GPU_NAME is not in data/gpus.yaml)}" >> "$d/summary.txt"
 dg plan --sglang "$SGLANG" --sglang-cmd "$LOCAL" ${GPU:+--gpu "$GPU"} -o "$w/plan.yaml" > "$d/plan.txt" 2>&1
+# SGLang's model-path Triton kernels (data/triton_path.yaml), named to the summary as family triton-path; how many of
+# them the plan holds (0 before sglang 0.5.23's path: the family then has no verdict)
+path_kernels=$(python3 -c "from dgprecompile.runtimes.triton_moe import TRITON_PATH; print(','.join(sorted(k['kernel'] for k in TRITON_PATH.data()['kernels'].values())))" 2>> "$d/logs.txt")
+path_items=$(python3 -c "import sys; from dgprecompile.planning.manifest import read_manifest; print(len(read_manifest(sys.argv[1]).triton_path))" "$w/plan.yaml" 2>> "$d/logs.txt" || echo 0)
 echo "plan rc=$?" >> "$d/summary.txt"
 stamp warm
 tw=$(date +%s.%N)
@@ -146,7 +150,7 @@ strict_rc=$?; echo "strict proof rc=$strict_rc" >> "$d/summary.txt"
 kill -TERM "$watcher"; wait "$watcher"; cat "$w/watch.out" >> "$d/logs.txt"
 (cd "$cache" && find . -type f | sort) > "$w/files.after"
 python3 tests/gpu/model_proof_summary.py --driver "$d/driver.json" --stderr "$w/strict.err" \
-  --before "$w/files.before" --after "$w/files.after" >> "$d/summary.txt" 2>&1
+  --before "$w/files.before" --after "$w/files.after" --path-kernels "$path_kernels" >> "$d/summary.txt" 2>&1
 tail -c 3000 "$w/strict.err" >> "$d/logs.txt"
 # the asks record: complete where the job ran through (its report written, no failure but refusals) with nothing
 # refused or new in the families it records: then its opens and calls are every lookup it made (the launch's own exit
@@ -211,7 +215,7 @@ deleted_run() {  # $1 victims file, $2 label, $3 m range: move the victims aside
     --report "$d/driver_$2.json" > "$w/$2.out" 2> "$w/$2.err"
   echo "$2 proof rc=$?" >> "$d/summary.txt"
   python3 tests/gpu/model_proof_summary.py --driver "$d/driver_$2.json" --stderr "$w/$2.err" \
-    --deleted "$1" --label "$2:" >> "$d/summary.txt" 2>&1
+    --deleted "$1" --label "$2:" --path-kernels "$path_kernels" >> "$d/summary.txt" 2>&1
   tail -c 2000 "$w/$2.err" >> "$d/logs.txt"
   while read -r fam path; do rm -rf "${cache:?}/$path"; mv "$aside/$path" "$cache/$path"; done < "$1"
 }
@@ -219,7 +223,9 @@ deleted_run "$w/victims.a" deleted-run "$MS_DELETED"
 if [ -s "$w/victims.b" ]; then deleted_run "$w/victims.b" deleted-flashinfer-run "${MS_DELETED_FI:-1-8,8192}"; fi
 stamp done
 expects=()
-for f in deepgemm sglang-jit triton-moe triton-host inductor; do  # each family: the driver ran, failed only by refusals
+judged=(deepgemm sglang-jit triton-moe triton-host inductor)
+[ "${path_items:-0}" -gt 0 ] 2>/dev/null && judged+=(triton-path)  # the plan holds model-path Triton items
+for f in "${judged[@]}"; do  # each family: the driver ran, failed only by refusals
   expects+=(--expect "$f=summary.txt:^driver: [1-9][0-9]* modules" \
             --expect "$f=summary.txt:^driver failures other than refusals: 0$" \
             --expect "$f=summary.txt:^family $f: refused 0, new 0$"

@@ -1,8 +1,9 @@
 """Summarise one run of the independent model proof (tests/gpu/model_proof.sh) per JIT family, or pick the
 entries to delete for its second run. Standard library only.
 
-  --driver D.json --stderr E [--before A --after B] [--deleted VICTIMS]
-      prints `family <id>: refused N, new N` for every family (refusals from the strict launch's stderr and the
+  --driver D.json --stderr E [--before A --after B] [--deleted VICTIMS] [--path-kernels K1,K2,...]
+      prints `family <id>: refused N, new N` for every family (triton-path: the Triton kernels named by
+      --path-kernels, SGLang's model-path kernels of dgprecompile's data/triton_path.yaml; unnamed ones are "other") (refusals from the strict launch's stderr and the
       driver's failed modules; new = files the run added to the cache, by area), the driver's module failures, and
       with --deleted, `deleted <family> refused by name` for each deleted entry whose family refused (else `... NOT
       refused`)
@@ -19,7 +20,8 @@ import re
 import sys
 from pathlib import Path
 
-FAMILIES = ("deepgemm", "sglang-jit", "triton-moe", "triton-host", "inductor", "flashinfer", "other")
+FAMILIES = ("deepgemm", "sglang-jit", "triton-moe", "triton-path", "triton-host", "inductor", "flashinfer", "other")
+PATH_KERNELS: set[str] = set()  # --path-kernels: SGLang's model-path Triton kernels (family triton-path)
 
 
 def family_of_message(line: str) -> str:
@@ -33,6 +35,8 @@ def family_of_message(line: str) -> str:
     name = kernel.group(1) if kernel else line
     if "fused_moe_kernel" in name:
         return "triton-moe"
+    if name.rstrip(".:,") in PATH_KERNELS:
+        return "triton-path"
     if "host module" in line or "__triton_launcher" in name or "cuda_utils" in name:
         return "triton-host"
     if re.match(r"triton_(per|poi|red|tem)_", name):
@@ -54,6 +58,8 @@ def family_of_path(path: str) -> str:
             return "triton-host"
         if "fused_moe_kernel" in name:
             return "triton-moe"
+        if name.startswith("__grp__") and name.removeprefix("__grp__").removesuffix(".json") in PATH_KERNELS:
+            return "triton-path"
         if name.startswith("triton_") or "__grp__triton_" in name:
             return "inductor"
         return "other"
@@ -180,7 +186,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--deleted")
     p.add_argument("--pick-victims")
     p.add_argument("--label", default="", help="a word put before every summary line")
+    p.add_argument("--path-kernels", default="", help="SGLang's model-path Triton kernels, comma-separated")
     args = p.parse_args(argv)
+    PATH_KERNELS.update(k for k in args.path_kernels.split(",") if k)
     if args.pick_victims:
         return pick_victims(args.pick_victims)
     return summarise(args)
