@@ -22,7 +22,7 @@ import yaml
 from helpers import NVCC, STANDINS, beside_venv, sgl_deep_gemm_dir, sglang_014_dir
 
 from dgprecompile.errors import InputError
-from dgprecompile.launch.proof_asks import COVERED, MISSING, check_asks, load_record, record_plan
+from dgprecompile.launch.proof_asks import COVERED, MISSING, UNCHECKED, check_asks, load_record, record_plan
 
 REPO = Path(__file__).resolve().parent.parent
 RECORDS = sorted((REPO / "bench" / "results").glob("*/asks.json"))
@@ -314,3 +314,19 @@ def test_an_m_class_the_plan_lacks_is_missing(tmp_path):
     assert [status for status, _ in got] == [MISSING, COVERED], got
     assert got[0][1].startswith("m 16: a class of Triton's int specialisation"), got[0]
     assert [status for status, _ in _path_checks(tmp_path, asked[1:], "16")] == [MISSING]
+
+
+def test_a_model_path_call_this_machine_cannot_replay_is_unchecked(tmp_path):
+    """Warm's calls take the release's own wrappers: in this test's process no sglang is importable, so the ask is
+    UNCHECKED with the reason, which fails the record (never COVERED without the replay)."""
+    try:
+        import sglang  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("an sglang is importable in the test's process")
+    record = {**json.loads(RECORD_0523.read_text()), "families": {"triton-path": {"calls": [_sum_call(8, [[1, 32]])]}}}
+    (tmp_path / "config.json").write_text((RECORD_0523.parent / "config.json").read_text())
+    report = check_asks(record, record_plan(record, tmp_path))
+    assert [(c.status, c.detail.split(":")[0]) for c in report.checks] == [(UNCHECKED, "cannot make warm's calls here")]
+    assert report.return_code == 1
