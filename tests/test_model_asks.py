@@ -22,7 +22,7 @@ import pytest
 from helpers import STANDINS, beside_venv, sglang_014_dir
 
 from dgprecompile.launch.model_asks import spans
-from dgprecompile.launch.proof_asks import COVERED, MISSING
+from dgprecompile.launch.proof_asks import COVERED, MISSING, load_record
 
 REPO = Path(__file__).resolve().parent.parent
 QWEN_RECORD = REPO / "bench" / "results" / "2026-12-03-h200-model-480b" / "asks.json"
@@ -195,3 +195,73 @@ def test_a_call_with_no_lookup_is_covered_whatever_the_plan_and_one_with_lookups
     got = check(tmp_path, _record(tmp_path, asks))
     assert got == [("inductor", COVERED, "no inductor lookup: nothing to build"),
                    ("inductor", MISSING, "no planned graph is this function (data/inductor_graphs.yaml)")], got
+
+
+PATH_RECORD_JOB = textwrap.dedent("""
+    import json, sys, types
+    import torch
+    from dgprecompile.compile.triton_moe import publish_standins
+    publish_standins()
+    from dgprecompile.launch import model_asks
+    from sglang.kernels.ops.embeddings import vocab_parallel_embedding as vpe
+    from sglang.kernels.ops.moe import fused_moe_triton_kernels as kernels
+    from sglang.srt.layers.moe.moe_runner.triton_utils import fused_moe  # binds moe_sum_reduce_triton at its top
+    # STAND-IN for srt/layers/vocab_parallel_embedding.py (it needs compressed_tensors, not installed here): a module
+    # that binds the embedding under another name, as that one does (fused_vocab_parallel_embedding)
+    layer = types.ModuleType("dgp_standin_embedding_layer")
+    layer.fused_vocab_parallel_embedding = vpe.vocab_parallel_embedding
+    sys.modules[layer.__name__] = layer
+    asks = model_asks.Asks()
+    wrapped = model_asks.watch_path(asks)
+    again = model_asks.watch_path(asks)  # a second watcher finds the first and wraps nothing
+    meta = dict(device="meta")
+
+    def called(fn, *args):
+        try:  # SGLang's body launches the Triton kernel (or asserts a CUDA tensor): no GPU here, the record is made
+            fn(*args)
+        except Exception:
+            pass
+
+    for m in (1, 2, 3, 16, 32, 0):
+        called(fused_moe.moe_sum_reduce_triton, torch.empty(m, 8, 6144, dtype=torch.bfloat16, **meta),
+               torch.empty(m, 6144, dtype=torch.bfloat16, **meta), 1.0)
+    called(kernels.moe_sum_reduce_triton, torch.empty(5, 9, 6144, dtype=torch.bfloat16, **meta),
+           torch.empty(5, 6144, dtype=torch.bfloat16, **meta), 1.0)
+    for m in (1, 7, 8):
+        called(layer.fused_vocab_parallel_embedding, torch.empty(m, dtype=torch.int64, **meta),
+               torch.empty(18992, 6144, dtype=torch.bfloat16, **meta), 0, 18992, 0, 151936, 151936)
+    same = {"fused_moe": fused_moe.moe_sum_reduce_triton is kernels.moe_sum_reduce_triton,
+            "layer": layer.fused_vocab_parallel_embedding is vpe.vocab_parallel_embedding}
+    print(json.dumps({"wrapped": wrapped, "again": again, "same": same, "asks": asks.to_dict(), "notes": asks.notes}))
+""")
+
+
+def test_the_model_path_triton_wrappers_record_their_calls_wherever_they_are_bound(tmp_path):
+    """sglang 0.5.23's own moe_sum_reduce_triton, called through the module of SGLang's that imported it at its top
+    (fused_moe.py) and through its defining module, and its own vocab_parallel_embedding through a stand-in module
+    that binds it under another name: each call recorded once in the runtime's terms, identical calls joined as m
+    spans, a call at m 0 said in a note."""
+    sglang, triton = beside_venv("sglang-0.5.23", "sglang/__init__.py"), beside_venv("triton-3.8.0", "triton/__init__.py")
+    if sglang is None or triton is None:
+        pytest.skip("sglang 0.5.23's and Triton 3.8.0's folders beside the venv (make setup)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([sglang, STANDINS, triton, str(REPO)]),
+           "DGP_STANDINS": "sgl_kernel,torchvision", "DGP_TRANSFORMERS_EXIST_OK": "1"}
+    res = subprocess.run([sys.executable, "-c", PATH_RECORD_JOB], env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    summed = "sglang.kernels.ops.moe.fused_moe_triton_kernels.moe_sum_reduce_triton"
+    embedding = "sglang.kernels.ops.embeddings.vocab_parallel_embedding.vocab_parallel_embedding"
+    assert got["wrapped"] == [embedding, "sglang.kernels.ops.moe.moe_fused_gate.moe_fused_gate", summed], got
+    assert got["again"] == [] and got["same"] == {"fused_moe": True, "layer": True}
+    assert got["notes"] == [f"a {summed} call at m 0 not recorded"], got["notes"]
+    out = {"shape": ["m", 6144], "dtype": "bfloat16"}
+    assert got["asks"]["triton-path"]["calls"] == [
+        {"kernel": "moe_sum_reduce", "function": summed, "kwargs": {}, "ms": [[1, 3], [16, 16], [32, 32]],
+         "args": [{"shape": ["m", 8, 6144], "dtype": "bfloat16"}, out, 1.0]},
+        {"kernel": "moe_sum_reduce", "function": summed, "kwargs": {}, "ms": [[5, 5]],
+         "args": [{"shape": ["m", 9, 6144], "dtype": "bfloat16"}, out, 1.0]},
+        {"kernel": "vocab_parallel_embedding", "function": embedding, "kwargs": {}, "ms": [[1, 1], [7, 8]],
+         "args": [{"shape": ["m"], "dtype": "int64"}, {"shape": [18992, 6144], "dtype": "bfloat16"},
+                  0, 18992, 0, 151936, 151936]}], got["asks"]
+    (tmp_path / "asks.json").write_text(json.dumps(_record(tmp_path, got["asks"])))
+    assert load_record(tmp_path / "asks.json")["families"] == got["asks"]  # a record's schema holds what it makes

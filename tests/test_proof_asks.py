@@ -22,7 +22,7 @@ import yaml
 from helpers import NVCC, STANDINS, beside_venv, sgl_deep_gemm_dir, sglang_014_dir
 
 from dgprecompile.errors import InputError
-from dgprecompile.launch.proof_asks import COVERED, MISSING, check_asks, load_record, record_plan
+from dgprecompile.launch.proof_asks import COVERED, MISSING, UNCHECKED, check_asks, load_record, record_plan
 
 REPO = Path(__file__).resolve().parent.parent
 RECORDS = sorted((REPO / "bench" / "results").glob("*/asks.json"))
@@ -241,3 +241,92 @@ def test_a_launcher_of_a_planned_model_path_kernel_is_one_warm_builds(tmp_path):
     assert router.startswith("HEAD's warm files it under "), router  # a key computed, another than the asked one
     assert other == ("a launcher of other_kernel: HEAD's plan warms only _moe_sum_reduce_kernel, "
                      "_router_triton_kernel, _vocab_parallel_embedding_kernel, fused_moe_kernel"), other
+
+
+SUM_REDUCE = "sglang.kernels.ops.moe.fused_moe_triton_kernels.moe_sum_reduce_triton"
+PATH_JOB = """
+import dataclasses, json, sys
+from pathlib import Path
+from dgprecompile.launch.proof_asks import check_asks, load_record, record_plan
+record = load_record(Path(sys.argv[1]))
+plan = record_plan(record, Path(sys.argv[1]).parent)
+keep = {int(m) for m in sys.argv[2].split(",")} if len(sys.argv) > 2 else None
+for key, it in list(plan.triton_path.items()):  # the MoE sum's items planned at the given m only
+    if keep is not None and it.kernel == "moe_sum_reduce":
+        plan.triton_path[key] = dataclasses.replace(it, ms=tuple(m for m in it.ms if m in keep))
+print(json.dumps([[c.status, c.detail] for c in check_asks(record, plan).checks]))
+"""
+
+
+def _path_checks(tmp_path, calls: list[dict], *keep: str) -> list[tuple[str, str]]:
+    """(status, detail) of each triton-path ask of sglang 0.5.23's 480B record (the README's command, --tp 8 --ep 8,
+    Triton 3.8.0) against HEAD's plan, by check_asks in a process with that release's folders on PYTHONPATH (warm's
+    own calls of SGLang's wrappers need them); ``keep``: the MoE sum's planned m cut to these (a plan edited here)."""
+    record = json.loads(RECORD_0523.read_text())
+    folders = [beside_venv("sglang-0.5.23", "sglang/__init__.py"), beside_venv("triton-3.8.0", "triton/__init__.py")]
+    if None in folders:
+        pytest.skip("sglang 0.5.23's and Triton 3.8.0's folders beside the venv (make setup)")
+    record["families"] = {"triton-path": {"calls": calls}}
+    (tmp_path / "config.json").write_text((RECORD_0523.parent / "config.json").read_text())
+    (tmp_path / "asks.json").write_text(json.dumps(record))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*folders, STANDINS, str(REPO)]),
+           "DGP_STANDINS": "sgl_kernel,torchvision"}
+    res = subprocess.run([sys.executable, "-c", PATH_JOB, str(tmp_path / "asks.json"), *keep],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return [tuple(c) for c in json.loads(res.stdout.strip().splitlines()[-1])]
+
+
+def _sum_call(topk: int, ms: list[list[int]]) -> dict:
+    return {"kernel": "moe_sum_reduce", "function": SUM_REDUCE, "ms": ms,
+            "args": [{"shape": ["m", topk, 6144], "dtype": "bfloat16"}, {"shape": ["m", 6144], "dtype": "bfloat16"}, 1.0]}
+
+
+def test_model_path_triton_calls_are_held_to_warms_own_calls_and_the_planned_m_classes(tmp_path):
+    """Hand-written asks in the runtime's terms for the README's 480B command on sglang 0.5.23: the MoE combine's sum
+    over m 1..32 at top-k 8 (what moe_combine_topk passes moe_sum_reduce_triton), the router over m 1..8192 and rank
+    0's embedding window over m 1..8192 (m is in no key of the embedding's: one planned m holds them all) are
+    COVERED; the sum at top-k 9 is not a call HEAD's warm makes; a call of a function the data file does not name
+    for its kernel, and a kernel it does not know, are MISSING."""
+    router = {"kernel": "router", "function": "sglang.kernels.ops.moe.moe_fused_gate.moe_fused_gate",
+              "args": [{"shape": ["m", 160], "dtype": "bfloat16"}, None, 8],
+              "kwargs": {"renormalize": True, "scoring_func": "softmax"}, "ms": [[1, 8192]]}
+    embedding = {"kernel": "vocab_parallel_embedding",
+                 "function": "sglang.kernels.ops.embeddings.vocab_parallel_embedding.vocab_parallel_embedding",
+                 "args": [{"shape": ["m"], "dtype": "int64"}, {"shape": [18992, 6144], "dtype": "bfloat16"},
+                          0, 18992, 0, 151936, 151936], "ms": [[1, 8192]]}
+    got = _path_checks(tmp_path, [_sum_call(8, [[1, 32]]), router, embedding, _sum_call(9, [[1, 32]]),
+                                  {**_sum_call(8, [[1, 1]]), "function": "sglang.elsewhere.moe_sum_reduce_triton"},
+                                  {**_sum_call(8, [[1, 1]]), "kernel": "another_kernel"}])
+    assert [status for status, _ in got] == [COVERED, COVERED, COVERED, MISSING, MISSING, MISSING], got
+    assert got[3][1].startswith("the arguments differ from every call HEAD's warm makes for "
+                                "triton_path:moe_sum_reduce."), got[3]
+    assert got[4][1] == f"the runtime called sglang.elsewhere.moe_sum_reduce_triton, HEAD's warm calls {SUM_REDUCE}"
+    assert got[5][1] == "no planned kernel is this one (data/triton_path.yaml)"
+
+
+def test_an_m_class_the_plan_lacks_is_missing(tmp_path):
+    """Triton specialises the sum's token_num by class (== 1, % 16 == 0, other): a plan whose MoE sum item lacks
+    the % 16 class (its m edited to 1 and 17 here) misses the runtime's m 1..32 (16 and 32 are of that class) but
+    still holds m 1..15; with no m of the sum planned, nothing of it is covered."""
+    asked = [_sum_call(8, [[1, 32]]), _sum_call(8, [[1, 15]])]
+    got = _path_checks(tmp_path, asked, "1,17")
+    assert [status for status, _ in got] == [MISSING, COVERED], got
+    assert got[0][1].startswith("m 16: a class of Triton's int specialisation"), got[0]
+    assert [status for status, _ in _path_checks(tmp_path, asked[1:], "16")] == [MISSING]
+
+
+def test_a_model_path_call_this_machine_cannot_replay_is_unchecked(tmp_path):
+    """Warm's calls take the release's own wrappers: in this test's process no sglang is importable, so the ask is
+    UNCHECKED with the reason, which fails the record (never COVERED without the replay)."""
+    try:
+        import sglang  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("an sglang is importable in the test's process")
+    record = {**json.loads(RECORD_0523.read_text()), "families": {"triton-path": {"calls": [_sum_call(8, [[1, 32]])]}}}
+    (tmp_path / "config.json").write_text((RECORD_0523.parent / "config.json").read_text())
+    report = check_asks(record, record_plan(record, tmp_path))
+    assert [(c.status, c.detail.split(":")[0]) for c in report.checks] == [(UNCHECKED, "cannot make warm's calls here")]
+    assert report.return_code == 1

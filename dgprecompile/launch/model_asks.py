@@ -1,8 +1,8 @@
-"""The runtime's asks of the Triton MoE, Triton host and torch.compile families, as the model driver's job makes them
-(issue 43).
+"""The runtime's asks of the Triton MoE, Triton model-path, Triton host and torch.compile families, as the model
+driver's job makes them (issue 43).
 
 The cache-area families (DeepGEMM, SGLang JIT, FlashInfer) are recorded from outside the job, by the files it opens
-(tests/gpu/cache_opens.py). These three are recorded here, inside the job, from the calls SGLang itself makes, in its
+(tests/gpu/cache_opens.py). These four are recorded here, inside the job, from the calls SGLang itself makes, in its
 own terms and independent of any plan:
 
 * triton-moe: every call of SGLang's Triton fused MoE (``_fused_moe_kernel_sequence``, where a release has none
@@ -13,6 +13,10 @@ own terms and independent of any plan:
   key directory and file it was found in (or built into), Triton's ``platform_key()``, for a launcher what Triton
   generated its source from (the kernel's name, the signature its JIT bound, the tensor-descriptor metadata) and,
   where the key holds them (3.8), the build's folders and libraries;
+* triton-path: every call of SGLang's model-path Triton wrappers (data/triton_path.yaml ``kernels``: each one's
+  ``module`` and ``function``, e.g. ``moe_sum_reduce_triton``), wherever a loaded module holds it, under any name
+  (0.5.23's srt/layers/vocab_parallel_embedding.py binds the embedding as ``fused_vocab_parallel_embedding``): the
+  data file's kernel name, the wrapper's module and name, its arguments described as the inductor family's are, and m;
 * inductor: every call of a function SGLang compiles with ``torch.compile`` (``torch.compile`` is wrapped before
   SGLang is imported, so every decorator SGLang applies goes through it): the function's module and qualified name,
   its arguments (tensors as shape and dtype, the first dimension of the first tensor shown as ``"m"``; scalars as
@@ -88,6 +92,7 @@ class Asks:
         self.moe: dict[tuple[int, int, int, int], set[int]] = {}
         # (function, its arguments shown, grad mode) -> (the m it ran at, inductor's graph-cache lookups it made)
         self.compiled: dict[tuple[str, str, str], tuple[set[int], list[int]]] = {}
+        self.path: dict[tuple[str, str, str], set[int]] = {}  # (kernel, function, its arguments shown) -> the m
         self.host: dict[tuple[str, str], dict[str, Any]] = {}  # (name, key) -> the module's ask
         self.platform_key: str | None = None
         self.notes: list[str] = []
@@ -111,6 +116,16 @@ class Asks:
         ms, looked = self.compiled.setdefault((function, shown, current_grad_mode()), (set(), [0]))
         ms.add(call_m(args, kwargs) or 1)
         looked[0] += lookups
+
+    def path_call(self, kernel: str, function: str, args: tuple, kwargs: dict) -> None:
+        """A call of a model-path Triton wrapper (data/triton_path.yaml ``kernel``), described as a compiled call
+        is; a call at m 0 (an idle forward: no ask a record's m can hold) is said in a note."""
+        m = call_m(args, kwargs)
+        if not m:
+            self.note(f"a {function} call at m {m} not recorded")
+            return
+        shown = json.dumps(described_call(args, kwargs), sort_keys=True)
+        self.path.setdefault((kernel, function, shown), set()).add(m)
 
     def host_module(self, name: str, path: str | None, launcher: dict[str, Any] | None,
                     built: dict[str, list[str]] | None = None) -> None:
@@ -138,6 +153,10 @@ class Asks:
             out["inductor"] = {"calls": [
                 {"function": fn, **json.loads(shown), "grad": grad, "ms": spans(ms), "lookups": looked[0]}
                 for (fn, shown, grad), (ms, looked) in sorted(self.compiled.items())]}
+        if self.path:
+            out["triton-path"] = {"calls": [
+                {"kernel": kernel, "function": fn, **json.loads(shown), "ms": spans(ms)}
+                for (kernel, fn, shown), ms in sorted(self.path.items())]}
         return out
 
 
@@ -226,6 +245,53 @@ def watch_moe(asks: Asks) -> str | None:
         return f"{where}.{name}"
     asks.notes.append(f"none of {', '.join(MOE_FUNCTIONS)} in {', '.join(MOE_MODULES)}: Triton MoE calls not recorded")
     return None
+
+
+def _rebind_object(target, wrapped) -> int:
+    """Put ``wrapped`` in place of ``target`` under every name of every loaded module that binds it (a module that
+    did ``from x import f as g`` holds its own binding, by another name); how many bindings were replaced."""
+    count = 0
+    for mod in list(sys.modules.values()):
+        names = [k for k, v in list(getattr(mod, "__dict__", {}).items()) if v is target]
+        for name in names:
+            setattr(mod, name, wrapped)
+        count += len(names)
+    return count
+
+
+def _path_recording(asks: Asks, kernel: str, function: str, target):
+    @functools.wraps(target)
+    def call(*args, **kwargs):
+        asks.path_call(kernel, function, args, kwargs)
+        return target(*args, **kwargs)
+
+    call._dgp_asks = True
+    return call
+
+
+def watch_path(asks: Asks) -> list[str]:
+    """Wrap SGLang's model-path Triton wrappers (data/triton_path.yaml: each kernel's ``module``.``function``) in
+    every loaded module that binds them, under whatever name (after the model is built, as :func:`watch_moe`: the
+    modules that import one at their top are loaded then, and one imported inside a function is looked up in its
+    defining module, wrapped too, at each call). The ``module.function`` names wrapped; a release without one is
+    said in a note."""
+    import importlib
+
+    from dgprecompile.runtimes.triton_moe import TRITON_PATH
+
+    wrapped = []
+    for kernel, k in TRITON_PATH.data()["kernels"].items():
+        function = f"{k['module']}.{k['function']}"
+        try:
+            target = getattr(importlib.import_module(k["module"]), k["function"])
+        except (ImportError, AttributeError) as exc:
+            asks.note(f"{function} not recorded: {type(exc).__name__}: {exc}")
+            continue
+        if getattr(target, "_dgp_asks", False):  # a second watcher finds the first
+            continue
+        _rebind_object(target, _path_recording(asks, kernel, function, target))
+        wrapped.append(function)
+    return wrapped
 
 
 def _plain(value: Any) -> Any:

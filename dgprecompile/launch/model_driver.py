@@ -9,8 +9,9 @@ embedding, each decoder layer's norms, its attention block's linears, q/k norm a
 norm; then a decode step at a few batch sizes (:func:`decode_step`: SGLang's own position clamp, the layers at the
 batch's width, the LM head and SGLang's own Sampler with top-k / top-p). Run it as the job of a strict ``dgprecompile launch``: a refused compile is an error here (reported per
 module, the first m it happened at) and the launch's own checks see every entry a compile would add. The report's
-``asks`` are the Triton fused MoE's and the torch.compile'd functions' calls SGLang made and the host modules its
-Triton looked up (launch/model_asks.py): the part of a proof's asks record (issue 43) that only the job itself can see.
+``asks`` are the Triton fused MoE's, the model-path Triton wrappers' and the torch.compile'd functions' calls SGLang
+made and the host modules its Triton looked up (launch/model_asks.py): the part of a proof's asks record (issue 43)
+that only the job itself can see.
 
 STAND-INS, each named in the report (what one GPU cannot run, or what is not a JIT and is not carried):
 * the layer count: SGLang's own ``--json-model-override-args`` keeps the layers up to the first MoE layer (the
@@ -133,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     model_standins.install(report)
     model, sa = build(args, report)
     model_asks.watch_moe(asks)
+    model_asks.watch_path(asks)  # the embedding, router and MoE sum's Triton wrappers (data/triton_path.yaml)
     ms = parse_ms(args.m)
     report.times["build_s"] = round(time.time() - t0, 3)
     with grad_mode(report):

@@ -3,17 +3,20 @@
 A proof run on the GPU logs, per JIT family, what the job's runtimes looked up, in their own terms (a record,
 ``data/schemas/proof-asks.json``): DeepGEMM's entry names, SGLang's JIT modules (their module names, or the
 directories the loader opened), FlashInfer's module directories, the Triton fused MoE's calls (experts, hidden,
-intermediate, top-k, m), the host modules Triton looked up (name, key directory, a launcher's kernel and signature)
-and the torch.compile'd functions' calls (function, arguments as a cache key sees them, m, grad mode). Nothing in it
-comes from the plan under test: it is what the runtime did.
+intermediate, top-k, m), the calls of SGLang's model-path Triton wrappers (kernel, function, arguments, m), the host
+modules Triton looked up (name, key directory, a launcher's kernel and signature) and the torch.compile'd functions'
+calls (function, arguments as a cache key sees them, m, grad mode). Nothing in it comes from the plan under test:
+it is what the runtime did.
 
 ``check_asks`` makes HEAD's plan for the record's server command and config (the same planning ``plan`` and ``warm``
 use) and asks of each ask whether the plan covers it: the entry or module name among the names the runtime here
 gives the plan's items (keys/schemes.py: DeepGEMM's from the installed headers and nvcc, SGLang's from the installed
 sglang, FlashInfer's from the item), a MoE call inside a planned item's shape and m range for the run's GPU, a
 compiled call with the arguments warm passes for a planned item of that function (compile/inductor_graphs.py's own
-calls, on torch's meta device), in its grad mode and m range, a host module under the key warm's build gives it
-(compile/triton_host.py, Triton's own code, for a planned Triton MoE item's kernel). A plan that drops or changes one
+calls, on torch's meta device), in its grad mode and m range, a model-path Triton call with the arguments warm
+passes SGLang's wrapper for a planned item of that kernel (compile/triton_path.py's own calls, on meta) and a
+planned m of each class of Triton's int specialisation the runtime's m fall in, a host module under the key warm's
+build gives it (compile/triton_host.py, Triton's own code, for a planned Triton MoE item's kernel). A plan that drops or changes one
 ask fails, naming it; where this machine cannot compute a family's names (another release installed, no nvcc) the
 family is "unchecked", which fails too: a record is held only where its environment is reproduced.
 
@@ -248,6 +251,92 @@ def _inductor(plan, asks: dict[str, Any], record: dict[str, Any], notes: list[st
     return out
 
 
+def _path_warm_calls(item) -> list[dict[str, Any]]:
+    """How warm calls SGLang's wrapper for a model-path item (compile/triton_path.py WARMS, the same code, on torch's
+    meta device), the wrapper being replaced in its defining module (where warm looks it up at each call) by a
+    stand-in that only records each call as the driver describes the runtime's (launch/model_asks.py)."""
+    import importlib
+
+    from dgprecompile.compile import triton_path
+    from dgprecompile.launch.model_asks import described_call
+    from dgprecompile.runtimes import TRITON_PATH
+
+    kernel = TRITON_PATH.kernel(item.kernel)
+    module = importlib.import_module(kernel["module"])
+    seen: list[dict[str, Any]] = []
+    original = getattr(module, kernel["function"])
+    setattr(module, kernel["function"], lambda *args, **kwargs: seen.append(described_call(args, kwargs)))
+    try:  # the item's params as warm's command line hands them over (TRITON_PATH.warm_argv)
+        triton_path.WARMS[item.kernel]({k: str(v) for k, v in item.params}, list(item.ms))
+    finally:
+        setattr(module, kernel["function"], original)
+    return seen
+
+
+def m_class(m: int) -> str:
+    """Triton's specialisation class of an int argument below 2**31 (data/triton_path.yaml ``m_classes``)."""
+    return "1" if m == 1 else "16" if m % 16 == 0 else "other"
+
+
+def _classes_in(spans: list[tuple[int, int]]) -> dict[str, int]:
+    """Each specialisation class the m of ``spans`` fall in, with its first m."""
+    out: dict[str, int] = {}
+    for lo, hi in spans:
+        firsts = [m for m in (lo, lo + 1, -(-lo // 16) * 16) if lo <= m <= hi]  # each class's first m is among them
+        for m in sorted(firsts):
+            out.setdefault(m_class(m), m)
+    return out
+
+
+def _path_why(call: dict[str, Any], items: list, same: list, specialised: bool, function: str | None) -> str:
+    """Why no planned item covers a model-path call ("" where one does)."""
+    if function is None:
+        return "no planned kernel is this one (data/triton_path.yaml)"
+    if call["function"] != function:
+        return f"the runtime called {call['function']}, HEAD's warm calls {function}"
+    if not items:
+        return "HEAD's plan has no item of this kernel"
+    if not same:
+        return f"the arguments differ from every call HEAD's warm makes for {', '.join(it.id for it in items)}"
+    asked = _classes_in(_ms(call))
+    for it in same:
+        left = {c: m for c, m in asked.items() if c not in {m_class(p) for p in it.ms}}
+        if not specialised or not left:
+            return ""
+    return (f"m {', '.join(str(m) for m in left.values())}: a class of Triton's int specialisation (== 1, % 16 == 0, "
+            f"other) none of the planned m of {same[-1].id} is in")
+
+
+def _triton_path(plan, asks: dict[str, Any], record: dict[str, Any], notes: list[str], nvcc: str | None):
+    """Each call of a model-path Triton wrapper (its kernel, module and name, its arguments as a cache key sees them;
+    its m) against HEAD's planned items of that kernel: the same arguments as warm passes SGLang's wrapper for one of
+    them, and, where m is one of the kernel's specialised int arguments (``ms: m_classes`` in data/triton_path.yaml;
+    the embedding's m is in no key, only in its grid), a planned m of each specialisation class the runtime's m fall
+    in."""
+    from dgprecompile.runtimes import TRITON_PATH
+
+    kernels = TRITON_PATH.data()["kernels"]
+    replays: dict[str, list[dict[str, Any]]] = {}
+    out = []
+    for call in asks.get("calls", []):
+        asked = {"args": call["args"], "kwargs": call.get("kwargs", {})}
+        shown = f"{call['kernel']} {json.dumps(asked, sort_keys=True)} m {_ms_shown(_ms(call))}"
+        k = kernels.get(call["kernel"])
+        items = [it for it in plan.triton_path.values() if it.kernel == call["kernel"]]
+        try:
+            for it in items:
+                if it.id not in replays:
+                    replays[it.id] = _path_warm_calls(it)
+        except (ImportError, SystemExit) as exc:  # warm's calls take the release's own wrappers (sglang) and torch
+            out.append(AskCheck("triton-path", shown, UNCHECKED, f"cannot make warm's calls here: {exc}"))
+            continue
+        same = [it for it in items if asked in replays[it.id]]
+        why = _path_why(call, items, same, bool(k) and k["ms"] == "m_classes",
+                        k and f"{k['module']}.{k['function']}")
+        out.append(AskCheck("triton-path", shown, MISSING if why else COVERED, why))
+    return out
+
+
 def _host_shown(module: dict[str, Any]) -> str:
     kernel = module.get("launcher", {}).get("kernel")
     return f"{module['name']} {module['key']}" + (f" ({kernel})" if kernel else "")
@@ -320,7 +409,8 @@ def _triton_host(plan, asks: dict[str, Any], record: dict[str, Any], notes: list
 
 # each family of a record (bench/proof_families.yaml ids), checked in its own terms
 FAMILY_CHECKS = {"deepgemm": _deepgemm, "sglang-jit": _sglang_jit, "flashinfer": _flashinfer,
-                 "triton-moe": _triton_moe, "triton-host": _triton_host, "inductor": _inductor}
+                 "triton-moe": _triton_moe, "triton-path": _triton_path, "triton-host": _triton_host,
+                 "inductor": _inductor}
 
 
 def main(argv: list[str] | None = None) -> int:
