@@ -478,3 +478,26 @@ def test_a_fingerprint_difference_in_the_releases_key_is_named():
     recorded = {"sglang_ninja": {"sglang": VERSION, "pkg_torch": "2.13.0+cpu", "cxx_version": "c++ 12.2.0"}}
     current = {"sglang_ninja": {"sglang": VERSION, "pkg_torch": "2.11.0+cu130", "cxx_version": "c++ 12.2.0"}}
     assert [d[0] for d in differences(recorded, current)] == ["sglang_ninja.pkg_torch"]
+
+
+@needs_sgl023
+def test_the_builders_import_without_sglangs_front_end(tmp_path):
+    """warm's workers import sglang 0.5.23's builder module without running sglang/__init__.py (its transformers
+    patches and frontend language): the module and its submodules import, transformers is never loaded, and the
+    package has no front end; a module the release lacks is one CompileFailed naming it."""
+    child = """
+import sys
+from dgprecompile.compile.backends.base import import_from_sglang
+from dgprecompile.errors import CompileFailed
+utils = import_from_sglang("sglang.kernels.jit.utils")
+assert callable(utils.override_jit_cuda_arch), utils
+assert "transformers" not in sys.modules and not hasattr(sys.modules["sglang"], "Runtime")
+try:
+    import_from_sglang("sglang.kernels.no_such_module")
+except CompileFailed as exc:
+    print("refused:", exc.message)
+"""
+    res = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=300,
+                         env=_env(tmp_path / "cache", CUDA_VISIBLE_DEVICES=""))
+    assert res.returncode == 0, res.stdout + res.stderr[-3000:]
+    assert "refused: cannot import sglang.kernels.no_such_module from the installed sglang" in res.stdout

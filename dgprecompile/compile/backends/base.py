@@ -3,14 +3,41 @@ dgprecompile computes) the check-lock-build-install sequence around one kernel."
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import sys
+import types
 from pathlib import Path
 from typing import Any
 
 from dgprecompile.cache.store import UNVOUCHED, CacheStore
 from dgprecompile.compile.backends import WorkItem
+from dgprecompile.errors import CompileFailed
 from dgprecompile.runtimes.items import KernelSpec
 
 UNVOUCHED_WHY = "not recorded in the index, and its bytes differ from a fresh build"
+
+
+def import_from_sglang(name: str):
+    """Import the installed sglang's module ``name`` for a builder, without running ``sglang/__init__.py``.
+
+    That file is SGLang's public front end: it applies its transformers patches and imports its frontend language
+    (transformers, torch._dynamo, torch.distributed.tensor: about 8 of the 20 s a warm's zygote spent importing
+    sglang 0.5.23's builder module, bench/results/2026-12-06-h100-torch214-stack0523/zygote-import), none of which
+    a JIT build reads: the package is entered as a bare one (its path, its spec), so its submodules import as
+    they would. A process that imported sglang already keeps what it has. A failing import chain is the user's
+    environment: one CompileFailed that says where."""
+    if "sglang" not in sys.modules:
+        spec = importlib.util.find_spec("sglang")
+        if spec is not None and spec.submodule_search_locations is not None:
+            package = types.ModuleType("sglang")
+            package.__path__ = list(spec.submodule_search_locations)
+            package.__spec__, package.__file__ = spec, spec.origin
+            sys.modules["sglang"] = package
+    try:
+        return importlib.import_module(name)
+    except Exception as exc:
+        raise CompileFailed(f"cannot import {name} from the installed sglang: {type(exc).__name__}: {exc}") from None
 
 
 class StagingWorker:

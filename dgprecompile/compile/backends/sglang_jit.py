@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 import os
 import shutil
 import subprocess
@@ -23,7 +22,7 @@ from typing import Any
 
 from dgprecompile.cache.entrycheck import link_problem
 from dgprecompile.compile.backends import ModuleWork
-from dgprecompile.compile.backends.base import StagingWorker
+from dgprecompile.compile.backends.base import StagingWorker, import_from_sglang
 from dgprecompile.errors import CompileFailed
 from dgprecompile.host.environ import environ
 from dgprecompile.keys.sglang_jit import JIT_AREA
@@ -51,16 +50,9 @@ def resolve_args(args: list[Any]) -> list[Any]:
 def preload(job: dict[str, Any]) -> None:
     """Import sglang's arch override and every builder module once, before the zygote forks."""
     if job.get("arch_override"):
-        _import(job["arch_override"].split(":")[0])
+        import_from_sglang(job["arch_override"].split(":")[0])
     for python in job.get("modules", []):
-        _import(python)
-
-
-def _import(name: str):
-    try:
-        return importlib.import_module(name)
-    except Exception as exc:  # sglang's import chain failing is the user's environment, say where
-        raise CompileFailed(f"cannot import {name} from the installed sglang: {type(exc).__name__}: {exc}") from None
+        import_from_sglang(python)
 
 
 @contextlib.contextmanager
@@ -98,7 +90,7 @@ class SglangJitWorker(StagingWorker):
         self.arch = tuple(job["arch"])
         if job.get("arch_override"):
             module, _, name = job["arch_override"].partition(":")
-            self.override = getattr(_import(module), name)
+            self.override = getattr(import_from_sglang(module), name)
         else:  # a release without an override (0.5.9): its preset variable and its device question answered
             self.override = functools.partial(target_device, job["arch_env"])
         self._stub_dir: str | None = None
@@ -155,7 +147,7 @@ class SglangJitWorker(StagingWorker):
             problem = self._problem(item.kernel, entry, library)
             if problem is None:
                 return "cached", [entry], 0.0
-            builder = getattr(_import(p["python"]), p["builder"])
+            builder = getattr(import_from_sglang(p["python"]), p["builder"])
             args = resolve_args(p["args"])
             kwargs = {k: resolve_args(v) if isinstance(v, list) else v for k, v in (p.get("kwargs") or {}).items()}
             self._link_stub()  # modules that link -lcuda (custom all-reduce) need it on a driverless machine

@@ -12,7 +12,6 @@ moved into ``<cache>/sglang-jit/`` with one more rename. No dgprecompile code ru
 
 from __future__ import annotations
 
-import importlib
 import os
 import shutil
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from dgprecompile.compile.backends import ModuleWork
-from dgprecompile.compile.backends.base import StagingWorker
+from dgprecompile.compile.backends.base import StagingWorker, import_from_sglang
 from dgprecompile.errors import CompileFailed
 from dgprecompile.keys.schemes import naming_for
 from dgprecompile.keys.sglang_jit_ninja import AREA, LEAF_PREFIX, toolkit_home
@@ -31,16 +30,9 @@ from dgprecompile.runtimes.items import JitModule
 NOT_RECORDED = ("build.ninja", "cuda.cu", "cuda_0.o", "cuda_0.o.d", ".ninja_log", ".ninja_deps")
 
 
-def _import(name: str):
-    try:
-        return importlib.import_module(name)
-    except Exception as exc:  # sglang's import chain failing is the user's environment, say where
-        raise CompileFailed(f"cannot import {name} from the installed sglang: {type(exc).__name__}: {exc}") from None
-
-
 def _target(ref: str):
     module, _, name = ref.partition(":")
-    return getattr(_import(module), name)
+    return getattr(import_from_sglang(module), name)
 
 
 def preload(job: dict[str, Any]) -> None:
