@@ -157,7 +157,9 @@ tail -c 3000 "$w/strict.err" >> "$d/logs.txt"
 # code is in summary.txt; on 2026-12-05 it was 1 for FlashInfer's log alone, which the proof counts as bookkeeping)
 complete=true
 [ -f "$d/driver.json" ] && grep -q "^driver failures other than refusals: 0$" "$d/summary.txt" || complete=false
-for f in deepgemm sglang-jit flashinfer triton-moe inductor; do
+asked=(deepgemm sglang-jit flashinfer triton-moe inductor)
+[ "${path_items:-0}" -gt 0 ] 2>/dev/null && asked+=(triton-path)  # its calls are recorded where it is planned
+for f in "${asked[@]}"; do
   grep -q "^family $f: refused 0, new 0$" "$d/summary.txt" || complete=false
 done
 cp "$CONFIG" "$d/config.json"
