@@ -205,16 +205,19 @@ def watch_compile(asks: Asks) -> None:
     torch.compile = compile
 
 
-def _rebind(name: str, targets: list, wrap) -> None:
-    """In every loaded module whose ``name`` is one of ``targets``, put ``wrap(that function)`` in its place, one
-    wrapper per distinct function (modules that imported it by name hold their own binding)."""
+def _rebind(name: str | None, targets: list, wrap) -> None:
+    """In every loaded module whose ``name`` (None: any of its names) is one of ``targets``, put ``wrap(that
+    function)`` in its place, one wrapper per distinct function (modules that imported it by name hold their own
+    binding, under another name where they did ``from x import f as g``)."""
     wrapped: dict[int, Any] = {}
     for mod in list(sys.modules.values()):
-        bound = getattr(mod, "__dict__", {}).get(name)
-        if any(bound is t for t in targets):
-            if id(bound) not in wrapped:
-                wrapped[id(bound)] = wrap(bound)
-            setattr(mod, name, wrapped[id(bound)])
+        space = getattr(mod, "__dict__", {})
+        for bound_name in ([name] if name else list(space)):
+            bound = space.get(bound_name)
+            if any(bound is t for t in targets):
+                if id(bound) not in wrapped:
+                    wrapped[id(bound)] = wrap(bound)
+                setattr(mod, bound_name, wrapped[id(bound)])
 
 
 def _recording(asks: Asks, target):
@@ -247,18 +250,6 @@ def watch_moe(asks: Asks) -> str | None:
     return None
 
 
-def _rebind_object(target, wrapped) -> int:
-    """Put ``wrapped`` in place of ``target`` under every name of every loaded module that binds it (a module that
-    did ``from x import f as g`` holds its own binding, by another name); how many bindings were replaced."""
-    count = 0
-    for mod in list(sys.modules.values()):
-        names = [k for k, v in list(getattr(mod, "__dict__", {}).items()) if v is target]
-        for name in names:
-            setattr(mod, name, wrapped)
-        count += len(names)
-    return count
-
-
 def _path_recording(asks: Asks, kernel: str, function: str, target):
     @functools.wraps(target)
     def call(*args, **kwargs):
@@ -289,7 +280,8 @@ def watch_path(asks: Asks) -> list[str]:
             continue
         if getattr(target, "_dgp_asks", False):  # a second watcher finds the first
             continue
-        _rebind_object(target, _path_recording(asks, kernel, function, target))
+        _rebind(None, [target], lambda bound, kernel=kernel, function=function:
+                _path_recording(asks, kernel, function, bound))
         wrapped.append(function)
     return wrapped
 
