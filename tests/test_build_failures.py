@@ -420,12 +420,17 @@ def test_keep_going_fails_the_real_build_with_its_compilers_first_error(tmp_path
     assert Path(details["log"]).parent == cache / "dgprecompile" / "logs" and "ninja: build stopped" in log
 
 
+# The sampling module is built for the newest pin only (what today's serving stack runs): its sampling.cu is one
+# nvcc of about four CPU minutes per release, and the two releases reach cuRAND the same way (their headers and the
+# refusal without them are checked for both above).
+BUILT = ["0.7.2"]
+
+
 @pytest.fixture(scope="module")
 def sampling_warms(tmp_path_factory):
-    """Both versions' warms of the sampling plan, with cuRAND's headers from the wheel, started at once: each one's
-    longest compile (sampling.cu) is a single nvcc, so side by side they take the machine's cores together."""
+    """The warm of the sampling plan, with cuRAND's headers from the wheel, for each release in BUILT."""
     started = {}
-    for version in PINS:
+    for version in BUILT:
         if _missing(version) or CURAND is None:
             continue
         tmp = tmp_path_factory.mktemp(f"sampling-{version}")
@@ -444,7 +449,7 @@ def sampling_warms(tmp_path_factory):
     return done
 
 
-@pytest.mark.parametrize("version", list(PINS))
+@pytest.mark.parametrize("version", BUILT)
 def test_the_sampling_module_builds_gpu_free_with_curands_headers(version, sampling_warms):
     if version not in sampling_warms:
         pytest.skip(_missing(version) or "the nvidia-curand wheel beside the venv (make setup)")
@@ -459,7 +464,7 @@ def test_the_sampling_module_builds_gpu_free_with_curands_headers(version, sampl
     assert so.read_bytes()[:4] == b"\x7fELF" and sorted(p.name for p in so.parent.iterdir()) == [so.name]
 
 
-@pytest.mark.parametrize("version", list(PINS))
+@pytest.mark.parametrize("version", BUILT)
 def test_a_cache_that_holds_the_sampling_module_warms_without_curand(version, sampling_warms):
     """An unpacked artifact's modules (tests/gpu/carry_build.sh carries them to a node): warm there finds the
     sampling module recorded and whole, builds nothing, and does not ask for the headers only its build needs."""

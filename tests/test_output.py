@@ -17,14 +17,14 @@ from dgprecompile.output import PLAIN_EVERY_SECONDS, KernelProgress, Output, sty
 PLAN = ["plan", "--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8", "--sglang", "0.5.1"]
 
 
-def _cli(args, columns: int) -> subprocess.CompletedProcess:
+def _cli(args, columns: int, cwd=None) -> subprocess.CompletedProcess:
     """The real command with its stdout piped (as into `cat` or `less`), at a given COLUMNS."""
     import os
 
     env = {**os.environ, "COLUMNS": str(columns)}
     env.pop("TERM", None)
     return subprocess.run([sys.executable, "-m", "dgprecompile", *args], capture_output=True, text=True, env=env,
-                          timeout=120)
+                          timeout=120, cwd=cwd)
 
 
 def _tokens(text: str) -> set[str]:
@@ -215,13 +215,14 @@ def _readme_line(command: str) -> list[str]:
 
 def test_plan_text_of_the_readme_example_fits_80_columns_piped(tmp_path):
     """The README's `plan` line at COLUMNS=80, piped: every line of stdout and stderr fits 80 columns (the profile
-    line and the notes fold at their spaces), and nothing is cut: each note reads whole once lines are joined."""
-    argv = [str(tmp_path / a) if a.endswith(".yaml") else a for a in _readme_line("plan")]
-    proc = _cli(argv, 80)
+    line and the notes fold at their spaces), and nothing is cut: each note reads whole once lines are joined. Run
+    where the user would be, so the file names are the README's own (a path as long as the line cannot fold)."""
+    argv = _readme_line("plan")
+    proc = _cli(argv, 80, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     wide = [line for line in (proc.stdout + proc.stderr).splitlines() if len(line) > 80]
     assert not wide, "\n".join(wide)
-    truth = json.loads(_cli([*argv, "--json"], 80).stdout)
+    truth = json.loads(_cli([*argv, "--json"], 80, cwd=tmp_path).stdout)
     joined = " ".join(proc.stderr.split())
     assert truth["notes"] and "…" not in proc.stderr
     for note in [*truth["notes"], truth["sglang_profile"]]:

@@ -86,17 +86,23 @@ def record_plan(record: dict[str, Any], base: Path):
     from dgprecompile.planning.request import plan_from_request
 
     gpu = gpu_named(record["environment"]["gpu"])
-    argv = shlex.split(record.get("server_command", ""))
-    if "plan_request" not in record and "--model-path" not in argv[:-1]:
-        raise InputError(f"{record['name']}: the server command has no --model-path", hint="fix the record")
     config = (base / record["config"]).read_text()
     with tempfile.TemporaryDirectory(prefix="dgp-asks-") as model:
         (Path(model) / "config.json").write_text(config)
         if "plan_request" in record:
             return plan_from_request(PlanRequest(model=model, sglang=record["sglang"], gpu=gpu,
                                                  **record["plan_request"]))
-        argv[argv.index("--model-path") + 1] = model
-        return plan_from_request(PlanRequest(sglang_cmd=shlex.join(argv), sglang=record["sglang"], gpu=gpu))
+        return plan_from_request(PlanRequest(sglang_cmd=_command_at(record, model), sglang=record["sglang"],
+                                             gpu=gpu))
+
+
+def _command_at(record: dict[str, Any], model: str) -> str:
+    """The record's server command with its --model-path at ``model``."""
+    argv = shlex.split(record["server_command"])
+    if "--model-path" not in argv[:-1]:
+        raise InputError(f"{record['name']}: the server command has no --model-path", hint="fix the record")
+    argv[argv.index("--model-path") + 1] = model
+    return shlex.join(argv)
 
 
 def check_asks(record: dict[str, Any], plan, *, nvcc: str | None = None) -> AsksReport:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from dgprecompile.planning.heuristics import SMEM_CAPACITY, grid_breakpoints
 from dgprecompile.runtimes.items import TRANSPOSE_FAMILY, KernelSpec, KernelType, ceil_div
@@ -81,6 +82,7 @@ def _cycles(em: int, n: int, k: int, groups: int, num_sms: int, bm: int, bn: int
     return cycles
 
 
+@lru_cache(maxsize=1 << 16)  # a plan asks each (key, m) once per release; the record checks ask ~56k, many times
 def best_config(kind: KernelType, m: int, n: int, k: int, num_groups: int, num_sms: int,
                 mk_alignment: int = 128) -> tuple[int, int, int, int, int, int]:
     """(block_m, block_n, cluster_m, cluster_n, stages, smem) for one call (m = expected_m for masked)."""
