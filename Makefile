@@ -145,7 +145,7 @@ run: $(RUN_STAMP)
 	$(BIN)/dgprecompile verify --manifest $(MANIFEST) --cache-dir $(CACHE_DIR)
 
 # one worker per core, each taking whole files (a file's module fixtures are built once): most tests wait on one
-# compiler process, so two cores run the suite in about 0.65x the time of one worker
+# compiler process; on 2 cores the suite took 54 min where one worker had taken 84 (docs/setup.md)
 test: $(TEST_STAMP)
 	$(BIN)/pytest -q -n auto --dist loadfile --durations=15
 
