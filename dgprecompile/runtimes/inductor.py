@@ -25,6 +25,7 @@ from dgprecompile.data import load_yaml
 from dgprecompile.runtimes.base import PackageKeyed, StrictBy
 from dgprecompile.runtimes.captured import not_installed
 from dgprecompile.runtimes.items import InductorGraphItem
+from dgprecompile.runtimes.triton_moe import TRITON_PATH
 
 DATA = "inductor_graphs.yaml"
 SCHEMA = "inductor-graphs"
@@ -142,16 +143,9 @@ def _triton_instead(g: dict, sglang_version: str | None, capability: int) -> str
     """Where the release runs a Triton kernel in the graph's place on a GPU of ``capability`` (data
     ``triton_at_capability``): the file:line read, else None."""
     at = g.get("triton_at_capability")
-    if at is None or capability < _triton_min_capability(at["kernel"]):
+    if at is None or capability < int(TRITON_PATH.kernel(at["kernel"])["min_capability"]):
         return None
     return at["releases"].get(sglang_version or "")
-
-
-@cache
-def _triton_min_capability(kernel: str) -> int:
-    """The lowest compute capability on which SGLang runs data/triton_path.yaml's ``kernel`` (one fact, kept
-    there; that file's schema is checked where the Triton path plans from it)."""
-    return int(load_yaml("triton_path.yaml")["kernels"][kernel]["min_capability"])
 
 
 def _moe_sum_items(g: dict, name: str, config: dict, triton_moe: list, device_name: str, grad: str,
