@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -354,3 +355,29 @@ def test_a_hit_that_touches_an_entrys_times_is_no_change_a_swap_is(tmp_path):
     os.rename(entry, tmp_path / "aside")
     os.rename(tmp_path / "aside", entry)
     assert snapshot.diff(before, snapshot.take(tmp_path)).changed == ["kernel.abc"]
+
+
+def test_deepjits_commit_marker_touched_on_a_hit_is_no_change_new_bytes_are(tmp_path):
+    """sgl-deep-gemm 0.2.x's DeepJIT sets the mtime of its entry's empty ``.committed`` on every cache hit
+    (deep_jit/cache/disk.hpp: try_update_mtime(path / kCommitFileName), utimensat underneath, as os.utime): every
+    strict launch of a 0.2.x job on the H100 (bench/results/2026-12-06-h100-model-480b-0523-at-dad9add) ended 1
+    with each DeepGEMM entry it used "changed". Times alone are no change; other bytes in the marker, or a kernel
+    file rewritten in place, are."""
+    from dgprecompile.cache import snapshot
+
+    entry = tmp_path / "cache" / "sm90_fp8_gemm_1d2d.0123456789abcdef"
+    entry.mkdir(parents=True)
+    (entry / ".committed").write_bytes(b"")
+    (entry / "kernel.cubin").write_bytes(b"cubin")
+    before = snapshot.take(tmp_path)
+    future = time.time() + 5
+    os.utime(entry / ".committed", (future, future))
+    after = snapshot.take(tmp_path)
+    assert after["cache/sm90_fp8_gemm_1d2d.0123456789abcdef/.committed"][2] != \
+        before["cache/sm90_fp8_gemm_1d2d.0123456789abcdef/.committed"][2]
+    assert not snapshot.diff(before, after)
+    (entry / "kernel.cubin").write_bytes(b"other")
+    assert snapshot.diff(before, snapshot.take(tmp_path)).changed == ["sm90_fp8_gemm_1d2d.0123456789abcdef"]
+    (entry / "kernel.cubin").write_bytes(b"cubin")
+    (entry / ".committed").write_bytes(b"x")
+    assert snapshot.diff(before, snapshot.take(tmp_path)).changed == ["sm90_fp8_gemm_1d2d.0123456789abcdef"]

@@ -6,7 +6,9 @@ small file the sha256 of its bytes. ctime cannot be set back by a user (an in-pl
 directory's times are recorded too: an entry moved away, replaced and moved back keeps its files' records, but the
 renames change its directory's ctime and its folder's mtime. A directory's own times alone are no change (a hit may
 touch an entry: SGLang's ninja loader sets its leaf's mtime, its bookkeeping for eviction): a directory counts as
-changed where its ctime changed in a folder whose mtime changed (it was renamed out and back, or replaced).
+changed where its ctime changed in a folder whose mtime changed (it was renamed out and back, or replaced). Nor are
+a hashed file's own times (DeepGEMM 0.2.x's DeepJIT sets the mtime of its entry's empty ``.committed`` on every hit):
+its size, inode and bytes are compared.
 
 dgprecompile's own records (``dgprecompile/``: the index, the installed-build record) are covered with the sha256 of
 every file whatever its size (a job that empties the index's records or removes the build record is seen); left out
@@ -138,9 +140,13 @@ def diff(before: dict[str, tuple], after: dict[str, tuple]) -> Changes:
 
 
 def _differs(a: tuple | None, b: tuple | None) -> bool:
-    """Two records of one path differ: for directories, only in kind or inode (their times: _renamed)."""
+    """Two records of one path differ: for directories, only in kind or inode (their times: _renamed); for a file
+    whose bytes were hashed, only in size, inode or bytes (a hit may touch a marker file: DeepGEMM 0.2.x's DeepJIT
+    sets its entry's empty ``.committed`` mtime on every cache hit, its bookkeeping); for any other, in anything."""
     if a is not None and b is not None and a[0] == b[0] == "dir":
         return a[4] != b[4]
+    if a is not None and b is not None and a[0] == b[0] == "file" and a[5] is not None and b[5] is not None:
+        return (a[1], a[4], a[5]) != (b[1], b[4], b[5])
     return a != b
 
 
