@@ -230,9 +230,9 @@ def test_the_record_holds_tritons_host_modules_and_verify_names_a_stale_or_missi
     """warm built cuda_utils and the kernels' launchers (compile/triton_host.py, tests/test_triton_host.py); the
     item's record names them and what their key and file name depend on; verify calls a record made for another
     Python stale, and names a deleted host module."""
+    from dgprecompile.cache.relocate import relocate
     from dgprecompile.cache.store import CacheStore
     from dgprecompile.cache.triton_moe import host_key_here
-    from dgprecompile.launch.capture import relocate
 
     cache, _ = warmed
     item = _item_id(triton_only)
@@ -278,11 +278,23 @@ def test_pack_and_unpack_carry_the_records_and_entries(warmed, triton_only, tmp_
     index = json.loads((other / "dgprecompile" / "index.json").read_text())
     assert index["triton_moe"][item] == json.loads((cache / "dgprecompile" / "index.json").read_text())[
         "triton_moe"][item]
-    # Triton's group files hold absolute paths: at another root verify names them, until launch points them here
+    # Triton's group files hold absolute paths: at another root verify names them, until warm or launch points
+    # them here
     v = _run("verify", "--manifest", triton_only, "--cache-dir", other, "--nvcc", NVCC, "--json", env=_full_env())
     assert v.returncode == 1 and "not this directory" in v.stdout, v.stdout
+    # warm there builds nothing: it points them at this root first (on the H100, 2026-12-06, a carried artifact's
+    # model-path Triton items were rebuilt in place instead and warm failed them: "its build made nothing new")
+    third = tmp_path / "c3"
+    assert _run("unpack", art, "--cache-dir", third, env=_full_env()).returncode == 0
+    w = _run("warm", "--manifest", triton_only, "--cache-dir", third, "--nvcc", NVCC, "--sglang-jit", "on", "--json",
+             env=_full_env())
+    report = json.loads(w.stdout)
+    assert w.returncode == 0 and report["compiled"] == 0 and report["failed"] == 0, w.stdout + w.stderr
+    assert f"Triton entries pointed at {third}" in w.stderr, w.stderr
+    v = _run("verify", "--manifest", triton_only, "--cache-dir", third, "--nvcc", NVCC, "--json", env=_full_env())
+    assert v.returncode == 0 and json.loads(v.stdout)["complete"], v.stdout + v.stderr
+    from dgprecompile.cache.relocate import relocate
     from dgprecompile.cache.store import CacheStore
-    from dgprecompile.launch.capture import relocate
 
     assert sorted(relocate(CacheStore(other))) == index["triton_moe"][item]["entries"]  # what `launch` does first
     v = _run("verify", "--manifest", triton_only, "--cache-dir", other, "--nvcc", NVCC, "--json", env=_full_env())
@@ -317,8 +329,8 @@ def test_a_cache_of_another_fingerprint_warms_the_item_again_and_records_it(warm
     record that is about to go, it is warmed again (Triton finds its entries) and recorded."""
     cache, _ = warmed
     item = _item_id(triton_only)
+    from dgprecompile.cache.relocate import relocate
     from dgprecompile.cache.store import CacheStore
-    from dgprecompile.launch.capture import relocate
 
     other = tmp_path / "other-fingerprint"
     shutil.copytree(cache, other, symlinks=True)

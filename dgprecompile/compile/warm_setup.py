@@ -174,13 +174,15 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
     refuse_inside_strict_launch("dgprecompile warm")
     backend, install, nvcc = _toolchain(plan, opts)
     store = CacheStore(resolve_cache_dir(plan, opts.cache_dir))
+    relocated = _relocate(store)
     fingerprint = make_fingerprint(install, nvcc, plan.num_sms, plan.gpu)
     recorded = store.read_index().fingerprint
     stale = differences(recorded, fingerprint) if recorded else []
 
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     generation = plan.profile.deepgemm
-    notes: list[str] = []
+    notes: list[str] = [f"{len(relocated)} filed Triton entries pointed at {store.root} (filled at another root: "
+                        "an unpacked artifact or a copied cache)"] if relocated else []
     needs_gpu, sweeps = get_backend(backend).needs_gpu, get_backend(backend).sweeps
     if not needs_gpu and not generation.keys_proven(install.version):
         notes.append(f"the entry names of {install.distribution} {install.version} are computed from its own sources "
@@ -208,6 +210,18 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
     setup = WarmSetup(plan, backend, store, fingerprint, stale, items, jobs, [None], job_common, rank, world, notes,
                       parts, swept)
     return _finish_setup(setup, gpus, sweeps)
+
+
+def _relocate(store: CacheStore) -> list[str]:
+    """Entries filed at another root (an artifact unpacked here, a copied cache) pointed at this one before their
+    items' coverage is read: Triton's group files name absolute paths, so its entries would read as changed and be
+    built again (cache/relocate.py; launch does the same). A cache not writable here is left as it is."""
+    from dgprecompile.cache.relocate import relocate
+
+    try:
+        return relocate(store) if store.index_path.exists() else []
+    except OSError:
+        return []
 
 
 def _check_needs(parts: list[RuntimePart], nvcc, opts: WarmOptions, notes: list[str], stale: bool) -> None:

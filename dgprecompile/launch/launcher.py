@@ -116,7 +116,8 @@ def prepare_launch(opts: LaunchOptions) -> PreparedLaunch:
             shutil.copy(NVCC_STANDIN, standin)
             os.chmod(standin, 0o755)
             shutil.copy(os.path.join(HOOK_DIR, "_dgprecompile_hook.py"), run_dir / "_dgprecompile_hook.py")
-        from dgprecompile.launch.capture import family_env, relocate
+        from dgprecompile.cache.relocate import relocate
+        from dgprecompile.launch.capture import family_env
 
         try:  # entries filed at another root: Triton's group files name absolute paths, it would miss them here
             moved = relocate(store)
