@@ -167,11 +167,42 @@ def test_paths_and_options_choose_the_modules(naming):
     assert ids(model_type="qwen3_moe", quant=None, tp=1).count("per_token_group_quant") == 0
     assert ids(model_type="qwen3_moe", tp=1).count("per_token_group_quant") == 2
     assert "activation" not in ids(model_type="qwen3_moe", quant="fp8", moe_runner="deep_gemm")
+    # DeepSeek's dense MLPs take the same JIT activation whatever the MoE runner (a strict launch of 0.5.23's
+    # DeepSeek-V3 with --moe-runner-backend deep_gemm refused it in layers.0.mlp: 2026-12-06-h100-model-dsv3-0523-
+    # deepgemm-moe): one module, the Triton runner's own, planned once where both paths need it
+    from dgprecompile.runtimes.jit_loader import ServerPath
+
+    dense = tuple({**CONFIG_FACTS["deepseek_v3"], "dense_act_jit": True}.items())
+    for runner in ("deep_gemm", "triton"):
+        found = family.plan_modules(VERSION, ServerPath("deepseek_v3", quant="fp8", tp=8, moe_runner=runner,
+                                                        model=dense))[0]
+        assert [naming.entry_name(m) for m in found if m.name == "activation"] == [
+            naming.entry_name(m) for m in _planned(naming).values() if m.name == "activation"]
+    assert "activation" not in ids(model_type="deepseek_v3", tp=8, moe_runner="deep_gemm")  # no dense layer
     tp4 = [m for m in family.plan_modules(VERSION, _path("qwen3_moe", tp=4))[0]
            if m.name == "custom_all_reduce"]
     assert [m.template for m in tp4] == [("bf16_t", "4", "true")]
     assert naming.entry_name(tp4[0]).startswith("sm90a/sgl_kernel_jit_custom_all_reduce_bf16_t_4_true/build-")
     assert set(family.modelled_versions()) == {"0.5.20", "0.5.21", "0.5.22", "0.5.23"}
+
+
+def test_the_dense_activation_follows_the_configs_width_per_rank():
+    """planning/sglang_jit.py dense_act_jit: DeepSeek-V3's dense MLP (18432 wide, 3 dense layers) is 2304 per rank
+    at tp 8, a multiple of 8 bf16 lanes: the JIT kernel; Qwen3-MoE has no dense layer."""
+    def plan(model, *args):
+        r = subprocess.run([sys.executable, "-m", "dgprecompile", "plan", "--sglang", "0.5.23", "--json",
+                            "--sglang-cmd", f"python -m sglang.launch_server --model-path {model} {' '.join(args)}"],
+                           capture_output=True, text=True, cwd=REPO, timeout=300)
+        assert r.returncode == 0, r.stderr
+        return [m["name"] for m in json.loads(r.stdout)["sglang_jit_modules"]]
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ("DeepSeek-V3", "Qwen3-Coder-480B-A35B-Instruct-FP8"):
+            os.makedirs(f"{tmp}/{name}")
+            shutil.copy(f"{REPO}/dgprecompile/data/models/{name}.json", f"{tmp}/{name}/config.json")
+        assert "activation" in plan(f"{tmp}/DeepSeek-V3", "--tp", "8", "--moe-runner-backend", "deep_gemm")
+        assert "activation" not in plan(f"{tmp}/Qwen3-Coder-480B-A35B-Instruct-FP8", "--tp", "8", "--ep", "8",
+                                        "--moe-runner-backend", "deep_gemm")
 
 
 @needs_sgl023

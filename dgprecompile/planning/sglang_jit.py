@@ -58,6 +58,10 @@ def server_path(model, by_path: dict[str, list], par, options: dict[str, Any], d
     hidden = int(cfg.get("hidden_size") or 0)  # DeepSeek's router GEMM (0.5.15 on) is templated on both
     facts.update({"hidden_size": hidden, "hidden_1024_aligned": hidden > 0 and hidden % 1024 == 0,
                   "router_experts": int(cfg.get("n_routed_experts") or cfg.get("num_experts") or 0)})
+    # SGLang's SiluAndMul takes its JIT kernel where the per-rank width is a multiple of the 16-byte vector (sm90),
+    # else sgl-kernel's: DeepSeek's dense MLPs (its first_k_dense_replace layers) whatever the MoE runner
+    dense_width = int(cfg.get("intermediate_size") or 0) // tp if int(cfg.get("first_k_dense_replace") or 0) else 0
+    facts["dense_act_jit"] = dense_width > 0 and dense_width % (16 // itemsize) == 0
     scaling = cfg.get("rope_scaling") or {}
     facts["rope_yarn"] = str(scaling.get("rope_type") or scaling.get("type") or "") == "yarn"
     facts["rope_neox_int"] = int(bool(facts.get("rope_neox")))
