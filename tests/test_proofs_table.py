@@ -402,3 +402,31 @@ def test_prove_refuses_without_the_commit_and_names_its_steps():
                             check=True).stdout
     for script in ("headline", "sglang-jit", "live", "triton-plan", "triton-moe-0523", "gen-0.1.3", "model-480b"):
         assert f"\n{script} " in "\n" + listed, listed
+
+
+def test_a_refusal_outside_every_family_or_a_failed_launch_fails_the_run_not_a_family(tmp_path):
+    """sglang 0.5.23's DeepSeek-V3 on the H100 (real output): every planned family 0 refused, but the launch refused
+    one unplanned Triton kernel (`family other: refused 9`) and exited 1; model_proof.sh's --whole lines make that
+    the record's result while each family keeps its own verdict; the same output with neither is a pass."""
+    from dgprecompile import schemas
+
+    src = REPO / "bench" / "results" / "2026-12-06-h100-model-dsv3-0523"
+    folder = tmp_path / src.name
+    shutil.copytree(src, folder)
+    argv = [sys.executable, str(REPO / "tests" / "gpu" / "proof_record.py"), "--name", src.name, "--command", "c",
+            "--sglang", "0.5.23", "--dir", str(folder), "--out", str(tmp_path / "r.json"),
+            "--ran", "summary.txt:^driver: [1-9][0-9]* modules",
+            "--expect", "deepgemm=summary.txt:^family deepgemm: refused 0, new 0$",
+            "--whole", "summary.txt:^family other: refused 0, new 0$", "--whole", "summary.txt:^strict proof rc=0$"]
+    text = (folder / "summary.txt").read_text()
+    fixed = text.replace("family other: refused 9, new 0", "family other: refused 0, new 0").replace(
+        "strict proof rc=1", "strict proof rc=0")
+    for summary, want in ((text, "fail"), (fixed, "pass")):
+        (folder / "summary.txt").write_text(summary)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        doc = json.loads((tmp_path / "r.json").read_text())
+        assert schemas.problems(doc, "proof-record") == []
+        assert doc["families"]["deepgemm"]["result"] == "pass"
+        assert doc["result"] == doc["whole"]["result"] == want, doc
+    assert "refused 0" in doc["whole"]["detail"] and "rc=0" in doc["whole"]["detail"]

@@ -253,6 +253,7 @@ fi
 python3 tests/gpu/proof_record.py --name "$NAME" --dir "$d" --out "$d/record.json" --sglang "$SGLANG" --server "$SERVER" \
   --command "${STACK:+STACK=$STACK }SGLANG=$SGLANG SERVER=\"$SERVER\" CONFIG=$CONFIG MS=$MS bash tests/gpu/model_proof.sh" \
   --wheels $([ -n "$STACK" ] || echo .whl) --ran "summary.txt:^driver: [1-9][0-9]* modules" \
+  --whole "summary.txt:^family other: refused 0, new 0$" --whole "summary.txt:^strict proof rc=0$" \
   "${expects[@]}" >> "$d/summary.txt" 2>&1
 [ -f "$d/asks.json" ] && python3 -c "import json, sys, time; p = sys.argv[1]; r = json.load(open(p)); r['device_s'] = round(time.time() - int(sys.argv[2])); json.dump(r, open(p, 'w'), indent=1)" "$d/asks.json" "$t0"
 echo "device seconds: total $(( $(date +%s) - t0 ))" >> "$d/summary.txt"

@@ -98,15 +98,29 @@ def judge(step_dir: Path, expects: list[str], rc: int | None, ran: str | None = 
     return families
 
 
+def judge_whole(step_dir: Path, specs: list[str], families: dict[str, dict[str, str]]) -> dict[str, str] | None:
+    """What the run as a whole must show beside its families' verdicts (FILE:REGEX each: e.g. no refusal outside
+    every family, the launch's own exit code 0); None where none is asked or no family was judged (not run)."""
+    if not specs or all(v["result"] == "not-run" for v in families.values()):
+        return None
+    missing, seen = [], []
+    for spec in specs:
+        name, _, regex = spec.partition(":")
+        hit = _found(step_dir, name, regex)
+        (missing if hit is None else seen).append(f"/{regex}/ not in {name}" if hit is None else hit.strip())
+    return {"result": "fail" if missing else "pass", "detail": "; ".join(missing + seen)[:600]}
+
+
 def record(args) -> dict:
     commit = os.environ.get("DGP_GIT", "").strip()
     families = judge(Path(args.dir), args.expect, args.rc, args.ran)
-    results = {v["result"] for v in families.values()}
+    whole = judge_whole(Path(args.dir), args.whole, families)
+    results = {v["result"] for v in families.values()} | ({whole["result"]} if whole else set())
     doc = {"schema": 1, "name": args.name,
            "commit": commit if re.fullmatch(r"[0-9a-f]{40}", commit) else None,
            "date": os.environ.get("PROVE_STEP_START") or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "command": args.command, "machine": machine(), "versions": versions(args.wheels),
-           "sglang": args.sglang, "families": families,
+           "sglang": args.sglang, "families": families, **({"whole": whole} if whole else {}),
            "result": "fail" if "fail" in results else "pass" if "pass" in results else "not-run",
            "files": "files.tar.gz beside this record: everything the step's script wrote"}
     if doc["commit"] is None:
@@ -128,12 +142,15 @@ def main(argv: list[str]) -> int:
     p.add_argument("--rc", type=int)
     p.add_argument("--expect", action="append", default=[], help="FAMILY=FILE:REGEX (repeatable)")
     p.add_argument("--ran", help="FILE:REGEX: the line that shows the job ran (absent: every family not-run)")
+    p.add_argument("--whole", action="append", default=[],
+                   help="FILE:REGEX the run as a whole must show (repeatable): a miss fails the record, not a family")
     args = p.parse_args(argv)
     doc = record(args)
     tmp = Path(args.out + ".tmp")
     tmp.write_text(json.dumps(doc, indent=1) + "\n")
     os.replace(tmp, args.out)
-    print(f"{args.name}: {doc['result']} " + ", ".join(f"{f} {v['result']}" for f, v in doc["families"].items()))
+    print(f"{args.name}: {doc['result']} " + ", ".join(f"{f} {v['result']}" for f, v in doc["families"].items())
+          + (f"; the run as a whole {doc['whole']['result']}: {doc['whole']['detail']}" if "whole" in doc else ""))
     return 0
 
 
