@@ -251,7 +251,8 @@ def test_the_model_path_triton_wrappers_record_their_calls_wherever_they_are_bou
     got = json.loads(res.stdout.strip().splitlines()[-1])
     summed = "sglang.kernels.ops.moe.fused_moe_triton_kernels.moe_sum_reduce_triton"
     embedding = "sglang.kernels.ops.embeddings.vocab_parallel_embedding.vocab_parallel_embedding"
-    assert got["wrapped"] == [embedding, "sglang.kernels.ops.moe.moe_fused_gate.moe_fused_gate", summed], got
+    assert got["wrapped"] == [embedding, "sglang.kernels.ops.moe.moe_fused_gate.moe_fused_gate", summed,
+                              "sglang.kernels.ops.moe.moe_align_small_numel.moe_align_small_numel"], got
     assert got["again"] == [] and got["same"] == {"fused_moe": True, "layer": True}
     assert got["notes"] == [f"a {summed} call at m 0 not recorded"], got["notes"]
     out = {"shape": ["m", 6144], "dtype": "bfloat16"}

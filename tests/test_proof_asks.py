@@ -258,16 +258,20 @@ print(json.dumps([[c.status, c.detail] for c in check_asks(record, plan).checks]
 """
 
 
-def _path_checks(tmp_path, calls: list[dict], *keep: str) -> list[tuple[str, str]]:
+def _path_checks(tmp_path, calls: list[dict], *keep: str, model: tuple[str, str] | None = None
+                 ) -> list[tuple[str, str]]:
     """(status, detail) of each triton-path ask of sglang 0.5.23's 480B record (the README's command, --tp 8 --ep 8,
     Triton 3.8.0) against HEAD's plan, by check_asks in a process with that release's folders on PYTHONPATH (warm's
-    own calls of SGLang's wrappers need them); ``keep``: the MoE sum's planned m cut to these (a plan edited here)."""
+    own calls of SGLang's wrappers need them); ``keep``: the MoE sum's planned m cut to these (a plan edited here);
+    ``model``: (server command, config.json text) in place of the record's."""
     record = json.loads(RECORD_0523.read_text())
     folders = [beside_venv("sglang-0.5.23", "sglang/__init__.py"), beside_venv("triton-3.8.0", "triton/__init__.py")]
     if None in folders:
         pytest.skip("sglang 0.5.23's and Triton 3.8.0's folders beside the venv (make setup)")
     record["families"] = {"triton-path": {"calls": calls}}
-    (tmp_path / "config.json").write_text((RECORD_0523.parent / "config.json").read_text())
+    if model is not None:
+        record["server_command"] = model[0]
+    (tmp_path / "config.json").write_text(model[1] if model else (RECORD_0523.parent / "config.json").read_text())
     (tmp_path / "asks.json").write_text(json.dumps(record))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([*folders, STANDINS, str(REPO)]),
            "DGP_STANDINS": "sgl_kernel,torchvision"}
@@ -330,3 +334,30 @@ def test_a_model_path_call_this_machine_cannot_replay_is_unchecked(tmp_path):
     report = check_asks(record, record_plan(record, tmp_path))
     assert [(c.status, c.detail.split(":")[0]) for c in report.checks] == [(UNCHECKED, "cannot make warm's calls here")]
     assert report.return_code == 1
+
+
+ALIGN = "sglang.kernels.ops.moe.moe_align_small_numel.moe_align_small_numel"
+DSV3 = ("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8",
+        (REPO / "dgprecompile" / "data" / "models" / "DeepSeek-V3.json").read_text())
+
+
+def _align_call(m: int, block: int) -> dict:
+    """The call moe_align_block_size makes at m tokens of DeepSeek-V3's top 9 over its 257 local experts, as the
+    driver records it (launch/model_asks.py described_call: a first dimension equal to m shown as "m"): the int32
+    ids, E + 1 buckets, the config's BLOCK_SIZE_M, its buffers (9 m * block ids, 9 m blocks, one count)."""
+    count = {"shape": ["m" if m == 1 else 1], "dtype": "int32"}
+    return {"kernel": "moe_align_small_numel", "function": ALIGN, "ms": [[m, m]],
+            "args": [{"shape": ["m", 9], "dtype": "int32"}, 258, block,
+                     {"shape": [9 * m * block], "dtype": "int32"}, {"shape": [9 * m], "dtype": "int32"}, count], "kwargs": {"write_inactive_prefix_count": False}}
+
+
+def test_the_small_numel_aligns_calls_are_held_to_warms_own_calls_for_the_records_gpu(tmp_path):
+    """DeepSeek-V3 --tp 8 on the record's H100: moe_align_block_size's calls of the small-numel align at m 1..7 with
+    SGLang's default BLOCK_SIZE_M 64 (no H100 file for E=257,N=256) are calls HEAD's warm makes (its replay runs
+    SGLang's own _prepare_fused_moe_run); the H200 file's block 16 on this H100 is not, nor m 8 (72 ids: no such
+    call)."""
+    got = _path_checks(tmp_path, [*(_align_call(m, 64) for m in range(1, 8)), _align_call(2, 16), _align_call(8, 64)],
+                       model=DSV3)
+    assert [status for status, _ in got] == [COVERED] * 7 + [MISSING] * 2, got
+    assert got[7][1].startswith("the arguments differ from every call HEAD's warm makes for "
+                                "triton_path:moe_align_small_numel."), got[7]

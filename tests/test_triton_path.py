@@ -191,11 +191,11 @@ SERVER = "python -m sglang.launch_server --model-path Qwen/Qwen3-Coder-480B-A35B
 DSV3 = "python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8"
 
 
-def _server_plan(cmd: str = SERVER, sglang: str = "0.5.23"):
+def _server_plan(cmd: str = SERVER, sglang: str = "0.5.23", gpu: str = "h100"):
     from dgprecompile.planning.plan import PlanRequest
     from dgprecompile.planning.request import plan_from_request
 
-    return plan_from_request(PlanRequest(sglang_cmd=cmd, sglang=sglang, gpu="h100"))
+    return plan_from_request(PlanRequest(sglang_cmd=cmd, sglang=sglang, gpu=gpu))
 
 
 def _sum_items(plan) -> list:
@@ -288,3 +288,126 @@ def test_a_capture_never_files_a_planned_model_path_kernel():
 
     assert {"_vocab_parallel_embedding_kernel", "_router_triton_kernel",
             "_moe_sum_reduce_kernel"} <= planned_kernels(_server_plan())
+
+
+# ---- the small-numel MoE align (_moe_align_small_numel_kernel): DeepSeek-V3's 257 local experts, top-9 ----------
+
+def _align_items(plan) -> list:
+    return [i for i in plan.triton_path.values() if i.kernel == "moe_align_small_numel"]
+
+
+def test_the_small_numel_align_is_planned_for_deepseek_v3_at_every_m_up_to_64_ids_per_device_not_for_the_480b():
+    """0.5.23's moe_align_block_size takes the small-numel Triton align for <= 64 top-k ids over > 63 local experts
+    (data/triton_path.yaml): DeepSeek-V3 --tp 8 (257 local experts, top 9) at m 1..7 on the device the plan names;
+    the 480B --tp 8 --ep 8 (20 local experts) not, and says why."""
+    items = {gpu: _align_items(_server_plan(DSV3, gpu=gpu)) for gpu in ("h100", "h200")}
+    for gpu, device in (("h100", "NVIDIA_H100_80GB_HBM3"), ("h200", "NVIDIA_H200")):
+        (item,) = items[gpu]
+        assert dict(item.params) == {"experts": 257, "hidden": 7168, "intermediate": 256, "topk": 9,
+                                     "dtype": "bfloat16", "device": device}
+        assert item.ms == tuple(range(1, 64 // 9 + 1)) and item.capability == 90
+        assert "moe_align_block_size.py" in item.why and type(item).from_dict(item.to_dict()) == item
+    assert items["h100"][0].id != items["h200"][0].id  # SGLang picks BLOCK_SIZE_M from each device's tuned file
+    plan = _server_plan()
+    assert _align_items(plan) == [] and any("_moe_align_small_numel_kernel" in n and "[20] local experts (top-k [8])" in n
+                                            for n in plan.notes)
+    assert _align_items(_server_plan(DSV3, sglang="0.5.19")) == []  # ships it, its path not read: a note
+    assert any("_moe_align_small_numel_kernel not planned" in n and "not read" in n
+               for n in _server_plan(DSV3, sglang="0.5.19").notes)
+
+
+def test_the_small_numel_aligns_gate_is_local_experts_plus_one_above_64_and_m_times_topk_at_most_64():
+    moe = next(iter(_server_plan(DSV3).triton_moe.values()))
+    plan = lambda **kw: [i for i in TRITON_PATH.plan_items(  # noqa: E731
+        MODEL, tp=8, sglang_version="0.5.23", gpu="h100", triton_moe=[type(moe)(**{**moe.__dict__, **kw})])[0]
+        if i.kernel == "moe_align_small_numel"]
+    assert plan(experts=63) == [] and [i.ms for i in plan(experts=64)] == [tuple(range(1, 8))]
+    assert [i.ms for i in plan(topk=8)] == [tuple(range(1, 9))] and [i.ms for i in plan(topk=1)] == [
+        tuple(range(1, 65))]
+    assert plan(topk=65) == []  # one token's ids already above the limit
+
+
+ALIGN_CHECK = textwrap.dedent("""
+    import importlib, json, os, sys
+    sys.path.insert(0, os.path.join(os.environ["DGP_REPO"], "dgprecompile", "launch", "hook"))
+    import _dgprecompile_hook as hook
+    hook.install()  # as the job's startup does (DGPRECOMPILE_STRICT=1, families triton): before Triton is imported
+    from dgprecompile.compile import triton_moe as moe
+    fused, config = moe.load_sglang(None, 90)  # SGLang's MoE modules with the fused MoE warm's stand-ins
+    moe.swap_ab_as_on_gpu(90, fused)
+    # the CUDA branch of SGLang's moe_align_block_size, as a GPU server's import binds it
+    align = sys.modules[fused.moe_align_block_size.__module__]
+    small = importlib.import_module("sglang.kernels.ops.moe.moe_align_small_numel")
+    align._is_cuda, align.SMALL_NUMEL_LIMIT, align.moe_align_small_numel = True, small.SMALL_NUMEL_LIMIT, \\
+        small.moe_align_small_numel
+    moe.compile_only(90)
+    moe.only_kernel("_moe_align_small_numel_kernel")  # the MoE GEMMs and the rest: not this check's
+    from triton.compiler import compiler
+    looked, real = [], compiler.get_cache_manager
+    def get_cache_manager(key):  # the entry each compile looks up: the key Triton's own JIT computed (observed only)
+        manager = real(key)
+        looked.append(manager.key)
+        return manager
+    compiler.get_cache_manager = get_cache_manager
+    out, keys, blocks = {}, {}, {}
+    def ask(name, device, experts, topk, m):
+        config.get_device_name = lambda device_id=0: device
+        config.get_moe_configs.cache_clear()
+        small._moe_align_small_numel_kernel.device_caches.clear()  # no in-process hit: every call asks the disk
+        w1, w2, s1, s2 = moe.make_weights(experts=experts, hidden=7168, intermediate=256, device="meta")
+        x, weights, ids = moe.moe_inputs(m, experts=experts, hidden=7168, topk=topk, device="meta")
+        looked.clear()
+        try:  # SGLang's own fused experts, as its Triton MoE runner calls them: its config choice, its align call
+            fused.fused_experts_impl(x, w1, w2, weights, ids, use_fp8_w8a8=True, w1_scale=s1, w2_scale=s2,
+                                     block_shape=[128, 128])
+            out[name] = "hit"
+        except RuntimeError as exc:
+            out[name] = str(exc).split(" at run time")[0]
+        keys[name] = list(looked)
+        blocks[name] = config.try_get_optimal_moe_config((experts, 512, 7168), (experts, 7168, 256), topk,
+                                                         "fp8_w8a8", m, block_shape=[128, 128])["BLOCK_SIZE_M"]
+    for device in ("NVIDIA H100 80GB HBM3", "NVIDIA H200"):
+        for m in range(1, 12):  # every m whose 9 ids per token fit 64 (1..7), and a few above it
+            ask(f"{device} m{m}", device, 257, 9, m)
+    ask("unplanned topk", "NVIDIA H100 80GB HBM3", 257, 8, 1)
+    print(json.dumps({"out": out, "keys": keys, "blocks": blocks}))
+""")
+
+
+@needs_stack
+def test_the_warmed_align_entries_are_the_keys_sglangs_own_fused_moe_looks_up_at_every_m(tmp_path):
+    """Warm the DeepSeek-V3 plans' align items (H100 and H200), then, in a fresh process under the strict launch hook,
+    run SGLang's own fused_experts_impl (its config choice for the device, its moe_align_block_size's buffers and gate,
+    the CUDA branch bound as a GPU import binds it) at every m 1..11: m 1..7 hit only warmed entries (the keys
+    Triton's own JIT computed), m 8.. never reach the kernel, an unplanned top-k is refused."""
+    cache, env = tmp_path / "cache", _env()
+    warmed = {}
+    for gpu in ("h100", "h200"):
+        (item,) = _align_items(_server_plan(DSV3, gpu=gpu))
+        r = subprocess.run(TRITON_PATH.warm_argv(item, str(cache), sys.executable), capture_output=True, text=True,
+                           env=env, timeout=600)
+        assert r.returncode == 0, r.stdout + r.stderr
+        report = json.loads(r.stdout.splitlines()[-1])
+        assert report["not_whole"] == [] and report["record"]["ms"] == list(range(1, 8))
+        warmed[gpu] = set(report["record"]["lookups"])
+    # NP = NB = next_power_of_2(9 m): 16, 32, 64; block_size and numel only by their class ("% 16", "other")
+    assert len(warmed["h100"]) == len(warmed["h200"]) == 3
+    r = subprocess.run([sys.executable, "-c", ALIGN_CHECK], capture_output=True, text=True, timeout=600,
+                       env={**env, "TRITON_CACHE_DIR": str(cache / "triton"), "DGP_REPO": str(REPO),
+                            "DGPRECOMPILE_STRICT": "1", "DGPRECOMPILE_STRICT_FAMILIES": "triton"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = json.loads(r.stdout.splitlines()[-1])
+    for device, gpu in (("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H200", "h200")):
+        for m in range(1, 8):
+            name = f"{device} m{m}"
+            assert got["out"][name] == "hit" and len(got["keys"][name]) == 1, (name, got)
+            assert set(got["keys"][name]) <= warmed[gpu], name
+        assert {m: got["keys"][f"{device} m{m}"] for m in range(8, 12)} == {m: [] for m in range(8, 12)}
+    # the devices' tuned files differ (H200 ships one for E=257,N=256, H100 runs SGLang's default): the block sizes
+    # SGLang picked are what the warm met, not numbers of the plan's
+    assert {got["blocks"][f"NVIDIA H100 80GB HBM3 m{m}"] for m in range(1, 8)} == {64}
+    assert {got["blocks"][f"NVIDIA H200 m{m}"] for m in range(1, 8)} == {16}
+    # ... and yet the same three entries: block_size is in the key by its class only (16 and 64 both "% 16"), and
+    # below E + 1 ids expert_ids holds numel blocks whatever the block size, so NB follows numel
+    assert warmed["h100"] == warmed["h200"]
+    assert got["out"]["unplanned topk"].endswith("compile kernel _moe_align_small_numel_kernel")

@@ -1,21 +1,29 @@
 """GPU-free Triton warm of SGLang's model-path Triton kernels beside ``fused_moe_kernel`` (data/triton_path.yaml):
-the vocab-parallel embedding's ``_vocab_parallel_embedding_kernel``, the router's ``_router_triton_kernel`` and the
-MoE combine's ``_moe_sum_reduce_kernel``, compiled by Triton's own compiler for the planned target under the cache
-keys Triton's own JIT computes.
+the vocab-parallel embedding's ``_vocab_parallel_embedding_kernel``, the router's ``_router_triton_kernel``, the
+MoE combine's ``_moe_sum_reduce_kernel`` and the MoE's small-numel align ``_moe_align_small_numel_kernel``, compiled by
+Triton's own compiler for the planned target under the cache keys Triton's own JIT computes.
 
 How (one process, the item's): SGLang's OWN wrapper (``vocab_parallel_embedding``, ``moe_fused_gate``,
-``moe_sum_reduce_triton``) runs for each planned m on ``meta`` tensors, with Triton's driver set to
-compile/triton_moe.py's :class:`CompileOnlyDriver` and every launch turned into Triton's own ``run(..., warmup=True)``
+``moe_sum_reduce_triton``; for the align SGLang's own ``_prepare_fused_moe_run``, which picks the MoE config for the
+plan's device, as the fused MoE warm asks it, and calls its ``moe_align_block_size`` with that config's BLOCK_SIZE_M,
+which sizes the buffers and calls ``moe_align_small_numel``) runs for each planned m on ``meta`` tensors, with
+Triton's driver set to compile/triton_moe.py's :class:`CompileOnlyDriver` and every launch turned into Triton's own
+``run(..., warmup=True)``
 (:func:`~dgprecompile.compile.triton_moe.compile_only`): Triton binds the arguments, specialises them, computes its
 cache key, looks in ``TRITON_CACHE_DIR`` and compiles on a miss, and launches nothing. The planned arch is stated to
-SGLang's JIT utils (``is_arch_support_pdl``: the router's USE_PDL constexpr, the sum's USE_GDC and launch_pdl) with its
-own override (compile/triton_moe.py ``state_arch``).
+SGLang's JIT utils (``is_arch_support_pdl``: the router's USE_PDL constexpr, the sum's and the align's USE_GDC and
+launch_pdl) with its own override (compile/triton_moe.py ``state_arch``).
 
 Named STAND-INS:
 
 * :class:`CudaMeta`: a meta tensor that answers ``is_cuda`` True, so the embedding wrapper's ``assert input_.is_cuda``
   / ``assert weight.is_cuda`` pass (the one thing of a CUDA tensor it reads beyond shape, dtype and strides; its
   output is allocated on ``weight.device``, meta);
+* the CUDA branch of SGLang's ``moe_align_block_size`` (:func:`load_align`): its module's ``_is_cuda`` True and the
+  ``SMALL_NUMEL_LIMIT`` / ``moe_align_small_numel`` its CUDA-only import binds (0.5.23
+  srt/layers/moe/moe_runner/triton_utils/moe_align_block_size.py:21-25), which a CPU import skips; the wrapper is
+  looked up in its defining module at each call. With it the gate (:146-152) and the buffers (:115-133) are
+  SGLang's own; the fused MoE warm's stand-ins (compile/triton_moe.py load_sglang) are reused;
 * :func:`shard_windows`: each rank's vocab shard window, SGLang's arithmetic (``pad_vocab_size``,
   ``VocabParallelEmbedding.__init__``'s padding rule and ``_get_indices``, 0.5.23
   srt/layers/vocab_parallel_embedding.py:57-59, :273-289, :353-385) done here: the constructor needs the job's
@@ -124,7 +132,58 @@ def warm_sum_reduce(params: dict[str, str], ms: list[int]) -> None:
                               float(params["scale"]))
 
 
-WARMS = {"vocab_parallel_embedding": warm_embedding, "router": warm_router, "moe_sum_reduce": warm_sum_reduce}
+_LOADED: list = []  # (fused_moe module, config module), once per process
+
+
+def load_align(params: dict[str, str], capability: int = 90):
+    """SGLang's Triton fused MoE modules as compile/triton_moe.py's warm loads them (its stand-ins: the server args,
+    the planned arch, sgl-kernel's AOT align) with SGLang's config asked for the item's device name, and the CUDA
+    branch of its moe_align_block_size (STAND-IN: module docstring); the fused_moe module. Loaded once per process
+    (warm: before Triton's driver is replaced; launch/proof_asks.py's replay: at its first call), the device name
+    stated at every call."""
+    from dgprecompile.compile import triton_moe as moe
+    from dgprecompile.runtimes.triton_moe import TRITON_PATH
+
+    if not _LOADED:
+        _LOADED.append(moe.load_sglang(params["device"], capability))
+        align = importlib.import_module(f"{moe.moe_package()}.moe_align_block_size")
+        small = importlib.import_module(TRITON_PATH.kernel("moe_align_small_numel")["module"])
+        align._is_cuda = True
+        align.SMALL_NUMEL_LIMIT = small.SMALL_NUMEL_LIMIT
+        # looked up in its defining module at each call, where launch/proof_asks.py's replay replaces it
+        align.moe_align_small_numel = lambda *args, **kwargs: small.moe_align_small_numel(*args, **kwargs)
+    fused, config = _LOADED[0]
+    device = params["device"]
+    if getattr(config, "_dgp_device", None) != device:
+        config.get_device_name = lambda device_id=0: device
+        config.get_moe_configs.cache_clear()  # lru_cached per shape, not per device name
+        config._dgp_device = device
+    return fused
+
+
+def warm_align(params: dict[str, str], ms: list[int]) -> None:
+    """SGLang's own path to the small-numel align for each m: its ``_prepare_fused_moe_run`` (what fused_experts_impl
+    and the Triton MoE runner call first) picks the config for the device (its BLOCK_SIZE_M) and calls its
+    moe_align_block_size, which sizes the buffers and takes the small-numel branch where its gate holds (numel <=
+    SMALL_NUMEL_LIMIT, experts + 1 > 64), on meta tensors: the layer's block-FP8 expert weights and an [m, topk] int32
+    topk_ids (the routers' dtype, srt/layers/moe/topk.py)."""
+    import torch
+
+    from dgprecompile.compile import triton_moe as moe
+
+    fused = load_align(params)
+    experts, hidden, inter = int(params["experts"]), int(params["hidden"]), int(params["intermediate"])
+    w1, w2, _, _ = moe.make_weights(experts=experts, hidden=hidden, intermediate=inter, device="meta")
+    for m in ms:
+        x = torch.empty((m, hidden), dtype=_torch_dtype(params["dtype"]), device="meta")
+        ids = torch.empty((m, int(params["topk"])), dtype=torch.int32, device="meta")
+        fused._prepare_fused_moe_run(x, w1, w2, ids, use_fp8_w8a8=True, use_int8_w8a8=False, use_int8_w8a16=False,
+                                     use_int4_w4a16=False, per_channel_quant=False, block_shape=[128, 128])
+
+
+WARMS = {"vocab_parallel_embedding": warm_embedding, "router": warm_router, "moe_sum_reduce": warm_sum_reduce,
+         "moe_align_small_numel": warm_align}
+LOADS = {"moe_align_small_numel": load_align}  # before Triton's driver is replaced: SGLang's imports may probe it
 
 
 def warm(args: argparse.Namespace) -> dict[str, Any]:
@@ -137,12 +196,14 @@ def warm(args: argparse.Namespace) -> dict[str, Any]:
     os.environ["TRITON_CACHE_DIR"] = triton_dir
     kernel = TRITON_PATH.kernel(args.kernel)
     moe.state_arch(args.capability)
+    params = dict(p.split("=", 1) for p in args.params.split(","))
     importlib.import_module(kernel["module"])  # imported first: SGLang's modules may probe the driver at import
+    if args.kernel in LOADS:
+        LOADS[args.kernel](params, args.capability)
     moe.compile_only(args.capability)
     moe.only_kernel(kernel["kernel"])  # no other kernel of SGLang's wrapper is compiled
     used = moe.watch_lookups()
     t0 = time.time()
-    params = dict(p.split("=", 1) for p in args.params.split(","))
     ms = [int(m) for m in args.m.split(",")]
     WARMS[args.kernel](params, ms)
     after = moe.triton_entries(triton_dir)

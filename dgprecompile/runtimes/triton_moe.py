@@ -1,6 +1,6 @@
 """SGLang's Triton kernels planned and warmed ahead of time (their entries live in the captured Triton family's area,
 runtimes/captured.py): the fused MoE kernel (:data:`TRITON_MOE`) and the model path's others beside it, the
-vocab-parallel embedding, the router and the MoE top-k sum (:data:`TRITON_PATH`)."""
+vocab-parallel embedding, the router, the MoE top-k sum and the small-numel MoE align (:data:`TRITON_PATH`)."""
 
 from __future__ import annotations
 
@@ -248,7 +248,8 @@ class TritonPathKernels(PackageKeyed):
     """SGLang's model-path Triton kernels beside ``fused_moe_kernel`` (data/triton_path.yaml): the vocab-parallel
     embedding (``_vocab_parallel_embedding_kernel``) and the router (``_router_triton_kernel``), which releases from
     0.5.16 run as Triton where earlier ones ran sgl-kernel AOT ops, and the Triton MoE's top-k sum
-    (``_moe_sum_reduce_kernel``, m <= 32 on sm_90 and up). One
+    (``_moe_sum_reduce_kernel``, m <= 32 on sm_90 and up) and its align for at most 64 top-k ids over more than 63
+    local experts (``_moe_align_small_numel_kernel``). One
     :class:`~dgprecompile.runtimes.items.TritonPathItem` per kernel instance family of a rank, warmed GPU-free as the
     fused MoE items are (compile/triton_path.py: SGLang's own wrapper on meta tensors, Triton's own JIT with a
     compile-only driver), its entries in Triton's area, recorded per item (cache/item_records.py)."""
@@ -280,7 +281,10 @@ class TritonPathKernels(PackageKeyed):
         return self.data()["kernels"][name]
 
     def ms(self, name: str) -> tuple[int, ...]:
+        """The m a kernel's items are planned at (``ms: numel_max``: per item, from its top-k: _align_items)."""
         ms = self.kernel(name)["ms"]
+        if ms == "numel_max":
+            raise ValueError(f"{name}'s m follow each item's top-k (data/triton_path.yaml numel_max)")
         return tuple(self.data()["m_classes"] if ms == "m_classes" else ms)
 
     def plan_items(self, config: dict, *, tp: int, sglang_version: str | None, gpu: str | None,
@@ -298,8 +302,8 @@ class TritonPathKernels(PackageKeyed):
                     notes.append(f"{self.label}: {k['kernel']} not planned: sglang {sglang_version}'s model path "
                                  f"was not read for it (read: {', '.join(k['releases'])})")
                 continue
-            if k["when"] == "triton-moe":
-                made, why = _sum_reduce_items(self, name, k, config, triton_moe, capability, where)
+            if k["when"] in MOE_PLANNERS:
+                made, why = MOE_PLANNERS[k["when"]](self, name, k, config, triton_moe, capability, where)
             else:
                 make = _embedding_item if k["when"] == "tp" else _router_item
                 item, why = make(self, name, k, config, tp, capability, where)
@@ -383,6 +387,34 @@ def _sum_reduce_items(runtime: TritonPathKernels, name: str, k: dict, config: di
         out.setdefault(item.id, item)
     why = "" if out else f"not planned: top-k {sorted({m.topk for m in triton_moe})} at scale 1.0 takes its own sum"
     return list(out.values()), why
+
+
+def _align_items(runtime: TritonPathKernels, name: str, k: dict, config: dict, triton_moe: Sequence[TritonMoeItem],
+                 capability: int, where: str) -> tuple[list[TritonPathItem], str]:
+    """The small-numel MoE align's items: one per Triton fused MoE item whose local expert count passes the gate
+    (data/triton_path.yaml ``moe_align_small_numel``: experts + 1 > ``buckets_above``), every m whose top-k ids fit
+    ``numel_max`` (m * topk <= numel_max; each m its own NP and numel), for the item's device: SGLang picks the
+    config's BLOCK_SIZE_M (the align's block_size and buffer sizes) from the device's tuned file, so warm asks its
+    config for that device as the fused MoE warm does."""
+    if not triton_moe:
+        return [], ""
+    dtype = str(config.get("torch_dtype") or "bfloat16")
+    out: dict[str, TritonPathItem] = {}
+    for moe in triton_moe:
+        ms = tuple(range(1, min(int(k["numel_max"]) // moe.topk, moe.m_max) + 1))
+        if moe.experts + 1 <= int(k["buckets_above"]) or not ms:
+            continue
+        params = (("experts", moe.experts), ("hidden", moe.hidden), ("intermediate", moe.intermediate),
+                  ("topk", moe.topk), ("dtype", dtype), ("device", moe.device_name.replace(" ", "_")))
+        item = TritonPathItem(name, params, ms, capability, where)
+        out.setdefault(item.id, item)
+    why = "" if out else (f"not planned: {sorted({m.experts for m in triton_moe})} local experts (top-k "
+                          f"{sorted({m.topk for m in triton_moe})}) take sgl-kernel's align: its gate needs local "
+                          f"experts + 1 above {k['buckets_above']} and m * top-k <= {k['numel_max']}")
+    return list(out.values()), why
+
+
+MOE_PLANNERS = {"triton-moe": _sum_reduce_items, "triton-moe-align": _align_items}
 
 
 def _at_least(version: str | None, since: str) -> bool:
