@@ -13,7 +13,15 @@ from dgprecompile.runtimes import CAPTURED
 def relocate(store: CacheStore) -> list[str]:
     """Filed entries unpacked or copied to another root (Triton's group files name absolute paths, so Triton
     would miss them): point them at where they lie, and re-record their files' sha256. Returns what changed.
-    An entry reached through a link (the area replaced by one) is left alone: nothing outside the cache is written."""
+    An entry reached through a link (the area replaced by one) is left alone: nothing outside the cache is written.
+    A cache this process cannot write is left as it is (Triton misses those entries; strict refuses them by name)."""
+    try:
+        return _relocate(store)
+    except OSError:
+        return []
+
+
+def _relocate(store: CacheStore) -> list[str]:
     index = store.read_index()
     moved = []
     for fam in CAPTURED:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dgprecompile.cache.relocate import relocate
 from dgprecompile.cache.store import CacheStore, resolve_cache_dir
 from dgprecompile.compile.backends import ModuleWork, WorkItem, backend_for
 from dgprecompile.compile.schedule import Job
@@ -174,7 +175,7 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
     refuse_inside_strict_launch("dgprecompile warm")
     backend, install, nvcc = _toolchain(plan, opts)
     store = CacheStore(resolve_cache_dir(plan, opts.cache_dir))
-    relocated = _relocate(store)
+    relocated = relocate(store)  # before coverage is read: filed Triton entries at another root read as changed
     fingerprint = make_fingerprint(install, nvcc, plan.num_sms, plan.gpu)
     recorded = store.read_index().fingerprint
     stale = differences(recorded, fingerprint) if recorded else []
@@ -210,18 +211,6 @@ def prepare_warm(plan: Plan, opts: WarmOptions) -> WarmSetup:
     setup = WarmSetup(plan, backend, store, fingerprint, stale, items, jobs, [None], job_common, rank, world, notes,
                       parts, swept)
     return _finish_setup(setup, gpus, sweeps)
-
-
-def _relocate(store: CacheStore) -> list[str]:
-    """Entries filed at another root (an artifact unpacked here, a copied cache) pointed at this one before their
-    items' coverage is read: Triton's group files name absolute paths, so its entries would read as changed and be
-    built again (cache/relocate.py; launch does the same). A cache not writable here is left as it is."""
-    from dgprecompile.cache.relocate import relocate
-
-    try:
-        return relocate(store) if store.index_path.exists() else []
-    except OSError:
-        return []
 
 
 def _check_needs(parts: list[RuntimePart], nvcc, opts: WarmOptions, notes: list[str], stale: bool) -> None:

@@ -119,10 +119,7 @@ def prepare_launch(opts: LaunchOptions) -> PreparedLaunch:
         from dgprecompile.cache.relocate import relocate
         from dgprecompile.launch.capture import family_env
 
-        try:  # entries filed at another root: Triton's group files name absolute paths, it would miss them here
-            moved = relocate(store)
-        except OSError:  # a read-only cache: left as it is (Triton misses them; strict refuses by name)
-            moved = []
+        moved = relocate(store)  # entries filed at another root: Triton's group files name absolute paths
         families = family_env(store.root, store.read_index(), capture=opts.capture, strict=opts.strict)
         composed = compose_env(plan, str(store.root), report.recorded_fingerprint, os.environ, strict=opts.strict,
                                trace_dir=trace_dir, run_dir=str(run_dir), warm_hint=hint, standin=standin,
