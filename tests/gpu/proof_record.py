@@ -67,6 +67,18 @@ def _found(step_dir: Path, name: str, regex: str) -> str | None:
     return next((line for line in text.splitlines() if re.search(regex, line)), None)
 
 
+def _checked(step_dir: Path, pairs: list[tuple[str, str]]) -> tuple[list[str], list[str]]:
+    """(the expectations not met, each as /REGEX/ not in FILE; the lines that met the others) of (FILE, REGEX) pairs."""
+    missing, seen = [], []
+    for name, regex in pairs:
+        hit = _found(step_dir, name, regex)
+        if hit is None:
+            missing.append(f"/{regex}/ not in {name}")
+        else:
+            seen.append(hit.strip())
+    return missing, seen
+
+
 def judge(step_dir: Path, expects: list[str], rc: int | None, ran: str | None = None) -> dict[str, dict[str, str]]:
     """Each family's result from its FAMILY=FILE:REGEX expectations; ``ran`` (FILE:REGEX): the line that shows the
     job itself ran. Without it every family is "not-run" (the run stopped before its checks), not "fail": a proof
@@ -83,13 +95,7 @@ def judge(step_dir: Path, expects: list[str], rc: int | None, ran: str | None = 
             return {family: {"result": "not-run", "detail": why} for family in wanted}
     families = {}
     for family, pairs in wanted.items():
-        seen, missing = [], []
-        for name, regex in pairs:
-            hit = _found(step_dir, name, regex)
-            if hit is None:
-                missing.append(f"/{regex}/ not in {name}")
-            else:
-                seen.append(hit.strip())
+        missing, seen = _checked(step_dir, pairs)
         result = "fail" if missing else "pass"
         detail = "; ".join(missing + seen if missing else seen)
         if rc not in (None, 0):
@@ -103,11 +109,7 @@ def judge_whole(step_dir: Path, specs: list[str], families: dict[str, dict[str, 
     every family, the launch's own exit code 0); None where none is asked or no family was judged (not run)."""
     if not specs or all(v["result"] == "not-run" for v in families.values()):
         return None
-    missing, seen = [], []
-    for spec in specs:
-        name, _, regex = spec.partition(":")
-        hit = _found(step_dir, name, regex)
-        (missing if hit is None else seen).append(f"/{regex}/ not in {name}" if hit is None else hit.strip())
+    missing, seen = _checked(step_dir, [(name, regex) for name, _, regex in (s.partition(":") for s in specs)])
     return {"result": "fail" if missing else "pass", "detail": "; ".join(missing + seen)[:600]}
 
 
