@@ -299,6 +299,25 @@ def test_pack_and_unpack_carry_the_records_and_entries(warmed, triton_only, tmp_
     assert sorted(relocate(CacheStore(other))) == index["triton_moe"][item]["entries"]  # what `launch` does first
     v = _run("verify", "--manifest", triton_only, "--cache-dir", other, "--nvcc", NVCC, "--json", env=_full_env())
     assert v.returncode == 0 and json.loads(v.stdout)["complete"], v.stdout + v.stderr
+    _unpack_again_after_relocate(art, other, triton_only, index["triton_moe"][item]["entries"])
+
+
+def _unpack_again_after_relocate(art: Path, cache: Path, manifest: Path, entries: list[str]) -> None:
+    """A job that unpacks its artifact before every start (the entrypoint's `unpack && launch`): the entries launch
+    pointed at this root are the artifact's (before, unpack refused them as changed without --replace-changed).
+    A group file that says something else (one child less) is still named as changed."""
+    u = _run("unpack", art, "--cache-dir", cache, env=_full_env())
+    assert u.returncode == 0 and "differ" not in u.stdout + u.stderr, u.stdout + u.stderr
+    v = _run("verify", "--manifest", manifest, "--cache-dir", cache, "--nvcc", NVCC, "--json", env=_full_env())
+    assert v.returncode == 0 and json.loads(v.stdout)["complete"], v.stdout + v.stderr
+    entry = cache / entries[0]
+    group = sorted(entry.glob("__grp__*.json"))[0]
+    children = json.loads(group.read_text())["child_paths"]
+    assert all(path.startswith(str(entry)) for path in children.values())  # relocated: names this root
+    dropped = sorted(n for n in children if not n.endswith(".json"))[0]
+    group.write_text(json.dumps({"child_paths": {n: p for n, p in children.items() if n != dropped}}))
+    u = _run("unpack", art, "--cache-dir", cache, env=_full_env())
+    assert u.returncode == 1 and f"{group.name} changed" in u.stderr and "--replace-changed" in u.stderr, u.stderr
 
 
 @needs_all

@@ -22,7 +22,7 @@ import hashlib
 import json
 import tarfile
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -30,6 +30,7 @@ from dgprecompile.cache.entrycheck import checked_files, file_problem
 from dgprecompile.cache.store import AREAS, ENTRIES, EntryRecord, Index, area_depth, ignored, valid_entry_name
 from dgprecompile.errors import DGError, InputError
 from dgprecompile.fsutil import open_input
+from dgprecompile.runtimes.captured import GROUP_LIMIT, group_form, is_group_file
 
 FORMAT = "dgprecompile-cache-artifact"
 ARTIFACT_SCHEMA = 1
@@ -48,6 +49,9 @@ class Artifact:
     index: Index
     members: dict[str, str]  # member name -> sha256 (entry files only)
     manifest_bytes: bytes = b""  # exactly as archived: what a signature covers
+    # Triton group file member -> its form wherever its entry lies (runtimes.captured.group_form): how unpack knows
+    # an entry warm or launch pointed at the cache's root (relocate) for the artifact's own
+    group_forms: dict[str, str] = field(default_factory=dict)
 
     @property
     def fingerprint(self) -> dict[str, Any]:
@@ -178,13 +182,15 @@ class _MemberReader:
     """One pass over the archive's members, collecting what read_artifact checks once the stream has ended.
 
     ``seen``: entry file -> sha256; ``meta``: the manifest's and the index's bytes; ``bad``: entry file -> why the
-    runtime could not load it; ``manifest``/``listing``/``arch``: from the first member, the manifest."""
+    runtime could not load it; ``forms``: Triton group file -> its form wherever it lies; ``manifest``/``listing``/
+    ``arch``: from the first member, the manifest."""
 
     def __init__(self, path: Path, on_manifest=None):
         self.path, self.on_manifest = path, on_manifest
         self.seen: dict[str, str] = {}
         self.meta: dict[str, bytes] = {}
         self.bad: dict[str, str] = {}
+        self.forms: dict[str, str] = {}
         self.manifest: dict[str, Any] | None = None
         self.listing: dict[str, Any] = {}
         self.arch: str | None = None
@@ -232,6 +238,12 @@ class _MemberReader:
             self.meta[info.name] = stream.read()
         elif checked_files([info.name.rsplit("/", 1)[-1]]):
             self._checked_file(info, stream)
+        elif is_group_file(info.name.rsplit("/", 1)[-1]) and info.size <= GROUP_LIMIT:
+            data = stream.read()  # one small file at a time; what is kept is a digest a member
+            self.seen[info.name] = hashlib.sha256(data).hexdigest()
+            form = group_form(data)
+            if form is not None:
+                self.forms[info.name] = form
         else:
             h = hashlib.sha256()
             for chunk in iter(lambda s=stream: s.read(CHUNK), b""):
@@ -285,7 +297,7 @@ def read_artifact(path: str | Path, on_manifest=None) -> Artifact:
         raise InputError(f"{path}: {len(members.bad)} entry files are not loadable, e.g. {name}: {problem}; nothing "
                          "was unpacked", hint="pack it again from a cache that `dgprecompile verify` passes")
     index = _read_index(path, meta[INDEX_MEMBER], manifest)
-    art = Artifact(path, manifest, index, seen, meta[MANIFEST_MEMBER])
+    art = Artifact(path, manifest, index, seen, meta[MANIFEST_MEMBER], members.forms)
     _check_index_files(art)
     return art
 

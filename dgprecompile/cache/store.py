@@ -48,6 +48,7 @@ from dgprecompile.fsutil import (
 )
 from dgprecompile.host import scratch
 from dgprecompile.runtimes import CAPTURED, FILED_AREAS, JIT_FAMILIES, family_for_area
+from dgprecompile.runtimes.captured import GROUP_LIMIT, group_form, is_group_file
 
 INDEX_SCHEMA = 1
 OURS = "dgprecompile"
@@ -343,10 +344,13 @@ class CacheStore:
         size = sum((path / n).stat().st_size for n in files)
         return EntryRecord(entry, files, size, seconds, by, area)
 
-    def check_entry(self, record: EntryRecord, arch: str | None = None, naming=None) -> str | None:
+    def check_entry(self, record: EntryRecord, arch: str | None = None, naming=None,
+                    forms: dict[str, str] | None = None) -> str | None:
         """None when the entry is present with the recorded bytes and those bytes are a loadable entry whose content
         agrees with its name (a recorded hash of an empty, cut-short or swapped file proves nothing), else what is
-        wrong. A symbolic link is "changed", never followed. ``naming``: the key context, when known."""
+        wrong. A symbolic link is "changed", never followed. ``naming``: the key context, when known. ``forms``
+        (an artifact's Triton group files, member -> group_form): a group file with other bytes that says the same
+        wherever it lies is the recorded one (relocate pointed it here; the entry check then requires that)."""
         path = self.entry_path(record.entry, record.area)
         linked = link_problem(path)
         if linked:
@@ -357,7 +361,7 @@ class CacheStore:
             f = path / name
             if not f.is_file():
                 return f"{name} missing"
-            if sha256_file(f) != digest:
+            if sha256_file(f) != digest and not _same_group(f, forms, f"{record.member_dir}/{name}"):
                 return f"{name} changed (sha256 mismatch)"
         family = family_for_area(record.area)
         problem = entry_problem(path, arch, naming=naming) or (family.entry_problem(path) if family else None)
@@ -529,3 +533,11 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
     else:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def _same_group(path: Path, forms: dict[str, str] | None, member: str) -> bool:
+    """Whether ``path`` is a Triton group file that says what the artifact's ``member`` says (``forms``), wherever
+    each lies."""
+    if not forms or member not in forms or not is_group_file(path.name) or path.stat().st_size > GROUP_LIMIT:
+        return False
+    return group_form(path.read_bytes()) == forms[member]

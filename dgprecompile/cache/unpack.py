@@ -86,8 +86,10 @@ def _fields(stale: list[tuple[str, Any, Any]]) -> str:
     return "; ".join(f"{f}: {a!r} vs {b!r}" for f, a, b in stale)
 
 
-def _same_entry(store: CacheStore, record: EntryRecord) -> bool:
-    return store.check_entry(record) is None
+def _same_entry(store: CacheStore, record: EntryRecord, art: Artifact) -> bool:
+    """Whether the cache holds the artifact's entry: its bytes, or (Triton) its bytes with the group files pointed
+    at this cache's root, as warm and launch leave an entry unpacked before (cache/relocate.py)."""
+    return store.check_entry(record, forms=art.group_forms) is None
 
 
 def _copy_stream(src: IO[bytes], dest: Path) -> str:
@@ -243,7 +245,7 @@ def _classify_entries(store: CacheStore, art: Artifact,
     for name, record in sorted(art.entry_records().items()):
         if not store.entry_path(record.entry, record.area).exists():
             to_add[name] = record
-        elif _same_entry(store, record):
+        elif _same_entry(store, record, art):
             result.present.append(name)
         else:
             changed[name] = record
@@ -339,7 +341,7 @@ def _install(art: Artifact, store: CacheStore, to_add: dict[str, EntryRecord], c
         store.clean_stale_staging()  # what a killed unpack, pull or warm left (their process is gone)
         staging = store.new_staging()
         _stage(art, work, staging, arch, where)
-        _install_new(store, staging, to_add, arch, result, installed)
+        _install_new(store, staging, to_add, (art, arch), result, installed)
         for name in sorted(changed):
             record = changed[name]
             swapped.append(_swap_in(store, staging, record, arch))
@@ -373,16 +375,17 @@ def _stage(art: Artifact, work: dict[str, EntryRecord], staging: Path, arch: str
                              hint="pack it again from a cache that `dgprecompile verify` passes")
 
 
-def _install_new(store: CacheStore, staging: Path, to_add: dict[str, EntryRecord], arch: str | None,
+def _install_new(store: CacheStore, staging: Path, to_add: dict[str, EntryRecord], source: tuple[Artifact, str | None],
                  result: UnpackResult, installed: list[Path]) -> None:
     """Move each new staged entry into the cache, never over an existing one; ``installed`` collects what was
-    moved as it goes (the rollback removes exactly those)."""
+    moved as it goes (the rollback removes exactly those). ``source``: the artifact and its GPU architecture."""
+    art, arch = source
     for name in sorted(to_add):
         record = to_add[name]
         if store.install_entry(staging / record.member_dir, arch, area=record.area, entry=record.entry):
             installed.append(store.entry_path(record.entry, record.area))
             result.added.append(name)
-        elif _same_entry(store, record):  # another process installed the same entry meanwhile
+        elif _same_entry(store, record, art):  # another process installed the same entry meanwhile
             result.present.append(name)
         else:
             result.kept.append(name)

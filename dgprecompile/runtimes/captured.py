@@ -54,6 +54,7 @@ Importing this module imports nothing of the package but the foundation.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -213,6 +214,29 @@ class CacheFamily:
         if self.layout == "inductor":  # one compiled graph per FX graph cache entry; the rest is its code
             return [f"FX graph {entry_dir.name}"] if entry_dir.parent.parent.name == "fxgraph" else []
         return [entry_dir.name]
+
+
+GROUP_LIMIT = 1 << 20  # bytes: a Triton group file lists one kernel's few files; larger is not one
+
+
+def is_group_file(name: str) -> bool:
+    """Whether ``name`` is a Triton group file's name (``__grp__<kernel>.json``)."""
+    return name.startswith("__grp__") and name.endswith(".json")
+
+
+def group_form(data: bytes) -> str | None:
+    """What a Triton group file says wherever its entry lies: the sha256 of its child names, each with the file name
+    its absolute path ends in (relocate rewrites only the folders before them). None when ``data`` is not a group
+    file in Triton's format."""
+    try:
+        children = json.loads(data)["child_paths"]
+        pairs = sorted((str(name), os.path.basename(path)) for name, path in children.items()
+                       if isinstance(path, str))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if len(pairs) != len(children):
+        return None
+    return hashlib.sha256(json.dumps(pairs).encode()).hexdigest()
 
 
 def _subdirs(path: Path) -> list[Path]:
