@@ -16,7 +16,10 @@
 # them, so cold/launched is if anything understated). Nothing here is derived from the plan but the launched phase.
 # usage: SGLANG=0.5.14 SERVER="python -m sglang.launch_server --model-path M --tp 8 --ep 8" CONFIG=config.json \
 #        [MS=1-8192] [PROCS=8] [MS8=1] [PHASES=launched,cold,cold8|alone] [NAME=first-forward] DGP_GIT=<sha> \
-#        [CARRIED=... TRUSTED=... CARRY_PIECES=...: model_proof.sh's] bash bench/first_forward.sh
+#        [CARRIED=... TRUSTED=... CARRY_PIECES=... STACK=...: model_proof.sh's] [PROOF=<dir>] bash bench/first_forward.sh
+# STACK=<base>: another serving stack (tests/gpu/carry_stack.sh install <base>), for every phase, as model_proof.sh
+#   takes it; PROOF=<dir>: a model_proof.sh folder of the same server, stack and commit run before in this lease (the
+#   launched phase, then left out of PHASES: its driver.json and summary.txt are the launched figures)
 # writes $OUT/$NAME/{summary.json, logs.txt, files.tar.gz}: the tarball holds cold.json, cold_files.json,
 #   cold8/driver-N.json, cold8_files.json, plan.yaml, alone/ with alone-N.json (each alone warm's --json) and proof/
 #   (model_proof.sh's folder): the device returns 8 files
@@ -30,9 +33,15 @@ has() { case ",$PHASES," in *",$1,"*) return 0 ;; esac; return 1; }
 if has launched; then  # the proof's own steps; its device seconds per step land in proof/summary.txt
   OUT=$d NAME=proof DELETED=0 bash tests/gpu/model_proof.sh > "$d/logs.txt" 2>&1
   echo "launched phase: model_proof.sh rc=$?" >> "$d/logs.txt"
+elif [ -n "${PROOF:-}" ]; then
+  cp -a "$PROOF" "$d/proof" && echo "launched phase: taken from $PROOF" >> "$d/logs.txt"
 fi
-site=${SITE:-/tmp/dgp-carry-site}
-if ! PYTHONPATH=$site python3 -c "import sglang" 2> /dev/null; then  # no launched phase before: install here
+site=${SITE:-/tmp/dgp-carry-site}; STACK=${STACK:-}; STACK_SITE=
+if [ -n "$STACK" ]; then
+  [ -f "$STACK/stack.env" ] || { echo "error: no $STACK/stack.env: run tests/gpu/carry_stack.sh install $STACK first" >&2; exit 2; }
+  . "$STACK/stack.env"  # STACK_SITE, and LD_PRELOAD with the NCCL stand-in
+fi
+if [ -z "$STACK" ] && ! PYTHONPATH=$site python3 -c "import sglang" 2> /dev/null; then  # no launched phase: install
   if [ -e "$site" ] && [ -n "$(ls -A "$site" 2>/dev/null)" ] && [ ! -f "$site/.dgp-carry-site" ]; then
     echo "error: SITE=$site holds files neither model_proof.sh nor this script put there" >&2; exit 2
   fi
@@ -41,8 +50,8 @@ if ! PYTHONPATH=$site python3 -c "import sglang" 2> /dev/null; then  # no launch
     .whl/apache_tvm_ffi-*.whl .whl/sglang/*.whl .whl/extra/*.whl >> "$d/logs.txt" 2>&1
 fi
 standins=sgl_kernel
-PYTHONPATH=$site python3 -c "import flashinfer" 2> /dev/null || standins=sgl_kernel,flashinfer
-export PYTHONPATH="$site:$root/tests/standins:$root" DGP_STANDINS=$standins DGP_TRANSFORMERS_EXIST_OK=1
+PYTHONPATH="${STACK_SITE:+$STACK_SITE:}$site" python3 -c "import flashinfer" 2> /dev/null || standins=sgl_kernel,flashinfer
+export PYTHONPATH="${STACK_SITE:+$STACK_SITE:}$site:$root/tests/standins:$root" DGP_STANDINS=$standins DGP_TRANSFORMERS_EXIST_OK=1
 model=$(mktemp -d); cp "$CONFIG" "$model/config.json"
 LOCAL=$(python3 -c "import shlex,sys; w=shlex.split(sys.argv[1]); i=w.index('--model-path'); w[i+1]=sys.argv[2]; print(shlex.join(w))" "$SERVER" "$model")
 fresh_env() { python3 bench/first_forward_files.py --env "$1"; }  # every JIT cache and HOME in the new folder $1
