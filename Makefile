@@ -149,7 +149,7 @@ run: $(RUN_STAMP)
 # machine has 2 cores (a container's CPU count can be the host's): `make test TEST_WORKERS=auto` on a larger one.
 TEST_WORKERS ?= 2
 test: $(TEST_STAMP)
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=40
 
 plan: $(RUN_STAMP)
 	$(BIN)/dgprecompile plan --model $(MODEL) --tp $(TP) --ep $(EP) --sglang $(SGLANG)
