@@ -361,3 +361,39 @@ def test_the_small_numel_aligns_calls_are_held_to_warms_own_calls_for_the_record
     assert [status for status, _ in got] == [COVERED] * 7 + [MISSING] * 2, got
     assert got[7][1].startswith("the arguments differ from every call HEAD's warm makes for "
                                 "triton_path:moe_align_small_numel."), got[7]
+
+
+DISPATCH = "sglang.kernels.ops.moe.ep_moe_kernels.fused_moe_dispatch_index"
+DSV3_DEEP_GEMM = (DSV3[0] + " --moe-runner-backend deep_gemm", DSV3[1])
+
+
+def _dispatch_call(experts: int, topk: int, m_max: int, ms: list[list[int]]) -> dict:
+    """A call of the deep_gemm runner's dispatch index as the driver records it: the [m, topk] int32 ids, the local
+    experts, the layout's m_max (compact 1, masked (m // 256 + 1) * 256), expert_start 0."""
+    return {"kernel": "moe_dispatch_index", "function": DISPATCH, "ms": ms,
+            "args": [{"shape": ["m", topk], "dtype": "int32"}, experts, m_max], "kwargs": {"expert_start": 0}}
+
+
+def test_the_deep_gemm_runners_dispatch_calls_are_held_to_warms_calls_with_m_max_by_its_class(tmp_path):
+    """DeepSeek-V3 --tp 8 --moe-runner-backend deep_gemm: the compact layout's calls over m 1..8192 and the masked
+    layout's at each m_max its m give (256 below m 256, 512 and 8448 above: warm calls it with 256 only, the same
+    class in the key) are COVERED; 256 local experts or top 8 are not calls HEAD's warm makes."""
+    got = _path_checks(tmp_path, [_dispatch_call(257, 9, 1, [[1, 8192]]), _dispatch_call(257, 9, 256, [[1, 255]]),
+                                  _dispatch_call(257, 9, 512, [[256, 511]]), _dispatch_call(257, 9, 8448, [[8192, 8192]]),
+                                  _dispatch_call(256, 9, 1, [[1, 1]]), _dispatch_call(257, 8, 1, [[1, 1]])],
+                       model=DSV3_DEEP_GEMM)
+    assert [status for status, _ in got] == [COVERED] * 4 + [MISSING] * 2, got
+
+
+def test_a_dispatch_m_whose_key_no_planned_m_has_is_missing():
+    """The runtime's m are held to the planned m by the dispatch key (the class of m * topk, the block size): an item
+    planned at m 1 and 16 holds m 1..56 of top 9 over 257 experts (block 512), not m 57 (block 1024)."""
+    from dgprecompile.launch.proof_asks import _dispatch_left
+    from dgprecompile.runtimes.items import TritonPathItem
+    from dgprecompile.runtimes.triton_moe import TRITON_PATH
+
+    k = TRITON_PATH.kernel("moe_dispatch_index")
+    item = TritonPathItem("moe_dispatch_index", (("experts", 257), ("topk", 9), ("layouts", "compact")), (1, 16), 90,
+                          "")
+    assert _dispatch_left({"ms": [[1, 56]]}, [item], k) == ""
+    assert _dispatch_left({"ms": [[1, 60]]}, [item], k).startswith("m 57: its class of m * topk and block size")

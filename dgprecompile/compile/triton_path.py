@@ -1,10 +1,10 @@
 """GPU-free Triton warm of SGLang's model-path Triton kernels beside ``fused_moe_kernel`` (data/triton_path.yaml):
 the vocab-parallel embedding's ``_vocab_parallel_embedding_kernel``, the router's ``_router_triton_kernel``, the
-MoE combine's ``_moe_sum_reduce_kernel`` and the MoE's small-numel align ``_moe_align_small_numel_kernel``, compiled by
-Triton's own compiler for the planned target under the cache keys Triton's own JIT computes.
+MoE combine's ``_moe_sum_reduce_kernel``, the MoE's small-numel align ``_moe_align_small_numel_kernel`` and the
+deep_gemm MoE runner's dispatch index ``fused_moe_dispatch_index_triton_kernel``, compiled by Triton's own compiler for the planned target under the cache keys Triton's own JIT computes.
 
 How (one process, the item's): SGLang's OWN wrapper (``vocab_parallel_embedding``, ``moe_fused_gate``,
-``moe_sum_reduce_triton``; for the align SGLang's own ``_prepare_fused_moe_run``, which picks the MoE config for the
+``moe_sum_reduce_triton``, ``fused_moe_dispatch_index``; for the align SGLang's own ``_prepare_fused_moe_run``, which picks the MoE config for the
 plan's device, as the fused MoE warm asks it, and calls its ``moe_align_block_size`` with that config's BLOCK_SIZE_M,
 which sizes the buffers and calls ``moe_align_small_numel``) runs for each planned m on ``meta`` tensors, with
 Triton's driver set to compile/triton_moe.py's :class:`CompileOnlyDriver` and every launch turned into Triton's own
@@ -24,6 +24,8 @@ Named STAND-INS:
   srt/layers/moe/moe_runner/triton_utils/moe_align_block_size.py:21-25), which a CPU import skips; the wrapper is
   looked up in its defining module at each call. With it the gate (:146-152) and the buffers (:115-133) are
   SGLang's own; the fused MoE warm's stand-ins (compile/triton_moe.py load_sglang) are reused;
+* :func:`layout_m_max`: the m_max each layout of the deep_gemm runner hands the dispatch index, SGLang's arithmetic
+  done here;
 * :func:`shard_windows`: each rank's vocab shard window, SGLang's arithmetic (``pad_vocab_size``,
   ``VocabParallelEmbedding.__init__``'s padding rule and ``_get_indices``, 0.5.23
   srt/layers/vocab_parallel_embedding.py:57-59, :273-289, :353-385) done here: the constructor needs the job's
@@ -181,8 +183,30 @@ def warm_align(params: dict[str, str], ms: list[int]) -> None:
                                      use_int4_w4a16=False, per_channel_quant=False, block_shape=[128, 128])
 
 
+def layout_m_max(layout: str, m: int) -> int:
+    """STAND-IN: the m_max each layout of the deep_gemm runner hands the dispatch index at m tokens, SGLang's arithmetic
+    (0.5.23 srt/layers/moe/moe_runner/deep_gemm.py:1087: compact 1; ep_moe_kernels.py:1749 moe_ep_deepgemm_preprocess:
+    masked (m // 256 + 1) * 256, a multiple of 256 also where SGLANG_OPT_DG_MASKED_M_CAP caps it, :1769-1770) done
+    here: the runner's pre-permute needs DeepGEMM and the job's runner state before it gets there."""
+    return 1 if layout == "compact" else (m // 256 + 1) * 256
+
+
+def warm_dispatch(params: dict[str, str], ms: list[int]) -> None:
+    """SGLang's own fused_moe_dispatch_index as both layouts of the deep_gemm runner's standard pre-permute call it
+    (data/triton_path.yaml ``moe_dispatch_index``): the [m, topk] int32 topk_ids over the rank's local experts, each
+    layout's m_max (:func:`layout_m_max`), expert_start 0 (standard dispatch)."""
+    import torch
+    from sglang.kernels.ops.moe.ep_moe_kernels import fused_moe_dispatch_index
+
+    experts, topk = int(params["experts"]), int(params["topk"])
+    for m in ms:
+        for layout in params["layouts"].split("+"):
+            ids = torch.empty((m, topk), dtype=torch.int32, device="meta")
+            fused_moe_dispatch_index(ids, experts, layout_m_max(layout, m), expert_start=0)
+
+
 WARMS = {"vocab_parallel_embedding": warm_embedding, "router": warm_router, "moe_sum_reduce": warm_sum_reduce,
-         "moe_align_small_numel": warm_align}
+         "moe_align_small_numel": warm_align, "moe_dispatch_index": warm_dispatch}
 LOADS = {"moe_align_small_numel": load_align}  # before Triton's driver is replaced: SGLang's imports may probe it
 
 

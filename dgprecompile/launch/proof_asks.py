@@ -313,6 +313,33 @@ def _path_why(call: dict[str, Any], items: list, same: list, specialised: bool, 
             f"other) none of the planned m of {same[-1].id} is in")
 
 
+def _by_class(call: dict[str, Any], k: dict[str, Any] | None) -> dict[str, Any]:
+    """A call's arguments, those at the kernel's ``class_args`` positions (data/triton_path.yaml: the dispatch index's
+    m_max) by their Triton int class (:func:`m_class`): what its cache key holds of them."""
+    at = set((k or {}).get("class_args", ()))
+    args = [f"int class {m_class(v)}" if i in at and isinstance(v, int) else v for i, v in enumerate(call["args"])]
+    return {"args": args, "kwargs": call["kwargs"]}
+
+
+def _dispatch_left(call: dict[str, Any], same: list, k: dict[str, Any] | None) -> str:
+    """For the deep_gemm runner's dispatch index (``ms: dispatch_blocks``): the runtime's m whose key (the class of
+    m * topk and SGLang's block size: runtimes/triton_moe.py dispatch_key) no planned m of a matching item has ("" where
+    every one is planned, or for another kernel)."""
+    from dgprecompile.runtimes.triton_moe import dispatch_key
+
+    if not same or not k or k["ms"] != "dispatch_blocks":
+        return ""
+    single = int(k["single_block_max"])
+    for it in same:
+        shape = (int(it.param("experts")), int(it.param("topk")), single)
+        planned = {dispatch_key(m, *shape) for m in it.ms}
+        left = [m for lo, hi in _ms(call) for m in range(lo, hi + 1) if dispatch_key(m, *shape) not in planned]
+        if not left:
+            return ""
+    return (f"m {left[0]}: its class of m * topk and block size (SGLang's fused_moe_dispatch_index) is none of the "
+            f"planned m of {same[-1].id}")
+
+
 def _triton_path(plan, asks: dict[str, Any], record: dict[str, Any], notes: list[str], nvcc: str | None):
     """Each call of a model-path Triton wrapper (its kernel, module and name, its arguments as a cache key sees them;
     its m) against HEAD's planned items of that kernel: the same arguments as warm passes SGLang's wrapper for one of
@@ -336,9 +363,9 @@ def _triton_path(plan, asks: dict[str, Any], record: dict[str, Any], notes: list
         except (ImportError, SystemExit) as exc:  # warm's calls take the release's own wrappers (sglang) and torch
             out.append(AskCheck("triton-path", shown, UNCHECKED, f"cannot make warm's calls here: {exc}"))
             continue
-        same = [it for it in items if asked in replays[it.id]]
+        same = [it for it in items if _by_class(asked, k) in [_by_class(c, k) for c in replays[it.id]]]
         why = _path_why(call, items, same, bool(k) and k["ms"] == "m_classes",
-                        k and f"{k['module']}.{k['function']}")
+                        k and f"{k['module']}.{k['function']}") or _dispatch_left(call, same, k)
         out.append(AskCheck("triton-path", shown, MISSING if why else COVERED, why))
     return out
 

@@ -443,20 +443,34 @@ def build_plan(model: ModelConfig, profile: Profile, par: Parallel, num_sms: int
     plan.notes += notes
     plan.flashinfer, notes = plan_flashinfer(model, par, sglang_version, moe_options or server_options or {})
     plan.notes += notes
-    plan.triton_path, notes = plan_triton_path(model, par, sglang_version, gpu, list(plan.triton_moe.values()))
+    plan.triton_path, notes = plan_triton_path(model, par, sglang_version, gpu, list(plan.triton_moe.values()),
+                                               plan.keys)
     plan.notes += notes
     return plan
 
 
 def plan_triton_path(model: ModelConfig, par: Parallel, sglang_version: str | None, gpu: str | None,
-                     triton_moe: list[TritonMoeItem]):
+                     triton_moe: list[TritonMoeItem], keys: list[PlannedKey] = ()):
     """SGLang's model-path Triton kernels beside the fused MoE (runtimes/triton_moe.py TRITON_PATH), by id, and the
-    notes; ``triton_moe``: the plan's Triton fused MoE items (the MoE combine's kernel follows their shapes)."""
+    notes; ``triton_moe``: the plan's Triton fused MoE items (the MoE combine's kernel follows their shapes);
+    ``keys``: its DeepGEMM keys (the deep_gemm runner's Triton path follows its grouped GEMMs: :func:`deep_gemm_moe`)."""
     from dgprecompile.runtimes.triton_moe import TRITON_PATH
 
     items, notes = TRITON_PATH.plan_items(model.config, tp=par.tp, sglang_version=sglang_version, gpu=gpu,
-                                          triton_moe=triton_moe)
+                                          triton_moe=triton_moe, deep_gemm_moe=deep_gemm_moe(model, par, keys))
     return {it.id: it for it in items}, notes
+
+
+def deep_gemm_moe(model: ModelConfig, par: Parallel, keys: list[PlannedKey]) -> list[tuple[int, int, int]]:
+    """(local experts, top-k, tokens per forward) of the MoE layers whose experts the deep_gemm runner runs
+    (--moe-runner-backend deep_gemm: the plan's grouped DeepGEMM keys, their groups the rank's local experts; the
+    top-k the router's plus the fused shared experts), for its Triton path (data/triton_path.yaml
+    ``moe_dispatch_index``); none under another runner."""
+    if par.moe_runner_backend != "deep_gemm":
+        return []
+    topk = int(model.config.get("num_experts_per_tok") or 0) + par.fused_shared_experts
+    groups = sorted({pk.key.num_groups for pk in keys if pk.key.kernel_type.value.startswith("GROUPED_GEMM")})
+    return [(experts, topk, par.max_tokens) for experts in groups] if topk else []
 
 
 def plan_flashinfer(model: ModelConfig, par: Parallel, sglang_version: str | None, options: dict[str, Any]):

@@ -1,6 +1,7 @@
 """SGLang's Triton kernels planned and warmed ahead of time (their entries live in the captured Triton family's area,
 runtimes/captured.py): the fused MoE kernel (:data:`TRITON_MOE`) and the model path's others beside it, the
-vocab-parallel embedding, the router, the MoE top-k sum and the small-numel MoE align (:data:`TRITON_PATH`)."""
+vocab-parallel embedding, the router, the MoE top-k sum, the small-numel MoE align and the deep_gemm MoE runner's
+dispatch index (:data:`TRITON_PATH`)."""
 
 from __future__ import annotations
 
@@ -249,7 +250,8 @@ class TritonPathKernels(PackageKeyed):
     embedding (``_vocab_parallel_embedding_kernel``) and the router (``_router_triton_kernel``), which releases from
     0.5.16 run as Triton where earlier ones ran sgl-kernel AOT ops, and the Triton MoE's top-k sum
     (``_moe_sum_reduce_kernel``, m <= 32 on sm_90 and up) and its align for at most 64 top-k ids over more than 63
-    local experts (``_moe_align_small_numel_kernel``). One
+    local experts (``_moe_align_small_numel_kernel``), and, under --moe-runner-backend deep_gemm, that runner's
+    dispatch index (``fused_moe_dispatch_index_triton_kernel``). One
     :class:`~dgprecompile.runtimes.items.TritonPathItem` per kernel instance family of a rank, warmed GPU-free as the
     fused MoE items are (compile/triton_path.py: SGLang's own wrapper on meta tensors, Triton's own JIT with a
     compile-only driver), its entries in Triton's area, recorded per item (cache/item_records.py)."""
@@ -288,21 +290,27 @@ class TritonPathKernels(PackageKeyed):
         return tuple(self.data()["m_classes"] if ms == "m_classes" else ms)
 
     def plan_items(self, config: dict, *, tp: int, sglang_version: str | None, gpu: str | None,
-                   triton_moe: Sequence[TritonMoeItem] = ()) -> tuple[list[TritonPathItem], list[str]]:
+                   triton_moe: Sequence[TritonMoeItem] = (), deep_gemm_moe: Sequence[tuple[int, int, int]] = ()
+                   ) -> tuple[list[TritonPathItem], list[str]]:
         """The items of a plan (the model's config, its tensor-parallel size, the exact release, the GPU, the plan's
-        Triton fused MoE items) and notes saying what was left out and why. Nothing is planned for a release whose
-        model path was not read."""
+        Triton fused MoE items, the (local experts, top-k, tokens per forward) of its MoE layers on the deep_gemm
+        runner) and notes saying what was left out and why. Nothing is planned for a release whose model path was not
+        read."""
         capability = int(gpu_device(gpu)["capability"])
         items: list[TritonPathItem] = []
         notes: list[str] = []
         for name, k in self.data()["kernels"].items():
+            if k["when"] == "deep-gemm-moe" and not deep_gemm_moe:
+                continue  # no MoE layer on the deep_gemm runner: nothing of its path runs, no note
             where = k["releases"].get(sglang_version or "")
             if where is None:
                 if _at_least(sglang_version, str(k["since"])):  # older releases ship no such kernel: no note
                     notes.append(f"{self.label}: {k['kernel']} not planned: sglang {sglang_version}'s model path "
                                  f"was not read for it (read: {', '.join(k['releases'])})")
                 continue
-            if k["when"] in MOE_PLANNERS:
+            if k["when"] == "deep-gemm-moe":
+                made, why = _dispatch_items(name, k, deep_gemm_moe, capability, where)
+            elif k["when"] in MOE_PLANNERS:
                 made, why = MOE_PLANNERS[k["when"]](self, name, k, config, triton_moe, capability, where)
             else:
                 make = _embedding_item if k["when"] == "tp" else _router_item
@@ -415,6 +423,39 @@ def _align_items(runtime: TritonPathKernels, name: str, k: dict, config: dict, t
 
 
 MOE_PLANNERS = {"triton-moe": _sum_reduce_items, "triton-moe-align": _align_items}
+
+
+def dispatch_key(m: int, experts: int, topk: int, single_block_max: int) -> tuple[int, int]:
+    """What of m the deep_gemm runner's dispatch index's cache key holds (data/triton_path.yaml
+    ``moe_dispatch_index``): Triton 3.8.0's int class of m * topk (1, 16: % 16 == 0, 17: other) and SGLang's
+    BLOCK_SIZE (ep_moe_kernels.py fused_moe_dispatch_index: next_power_of_2(max(m * topk, experts)) up to
+    ``single_block_max``; 0 for the one size past it, where ZERO_INIT is False too)."""
+    n = m * topk
+    widest = max(n, experts)
+    return (1 if n == 1 else 16 if n % 16 == 0 else 17,
+            1 << (widest - 1).bit_length() if widest <= single_block_max else 0)
+
+
+def dispatch_ms(experts: int, topk: int, m_max: int, single_block_max: int) -> tuple[int, ...]:
+    """The m the deep_gemm runner's dispatch index is planned at: the first m of each :func:`dispatch_key`, over m
+    up to 16 past the last one-block m (the class then repeats with m mod 16), at most ``m_max``."""
+    first: dict[tuple[int, int], int] = {}
+    for m in range(1, min(m_max, -(-(single_block_max + 1) // topk) + 16) + 1):
+        first.setdefault(dispatch_key(m, experts, topk, single_block_max), m)
+    return tuple(sorted(first.values()))
+
+
+def _dispatch_items(name: str, k: dict, deep_gemm_moe: Sequence[tuple[int, int, int]], capability: int,
+                    where: str) -> tuple[list[TritonPathItem], str]:
+    """The deep_gemm runner's dispatch index: one item per (local experts, top-k) of the plan's MoE layers on that
+    runner, both layouts at every m of :func:`dispatch_ms` (the device picks the layout: data/triton_path.yaml)."""
+    out: dict[str, TritonPathItem] = {}
+    for experts, topk, m_max in deep_gemm_moe:
+        params = (("experts", experts), ("topk", topk), ("layouts", "+".join(k["layouts"])))
+        item = TritonPathItem(name, params, dispatch_ms(experts, topk, m_max, int(k["single_block_max"])),
+                              capability, where)
+        out.setdefault(item.id, item)
+    return list(out.values()), ""
 
 
 def _at_least(version: str | None, since: str) -> bool:

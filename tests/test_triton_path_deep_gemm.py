@@ -1,0 +1,156 @@
+"""The deep_gemm MoE runner's Triton path (data/triton_path.yaml ``moe_dispatch_index``): SGLang 0.5.23's
+``fused_moe_dispatch_index_triton_kernel``, which refused every m of DeepSeek-V3 `--tp 8 --moe-runner-backend deep_gemm`
+on the H100 (bench/results/2026-12-06-h100-model-dsv3-0523-deepgemm-moe), planned for that runner only, warmed
+GPU-free with the real sglang 0.5.23 and Triton 3.8.0, then held against SGLang's own pre-permute of the runner under
+the strict launch hook in a fresh process, in both of its layouts, over every m up to past the last one-block m."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+from test_triton_path import REPO, _env, _server_plan, needs_stack
+
+from dgprecompile.runtimes.triton_moe import TRITON_PATH, dispatch_ms
+
+DSV3 = "python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8"
+RUNNER = DSV3 + " --moe-runner-backend deep_gemm"
+KERNEL = "fused_moe_dispatch_index_triton_kernel"
+
+
+def _dispatch(plan) -> list:
+    return [i for i in plan.triton_path.values() if i.kernel == "moe_dispatch_index"]
+
+
+def test_the_deep_gemm_runner_plans_the_dispatch_index_at_one_m_per_key_class_in_both_layouts():
+    """DeepSeek-V3 --tp 8 on the deep_gemm runner: 257 local experts (256 + the fused shared expert), top 9; m 1 and
+    16 in the 512-wide block (9 m <= 512), 57 and 64 in the 1024-wide one, 114 and 128 past one block; both layouts
+    (the device picks one from its free memory), the same item on H100 and H200 (no tuned config in its key)."""
+    items = {gpu: _dispatch(_server_plan(RUNNER, gpu=gpu)) for gpu in ("h100", "h200")}
+    (item,) = items["h100"]
+    assert items["h200"] == [item]
+    assert dict(item.params) == {"experts": 257, "topk": 9, "layouts": "compact+masked"}
+    assert item.ms == (1, 16, 57, 64, 114, 128) and item.capability == 90
+    assert "deep_gemm.py" in item.why and type(item).from_dict(item.to_dict()) == item
+
+
+def test_the_default_runner_plans_no_dispatch_index_and_what_it_planned_before():
+    """The default runner (Triton fused MoE on 0.5.23) never reaches the deep_gemm runner's path: its model-path items
+    are the three of before, and no note names the dispatch kernel, on a read release or an unread one."""
+    plan = _server_plan(DSV3)
+    assert sorted(i.kernel for i in plan.triton_path.values()) == ["moe_align_small_numel", "moe_sum_reduce",
+                                                                   "vocab_parallel_embedding"]
+    for version in ("0.5.23", "0.5.19"):
+        assert not any(KERNEL in n for n in _server_plan(DSV3, sglang=version).notes)
+    assert not any(KERNEL in n for n in _server_plan().notes)  # the 480B --tp 8 --ep 8
+
+
+def test_a_release_whose_runner_path_was_not_read_gets_a_note():
+    plan = _server_plan(RUNNER, sglang="0.5.19")
+    assert _dispatch(plan) == []
+    assert any(f"{KERNEL} not planned: sglang 0.5.19's model path was not read" in n for n in plan.notes)
+
+
+def test_the_dispatch_ms_follow_the_wrappers_block_rule_and_the_int_classes():
+    assert dispatch_ms(257, 9, 16384, 1024) == (1, 16, 57, 64, 114, 128)
+    assert dispatch_ms(257, 9, 100, 1024) == (1, 16, 57, 64)  # at most the plan's tokens per forward
+    # more local experts than one block holds: one block size, the classes of m * topk only (m 1: == 1 for top 1)
+    assert dispatch_ms(2048, 1, 16384, 1024) == (1, 2, 16)
+    assert dispatch_ms(2048, 8, 16384, 1024) == (1, 2)  # 8 m: "% 16" at even m, "other" at odd
+    # 33 experts, top 1: blocks 64 (m <= 64), 128, ..., 1024, then multi-block
+    assert dispatch_ms(33, 1, 16384, 1024) == (1, 2, 16, 65, 80, 129, 144, 257, 272, 513, 528, 1025, 1040)
+
+
+CHECK = textwrap.dedent("""
+    import importlib, json, os, sys
+    sys.path.insert(0, os.path.join(os.environ["DGP_REPO"], "dgprecompile", "launch", "hook"))
+    import _dgprecompile_hook as hook
+    hook.install()  # as the job's startup does (DGPRECOMPILE_STRICT=1, families triton): before Triton is imported
+    from dgprecompile.compile import triton_moe as moe
+    moe.load_sglang(None, 90)  # SGLang's server args and the planned arch, as the warm states them
+    import torch
+    runner = importlib.import_module("sglang.srt.layers.moe.moe_runner.deep_gemm")
+    ep = importlib.import_module("sglang.kernels.ops.moe.ep_moe_kernels")
+    from sglang.srt.layers.moe.moe_runner.base import MoeRunnerConfig
+    from types import SimpleNamespace
+    # the compact layout asks DeepGEMM (not installed here) for its row alignment before the dispatch: the answer
+    # sizes later buffers only, not the dispatch's arguments
+    runner.deep_gemm_wrapper.get_contiguous_layout_alignment = lambda assignments, experts: 128
+    moe.compile_only(90)
+    moe.only_kernel("fused_moe_dispatch_index_triton_kernel")  # the runner's other kernels: not this check's
+    from triton.compiler import compiler
+    looked, real = [], compiler.get_cache_manager
+    def get_cache_manager(key):  # the entry each compile looks up: the key Triton's own JIT computed (observed only)
+        manager = real(key)
+        looked.append(manager.key)
+        return manager
+    compiler.get_cache_manager = get_cache_manager
+    class Reached(Exception):
+        pass
+    dispatch = ep.fused_moe_dispatch_index
+    def stop_after(*args, **kwargs):  # the rest of the pre-permute (quantisation, scatter) is not this check's
+        dispatch(*args, **kwargs)
+        raise Reached
+    ep.fused_moe_dispatch_index = stop_after  # imported from its module at each pre-permute call
+    out, keys = {}, {}
+    def ask(name, layout, experts, topk, m):
+        os.environ["SGLANG_DEEPGEMM_STANDARD_LAYOUT"] = layout  # SGLang's own switch; auto asks the GPU's memory
+        ep.fused_moe_dispatch_index_triton_kernel.device_caches.clear()  # every call asks the disk
+        w1, w2, s1, s2 = moe.make_weights(experts=experts, hidden=7168, intermediate=256, device="meta")
+        quant = runner.DeepGemmMoeQuantInfo(w13_weight=w1, w2_weight=w2, use_fp8=True, w13_scale=s1, w2_scale=s2,
+                                            block_shape=[128, 128])
+        config = MoeRunnerConfig(num_experts=experts, num_local_experts=experts, hidden_size=7168,
+                                 intermediate_size_per_partition=256, top_k=topk, activation="silu", is_gated=True,
+                                 inplace=False)
+        x, weights, ids = moe.moe_inputs(m, experts=experts, hidden=7168, topk=topk, device="meta")
+        # the standard dispatcher's output as the pre-permute reads it (.hidden_states, .topk_output's (weights, ids,
+        # router logits)); SGLang's own classes import its topk module, whose optional dependencies are not here
+        dispatched = SimpleNamespace(hidden_states=x, hidden_states_scale=None, topk_output=(weights, ids, None))
+        looked.clear()
+        try:  # SGLang's own standard-to-deep_gemm pre-permute: its layout choice, its m_max, its dispatch call
+            runner.pre_permute_standard_to_deep_gemm(dispatched, quant, config, {})
+            out[name] = "not reached"
+        except Reached:
+            out[name] = "hit"
+        except RuntimeError as exc:
+            out[name] = str(exc).split(" at run time")[0]
+        keys[name] = list(looked)
+    for layout in ("compact", "masked"):
+        for m in [*range(1, 145), 255, 256, 600]:
+            ask(f"{layout} m{m}", layout, 257, 9, m)
+    ask("unplanned experts", "compact", 256, 9, 1)
+    print(json.dumps({"out": out, "keys": keys}))
+""")
+
+
+@needs_stack
+def test_the_warmed_dispatch_entries_are_the_keys_sglangs_own_pre_permute_looks_up_at_every_m(tmp_path):
+    """Warm the DeepSeek-V3 deep_gemm plan's dispatch item, then, in a fresh process under the strict launch hook, run
+    SGLang's own pre_permute_standard_to_deep_gemm in each layout at every m 1..144 (past the last one-block m, 113,
+    by one period of m mod 16) and at masked m_max 512 and 768: every call hits a warmed entry, the warm's 12 entries
+    are exactly the ones asked, and an unplanned local expert count is refused."""
+    cache, env = tmp_path / "cache", _env()
+    (item,) = _dispatch(_server_plan(RUNNER))
+    r = subprocess.run(TRITON_PATH.warm_argv(item, str(cache), sys.executable), capture_output=True, text=True,
+                       env=env, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    report = json.loads(r.stdout.splitlines()[-1])
+    assert report["not_whole"] == [] and report["record"]["ms"] == [1, 16, 57, 64, 114, 128]
+    warmed = set(report["record"]["lookups"])
+    # (class of 9 m, block 512 / 1024 / multi-block) x (m_max 1, a constexpr / a multiple of 256)
+    assert len(warmed) == 12
+    r = subprocess.run([sys.executable, "-c", CHECK], capture_output=True, text=True, timeout=600,
+                       env={**env, "TRITON_CACHE_DIR": str(cache / "triton"), "DGP_REPO": str(REPO),
+                            "DGPRECOMPILE_STRICT": "1", "DGPRECOMPILE_STRICT_FAMILIES": "triton"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = json.loads(r.stdout.splitlines()[-1])
+    asked = set()
+    for name, outcome in got["out"].items():
+        if name == "unplanned experts":
+            continue
+        assert outcome == "hit" and len(got["keys"][name]) == 1, (name, outcome, got["keys"][name])
+        asked |= set(got["keys"][name])
+    assert asked == warmed
+    assert got["out"]["unplanned experts"].endswith(f"compile kernel {KERNEL}")
