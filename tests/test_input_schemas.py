@@ -225,3 +225,22 @@ def test_a_trace_call_beyond_32_bit_m_is_refused(tmp_path):
         {"kernel_type": "GEMM_NT_F8F8BF16", "m": 10 ** 12, "n": 1792, "k": 6144, "num_groups": 1}) + "\n")
     refused(cli("warm", "--from-misses", str(misses), "--model", "Qwen3-Coder-480B", "--tp", "8", "--ep", "8"),
             "impossible call")
+
+
+@pytest.mark.parametrize("extra", ["", " --moe-runner-backend deep_gemm"])
+def test_every_model_path_triton_item_a_plan_writes_reads_back(tmp_path, extra):
+    """A plan file is read back through the manifest schema (warm, verify, launch read it): every model-path Triton
+    kernel the plan can name must pass it. DeepSeek-V3 --tp 8 on 0.5.23 names the MoE align (and, with the deep_gemm
+    runner, its dispatch); on the H100 (2026-12-06, at 68f775e) warm refused such a plan: the align was planned, but
+    the schema did not list it."""
+    out = tmp_path / "plan.yaml"
+    server = "python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8" + extra
+    r = subprocess.run([sys.executable, "-m", "dgprecompile", "plan", "--sglang-cmd", server, "--sglang", "0.5.23",
+                        "--gpu", "h100", "-o", str(out)], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    written = {it["kernel"] for it in yaml.safe_load(out.read_text())["triton_path"]}
+    # the default runner's Triton MoE takes the align; the deep_gemm runner its own dispatch instead
+    assert ("moe_align_small_numel" in written) != bool(extra) and ("moe_dispatch_index" in written) == bool(extra)
+    from dgprecompile.planning.manifest import read_manifest
+
+    assert {it.kernel for it in read_manifest(out).triton_path.values()} == written
