@@ -327,6 +327,17 @@ def test_the_small_numel_aligns_gate_is_local_experts_plus_one_above_64_and_m_ti
     assert plan(topk=65) == []  # one token's ids already above the limit
 
 
+# the script lines that record the cache entry each Triton compile looks up (the key its own JIT computed) in
+# ``looked``: observed only, the compile goes on as Triton runs it
+LOOKUPS = """    from triton.compiler import compiler
+    looked, real = [], compiler.get_cache_manager
+    def get_cache_manager(key):  # the entry each compile looks up: the key Triton's own JIT computed (observed only)
+        manager = real(key)
+        looked.append(manager.key)
+        return manager
+    compiler.get_cache_manager = get_cache_manager
+"""
+
 ALIGN_CHECK = textwrap.dedent("""
     import importlib, json, os, sys
     sys.path.insert(0, os.path.join(os.environ["DGP_REPO"], "dgprecompile", "launch", "hook"))
@@ -342,13 +353,7 @@ ALIGN_CHECK = textwrap.dedent("""
         small.moe_align_small_numel
     moe.compile_only(90)
     moe.only_kernel("_moe_align_small_numel_kernel")  # the MoE GEMMs and the rest: not this check's
-    from triton.compiler import compiler
-    looked, real = [], compiler.get_cache_manager
-    def get_cache_manager(key):  # the entry each compile looks up: the key Triton's own JIT computed (observed only)
-        manager = real(key)
-        looked.append(manager.key)
-        return manager
-    compiler.get_cache_manager = get_cache_manager
+    # LOOKUPS
     out, keys, blocks = {}, {}, {}
     def ask(name, device, experts, topk, m):
         config.get_device_name = lambda device_id=0: device
@@ -371,7 +376,7 @@ ALIGN_CHECK = textwrap.dedent("""
             ask(f"{device} m{m}", device, 257, 9, m)
     ask("unplanned topk", "NVIDIA H100 80GB HBM3", 257, 8, 1)
     print(json.dumps({"out": out, "keys": keys, "blocks": blocks}))
-""")
+""".replace("    # LOOKUPS\n", LOOKUPS))
 
 
 @needs_stack

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import textwrap
 
-from test_triton_path import REPO, _env, _server_plan, needs_stack
+from test_triton_path import LOOKUPS, REPO, _env, _server_plan, needs_stack
 
 from dgprecompile.runtimes.triton_moe import TRITON_PATH, dispatch_ms
 
@@ -80,13 +80,7 @@ CHECK = textwrap.dedent("""
     runner.deep_gemm_wrapper.get_contiguous_layout_alignment = lambda assignments, experts: 128
     moe.compile_only(90)
     moe.only_kernel("fused_moe_dispatch_index_triton_kernel")  # the runner's other kernels: not this check's
-    from triton.compiler import compiler
-    looked, real = [], compiler.get_cache_manager
-    def get_cache_manager(key):  # the entry each compile looks up: the key Triton's own JIT computed (observed only)
-        manager = real(key)
-        looked.append(manager.key)
-        return manager
-    compiler.get_cache_manager = get_cache_manager
+    # LOOKUPS
     class Reached(Exception):
         pass
     dispatch = ep.fused_moe_dispatch_index
@@ -122,7 +116,7 @@ CHECK = textwrap.dedent("""
             ask(f"{layout} m{m}", layout, 257, 9, m)
     ask("unplanned experts", "compact", 256, 9, 1)
     print(json.dumps({"out": out, "keys": keys}))
-""")
+""".replace("    # LOOKUPS\n", LOOKUPS))
 
 
 @needs_stack
