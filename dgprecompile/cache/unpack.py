@@ -341,7 +341,7 @@ def _install(art: Artifact, store: CacheStore, to_add: dict[str, EntryRecord], c
         store.clean_stale_staging()  # what a killed unpack, pull or warm left (their process is gone)
         staging = store.new_staging()
         _stage(art, work, staging, arch, where)
-        _install_new(store, staging, to_add, (art, arch), result, installed)
+        _install_new(store, staging, to_add, art, arch, result, installed)
         for name in sorted(changed):
             record = changed[name]
             swapped.append(_swap_in(store, staging, record, arch))
@@ -375,11 +375,10 @@ def _stage(art: Artifact, work: dict[str, EntryRecord], staging: Path, arch: str
                              hint="pack it again from a cache that `dgprecompile verify` passes")
 
 
-def _install_new(store: CacheStore, staging: Path, to_add: dict[str, EntryRecord], source: tuple[Artifact, str | None],
+def _install_new(store: CacheStore, staging: Path, to_add: dict[str, EntryRecord], art: Artifact, arch: str | None,
                  result: UnpackResult, installed: list[Path]) -> None:
     """Move each new staged entry into the cache, never over an existing one; ``installed`` collects what was
-    moved as it goes (the rollback removes exactly those). ``source``: the artifact and its GPU architecture."""
-    art, arch = source
+    moved as it goes (the rollback removes exactly those)."""
     for name in sorted(to_add):
         record = to_add[name]
         if store.install_entry(staging / record.member_dir, arch, area=record.area, entry=record.entry):
