@@ -1,12 +1,14 @@
 """GPU-free Triton warm of SGLang's model-path Triton kernels beside ``fused_moe_kernel`` (data/triton_path.yaml):
 the vocab-parallel embedding's ``_vocab_parallel_embedding_kernel``, the router's ``_router_triton_kernel``, the
 MoE combine's ``_moe_sum_reduce_kernel``, the MoE's small-numel align ``_moe_align_small_numel_kernel`` and the
-deep_gemm MoE runner's dispatch index ``fused_moe_dispatch_index_triton_kernel``, compiled by Triton's own compiler for the planned target under the cache keys Triton's own JIT computes.
+deep_gemm MoE runner's dispatch index ``fused_moe_dispatch_index_triton_kernel``, compiled by Triton's own compiler
+for the planned target under the cache keys Triton's own JIT computes.
 
 How (one process, the item's): SGLang's OWN wrapper (``vocab_parallel_embedding``, ``moe_fused_gate``,
-``moe_sum_reduce_triton``, ``fused_moe_dispatch_index``; for the align SGLang's own ``_prepare_fused_moe_run``, which picks the MoE config for the
-plan's device, as the fused MoE warm asks it, and calls its ``moe_align_block_size`` with that config's BLOCK_SIZE_M,
-which sizes the buffers and calls ``moe_align_small_numel``) runs for each planned m on ``meta`` tensors, with
+``moe_sum_reduce_triton``, ``fused_moe_dispatch_index``; for the align SGLang's own ``_prepare_fused_moe_run``, which
+picks the MoE config for the plan's device, as the fused MoE warm asks it, and calls its ``moe_align_block_size`` with
+that config's BLOCK_SIZE_M, which sizes the buffers and calls ``moe_align_small_numel``) runs for each planned m on
+``meta`` tensors, with
 Triton's driver set to compile/triton_moe.py's :class:`CompileOnlyDriver` and every launch turned into Triton's own
 ``run(..., warmup=True)``
 (:func:`~dgprecompile.compile.triton_moe.compile_only`): Triton binds the arguments, specialises them, computes its
