@@ -147,9 +147,10 @@ run: $(RUN_STAMP)
 # one worker per core, each taking whole files (a file's module fixtures are built once): most tests wait on one
 # compiler process; on 2 cores the suite took 54 min where one worker had taken 84 (docs/setup.md). Two, as CI's
 # machine has 2 cores (a container's CPU count can be the host's): `make test TEST_WORKERS=auto` on a larger one.
+# Files go out in collection order (--no-loadscope-reorder), which tests/file_order.py sets longest first.
 TEST_WORKERS ?= 2
 test: $(TEST_STAMP)
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=40
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=40
 
 plan: $(RUN_STAMP)
 	$(BIN)/dgprecompile plan --model $(MODEL) --tp $(TP) --ep $(EP) --sglang $(SGLANG)

@@ -11,6 +11,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 REPO = Path(__file__).resolve().parent.parent
 
 from ci_skips import pytest_runtest_makereport  # noqa: E402,F401  (CI=true: a skipped set-up provision fails)
+from file_order import (  # noqa: E402,F401  (the heaviest files first; each file's seconds at the end)
+    pytest_collection_modifyitems,
+    pytest_runtest_logreport,
+    pytest_terminal_summary,
+)
 
 # rollback protection keeps a copy of each cache's installed-build record in the user's state folder
 # (cache/rollback.py): the tests' copies go to a folder of the session's, not to the developer's home
