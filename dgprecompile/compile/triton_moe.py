@@ -322,6 +322,8 @@ def parse_ms(text: str) -> list[int]:
 
 
 def triton_entries(cache_dir: str) -> dict[str, list[str]]:
+    """Each Triton cache entry's kernels, by its group files' names (runtimes/captured.py group_kernels: not imported
+    here, in the job's Python, where the runtimes' registry and its yaml and jsonschema are not needed)."""
     from pathlib import Path
 
     out = {}

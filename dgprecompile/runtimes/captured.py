@@ -199,7 +199,7 @@ class CacheFamily:
         if self.layout != "triton-groups" or triton_entry_problem(entry_dir) is not None:
             return False
         changed = False
-        for grp in sorted(entry_dir.glob("__grp__*.json")):
+        for grp in group_files(entry_dir):
             children = json.loads(grp.read_text())["child_paths"]
             here = {name: str(entry_dir / os.path.basename(str(path))) for name, path in children.items()}
             if here != children:
@@ -210,7 +210,7 @@ class CacheFamily:
     def kernel_names(self, entry_dir: Path) -> list[str]:
         """The kernels an entry holds, as the library names them (Triton: its group files' kernel names)."""
         if self.layout == "triton-groups":
-            return sorted(p.name[len("__grp__"):-len(".json")] for p in entry_dir.glob("__grp__*.json"))
+            return group_kernels(entry_dir)
         if self.layout == "inductor":  # one compiled graph per FX graph cache entry; the rest is its code
             return [f"FX graph {entry_dir.name}"] if entry_dir.parent.parent.name == "fxgraph" else []
         return [entry_dir.name]
@@ -219,9 +219,22 @@ class CacheFamily:
 GROUP_LIMIT = 1 << 20  # bytes: a Triton group file lists one kernel's few files; larger is not one
 
 
+GROUP_PREFIX, GROUP_SUFFIX = "__grp__", ".json"  # Triton's group file: __grp__<kernel>.json
+
+
 def is_group_file(name: str) -> bool:
     """Whether ``name`` is a Triton group file's name (``__grp__<kernel>.json``)."""
-    return name.startswith("__grp__") and name.endswith(".json")
+    return name.startswith(GROUP_PREFIX) and name.endswith(GROUP_SUFFIX)
+
+
+def group_files(entry_dir: Path) -> list[Path]:
+    """A Triton cache entry's group files, in name order."""
+    return sorted(entry_dir.glob(f"{GROUP_PREFIX}*{GROUP_SUFFIX}"))
+
+
+def group_kernels(entry_dir: Path) -> list[str]:
+    """The kernels a Triton cache entry's group files name, in order."""
+    return [p.name[len(GROUP_PREFIX):-len(GROUP_SUFFIX)] for p in group_files(entry_dir)]
 
 
 def group_form(data: bytes) -> str | None:
@@ -255,7 +268,7 @@ def triton_entry_problem(entry_dir: Path, here: bool = False) -> str | None:
         return "missing"
     if any(p.name.startswith(IN_FLIGHT) for p in entry_dir.iterdir()):
         return "a write is in flight (tmp.pid_* directory)"
-    groups = sorted(entry_dir.glob("__grp__*.json"))
+    groups = group_files(entry_dir)
     if not groups:
         files = [p for p in entry_dir.iterdir()]
         if files and all(p.is_file() and p.name.endswith(".so") and p.stat().st_size > 0 for p in files):
