@@ -286,3 +286,53 @@ def test_a_directory_without_a_lock_is_removed_only_when_old(tmp_path):
     assert scratch.clean_stale(tmp_path) == 0 and legacy.is_dir()
     _age_by(legacy, scratch.UNLOCKED_STALE_SECONDS + 60)
     assert scratch.clean_stale(tmp_path) == 1 and not legacy.exists()
+
+
+STUCK_BEFORE_RENAME = """
+import os, sys, time
+from dgprecompile.host import scratch
+def stuck(src, dst):  # the instant between locking the temporary lock file and renaming it into place
+    print(os.path.dirname(src), flush=True)
+    time.sleep(600)
+os.rename = stuck
+scratch.make(sys.argv[1], "held-")
+"""
+
+
+def test_a_scratch_killed_before_its_lock_was_renamed_is_removed_at_once(tmp_path):
+    """CI met it (test_artifact's killed unpack): SIGKILL between locking ``.owner.<pid>.tmp`` and renaming it to
+    ``.owner.lock`` left a directory without the lock, which was kept for an hour. A live maker in that instant holds
+    the temporary lock and is kept; once it is dead, the next cleaner removes the directory."""
+    proc = subprocess.Popen([sys.executable, "-c", STUCK_BEFORE_RENAME, str(tmp_path)], stdout=subprocess.PIPE,
+                            text=True, env=ENV)
+    try:
+        path = Path(proc.stdout.readline().strip())
+        assert path.parent == tmp_path and [p.name for p in path.iterdir()] == [f".owner.{proc.pid}.tmp"]
+        assert scratch.clean_stale(tmp_path) == 0 and path.is_dir()  # its maker holds the temporary lock
+    finally:
+        proc.kill()
+        proc.wait()
+    assert scratch.clean_stale(tmp_path) == 1 and not path.exists()
+
+
+def test_a_maker_whose_new_lock_a_cleaner_holds_starts_over(tmp_path, monkeypatch):
+    """A cleaner's probe of a temporary lock can meet a maker between its open and its lock: the maker's lock is
+    then refused; it removes that directory and makes another, whose lock it holds."""
+    import fcntl
+
+    real, refused = fcntl.flock, []
+
+    def flock(fd, op):
+        if not refused:
+            refused.append(os.readlink(f"/proc/self/fd/{fd}"))
+            raise BlockingIOError("held by a cleaner's probe")
+        return real(fd, op)
+
+    monkeypatch.setattr(scratch.fcntl, "flock", flock)
+    path = scratch.make(tmp_path, "held-")
+    monkeypatch.setattr(scratch.fcntl, "flock", real)
+    try:
+        assert refused and not Path(refused[0]).parent.exists() and Path(refused[0]).parent != path
+        assert [p.name for p in tmp_path.iterdir()] == [path.name] and scratch.held(path)
+    finally:
+        scratch.release(path)

@@ -10,8 +10,10 @@ the process ends, however it ends (SIGKILL included), so:
 * a directory whose lock is held is someone's, whatever PID namespace, container or user that someone is in: a
   PID seen from here says nothing about a process in another namespace, which is why PIDs are not consulted.
 
-The lock file appears already locked (it is locked under a temporary name, then renamed into place), so no
-cleaner can take it in between. A lock written by another host (a cache on a network filesystem whose locks may
+The lock file appears already locked (it is locked under a temporary name, ``.owner.<pid>.tmp``, then renamed
+into place), so no cleaner can take it in between. A directory that still has only the temporary lock was made by a
+process killed before the rename (SIGKILL in that instant): it is stale as soon as no process holds that file's lock.
+A cleaner's probe of it can meet a maker between its open and its lock; the maker then starts over under a new name. A lock written by another host (a cache on a network filesystem whose locks may
 not reach across hosts) is judged stale only when the directory also has not changed for
 :data:`FOREIGN_STALE_SECONDS`. A directory without a lock (made by an older dgprecompile, or killed before it
 had one) is stale after :data:`UNLOCKED_STALE_SECONDS` without change. The directory is removed with its lock
@@ -33,6 +35,8 @@ from dgprecompile.errors import EnvironmentProblem
 from dgprecompile.fsutil import NO_SPACE_ERRNOS, file_mode, space_message
 
 LOCK_NAME = ".owner.lock"
+PENDING_LOCK = ".owner.{pid}.tmp"  # the lock file's name until it is locked and written (make)
+MAKE_TRIES = 100
 FOREIGN_STALE_SECONDS = 24 * 3600
 UNLOCKED_STALE_SECONDS = 3600
 _HELD: dict[str, int] = {}  # scratch directory -> the fd of its held lock, for this process's life
@@ -52,26 +56,46 @@ def make(base: Path | str, prefix: str) -> Path:
     """A new directory ``<base>/<prefix>...`` whose lock this process holds until :func:`release` or its end."""
     base = Path(base)
     base.mkdir(parents=True, exist_ok=True)
-    while True:
+    for _ in range(MAKE_TRIES):
         path = base / f"{prefix}{os.getpid()}-{time.time_ns()}"
         try:
             os.mkdir(path)
         except FileExistsError:
             continue
-        break
-    tmp = path / f".owner.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, file_mode())
+        fd = _lock_new(path)
+        if fd is not None:
+            _HELD[str(path)] = fd
+            return path
+    raise EnvironmentProblem(f"could not make a scratch directory in {base}: each new one was taken for a dead "
+                             f"process's by another cleaner {MAKE_TRIES} times",
+                             "run the command again; if it repeats, check what else removes directories there")
+
+
+def _lock_new(path: Path) -> int | None:
+    """Lock the new directory ``path`` for this process (module docstring): the held descriptor, or None where a
+    cleaner probed the temporary lock before this process had taken it (the directory is then removed here)."""
+    tmp = path / PENDING_LOCK.format(pid=os.getpid())
+    try:
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, file_mode())
+    except FileNotFoundError:  # a cleaner removed the directory (empty, or with a lock nobody held)
+        return None
+    except BaseException:
+        shutil.rmtree(path, ignore_errors=True)
+        raise
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.write(fd, json.dumps({"host": host_id(), "hostname": socket.gethostname(), "pid": os.getpid(),
                                  "started": time.time()}).encode())
         os.rename(tmp, path / LOCK_NAME)
+    except (BlockingIOError, FileNotFoundError):  # a cleaner's probe holds it, or has removed the directory
+        os.close(fd)
+        shutil.rmtree(path, ignore_errors=True)
+        return None
     except BaseException:
         os.close(fd)
         shutil.rmtree(path, ignore_errors=True)
         raise
-    _HELD[str(path)] = fd
-    return path
+    return fd
 
 
 def release(path: Path | str) -> None:
@@ -142,33 +166,63 @@ def clean_stale(base: Path | str, prefix: str = "") -> int:
                 continue
         except OSError:
             continue
-        if _stale(path):
+        claimed = _claim(path)
+        if claimed is None:
+            continue
+        try:
             shutil.rmtree(path, ignore_errors=True)
-            removed += not path.exists()
+        finally:
+            for fd in claimed:
+                os.close(fd)
+        removed += not path.exists()
     return removed
 
 
-def _stale(path: Path) -> bool:
+def _claim(path: Path) -> list[int] | None:
+    """None where ``path`` is not stale (module docstring); else the locks this process now holds on it, kept while
+    the directory is removed so that no maker can take them meanwhile (close them after)."""
     lock = path / LOCK_NAME
     try:
         fd = os.open(lock, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
-        return _age(path) > UNLOCKED_STALE_SECONDS
+        pending = list(path.glob(PENDING_LOCK.format(pid="*")))
+        if pending:  # its maker was killed before the rename, unless one still holds its temporary lock
+            return _claim_all(pending)
+        return [] if _age(path) > UNLOCKED_STALE_SECONDS else None
     except OSError:  # not ours to read: leave it
-        return False
+        return None
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False  # held: its owner is alive, in whatever namespace
-        except OSError:
-            return False
-        owner = _owner(lock)
-        if owner.get("host", host_id()) != host_id():
-            return _age(path) > FOREIGN_STALE_SECONDS  # another host's: its lock may not reach us
-        return True
-    finally:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # BlockingIOError: held, its owner is alive, in whatever namespace
         os.close(fd)
+        return None
+    owner = _owner(lock)
+    if owner.get("host", host_id()) != host_id() and _age(path) <= FOREIGN_STALE_SECONDS:
+        os.close(fd)  # another host's: its lock may not reach us
+        return None
+    return [fd]
+
+
+def _claim_all(locks: list[Path]) -> list[int] | None:
+    """Every one of ``locks`` locked by this process, or None, holding nothing, where another process holds one, one
+    cannot be read, or one has gone (its maker may have just renamed it into place: judged again next time)."""
+    fds = []
+    for lock in locks:
+        try:
+            fd = os.open(lock, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            fd = None
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fds.append(fd)
+                continue
+            except OSError:
+                os.close(fd)
+        for taken in fds:
+            os.close(taken)
+        return None
+    return fds
 
 
 def run_dir(prefix: str) -> Path:
