@@ -336,13 +336,20 @@ def _render_strict(out: Output, result: LaunchResult) -> None:
         out.error("strict mode's guard could not be installed in: " + "; ".join(result.guard_failures[:5]),
                   hint="see the message the process printed; `dgprecompile doctor` checks the environment")
     if result.unguarded:
-        shown = [f"pid {pid}: {cmd}" for pid, cmd in sorted(result.unguarded.items())[:5]]
+        shown = [f"pid {pid}: {_one_line(cmd)}" for pid, cmd in sorted(result.unguarded.items())[:5]]
         out.error(f"strict mode was not active in {len(result.unguarded)} Python process(es) of the job "
                   "(none held its guard record: the launch's PYTHONPATH was reset or dropped, by a wrapper, `env -i` or a "
                   "re-exec with another environment, or python ran with -I/-S/-E): "
                   + "; ".join(shown),
                   hint="keep the PYTHONPATH launch sets (prepend to it rather than replace it) in every wrapper "
                        "of the job, or run with --no-strict to trace instead")
+
+
+def _one_line(command: str, limit: int = 160) -> str:
+    """A process's command line inside one error line: a ``python -c`` script's newlines and indents as single
+    spaces, cut at ``limit`` characters."""
+    text = " ".join(command.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _own_record(name: str) -> bool:
