@@ -13,7 +13,8 @@ the process ends, however it ends (SIGKILL included), so:
 The lock file appears already locked (it is locked under a temporary name, ``.owner.<pid>.tmp``, then renamed
 into place), so no cleaner can take it in between. A directory that still has only the temporary lock was made by a
 process killed before the rename (SIGKILL in that instant): it is stale as soon as no process holds that file's lock.
-A cleaner's probe of it can meet a maker between its open and its lock; the maker then starts over under a new name. A lock written by another host (a cache on a network filesystem whose locks may
+A cleaner's probe of it can meet a maker between its open and its lock; the maker then starts over under a new name.
+A lock written by another host (a cache on a network filesystem whose locks may
 not reach across hosts) is judged stale only when the directory also has not changed for
 :data:`FOREIGN_STALE_SECONDS`. A directory without a lock (made by an older dgprecompile, or killed before it
 had one) is stale after :data:`UNLOCKED_STALE_SECONDS` without change. The directory is removed with its lock
@@ -208,21 +209,27 @@ def _claim_all(locks: list[Path]) -> list[int] | None:
     cannot be read, or one has gone (its maker may have just renamed it into place: judged again next time)."""
     fds = []
     for lock in locks:
-        try:
-            fd = os.open(lock, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            fd = None
-        if fd is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                fds.append(fd)
-                continue
-            except OSError:
-                os.close(fd)
-        for taken in fds:
-            os.close(taken)
-        return None
+        fd = _take(lock)
+        if fd is None:
+            for taken in fds:
+                os.close(taken)
+            return None
+        fds.append(fd)
     return fds
+
+
+def _take(lock: Path) -> int | None:
+    """A descriptor of ``lock`` that this process now holds locked, or None where it cannot be opened or locked."""
+    try:
+        fd = os.open(lock, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def run_dir(prefix: str) -> Path:
