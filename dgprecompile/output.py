@@ -162,11 +162,13 @@ class Output:
 
     def error(self, message: str, hint: str | None = None, *, wrap: bool = False) -> None:
         """``error:`` and the message, then ``hint:`` and the hint; ``wrap``: each folded to the console's width
-        under its own text (see _fit), else each on one line however long."""
+        under its own text (see _fit), else each on one line however long. A line break inside either (an
+        exception's text, a ``python -c`` script in a command line) is a space: an error is one ``error:`` line,
+        and a log reader or a test that takes the line finds all of it there."""
         # messages are plain text: `[s3]` in a hint is an extra's name, not markup
-        self._say(_message(styled("error:", "red"), " ", message), len("error: ") if wrap else None)
+        self._say(_message(styled("error:", "red"), " ", _unbroken(message)), len("error: ") if wrap else None)
         if hint:
-            self._say(_message(styled("hint:", "dim"), " ", hint), len("hint: ") if wrap else None)
+            self._say(_message(styled("hint:", "dim"), " ", _unbroken(hint)), len("hint: ") if wrap else None)
 
     def progress(self, total: int, description: str = "compiling", *, seconds_per_item: float | None = None,
                  workers: int = 1) -> KernelProgress:
@@ -182,6 +184,12 @@ _NUMBER = re.compile(r"^[-+]?\d[\d.,:]*(\.\.\d[\d.,]*)?( ?(s|ms|min|B|KB|MB|GB|K
 
 
 _SHORT_PARENTHESIS = re.compile(r"\([^()\n]{1,30}\)")
+_LINE_BREAK = re.compile(r"[ \t]*[\r\n]+\s*")
+
+
+def _unbroken(text: str) -> str:
+    """``text`` with each line break, and the blanks around it, as one space (other spacing is kept as given)."""
+    return _LINE_BREAK.sub(" ", text).strip()
 
 
 def _keep_parentheses(text: str) -> str:

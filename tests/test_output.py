@@ -283,6 +283,17 @@ def test_every_message_kind_prints_user_text_as_given():
     assert "\N{THUMBS UP SIGN}" not in text and "\U0001f44d" not in text, text
 
 
+def test_an_error_with_line_breaks_in_it_is_still_one_error_line_and_one_hint_line(monkeypatch):
+    """An exception's text or a `python -c` script inside a command line: its line breaks become spaces, so the
+    error is the one `error:` line a log reader takes (the rest of it is not left on lines of its own)."""
+    monkeypatch.setenv("COLUMNS", "80")
+    err = io.StringIO()
+    script = "python3 -c 'import os\n  os.fork()\r\n\n  print(1)  '"
+    Output(stderr=err).error(f"pid 7: {script}; pid 8: sleep  60", hint="a hint\nover two lines")
+    assert err.getvalue().splitlines() == [
+        "error: pid 7: python3 -c 'import os os.fork() print(1)  '; pid 8: sleep  60", "hint: a hint over two lines"]
+
+
 def test_the_plain_fallback_table_prints_cells_as_given(monkeypatch):
     monkeypatch.setenv("COLUMNS", "30")
     out = io.StringIO()

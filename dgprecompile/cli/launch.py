@@ -304,7 +304,7 @@ def _render_lifetime(out: Output, result: LaunchResult) -> None:
                   hint="do not signal the supervisor (`ps` shows it as dgp-strict or dgp-launch); signal launch")
     if result.left_behind and not result.strict:
         out.warn(f"the job left {len(result.left_behind)} process(es) running when it ended; launch ended them: "
-                 + "; ".join(result.left_behind[:5]))
+                 + "; ".join(_one_line(line) for line in result.left_behind[:5]))
 
 
 def _render_strict(out: Output, result: LaunchResult) -> None:
@@ -323,14 +323,14 @@ def _render_strict(out: Output, result: LaunchResult) -> None:
         out.info(f"removed {len(result.scratch_removed)} scratch folder(s) DeepGEMM left under "
                  f"{result.cache_dir}/tmp for the compiles strict mode refused (nothing was built)")
     if result.strict_off:
-        shown = [f"pid {pid}: {cmd}" for pid, cmd in sorted(result.strict_off.items())[:5]]
+        shown = [f"pid {pid}: {_one_line(cmd)}" for pid, cmd in sorted(result.strict_off.items())[:5]]
         out.error(f"strict mode was switched off inside the job in {len(result.strict_off)} Python process(es) "
                   "(their guard records say strict was off: DGPRECOMPILE_STRICT changed): " + "; ".join(shown),
                   hint="leave the variables launch sets as they are; to let the job compile, launch it with "
                        "--no-strict")
     if result.left_behind:
         out.error(f"the job left {len(result.left_behind)} process(es) running when it ended (launch ended them): "
-                  + "; ".join(result.left_behind[:5]),
+                  + "; ".join(_one_line(line) for line in result.left_behind[:5]),
                   hint="have the job wait for what it starts; a daemon does not outlive a strict launch")
     if result.guard_failures:
         out.error("strict mode's guard could not be installed in: " + "; ".join(result.guard_failures[:5]),
