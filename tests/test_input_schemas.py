@@ -241,6 +241,17 @@ def test_every_model_path_triton_item_a_plan_writes_reads_back(tmp_path, extra):
     written = {it["kernel"] for it in yaml.safe_load(out.read_text())["triton_path"]}
     # the default runner's Triton MoE takes the align; the deep_gemm runner its own dispatch instead
     assert ("moe_align_small_numel" in written) != bool(extra) and ("moe_dispatch_index" in written) == bool(extra)
+    assert ("pad_expert_counts" in written) == bool(extra)  # and the compact layout's padding
     from dgprecompile.planning.manifest import read_manifest
 
     assert {it.kernel for it in read_manifest(out).triton_path.values()} == written
+
+
+def test_the_plan_files_schema_admits_every_model_path_triton_kernel_the_data_file_has():
+    """Each kernel data/triton_path.yaml can plan is one the manifest schema admits (and no other): a kernel added to
+    the data file alone makes plans that warm, verify and launch refuse on read-back (as the align's did, above)."""
+    from dgprecompile.runtimes.triton_moe import TRITON_PATH
+
+    schema = json.loads((REPO / "dgprecompile" / "data" / "schemas" / "manifest.json").read_text())
+    admitted = schema["$defs"]["triton_path"]["properties"]["kernel"]["enum"]
+    assert sorted(admitted) == sorted(TRITON_PATH.data()["kernels"])

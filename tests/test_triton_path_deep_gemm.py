@@ -77,21 +77,30 @@ CHECK = textwrap.dedent("""
     from types import SimpleNamespace
     # the compact layout asks DeepGEMM (not installed here) for its row alignment before the dispatch: the answer
     # sizes later buffers only, not the dispatch's arguments
+    # sizes later buffers and is the padding's row alignment: STAND-IN for DeepGEMM's C++ answer on sm_90, which asks
+    # the GPU (tests/gpu/dg_alignment_probe.py records it there)
     runner.deep_gemm_wrapper.get_contiguous_layout_alignment = lambda assignments, experts: 128
+    kernel, layouts = sys.argv[1], sys.argv[2].split(",")
+    if kernel == "fused_moe_dispatch_index_triton_kernel":  # the wrapper, imported from its module at each call
+        owner, wrapper, jitted = ep, "fused_moe_dispatch_index", ep.fused_moe_dispatch_index_triton_kernel
+    else:  # the padding: bound in the runner's module at its import, run on its CUDA branch only
+        runner._is_cuda = True  # STAND-IN: a CPU import of the runner says False
+        pad = importlib.import_module("sglang.kernels.ops.moe.triton_pad_expert_counts")
+        owner, wrapper, jitted = runner, "pad_expert_counts", pad._pad_expert_counts_kernel
     moe.compile_only(90)
-    moe.only_kernel("fused_moe_dispatch_index_triton_kernel")  # the runner's other kernels: not this check's
+    moe.only_kernel(kernel)  # the runner's other kernels: not this check's
     # LOOKUPS
     class Reached(Exception):
         pass
-    dispatch = ep.fused_moe_dispatch_index
+    called = getattr(owner, wrapper)
     def stop_after(*args, **kwargs):  # the rest of the pre-permute (quantisation, scatter) is not this check's
-        dispatch(*args, **kwargs)
+        called(*args, **kwargs)
         raise Reached
-    ep.fused_moe_dispatch_index = stop_after  # imported from its module at each pre-permute call
+    setattr(owner, wrapper, stop_after)
     out, keys = {}, {}
     def ask(name, layout, experts, topk, m):
         os.environ["SGLANG_DEEPGEMM_STANDARD_LAYOUT"] = layout  # SGLang's own switch; auto asks the GPU's memory
-        ep.fused_moe_dispatch_index_triton_kernel.device_caches.clear()  # every call asks the disk
+        jitted.device_caches.clear()  # every call asks the disk
         w1, w2, s1, s2 = moe.make_weights(experts=experts, hidden=7168, intermediate=256, device="meta")
         quant = runner.DeepGemmMoeQuantInfo(w13_weight=w1, w2_weight=w2, use_fp8=True, w13_scale=s1, w2_scale=s2,
                                             block_shape=[128, 128])
@@ -111,8 +120,8 @@ CHECK = textwrap.dedent("""
         except RuntimeError as exc:
             out[name] = str(exc).split(" at run time")[0]
         keys[name] = list(looked)
-    for layout in ("compact", "masked"):
-        for m in [*range(1, 145), 255, 256, 600]:
+    for layout in layouts:
+        for m in [*range(1, 145), 255, 256, 600, 8192]:
             ask(f"{layout} m{m}", layout, 257, 9, m)
     ask("unplanned experts", "compact", 256, 9, 1)
     print(json.dumps({"out": out, "keys": keys}))
@@ -135,9 +144,15 @@ def test_the_warmed_dispatch_entries_are_the_keys_sglangs_own_pre_permute_looks_
     warmed = set(report["record"]["lookups"])
     # (class of 9 m, block 512 / 1024 / multi-block) x (m_max 1, a constexpr / a multiple of 256)
     assert len(warmed) == 12
-    r = subprocess.run([sys.executable, "-c", CHECK], capture_output=True, text=True, timeout=600,
-                       env={**env, "TRITON_CACHE_DIR": str(cache / "triton"), "DGP_REPO": str(REPO),
-                            "DGPRECOMPILE_STRICT": "1", "DGPRECOMPILE_STRICT_FAMILIES": "triton"})
+    _held_to_the_runners_own_calls(cache, env, KERNEL, ["compact", "masked"], warmed)
+
+
+def _held_to_the_runners_own_calls(cache, env, kernel: str, layouts: list[str], warmed: set[str]) -> None:
+    """SGLang's own pre-permute of the runner in ``layouts`` under the strict hook in a fresh process (CHECK): every m
+    hits one warmed entry of ``kernel``, together exactly ``warmed``; an unplanned local expert count is refused."""
+    r = subprocess.run([sys.executable, "-c", CHECK, kernel, ",".join(layouts)], capture_output=True, text=True,
+                       timeout=600, env={**env, "TRITON_CACHE_DIR": str(cache / "triton"), "DGP_REPO": str(REPO),
+                                         "DGPRECOMPILE_STRICT": "1", "DGPRECOMPILE_STRICT_FAMILIES": "triton"})
     assert r.returncode == 0, r.stdout + r.stderr
     got = json.loads(r.stdout.splitlines()[-1])
     asked = set()
@@ -147,4 +162,52 @@ def test_the_warmed_dispatch_entries_are_the_keys_sglangs_own_pre_permute_looks_
         assert outcome == "hit" and len(got["keys"][name]) == 1, (name, outcome, got["keys"][name])
         asked |= set(got["keys"][name])
     assert asked == warmed
-    assert got["out"]["unplanned experts"].endswith(f"compile kernel {KERNEL}")
+    assert got["out"]["unplanned experts"].endswith(f"compile kernel {kernel}")
+
+
+PAD = "_pad_expert_counts_kernel"
+
+
+def _pad(plan) -> list:
+    return [i for i in plan.triton_path.values() if i.kernel == "pad_expert_counts"]
+
+
+def test_the_deep_gemm_runner_plans_its_padding_once_at_sm90s_row_alignment():
+    """The compact layout's padding: one item per (local experts, top-k), at one m (its key holds nothing of m on sm_90:
+    BLOCK_E 128 at every m, all_tokens a multiple of it), the same on H100 and H200; none for the default runner, and
+    no note for a release that ships no such kernel (0.5.19), a note for an unread one that may (0.5.22)."""
+    items = {gpu: _pad(_server_plan(RUNNER, gpu=gpu)) for gpu in ("h100", "h200")}
+    (item,) = items["h100"]
+    assert items["h200"] == [item]
+    assert dict(item.params) == {"experts": 257, "topk": 9, "block_e": 128}
+    assert item.ms == (1,) and item.capability == 90
+    assert "deep_gemm.py" in item.why and type(item).from_dict(item.to_dict()) == item
+    assert _pad(_server_plan(DSV3)) == []
+    assert not any(PAD in n for n in _server_plan(RUNNER, sglang="0.5.19").notes)
+    assert any(f"{PAD} not planned: sglang 0.5.22's model path was not read" in n
+               for n in _server_plan(RUNNER, sglang="0.5.22").notes)
+
+
+def test_the_compact_rows_are_sglangs_arithmetic():
+    """compact_all_tokens (a stand-in for SGLang's _get_compact_all_tokens): the most rows any routing of the ids
+    takes once each expert's count is rounded up to the alignment; always a multiple of it."""
+    from dgprecompile.compile.triton_path import compact_all_tokens
+
+    assert compact_all_tokens(9, 257, 128) == 9 * 128  # 9 ids: at most 9 experts, each padded to one block
+    assert compact_all_tokens(257 * 128, 257, 128) == (257 + (257 * 128 - 257) // 128) * 128
+    assert all(compact_all_tokens(m * 9, 257, 128) % 128 == 0 for m in range(1, 3000))
+
+
+@needs_stack
+def test_the_warmed_padding_entry_is_the_key_sglangs_own_compact_pre_permute_looks_up_at_every_m(tmp_path):
+    """Warm the DeepSeek-V3 deep_gemm plan's padding item, then run SGLang's own compact pre-permute (its dispatch,
+    its block_e and all_tokens arithmetic, its pad_expert_counts call) under the strict hook at every m 1..144 and at
+    255, 256, 600 and 8192: each call hits the one warmed entry; 256 local experts are refused."""
+    cache, env = tmp_path / "cache", _env()
+    (item,) = _pad(_server_plan(RUNNER))
+    r = subprocess.run(TRITON_PATH.warm_argv(item, str(cache), sys.executable), capture_output=True, text=True,
+                       env=env, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    report = json.loads(r.stdout.splitlines()[-1])
+    assert report["not_whole"] == [] and report["record"]["ms"] == [1] and len(report["record"]["lookups"]) == 1
+    _held_to_the_runners_own_calls(cache, env, PAD, ["compact"], set(report["record"]["lookups"]))

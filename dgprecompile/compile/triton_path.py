@@ -1,11 +1,12 @@
 """GPU-free Triton warm of SGLang's model-path Triton kernels beside ``fused_moe_kernel`` (data/triton_path.yaml):
 the vocab-parallel embedding's ``_vocab_parallel_embedding_kernel``, the router's ``_router_triton_kernel``, the
 MoE combine's ``_moe_sum_reduce_kernel``, the MoE's small-numel align ``_moe_align_small_numel_kernel`` and the
-deep_gemm MoE runner's dispatch index ``fused_moe_dispatch_index_triton_kernel``, compiled by Triton's own compiler
-for the planned target under the cache keys Triton's own JIT computes.
+deep_gemm MoE runner's dispatch index ``fused_moe_dispatch_index_triton_kernel`` and expert-count padding
+``_pad_expert_counts_kernel``, compiled by Triton's own compiler for the planned target under the cache keys Triton's
+own JIT computes.
 
 How (one process, the item's): SGLang's OWN wrapper (``vocab_parallel_embedding``, ``moe_fused_gate``,
-``moe_sum_reduce_triton``, ``fused_moe_dispatch_index``; for the align SGLang's own ``_prepare_fused_moe_run``, which
+``moe_sum_reduce_triton``, ``fused_moe_dispatch_index``, ``pad_expert_counts``; for the align SGLang's own ``_prepare_fused_moe_run``, which
 picks the MoE config for the plan's device, as the fused MoE warm asks it, and calls its ``moe_align_block_size`` with
 that config's BLOCK_SIZE_M, which sizes the buffers and calls ``moe_align_small_numel``) runs for each planned m on
 ``meta`` tensors, with Triton's driver set to compile/triton_moe.py's :class:`CompileOnlyDriver` and every launch
@@ -25,8 +26,9 @@ Named STAND-INS:
   srt/layers/moe/moe_runner/triton_utils/moe_align_block_size.py:21-25), which a CPU import skips; the wrapper is
   looked up in its defining module at each call. With it the gate (:146-152) and the buffers (:115-133) are
   SGLang's own; the fused MoE warm's stand-ins (compile/triton_moe.py load_sglang) are reused;
-* :func:`layout_m_max`: the m_max each layout of the deep_gemm runner hands the dispatch index, SGLang's arithmetic
-  done here;
+* :func:`layout_m_max`: the m_max each layout of the deep_gemm runner hands the dispatch index, and
+  :func:`compact_all_tokens`, the rows its compact layout pads to, SGLang's arithmetic done here (the row alignment
+  is the plan's, by capability: data/triton_path.yaml ``pad_expert_counts``);
 * :func:`shard_windows`: each rank's vocab shard window, SGLang's arithmetic (``pad_vocab_size``,
   ``VocabParallelEmbedding.__init__``'s padding rule and ``_get_indices``, 0.5.23
   srt/layers/vocab_parallel_embedding.py:57-59, :273-289, :353-385) done here: the constructor needs the job's
@@ -206,8 +208,30 @@ def warm_dispatch(params: dict[str, str], ms: list[int]) -> None:
             fused_moe_dispatch_index(ids, experts, layout_m_max(layout, m), expert_start=0)
 
 
+def compact_all_tokens(assignments: int, experts: int, block_e: int) -> int:
+    """STAND-IN: the rows the deep_gemm runner's compact layout sizes for ``assignments`` top-k ids over ``experts``
+    local experts at row alignment ``block_e``, SGLang's arithmetic (0.5.23 srt/layers/moe/moe_runner/deep_gemm.py
+    :255-262 _get_compact_all_tokens: the most padded rows any routing can take) done here: its module needs DeepGEMM
+    and the runner's imports."""
+    nonempty = min(assignments, experts)
+    return block_e * (nonempty + (assignments - nonempty) // block_e)
+
+
+def warm_pad(params: dict[str, str], ms: list[int]) -> None:
+    """SGLang's own pad_expert_counts as the deep_gemm runner's compact pre-permute calls it (data/triton_path.yaml
+    ``pad_expert_counts``): the dispatch index's int32 count per local expert, the planned row alignment and
+    :func:`compact_all_tokens` of m * topk ids."""
+    import torch
+    from sglang.kernels.ops.moe.triton_pad_expert_counts import pad_expert_counts
+
+    experts, topk, block_e = int(params["experts"]), int(params["topk"]), int(params["block_e"])
+    for m in ms:
+        counts = torch.empty(experts, dtype=torch.int32, device="meta")
+        pad_expert_counts(counts, block_e, compact_all_tokens(m * topk, experts, block_e))
+
+
 WARMS = {"vocab_parallel_embedding": warm_embedding, "router": warm_router, "moe_sum_reduce": warm_sum_reduce,
-         "moe_align_small_numel": warm_align, "moe_dispatch_index": warm_dispatch}
+         "moe_align_small_numel": warm_align, "moe_dispatch_index": warm_dispatch, "pad_expert_counts": warm_pad}
 LOADS = {"moe_align_small_numel": load_align}  # before Triton's driver is replaced: SGLang's imports may probe it
 
 

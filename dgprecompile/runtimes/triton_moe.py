@@ -300,7 +300,7 @@ class TritonPathKernels(PackageKeyed):
         items: list[TritonPathItem] = []
         notes: list[str] = []
         for name, k in self.data()["kernels"].items():
-            if k["when"] == "deep-gemm-moe" and not deep_gemm_moe:
+            if k["when"] in DEEP_GEMM_PLANNERS and not deep_gemm_moe:
                 continue  # no MoE layer on the deep_gemm runner: nothing of its path runs, no note
             where = k["releases"].get(sglang_version or "")
             if where is None:
@@ -308,8 +308,8 @@ class TritonPathKernels(PackageKeyed):
                     notes.append(f"{self.label}: {k['kernel']} not planned: sglang {sglang_version}'s model path "
                                  f"was not read for it (read: {', '.join(k['releases'])})")
                 continue
-            if k["when"] == "deep-gemm-moe":
-                made, why = _dispatch_items(name, k, deep_gemm_moe, capability, where)
+            if k["when"] in DEEP_GEMM_PLANNERS:
+                made, why = DEEP_GEMM_PLANNERS[k["when"]](name, k, deep_gemm_moe, capability, where)
             elif k["when"] in MOE_PLANNERS:
                 made, why = MOE_PLANNERS[k["when"]](self, name, k, config, triton_moe, capability, where)
             else:
@@ -456,6 +456,28 @@ def _dispatch_items(name: str, k: dict, deep_gemm_moe: Sequence[tuple[int, int, 
                               capability, where)
         out.setdefault(item.id, item)
     return list(out.values()), ""
+
+
+def _pad_items(name: str, k: dict, deep_gemm_moe: Sequence[tuple[int, int, int]], capability: int,
+               where: str) -> tuple[list[TritonPathItem], str]:
+    """The deep_gemm runner's expert-count padding (its compact layout): one item per (local experts, top-k) of the
+    plan's MoE layers on that runner, with the row alignment the runner pads to on the plan's GPU (data/triton_path.yaml
+    ``pad_expert_counts``: ``block_e`` by capability, the same at every m there, so its planned m are the data's)."""
+    block_e = (k.get("block_e") or {}).get(str(capability))
+    if block_e is None:
+        return [], (f"not planned for sm_{capability}: the runner's row alignment there follows the per-expert m "
+                    f"(DeepGEMM's contiguous-layout alignment), read for sm_{', sm_'.join(k.get('block_e') or {})}")
+    out: dict[str, TritonPathItem] = {}
+    for experts, topk, _m_max in deep_gemm_moe:
+        params = (("experts", experts), ("topk", topk), ("block_e", int(block_e)))
+        item = TritonPathItem(name, params, tuple(k["ms"]), capability, where)
+        out.setdefault(item.id, item)
+    return list(out.values()), ""
+
+
+# how the deep_gemm runner's kernels are planned, by their ``when``: from the plan's (local experts, top-k, tokens per
+# forward) of its MoE layers on that runner
+DEEP_GEMM_PLANNERS = {"deep-gemm-moe": _dispatch_items, "deep-gemm-compact": _pad_items}
 
 
 def _at_least(version: str | None, since: str) -> bool:
