@@ -135,16 +135,21 @@ def test_the_warmed_dispatch_entries_are_the_keys_sglangs_own_pre_permute_looks_
     by one period of m mod 16) and at masked m_max 512 and 768: every call hits a warmed entry, the warm's 12 entries
     are exactly the ones asked, and an unplanned local expert count is refused."""
     cache, env = tmp_path / "cache", _env()
-    (item,) = _dispatch(_server_plan(RUNNER))
-    r = subprocess.run(TRITON_PATH.warm_argv(item, str(cache), sys.executable), capture_output=True, text=True,
-                       env=env, timeout=600)
-    assert r.returncode == 0, r.stdout + r.stderr
-    report = json.loads(r.stdout.splitlines()[-1])
+    report = _warmed(_dispatch, cache, env)
     assert report["not_whole"] == [] and report["record"]["ms"] == [1, 16, 57, 64, 114, 128]
     warmed = set(report["record"]["lookups"])
     # (class of 9 m, block 512 / 1024 / multi-block) x (m_max 1, a constexpr / a multiple of 256)
     assert len(warmed) == 12
     _held_to_the_runners_own_calls(cache, env, KERNEL, ["compact", "masked"], warmed)
+
+
+def _warmed(items_of, cache, env) -> dict:
+    """The warm report of the DeepSeek-V3 deep_gemm plan's one item that ``items_of`` picks, warmed into ``cache``."""
+    (item,) = items_of(_server_plan(RUNNER))
+    r = subprocess.run(TRITON_PATH.warm_argv(item, str(cache), sys.executable), capture_output=True, text=True,
+                       env=env, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(r.stdout.splitlines()[-1])
 
 
 def _held_to_the_runners_own_calls(cache, env, kernel: str, layouts: list[str], warmed: set[str]) -> None:
@@ -204,10 +209,6 @@ def test_the_warmed_padding_entry_is_the_key_sglangs_own_compact_pre_permute_loo
     its block_e and all_tokens arithmetic, its pad_expert_counts call) under the strict hook at every m 1..144 and at
     255, 256, 600 and 8192: each call hits the one warmed entry; 256 local experts are refused."""
     cache, env = tmp_path / "cache", _env()
-    (item,) = _pad(_server_plan(RUNNER))
-    r = subprocess.run(TRITON_PATH.warm_argv(item, str(cache), sys.executable), capture_output=True, text=True,
-                       env=env, timeout=600)
-    assert r.returncode == 0, r.stdout + r.stderr
-    report = json.loads(r.stdout.splitlines()[-1])
+    report = _warmed(_pad, cache, env)
     assert report["not_whole"] == [] and report["record"]["ms"] == [1] and len(report["record"]["lookups"]) == 1
     _held_to_the_runners_own_calls(cache, env, PAD, ["compact"], set(report["record"]["lookups"]))
