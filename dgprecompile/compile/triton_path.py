@@ -6,9 +6,10 @@ deep_gemm MoE runner's dispatch index ``fused_moe_dispatch_index_triton_kernel``
 own JIT computes.
 
 How (one process, the item's): SGLang's OWN wrapper (``vocab_parallel_embedding``, ``moe_fused_gate``,
-``moe_sum_reduce_triton``, ``fused_moe_dispatch_index``, ``pad_expert_counts``; for the align SGLang's own ``_prepare_fused_moe_run``, which
-picks the MoE config for the plan's device, as the fused MoE warm asks it, and calls its ``moe_align_block_size`` with
-that config's BLOCK_SIZE_M, which sizes the buffers and calls ``moe_align_small_numel``) runs for each planned m on
+``moe_sum_reduce_triton``, ``fused_moe_dispatch_index``, ``pad_expert_counts``; for the align SGLang's own
+``_prepare_fused_moe_run``, which picks the MoE config for the plan's device, as the fused MoE warm asks it, and calls
+its ``moe_align_block_size`` with that config's BLOCK_SIZE_M, which sizes the buffers and calls
+``moe_align_small_numel``) runs for each planned m on
 ``meta`` tensors, with Triton's driver set to compile/triton_moe.py's :class:`CompileOnlyDriver` and every launch
 turned into Triton's own ``run(..., warmup=True)`` (:func:`~dgprecompile.compile.triton_moe.compile_only`): Triton
 binds the arguments, specialises them, computes its cache key, looks in ``TRITON_CACHE_DIR`` and compiles on a miss,
