@@ -193,14 +193,27 @@ def test_the_deep_gemm_runner_plans_its_padding_once_at_sm90s_row_alignment():
                for n in _server_plan(RUNNER, sglang="0.5.22").notes)
 
 
-def test_the_compact_rows_are_sglangs_arithmetic():
-    """compact_all_tokens (a stand-in for SGLang's _get_compact_all_tokens): the most rows any routing of the ids
-    takes once each expert's count is rounded up to the alignment; always a multiple of it."""
+ROWS = textwrap.dedent("""
+    import importlib, json
+    from dgprecompile.compile import triton_moe as moe
+    moe.load_sglang(None, 90)
+    runner = importlib.import_module("sglang.srt.layers.moe.moe_runner.deep_gemm")
     from dgprecompile.compile.triton_path import compact_all_tokens
+    cases = [(n, e, b) for n in [*range(1, 600), *range(600, 80000, 97)] for e in (20, 32, 256, 257) for b in (32, 128)]
+    print(json.dumps({"cases": len(cases), "differ": [c for c in cases
+                      if compact_all_tokens(*c) != runner._get_compact_all_tokens(*c)][:5]}))
+""")
 
-    assert compact_all_tokens(9, 257, 128) == 9 * 128  # 9 ids: at most 9 experts, each padded to one block
-    assert compact_all_tokens(257 * 128, 257, 128) == (257 + (257 * 128 - 257) // 128) * 128
-    assert all(compact_all_tokens(m * 9, 257, 128) % 128 == 0 for m in range(1, 3000))
+
+@needs_stack
+def test_the_compact_rows_are_sglangs_own_arithmetic():
+    """compact_all_tokens (the warm's stand-in for SGLang's _get_compact_all_tokens, whose module needs the runner's
+    imports) against SGLang 0.5.23's own function, over top-k id counts to 80,000 and the planned servers' local
+    expert counts: the same rows everywhere."""
+    r = subprocess.run([sys.executable, "-c", ROWS], capture_output=True, text=True, timeout=600, env=_env())
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = json.loads(r.stdout.splitlines()[-1])
+    assert got["cases"] > 10000 and got["differ"] == [], got
 
 
 @needs_stack
