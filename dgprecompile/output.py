@@ -153,12 +153,13 @@ class Output:
         self.info(styled("note:", "dim"), " ", *parts, hanging=len("note: ") if wrap else None)
 
     def warn(self, *parts: Part) -> None:
+        """``warning:`` and the parts on one line, as ``error`` writes its line (a line break inside is a space)."""
         if not self.silent:
-            self.err.print(_message(styled("warning:", "yellow"), " ", *parts))
+            self.err.print(_message(styled("warning:", "yellow"), " ", *map(_unbroken_part, parts)))
 
     def failure(self, label: str, *parts: Part) -> None:
-        """A failure that does not end the command (a kernel that did not compile): ``label:`` in red."""
-        self.err.print(_message(styled(f"{label}:", "red"), " ", *parts))
+        """A failure that does not end the command (a kernel that did not compile): ``label:`` in red, one line."""
+        self.err.print(_message(styled(f"{label}:", "red"), " ", *map(_unbroken_part, parts)))
 
     def error(self, message: str, hint: str | None = None, *, wrap: bool = False) -> None:
         """``error:`` and the message, then ``hint:`` and the hint; ``wrap``: each folded to the console's width
@@ -190,6 +191,12 @@ _LINE_BREAK = re.compile(r"[ \t]*[\r\n]+\s*")
 def _unbroken(text: str) -> str:
     """``text`` with each line break, and the blanks around it, as one space (other spacing is kept as given)."""
     return _LINE_BREAK.sub(" ", text).strip()
+
+
+def _unbroken_part(part: Part) -> Part:
+    """A str part with each line break as one space, its ends kept (the parts join as given); a styled part is one of
+    the Output's own short labels: kept."""
+    return _LINE_BREAK.sub(" ", part) if isinstance(part, str) else part
 
 
 def _keep_parentheses(text: str) -> str:

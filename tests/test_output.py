@@ -431,3 +431,15 @@ def test_warm_summary_gives_each_kinds_times_and_never_splits_an_item(monkeypatc
     assert kernel in text and module in text  # whole, on one line
     assert "13.2 s" in text and "47.5 s" in text and "12.2 s" in text  # the DeepGEMM sum, the module, longest
     assert all(len(line) <= columns or kernel in line for line in text.splitlines())
+
+
+def test_a_warning_or_failure_with_line_breaks_in_it_is_one_line(monkeypatch):
+    """A library's warning text or a compiler's message: its line breaks become spaces, as in an error (the second
+    line would otherwise read as a line of its own, without its `warning:` mark)."""
+    monkeypatch.setenv("COLUMNS", "80")
+    err = io.StringIO()
+    out = Output(stderr=err)
+    out.warn("not built: sampling: nvcc said\n  error: no such file", " (", styled("see", "dim"), " above)")
+    out.failure("failed", "kernel a:\r\n  ptxas fatal")
+    assert err.getvalue().splitlines() == [
+        "warning: not built: sampling: nvcc said error: no such file (see above)", "failed: kernel a: ptxas fatal"]
