@@ -230,6 +230,12 @@ PATH_RECORD_JOB = textwrap.dedent("""
     for m in (1, 7, 8):
         called(layer.fused_vocab_parallel_embedding, torch.empty(m, dtype=torch.int64, **meta),
                torch.empty(18992, 6144, dtype=torch.bfloat16, **meta), 0, 18992, 0, 151936, 151936)
+    from sglang.kernels.ops.moe import ep_moe_kernels as ep
+    i32, fp8 = torch.int32, torch.float8_e4m3fn
+    counts = [torch.empty(257, dtype=i32, **meta) for _ in range(3)]
+    called(ep.ep_scatter, torch.empty(3, 7168, dtype=fp8, **meta), torch.empty(3, 56, **meta),
+           torch.empty(3, 9, dtype=i32, **meta), *counts, torch.empty(3456, 7168, dtype=fp8, **meta),
+           torch.empty(3456, 56, **meta), torch.empty(3456, dtype=i32, **meta), torch.empty(3, 9, dtype=i32, **meta))
     same = {"fused_moe": fused_moe.moe_sum_reduce_triton is kernels.moe_sum_reduce_triton,
             "layer": layer.fused_vocab_parallel_embedding is vpe.vocab_parallel_embedding}
     print(json.dumps({"wrapped": wrapped, "again": again, "same": same, "asks": asks.to_dict(), "notes": asks.notes}))
@@ -240,7 +246,8 @@ def test_the_model_path_triton_wrappers_record_their_calls_wherever_they_are_bou
     """sglang 0.5.23's own moe_sum_reduce_triton, called through the module of SGLang's that imported it at its top
     (fused_moe.py) and through its defining module, and its own vocab_parallel_embedding through a stand-in module
     that binds it under another name: each call recorded once in the runtime's terms, identical calls joined as m
-    spans, a call at m 0 said in a note."""
+    spans, a call at m 0 said in a note; ep_scatter, one wrapper of two planned kernels, wrapped once and each call
+    recorded once per kernel."""
     sglang, triton = beside_venv("sglang-0.5.23", "sglang/__init__.py"), beside_venv("triton-3.8.0", "triton/__init__.py")
     if sglang is None or triton is None:
         pytest.skip("sglang 0.5.23's and Triton 3.8.0's folders beside the venv (make setup)")
@@ -251,14 +258,20 @@ def test_the_model_path_triton_wrappers_record_their_calls_wherever_they_are_bou
     got = json.loads(res.stdout.strip().splitlines()[-1])
     summed = "sglang.kernels.ops.moe.fused_moe_triton_kernels.moe_sum_reduce_triton"
     embedding = "sglang.kernels.ops.embeddings.vocab_parallel_embedding.vocab_parallel_embedding"
+    scatter = "sglang.kernels.ops.moe.ep_moe_kernels.ep_scatter"  # one wrapper, two kernels: wrapped once
     assert got["wrapped"] == [embedding, "sglang.kernels.ops.moe.moe_fused_gate.moe_fused_gate", summed,
                               "sglang.kernels.ops.moe.moe_align_small_numel.moe_align_small_numel",
                               "sglang.kernels.ops.moe.ep_moe_kernels.fused_moe_dispatch_index",
-                              "sglang.kernels.ops.moe.triton_pad_expert_counts.pad_expert_counts"], got
+                              "sglang.kernels.ops.moe.triton_pad_expert_counts.pad_expert_counts", scatter], got
     assert got["again"] == [] and got["same"] == {"fused_moe": True, "layer": True}
     assert got["notes"] == [f"a {summed} call at m 0 not recorded"], got["notes"]
     out = {"shape": ["m", 6144], "dtype": "bfloat16"}
-    assert got["asks"]["triton-path"]["calls"] == [
+    calls = got["asks"]["triton-path"]["calls"]
+    scattered = [c for c in calls if c["function"] == scatter]  # each call recorded once for each of its kernels
+    assert [c["kernel"] for c in scattered] == ["ep_scatter_1", "ep_scatter_2"], scattered
+    assert scattered[0]["args"] == scattered[1]["args"] and all(c["ms"] == [[3, 3]] for c in scattered)
+    assert scattered[0]["args"][6] == {"shape": [3456, 7168], "dtype": "float8_e4m3fn"}
+    assert [c for c in calls if c["function"] != scatter] == [
         {"kernel": "moe_sum_reduce", "function": summed, "kwargs": {}, "ms": [[1, 3], [16, 16], [32, 32]],
          "args": [{"shape": ["m", 8, 6144], "dtype": "bfloat16"}, out, 1.0]},
         {"kernel": "moe_sum_reduce", "function": summed, "kwargs": {}, "ms": [[5, 5]],

@@ -397,3 +397,35 @@ def test_a_dispatch_m_whose_key_no_planned_m_has_is_missing():
                           "")
     assert _dispatch_left({"ms": [[1, 56]]}, [item], k) == ""
     assert _dispatch_left({"ms": [[1, 60]]}, [item], k).startswith("m 57: its class of m * topk and block size")
+
+
+SCATTER = "sglang.kernels.ops.moe.ep_moe_kernels.ep_scatter"
+
+
+def _scatter_call(kernel: str, m: int, experts: int = 257, hidden: int = 7168) -> dict:
+    """A call of ep_scatter as the driver records it for one of its two kernels (launch/model_asks.py watch_path: one
+    record per kernel) at m tokens of top 9 on the compact layout: the FP8 [m, hidden] input and its fp32 scales, the
+    ids, the three per-expert counts, the output rows (SGLang's _get_compact_all_tokens at row alignment 128), the
+    src2dst."""
+    assignments = 9 * m
+    rows = 128 * (min(assignments, experts) + (assignments - min(assignments, experts)) // 128)
+    counts, ids = {"shape": [experts], "dtype": "int32"}, {"shape": ["m", 9], "dtype": "int32"}
+
+    def rows_of(first, dtype: str, *rest) -> dict:
+        return {"shape": [first, *rest], "dtype": dtype}
+
+    return {"kernel": kernel, "function": SCATTER, "ms": [[m, m]],
+            "args": [rows_of("m", "float8_e4m3fn", hidden), rows_of("m", "float32", hidden // 128), ids, counts, counts,
+                     counts, rows_of(rows, "float8_e4m3fn", hidden), rows_of(rows, "float32", hidden // 128),
+                     rows_of(rows, "int32"), ids],
+            "kwargs": {"expert_alignment": 128, "expert_start": 0, "quant_block_size": 128, "scale_ue8m0": False}}
+
+
+def test_the_deep_gemm_runners_scatter_calls_are_held_to_each_of_its_kernels_items(tmp_path):
+    """DeepSeek-V3 --tp 8 --moe-runner-backend deep_gemm: ep_scatter's calls recorded for each of its two kernels at
+    m 1, 37, 256 and 8192 are COVERED (their output rows, in no key, differ from warm's: compared without them; the
+    second kernel's m by class); 256 local experts or hidden 4096 are not calls HEAD's warm makes."""
+    calls = [_scatter_call(kernel, m) for kernel in ("ep_scatter_1", "ep_scatter_2") for m in (1, 37, 256, 8192)]
+    got = _path_checks(tmp_path, [*calls, _scatter_call("ep_scatter_1", 5, experts=256),
+                                  _scatter_call("ep_scatter_2", 5, hidden=4096)], model=DSV3_DEEP_GEMM)
+    assert [status for status, _ in got] == [COVERED] * 8 + [MISSING] * 2, got

@@ -2,7 +2,9 @@
 ``fused_moe_dispatch_index_triton_kernel``, which refused every m of DeepSeek-V3 `--tp 8 --moe-runner-backend deep_gemm`
 on the H100 (bench/results/2026-12-06-h100-model-dsv3-0523-deepgemm-moe), planned for that runner only, warmed
 GPU-free with the real sglang 0.5.23 and Triton 3.8.0, then held against SGLang's own pre-permute of the runner under
-the strict launch hook in a fresh process, in both of its layouts, over every m up to past the last one-block m."""
+the strict launch hook in a fresh process, in both of its layouts, over every m up to past the last one-block m; and
+the compact layout's next kernels the same way: its padding (``_pad_expert_counts_kernel``) and ep_scatter's two
+(``_fwd_kernel_ep_scatter_1``, ``_fwd_kernel_ep_scatter_2``)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from test_triton_path import LOOKUPS, REPO, _env, _server_plan, needs_stack
 
 from dgprecompile.runtimes.triton_moe import TRITON_PATH, dispatch_ms
@@ -83,17 +86,24 @@ CHECK = textwrap.dedent("""
     kernel, layouts = sys.argv[1], sys.argv[2].split(",")
     if kernel == "fused_moe_dispatch_index_triton_kernel":  # the wrapper, imported from its module at each call
         owner, wrapper, jitted = ep, "fused_moe_dispatch_index", ep.fused_moe_dispatch_index_triton_kernel
-    else:  # the padding: bound in the runner's module at its import, run on its CUDA branch only
+    elif kernel == "_pad_expert_counts_kernel":  # bound in the runner's module at its import, run on CUDA only
         runner._is_cuda = True  # STAND-IN: a CPU import of the runner says False
         pad = importlib.import_module("sglang.kernels.ops.moe.triton_pad_expert_counts")
         owner, wrapper, jitted = runner, "pad_expert_counts", pad._pad_expert_counts_kernel
+    else:  # one of ep_scatter's two kernels: the wrapper imported from its module at each call, after the padding
+        runner._is_cuda = True  # STAND-IN, as above: the padding's CUDA branch before it
+        fp8 = importlib.import_module("sglang.kernels.ops.quantization.fp8_kernel")
+        # STAND-IN for the FP8 input's quantisation kernel only: on CUDA SGLang's JIT (tvm-ffi) per_token_group_quant,
+        # a GPU build; its outputs, sglang_per_token_group_quant_fp8's own buffers, are what ep_scatter is handed
+        fp8._run_per_token_group_quant_8bit_kernel = lambda *args, **kwargs: None
+        owner, wrapper, jitted = ep, "ep_scatter", getattr(ep, kernel)
     moe.compile_only(90)
     moe.only_kernel(kernel)  # the runner's other kernels: not this check's
     # LOOKUPS
     class Reached(Exception):
         pass
     called = getattr(owner, wrapper)
-    def stop_after(*args, **kwargs):  # the rest of the pre-permute (quantisation, scatter) is not this check's
+    def stop_after(*args, **kwargs):  # the rest of the pre-permute (and of the forward) is not this check's
         called(*args, **kwargs)
         raise Reached
     setattr(owner, wrapper, stop_after)
@@ -225,3 +235,41 @@ def test_the_warmed_padding_entry_is_the_key_sglangs_own_compact_pre_permute_loo
     report = _warmed(_pad, cache, env)
     assert report["not_whole"] == [] and report["record"]["ms"] == [1] and len(report["record"]["lookups"]) == 1
     _held_to_the_runners_own_calls(cache, env, PAD, ["compact"], set(report["record"]["lookups"]))
+
+
+def _scatter(plan, which: str) -> list:
+    return [i for i in plan.triton_path.values() if i.kernel == which]
+
+
+def test_the_deep_gemm_runner_plans_ep_scatters_two_kernels_for_its_compact_layout():
+    """ep_scatter (the compact layout's, after the padding) launches two kernels, one entry each in the data file: its
+    first (each local expert's row start: nothing of m in its key) at one m, its second (the token count an int class)
+    at m 1, 16, 17; both at sm_90's row alignment and the model's hidden size, the same on H100 and H200; none for the
+    default runner; no note for 0.5.19 (no padding kernel before it), a note for an unread 0.5.22."""
+    for which, ms in (("ep_scatter_1", (1,)), ("ep_scatter_2", (1, 16, 17))):
+        items = {gpu: _scatter(_server_plan(RUNNER, gpu=gpu), which) for gpu in ("h100", "h200")}
+        (item,) = items["h100"]
+        assert items["h200"] == [item]
+        assert dict(item.params) == {"experts": 257, "topk": 9, "hidden": 7168, "block_e": 128}
+        assert item.ms == ms and item.capability == 90
+        assert "deep_gemm.py" in item.why and type(item).from_dict(item.to_dict()) == item
+        assert _scatter(_server_plan(DSV3), which) == []
+        kernel = TRITON_PATH.kernel(which)["kernel"]
+        assert not any(kernel in n for n in _server_plan(RUNNER, sglang="0.5.19").notes)
+        assert any(f"{kernel} not planned: sglang 0.5.22's model path was not read" in n
+                   for n in _server_plan(RUNNER, sglang="0.5.22").notes)
+
+
+@needs_stack
+@pytest.mark.parametrize("which,entries", [("ep_scatter_1", 1), ("ep_scatter_2", 3)])
+def test_the_warmed_scatter_entries_are_the_keys_sglangs_own_compact_pre_permute_looks_up_at_every_m(
+        tmp_path, which, entries):
+    """Warm the DeepSeek-V3 deep_gemm plan's item of one of ep_scatter's kernels, then run SGLang's own compact
+    pre-permute (its dispatch, padding, FP8 input buffers and ep_scatter call; only the quantisation's JIT kernel stood
+    in) under the strict hook at every m 1..144 and at 255, 256, 600 and 8192: each call hits one warmed entry (the
+    first kernel's one; the second's one per class of m), together all of them; 256 local experts are refused."""
+    cache, env = tmp_path / "cache", _env()
+    report = _warmed(lambda plan: _scatter(plan, which), cache, env)
+    assert report["not_whole"] == [] and len(report["record"]["lookups"]) == entries
+    kernel = TRITON_PATH.kernel(which)["kernel"]
+    _held_to_the_runners_own_calls(cache, env, kernel, ["compact"], set(report["record"]["lookups"]))

@@ -1,19 +1,18 @@
 """GPU-free Triton warm of SGLang's model-path Triton kernels beside ``fused_moe_kernel`` (data/triton_path.yaml):
 the vocab-parallel embedding's ``_vocab_parallel_embedding_kernel``, the router's ``_router_triton_kernel``, the
 MoE combine's ``_moe_sum_reduce_kernel``, the MoE's small-numel align ``_moe_align_small_numel_kernel`` and the
-deep_gemm MoE runner's dispatch index ``fused_moe_dispatch_index_triton_kernel`` and expert-count padding
-``_pad_expert_counts_kernel``, compiled by Triton's own compiler for the planned target under the cache keys Triton's
-own JIT computes.
+deep_gemm MoE runner's dispatch index ``fused_moe_dispatch_index_triton_kernel``, expert-count padding
+``_pad_expert_counts_kernel`` and scatter ``_fwd_kernel_ep_scatter_1`` / ``_fwd_kernel_ep_scatter_2``, compiled by
+Triton's own compiler for the planned target under the cache keys Triton's own JIT computes.
 
 How (one process, the item's): SGLang's OWN wrapper (``vocab_parallel_embedding``, ``moe_fused_gate``,
-``moe_sum_reduce_triton``, ``fused_moe_dispatch_index``, ``pad_expert_counts``; for the align SGLang's own
-``_prepare_fused_moe_run``, which picks the MoE config for the plan's device, as the fused MoE warm asks it, and calls
-its ``moe_align_block_size`` with that config's BLOCK_SIZE_M, which sizes the buffers and calls
-``moe_align_small_numel``) runs for each planned m on
-``meta`` tensors, with Triton's driver set to compile/triton_moe.py's :class:`CompileOnlyDriver` and every launch
-turned into Triton's own ``run(..., warmup=True)`` (:func:`~dgprecompile.compile.triton_moe.compile_only`): Triton
-binds the arguments, specialises them, computes its cache key, looks in ``TRITON_CACHE_DIR`` and compiles on a miss,
-and launches nothing. The planned arch is stated to
+``moe_sum_reduce_triton``, ``fused_moe_dispatch_index``, ``pad_expert_counts``, ``ep_scatter``; for the align SGLang's
+own ``_prepare_fused_moe_run``, which picks the MoE config for the plan's device, as the fused MoE warm asks it, and
+calls its ``moe_align_block_size`` with that config's BLOCK_SIZE_M, which sizes the buffers and calls
+``moe_align_small_numel``) runs for each planned m on ``meta`` tensors, with Triton's driver set to
+compile/triton_moe.py's :class:`CompileOnlyDriver` and every launch turned into Triton's own ``run(..., warmup=True)``
+(:func:`~dgprecompile.compile.triton_moe.compile_only`): Triton binds the arguments, specialises them, computes its
+cache key, looks in ``TRITON_CACHE_DIR`` and compiles on a miss, and launches nothing. The planned arch is stated to
 SGLang's JIT utils (``is_arch_support_pdl``: the router's USE_PDL constexpr, the sum's and the align's USE_GDC and
 launch_pdl) with its own override (compile/triton_moe.py ``state_arch``).
 
@@ -231,8 +230,38 @@ def warm_pad(params: dict[str, str], ms: list[int]) -> None:
         pad_expert_counts(counts, block_e, compact_all_tokens(m * topk, experts, block_e))
 
 
+def warm_scatter(params: dict[str, str], ms: list[int]) -> None:
+    """SGLang's own ep_scatter as the deep_gemm runner's compact pre-permute calls it on FP8 weights
+    (data/triton_path.yaml ``ep_scatter_1``, ``ep_scatter_2``; 0.5.23 srt/layers/moe/moe_runner/deep_gemm.py
+    :1119-1181): the quantised [m, hidden] input with the scales SGLang's own
+    create_per_token_group_quant_fp8_output_scale allocates on sm_90 (row-major fp32, group 128: DeepGEMM's FP8 block;
+    no UE8M0 there), the [m, topk] int32 ids, the padded and valid int32 counts and row starts per local expert, the
+    :func:`compact_all_tokens` output rows, scales and m_indices, the int32 src2dst, the planned row alignment.
+    Only the item's kernel of the two it launches is compiled (compile/triton_moe.py only_kernel)."""
+    import torch
+    from sglang.kernels.ops.moe.ep_moe_kernels import ep_scatter
+    from sglang.kernels.ops.quantization.fp8_kernel import create_per_token_group_quant_fp8_output_scale
+
+    experts, topk, hidden, block_e = (int(params[k]) for k in ("experts", "topk", "hidden", "block_e"))
+    group, fp8, i32 = 128, torch.float8_e4m3fn, torch.int32
+
+    def empty(shape, dtype):
+        return torch.empty(shape, dtype=dtype, device="meta")
+
+    for m in ms:
+        rows = compact_all_tokens(m * topk, experts, block_e)
+        scales = create_per_token_group_quant_fp8_output_scale(x_shape=(m, hidden), device="meta", group_size=group,
+                                                               column_major_scales=False, scale_tma_aligned=False,
+                                                               scale_ue8m0=False)
+        ep_scatter(empty((m, hidden), fp8), scales, empty((m, topk), i32), empty(experts, i32), empty(experts, i32),
+                   empty(experts, i32), empty((rows, hidden), fp8), empty((rows, hidden // group), scales.dtype),
+                   empty(rows, i32), empty((m, topk), i32), scale_ue8m0=False, quant_block_size=group,
+                   expert_alignment=block_e, expert_start=0)
+
+
 WARMS = {"vocab_parallel_embedding": warm_embedding, "router": warm_router, "moe_sum_reduce": warm_sum_reduce,
-         "moe_align_small_numel": warm_align, "moe_dispatch_index": warm_dispatch, "pad_expert_counts": warm_pad}
+         "moe_align_small_numel": warm_align, "moe_dispatch_index": warm_dispatch, "pad_expert_counts": warm_pad,
+         "ep_scatter_1": warm_scatter, "ep_scatter_2": warm_scatter}
 LOADS = {"moe_align_small_numel": load_align}  # before Triton's driver is replaced: SGLang's imports may probe it
 
 

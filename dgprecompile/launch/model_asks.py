@@ -250,10 +250,11 @@ def watch_moe(asks: Asks) -> str | None:
     return None
 
 
-def _path_recording(asks: Asks, kernel: str, function: str, target):
+def _path_recording(asks: Asks, kernels: tuple[str, ...], function: str, target):
     @functools.wraps(target)
     def call(*args, **kwargs):
-        asks.path_call(kernel, function, args, kwargs)
+        for kernel in kernels:  # a wrapper launching several planned kernels (ep_scatter): one record for each
+            asks.path_call(kernel, function, args, kwargs)
         return target(*args, **kwargs)
 
     call._dgp_asks = True
@@ -264,24 +265,29 @@ def watch_path(asks: Asks) -> list[str]:
     """Wrap SGLang's model-path Triton wrappers (data/triton_path.yaml: each kernel's ``module``.``function``) in
     every loaded module that binds them, under whatever name (after the model is built, as :func:`watch_moe`: the
     modules that import one at their top are loaded then, and one imported inside a function is looked up in its
-    defining module, wrapped too, at each call). The ``module.function`` names wrapped; a release without one is
-    said in a note."""
+    defining module, wrapped too, at each call). A wrapper that launches several of the data file's kernels (each its
+    own entry naming the same ``module.function``: ep_scatter's two) is wrapped once and records each call once per
+    kernel, so each kernel's calls are held to its own items. The ``module.function`` names wrapped; a release
+    without one is said in a note."""
     import importlib
 
     from dgprecompile.runtimes.triton_moe import TRITON_PATH
 
-    wrapped = []
+    by_function: dict[tuple[str, str], list[str]] = {}
     for kernel, k in TRITON_PATH.data()["kernels"].items():
-        function = f"{k['module']}.{k['function']}"
+        by_function.setdefault((k["module"], k["function"]), []).append(kernel)
+    wrapped = []
+    for (module, name), kernels in by_function.items():
+        function = f"{module}.{name}"
         try:
-            target = getattr(importlib.import_module(k["module"]), k["function"])
+            target = getattr(importlib.import_module(module), name)
         except (ImportError, AttributeError) as exc:
             asks.note(f"{function} not recorded: {type(exc).__name__}: {exc}")
             continue
         if getattr(target, "_dgp_asks", False):  # a second watcher finds the first
             continue
-        _rebind(None, [target], lambda bound, kernel=kernel, function=function:
-                _path_recording(asks, kernel, function, bound))
+        _rebind(None, [target], lambda bound, kernels=tuple(kernels), function=function:
+                _path_recording(asks, kernels, function, bound))
         wrapped.append(function)
     return wrapped
 

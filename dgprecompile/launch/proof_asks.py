@@ -315,10 +315,18 @@ def _path_why(call: dict[str, Any], items: list, same: list, specialised: bool, 
 
 def _by_class(call: dict[str, Any], k: dict[str, Any] | None) -> dict[str, Any]:
     """A call's arguments, those at the kernel's ``class_args`` positions (data/triton_path.yaml: the dispatch index's
-    m_max) by their Triton int class (:func:`m_class`): what its cache key holds of them."""
-    at = set((k or {}).get("class_args", ()))
-    args = [f"int class {m_class(v)}" if i in at and isinstance(v, int) else v for i, v in enumerate(call["args"])]
-    return {"args": args, "kwargs": call["kwargs"]}
+    m_max) by their Triton int class (:func:`m_class`), and the tensors at its ``free_rows`` positions (ep_scatter's
+    compact output rows) without their first dimension: what its cache key holds of them."""
+    at, free = set((k or {}).get("class_args", ())), set((k or {}).get("free_rows", ()))
+
+    def seen(i: int, v: Any) -> Any:
+        if i in at and isinstance(v, int):
+            return f"int class {m_class(v)}"
+        if i in free and isinstance(v, dict) and v.get("shape"):
+            return {**v, "shape": ["rows", *v["shape"][1:]]}
+        return v
+
+    return {"args": [seen(i, v) for i, v in enumerate(call["args"])], "kwargs": call["kwargs"]}
 
 
 def _dispatch_left(call: dict[str, Any], same: list, k: dict[str, Any] | None) -> str:

@@ -461,8 +461,8 @@ def plan_triton_path(model: ModelConfig, par: Parallel, sglang_version: str | No
     return {it.id: it for it in items}, notes
 
 
-def deep_gemm_moe(model: ModelConfig, par: Parallel, keys: list[PlannedKey]) -> list[tuple[int, int, int]]:
-    """(local experts, top-k, tokens per forward) of the MoE layers whose experts the deep_gemm runner runs
+def deep_gemm_moe(model: ModelConfig, par: Parallel, keys: list[PlannedKey]) -> list[tuple[int, int, int, int]]:
+    """(local experts, top-k, tokens per forward, hidden size) of the MoE layers whose experts the deep_gemm runner runs
     (--moe-runner-backend deep_gemm: the plan's grouped DeepGEMM keys, their groups the rank's local experts; the
     top-k the router's plus the fused shared experts), for its Triton path (data/triton_path.yaml
     ``moe_dispatch_index``); none under another runner."""
@@ -470,7 +470,8 @@ def deep_gemm_moe(model: ModelConfig, par: Parallel, keys: list[PlannedKey]) -> 
         return []
     topk = int(model.config.get("num_experts_per_tok") or 0) + par.fused_shared_experts
     groups = sorted({pk.key.num_groups for pk in keys if pk.key.kernel_type.value.startswith("GROUPED_GEMM")})
-    return [(experts, topk, par.max_tokens) for experts in groups] if topk else []
+    hidden = int(model.config.get("hidden_size") or 0)
+    return [(experts, topk, par.max_tokens, hidden) for experts in groups] if topk else []
 
 
 def plan_flashinfer(model: ModelConfig, par: Parallel, sglang_version: str | None, options: dict[str, Any]):

@@ -251,7 +251,8 @@ class TritonPathKernels(PackageKeyed):
     0.5.16 run as Triton where earlier ones ran sgl-kernel AOT ops, and the Triton MoE's top-k sum
     (``_moe_sum_reduce_kernel``, m <= 32 on sm_90 and up) and its align for at most 64 top-k ids over more than 63
     local experts (``_moe_align_small_numel_kernel``), and, under --moe-runner-backend deep_gemm, that runner's
-    dispatch index (``fused_moe_dispatch_index_triton_kernel``). One
+    dispatch index (``fused_moe_dispatch_index_triton_kernel``), its compact layout's padding
+    (``_pad_expert_counts_kernel``) and scatter (``_fwd_kernel_ep_scatter_1``, ``_fwd_kernel_ep_scatter_2``). One
     :class:`~dgprecompile.runtimes.items.TritonPathItem` per kernel instance family of a rank, warmed GPU-free as the
     fused MoE items are (compile/triton_path.py: SGLang's own wrapper on meta tensors, Triton's own JIT with a
     compile-only driver), its entries in Triton's area, recorded per item (cache/item_records.py)."""
@@ -290,12 +291,12 @@ class TritonPathKernels(PackageKeyed):
         return tuple(self.data()["m_classes"] if ms == "m_classes" else ms)
 
     def plan_items(self, config: dict, *, tp: int, sglang_version: str | None, gpu: str | None,
-                   triton_moe: Sequence[TritonMoeItem] = (), deep_gemm_moe: Sequence[tuple[int, int, int]] = ()
+                   triton_moe: Sequence[TritonMoeItem] = (), deep_gemm_moe: Sequence[tuple[int, int, int, int]] = ()
                    ) -> tuple[list[TritonPathItem], list[str]]:
         """The items of a plan (the model's config, its tensor-parallel size, the exact release, the GPU, the plan's
-        Triton fused MoE items, the (local experts, top-k, tokens per forward) of its MoE layers on the deep_gemm
-        runner) and notes saying what was left out and why. Nothing is planned for a release whose model path was not
-        read."""
+        Triton fused MoE items, the (local experts, top-k, tokens per forward, hidden size) of its MoE layers on the
+        deep_gemm runner) and notes saying what was left out and why. Nothing is planned for a release whose model
+        path was not read."""
         capability = int(gpu_device(gpu)["capability"])
         items: list[TritonPathItem] = []
         notes: list[str] = []
@@ -445,12 +446,12 @@ def dispatch_ms(experts: int, topk: int, m_max: int, single_block_max: int) -> t
     return tuple(sorted(first.values()))
 
 
-def _dispatch_items(name: str, k: dict, deep_gemm_moe: Sequence[tuple[int, int, int]], capability: int,
+def _dispatch_items(name: str, k: dict, deep_gemm_moe: Sequence[tuple[int, int, int, int]], capability: int,
                     where: str) -> tuple[list[TritonPathItem], str]:
     """The deep_gemm runner's dispatch index: one item per (local experts, top-k) of the plan's MoE layers on that
     runner, both layouts at every m of :func:`dispatch_ms` (the device picks the layout: data/triton_path.yaml)."""
     out: dict[str, TritonPathItem] = {}
-    for experts, topk, m_max in deep_gemm_moe:
+    for experts, topk, m_max, _hidden in deep_gemm_moe:
         params = (("experts", experts), ("topk", topk), ("layouts", "+".join(k["layouts"])))
         item = TritonPathItem(name, params, dispatch_ms(experts, topk, m_max, int(k["single_block_max"])),
                               capability, where)
@@ -458,26 +459,30 @@ def _dispatch_items(name: str, k: dict, deep_gemm_moe: Sequence[tuple[int, int, 
     return list(out.values()), ""
 
 
-def _pad_items(name: str, k: dict, deep_gemm_moe: Sequence[tuple[int, int, int]], capability: int,
-               where: str) -> tuple[list[TritonPathItem], str]:
-    """The deep_gemm runner's expert-count padding (its compact layout): one item per (local experts, top-k) of the
-    plan's MoE layers on that runner, with the row alignment the runner pads to on the plan's GPU (data/triton_path.yaml
-    ``pad_expert_counts``: ``block_e`` by capability, the same at every m there, so its planned m are the data's)."""
+def _compact_items(name: str, k: dict, deep_gemm_moe: Sequence[tuple[int, int, int, int]], capability: int,
+                   where: str) -> tuple[list[TritonPathItem], str]:
+    """The deep_gemm runner's compact-layout kernels (its expert-count padding and ep_scatter's two kernels): one item
+    per (local experts, top-k) of the plan's MoE layers on that runner (and the hidden size where the kernel's key
+    holds it, ``by_hidden``), with the row alignment the runner pads to on the plan's GPU (data/triton_path.yaml
+    ``block_e`` by capability, the same at every m there); its m the data's (``m_classes``: one per Triton int class,
+    at most the plan's tokens per forward)."""
     block_e = (k.get("block_e") or {}).get(str(capability))
     if block_e is None:
         return [], (f"not planned for sm_{capability}: the runner's row alignment there follows the per-expert m "
                     f"(DeepGEMM's contiguous-layout alignment), read for sm_{', sm_'.join(k.get('block_e') or {})}")
+    listed = _path_document()["m_classes"] if k["ms"] == "m_classes" else k["ms"]
     out: dict[str, TritonPathItem] = {}
-    for experts, topk, _m_max in deep_gemm_moe:
-        params = (("experts", experts), ("topk", topk), ("block_e", int(block_e)))
-        item = TritonPathItem(name, params, tuple(k["ms"]), capability, where)
+    for experts, topk, m_max, hidden in deep_gemm_moe:
+        shape = (("hidden", hidden),) if k.get("by_hidden") else ()
+        params = (("experts", experts), ("topk", topk), *shape, ("block_e", int(block_e)))
+        item = TritonPathItem(name, params, tuple(m for m in listed if m <= m_max), capability, where)
         out.setdefault(item.id, item)
     return list(out.values()), ""
 
 
 # how the deep_gemm runner's kernels are planned, by their ``when``: from the plan's (local experts, top-k, tokens per
-# forward) of its MoE layers on that runner
-DEEP_GEMM_PLANNERS = {"deep-gemm-moe": _dispatch_items, "deep-gemm-compact": _pad_items}
+# forward, hidden size) of its MoE layers on that runner
+DEEP_GEMM_PLANNERS = {"deep-gemm-moe": _dispatch_items, "deep-gemm-compact": _compact_items}
 
 
 def _at_least(version: str | None, since: str) -> bool:
