@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from helpers import STANDINS, Background, beside_venv, no_user_sglang_env, sgl_deep_gemm_dir, tree_hash
+from test_triton_path import TRITON, _server_plan
 
 from dgprecompile.keys.schemes import naming_for
 
@@ -166,7 +167,8 @@ def test_paths_and_options_choose_the_modules(naming):
     assert "custom_all_reduce" not in ids(model_type="qwen3_moe", quant="fp8", tp=8, custom_all_reduce=False)
     assert ids(model_type="qwen3_moe", quant=None, tp=1).count("per_token_group_quant") == 0
     assert ids(model_type="qwen3_moe", tp=1).count("per_token_group_quant") == 2
-    assert "activation" not in ids(model_type="qwen3_moe", quant="fp8", moe_runner="deep_gemm")
+    # the deep_gemm runner's own SiLU-and-mul in its compact layout (moe_runner/deep_gemm.py:572-573, sm_90)
+    assert "activation" in ids(model_type="qwen3_moe", quant="fp8", moe_runner="deep_gemm")
     # DeepSeek's dense MLPs take the same JIT activation whatever the MoE runner (a strict launch of 0.5.23's
     # DeepSeek-V3 with --moe-runner-backend deep_gemm refused it in layers.0.mlp: 2026-12-06-h100-model-dsv3-0523-
     # deepgemm-moe): one module, the Triton runner's own, planned once where both paths need it
@@ -178,7 +180,8 @@ def test_paths_and_options_choose_the_modules(naming):
                                                         model=dense))[0]
         assert [naming.entry_name(m) for m in found if m.name == "activation"] == [
             naming.entry_name(m) for m in _planned(naming).values() if m.name == "activation"]
-    assert "activation" not in ids(model_type="deepseek_v3", tp=8, moe_runner="deep_gemm")  # no dense layer
+    # a runner whose SiLU-and-mul is not this module's (none modelled here): only the dense layers' fact plans it
+    assert "activation" not in ids(model_type="deepseek_v3", tp=8, moe_runner="flashinfer_cutlass")
     tp4 = [m for m in family.plan_modules(VERSION, _path("qwen3_moe", tp=4))[0]
            if m.name == "custom_all_reduce"]
     assert [m.template for m in tp4] == [("bf16_t", "4", "true")]
@@ -188,21 +191,21 @@ def test_paths_and_options_choose_the_modules(naming):
 
 def test_the_dense_activation_follows_the_configs_width_per_rank():
     """planning/sglang_jit.py dense_act_jit: DeepSeek-V3's dense MLP (18432 wide, 3 dense layers) is 2304 per rank
-    at tp 8, a multiple of 8 bf16 lanes: the JIT kernel; Qwen3-MoE has no dense layer."""
-    def plan(model, *args):
-        r = subprocess.run([sys.executable, "-m", "dgprecompile", "plan", "--sglang", "0.5.23", "--json",
-                            "--sglang-cmd", f"python -m sglang.launch_server --model-path {model} {' '.join(args)}"],
-                           capture_output=True, text=True, cwd=REPO, timeout=300)
-        assert r.returncode == 0, r.stderr
-        return [m["name"] for m in json.loads(r.stdout)["sglang_jit_modules"]]
+    at tp 8, a multiple of 8 bf16 lanes: the JIT kernel; at tp 3 (6144) too, at tp 7 (2633) not; Qwen3-MoE has no
+    dense layer. The fact read from the bundled config.json files as the planner reads them."""
+    from types import SimpleNamespace
 
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in ("DeepSeek-V3", "Qwen3-Coder-480B-A35B-Instruct-FP8"):
-            os.makedirs(f"{tmp}/{name}")
-            shutil.copy(f"{REPO}/dgprecompile/data/models/{name}.json", f"{tmp}/{name}/config.json")
-        assert "activation" in plan(f"{tmp}/DeepSeek-V3", "--tp", "8", "--moe-runner-backend", "deep_gemm")
-        assert "activation" not in plan(f"{tmp}/Qwen3-Coder-480B-A35B-Instruct-FP8", "--tp", "8", "--ep", "8",
-                                        "--moe-runner-backend", "deep_gemm")
+    from dgprecompile.planning.sglang_jit import server_path
+
+    def dense(name, tp):
+        with open(f"{REPO}/dgprecompile/data/models/{name}.json") as f:
+            model = SimpleNamespace(config=json.load(f))
+        path = server_path(model, {}, SimpleNamespace(tp=tp, ep=1, moe_runner_backend=None), {},
+                           "sglang_jit_ninja.yaml")
+        return dict(path.model)["dense_act_jit"]
+
+    assert dense("DeepSeek-V3", 8) and dense("DeepSeek-V3", 3) and not dense("DeepSeek-V3", 7)
+    assert not dense("Qwen3-Coder-480B-A35B-Instruct-FP8", 8)
 
 
 @needs_sgl023
@@ -532,3 +535,83 @@ except CompileFailed as exc:
                          env=_env(tmp_path / "cache", CUDA_VISIBLE_DEVICES=""))
     assert res.returncode == 0, res.stdout + res.stderr[-3000:]
     assert "refused: cannot import sglang.kernels.no_such_module from the installed sglang" in res.stdout
+
+
+RUNNER_QUANT_CHILD = """
+import importlib, json, os, re, sys, torch
+import sglang.kernels.jit.utils.arch as arch
+arch.is_cuda = lambda: True  # STAND-IN: a CUDA torch (as the oracle above)
+from sglang.kernels.jit.utils import override_jit_cuda_arch
+from types import SimpleNamespace
+from dgprecompile.compile import triton_moe as moe
+moe.load_sglang(None, 90)  # SGLang's server args, as the warm states them
+runner = importlib.import_module("sglang.srt.layers.moe.moe_runner.deep_gemm")
+ptgq = importlib.import_module("sglang.kernels.ops.quantization.per_token_group_quant")
+fp8 = importlib.import_module("sglang.kernels.ops.quantization.fp8_kernel")
+fp8.per_token_group_quant = ptgq.per_token_group_quant  # STAND-IN: the import fp8_kernel.py:41-47 makes on CUDA only
+# STAND-IN for the CUDA tensors: SGLang's custom op calls its own function directly for plain CUDA tensors without
+# grad (srt/utils/custom_op.py _call_directly_in_eager); meta tensors would take its fake instead
+op = ptgq._per_token_group_quant_custom_op
+ptgq._per_token_group_quant_custom_op = getattr(op, "op_func", None) or op.__wrapped__
+from sglang.srt.layers.moe.moe_runner.base import MoeRunnerConfig
+runner._is_cuda = True  # STAND-IN: a CPU import of the runner says False
+# STAND-IN for DeepGEMM's C++ row alignment on sm_90 (it asks the GPU; tests/gpu/dg_alignment_probe.py records it)
+runner.deep_gemm_wrapper.get_contiguous_layout_alignment = lambda assignments, experts: 128
+moe.compile_only(90)
+moe.only_kernel("no Triton kernel is this check's")  # the dispatch and padding before the quant: not compiled
+real, asked = ptgq._jit_module, []
+class Reached(Exception):
+    pass
+def recorded(*args, **kwargs):  # SGLang's own module choice, then its own loader, refused before any build
+    try:
+        real(*args, **kwargs)
+        asked.append("LOADED")
+    except RuntimeError as exc:
+        m = re.search(r"has no usable cached build under (\\S+), and SGLANG_CRASH_ON_JIT_COMPILE", str(exc))
+        asked.append(os.path.relpath(m.group(1), os.environ["SGLANG_JIT_CACHE_DIR"]) if m else "OTHER " + str(exc)[:300])
+    raise Reached
+ptgq._jit_module = recorded
+os.environ["SGLANG_DEEPGEMM_STANDARD_LAYOUT"] = "compact"  # SGLang's own switch; auto asks the GPU's memory
+out = {}
+for m in (1, 600):
+    w1, w2, s1, s2 = moe.make_weights(experts=257, hidden=7168, intermediate=256, device="meta")
+    quant = runner.DeepGemmMoeQuantInfo(w13_weight=w1, w2_weight=w2, use_fp8=True, w13_scale=s1, w2_scale=s2,
+                                        block_shape=[128, 128])
+    config = MoeRunnerConfig(num_experts=257, num_local_experts=257, hidden_size=7168,
+                             intermediate_size_per_partition=256, top_k=9, activation="silu", is_gated=True,
+                             inplace=False)
+    x, weights, ids = moe.moe_inputs(m, experts=257, hidden=7168, topk=9, device="meta")
+    dispatched = SimpleNamespace(hidden_states=x, hidden_states_scale=None, topk_output=(weights, ids, None))
+    asked.clear()
+    with override_jit_cuda_arch(9, 0):
+        try:  # SGLang's own compact pre-permute: its dispatch, padding, then its FP8 input quantisation
+            runner.pre_permute_standard_to_deep_gemm(dispatched, quant, config, {})
+            out[m] = ["not reached"]
+        except Reached:
+            out[m] = list(asked)
+print(json.dumps(out))
+"""
+
+
+@needs_sgl023
+@pytest.mark.skipif(not (TRITON / "triton" / "__init__.py").is_file(), reason="Triton 3.8.0 not beside the venv")
+def test_the_deep_gemm_runners_input_quantiser_is_a_planned_module(naming, tmp_path):
+    """The deep_gemm MoE runner quantises its FP8 input in its compact pre-permute (0.5.23 moe_runner/deep_gemm.py
+    1125-1133) with SGLang's JIT per_token_group_quant, its scales' layout from DeepGEMM's UE8M0 switch (off on
+    sm_90): SGLang's own pre-permute on meta tensors picks the module and SGLang's own loader names the directory it
+    would build (refused: SGLANG_CRASH_ON_JIT_COMPILE); DeepSeek-V3 --tp 8 --moe-runner-backend deep_gemm's plan
+    holds that module (it was planned for the Triton runner only before)."""
+    cache = tmp_path / "jit"
+    cache.mkdir()
+    env = _env(cache, SGLANG_CRASH_ON_JIT_COMPILE="1", DGP_STANDINS="sgl_kernel,torchvision",
+               DGP_TRANSFORMERS_EXIST_OK="1", CUDA_VISIBLE_DEVICES="")
+    env["PYTHONPATH"] += os.pathsep + str(TRITON)
+    r = _child(RUNNER_QUANT_CHILD, env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    seen = json.loads(r.stdout.strip().splitlines()[-1])
+    (asked,) = {tuple(v) for v in seen.values()}  # the same module at every m
+    assert len(asked) == 1 and asked[0].startswith("sm90a/sgl_kernel_jit_per_token_group_quant_"), seen
+    plan = _server_plan("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8 "
+                        "--moe-runner-backend deep_gemm")
+    assert asked[0] in {naming.entry_name(m) for m in plan.jit_modules.values()}, seen
+    assert os.listdir(cache) == []  # the loader refused before making anything
