@@ -93,6 +93,11 @@ def _alone_longest(d: Path) -> tuple[float | None, str | None]:
     return max(runs, default=(None, None))
 
 
+def _costliest(first_calls: dict[str, float], n: int = 8) -> dict[str, float]:
+    """The ``n`` modules whose first call took longest, longest first."""
+    return dict(sorted(first_calls.items(), key=lambda kv: -kv[1])[:n])
+
+
 def summary(d: Path, server: str, commit: str, device_s: int) -> dict:
     cold, proof = _json(d / "cold.json"), d / "proof"
     launched = _json(proof / "driver.json")
@@ -119,6 +124,9 @@ def summary(d: Path, server: str, commit: str, device_s: int) -> dict:
     if longest is not None:
         row.update(longest_compile_s=longest, longest_compile_item=which,
                    longest_compile_note="the longest item warmed alone (phase alone: warm's whole wall, GPU hidden)")
+    # where each first forward went: its costliest modules' first calls (the driver's first_call_s)
+    row["cold_first_calls_s"] = _costliest(cold.get("first_call_s") or {})
+    row["launched_first_calls_s"] = _costliest(launched.get("first_call_s") or {})
     lf, sf = row["launched_first_forward_s"], row["second_forward_s"]
     cf = row["cold_first_forward_s"]
     row["launched_over_second"] = round(lf / sf, 2) if lf and sf else None
