@@ -118,6 +118,7 @@ def summary(d: Path, server: str, commit: str, device_s: int) -> dict:
            "cold_8proc_drivers": len(cold8),
            "warm_wall_s": (steps["warm"] + steps["warm-gpu"]) if {"warm", "warm-gpu"} <= steps.keys() else None,
            "warm_steps_s": {k: steps[k] for k in ("install", "carried", "plan", "warm", "warm-gpu") if k in steps},
+           "warm_one_run_s": _json(d / "warm1.json").get("wall_seconds"),
            "longest_compile_s": max(warm.get("item_seconds", {}).values(), default=None),
            "longest_compile_note": "the longest item of the GPU-hidden warm, timed in the pool (not alone)"}
     longest, which = _alone_longest(d)
@@ -131,6 +132,8 @@ def summary(d: Path, server: str, commit: str, device_s: int) -> dict:
     cf = row["cold_first_forward_s"]
     row["launched_over_second"] = round(lf / sf, 2) if lf and sf else None
     row["cold_over_launched"] = round(cf / lf, 2) if cf and lf else None
+    w1, longest = row["warm_one_run_s"], row["longest_compile_s"]
+    row["warm_one_run_over_longest"] = round(w1 / longest, 2) if w1 and longest else None
     return {"commit": commit, "device_s": device_s, "servers": [row]}
 
 
