@@ -90,6 +90,14 @@ CHECK = textwrap.dedent("""
         runner._is_cuda = True  # STAND-IN: a CPU import of the runner says False
         pad = importlib.import_module("sglang.kernels.ops.moe.triton_pad_expert_counts")
         owner, wrapper, jitted = runner, "pad_expert_counts", pad._pad_expert_counts_kernel
+    elif kernel == "fill_gateup_input_triton_kernel":  # launched by the masked layout's preprocess, after its quant
+        fp8 = importlib.import_module("sglang.kernels.ops.quantization.fp8_kernel")
+        # STAND-IN for ep_moe_kernels' CUDA-only import of its quantiser (ep_moe_kernels.py:17-20), the same function
+        ep.per_token_group_quant_fp8 = fp8.sglang_per_token_group_quant_fp8
+        # STAND-IN for that quantiser's JIT (tvm-ffi) kernel call only, a GPU build: its outputs are SGLang's buffers
+        fp8._run_per_token_group_quant_8bit_kernel = lambda *args, **kwargs: None
+        assert not runner.deep_gemm_wrapper.DEEPGEMM_SCALE_UE8M0  # sm_90's answer: the FP8 fill branch
+        owner, wrapper, jitted = ep, "moe_ep_deepgemm_preprocess", ep.fill_gateup_input_triton_kernel
     else:  # one of ep_scatter's two kernels: the wrapper imported from its module at each call, after the padding
         runner._is_cuda = True  # STAND-IN, as above: the padding's CUDA branch before it
         fp8 = importlib.import_module("sglang.kernels.ops.quantization.fp8_kernel")
@@ -108,16 +116,16 @@ CHECK = textwrap.dedent("""
         raise Reached
     setattr(owner, wrapper, stop_after)
     out, keys = {}, {}
-    def ask(name, layout, experts, topk, m):
+    def ask(name, layout, experts, topk, m, hidden=7168):
         os.environ["SGLANG_DEEPGEMM_STANDARD_LAYOUT"] = layout  # SGLang's own switch; auto asks the GPU's memory
         jitted.device_caches.clear()  # every call asks the disk
-        w1, w2, s1, s2 = moe.make_weights(experts=experts, hidden=7168, intermediate=256, device="meta")
+        w1, w2, s1, s2 = moe.make_weights(experts=experts, hidden=hidden, intermediate=256, device="meta")
         quant = runner.DeepGemmMoeQuantInfo(w13_weight=w1, w2_weight=w2, use_fp8=True, w13_scale=s1, w2_scale=s2,
                                             block_shape=[128, 128])
-        config = MoeRunnerConfig(num_experts=experts, num_local_experts=experts, hidden_size=7168,
+        config = MoeRunnerConfig(num_experts=experts, num_local_experts=experts, hidden_size=hidden,
                                  intermediate_size_per_partition=256, top_k=topk, activation="silu", is_gated=True,
                                  inplace=False)
-        x, weights, ids = moe.moe_inputs(m, experts=experts, hidden=7168, topk=topk, device="meta")
+        x, weights, ids = moe.moe_inputs(m, experts=experts, hidden=hidden, topk=topk, device="meta")
         # the standard dispatcher's output as the pre-permute reads it (.hidden_states, .topk_output's (weights, ids,
         # router logits)); SGLang's own classes import its topk module, whose optional dependencies are not here
         dispatched = SimpleNamespace(hidden_states=x, hidden_states_scale=None, topk_output=(weights, ids, None))
@@ -133,7 +141,10 @@ CHECK = textwrap.dedent("""
     for layout in layouts:
         for m in [*range(1, 145), 255, 256, 600, 8192]:
             ask(f"{layout} m{m}", layout, 257, 9, m)
-    ask("unplanned experts", "compact", 256, 9, 1)
+    if kernel == "fill_gateup_input_triton_kernel":  # its key holds the hidden size (scale_size 32: "% 16"), not
+        ask("unplanned hidden", "masked", 257, 9, 1, hidden=4096)  # the local experts
+    else:
+        ask("unplanned experts", "compact", 256, 9, 1)
     print(json.dumps({"out": out, "keys": keys}))
 """.replace("    # LOOKUPS\n", LOOKUPS))
 
@@ -172,12 +183,13 @@ def _held_to_the_runners_own_calls(cache, env, kernel: str, layouts: list[str], 
     got = json.loads(r.stdout.splitlines()[-1])
     asked = set()
     for name, outcome in got["out"].items():
-        if name == "unplanned experts":
+        if name.startswith("unplanned"):
             continue
         assert outcome == "hit" and len(got["keys"][name]) == 1, (name, outcome, got["keys"][name])
         asked |= set(got["keys"][name])
     assert asked == warmed
-    assert got["out"]["unplanned experts"].endswith(f"compile kernel {kernel}")
+    (refused,) = [outcome for name, outcome in got["out"].items() if name.startswith("unplanned")]
+    assert refused.endswith(f"compile kernel {kernel}")
 
 
 PAD = "_pad_expert_counts_kernel"
@@ -273,3 +285,38 @@ def test_the_warmed_scatter_entries_are_the_keys_sglangs_own_compact_pre_permute
     assert report["not_whole"] == [] and len(report["record"]["lookups"]) == entries
     kernel = TRITON_PATH.kernel(which)["kernel"]
     _held_to_the_runners_own_calls(cache, env, kernel, ["compact"], set(report["record"]["lookups"]))
+
+
+FILL = "fill_gateup_input_triton_kernel"
+
+
+def _fill(plan) -> list:
+    return [i for i in plan.triton_path.values() if i.kernel == "fill_gateup_input"]
+
+
+def test_the_deep_gemm_runner_plans_its_masked_layouts_input_fill_once():
+    """The masked layout's input fill (after the dispatch index and the row-major quantiser): one item per (local
+    experts, top-k, hidden size) at one m (its key holds nothing of m: m_max a multiple of 256), the same on H100 and
+    H200; none for the default runner; a note for an unread release that may ship it (0.5.22), none for 0.5.19."""
+    items = {gpu: _fill(_server_plan(RUNNER, gpu=gpu)) for gpu in ("h100", "h200")}
+    (item,) = items["h100"]
+    assert items["h200"] == [item]
+    assert dict(item.params) == {"experts": 257, "topk": 9, "hidden": 7168}
+    assert item.ms == (1,) and item.capability == 90
+    assert "deep_gemm.py" in item.why and type(item).from_dict(item.to_dict()) == item
+    assert _fill(_server_plan(DSV3)) == []
+    assert not any(FILL in n for n in _server_plan(RUNNER, sglang="0.5.19").notes)
+    assert any(f"{FILL} not planned: sglang 0.5.22's model path was not read" in n
+               for n in _server_plan(RUNNER, sglang="0.5.22").notes)
+
+
+@needs_stack
+def test_the_warmed_fill_entry_is_the_key_sglangs_own_masked_pre_permute_looks_up_at_every_m(tmp_path):
+    """Warm the DeepSeek-V3 deep_gemm plan's fill item, then run SGLang's own masked pre-permute (its layout switch,
+    m_max, dispatch, FP8 quantiser buffers and fill launch; only the quantiser's JIT kernel stood in) under the strict
+    hook at every m 1..144 and at 255, 256, 600 and 8192 (m_max 256 to 8448): each call hits the one warmed entry;
+    256 local experts (another item) are refused."""
+    cache, env = tmp_path / "cache", _env()
+    report = _warmed(_fill, cache, env)
+    assert report["not_whole"] == [] and report["record"]["ms"] == [1] and len(report["record"]["lookups"]) == 1
+    _held_to_the_runners_own_calls(cache, env, FILL, ["masked"], set(report["record"]["lookups"]))
