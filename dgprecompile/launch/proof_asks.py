@@ -271,7 +271,8 @@ def _path_warm_calls(item) -> list[dict[str, Any]]:
     module = importlib.import_module(kernel["module"])
     seen: list[dict[str, Any]] = []
     original = getattr(module, kernel["function"])
-    setattr(module, kernel["function"], lambda *args, **kwargs: seen.append(described_call(args, kwargs)))
+    setattr(module, kernel["function"],
+            lambda *args, **kwargs: seen.append(described_call(args, kwargs, kernel.get("m_arg"))))
     try:  # the item's params as warm's command line hands them over (TRITON_PATH.warm_argv)
         triton_path.WARMS[item.kernel]({k: str(v) for k, v in item.params}, list(item.ms))
     finally:
@@ -316,10 +317,13 @@ def _path_why(call: dict[str, Any], items: list, same: list, specialised: bool, 
 def _by_class(call: dict[str, Any], k: dict[str, Any] | None) -> dict[str, Any]:
     """A call's arguments, those at the kernel's ``class_args`` positions (data/triton_path.yaml: the dispatch index's
     m_max) by their Triton int class (:func:`m_class`), and the tensors at its ``free_rows`` positions (ep_scatter's
-    compact output rows) without their first dimension: what its cache key holds of them."""
+    compact output rows) without their first dimension, and a float at a ``class_args`` position (the post-permute's
+    scale, an annotated float) as a float only: what its cache key holds of them."""
     at, free = set((k or {}).get("class_args", ())), set((k or {}).get("free_rows", ()))
 
     def seen(i: int, v: Any) -> Any:
+        if i in at and isinstance(v, float):
+            return "float"
         if i in at and isinstance(v, int):
             return f"int class {m_class(v)}"
         if i in free and isinstance(v, dict) and v.get("shape"):
