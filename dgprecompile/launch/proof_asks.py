@@ -352,6 +352,24 @@ def _dispatch_left(call: dict[str, Any], same: list, k: dict[str, Any] | None) -
             f"planned m of {same[-1].id}")
 
 
+def _blocks_left(call: dict[str, Any], same: list, k: dict[str, Any] | None) -> str:
+    """For the deep_gemm runner's post-permute (``ms: launch_blocks``): the runtime's m whose key (the class of m and
+    SGLang's block size on the item's GPU: runtimes/triton_moe.py post_reorder_key) no planned m of a matching item has
+    ("" where every one is planned, or for another kernel)."""
+    from dgprecompile.runtimes.triton_moe import post_reorder_key
+
+    if not same or not k or k["ms"] != "launch_blocks":
+        return ""
+    for it in same:
+        shape = (int(it.param("hidden")), int(it.param("sms")), int(it.param("threads_per_sm")))
+        planned = {post_reorder_key(m, *shape) for m in it.ms}
+        left = [m for lo, hi in _ms(call) for m in range(lo, hi + 1) if post_reorder_key(m, *shape) not in planned]
+        if not left:
+            return ""
+    return (f"m {left[0]}: its class of m and block size (SGLang's _get_launch_config_2d on {same[-1].param('sms')} "
+            f"SMs) is none of the planned m of {same[-1].id}")
+
+
 def _triton_path(plan, asks: dict[str, Any], record: dict[str, Any], notes: list[str], nvcc: str | None):
     """Each call of a model-path Triton wrapper (its kernel, module and name, its arguments as a cache key sees them;
     its m) against HEAD's planned items of that kernel: the same arguments as warm passes SGLang's wrapper for one of
@@ -377,7 +395,8 @@ def _triton_path(plan, asks: dict[str, Any], record: dict[str, Any], notes: list
             continue
         same = [it for it in items if _by_class(asked, k) in [_by_class(c, k) for c in replays[it.id]]]
         why = _path_why(call, items, same, bool(k) and k["ms"] == "m_classes",
-                        k and f"{k['module']}.{k['function']}") or _dispatch_left(call, same, k)
+                        k and f"{k['module']}.{k['function']}") or _dispatch_left(call, same, k) \
+            or _blocks_left(call, same, k)
         out.append(AskCheck("triton-path", shown, MISSING if why else COVERED, why))
     return out
 
