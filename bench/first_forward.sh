@@ -8,6 +8,10 @@
 #             own DeepGEMM precompile of every m included); what each family compiled: its files and when they landed
 #   cold8     PROCS such drivers at once on the one GPU, sharing one new cache (the ranks of a node), the first m only,
 #             no decode: the CPU contention of a node's ranks compiling at once
+#   warm1     the whole warm as a user runs it: one `warm` of the plan with the GPU visible into a new cache (the
+#             launched phase's two warms are split for the proof: GPU-hidden first, then the graphs; one warm starts
+#             FlashInfer's modules beside the pool and builds the graphs while they compile): its wall is the
+#             summary's warm_one_run_s
 #   alone     (not by default: its own call) each GPU-free item of the plan that is no DeepGEMM kernel (FlashInfer's
 #             modules, the Triton MoE item, SGLang's JIT modules) warmed by itself into a new cache, GPU hidden, with
 #             every core: the longest of these walls is the summary's longest_compile_s, the bound the whole warm is
@@ -15,18 +19,18 @@
 # Phases run in that order (the cold ones reuse the launched phase's installed packages; the page cache then favours
 # them, so cold/launched is if anything understated). Nothing here is derived from the plan but the launched phase.
 # usage: SGLANG=0.5.14 SERVER="python -m sglang.launch_server --model-path M --tp 8 --ep 8" CONFIG=config.json \
-#        [MS=1-8192] [PROCS=8] [MS8=1] [PHASES=launched,cold,cold8|alone] [NAME=first-forward] DGP_GIT=<sha> \
+#        [MS=1-8192] [PROCS=8] [MS8=1] [PHASES=launched,cold,cold8,warm1|alone] [NAME=first-forward] DGP_GIT=<sha> \
 #        [CARRIED=... TRUSTED=... CARRY_PIECES=... STACK=...: model_proof.sh's] [PROOF=<dir>] bash bench/first_forward.sh
 # STACK=<base>: another serving stack (tests/gpu/carry_stack.sh install <base>), for every phase, as model_proof.sh
 #   takes it; PROOF=<dir>: a model_proof.sh folder of the same server, stack and commit run before in this lease (the
 #   launched phase, then left out of PHASES: its driver.json and summary.txt are the launched figures)
 # writes $OUT/$NAME/{summary.json, logs.txt, files.tar.gz}: the tarball holds cold.json, cold_files.json,
-#   cold8/driver-N.json, cold8_files.json, plan.yaml, alone/ with alone-N.json (each alone warm's --json) and proof/
-#   (model_proof.sh's folder): the device returns 8 files
+#   cold8/driver-N.json, cold8_files.json, plan.yaml, warm1.json, alone/ with alone-N.json (each alone warm's --json)
+#   and proof/ (model_proof.sh's folder): the device returns 8 files
 set -uo pipefail
 export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 root=$PWD; OUT=${OUT:-$root/out}; NAME=${NAME:-first-forward}; final=$OUT/$NAME; d=$(mktemp -d); mkdir -p "$final"
-MS=${MS:-1-8192}; MS8=${MS8:-1}; PROCS=${PROCS:-8}; PHASES=${PHASES:-launched,cold,cold8}; SGLANG=${SGLANG:-0.5.14}
+MS=${MS:-1-8192}; MS8=${MS8:-1}; PROCS=${PROCS:-8}; PHASES=${PHASES:-launched,cold,cold8,warm1}; SGLANG=${SGLANG:-0.5.14}
 : "${SERVER:?SERVER= the sglang server command}" "${CONFIG:?CONFIG= the model config.json}"
 t0=$(date +%s)
 has() { case ",$PHASES," in *",$1,"*) return 0 ;; esac; return 1; }
@@ -72,8 +76,17 @@ if has cold8; then
   echo "cold8 phase: $PROCS drivers rc ${rcs[*]} in $(python3 -c "import time,sys; print(round(time.time()-float(sys.argv[1]),1))" "$start") s" >> "$d/logs.txt"
   python3 bench/first_forward_files.py "$c" "$start" > "$d/cold8_files.json" 2>> "$d/logs.txt"
 fi
-if has alone; then
+if has warm1 || has alone; then
   python3 -m dgprecompile plan --sglang "$SGLANG" --sglang-cmd "$LOCAL" -o "$d/plan.yaml" > /dev/null 2>> "$d/logs.txt"
+fi
+if has warm1; then  # the whole warm as a user runs it: one `warm`, the GPU visible, into a new cache
+  c=$(mktemp -d); start=$(date +%s.%N)
+  python3 -m dgprecompile warm --manifest "$d/plan.yaml" --cache-dir "$c" --backend nvcc --sglang-jit on --json \
+    > "$d/warm1.json" 2>> "$d/logs.txt"
+  echo "warm1 phase: rc=$? in $(python3 -c "import time,sys; print(round(time.time()-float(sys.argv[1]),1))" "$start") s" >> "$d/logs.txt"
+  rm -rf "$c"
+fi
+if has alone; then
   mkdir -p "$d/alone"; n=0
   for id in $(python3 bench/first_forward_files.py --alone "$d/plan.yaml" "$d/alone" 2>> "$d/logs.txt"); do
     c=$(mktemp -d); start=$(date +%s.%N)

@@ -93,6 +93,11 @@ def _alone_longest(d: Path) -> tuple[float | None, str | None]:
     return max(runs, default=(None, None))
 
 
+def _costliest(first_calls: dict[str, float], n: int = 8) -> dict[str, float]:
+    """The ``n`` modules whose first call took longest, longest first."""
+    return dict(sorted(first_calls.items(), key=lambda kv: -kv[1])[:n])
+
+
 def summary(d: Path, server: str, commit: str, device_s: int) -> dict:
     cold, proof = _json(d / "cold.json"), d / "proof"
     launched = _json(proof / "driver.json")
@@ -113,16 +118,22 @@ def summary(d: Path, server: str, commit: str, device_s: int) -> dict:
            "cold_8proc_drivers": len(cold8),
            "warm_wall_s": (steps["warm"] + steps["warm-gpu"]) if {"warm", "warm-gpu"} <= steps.keys() else None,
            "warm_steps_s": {k: steps[k] for k in ("install", "carried", "plan", "warm", "warm-gpu") if k in steps},
+           "warm_one_run_s": _json(d / "warm1.json").get("wall_seconds"),
            "longest_compile_s": max(warm.get("item_seconds", {}).values(), default=None),
            "longest_compile_note": "the longest item of the GPU-hidden warm, timed in the pool (not alone)"}
     longest, which = _alone_longest(d)
     if longest is not None:
         row.update(longest_compile_s=longest, longest_compile_item=which,
                    longest_compile_note="the longest item warmed alone (phase alone: warm's whole wall, GPU hidden)")
+    # where each first forward went: its costliest modules' first calls (the driver's first_call_s)
+    row["cold_first_calls_s"] = _costliest(cold.get("first_call_s") or {})
+    row["launched_first_calls_s"] = _costliest(launched.get("first_call_s") or {})
     lf, sf = row["launched_first_forward_s"], row["second_forward_s"]
     cf = row["cold_first_forward_s"]
     row["launched_over_second"] = round(lf / sf, 2) if lf and sf else None
     row["cold_over_launched"] = round(cf / lf, 2) if cf and lf else None
+    w1, longest = row["warm_one_run_s"], row["longest_compile_s"]
+    row["warm_one_run_over_longest"] = round(w1 / longest, 2) if w1 and longest else None
     return {"commit": commit, "device_s": device_s, "servers": [row]}
 
 

@@ -59,8 +59,11 @@ def test_the_summary_takes_each_phases_own_figures(tmp_path):
     (tmp_path / "proof" / "driver.json").write_text(json.dumps(
         {"times": {"first_forward_s": 4.2, "pass_s": 90.0, "decode_s": 1.5, "second_forward_s": 4.0}}))
     (tmp_path / "proof" / "warm.json").write_text(json.dumps({"item_seconds": {"a": 3.0, "b": 29.1}}))
-    (tmp_path / "cold.json").write_text(json.dumps({"times": {"first_forward_s": 84.0, "pass_s": 400.0}}))
+    firsts = {f"layers.{i}.mlp": float(i) for i in range(10)}
+    (tmp_path / "cold.json").write_text(json.dumps({"times": {"first_forward_s": 84.0, "pass_s": 400.0},
+                                                    "first_call_s": firsts}))
     (tmp_path / "cold_files.json").write_text(json.dumps({"deepgemm": {"files": 2}}))
+    (tmp_path / "warm1.json").write_text(json.dumps({"wall_seconds": 32.01, "item_seconds": {"a": 3.0}}))
     (tmp_path / "cold8").mkdir()
     for i, s in enumerate((120.0, 150.5, None)):
         (tmp_path / "cold8" / f"driver-{i}.json").write_text(json.dumps({"times": {"first_forward_s": s}}))
@@ -74,12 +77,18 @@ def test_the_summary_takes_each_phases_own_figures(tmp_path):
     assert row["launched_over_second"] == 1.05 and row["cold_over_launched"] == 20.0
     assert row["cold_8proc_first_forward_s"] == 150.5 and row["cold_8proc_drivers"] == 3
     assert row["longest_compile_s"] == 29.1 and row["cold_families"] == {"deepgemm": {"files": 2}}
+    # the cold first forward's eight costliest first calls, longest first; the launched run recorded none
+    assert list(row["cold_first_calls_s"].items()) == [(f"layers.{i}.mlp", float(i)) for i in range(9, 1, -1)]
+    assert row["launched_first_calls_s"] == {}
+    # the one-run warm (phase warm1) against the longest item (here the pool's: no phase alone)
+    assert row["warm_one_run_s"] == 32.01 and row["warm_one_run_over_longest"] == 1.1
 
 
 def test_a_phase_not_run_leaves_its_figures_empty(tmp_path):
     (row,) = run("--summary", str(tmp_path))["servers"]
     assert row["cold_first_forward_s"] is None and row["warm_wall_s"] is None
     assert row["cold_8proc_first_forward_s"] is None and row["launched_over_second"] is None
+    assert row["warm_one_run_s"] is None and row["warm_one_run_over_longest"] is None
 
 
 def test_each_long_item_gets_a_manifest_of_its_own_and_the_summary_takes_the_longest_alone(tmp_path):

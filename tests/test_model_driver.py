@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -60,6 +61,29 @@ def test_a_module_that_fails_is_reported_with_its_first_m_and_still_called_at_th
         "B": {"count": 2, "files": ["c", "d"]}, "C": {"count": 1, "files": ["e"]}}
 
 
+
+
+def test_each_modules_first_call_is_timed_once_between_two_syncs():
+    """The first forward's split (issue 45): each module's first call, the GPU's work included (a sync before and
+    after it), once; later calls and a module whose first call failed are not timed (a refusal is no load)."""
+    events = []
+    report = Report(sync=lambda: events.append("sync"))
+
+    def work(m, seconds=0.0):
+        events.append(f"call {m}")
+        time.sleep(seconds)
+        if m < 0:
+            raise RuntimeError("refused")
+
+    report.call("layers.0.mlp", 1, work, 1, 0.05)
+    report.call("layers.0.mlp", 2, work, 2)
+    report.call("norm", 1, work, 1)
+    report.call("layers.3.mlp", 1, work, -1)
+    report.call("layers.3.mlp", 2, work, 2)
+    assert events == ["sync", "call 1", "sync", "call 2", "sync", "call 1", "sync", "sync", "call -1", "call 2"]
+    assert set(report.first_call_s) == {"layers.0.mlp", "norm"}
+    assert 0.05 <= report.first_call_s["layers.0.mlp"] < 1 and report.first_call_s["norm"] < 0.05
+    assert Report().first_call_s == {} and Report().sync is None  # without a sync (no GPU): nothing timed
 
 FLASHINFER_0612 = beside_venv("flashinfer-0.6.12", "flashinfer/__init__.py")
 

@@ -50,20 +50,31 @@ class Report:
     failed at one m is still called at the others: a refusal at small m must not hide what larger m run), the
     stand-ins used."""
 
-    def __init__(self) -> None:
+    def __init__(self, sync=None) -> None:
         self.calls: dict[str, int] = {}
         self.failed: dict[str, dict[str, Any]] = {}
         self.standins: list[str] = []
         self.notes: list[str] = []
         self.times: dict[str, float] = {}  # seconds: build, first forward, the pass over every m, decode, second forward
+        # each module's first call in seconds, the GPU's work included (``sync``: torch.cuda.synchronize, before and
+        # after it): what the first forward spends where (a load or a compile there is the module's first call's)
+        self.sync = sync
+        self.first_call_s: dict[str, float] = {}
 
     def note(self, text: str) -> None:
         if text not in self.notes:
             self.notes.append(text)
 
     def call(self, name: str, m: int, fn, *args, **kwargs):
+        first = self.sync is not None and name not in self.first_call_s and name not in self.failed
+        if first:
+            self.sync()
+            t = time.perf_counter()
         try:
             out = fn(*args, **kwargs)
+            if first:
+                self.sync()
+                self.first_call_s[name] = round(time.perf_counter() - t, 4)
         except Exception as exc:  # noqa: BLE001 - every failure is the proof's finding, reported by module
             seen = self.failed.setdefault(name, {"m": m, "error": f"{type(exc).__name__}: "
                                                                  f"{str(exc).splitlines()[0][:300]}", "count": 0})
@@ -121,9 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--decode", default="1,8,64", help="a decode step's batch sizes, comma-separated ('': none)")
     p.add_argument("--report", default=None)
     args = p.parse_args(argv)
+    import torch
+
     from dgprecompile.compile.triton_moe import parse_ms
 
-    report = Report()
+    report = Report(sync=torch.cuda.synchronize)
     before = cache_files()
     t0 = time.time()
     from dgprecompile.launch import model_asks, model_standins
@@ -146,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                                                                   "moe_a2a_backend", "attention_backend",
                                                                   "disable_shared_experts_fusion")},
            "calls": report.calls, "failed": report.failed, "standins": report.standins, "notes": report.notes,
-           "times": report.times,
+           "times": report.times, "first_call_s": report.first_call_s,
            "new_cache_files": new_files(before, cache_files()), "dynamo": dynamo_counts(),
            "asks": asks.to_dict(), "asks_notes": asks.notes}
     text = json.dumps(out, indent=1, sort_keys=True)
