@@ -431,6 +431,26 @@ def test_the_deep_gemm_runners_scatter_calls_are_held_to_each_of_its_kernels_ite
     assert [status for status, _ in got] == [COVERED] * 8 + [MISSING] * 2, got
 
 
+TMA = "sglang.kernels.ops.moe.ep_moe_kernels.tma_align_input_scale"
+
+
+def _tma_call(m: int, width: int) -> dict:
+    """A call of the compact layout's scale copy as the driver records it: the [all_tokens, width] fp32 scales (its
+    m the rows, block_e 128 times a count, in no key of it but by their class: free_rows)."""
+    rows = 128 * (min(9 * m, 257) + (9 * m - min(9 * m, 257)) // 128)
+    return {"kernel": "tma_align", "function": TMA, "ms": [[rows, rows]], "kwargs": {},
+            "args": [{"shape": [rows, width], "dtype": "float32"}]}
+
+
+def test_the_deep_gemm_runners_scale_copies_are_held_to_its_grouped_gemms_widths(tmp_path):
+    """DeepSeek-V3 --tp 8 --moe-runner-backend deep_gemm: the scale copies before the up GEMM (56 wide) and the down
+    GEMM (2 wide) at m 1, 37 and 8192 are COVERED; a 4-wide copy (a 512-wide down GEMM) is not a call HEAD's warm
+    makes."""
+    calls = [_tma_call(m, width) for m in (1, 37, 8192) for width in (56, 2)]
+    got = _path_checks(tmp_path, [*calls, _tma_call(5, 4)], model=DSV3_DEEP_GEMM)
+    assert [status for status, _ in got] == [COVERED] * 6 + [MISSING], got
+
+
 POST = "sglang.kernels.ops.moe.ep_moe_kernels.post_reorder_deepgemm"
 
 

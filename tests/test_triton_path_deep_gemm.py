@@ -80,6 +80,7 @@ CHECK = textwrap.dedent("""
     from sglang.srt.layers.moe.moe_runner.base import MoeRunnerConfig
     from types import SimpleNamespace
     post = sys.argv[1] == "post_reorder_deepgemm_triton_kernel"
+    tma = sys.argv[1] == "_tma_align_input_scale_kernel"
     # the compact layout asks DeepGEMM (not installed here) for its row alignment before the dispatch: the answer
     # sizes later buffers only, not the dispatch's arguments
     # sizes later buffers and is the padding's row alignment: STAND-IN for DeepGEMM's C++ answer on sm_90, which asks
@@ -115,20 +116,22 @@ CHECK = textwrap.dedent("""
     # LOOKUPS
     class Reached(Exception):
         pass
-    called = getattr(owner, wrapper)
-    def stop_after(*args, **kwargs):  # the rest of the pre-permute (and of the forward) is not this check's
-        called(*args, **kwargs)
-        raise Reached
-    setattr(owner, wrapper, stop_after)
+    if not tma:  # the scale copies are called below, after the whole pre-permute
+        called = getattr(owner, wrapper)
+        def stop_after(*args, **kwargs):  # the rest of the pre-permute (and of the forward) is not this check's
+            called(*args, **kwargs)
+            raise Reached
+        setattr(owner, wrapper, stop_after)
     out, keys = {}, {}
-    def ask(name, layout, experts, topk, m):
+    def ask(name, layout, experts, topk, m, intermediate=256):
         os.environ["SGLANG_DEEPGEMM_STANDARD_LAYOUT"] = layout  # SGLang's own switch; auto asks the GPU's memory
         jitted.device_caches.clear()  # every call asks the disk
-        w1, w2, s1, s2 = moe.make_weights(experts=experts, hidden=7168, intermediate=256, device="meta")
+        w1, w2, s1, s2 = moe.make_weights(experts=experts, hidden=7168, intermediate=intermediate, device="meta")
         quant = runner.DeepGemmMoeQuantInfo(w13_weight=w1, w2_weight=w2, use_fp8=True, w13_scale=s1, w2_scale=s2,
                                             block_shape=[128, 128])
         config = MoeRunnerConfig(num_experts=experts, num_local_experts=experts, hidden_size=7168,
-                                 intermediate_size_per_partition=256, top_k=topk, activation="silu", is_gated=True,
+                                 intermediate_size_per_partition=intermediate, top_k=topk, activation="silu",
+                                 is_gated=True,
                                  inplace=False, routed_scaling_factor=2.5)  # DeepSeek-V3's; warm's is 1.0
         x, weights, ids = moe.moe_inputs(m, experts=experts, hidden=7168, topk=topk, device="meta")
         # the standard dispatcher's output as the pre-permute reads it (.hidden_states, .topk_output's (weights, ids,
@@ -137,7 +140,14 @@ CHECK = textwrap.dedent("""
         looked.clear()
         try:  # SGLang's own standard-to-deep_gemm pre-permute: its layout choice, its m_max, its dispatch call
             state = {}
-            runner.pre_permute_standard_to_deep_gemm(dispatched, quant, config, state)
+            given = runner.pre_permute_standard_to_deep_gemm(dispatched, quant, config, state)
+            if tma:  # _run_contiguous_gemm's scale copies before its GEMMs (UE8M0 off, as on sm_90): the up GEMM's
+                ep.tma_align_input_scale(given.hidden_states_scale)  # :453-454, ep_scatter's scales
+                down = torch.empty((state["all_tokens"], intermediate), dtype=torch.bfloat16, device="meta")
+                _, down_scale = fp8.sglang_per_token_group_quant_fp8(down, 128, column_major_scales=False,
+                                                                     scale_tma_aligned=False, scale_ue8m0=False)
+                ep.tma_align_input_scale(down_scale)  # :582-588 then :622-623, the down GEMM's
+                raise Reached
             if post:  # and its own post-permute on the down GEMM's bf16 output (the compact rows)
                 down = torch.empty((state["all_tokens"], 7168), dtype=torch.bfloat16, device="meta")
                 runner.post_permute_deep_gemm_to_standard(runner.DeepGemmRunnerOutput(hidden_states=down), quant,
@@ -153,6 +163,8 @@ CHECK = textwrap.dedent("""
             ask(f"{layout} m{m}", layout, 257, 9, m)
     if post:  # top 16: its int class (% 16) is in the key, the local experts are not
         ask("unplanned", "compact", 257, 16, 1)
+    elif tma:  # a down GEMM 512 wide: its scales' width (4) is in the key, the local experts are not
+        ask("unplanned", "compact", 257, 9, 1, intermediate=512)
     else:
         ask("unplanned", "compact", 256, 9, 1)
     print(json.dumps({"out": out, "keys": keys}))
@@ -183,10 +195,12 @@ def _warmed(items_of, cache, env) -> dict:
     return json.loads(r.stdout.splitlines()[-1])
 
 
-def _held_to_the_runners_own_calls(cache, env, kernel: str, layouts: list[str], warmed: set[str]) -> None:
+def _held_to_the_runners_own_calls(cache, env, kernel: str, layouts: list[str], warmed: set[str],
+                                   per_m: int = 1) -> None:
     """SGLang's own pre-permute of the runner in ``layouts`` under the strict hook in a fresh process (CHECK): every m
-    hits one warmed entry of ``kernel``, together exactly ``warmed``; an unplanned shape is refused (a local expert
-    count; for the post-permute, whose key holds none, a top 16)."""
+    hits ``per_m`` warmed entries of ``kernel`` (the scale copies: one per grouped GEMM), together exactly ``warmed``;
+    an unplanned shape is refused (a local expert count; for the post-permute, whose key holds none, a top 16; for the
+    scale copies a down GEMM of another width)."""
     r = subprocess.run([sys.executable, "-c", CHECK, kernel, ",".join(layouts)], capture_output=True, text=True,
                        timeout=600, env={**env, "TRITON_CACHE_DIR": str(cache / "triton"), "DGP_REPO": str(REPO),
                                          "DGPRECOMPILE_STRICT": "1", "DGPRECOMPILE_STRICT_FAMILIES": "triton"})
@@ -196,10 +210,48 @@ def _held_to_the_runners_own_calls(cache, env, kernel: str, layouts: list[str], 
     for name, outcome in got["out"].items():
         if name == "unplanned":
             continue
-        assert outcome == "hit" and len(got["keys"][name]) == 1, (name, outcome, got["keys"][name])
+        assert outcome == "hit" and len(got["keys"][name]) == per_m, (name, outcome, got["keys"][name])
         asked |= set(got["keys"][name])
     assert asked == warmed
     assert got["out"]["unplanned"].endswith(f"compile kernel {kernel}")
+
+
+TMA = "_tma_align_input_scale_kernel"
+
+
+def _tma(plan) -> list:
+    return [i for i in plan.triton_path.values() if i.kernel == "tma_align"]
+
+
+def test_the_deep_gemm_runner_plans_its_scale_copies_once_per_model_at_its_grouped_gemms_widths():
+    """The compact layout's TMA alignment of each grouped GEMM's activation scales (tma_align_input_scale): one item
+    per model with the widths of both GEMMs' scales (the plan's grouped keys' k / 128: DeepSeek-V3 --tp 8's down GEMM
+    256 wide and hidden 7168, the 480B --ep 8's 2560 and 6144), at one m (its rows are block_e times a count), the
+    same on H100 and H200; none for the default runner."""
+    items = {gpu: _tma(_server_plan(RUNNER, gpu=gpu)) for gpu in ("h100", "h200")}
+    (item,) = items["h100"]
+    assert items["h200"] == [item]
+    assert dict(item.params) == {"widths": "2+56", "block_e": 128} and item.ms == (1,) and item.capability == 90
+    assert "deep_gemm.py" in item.why and type(item).from_dict(item.to_dict()) == item
+    (q480,) = _tma(_server_plan("python -m sglang.launch_server --model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 "
+                                "--tp 8 --ep 8 --moe-runner-backend deep_gemm"))
+    assert dict(q480.params) == {"widths": "20+48", "block_e": 128}
+    assert _tma(_server_plan(DSV3)) == []
+    assert any(f"{TMA} not planned: sglang 0.5.22's model path was not read" in n
+               for n in _server_plan(RUNNER, sglang="0.5.22").notes)
+
+
+@needs_stack
+def test_the_warmed_scale_copies_are_the_keys_sglangs_own_runner_looks_up_at_every_m(tmp_path):
+    """Warm the DeepSeek-V3 deep_gemm plan's scale-copy item, then run SGLang's own compact pre-permute and, on what
+    it returns and on SGLang's own row-major quantiser's scales of the down GEMM's input, SGLang's own
+    tma_align_input_scale as _run_contiguous_gemm calls it before each GEMM, under the strict hook at every m 1..144
+    and at 255, 256, 600 and 8192: each m hits the two warmed entries (56 and 2 wide); a 512-wide down GEMM (4) is
+    refused."""
+    cache, env = tmp_path / "cache", _env()
+    report = _warmed(_tma, cache, env)
+    assert report["not_whole"] == [] and len(report["record"]["lookups"]) == 2
+    _held_to_the_runners_own_calls(cache, env, TMA, ["compact"], set(report["record"]["lookups"]), per_m=2)
 
 
 PAD = "_pad_expert_counts_kernel"

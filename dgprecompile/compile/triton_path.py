@@ -300,9 +300,24 @@ def warm_post_reorder(params: dict[str, str], ms: list[int]) -> None:
         torch.cuda.get_device_properties = asked
 
 
+def warm_tma_align(params: dict[str, str], ms: list[int]) -> None:
+    """SGLang's own tma_align_input_scale as the deep_gemm runner's compact FP8 path calls it before each grouped GEMM
+    (data/triton_path.yaml ``tma_align``; 0.5.23 moe_runner/deep_gemm.py :453-454, :622-623): row-major fp32 scales of
+    each planned width (hidden / 128, intermediate / 128) over block_e rows (all_tokens is block_e times a count: the
+    same Triton class of rows and padded rows at every m, so ``ms`` is one m)."""
+    import torch
+    from sglang.kernels.ops.moe.ep_moe_kernels import tma_align_input_scale
+
+    block_e = int(params["block_e"])
+    for _m in ms:
+        for width in (int(w) for w in params["widths"].split("+")):
+            tma_align_input_scale(torch.empty((block_e, width), dtype=torch.float32, device="meta"))
+
+
 WARMS = {"vocab_parallel_embedding": warm_embedding, "router": warm_router, "moe_sum_reduce": warm_sum_reduce,
          "moe_align_small_numel": warm_align, "moe_dispatch_index": warm_dispatch, "pad_expert_counts": warm_pad,
-         "ep_scatter_1": warm_scatter, "ep_scatter_2": warm_scatter, "post_reorder": warm_post_reorder}
+         "ep_scatter_1": warm_scatter, "ep_scatter_2": warm_scatter, "post_reorder": warm_post_reorder,
+         "tma_align": warm_tma_align}
 LOADS = {"moe_align_small_numel": load_align}  # before Triton's driver is replaced: SGLang's imports may probe it
 
 

@@ -20,6 +20,10 @@ from dgprecompile.runtimes.base import PackageKeyed, StrictBy
 from dgprecompile.runtimes.captured import not_installed, versions
 from dgprecompile.runtimes.items import TritonMoeItem, TritonPathItem
 
+# (local experts, top-k, tokens per forward, hidden size, the grouped GEMMs' k) of a plan's MoE layers on the deep_gemm
+# runner (planning/plan.py deep_gemm_moe): what its Triton path's items are planned from
+DeepGemmMoe = tuple[int, int, int, int, tuple[int, ...]]
+
 
 @dataclass(frozen=True)
 class TritonMoeFamily:
@@ -292,12 +296,11 @@ class TritonPathKernels(PackageKeyed):
         return tuple(self.data()["m_classes"] if ms == "m_classes" else ms)
 
     def plan_items(self, config: dict, *, tp: int, sglang_version: str | None, gpu: str | None,
-                   triton_moe: Sequence[TritonMoeItem] = (), deep_gemm_moe: Sequence[tuple[int, int, int, int]] = ()
+                   triton_moe: Sequence[TritonMoeItem] = (), deep_gemm_moe: Sequence[DeepGemmMoe] = ()
                    ) -> tuple[list[TritonPathItem], list[str]]:
         """The items of a plan (the model's config, its tensor-parallel size, the exact release, the GPU, the plan's
-        Triton fused MoE items, the (local experts, top-k, tokens per forward, hidden size) of its MoE layers on the
-        deep_gemm runner) and notes saying what was left out and why. Nothing is planned for a release whose model
-        path was not read."""
+        Triton fused MoE items, the :data:`DeepGemmMoe` of its MoE layers on the deep_gemm runner) and notes saying
+        what was left out and why. Nothing is planned for a release whose model path was not read."""
         capability = int(gpu_device(gpu)["capability"])
         items: list[TritonPathItem] = []
         notes: list[str] = []
@@ -449,12 +452,12 @@ def dispatch_ms(experts: int, topk: int, m_max: int, single_block_max: int) -> t
     return tuple(sorted(first.values()))
 
 
-def _dispatch_items(name: str, k: dict, deep_gemm_moe: Sequence[tuple[int, int, int, int]], capability: int,
+def _dispatch_items(name: str, k: dict, deep_gemm_moe: Sequence[DeepGemmMoe], capability: int,
                     where: str) -> tuple[list[TritonPathItem], str]:
     """The deep_gemm runner's dispatch index: one item per (local experts, top-k) of the plan's MoE layers on that
     runner, both layouts at every m of :func:`dispatch_ms` (the device picks the layout: data/triton_path.yaml)."""
     out: dict[str, TritonPathItem] = {}
-    for experts, topk, m_max, _hidden in deep_gemm_moe:
+    for experts, topk, m_max, *_ in deep_gemm_moe:
         params = (("experts", experts), ("topk", topk), ("layouts", "+".join(k["layouts"])))
         item = TritonPathItem(name, params, dispatch_ms(experts, topk, m_max, int(k["single_block_max"])),
                               capability, where)
@@ -462,7 +465,7 @@ def _dispatch_items(name: str, k: dict, deep_gemm_moe: Sequence[tuple[int, int, 
     return list(out.values()), ""
 
 
-def _compact_items(name: str, k: dict, deep_gemm_moe: Sequence[tuple[int, int, int, int]], capability: int,
+def _compact_items(name: str, k: dict, deep_gemm_moe: Sequence[DeepGemmMoe], capability: int,
                    where: str) -> tuple[list[TritonPathItem], str]:
     """The deep_gemm runner's compact-layout kernels (its expert-count padding and ep_scatter's two kernels): one item
     per (local experts, top-k) of the plan's MoE layers on that runner (and the hidden size where the kernel's key
@@ -475,9 +478,12 @@ def _compact_items(name: str, k: dict, deep_gemm_moe: Sequence[tuple[int, int, i
                     f"(DeepGEMM's contiguous-layout alignment), read for sm_{', sm_'.join(k.get('block_e') or {})}")
     listed = _path_document()["m_classes"] if k["ms"] == "m_classes" else k["ms"]
     out: dict[str, TritonPathItem] = {}
-    for experts, topk, m_max, hidden in deep_gemm_moe:
-        shape = (("hidden", hidden),) if k.get("by_hidden") else ()
-        params = (("experts", experts), ("topk", topk), *shape, ("block_e", int(block_e)))
+    for experts, topk, m_max, hidden, ks in deep_gemm_moe:
+        if k.get("by_scale_widths"):  # the key holds the scales' widths, not the experts or the top-k
+            params = (("widths", "+".join(str(w // 128) for w in ks)), ("block_e", int(block_e)))
+        else:
+            shape = (("hidden", hidden),) if k.get("by_hidden") else ()
+            params = (("experts", experts), ("topk", topk), *shape, ("block_e", int(block_e)))
         item = TritonPathItem(name, params, tuple(m for m in listed if m <= m_max), capability, where)
         out.setdefault(item.id, item)
     return list(out.values()), ""
@@ -503,14 +509,14 @@ def post_reorder_ms(hidden: int, m_max: int, sms: int, threads_per_sm: int) -> t
     return tuple(sorted(first.values()))
 
 
-def _post_reorder_items(name: str, k: dict, deep_gemm_moe: Sequence[tuple[int, int, int, int]], device: dict,
+def _post_reorder_items(name: str, k: dict, deep_gemm_moe: Sequence[DeepGemmMoe], device: dict,
                         where: str) -> tuple[list[TritonPathItem], str]:
     """The deep_gemm runner's post-permute: one item per (top-k, hidden size) of the plan's MoE layers on that runner
     (the local experts are in no key of it), for the plan's GPU's SMs and threads per SM (data/gpus.yaml: its block
     size), at every m of :func:`post_reorder_ms`."""
     sms, threads = int(device["sms"]), int(device["threads_per_sm"])
     out: dict[str, TritonPathItem] = {}
-    for _experts, topk, m_max, hidden in deep_gemm_moe:
+    for _experts, topk, m_max, hidden, _ks in deep_gemm_moe:
         params = (("topk", topk), ("hidden", hidden), ("sms", sms), ("threads_per_sm", threads))
         item = TritonPathItem(name, params, post_reorder_ms(hidden, m_max, sms, threads),
                               int(device["capability"]), where)
@@ -518,8 +524,8 @@ def _post_reorder_items(name: str, k: dict, deep_gemm_moe: Sequence[tuple[int, i
     return list(out.values()), ""
 
 
-# how the deep_gemm runner's kernels are planned, by their ``when``: from the plan's (local experts, top-k, tokens per
-# forward, hidden size) of its MoE layers on that runner
+# how the deep_gemm runner's kernels are planned, by their ``when``: from the plan's DeepGemmMoe of its MoE layers on
+# that runner
 DEEP_GEMM_PLANNERS = {"deep-gemm-moe": _dispatch_items, "deep-gemm-compact": _compact_items}
 
 
