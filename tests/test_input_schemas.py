@@ -243,6 +243,7 @@ def test_every_model_path_triton_item_a_plan_writes_reads_back(tmp_path, extra):
     assert ("moe_align_small_numel" in written) != bool(extra) and ("moe_dispatch_index" in written) == bool(extra)
     assert ("pad_expert_counts" in written) == bool(extra)  # and the compact layout's padding
     assert ("ep_scatter_1" in written) == ("ep_scatter_2" in written) == bool(extra)  # and its scatter's two kernels
+    assert ("post_reorder" in written) == bool(extra)  # and its post-permute
     from dgprecompile.planning.manifest import read_manifest
 
     assert {it.kernel for it in read_manifest(out).triton_path.values()} == written

@@ -236,6 +236,9 @@ PATH_RECORD_JOB = textwrap.dedent("""
     called(ep.ep_scatter, torch.empty(3, 7168, dtype=fp8, **meta), torch.empty(3, 56, **meta),
            torch.empty(3, 9, dtype=i32, **meta), *counts, torch.empty(3456, 7168, dtype=fp8, **meta),
            torch.empty(3456, 56, **meta), torch.empty(3456, dtype=i32, **meta), torch.empty(3, 9, dtype=i32, **meta))
+    bf16, ids = torch.bfloat16, torch.empty(3, 9, dtype=i32, **meta)
+    called(ep.post_reorder_deepgemm, torch.empty(3456, 7168, dtype=bf16, **meta),
+           torch.empty(3, 7168, dtype=bf16, **meta), ids, ids, torch.empty(3, 9, **meta), 9, 3, 7168, 2.5)
     same = {"fused_moe": fused_moe.moe_sum_reduce_triton is kernels.moe_sum_reduce_triton,
             "layer": layer.fused_vocab_parallel_embedding is vpe.vocab_parallel_embedding}
     print(json.dumps({"wrapped": wrapped, "again": again, "same": same, "asks": asks.to_dict(), "notes": asks.notes}))
@@ -247,7 +250,7 @@ def test_the_model_path_triton_wrappers_record_their_calls_wherever_they_are_bou
     (fused_moe.py) and through its defining module, and its own vocab_parallel_embedding through a stand-in module
     that binds it under another name: each call recorded once in the runtime's terms, identical calls joined as m
     spans, a call at m 0 said in a note; ep_scatter, one wrapper of two planned kernels, wrapped once and each call
-    recorded once per kernel."""
+    recorded once per kernel; the post-permute's call at the m of its output."""
     sglang, triton = beside_venv("sglang-0.5.23", "sglang/__init__.py"), beside_venv("triton-3.8.0", "triton/__init__.py")
     if sglang is None or triton is None:
         pytest.skip("sglang 0.5.23's and Triton 3.8.0's folders beside the venv (make setup)")
@@ -259,11 +262,12 @@ def test_the_model_path_triton_wrappers_record_their_calls_wherever_they_are_bou
     summed = "sglang.kernels.ops.moe.fused_moe_triton_kernels.moe_sum_reduce_triton"
     embedding = "sglang.kernels.ops.embeddings.vocab_parallel_embedding.vocab_parallel_embedding"
     scatter = "sglang.kernels.ops.moe.ep_moe_kernels.ep_scatter"  # one wrapper, two kernels: wrapped once
+    post = "sglang.kernels.ops.moe.ep_moe_kernels.post_reorder_deepgemm"
     assert got["wrapped"] == [embedding, "sglang.kernels.ops.moe.moe_fused_gate.moe_fused_gate", summed,
                               "sglang.kernels.ops.moe.moe_align_small_numel.moe_align_small_numel",
                               "sglang.kernels.ops.moe.ep_moe_kernels.fused_moe_dispatch_index",
                               "sglang.kernels.ops.moe.triton_pad_expert_counts.pad_expert_counts", scatter,
-                              "sglang.kernels.ops.moe.ep_moe_kernels.moe_ep_deepgemm_preprocess"], got
+                              post, "sglang.kernels.ops.moe.ep_moe_kernels.moe_ep_deepgemm_preprocess"], got
     assert got["again"] == [] and got["same"] == {"fused_moe": True, "layer": True}
     assert got["notes"] == [f"a {summed} call at m 0 not recorded"], got["notes"]
     out = {"shape": ["m", 6144], "dtype": "bfloat16"}
@@ -272,7 +276,12 @@ def test_the_model_path_triton_wrappers_record_their_calls_wherever_they_are_bou
     assert [c["kernel"] for c in scattered] == ["ep_scatter_1", "ep_scatter_2"], scattered
     assert scattered[0]["args"] == scattered[1]["args"] and all(c["ms"] == [[3, 3]] for c in scattered)
     assert scattered[0]["args"][6] == {"shape": [3456, 7168], "dtype": "float8_e4m3fn"}
-    assert [c for c in calls if c["function"] != scatter] == [
+    # the post-permute's m is its output's rows (m_arg), not the down output's compact rows (its first tensor)
+    (reordered,) = [c for c in calls if c["function"] == post]
+    assert reordered["ms"] == [[3, 3]] and reordered["args"][:2] == [{"shape": [3456, 7168], "dtype": "bfloat16"},
+                                                                     {"shape": ["m", 7168], "dtype": "bfloat16"}]
+    assert reordered["args"][4:] == [{"shape": ["m", 9], "dtype": "float32"}, 9, 3, 7168, 2.5], reordered
+    assert [c for c in calls if c["function"] not in (scatter, post)] == [
         {"kernel": "moe_sum_reduce", "function": summed, "kwargs": {}, "ms": [[1, 3], [16, 16], [32, 32]],
          "args": [{"shape": ["m", 8, 6144], "dtype": "bfloat16"}, out, 1.0]},
         {"kernel": "moe_sum_reduce", "function": summed, "kwargs": {}, "ms": [[5, 5]],

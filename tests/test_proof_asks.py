@@ -429,3 +429,60 @@ def test_the_deep_gemm_runners_scatter_calls_are_held_to_each_of_its_kernels_ite
     got = _path_checks(tmp_path, [*calls, _scatter_call("ep_scatter_1", 5, experts=256),
                                   _scatter_call("ep_scatter_2", 5, hidden=4096)], model=DSV3_DEEP_GEMM)
     assert [status for status, _ in got] == [COVERED] * 8 + [MISSING] * 2, got
+
+
+TMA = "sglang.kernels.ops.moe.ep_moe_kernels.tma_align_input_scale"
+
+
+def _tma_call(m: int, width: int) -> dict:
+    """A call of the compact layout's scale copy as the driver records it: the [all_tokens, width] fp32 scales (its
+    m the rows, block_e 128 times a count, in no key of it but by their class: free_rows)."""
+    rows = 128 * (min(9 * m, 257) + (9 * m - min(9 * m, 257)) // 128)
+    return {"kernel": "tma_align", "function": TMA, "ms": [[rows, rows]], "kwargs": {},
+            "args": [{"shape": [rows, width], "dtype": "float32"}]}
+
+
+def test_the_deep_gemm_runners_scale_copies_are_held_to_its_grouped_gemms_widths(tmp_path):
+    """DeepSeek-V3 --tp 8 --moe-runner-backend deep_gemm: the scale copies before the up GEMM (56 wide) and the down
+    GEMM (2 wide) at m 1, 37 and 8192 are COVERED; a 4-wide copy (a 512-wide down GEMM) is not a call HEAD's warm
+    makes."""
+    calls = [_tma_call(m, width) for m in (1, 37, 8192) for width in (56, 2)]
+    got = _path_checks(tmp_path, [*calls, _tma_call(5, 4)], model=DSV3_DEEP_GEMM)
+    assert [status for status, _ in got] == [COVERED] * 6 + [MISSING], got
+
+
+POST = "sglang.kernels.ops.moe.ep_moe_kernels.post_reorder_deepgemm"
+
+
+def _post_call(m: int, topk: int = 9, scale: float = 2.5) -> dict:
+    """A call of the deep_gemm runner's post-permute as the driver records it (its m the output's rows: m_arg) at m
+    tokens on the compact layout: the down GEMM's bf16 output (its compact rows), the bf16 [m, 7168] output, the int32
+    src2dst and ids, the fp32 weights, topk, m, hidden, DeepSeek-V3's routed scale."""
+    pairs = {"shape": ["m", topk], "dtype": "int32"}
+    return {"kernel": "post_reorder", "function": POST, "ms": [[m, m]], "kwargs": {},
+            "args": [{"shape": [128 * (min(topk * m, 257) + (topk * m - min(topk * m, 257)) // 128), 7168],
+                      "dtype": "bfloat16"}, {"shape": ["m", 7168], "dtype": "bfloat16"}, pairs, pairs,
+                     {"shape": ["m", topk], "dtype": "float32"}, topk, m, 7168, scale]}
+
+
+def test_the_deep_gemm_runners_post_permute_calls_are_held_to_its_planned_m_by_class_and_block(tmp_path):
+    """DeepSeek-V3 --tp 8 --moe-runner-backend deep_gemm: the post-permute's calls at m 1, 2, 16, 18 (512-wide
+    blocks on 132 SMs), 19, 32, 37, 256 and 8192 (1024-wide), at the model's scale 2.5 (warm's 1.0: a float, its
+    value in no key), are COVERED; top 16 is not a call HEAD's warm makes."""
+    ms = (1, 2, 16, 18, 19, 32, 37, 256, 8192)
+    got = _path_checks(tmp_path, [*(_post_call(m) for m in ms), _post_call(5, topk=16)], model=DSV3_DEEP_GEMM)
+    assert [status for status, _ in got] == [COVERED] * len(ms) + [MISSING], got
+
+
+def test_a_post_permute_m_whose_block_no_planned_m_has_is_missing():
+    """The runtime's m are held to the planned m by the post-permute's key (the class of m, SGLang's block size on the
+    item's SMs): an item planned at m 1, 2 and 16 on 132 SMs holds m 1..18 (512-wide), not m 19 (1024-wide)."""
+    from dgprecompile.launch.proof_asks import _blocks_left
+    from dgprecompile.runtimes.items import TritonPathItem
+    from dgprecompile.runtimes.triton_moe import TRITON_PATH
+
+    k = TRITON_PATH.kernel("post_reorder")
+    item = TritonPathItem("post_reorder", (("topk", 9), ("hidden", 7168), ("sms", 132), ("threads_per_sm", 2048)),
+                          (1, 2, 16), 90, "")
+    assert _blocks_left({"ms": [[1, 18]]}, [item], k) == ""
+    assert _blocks_left({"ms": [[1, 20]]}, [item], k).startswith("m 19: its class of m and block size")

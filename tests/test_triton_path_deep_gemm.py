@@ -3,8 +3,9 @@
 on the H100 (bench/results/2026-12-06-h100-model-dsv3-0523-deepgemm-moe), planned for that runner only, warmed
 GPU-free with the real sglang 0.5.23 and Triton 3.8.0, then held against SGLang's own pre-permute of the runner under
 the strict launch hook in a fresh process, in both of its layouts, over every m up to past the last one-block m; and
-the compact layout's next kernels the same way: its padding (``_pad_expert_counts_kernel``) and ep_scatter's two
-(``_fwd_kernel_ep_scatter_1``, ``_fwd_kernel_ep_scatter_2``)."""
+the compact layout's next kernels the same way: its padding (``_pad_expert_counts_kernel``), ep_scatter's two
+(``_fwd_kernel_ep_scatter_1``, ``_fwd_kernel_ep_scatter_2``) and the post-permute's
+(``post_reorder_deepgemm_triton_kernel``)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import textwrap
 import pytest
 from test_triton_path import LOOKUPS, REPO, _env, _server_plan, needs_stack
 
-from dgprecompile.runtimes.triton_moe import TRITON_PATH, dispatch_ms
+from dgprecompile.runtimes.triton_moe import TRITON_PATH, dispatch_ms, post_reorder_ms
 
 DSV3 = "python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8"
 RUNNER = DSV3 + " --moe-runner-backend deep_gemm"
@@ -78,6 +79,8 @@ CHECK = textwrap.dedent("""
     ep = importlib.import_module("sglang.kernels.ops.moe.ep_moe_kernels")
     from sglang.srt.layers.moe.moe_runner.base import MoeRunnerConfig
     from types import SimpleNamespace
+    post = sys.argv[1] == "post_reorder_deepgemm_triton_kernel"
+    tma = sys.argv[1] == "_tma_align_input_scale_kernel"
     # the compact layout asks DeepGEMM (not installed here) for its row alignment before the dispatch: the answer
     # sizes later buffers only, not the dispatch's arguments
     # sizes later buffers and is the padding's row alignment: STAND-IN for DeepGEMM's C++ answer on sm_90, which asks
@@ -98,40 +101,65 @@ CHECK = textwrap.dedent("""
         fp8._run_per_token_group_quant_8bit_kernel = lambda *args, **kwargs: None
         assert not runner.deep_gemm_wrapper.DEEPGEMM_SCALE_UE8M0  # sm_90's answer: the FP8 fill branch
         owner, wrapper, jitted = ep, "moe_ep_deepgemm_preprocess", ep.fill_gateup_input_triton_kernel
-    else:  # one of ep_scatter's two kernels: the wrapper imported from its module at each call, after the padding
+    else:  # ep_scatter's two kernels (after the padding) or the post-permute's: imported from their module at each call
         runner._is_cuda = True  # STAND-IN, as above: the padding's CUDA branch before it
         fp8 = importlib.import_module("sglang.kernels.ops.quantization.fp8_kernel")
         # STAND-IN for the FP8 input's quantisation kernel only: on CUDA SGLang's JIT (tvm-ffi) per_token_group_quant,
         # a GPU build; its outputs, sglang_per_token_group_quant_fp8's own buffers, are what ep_scatter is handed
         fp8._run_per_token_group_quant_8bit_kernel = lambda *args, **kwargs: None
         owner, wrapper, jitted = ep, "ep_scatter", getattr(ep, kernel)
+    if kernel == "post_reorder_deepgemm_triton_kernel":  # the post-permute's, after the runner's GEMMs
+        # STAND-IN for the device's properties SGLang's _get_launch_config_2d reads (meta tensors have none): an H100
+        # SXM's or H200's 132 SMs and 2048 resident threads per SM (data/gpus.yaml)
+        h100_properties = SimpleNamespace(multi_processor_count=132, max_threads_per_multi_processor=2048)
+        torch.cuda.get_device_properties = lambda device=None: h100_properties
+        # STAND-IN for the module of the class the post-permute wraps its output in (StandardCombineInput): its
+        # package's import reaches SGLang's topk module, whose optional dependencies (einops) are not here
+        combine = type(sys)("sglang.srt.layers.moe.token_dispatcher.standard")
+        combine.StandardCombineInput = SimpleNamespace
+        sys.modules[combine.__name__] = combine
+        owner, wrapper = ep, "post_reorder_deepgemm"
     moe.compile_only(90)
     moe.only_kernel(kernel)  # the runner's other kernels: not this check's
     # LOOKUPS
     class Reached(Exception):
         pass
-    called = getattr(owner, wrapper)
-    def stop_after(*args, **kwargs):  # the rest of the pre-permute (and of the forward) is not this check's
-        called(*args, **kwargs)
-        raise Reached
-    setattr(owner, wrapper, stop_after)
+    if not tma:  # the scale copies are called below, after the whole pre-permute
+        called = getattr(owner, wrapper)
+        def stop_after(*args, **kwargs):  # the rest of the pre-permute (and of the forward) is not this check's
+            called(*args, **kwargs)
+            raise Reached
+        setattr(owner, wrapper, stop_after)
     out, keys = {}, {}
-    def ask(name, layout, experts, topk, m, hidden=7168):
+    def ask(name, layout, experts, topk, m, intermediate=256, hidden=7168):
         os.environ["SGLANG_DEEPGEMM_STANDARD_LAYOUT"] = layout  # SGLang's own switch; auto asks the GPU's memory
         jitted.device_caches.clear()  # every call asks the disk
-        w1, w2, s1, s2 = moe.make_weights(experts=experts, hidden=hidden, intermediate=256, device="meta")
+        w1, w2, s1, s2 = moe.make_weights(experts=experts, hidden=hidden, intermediate=intermediate, device="meta")
         quant = runner.DeepGemmMoeQuantInfo(w13_weight=w1, w2_weight=w2, use_fp8=True, w13_scale=s1, w2_scale=s2,
                                             block_shape=[128, 128])
         config = MoeRunnerConfig(num_experts=experts, num_local_experts=experts, hidden_size=hidden,
-                                 intermediate_size_per_partition=256, top_k=topk, activation="silu", is_gated=True,
-                                 inplace=False)
+                                 intermediate_size_per_partition=intermediate, top_k=topk, activation="silu",
+                                 is_gated=True,
+                                 inplace=False, routed_scaling_factor=2.5)  # DeepSeek-V3's; warm's is 1.0
         x, weights, ids = moe.moe_inputs(m, experts=experts, hidden=hidden, topk=topk, device="meta")
         # the standard dispatcher's output as the pre-permute reads it (.hidden_states, .topk_output's (weights, ids,
         # router logits)); SGLang's own classes import its topk module, whose optional dependencies are not here
         dispatched = SimpleNamespace(hidden_states=x, hidden_states_scale=None, topk_output=(weights, ids, None))
         looked.clear()
         try:  # SGLang's own standard-to-deep_gemm pre-permute: its layout choice, its m_max, its dispatch call
-            runner.pre_permute_standard_to_deep_gemm(dispatched, quant, config, {})
+            state = {}
+            given = runner.pre_permute_standard_to_deep_gemm(dispatched, quant, config, state)
+            if tma:  # _run_contiguous_gemm's scale copies before its GEMMs (UE8M0 off, as on sm_90): the up GEMM's
+                ep.tma_align_input_scale(given.hidden_states_scale)  # :453-454, ep_scatter's scales
+                down = torch.empty((state["all_tokens"], intermediate), dtype=torch.bfloat16, device="meta")
+                _, down_scale = fp8.sglang_per_token_group_quant_fp8(down, 128, column_major_scales=False,
+                                                                     scale_tma_aligned=False, scale_ue8m0=False)
+                ep.tma_align_input_scale(down_scale)  # :582-588 then :622-623, the down GEMM's
+                raise Reached
+            if post:  # and its own post-permute on the down GEMM's bf16 output (the compact rows)
+                down = torch.empty((state["all_tokens"], 7168), dtype=torch.bfloat16, device="meta")
+                runner.post_permute_deep_gemm_to_standard(runner.DeepGemmRunnerOutput(hidden_states=down), quant,
+                                                          config, state)
             out[name] = "not reached"
         except Reached:
             out[name] = "hit"
@@ -141,10 +169,14 @@ CHECK = textwrap.dedent("""
     for layout in layouts:
         for m in [*range(1, 145), 255, 256, 600, 8192]:
             ask(f"{layout} m{m}", layout, 257, 9, m)
-    if kernel == "fill_gateup_input_triton_kernel":  # its key holds the hidden size (scale_size 32: "% 16"), not
-        ask("unplanned hidden", "masked", 257, 9, 1, hidden=4096)  # the local experts
+    if post:  # top 16: its int class (% 16) is in the key, the local experts are not
+        ask("unplanned", "compact", 257, 16, 1)
+    elif tma:  # a down GEMM 512 wide: its scales' width (4) is in the key, the local experts are not
+        ask("unplanned", "compact", 257, 9, 1, intermediate=512)
+    elif kernel == "fill_gateup_input_triton_kernel":  # its key holds the hidden size (scale_size 32: "% 16"),
+        ask("unplanned", "masked", 257, 9, 1, hidden=4096)  # not the local experts
     else:
-        ask("unplanned experts", "compact", 256, 9, 1)
+        ask("unplanned", "compact", 256, 9, 1)
     print(json.dumps({"out": out, "keys": keys}))
 """.replace("    # LOOKUPS\n", LOOKUPS))
 
@@ -173,9 +205,12 @@ def _warmed(items_of, cache, env) -> dict:
     return json.loads(r.stdout.splitlines()[-1])
 
 
-def _held_to_the_runners_own_calls(cache, env, kernel: str, layouts: list[str], warmed: set[str]) -> None:
+def _held_to_the_runners_own_calls(cache, env, kernel: str, layouts: list[str], warmed: set[str],
+                                   per_m: int = 1) -> None:
     """SGLang's own pre-permute of the runner in ``layouts`` under the strict hook in a fresh process (CHECK): every m
-    hits one warmed entry of ``kernel``, together exactly ``warmed``; an unplanned local expert count is refused."""
+    hits ``per_m`` warmed entries of ``kernel`` (the scale copies: one per grouped GEMM), together exactly ``warmed``;
+    an unplanned shape is refused (a local expert count; for the post-permute, whose key holds none, a top 16; for the
+    scale copies a down GEMM of another width)."""
     r = subprocess.run([sys.executable, "-c", CHECK, kernel, ",".join(layouts)], capture_output=True, text=True,
                        timeout=600, env={**env, "TRITON_CACHE_DIR": str(cache / "triton"), "DGP_REPO": str(REPO),
                                          "DGPRECOMPILE_STRICT": "1", "DGPRECOMPILE_STRICT_FAMILIES": "triton"})
@@ -183,13 +218,50 @@ def _held_to_the_runners_own_calls(cache, env, kernel: str, layouts: list[str], 
     got = json.loads(r.stdout.splitlines()[-1])
     asked = set()
     for name, outcome in got["out"].items():
-        if name.startswith("unplanned"):
+        if name == "unplanned":
             continue
-        assert outcome == "hit" and len(got["keys"][name]) == 1, (name, outcome, got["keys"][name])
+        assert outcome == "hit" and len(got["keys"][name]) == per_m, (name, outcome, got["keys"][name])
         asked |= set(got["keys"][name])
     assert asked == warmed
-    (refused,) = [outcome for name, outcome in got["out"].items() if name.startswith("unplanned")]
-    assert refused.endswith(f"compile kernel {kernel}")
+    assert got["out"]["unplanned"].endswith(f"compile kernel {kernel}")
+
+
+TMA = "_tma_align_input_scale_kernel"
+
+
+def _tma(plan) -> list:
+    return [i for i in plan.triton_path.values() if i.kernel == "tma_align"]
+
+
+def test_the_deep_gemm_runner_plans_its_scale_copies_once_per_model_at_its_grouped_gemms_widths():
+    """The compact layout's TMA alignment of each grouped GEMM's activation scales (tma_align_input_scale): one item
+    per model with the widths of both GEMMs' scales (the plan's grouped keys' k / 128: DeepSeek-V3 --tp 8's down GEMM
+    256 wide and hidden 7168, the 480B --ep 8's 2560 and 6144), at one m (its rows are block_e times a count), the
+    same on H100 and H200; none for the default runner."""
+    items = {gpu: _tma(_server_plan(RUNNER, gpu=gpu)) for gpu in ("h100", "h200")}
+    (item,) = items["h100"]
+    assert items["h200"] == [item]
+    assert dict(item.params) == {"widths": "2+56", "block_e": 128} and item.ms == (1,) and item.capability == 90
+    assert "deep_gemm.py" in item.why and type(item).from_dict(item.to_dict()) == item
+    (q480,) = _tma(_server_plan("python -m sglang.launch_server --model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 "
+                                "--tp 8 --ep 8 --moe-runner-backend deep_gemm"))
+    assert dict(q480.params) == {"widths": "20+48", "block_e": 128}
+    assert _tma(_server_plan(DSV3)) == []
+    assert any(f"{TMA} not planned: sglang 0.5.22's model path was not read" in n
+               for n in _server_plan(RUNNER, sglang="0.5.22").notes)
+
+
+@needs_stack
+def test_the_warmed_scale_copies_are_the_keys_sglangs_own_runner_looks_up_at_every_m(tmp_path):
+    """Warm the DeepSeek-V3 deep_gemm plan's scale-copy item, then run SGLang's own compact pre-permute and, on what
+    it returns and on SGLang's own row-major quantiser's scales of the down GEMM's input, SGLang's own
+    tma_align_input_scale as _run_contiguous_gemm calls it before each GEMM, under the strict hook at every m 1..144
+    and at 255, 256, 600 and 8192: each m hits the two warmed entries (56 and 2 wide); a 512-wide down GEMM (4) is
+    refused."""
+    cache, env = tmp_path / "cache", _env()
+    report = _warmed(_tma, cache, env)
+    assert report["not_whole"] == [] and len(report["record"]["lookups"]) == 2
+    _held_to_the_runners_own_calls(cache, env, TMA, ["compact"], set(report["record"]["lookups"]), per_m=2)
 
 
 PAD = "_pad_expert_counts_kernel"
@@ -287,6 +359,33 @@ def test_the_warmed_scatter_entries_are_the_keys_sglangs_own_compact_pre_permute
     _held_to_the_runners_own_calls(cache, env, kernel, ["compact"], set(report["record"]["lookups"]))
 
 
+POST = "post_reorder_deepgemm_triton_kernel"
+
+
+def _post(plan) -> list:
+    return [i for i in plan.triton_path.values() if i.kernel == "post_reorder"]
+
+
+def test_the_deep_gemm_runner_plans_its_post_permute_per_block_size_of_the_gpus_sms():
+    """The post-permute (post_reorder_deepgemm): one item per (top-k, hidden) with the GPU's SMs and threads per SM;
+    on 132 SMs x 2048 threads (264 blocks of 1024) m <= 18 take 512-wide blocks (18 x 14 <= 264), so m 1, 2, 16 at
+    512 and 19, 32 at 1024, the same item on H100 and H200; the H20's 78 SMs move the edge to m 11; none for the
+    default runner, no note for 0.5.19, a note for an unread 0.5.22."""
+    items = {gpu: _post(_server_plan(RUNNER, gpu=gpu)) for gpu in ("h100", "h200")}
+    (item,) = items["h100"]
+    assert items["h200"] == [item]
+    assert dict(item.params) == {"topk": 9, "hidden": 7168, "sms": 132, "threads_per_sm": 2048}
+    assert item.ms == (1, 2, 16, 19, 32) and item.capability == 90
+    assert "deep_gemm.py" in item.why and type(item).from_dict(item.to_dict()) == item
+    (h20,) = _post(_server_plan(RUNNER, gpu="h20"))
+    assert h20.ms == (1, 2, 12, 16) and h20.param("sms") == 78
+    assert post_reorder_ms(7168, 10, 132, 2048) == (1, 2)  # at most the plan's tokens per forward
+    assert _post(_server_plan(DSV3)) == []
+    assert not any(POST in n for n in _server_plan(RUNNER, sglang="0.5.19").notes)
+    assert any(f"{POST} not planned: sglang 0.5.22's model path was not read" in n
+               for n in _server_plan(RUNNER, sglang="0.5.22").notes)
+
+
 FILL = "fill_gateup_input_triton_kernel"
 
 
@@ -311,11 +410,24 @@ def test_the_deep_gemm_runner_plans_its_masked_layouts_input_fill_once():
 
 
 @needs_stack
+def test_the_warmed_post_permute_entries_are_the_keys_sglangs_own_post_permute_looks_up_at_every_m(tmp_path):
+    """Warm the DeepSeek-V3 deep_gemm plan's post-permute item (H200: 132 SMs), then run SGLang's own compact
+    pre-permute and its own post_permute_deep_gemm_to_standard (scale 2.5, warm's 1.0) on the compact rows under the
+    strict hook with 132 SMs x 2048 threads standing in for the device's properties, at every m 1..144 and at 255,
+    256, 600 and 8192: each call hits one of the five warmed entries, together all of them; top 16 is refused."""
+    cache, env = tmp_path / "cache", _env()
+    report = _warmed(_post, cache, env)
+    assert report["not_whole"] == [] and report["record"]["ms"] == [1, 2, 16, 19, 32]
+    assert len(report["record"]["lookups"]) == 5
+    _held_to_the_runners_own_calls(cache, env, POST, ["compact"], set(report["record"]["lookups"]))
+
+
+@needs_stack
 def test_the_warmed_fill_entry_is_the_key_sglangs_own_masked_pre_permute_looks_up_at_every_m(tmp_path):
     """Warm the DeepSeek-V3 deep_gemm plan's fill item, then run SGLang's own masked pre-permute (its layout switch,
     m_max, dispatch, FP8 quantiser buffers and fill launch; only the quantiser's JIT kernel stood in) under the strict
     hook at every m 1..144 and at 255, 256, 600 and 8192 (m_max 256 to 8448): each call hits the one warmed entry;
-    256 local experts (another item) are refused."""
+    a hidden size of 4096 (another item: scale_size 32) is refused."""
     cache, env = tmp_path / "cache", _env()
     report = _warmed(_fill, cache, env)
     assert report["not_whole"] == [] and report["record"]["ms"] == [1] and len(report["record"]["lookups"]) == 1

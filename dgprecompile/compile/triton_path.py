@@ -2,11 +2,13 @@
 the vocab-parallel embedding's ``_vocab_parallel_embedding_kernel``, the router's ``_router_triton_kernel``, the
 MoE combine's ``_moe_sum_reduce_kernel``, the MoE's small-numel align ``_moe_align_small_numel_kernel`` and the
 deep_gemm MoE runner's dispatch index ``fused_moe_dispatch_index_triton_kernel``, expert-count padding
-``_pad_expert_counts_kernel`` and scatter ``_fwd_kernel_ep_scatter_1`` / ``_fwd_kernel_ep_scatter_2``, compiled by
-Triton's own compiler for the planned target under the cache keys Triton's own JIT computes.
+``_pad_expert_counts_kernel``, scatter ``_fwd_kernel_ep_scatter_1`` / ``_fwd_kernel_ep_scatter_2`` and post-permute
+``post_reorder_deepgemm_triton_kernel``, compiled by Triton's own compiler for the planned target under the cache keys
+Triton's own JIT computes.
 
 How (one process, the item's): SGLang's OWN wrapper (``vocab_parallel_embedding``, ``moe_fused_gate``,
-``moe_sum_reduce_triton``, ``fused_moe_dispatch_index``, ``pad_expert_counts``, ``ep_scatter``; for the align SGLang's
+``moe_sum_reduce_triton``, ``fused_moe_dispatch_index``, ``pad_expert_counts``, ``ep_scatter``,
+``post_reorder_deepgemm``; for the align SGLang's
 own ``_prepare_fused_moe_run``, which picks the MoE config for the plan's device, as the fused MoE warm asks it, and
 calls its ``moe_align_block_size`` with that config's BLOCK_SIZE_M, which sizes the buffers and calls
 ``moe_align_small_numel``) runs for each planned m on ``meta`` tensors, with Triton's driver set to
@@ -29,6 +31,8 @@ Named STAND-INS:
 * :func:`layout_m_max`: the m_max each layout of the deep_gemm runner hands the dispatch index, and
   :func:`compact_all_tokens`, the rows its compact layout pads to, SGLang's arithmetic done here (the row alignment
   is the plan's, by capability: data/triton_path.yaml ``pad_expert_counts``);
+* :class:`PlannedDeviceProperties`: the plan's GPU's SM count and threads per SM, what the post-permute's launch
+  config asks torch.cuda.get_device_properties (data/gpus.yaml);
 * :func:`shard_windows`: each rank's vocab shard window, SGLang's arithmetic (``pad_vocab_size``,
   ``VocabParallelEmbedding.__init__``'s padding rule and ``_get_indices``, 0.5.23
   srt/layers/vocab_parallel_embedding.py:57-59, :273-289, :353-385) done here: the constructor needs the job's
@@ -262,6 +266,57 @@ def warm_scatter(params: dict[str, str], ms: list[int]) -> None:
                    expert_alignment=block_e, expert_start=0)
 
 
+class PlannedDeviceProperties:
+    """STAND-IN: what torch.cuda.get_device_properties answers SGLang's _get_launch_config_2d (0.5.23
+    kernels/ops/moe/ep_moe_kernels.py:52-75) about the plan's GPU, its SM count and most resident threads per SM
+    (data/gpus.yaml ``sms``, ``threads_per_sm``): the two facts the post-permute's BLOCK_SIZE reads; the warm's
+    tensors are on torch's meta device, which has no properties."""
+
+    def __init__(self, sms: int, threads_per_sm: int) -> None:
+        self.multi_processor_count = sms
+        self.max_threads_per_multi_processor = threads_per_sm
+
+
+def warm_post_reorder(params: dict[str, str], ms: list[int]) -> None:
+    """SGLang's own post_reorder_deepgemm as the deep_gemm runner's post-permute calls it (data/triton_path.yaml
+    ``post_reorder``; 0.5.23 srt/layers/moe/moe_runner/deep_gemm.py :1254-1300): the down GEMM's bf16 output (its
+    rows, the compact layout's all_tokens, in no key: m * topk here), the bf16 [m, hidden] output, the int32 [m, topk]
+    src2dst and topk ids, the fp32 [m, topk] weights, topk, m, hidden and a scale of 1.0 (a float: its value in no
+    key); the device properties the plan's GPU's (:class:`PlannedDeviceProperties`), so SGLang picks the BLOCK_SIZE
+    the job's GPU gets."""
+    import torch
+    from sglang.kernels.ops.moe.ep_moe_kernels import post_reorder_deepgemm
+
+    topk, hidden = int(params["topk"]), int(params["hidden"])
+    planned = PlannedDeviceProperties(int(params["sms"]), int(params["threads_per_sm"]))
+    asked, torch.cuda.get_device_properties = torch.cuda.get_device_properties, lambda device=None: planned
+
+    def empty(shape, dtype):
+        return torch.empty(shape, dtype=dtype, device="meta")
+
+    try:
+        for m in ms:
+            bf16, i32 = torch.bfloat16, torch.int32
+            post_reorder_deepgemm(empty((m * topk, hidden), bf16), empty((m, hidden), bf16), empty((m, topk), i32),
+                                  empty((m, topk), i32), empty((m, topk), torch.float32), topk, m, hidden, 1.0)
+    finally:
+        torch.cuda.get_device_properties = asked
+
+
+def warm_tma_align(params: dict[str, str], ms: list[int]) -> None:
+    """SGLang's own tma_align_input_scale as the deep_gemm runner's compact FP8 path calls it before each grouped GEMM
+    (data/triton_path.yaml ``tma_align``; 0.5.23 moe_runner/deep_gemm.py :453-454, :622-623): row-major fp32 scales of
+    each planned width (hidden / 128, intermediate / 128) over block_e rows (all_tokens is block_e times a count: the
+    same Triton class of rows and padded rows at every m, so ``ms`` is one m)."""
+    import torch
+    from sglang.kernels.ops.moe.ep_moe_kernels import tma_align_input_scale
+
+    block_e = int(params["block_e"])
+    for _m in ms:
+        for width in (int(w) for w in params["widths"].split("+")):
+            tma_align_input_scale(torch.empty((block_e, width), dtype=torch.float32, device="meta"))
+
+
 def masked_quant_standins():
     """STAND-INS for the masked pre-permute's FP8 input quantisation on a CPU import (named in the module
     docstring): ep_moe_kernels' ``per_token_group_quant_fp8`` (its CUDA-only import of SGLang's
@@ -300,7 +355,8 @@ def warm_fill(params: dict[str, str], ms: list[int]) -> None:
 
 WARMS = {"vocab_parallel_embedding": warm_embedding, "router": warm_router, "moe_sum_reduce": warm_sum_reduce,
          "moe_align_small_numel": warm_align, "moe_dispatch_index": warm_dispatch, "pad_expert_counts": warm_pad,
-         "ep_scatter_1": warm_scatter, "ep_scatter_2": warm_scatter}
+         "ep_scatter_1": warm_scatter, "ep_scatter_2": warm_scatter, "post_reorder": warm_post_reorder,
+         "tma_align": warm_tma_align}
 WARMS["fill_gateup_input"] = warm_fill
 LOADS = {"moe_align_small_numel": load_align}  # before Triton's driver is replaced: SGLang's imports may probe it
 LOADS["fill_gateup_input"] = lambda params, capability: masked_quant_standins()

@@ -71,19 +71,20 @@ def described(value: Any, m: int | None) -> Any:
     return type(value).__name__
 
 
-def call_m(args: tuple, kwargs: dict) -> int | None:
-    """The call's m: the first dimension of its first tensor argument."""
-    for value in (*args, *kwargs.values()):
+def call_m(args: tuple, kwargs: dict, at: int | None = None) -> int | None:
+    """The call's m: the first dimension of its first tensor argument, or of the positional one ``at`` (a kernel's
+    ``m_arg`` in data/triton_path.yaml: the deep_gemm runner's post-permute, its first tensor the compact rows)."""
+    for value in (*args, *kwargs.values()) if at is None else args[at:at + 1]:
         shape = getattr(value, "shape", None)
         if shape is not None and len(shape):
             return int(shape[0])
     return None
 
 
-def described_call(args: tuple, kwargs: dict) -> dict[str, Any]:
-    """A call's arguments as a cache key sees them (:func:`described`, at the call's m): the runtime's calls here,
-    warm's calls in launch/proof_asks.py."""
-    m = call_m(args, kwargs)
+def described_call(args: tuple, kwargs: dict, at: int | None = None) -> dict[str, Any]:
+    """A call's arguments as a cache key sees them (:func:`described`, at the call's m, :func:`call_m`): the runtime's
+    calls here, warm's calls in launch/proof_asks.py."""
+    m = call_m(args, kwargs, at)
     return {"args": [described(v, m) for v in args], "kwargs": {k: described(v, m) for k, v in sorted(kwargs.items())}}
 
 
@@ -120,11 +121,14 @@ class Asks:
     def path_call(self, kernel: str, function: str, args: tuple, kwargs: dict) -> None:
         """A call of a model-path Triton wrapper (data/triton_path.yaml ``kernel``), described as a compiled call
         is; a call at m 0 (an idle forward: no ask a record's m can hold) is said in a note."""
-        m = call_m(args, kwargs)
+        from dgprecompile.runtimes.triton_moe import TRITON_PATH
+
+        at = TRITON_PATH.data()["kernels"].get(kernel, {}).get("m_arg")
+        m = call_m(args, kwargs, at)
         if not m:
             self.note(f"a {function} call at m {m} not recorded")
             return
-        shown = json.dumps(described_call(args, kwargs), sort_keys=True)
+        shown = json.dumps(described_call(args, kwargs, at), sort_keys=True)
         self.path.setdefault((kernel, function, shown), set()).add(m)
 
     def host_module(self, name: str, path: str | None, launcher: dict[str, Any] | None,

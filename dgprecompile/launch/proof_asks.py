@@ -271,7 +271,8 @@ def _path_warm_calls(item) -> list[dict[str, Any]]:
     module = importlib.import_module(kernel["module"])
     seen: list[dict[str, Any]] = []
     original = getattr(module, kernel["function"])
-    setattr(module, kernel["function"], lambda *args, **kwargs: seen.append(described_call(args, kwargs)))
+    setattr(module, kernel["function"],
+            lambda *args, **kwargs: seen.append(described_call(args, kwargs, kernel.get("m_arg"))))
     try:  # the item's params as warm's command line hands them over (TRITON_PATH.warm_argv)
         triton_path.WARMS[item.kernel]({k: str(v) for k, v in item.params}, list(item.ms))
     finally:
@@ -316,10 +317,13 @@ def _path_why(call: dict[str, Any], items: list, same: list, specialised: bool, 
 def _by_class(call: dict[str, Any], k: dict[str, Any] | None) -> dict[str, Any]:
     """A call's arguments, those at the kernel's ``class_args`` positions (data/triton_path.yaml: the dispatch index's
     m_max) by their Triton int class (:func:`m_class`), and the tensors at its ``free_rows`` positions (ep_scatter's
-    compact output rows) without their first dimension: what its cache key holds of them."""
+    compact output rows) without their first dimension, and a float at a ``class_args`` position (the post-permute's
+    scale, an annotated float) as a float only: what its cache key holds of them."""
     at, free = set((k or {}).get("class_args", ())), set((k or {}).get("free_rows", ()))
 
     def seen(i: int, v: Any) -> Any:
+        if i in at and isinstance(v, float):
+            return "float"
         if i in at and isinstance(v, int):
             return f"int class {m_class(v)}"
         if i in free and isinstance(v, dict) and v.get("shape"):
@@ -348,6 +352,24 @@ def _dispatch_left(call: dict[str, Any], same: list, k: dict[str, Any] | None) -
             f"planned m of {same[-1].id}")
 
 
+def _blocks_left(call: dict[str, Any], same: list, k: dict[str, Any] | None) -> str:
+    """For the deep_gemm runner's post-permute (``ms: launch_blocks``): the runtime's m whose key (the class of m and
+    SGLang's block size on the item's GPU: runtimes/triton_moe.py post_reorder_key) no planned m of a matching item has
+    ("" where every one is planned, or for another kernel)."""
+    from dgprecompile.runtimes.triton_moe import post_reorder_key
+
+    if not same or not k or k["ms"] != "launch_blocks":
+        return ""
+    for it in same:
+        shape = (int(it.param("hidden")), int(it.param("sms")), int(it.param("threads_per_sm")))
+        planned = {post_reorder_key(m, *shape) for m in it.ms}
+        left = [m for lo, hi in _ms(call) for m in range(lo, hi + 1) if post_reorder_key(m, *shape) not in planned]
+        if not left:
+            return ""
+    return (f"m {left[0]}: its class of m and block size (SGLang's _get_launch_config_2d on {same[-1].param('sms')} "
+            f"SMs) is none of the planned m of {same[-1].id}")
+
+
 def _triton_path(plan, asks: dict[str, Any], record: dict[str, Any], notes: list[str], nvcc: str | None):
     """Each call of a model-path Triton wrapper (its kernel, module and name, its arguments as a cache key sees them;
     its m) against HEAD's planned items of that kernel: the same arguments as warm passes SGLang's wrapper for one of
@@ -373,7 +395,8 @@ def _triton_path(plan, asks: dict[str, Any], record: dict[str, Any], notes: list
             continue
         same = [it for it in items if _by_class(asked, k) in [_by_class(c, k) for c in replays[it.id]]]
         why = _path_why(call, items, same, bool(k) and k["ms"] == "m_classes",
-                        k and f"{k['module']}.{k['function']}") or _dispatch_left(call, same, k)
+                        k and f"{k['module']}.{k['function']}") or _dispatch_left(call, same, k) \
+            or _blocks_left(call, same, k)
         out.append(AskCheck("triton-path", shown, MISSING if why else COVERED, why))
     return out
 

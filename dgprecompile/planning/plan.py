@@ -30,6 +30,7 @@ from dgprecompile.runtimes.items import (
     TritonMoeItem,
     TritonPathItem,
 )
+from dgprecompile.runtimes.triton_moe import DeepGemmMoe
 
 MANIFEST_SCHEMA = 1
 DEFAULT_NUM_SMS = 132
@@ -461,17 +462,22 @@ def plan_triton_path(model: ModelConfig, par: Parallel, sglang_version: str | No
     return {it.id: it for it in items}, notes
 
 
-def deep_gemm_moe(model: ModelConfig, par: Parallel, keys: list[PlannedKey]) -> list[tuple[int, int, int, int]]:
-    """(local experts, top-k, tokens per forward, hidden size) of the MoE layers whose experts the deep_gemm runner runs
-    (--moe-runner-backend deep_gemm: the plan's grouped DeepGEMM keys, their groups the rank's local experts; the
-    top-k the router's plus the fused shared experts), for its Triton path (data/triton_path.yaml
-    ``moe_dispatch_index``); none under another runner."""
+def deep_gemm_moe(model: ModelConfig, par: Parallel, keys: list[PlannedKey]) -> list[DeepGemmMoe]:
+    """(local experts, top-k, tokens per forward, hidden size, the grouped GEMMs' k) of the MoE layers whose experts the
+    deep_gemm runner runs (--moe-runner-backend deep_gemm: the plan's grouped DeepGEMM keys, their groups the rank's
+    local experts, their k the up GEMM's hidden and the down GEMM's intermediate per partition; the top-k the router's
+    plus the fused shared experts), for its Triton path (data/triton_path.yaml ``moe_dispatch_index`` and after);
+    none under another runner."""
     if par.moe_runner_backend != "deep_gemm":
         return []
     topk = int(model.config.get("num_experts_per_tok") or 0) + par.fused_shared_experts
-    groups = sorted({pk.key.num_groups for pk in keys if pk.key.kernel_type.value.startswith("GROUPED_GEMM")})
+    grouped = [pk.key for pk in keys if pk.key.kernel_type.value.startswith("GROUPED_GEMM")]
     hidden = int(model.config.get("hidden_size") or 0)
-    return [(experts, topk, par.max_tokens, hidden) for experts in groups] if topk else []
+    out = []
+    for experts in sorted({key.num_groups for key in grouped}):
+        ks = tuple(sorted({int(key.k) for key in grouped if key.num_groups == experts}))
+        out.append((experts, topk, par.max_tokens, hidden, ks))
+    return out if topk else []
 
 
 def plan_flashinfer(model: ModelConfig, par: Parallel, sglang_version: str | None, options: dict[str, Any]):

@@ -230,15 +230,16 @@ class _ByParams:
 class TritonPathItem(_ByParams, PlanItem):
     """One instance family of a Triton kernel on SGLang's model path outside the MoE experts (data/triton_path.yaml
     ``kernels``: the vocab-parallel embedding, the router, the MoE top-k sum, the small-numel MoE align, the deep_gemm
-    MoE runner's dispatch index, expert-count padding and ep_scatter's two kernels): what the GPU-free warm
-    (compile/triton_path.py) calls SGLang's own wrapper (``kernel``'s ``function``, the align through SGLang's fused MoE
-    preparation) with, for each m of ``ms`` (decided once in the plan: one m per class of Triton's int specialisation,
-    or the one m of a kernel whose key holds none; the align: every m up to its id limit; the dispatch index: one m per
-    class of m * topk and block size). ``params`` are the call's shape facts (embedding: vocab, hidden, tp, ids dtypes;
-    router: experts, topk, scoring, renormalize, scores dtype; MoE sum: topk, hidden, dtype, scale; align: local
-    experts, hidden, intermediate, topk, dtype, device name; dispatch index: local experts, topk, the runner's layouts;
-    padding: local experts, topk, the runner's row alignment; scatter: the padding's, and the hidden size for its second
-    kernel); ``capability`` the target Triton compiles for. All of them are part of the id."""
+    MoE runner's dispatch index, expert-count padding, ep_scatter's two kernels and post-permute): what the GPU-free
+    warm (compile/triton_path.py) calls SGLang's own wrapper (``kernel``'s ``function``, the align through SGLang's
+    fused MoE preparation) with, for each m of ``ms`` (decided once in the plan: one m per class of Triton's int
+    specialisation, or the one m of a kernel whose key holds none; the align: every m up to its id limit; the dispatch
+    index: one m per class of m * topk and block size). ``params`` are the call's shape facts (embedding: vocab, hidden,
+    tp, ids dtypes; router: experts, topk, scoring, renormalize, scores dtype; MoE sum: topk, hidden, dtype, scale;
+    align: local experts, hidden, intermediate, topk, dtype, device name; dispatch index: local experts, topk, the
+    runner's layouts; padding: local experts, topk, the runner's row alignment; scatter: the padding's, and the hidden
+    size for its second kernel; post-permute: topk, hidden size, the GPU's SMs and threads per SM, its block size's
+    inputs); ``capability`` the target Triton compiles for. All of them are part of the id."""
 
     section: ClassVar[str] = "triton_path"
     kind: ClassVar[str] = "triton-path"

@@ -20,6 +20,10 @@ from dgprecompile.runtimes.base import PackageKeyed, StrictBy
 from dgprecompile.runtimes.captured import not_installed, versions
 from dgprecompile.runtimes.items import TritonMoeItem, TritonPathItem
 
+# (local experts, top-k, tokens per forward, hidden size, the grouped GEMMs' k) of a plan's MoE layers on the deep_gemm
+# runner (planning/plan.py deep_gemm_moe): what its Triton path's items are planned from
+DeepGemmMoe = tuple[int, int, int, int, tuple[int, ...]]
+
 
 @dataclass(frozen=True)
 class TritonMoeFamily:
@@ -252,7 +256,8 @@ class TritonPathKernels(PackageKeyed):
     (``_moe_sum_reduce_kernel``, m <= 32 on sm_90 and up) and its align for at most 64 top-k ids over more than 63
     local experts (``_moe_align_small_numel_kernel``), and, under --moe-runner-backend deep_gemm, that runner's
     dispatch index (``fused_moe_dispatch_index_triton_kernel``), its compact layout's padding
-    (``_pad_expert_counts_kernel``) and scatter (``_fwd_kernel_ep_scatter_1``, ``_fwd_kernel_ep_scatter_2``). One
+    (``_pad_expert_counts_kernel``) and scatter (``_fwd_kernel_ep_scatter_1``, ``_fwd_kernel_ep_scatter_2``) and
+    its post-permute (``post_reorder_deepgemm_triton_kernel``, per GPU: its block size follows the SMs). One
     :class:`~dgprecompile.runtimes.items.TritonPathItem` per kernel instance family of a rank, warmed GPU-free as the
     fused MoE items are (compile/triton_path.py: SGLang's own wrapper on meta tensors, Triton's own JIT with a
     compile-only driver), its entries in Triton's area, recorded per item (cache/item_records.py)."""
@@ -291,17 +296,16 @@ class TritonPathKernels(PackageKeyed):
         return tuple(self.data()["m_classes"] if ms == "m_classes" else ms)
 
     def plan_items(self, config: dict, *, tp: int, sglang_version: str | None, gpu: str | None,
-                   triton_moe: Sequence[TritonMoeItem] = (), deep_gemm_moe: Sequence[tuple[int, int, int, int]] = ()
+                   triton_moe: Sequence[TritonMoeItem] = (), deep_gemm_moe: Sequence[DeepGemmMoe] = ()
                    ) -> tuple[list[TritonPathItem], list[str]]:
         """The items of a plan (the model's config, its tensor-parallel size, the exact release, the GPU, the plan's
-        Triton fused MoE items, the (local experts, top-k, tokens per forward, hidden size) of its MoE layers on the
-        deep_gemm runner) and notes saying what was left out and why. Nothing is planned for a release whose model
-        path was not read."""
+        Triton fused MoE items, the :data:`DeepGemmMoe` of its MoE layers on the deep_gemm runner) and notes saying
+        what was left out and why. Nothing is planned for a release whose model path was not read."""
         capability = int(gpu_device(gpu)["capability"])
         items: list[TritonPathItem] = []
         notes: list[str] = []
         for name, k in self.data()["kernels"].items():
-            if k["when"] in DEEP_GEMM_PLANNERS and not deep_gemm_moe:
+            if (k["when"] in DEEP_GEMM_PLANNERS or k["when"] == "deep-gemm-post") and not deep_gemm_moe:
                 continue  # no MoE layer on the deep_gemm runner: nothing of its path runs, no note
             where = k["releases"].get(sglang_version or "")
             if where is None:
@@ -309,7 +313,9 @@ class TritonPathKernels(PackageKeyed):
                     notes.append(f"{self.label}: {k['kernel']} not planned: sglang {sglang_version}'s model path "
                                  f"was not read for it (read: {', '.join(k['releases'])})")
                 continue
-            if k["when"] in DEEP_GEMM_PLANNERS:
+            if k["when"] == "deep-gemm-post":  # its block size follows the GPU's SMs
+                made, why = _post_reorder_items(name, k, deep_gemm_moe, gpu_device(gpu), where)
+            elif k["when"] in DEEP_GEMM_PLANNERS:
                 made, why = DEEP_GEMM_PLANNERS[k["when"]](name, k, deep_gemm_moe, capability, where)
             elif k["when"] in MOE_PLANNERS:
                 made, why = MOE_PLANNERS[k["when"]](self, name, k, config, triton_moe, capability, where)
@@ -446,12 +452,12 @@ def dispatch_ms(experts: int, topk: int, m_max: int, single_block_max: int) -> t
     return tuple(sorted(first.values()))
 
 
-def _dispatch_items(name: str, k: dict, deep_gemm_moe: Sequence[tuple[int, int, int, int]], capability: int,
+def _dispatch_items(name: str, k: dict, deep_gemm_moe: Sequence[DeepGemmMoe], capability: int,
                     where: str) -> tuple[list[TritonPathItem], str]:
     """The deep_gemm runner's dispatch index: one item per (local experts, top-k) of the plan's MoE layers on that
     runner, both layouts at every m of :func:`dispatch_ms` (the device picks the layout: data/triton_path.yaml)."""
     out: dict[str, TritonPathItem] = {}
-    for experts, topk, m_max, _hidden in deep_gemm_moe:
+    for experts, topk, m_max, *_ in deep_gemm_moe:
         params = (("experts", experts), ("topk", topk), ("layouts", "+".join(k["layouts"])))
         item = TritonPathItem(name, params, dispatch_ms(experts, topk, m_max, int(k["single_block_max"])),
                               capability, where)
@@ -459,7 +465,7 @@ def _dispatch_items(name: str, k: dict, deep_gemm_moe: Sequence[tuple[int, int, 
     return list(out.values()), ""
 
 
-def _compact_items(name: str, k: dict, deep_gemm_moe: Sequence[tuple[int, int, int, int]], capability: int,
+def _compact_items(name: str, k: dict, deep_gemm_moe: Sequence[DeepGemmMoe], capability: int,
                    where: str) -> tuple[list[TritonPathItem], str]:
     """The deep_gemm runner's compact-layout kernels (its expert-count padding and ep_scatter's two kernels): one item
     per (local experts, top-k) of the plan's MoE layers on that runner (and the hidden size where the kernel's key
@@ -472,15 +478,53 @@ def _compact_items(name: str, k: dict, deep_gemm_moe: Sequence[tuple[int, int, i
                     f"(DeepGEMM's contiguous-layout alignment), read for sm_{', sm_'.join(k.get('block_e') or {})}")
     listed = _path_document()["m_classes"] if k["ms"] == "m_classes" else k["ms"]
     out: dict[str, TritonPathItem] = {}
-    for experts, topk, m_max, hidden in deep_gemm_moe:
-        shape = (("hidden", hidden),) if k.get("by_hidden") else ()
-        params = (("experts", experts), ("topk", topk), *shape, ("block_e", int(block_e)))
+    for experts, topk, m_max, hidden, ks in deep_gemm_moe:
+        if k.get("by_scale_widths"):  # the key holds the scales' widths, not the experts or the top-k
+            params = (("widths", "+".join(str(w // 128) for w in ks)), ("block_e", int(block_e)))
+        else:
+            shape = (("hidden", hidden),) if k.get("by_hidden") else ()
+            params = (("experts", experts), ("topk", topk), *shape, ("block_e", int(block_e)))
         item = TritonPathItem(name, params, tuple(m for m in listed if m <= m_max), capability, where)
         out.setdefault(item.id, item)
     return list(out.values()), ""
 
 
-def _masked_items(name: str, k: dict, deep_gemm_moe: Sequence[tuple[int, int, int, int]], capability: int,
+def post_reorder_key(m: int, hidden: int, sms: int, threads_per_sm: int) -> tuple[int, int]:
+    """What of m the deep_gemm runner's post-permute kernel's cache key holds (data/triton_path.yaml
+    ``post_reorder``): Triton 3.8.0's int class of m (num_tokens: 1, 16: % 16 == 0, 17: other) and SGLang's
+    BLOCK_SIZE (0.5.23 ep_moe_kernels.py _get_launch_config_2d(device, m, hidden): halved from 1024 to 512 where
+    m * cdiv(hidden, 512) blocks fit sms * threads_per_sm // 1024, the device's properties; SGLang's arithmetic done
+    here, held to its own launch under the strict hook by tests/test_triton_path_deep_gemm.py)."""
+    fits = m * -(-hidden // 512) <= sms * threads_per_sm // 1024
+    return 1 if m == 1 else 16 if m % 16 == 0 else 17, 512 if fits else 1024
+
+
+def post_reorder_ms(hidden: int, m_max: int, sms: int, threads_per_sm: int) -> tuple[int, ...]:
+    """The m the post-permute kernel is planned at: the first m of each :func:`post_reorder_key`, at most ``m_max``
+    (BLOCK_SIZE only grows with m: past the last 512-wide m every class shows within 16 more m)."""
+    last = sms * threads_per_sm // 1024 // -(-hidden // 512)  # the last m of the 512-wide block (0: none)
+    first: dict[tuple[int, int], int] = {}
+    for m in range(1, min(m_max, last + 17) + 1):
+        first.setdefault(post_reorder_key(m, hidden, sms, threads_per_sm), m)
+    return tuple(sorted(first.values()))
+
+
+def _post_reorder_items(name: str, k: dict, deep_gemm_moe: Sequence[DeepGemmMoe], device: dict,
+                        where: str) -> tuple[list[TritonPathItem], str]:
+    """The deep_gemm runner's post-permute: one item per (top-k, hidden size) of the plan's MoE layers on that runner
+    (the local experts are in no key of it), for the plan's GPU's SMs and threads per SM (data/gpus.yaml: its block
+    size), at every m of :func:`post_reorder_ms`."""
+    sms, threads = int(device["sms"]), int(device["threads_per_sm"])
+    out: dict[str, TritonPathItem] = {}
+    for _experts, topk, m_max, hidden, _ks in deep_gemm_moe:
+        params = (("topk", topk), ("hidden", hidden), ("sms", sms), ("threads_per_sm", threads))
+        item = TritonPathItem(name, params, post_reorder_ms(hidden, m_max, sms, threads),
+                              int(device["capability"]), where)
+        out.setdefault(item.id, item)
+    return list(out.values()), ""
+
+
+def _masked_items(name: str, k: dict, deep_gemm_moe: Sequence[DeepGemmMoe], capability: int,
                   where: str) -> tuple[list[TritonPathItem], str]:
     """The deep_gemm runner's masked-layout kernels (its input fill, ``fill_gateup_input_triton_kernel``): one item per
     (local experts, top-k, hidden size) of the plan's MoE layers on that runner, on a GPU whose path was read
@@ -490,15 +534,15 @@ def _masked_items(name: str, k: dict, deep_gemm_moe: Sequence[tuple[int, int, in
         return [], (f"not planned for sm_{capability}: the masked layout's path was read for sm_"
                     f"{', sm_'.join(map(str, k['capabilities']))} (DeepGEMM's UE8M0 scales off)")
     out: dict[str, TritonPathItem] = {}
-    for experts, topk, m_max, hidden in deep_gemm_moe:
+    for experts, topk, m_max, hidden, _ks in deep_gemm_moe:
         params = (("experts", experts), ("topk", topk), ("hidden", hidden))
         item = TritonPathItem(name, params, tuple(m for m in k["ms"] if m <= m_max), capability, where)
         out.setdefault(item.id, item)
     return list(out.values()), ""
 
 
-# how the deep_gemm runner's kernels are planned, by their ``when``: from the plan's (local experts, top-k, tokens per
-# forward, hidden size) of its MoE layers on that runner
+# how the deep_gemm runner's kernels are planned, by their ``when``: from the plan's DeepGemmMoe of its MoE layers on
+# that runner
 DEEP_GEMM_PLANNERS = {"deep-gemm-moe": _dispatch_items, "deep-gemm-compact": _compact_items,
                       "deep-gemm-masked": _masked_items}
 
