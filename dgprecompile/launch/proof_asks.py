@@ -342,14 +342,23 @@ def _dispatch_left(call: dict[str, Any], same: list, k: dict[str, Any] | None) -
     if not same or not k or k["ms"] != "dispatch_blocks":
         return ""
     single = int(k["single_block_max"])
+    left = _first_unplanned(call, same, dispatch_key,
+                            lambda it: (int(it.param("experts")), int(it.param("topk")), single))
+    return "" if left is None else (f"m {left}: its class of m * topk and block size (SGLang's "
+                                    f"fused_moe_dispatch_index) is none of the planned m of {same[-1].id}")
+
+
+def _first_unplanned(call: dict[str, Any], same: list, key, shape_of) -> int | None:
+    """The first of the runtime's m whose ``key(m, *shape_of(item))`` is no planned m's key, for the last of ``same``
+    (None where every m's key is planned for one of them)."""
+    left: list[int] = []
     for it in same:
-        shape = (int(it.param("experts")), int(it.param("topk")), single)
-        planned = {dispatch_key(m, *shape) for m in it.ms}
-        left = [m for lo, hi in _ms(call) for m in range(lo, hi + 1) if dispatch_key(m, *shape) not in planned]
+        shape = shape_of(it)
+        planned = {key(m, *shape) for m in it.ms}
+        left = [m for lo, hi in _ms(call) for m in range(lo, hi + 1) if key(m, *shape) not in planned]
         if not left:
-            return ""
-    return (f"m {left[0]}: its class of m * topk and block size (SGLang's fused_moe_dispatch_index) is none of the "
-            f"planned m of {same[-1].id}")
+            return None
+    return left[0] if left else None
 
 
 def _blocks_left(call: dict[str, Any], same: list, k: dict[str, Any] | None) -> str:
@@ -360,14 +369,10 @@ def _blocks_left(call: dict[str, Any], same: list, k: dict[str, Any] | None) -> 
 
     if not same or not k or k["ms"] != "launch_blocks":
         return ""
-    for it in same:
-        shape = (int(it.param("hidden")), int(it.param("sms")), int(it.param("threads_per_sm")))
-        planned = {post_reorder_key(m, *shape) for m in it.ms}
-        left = [m for lo, hi in _ms(call) for m in range(lo, hi + 1) if post_reorder_key(m, *shape) not in planned]
-        if not left:
-            return ""
-    return (f"m {left[0]}: its class of m and block size (SGLang's _get_launch_config_2d on {same[-1].param('sms')} "
-            f"SMs) is none of the planned m of {same[-1].id}")
+    left = _first_unplanned(call, same, post_reorder_key,
+                            lambda it: (int(it.param("hidden")), int(it.param("sms")), int(it.param("threads_per_sm"))))
+    return "" if left is None else (f"m {left}: its class of m and block size (SGLang's _get_launch_config_2d on "
+                                    f"{same[-1].param('sms')} SMs) is none of the planned m of {same[-1].id}")
 
 
 def _triton_path(plan, asks: dict[str, Any], record: dict[str, Any], notes: list[str], nvcc: str | None):
