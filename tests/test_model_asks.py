@@ -267,7 +267,8 @@ def test_the_model_path_triton_wrappers_record_their_calls_wherever_they_are_bou
                               "sglang.kernels.ops.moe.moe_align_small_numel.moe_align_small_numel",
                               "sglang.kernels.ops.moe.ep_moe_kernels.fused_moe_dispatch_index",
                               "sglang.kernels.ops.moe.triton_pad_expert_counts.pad_expert_counts", scatter,
-                              post, "sglang.kernels.ops.moe.ep_moe_kernels.tma_align_input_scale"], got
+                              post, "sglang.kernels.ops.moe.ep_moe_kernels.tma_align_input_scale",
+                              "sglang.kernels.ops.moe.ep_moe_kernels.moe_ep_deepgemm_preprocess"], got
     assert got["again"] == [] and got["same"] == {"fused_moe": True, "layer": True}
     assert got["notes"] == [f"a {summed} call at m 0 not recorded"], got["notes"]
     out = {"shape": ["m", 6144], "dtype": "bfloat16"}

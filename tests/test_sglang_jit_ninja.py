@@ -615,3 +615,99 @@ def test_the_deep_gemm_runners_input_quantiser_is_a_planned_module(naming, tmp_p
                         "--moe-runner-backend deep_gemm")
     assert asked[0] in {naming.entry_name(m) for m in plan.jit_modules.values()}, seen
     assert os.listdir(cache) == []  # the loader refused before making anything
+
+
+RUNNER_MASKED_CHILD = """
+import importlib, json, os, re, sys, torch
+import sglang.kernels.jit.utils.arch as arch
+arch.is_cuda = lambda: True  # STAND-IN: a CUDA torch (as the oracle above)
+from sglang.kernels.jit.utils import override_jit_cuda_arch
+from types import SimpleNamespace
+from dgprecompile.compile import triton_moe as moe
+moe.load_sglang(None, 90)  # SGLang's server args, as the warm states them
+runner = importlib.import_module("sglang.srt.layers.moe.moe_runner.deep_gemm")
+ptgq = importlib.import_module("sglang.kernels.ops.quantization.per_token_group_quant")
+fp8 = importlib.import_module("sglang.kernels.ops.quantization.fp8_kernel")
+ep = importlib.import_module("sglang.kernels.ops.moe.ep_moe_kernels")
+fp8.per_token_group_quant = ptgq.per_token_group_quant  # STAND-IN: the import fp8_kernel.py:41-47 makes on CUDA only
+# STAND-IN: the import of the masked preprocess's quantiser ep_moe_kernels.py:17-20 makes on CUDA only (the same one)
+ep.per_token_group_quant_fp8 = fp8.sglang_per_token_group_quant_fp8
+# STAND-IN for the CUDA tensors: SGLang's custom op calls its own function directly for plain CUDA tensors without
+# grad (srt/utils/custom_op.py _call_directly_in_eager); meta tensors would take its fake instead
+op = ptgq._per_token_group_quant_custom_op
+ptgq._per_token_group_quant_custom_op = getattr(op, "op_func", None) or op.__wrapped__
+from sglang.srt.layers.moe.moe_runner.base import MoeRunnerConfig
+wrapper = runner.deep_gemm_wrapper
+assert not wrapper.DEEPGEMM_SCALE_UE8M0 and wrapper.DEEPGEMM_NEED_TMA_ALIGNED_SCALES  # sm_90's answers
+# STAND-IN for DeepGEMM's C++ scale transform (its output is the GEMM's input only; not defined without DeepGEMM)
+wrapper.get_mn_major_tma_aligned_tensor = lambda sf: sf
+# STAND-IN for DeepGEMM's masked grouped GEMM (C++, not on the CPU path): it writes the bf16 output SGLang allocated
+wrapper.grouped_gemm_nt_f8f8bf16_masked = lambda *args, **kwargs: None
+moe.compile_only(90)
+moe.only_kernel("no Triton kernel is this check's")  # the dispatch and fill around the quant: not compiled
+real, asked = ptgq._jit_module, []
+class Reached(Exception):
+    pass
+def recorded(*args, **kwargs):  # SGLang's own module choice, then its own loader, refused before any build
+    try:
+        real(*args, **kwargs)
+        asked.append("LOADED")
+    except RuntimeError as exc:
+        m = re.search(r"has no usable cached build under (\\S+), and SGLANG_CRASH_ON_JIT_COMPILE", str(exc))
+        asked.append(os.path.relpath(m.group(1), os.environ["SGLANG_JIT_CACHE_DIR"]) if m else "OTHER " + str(exc)[:300])
+    if args[7]:  # masked_layout: the module between the GEMMs, this check's last
+        raise Reached
+    # STAND-IN for the row-major input quantiser's built module (a GPU build): its launch, a no-op here
+    return SimpleNamespace(per_token_group_quant=lambda *a, **k: None)
+ptgq._jit_module = recorded
+os.environ["SGLANG_DEEPGEMM_STANDARD_LAYOUT"] = "masked"  # SGLang's own switch; auto asks the GPU's memory
+out = {}
+for m in (1, 600):
+    w1, w2, s1, s2 = moe.make_weights(experts=257, hidden=7168, intermediate=256, device="meta")
+    quant = runner.DeepGemmMoeQuantInfo(w13_weight=w1, w2_weight=w2, use_fp8=True, w13_scale=s1, w2_scale=s2,
+                                        block_shape=[128, 128])
+    config = MoeRunnerConfig(num_experts=257, num_local_experts=257, hidden_size=7168,
+                             intermediate_size_per_partition=256, top_k=9, activation="silu", is_gated=True,
+                             inplace=False)
+    x, weights, ids = moe.moe_inputs(m, experts=257, hidden=7168, topk=9, device="meta")
+    dispatched = SimpleNamespace(hidden_states=x, hidden_states_scale=None, topk_output=(weights, ids, None))
+    asked.clear()
+    with override_jit_cuda_arch(9, 0):
+        try:  # SGLang's own masked pre-permute (dispatch, input quant, fill), then its own masked GEMM path
+            state = {}
+            got = runner.pre_permute_standard_to_deep_gemm(dispatched, quant, config, state)
+            assert got.use_masked_gemm
+            runner.DeepGemmRunnerCore(config)._run_masked_gemm(got, quant, state)
+            out[m] = ["not reached"]
+        except Reached:
+            out[m] = list(asked)
+print(json.dumps(out))
+"""
+
+
+@needs_sgl023
+@pytest.mark.skipif(not (TRITON / "triton" / "__init__.py").is_file(), reason="Triton 3.8.0 not beside the venv")
+def test_the_deep_gemm_runners_masked_layout_quantisers_are_planned_modules(naming, tmp_path):
+    """The deep_gemm MoE runner's masked layout (0.5.23 moe_runner/deep_gemm.py :1026-1040, :712-900) quantises its
+    FP8 input in moe_ep_deepgemm_preprocess with the row-major JIT per_token_group_quant, then between its grouped
+    GEMMs runs the plain-SiLU masked fused quantiser (_varlen_deep_gemm_silu_mul_quant :1647-1660): SGLang's own
+    pre-permute and _run_masked_gemm on meta tensors (DeepGEMM's C++ stood in) pick both modules and SGLang's own
+    loader names their directories (refused: SGLANG_CRASH_ON_JIT_COMPILE); DeepSeek-V3 --tp 8 --moe-runner-backend
+    deep_gemm's plan holds both, and the default runner's plan not the masked one."""
+    cache = tmp_path / "jit"
+    cache.mkdir()
+    env = _env(cache, SGLANG_CRASH_ON_JIT_COMPILE="1", DGP_STANDINS="sgl_kernel,torchvision",
+               DGP_TRANSFORMERS_EXIST_OK="1", CUDA_VISIBLE_DEVICES="")
+    env["PYTHONPATH"] += os.pathsep + str(TRITON)
+    r = _child(RUNNER_MASKED_CHILD, env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    seen = json.loads(r.stdout.strip().splitlines()[-1])
+    (asked,) = {tuple(v) for v in seen.values()}  # the same modules at every m
+    assert len(asked) == 2 and all(a.startswith("sm90a/sgl_kernel_jit_per_token_group_quant_") for a in asked), seen
+    assert "_masked/build-" in asked[1] and "_flat/build-" in asked[0], seen
+    plan = _server_plan("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8 "
+                        "--moe-runner-backend deep_gemm")
+    assert set(asked) <= {naming.entry_name(m) for m in plan.jit_modules.values()}, seen
+    default = _server_plan("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8")
+    assert asked[1] not in {naming.entry_name(m) for m in default.jit_modules.values()}
+    assert os.listdir(cache) == []  # the loader refused before making anything

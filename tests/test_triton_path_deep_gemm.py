@@ -93,6 +93,14 @@ CHECK = textwrap.dedent("""
         runner._is_cuda = True  # STAND-IN: a CPU import of the runner says False
         pad = importlib.import_module("sglang.kernels.ops.moe.triton_pad_expert_counts")
         owner, wrapper, jitted = runner, "pad_expert_counts", pad._pad_expert_counts_kernel
+    elif kernel == "fill_gateup_input_triton_kernel":  # launched by the masked layout's preprocess, after its quant
+        fp8 = importlib.import_module("sglang.kernels.ops.quantization.fp8_kernel")
+        # STAND-IN for ep_moe_kernels' CUDA-only import of its quantiser (ep_moe_kernels.py:17-20), the same function
+        ep.per_token_group_quant_fp8 = fp8.sglang_per_token_group_quant_fp8
+        # STAND-IN for that quantiser's JIT (tvm-ffi) kernel call only, a GPU build: its outputs are SGLang's buffers
+        fp8._run_per_token_group_quant_8bit_kernel = lambda *args, **kwargs: None
+        assert not runner.deep_gemm_wrapper.DEEPGEMM_SCALE_UE8M0  # sm_90's answer: the FP8 fill branch
+        owner, wrapper, jitted = ep, "moe_ep_deepgemm_preprocess", ep.fill_gateup_input_triton_kernel
     else:  # ep_scatter's two kernels (after the padding) or the post-permute's: imported from their module at each call
         runner._is_cuda = True  # STAND-IN, as above: the padding's CUDA branch before it
         fp8 = importlib.import_module("sglang.kernels.ops.quantization.fp8_kernel")
@@ -123,17 +131,17 @@ CHECK = textwrap.dedent("""
             raise Reached
         setattr(owner, wrapper, stop_after)
     out, keys = {}, {}
-    def ask(name, layout, experts, topk, m, intermediate=256):
+    def ask(name, layout, experts, topk, m, intermediate=256, hidden=7168):
         os.environ["SGLANG_DEEPGEMM_STANDARD_LAYOUT"] = layout  # SGLang's own switch; auto asks the GPU's memory
         jitted.device_caches.clear()  # every call asks the disk
-        w1, w2, s1, s2 = moe.make_weights(experts=experts, hidden=7168, intermediate=intermediate, device="meta")
+        w1, w2, s1, s2 = moe.make_weights(experts=experts, hidden=hidden, intermediate=intermediate, device="meta")
         quant = runner.DeepGemmMoeQuantInfo(w13_weight=w1, w2_weight=w2, use_fp8=True, w13_scale=s1, w2_scale=s2,
                                             block_shape=[128, 128])
-        config = MoeRunnerConfig(num_experts=experts, num_local_experts=experts, hidden_size=7168,
+        config = MoeRunnerConfig(num_experts=experts, num_local_experts=experts, hidden_size=hidden,
                                  intermediate_size_per_partition=intermediate, top_k=topk, activation="silu",
                                  is_gated=True,
                                  inplace=False, routed_scaling_factor=2.5)  # DeepSeek-V3's; warm's is 1.0
-        x, weights, ids = moe.moe_inputs(m, experts=experts, hidden=7168, topk=topk, device="meta")
+        x, weights, ids = moe.moe_inputs(m, experts=experts, hidden=hidden, topk=topk, device="meta")
         # the standard dispatcher's output as the pre-permute reads it (.hidden_states, .topk_output's (weights, ids,
         # router logits)); SGLang's own classes import its topk module, whose optional dependencies are not here
         dispatched = SimpleNamespace(hidden_states=x, hidden_states_scale=None, topk_output=(weights, ids, None))
@@ -165,6 +173,8 @@ CHECK = textwrap.dedent("""
         ask("unplanned", "compact", 257, 16, 1)
     elif tma:  # a down GEMM 512 wide: its scales' width (4) is in the key, the local experts are not
         ask("unplanned", "compact", 257, 9, 1, intermediate=512)
+    elif kernel == "fill_gateup_input_triton_kernel":  # its key holds the hidden size (scale_size 32: "% 16"),
+        ask("unplanned", "masked", 257, 9, 1, hidden=4096)  # not the local experts
     else:
         ask("unplanned", "compact", 256, 9, 1)
     print(json.dumps({"out": out, "keys": keys}))
@@ -376,6 +386,29 @@ def test_the_deep_gemm_runner_plans_its_post_permute_per_block_size_of_the_gpus_
                for n in _server_plan(RUNNER, sglang="0.5.22").notes)
 
 
+FILL = "fill_gateup_input_triton_kernel"
+
+
+def _fill(plan) -> list:
+    return [i for i in plan.triton_path.values() if i.kernel == "fill_gateup_input"]
+
+
+def test_the_deep_gemm_runner_plans_its_masked_layouts_input_fill_once():
+    """The masked layout's input fill (after the dispatch index and the row-major quantiser): one item per (local
+    experts, top-k, hidden size) at one m (its key holds nothing of m: m_max a multiple of 256), the same on H100 and
+    H200; none for the default runner; a note for an unread release that may ship it (0.5.22), none for 0.5.19."""
+    items = {gpu: _fill(_server_plan(RUNNER, gpu=gpu)) for gpu in ("h100", "h200")}
+    (item,) = items["h100"]
+    assert items["h200"] == [item]
+    assert dict(item.params) == {"experts": 257, "topk": 9, "hidden": 7168}
+    assert item.ms == (1,) and item.capability == 90
+    assert "deep_gemm.py" in item.why and type(item).from_dict(item.to_dict()) == item
+    assert _fill(_server_plan(DSV3)) == []
+    assert not any(FILL in n for n in _server_plan(RUNNER, sglang="0.5.19").notes)
+    assert any(f"{FILL} not planned: sglang 0.5.22's model path was not read" in n
+               for n in _server_plan(RUNNER, sglang="0.5.22").notes)
+
+
 @needs_stack
 def test_the_warmed_post_permute_entries_are_the_keys_sglangs_own_post_permute_looks_up_at_every_m(tmp_path):
     """Warm the DeepSeek-V3 deep_gemm plan's post-permute item (H200: 132 SMs), then run SGLang's own compact
@@ -387,3 +420,15 @@ def test_the_warmed_post_permute_entries_are_the_keys_sglangs_own_post_permute_l
     assert report["not_whole"] == [] and report["record"]["ms"] == [1, 2, 16, 19, 32]
     assert len(report["record"]["lookups"]) == 5
     _held_to_the_runners_own_calls(cache, env, POST, ["compact"], set(report["record"]["lookups"]))
+
+
+@needs_stack
+def test_the_warmed_fill_entry_is_the_key_sglangs_own_masked_pre_permute_looks_up_at_every_m(tmp_path):
+    """Warm the DeepSeek-V3 deep_gemm plan's fill item, then run SGLang's own masked pre-permute (its layout switch,
+    m_max, dispatch, FP8 quantiser buffers and fill launch; only the quantiser's JIT kernel stood in) under the strict
+    hook at every m 1..144 and at 255, 256, 600 and 8192 (m_max 256 to 8448): each call hits the one warmed entry;
+    a hidden size of 4096 (another item: scale_size 32) is refused."""
+    cache, env = tmp_path / "cache", _env()
+    report = _warmed(_fill, cache, env)
+    assert report["not_whole"] == [] and report["record"]["ms"] == [1] and len(report["record"]["lookups"]) == 1
+    _held_to_the_runners_own_calls(cache, env, FILL, ["masked"], set(report["record"]["lookups"]))

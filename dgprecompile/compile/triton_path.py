@@ -37,7 +37,10 @@ Named STAND-INS:
   ``VocabParallelEmbedding.__init__``'s padding rule and ``_get_indices``, 0.5.23
   srt/layers/vocab_parallel_embedding.py:57-59, :273-289, :353-385) done here: the constructor needs the job's
   process groups and the module imports SGLang's quantization package and its optional dependencies (the device
-  proof holds the windows' keys against the job's).
+  proof holds the windows' keys against the job's);
+* :func:`masked_quant_standins`: for the deep_gemm runner's masked pre-permute (``fill_gateup_input``), the CUDA-only
+  import of its FP8 quantiser and that quantiser's JIT kernel call (a GPU build, planned as an SGLang JIT module),
+  and DeepGEMM's UE8M0 switch stated off, as on sm_90.
 
 Run: ``python -m dgprecompile.compile.triton_path --item ID --kernel router --params experts=160,topk=8,...
 --m 1,16,17 --capability 90 --cache-dir ROOT``; prints one JSON report (its ``record``: what warm files in the index's
@@ -314,11 +317,49 @@ def warm_tma_align(params: dict[str, str], ms: list[int]) -> None:
             tma_align_input_scale(torch.empty((block_e, width), dtype=torch.float32, device="meta"))
 
 
+def masked_quant_standins():
+    """STAND-INS for the masked pre-permute's FP8 input quantisation on a CPU import (named in the module
+    docstring): ep_moe_kernels' ``per_token_group_quant_fp8`` (its CUDA-only import of SGLang's
+    sglang_per_token_group_quant_fp8, ep_moe_kernels.py:17-20, bound here to the same function) and that function's
+    kernel call only (SGLang's JIT per_token_group_quant, a GPU build planned as a JIT module: its outputs are
+    SGLang's own buffers); DeepGEMM's UE8M0 switch stated off, as on sm_90 (deep_gemm_wrapper/configurer.py:58-61).
+    The ep_moe_kernels module."""
+    import importlib
+
+    ep = importlib.import_module("sglang.kernels.ops.moe.ep_moe_kernels")
+    fp8 = importlib.import_module("sglang.kernels.ops.quantization.fp8_kernel")
+    wrapper = importlib.import_module("sglang.srt.layers.deep_gemm_wrapper")
+    ep.per_token_group_quant_fp8 = fp8.sglang_per_token_group_quant_fp8
+    fp8._run_per_token_group_quant_8bit_kernel = lambda *args, **kwargs: None
+    wrapper.DEEPGEMM_SCALE_UE8M0 = False
+    return ep
+
+
+def warm_fill(params: dict[str, str], ms: list[int]) -> None:
+    """SGLang's own moe_ep_deepgemm_preprocess as the deep_gemm runner's masked pre-permute calls it on FP8 weights
+    (data/triton_path.yaml ``fill_gateup_input``; 0.5.23 srt/layers/moe/moe_runner/deep_gemm.py :1026-1040): the
+    [m, hidden] bf16 input, the [m, topk] int32 ids over the rank's local experts, block [128, 128], FP8 output,
+    expert_start 0; its dispatch index, its quantiser's buffers and its fill launch are SGLang's own (STAND-INS:
+    :func:`masked_quant_standins`). Only the fill kernel is compiled (compile/triton_moe.py only_kernel)."""
+    import torch
+
+    ep = masked_quant_standins()
+    experts, topk, hidden = (int(params[k]) for k in ("experts", "topk", "hidden"))
+    for m in ms:
+        ids = torch.empty((m, topk), dtype=torch.int32, device="meta")
+        x = torch.empty((m, hidden), dtype=torch.bfloat16, device="meta")
+        # the runner's arguments as it passes them (a device proof compares the calls): block_shape positional
+        ep.moe_ep_deepgemm_preprocess(ids, experts, x, topk, [128, 128], output_dtype=torch.float8_e4m3fn,
+                                      use_mxfp8=False, expert_start=0)
+
+
 WARMS = {"vocab_parallel_embedding": warm_embedding, "router": warm_router, "moe_sum_reduce": warm_sum_reduce,
          "moe_align_small_numel": warm_align, "moe_dispatch_index": warm_dispatch, "pad_expert_counts": warm_pad,
          "ep_scatter_1": warm_scatter, "ep_scatter_2": warm_scatter, "post_reorder": warm_post_reorder,
          "tma_align": warm_tma_align}
+WARMS["fill_gateup_input"] = warm_fill
 LOADS = {"moe_align_small_numel": load_align}  # before Triton's driver is replaced: SGLang's imports may probe it
+LOADS["fill_gateup_input"] = lambda params, capability: masked_quant_standins()
 
 
 def warm(args: argparse.Namespace) -> dict[str, Any]:

@@ -524,9 +524,27 @@ def _post_reorder_items(name: str, k: dict, deep_gemm_moe: Sequence[DeepGemmMoe]
     return list(out.values()), ""
 
 
+def _masked_items(name: str, k: dict, deep_gemm_moe: Sequence[DeepGemmMoe], capability: int,
+                  where: str) -> tuple[list[TritonPathItem], str]:
+    """The deep_gemm runner's masked-layout kernels (its input fill, ``fill_gateup_input_triton_kernel``): one item per
+    (local experts, top-k, hidden size) of the plan's MoE layers on that runner, on a GPU whose path was read
+    (data/triton_path.yaml ``capabilities``: DeepGEMM's UE8M0 scales off there, which picks the kernel's FP8 branch);
+    the data's m."""
+    if capability not in k["capabilities"]:
+        return [], (f"not planned for sm_{capability}: the masked layout's path was read for sm_"
+                    f"{', sm_'.join(map(str, k['capabilities']))} (DeepGEMM's UE8M0 scales off)")
+    out: dict[str, TritonPathItem] = {}
+    for experts, topk, m_max, hidden, _ks in deep_gemm_moe:
+        params = (("experts", experts), ("topk", topk), ("hidden", hidden))
+        item = TritonPathItem(name, params, tuple(m for m in k["ms"] if m <= m_max), capability, where)
+        out.setdefault(item.id, item)
+    return list(out.values()), ""
+
+
 # how the deep_gemm runner's kernels are planned, by their ``when``: from the plan's DeepGemmMoe of its MoE layers on
 # that runner
-DEEP_GEMM_PLANNERS = {"deep-gemm-moe": _dispatch_items, "deep-gemm-compact": _compact_items}
+DEEP_GEMM_PLANNERS = {"deep-gemm-moe": _dispatch_items, "deep-gemm-compact": _compact_items,
+                      "deep-gemm-masked": _masked_items}
 
 
 def _at_least(version: str | None, since: str) -> bool:
