@@ -537,87 +537,10 @@ except CompileFailed as exc:
     assert "refused: cannot import sglang.kernels.no_such_module from the installed sglang" in res.stdout
 
 
-RUNNER_QUANT_CHILD = """
-import importlib, json, os, re, sys, torch
-import sglang.kernels.jit.utils.arch as arch
-arch.is_cuda = lambda: True  # STAND-IN: a CUDA torch (as the oracle above)
-from sglang.kernels.jit.utils import override_jit_cuda_arch
-from types import SimpleNamespace
-from dgprecompile.compile import triton_moe as moe
-moe.load_sglang(None, 90)  # SGLang's server args, as the warm states them
-runner = importlib.import_module("sglang.srt.layers.moe.moe_runner.deep_gemm")
-ptgq = importlib.import_module("sglang.kernels.ops.quantization.per_token_group_quant")
-fp8 = importlib.import_module("sglang.kernels.ops.quantization.fp8_kernel")
-fp8.per_token_group_quant = ptgq.per_token_group_quant  # STAND-IN: the import fp8_kernel.py:41-47 makes on CUDA only
-# STAND-IN for the CUDA tensors: SGLang's custom op calls its own function directly for plain CUDA tensors without
-# grad (srt/utils/custom_op.py _call_directly_in_eager); meta tensors would take its fake instead
-op = ptgq._per_token_group_quant_custom_op
-ptgq._per_token_group_quant_custom_op = getattr(op, "op_func", None) or op.__wrapped__
-from sglang.srt.layers.moe.moe_runner.base import MoeRunnerConfig
-runner._is_cuda = True  # STAND-IN: a CPU import of the runner says False
-# STAND-IN for DeepGEMM's C++ row alignment on sm_90 (it asks the GPU; tests/gpu/dg_alignment_probe.py records it)
-runner.deep_gemm_wrapper.get_contiguous_layout_alignment = lambda assignments, experts: 128
-moe.compile_only(90)
-moe.only_kernel("no Triton kernel is this check's")  # the dispatch and padding before the quant: not compiled
-real, asked = ptgq._jit_module, []
-class Reached(Exception):
-    pass
-def recorded(*args, **kwargs):  # SGLang's own module choice, then its own loader, refused before any build
-    try:
-        real(*args, **kwargs)
-        asked.append("LOADED")
-    except RuntimeError as exc:
-        m = re.search(r"has no usable cached build under (\\S+), and SGLANG_CRASH_ON_JIT_COMPILE", str(exc))
-        asked.append(os.path.relpath(m.group(1), os.environ["SGLANG_JIT_CACHE_DIR"]) if m else "OTHER " + str(exc)[:300])
-    raise Reached
-ptgq._jit_module = recorded
-os.environ["SGLANG_DEEPGEMM_STANDARD_LAYOUT"] = "compact"  # SGLang's own switch; auto asks the GPU's memory
-out = {}
-for m in (1, 600):
-    w1, w2, s1, s2 = moe.make_weights(experts=257, hidden=7168, intermediate=256, device="meta")
-    quant = runner.DeepGemmMoeQuantInfo(w13_weight=w1, w2_weight=w2, use_fp8=True, w13_scale=s1, w2_scale=s2,
-                                        block_shape=[128, 128])
-    config = MoeRunnerConfig(num_experts=257, num_local_experts=257, hidden_size=7168,
-                             intermediate_size_per_partition=256, top_k=9, activation="silu", is_gated=True,
-                             inplace=False)
-    x, weights, ids = moe.moe_inputs(m, experts=257, hidden=7168, topk=9, device="meta")
-    dispatched = SimpleNamespace(hidden_states=x, hidden_states_scale=None, topk_output=(weights, ids, None))
-    asked.clear()
-    with override_jit_cuda_arch(9, 0):
-        try:  # SGLang's own compact pre-permute: its dispatch, padding, then its FP8 input quantisation
-            runner.pre_permute_standard_to_deep_gemm(dispatched, quant, config, {})
-            out[m] = ["not reached"]
-        except Reached:
-            out[m] = list(asked)
-print(json.dumps(out))
-"""
-
-
-@needs_sgl023
-@pytest.mark.skipif(not (TRITON / "triton" / "__init__.py").is_file(), reason="Triton 3.8.0 not beside the venv")
-def test_the_deep_gemm_runners_input_quantiser_is_a_planned_module(naming, tmp_path):
-    """The deep_gemm MoE runner quantises its FP8 input in its compact pre-permute (0.5.23 moe_runner/deep_gemm.py
-    1125-1133) with SGLang's JIT per_token_group_quant, its scales' layout from DeepGEMM's UE8M0 switch (off on
-    sm_90): SGLang's own pre-permute on meta tensors picks the module and SGLang's own loader names the directory it
-    would build (refused: SGLANG_CRASH_ON_JIT_COMPILE); DeepSeek-V3 --tp 8 --moe-runner-backend deep_gemm's plan
-    holds that module (it was planned for the Triton runner only before)."""
-    cache = tmp_path / "jit"
-    cache.mkdir()
-    env = _env(cache, SGLANG_CRASH_ON_JIT_COMPILE="1", DGP_STANDINS="sgl_kernel,torchvision",
-               DGP_TRANSFORMERS_EXIST_OK="1", CUDA_VISIBLE_DEVICES="")
-    env["PYTHONPATH"] += os.pathsep + str(TRITON)
-    r = _child(RUNNER_QUANT_CHILD, env)
-    assert r.returncode == 0, r.stderr[-3000:]
-    seen = json.loads(r.stdout.strip().splitlines()[-1])
-    (asked,) = {tuple(v) for v in seen.values()}  # the same module at every m
-    assert len(asked) == 1 and asked[0].startswith("sm90a/sgl_kernel_jit_per_token_group_quant_"), seen
-    plan = _server_plan("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8 "
-                        "--moe-runner-backend deep_gemm")
-    assert asked[0] in {naming.entry_name(m) for m in plan.jit_modules.values()}, seen
-    assert os.listdir(cache) == []  # the loader refused before making anything
-
-
-RUNNER_MASKED_CHILD = """
+# SGLang's own deep_gemm runner on meta tensors with its JIT quantiser's module choice recorded: SGLang's own loader
+# names the directory it would build (refused: SGLANG_CRASH_ON_JIT_COMPILE); @LAYOUT@, # SETUP, @STOP@ and # CALL
+# are each check's
+_RUNNER_CHILD = """
 import importlib, json, os, re, sys, torch
 import sglang.kernels.jit.utils.arch as arch
 arch.is_cuda = lambda: True  # STAND-IN: a CUDA torch (as the oracle above)
@@ -637,14 +560,9 @@ ep.per_token_group_quant_fp8 = fp8.sglang_per_token_group_quant_fp8
 op = ptgq._per_token_group_quant_custom_op
 ptgq._per_token_group_quant_custom_op = getattr(op, "op_func", None) or op.__wrapped__
 from sglang.srt.layers.moe.moe_runner.base import MoeRunnerConfig
-wrapper = runner.deep_gemm_wrapper
-assert not wrapper.DEEPGEMM_SCALE_UE8M0 and wrapper.DEEPGEMM_NEED_TMA_ALIGNED_SCALES  # sm_90's answers
-# STAND-IN for DeepGEMM's C++ scale transform (its output is the GEMM's input only; not defined without DeepGEMM)
-wrapper.get_mn_major_tma_aligned_tensor = lambda sf: sf
-# STAND-IN for DeepGEMM's masked grouped GEMM (C++, not on the CPU path): it writes the bf16 output SGLang allocated
-wrapper.grouped_gemm_nt_f8f8bf16_masked = lambda *args, **kwargs: None
+# SETUP
 moe.compile_only(90)
-moe.only_kernel("no Triton kernel is this check's")  # the dispatch and fill around the quant: not compiled
+moe.only_kernel("no Triton kernel is this check's")  # the runner's Triton kernels around the quantisers
 real, asked = ptgq._jit_module, []
 class Reached(Exception):
     pass
@@ -655,12 +573,12 @@ def recorded(*args, **kwargs):  # SGLang's own module choice, then its own loade
     except RuntimeError as exc:
         m = re.search(r"has no usable cached build under (\\S+), and SGLANG_CRASH_ON_JIT_COMPILE", str(exc))
         asked.append(os.path.relpath(m.group(1), os.environ["SGLANG_JIT_CACHE_DIR"]) if m else "OTHER " + str(exc)[:300])
-    if args[7]:  # masked_layout: the module between the GEMMs, this check's last
+    if @STOP@:  # this check's last module
         raise Reached
-    # STAND-IN for the row-major input quantiser's built module (a GPU build): its launch, a no-op here
+    # STAND-IN for an earlier quantiser's built module (a GPU build): its launch, a no-op here
     return SimpleNamespace(per_token_group_quant=lambda *a, **k: None)
 ptgq._jit_module = recorded
-os.environ["SGLANG_DEEPGEMM_STANDARD_LAYOUT"] = "masked"  # SGLang's own switch; auto asks the GPU's memory
+os.environ["SGLANG_DEEPGEMM_STANDARD_LAYOUT"] = "@LAYOUT@"  # SGLang's own switch; auto asks the GPU's memory
 out = {}
 for m in (1, 600):
     w1, w2, s1, s2 = moe.make_weights(experts=257, hidden=7168, intermediate=256, device="meta")
@@ -673,16 +591,64 @@ for m in (1, 600):
     dispatched = SimpleNamespace(hidden_states=x, hidden_states_scale=None, topk_output=(weights, ids, None))
     asked.clear()
     with override_jit_cuda_arch(9, 0):
-        try:  # SGLang's own masked pre-permute (dispatch, input quant, fill), then its own masked GEMM path
+        try:  # SGLang's own pre-permute in the layout (dispatch, then its input quantisation), then the check's call
             state = {}
             got = runner.pre_permute_standard_to_deep_gemm(dispatched, quant, config, state)
-            assert got.use_masked_gemm
-            runner.DeepGemmRunnerCore(config)._run_masked_gemm(got, quant, state)
+            # CALL
             out[m] = ["not reached"]
         except Reached:
             out[m] = list(asked)
 print(json.dumps(out))
 """
+
+RUNNER_QUANT_CHILD = (_RUNNER_CHILD.replace("@LAYOUT@", "compact").replace("@STOP@", "True")
+                      .replace("# SETUP\n", """runner._is_cuda = True  # STAND-IN: a CPU import of the runner says False
+# STAND-IN for DeepGEMM's C++ row alignment on sm_90 (it asks the GPU; tests/gpu/dg_alignment_probe.py records it)
+runner.deep_gemm_wrapper.get_contiguous_layout_alignment = lambda assignments, experts: 128
+"""))
+
+
+def _runner_modules(child: str, cache) -> dict[str, list[str]]:
+    """Run one of the _RUNNER_CHILD checks with a new JIT cache ``cache`` (Triton 3.8.0 beside SGLang 0.5.23): per m,
+    the module directories SGLang's own loader named."""
+    cache.mkdir()
+    env = _env(cache, SGLANG_CRASH_ON_JIT_COMPILE="1", DGP_STANDINS="sgl_kernel,torchvision",
+               DGP_TRANSFORMERS_EXIST_OK="1", CUDA_VISIBLE_DEVICES="")
+    env["PYTHONPATH"] += os.pathsep + str(TRITON)
+    r = _child(child, env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@needs_sgl023
+@pytest.mark.skipif(not (TRITON / "triton" / "__init__.py").is_file(), reason="Triton 3.8.0 not beside the venv")
+def test_the_deep_gemm_runners_input_quantiser_is_a_planned_module(naming, tmp_path):
+    """The deep_gemm MoE runner quantises its FP8 input in its compact pre-permute (0.5.23 moe_runner/deep_gemm.py
+    1125-1133) with SGLang's JIT per_token_group_quant, its scales' layout from DeepGEMM's UE8M0 switch (off on
+    sm_90): SGLang's own pre-permute on meta tensors picks the module and SGLang's own loader names the directory it
+    would build (refused: SGLANG_CRASH_ON_JIT_COMPILE); DeepSeek-V3 --tp 8 --moe-runner-backend deep_gemm's plan
+    holds that module (it was planned for the Triton runner only before)."""
+    cache = tmp_path / "jit"
+    seen = _runner_modules(RUNNER_QUANT_CHILD, cache)
+    (asked,) = {tuple(v) for v in seen.values()}  # the same module at every m
+    assert len(asked) == 1 and asked[0].startswith("sm90a/sgl_kernel_jit_per_token_group_quant_"), seen
+    plan = _server_plan("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8 "
+                        "--moe-runner-backend deep_gemm")
+    assert asked[0] in {naming.entry_name(m) for m in plan.jit_modules.values()}, seen
+    assert os.listdir(cache) == []  # the loader refused before making anything
+
+
+RUNNER_MASKED_CHILD = (_RUNNER_CHILD.replace("@LAYOUT@", "masked").replace("@STOP@", "args[7]")  # masked_layout
+                       .replace("# SETUP\n", """wrapper = runner.deep_gemm_wrapper
+assert not wrapper.DEEPGEMM_SCALE_UE8M0 and wrapper.DEEPGEMM_NEED_TMA_ALIGNED_SCALES  # sm_90's answers
+# STAND-IN for DeepGEMM's C++ scale transform (its output is the GEMM's input only; not defined without DeepGEMM)
+wrapper.get_mn_major_tma_aligned_tensor = lambda sf: sf
+# STAND-IN for DeepGEMM's masked grouped GEMM (C++, not on the CPU path): it writes the bf16 output SGLang allocated
+wrapper.grouped_gemm_nt_f8f8bf16_masked = lambda *args, **kwargs: None
+""")
+                       .replace("            # CALL\n", """            assert got.use_masked_gemm
+            runner.DeepGemmRunnerCore(config)._run_masked_gemm(got, quant, state)
+"""))
 
 
 @needs_sgl023
@@ -695,13 +661,7 @@ def test_the_deep_gemm_runners_masked_layout_quantisers_are_planned_modules(nami
     loader names their directories (refused: SGLANG_CRASH_ON_JIT_COMPILE); DeepSeek-V3 --tp 8 --moe-runner-backend
     deep_gemm's plan holds both, and the default runner's plan not the masked one."""
     cache = tmp_path / "jit"
-    cache.mkdir()
-    env = _env(cache, SGLANG_CRASH_ON_JIT_COMPILE="1", DGP_STANDINS="sgl_kernel,torchvision",
-               DGP_TRANSFORMERS_EXIST_OK="1", CUDA_VISIBLE_DEVICES="")
-    env["PYTHONPATH"] += os.pathsep + str(TRITON)
-    r = _child(RUNNER_MASKED_CHILD, env)
-    assert r.returncode == 0, r.stderr[-3000:]
-    seen = json.loads(r.stdout.strip().splitlines()[-1])
+    seen = _runner_modules(RUNNER_MASKED_CHILD, cache)
     (asked,) = {tuple(v) for v in seen.values()}  # the same modules at every m
     assert len(asked) == 2 and all(a.startswith("sm90a/sgl_kernel_jit_per_token_group_quant_") for a in asked), seen
     assert "_masked/build-" in asked[1] and "_flat/build-" in asked[0], seen
