@@ -399,3 +399,52 @@ def test_the_summary_counts_sglang_0523s_own_refusal_and_deepjits_refused_compil
     assert {"deleted deepgemm refused by name", "deleted sglang-jit refused by name",
             "deleted flashinfer refused by name"} <= set(out), out
     assert "family sglang-jit: refused 1, new 0" in out, out
+
+
+DEEPGEMM_LIST = textwrap.dedent("""\
+    import json, sys
+    from sglang.srt.server_args import prepare_server_args, set_global_server_args_for_scheduler
+    from sglang.srt.layers import deep_gemm_wrapper
+    from sglang.srt.layers.deep_gemm_wrapper import compile_utils
+    from dgprecompile.launch.model_driver import Report, deepgemm_init, server_argv
+    sa = prepare_server_args(server_argv(sys.argv[2], sys.argv[1], 1))
+    set_global_server_args_for_scheduler(sa)
+    report = Report()
+    deepgemm_init(sa, report)  # here SGLang's DeepGEMM JIT is off (no sm_90 GPU): not called
+    off = list(report.notes)
+    deep_gemm_wrapper.ENABLE_JIT_DEEPGEMM = True  # STAND-IN: SGLang's configurer turns it on only on an sm_90 GPU
+    report = Report()
+    deepgemm_init(sa, report)
+    ms = compile_utils._BUILTIN_M_LIST
+    print(json.dumps({"off": off, "notes": report.notes, "n": len(ms), "max": max(ms),
+                      "all": ms == list(range(1, max(ms) + 1)), "compile_all": compile_utils._DO_COMPILE_ALL}))
+""")
+
+
+@pytest.mark.parametrize("chunked", [16384, -1])
+def test_sglangs_own_precompile_list_is_set_as_its_model_runner_sets_it_and_the_plan_covers_it(chunked, tmp_path):
+    """The driver calls SGLang 0.5.14's own update_deep_gemm_config as its model runner does (gpu base_gpu_id, the
+    server args), so the precompile of every m the proof's first forward enters asks for the server's m list, not
+    the module's default 1..16384: with --chunked-prefill-size 16384 SGLang's list is 1..32768, chunked prefill
+    off 1..65536, on the node's first rank (it compiles them all). The plan of the same command covers SGLang's
+    own list (its sglang_precompile_m_max)."""
+    python, env = _release_env("0.5.14")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text((MODELS / "Qwen3-Coder-480B-A35B-Instruct-FP8.json").read_text())
+    (tmp_path / "list.py").write_text(DEEPGEMM_LIST)
+    command = f"python -m sglang.launch_server --model-path q --tp 8 --ep 8 --chunked-prefill-size {chunked}"
+    res = subprocess.run([python, str(tmp_path / "list.py"), str(tmp_path / "model"), command + " --device cpu"],
+                         capture_output=True, text=True, timeout=600,
+                         # PDL off: its set_pdl is deep_gemm's, which SGLang imports only on an sm_90 GPU
+                         env={**os.environ, **env, "DGP_TRANSFORMERS_EXIST_OK": "1", "SGLANG_DEEPGEMM_PDL": "0"})
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    assert got["off"] == ["SGLang's update_deep_gemm_config not called: its ENABLE_JIT_DEEPGEMM is off here"]
+    assert got["notes"] == ["SGLang's own update_deep_gemm_config(gpu_id, server_args)"]
+    assert (got["n"], got["max"], got["all"], got["compile_all"]) == ({16384: 32768, -1: 65536}[chunked],) * 2 + (
+        True, True)
+    plan = subprocess.run([sys.executable, "-m", "dgprecompile", "plan", "--sglang", "0.5.14", "--sglang-cmd",
+                           command.replace("--model-path q", "--model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8"),
+                           "--json"], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert plan.returncode == 0, plan.stderr[-2000:]
+    assert json.loads(plan.stdout)["sglang_precompile_m_max"] == got["max"]

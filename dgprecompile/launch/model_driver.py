@@ -244,11 +244,42 @@ def scheduler_init(sa, report: Report) -> None:
         report.notes.append(f"SGLang's own {name}({'server_args' if takes else ''})")
 
 
+# What SGLang's model runner sets up for DeepGEMM before it loads the model, where its DeepGEMM JIT is on (sglang
+# 0.5.14 model_executor/model_runner.py:563-564; 0.5.23 :487-488): the m list its precompile of every m then asks
+# for, from the server's own --chunked-prefill-size (0.5.14: the server args; 0.5.23: the published schedule), and
+# whether this rank is the node's first (gpu base_gpu_id: the one that compiles them all). Without it the driver's
+# precompile ran SGLang's module defaults (1..16384 on every rank), which a --chunked-prefill-size above 8192
+# outgrows (2 x its size).
+DEEPGEMM_INIT = ("sglang.srt.layers.deep_gemm_wrapper", "update_deep_gemm_config")
+
+
+def deepgemm_init(sa, report: Report) -> None:
+    """DEEPGEMM_INIT's function, called as the model runner of this rank (gpu ``base_gpu_id``) calls it."""
+    import importlib
+    import inspect
+
+    module, name = DEEPGEMM_INIT
+    try:
+        wrapper = importlib.import_module(module)
+        fn = getattr(wrapper, name)
+    except (ImportError, AttributeError) as exc:
+        report.notes.append(f"{module}.{name}: not in this release ({exc})")
+        return
+    if not getattr(wrapper, "ENABLE_JIT_DEEPGEMM", False):
+        report.notes.append(f"SGLang's {name} not called: its ENABLE_JIT_DEEPGEMM is off here")
+        return
+    takes = "server_args" in inspect.signature(fn).parameters
+    fn(int(getattr(sa, "base_gpu_id", 0)), *([sa] if takes else []))
+    report.notes.append(f"SGLang's own {name}(gpu_id{', server_args' if takes else ''})")
+
+
 def runtime_init(sa, model_config, report: Report) -> None:
-    """What the scheduler sets up (scheduler_init), then the expert location (its server_args where it takes them)."""
+    """What the scheduler sets up (scheduler_init), then the expert location (its server_args where it takes them)
+    and the model runner's DeepGEMM configuration (deepgemm_init)."""
     import inspect
 
     scheduler_init(sa, report)
+    deepgemm_init(sa, report)
     try:
         from sglang.srt.eplb import expert_location as loc
     except ImportError:
