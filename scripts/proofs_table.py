@@ -95,23 +95,27 @@ def load_records(results: Path, families: dict) -> list[dict]:
                     else f"name {doc['name']!r} is not its folder's")
             raise Refused(f"{path}: {what}", "fix the record (dgprecompile/data/schemas/proof-record.json; family "
                           "ids are the keys of bench/proof_families.yaml)")
-        doc["asks"] = asks_held(path.parent / "asks.json", doc)
+        doc["asks"] = asks_held(path.parent, doc)
         doc["changed_asks"] = {c["family"]: c["why"] for c in families.get("changed_asks", [])
                                if c["record"] == doc["name"]}
         out.append(doc)
     return out
 
 
-def asks_held(path: Path, record: dict) -> dict[str, int]:
-    """family -> number of asks, for the families a complete asks record beside ``record`` holds (the runtime's
-    every lookup of them in the run; tests/test_proof_asks.py holds HEAD's plan to each on every commit), else {}."""
+def asks_held(folder: Path, record: dict) -> dict[str, int]:
+    """family -> number of asks, for the families a complete asks record beside ``record`` in ``folder`` holds
+    (asks.json or asks.json.gz: the runtime's every lookup of them in the run; tests/test_proof_asks.py holds HEAD's
+    plan to each on every commit), else {}."""
     from dgprecompile import schemas
+    from dgprecompile.errors import InputError
+    from dgprecompile.launch.proof_asks import record_in, record_text
 
-    if not path.is_file():
+    path = record_in(folder)
+    if path is None:
         return {}
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+        doc = json.loads(record_text(path))
+    except (InputError, ValueError) as exc:
         raise Refused(f"{path}: not JSON: {exc}", "rewrite it (dgprecompile/data/schemas/proof-asks.json)") from exc
     problems = schemas.problems(doc, "proof-asks")
     if problems or doc["commit"] != record["commit"] or doc["sglang"] != record["sglang"]:

@@ -22,10 +22,19 @@ import yaml
 from helpers import NVCC, STANDINS, beside_venv, sgl_deep_gemm_dir, sglang_014_dir
 
 from dgprecompile.errors import InputError
-from dgprecompile.launch.proof_asks import COVERED, MISSING, UNCHECKED, check_asks, load_record, record_plan
+from dgprecompile.launch.proof_asks import (
+    COVERED,
+    MAX_RECORD_TEXT,
+    MISSING,
+    RECORD_NAMES,
+    UNCHECKED,
+    check_asks,
+    load_record,
+    record_plan,
+)
 
 REPO = Path(__file__).resolve().parent.parent
-RECORDS = sorted((REPO / "bench" / "results").glob("*/asks.json"))
+RECORDS = sorted(p for name in RECORD_NAMES for p in (REPO / "bench" / "results").glob(f"*/{name}"))
 QWEN_RECORD = REPO / "bench" / "results" / "2026-12-03-h200-model-480b" / "asks.json"
 MOE_SUM = "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe.moe_sum_reduce_torch_compile"
 
@@ -46,7 +55,7 @@ def _release_path(record: dict) -> list[str] | None:
 
 
 def _check(path: Path) -> subprocess.CompletedProcess:
-    record = json.loads(path.read_text())
+    record = load_record(path)
     folders = _release_path(record)
     if folders is None:
         pytest.skip(f"sglang {record['sglang']}'s and its DeepGEMM's folders beside the venv (make setup)")
@@ -78,10 +87,31 @@ def test_heads_plan_covers_every_ask_the_runtime_made(path):
     assert res.returncode == (1 if changed else 0), res.stdout[-3000:] + res.stderr[-2000:]
     report = json.loads(res.stdout)
     families = {c["family"] for c in report["checks"]}
-    assert families == set(json.loads(path.read_text())["families"]) and changed <= families, (families, changed)
+    assert families == set(load_record(path)["families"]) and changed <= families, (families, changed)
     assert all(c["status"] == COVERED for c in report["checks"] if c["family"] not in changed)
     for family in changed:
         assert any(c["status"] == MISSING for c in report["checks"] if c["family"] == family), (family, "stale")
+
+
+def test_a_gzipped_record_reads_as_its_text_and_one_that_inflates_without_end_is_refused(tmp_path):
+    """asks.json.gz (a run with thousands of distinct calls) loads as the same record; a file that is not gzip, or
+    whose text would pass MAX_RECORD_TEXT (a small file that inflates to more), is one InputError, read in bounded
+    steps."""
+    import gzip
+
+    text = QWEN_RECORD.read_text()
+    (tmp_path / "asks.json.gz").write_bytes(gzip.compress(text.encode()))
+    assert load_record(tmp_path / "asks.json.gz") == load_record(QWEN_RECORD)
+    (tmp_path / "bad.json.gz").write_bytes(text.encode())
+    with pytest.raises(InputError, match="not a gzip file"):
+        load_record(tmp_path / "bad.json.gz")
+    with open(tmp_path / "bomb.json.gz", "wb") as f:  # 33 MiB of spaces: about 33 kB on disk
+        with gzip.GzipFile(fileobj=f, mode="wb") as z:
+            for _ in range((MAX_RECORD_TEXT >> 20) + 1):
+                z.write(b" " * (1 << 20))
+    assert (tmp_path / "bomb.json.gz").stat().st_size < 1 << 20
+    with pytest.raises(InputError, match="once decompressed"):
+        load_record(tmp_path / "bomb.json.gz")
 
 
 def test_a_changed_ask_fails_naming_it(tmp_path):
@@ -471,6 +501,25 @@ def test_the_deep_gemm_runners_post_permute_calls_are_held_to_its_planned_m_by_c
     value in no key), are COVERED; top 16 is not a call HEAD's warm makes."""
     ms = (1, 2, 16, 18, 19, 32, 37, 256, 8192)
     got = _path_checks(tmp_path, [*(_post_call(m) for m in ms), _post_call(5, topk=16)], model=DSV3_DEEP_GEMM)
+    assert [status for status, _ in got] == [COVERED] * len(ms) + [MISSING], got
+
+
+def _masked_post_call(m: int, m_max: int, dtype: str = "bfloat16") -> dict:
+    """The same post-permute on the masked layout, as the 2026-12-07 H100 proof recorded it: a [local experts, m_max,
+    hidden] down output and a flat [m * topk] src2dst (pointers to the kernel: in no key)."""
+    call = _post_call(m)
+    call["args"][0] = {"shape": [257, m_max, 7168], "dtype": dtype}
+    call["args"][2] = {"shape": [9 * m], "dtype": "int32"}
+    return call
+
+
+def test_the_masked_layouts_post_permute_calls_are_held_to_the_same_item(tmp_path):
+    """The masked layout hands the post-permute other tensors (3-D down output, flat src2dst) to the same kernel: its
+    calls at m 1, 37, 767 and 8192 are COVERED by the one planned item; a float16 down output (another key) is not a
+    call HEAD's warm makes."""
+    ms = ((1, 128), (37, 128), (767, 768), (8192, 8192))
+    got = _path_checks(tmp_path, [*(_masked_post_call(m, top) for m, top in ms),
+                                  _masked_post_call(5, 128, dtype="float16")], model=DSV3_DEEP_GEMM)
     assert [status for status, _ in got] == [COVERED] * len(ms) + [MISSING], got
 
 

@@ -28,6 +28,8 @@ not, 2 for a record that is not valid.
 from __future__ import annotations
 
 import argparse
+import gzip
+import io
 import json
 import shlex
 import sys
@@ -38,9 +40,13 @@ from typing import Any
 
 from dgprecompile import schemas
 from dgprecompile.errors import DGError, InputError
-from dgprecompile.fsutil import read_input
+from dgprecompile.fsutil import MAX_INPUT_BYTES, read_input, read_input_bytes
 
 SCHEMA = "proof-asks"
+# a proof folder's asks record: asks.json, or gzipped where the run's calls are many (the deep_gemm MoE runner's
+# post-permute is a distinct ask at each m: thousands of calls, megabytes of JSON that compress 50-fold)
+RECORD_NAMES = ("asks.json", "asks.json.gz")
+MAX_RECORD_TEXT = 32 << 20  # a gzipped record's text at most (the largest, 2026-12-07's, is 6.9 MB)
 COVERED, MISSING, UNCHECKED = "covered", "missing", "unchecked"
 
 
@@ -67,10 +73,36 @@ class AsksReport:
                 "checks": [c.__dict__ for c in self.checks]}
 
 
-def load_record(path: Path) -> dict[str, Any]:
-    """The record at ``path``, checked against its schema (one InputError naming the field)."""
+def record_in(folder: Path) -> Path | None:
+    """The asks record of a proof's folder (RECORD_NAMES, the first there), or None."""
+    return next((folder / name for name in RECORD_NAMES if (folder / name).is_file()), None)
+
+
+def record_text(path: Path) -> str:
+    """An asks record's text: the file's, or a .gz file's decompressed (at most MAX_RECORD_TEXT bytes, read in
+    bounded steps: a small file that inflates without end is refused, not held in memory); one InputError else."""
+    hint = "pass a proof's asks.json (or asks.json.gz)"
+    if path.suffix != ".gz":
+        return read_input(path, "asks record", hint=hint)
+    raw = read_input_bytes(path, "asks record", hint, MAX_INPUT_BYTES)
     try:
-        doc = json.loads(read_input(path, "asks record", hint="pass a proof's asks.json"))
+        with gzip.GzipFile(fileobj=io.BytesIO(raw)) as f:
+            data = f.read(MAX_RECORD_TEXT + 1)
+    except (OSError, EOFError) as exc:
+        raise InputError(f"{path}: not a gzip file ({exc})", hint=hint) from None
+    if len(data) > MAX_RECORD_TEXT:
+        raise InputError(f"{path}: more than {MAX_RECORD_TEXT >> 20} MiB once decompressed, more than any real "
+                         "record holds", hint=hint)
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not UTF-8 text once decompressed", hint=hint) from None
+
+
+def load_record(path: Path) -> dict[str, Any]:
+    """The record at ``path`` (record_text), checked against its schema (one InputError naming the field)."""
+    try:
+        doc = json.loads(record_text(path))
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}: not JSON ({exc})", hint="pass a proof's asks.json") from None
     return schemas.check(doc, SCHEMA, str(path), hint=f"fix the record (data/schemas/{SCHEMA}.json)")
@@ -317,15 +349,19 @@ def _path_why(call: dict[str, Any], items: list, same: list, specialised: bool, 
 def _by_class(call: dict[str, Any], k: dict[str, Any] | None) -> dict[str, Any]:
     """A call's arguments, those at the kernel's ``class_args`` positions (data/triton_path.yaml: the dispatch index's
     m_max) by their Triton int class (:func:`m_class`), and the tensors at its ``free_rows`` positions (ep_scatter's
-    compact output rows) without their first dimension, and a float at a ``class_args`` position (the post-permute's
-    scale, an annotated float) as a float only: what its cache key holds of them."""
-    at, free = set((k or {}).get("class_args", ())), set((k or {}).get("free_rows", ()))
+    compact output rows) without their first dimension, those at its ``free_shapes`` positions (the post-permute's
+    down output and src2dst, pointers only) by their dtype alone, and a float at a ``class_args`` position (the
+    post-permute's scale, an annotated float) as a float only: what its cache key holds of them."""
+    k = k or {}
+    at, free, shapeless = (set(k.get(f, ())) for f in ("class_args", "free_rows", "free_shapes"))
 
     def seen(i: int, v: Any) -> Any:
         if i in at and isinstance(v, float):
             return "float"
         if i in at and isinstance(v, int):
             return f"int class {m_class(v)}"
+        if i in shapeless and isinstance(v, dict) and "shape" in v:
+            return {**v, "shape": "any"}
         if i in free and isinstance(v, dict) and v.get("shape"):
             return {**v, "shape": ["rows", *v["shape"][1:]]}
         return v
