@@ -105,6 +105,9 @@ dg plan --sglang "$SGLANG" --sglang-cmd "$LOCAL" ${GPU:+--gpu "$GPU"} -o "$w/pla
 # them the plan holds (0 before sglang 0.5.23's path: the family then has no verdict)
 path_kernels=$(python3 -c "from dgprecompile.runtimes.triton_moe import TRITON_PATH; print(','.join(sorted(k['kernel'] for k in TRITON_PATH.data()['kernels'].values())))" 2>> "$d/logs.txt")
 path_items=$(python3 -c "import sys; from dgprecompile.planning.manifest import read_manifest; print(len(read_manifest(sys.argv[1]).triton_path))" "$w/plan.yaml" 2>> "$d/logs.txt" || echo 0)
+# SGLang's Triton fused MoE items: none where the command's MoE runner is another (--moe-runner-backend deep_gemm):
+# the family is then not judged (no entry to delete; a run that never called the kernel proves nothing of it)
+moe_items=$(python3 -c "import sys; from dgprecompile.planning.manifest import read_manifest; print(len(read_manifest(sys.argv[1]).triton_moe))" "$w/plan.yaml" 2>> "$d/logs.txt" || echo unknown)
 echo "plan rc=$?" >> "$d/summary.txt"
 stamp warm
 tw=$(date +%s.%N)
@@ -225,7 +228,11 @@ deleted_run "$w/victims.a" deleted-run "$MS_DELETED"
 if [ -s "$w/victims.b" ]; then deleted_run "$w/victims.b" deleted-flashinfer-run "${MS_DELETED_FI:-1-8,8192}"; fi
 stamp done
 expects=()
-judged=(deepgemm sglang-jit triton-moe triton-host inductor)
+moe=(triton-moe)
+if [ "$moe_items" = 0 ]; then
+  moe=(); echo "triton-moe: none planned (the command's MoE runner is not SGLang's Triton fused MoE): not judged" >> "$d/summary.txt"
+fi
+judged=(deepgemm sglang-jit "${moe[@]}" triton-host inductor)
 [ "${path_items:-0}" -gt 0 ] 2>/dev/null && judged+=(triton-path)  # the plan holds model-path Triton items
 for f in "${judged[@]}"; do  # each family: the driver ran, failed only by refusals
   expects+=(--expect "$f=summary.txt:^driver: [1-9][0-9]* modules" \
@@ -233,7 +240,7 @@ for f in "${judged[@]}"; do  # each family: the driver ran, failed only by refus
             --expect "$f=summary.txt:^family $f: refused 0, new 0$"
             --expect "$f=summary.txt:^decode step: [1-9][0-9]* calls; sampler [1-9]")
 done
-for f in deepgemm sglang-jit triton-moe; do expects+=(--expect "$f=summary.txt:^deleted-run: deleted $f refused by name$"); done
+for f in deepgemm sglang-jit "${moe[@]}"; do expects+=(--expect "$f=summary.txt:^deleted-run: deleted $f refused by name$"); done
 if grep -q '^inductor ' "$w/victims.txt"; then expects+=(--expect "inductor=summary.txt:^deleted-run: deleted inductor refused by name$")
 else expects+=(--expect "inductor=summary.txt:^inductor: none planned; the strict run compiled 0 and loaded 0 graphs$"); fi
 if [ -n "$CARRIED" ]; then  # the carried families were unpacked under the trusted key and not rebuilt here
@@ -241,6 +248,7 @@ if [ -n "$CARRIED" ]; then  # the carried families were unpacked under the trust
   read -r -a carried_families <<< "${CARRIED_FAMILIES:-deepgemm sglang-jit}"
   [ -z "${CARRIED_FAMILIES:-}" ] && [ "$FLASHINFER" = real ] && carried_families+=(flashinfer)
   for f in "${carried_families[@]}"; do
+    [ "$f" = triton-moe ] && [ "${#moe[@]}" = 0 ] && continue
     expects+=(--expect "$f=summary.txt:^carried: unpack rc=0; signed by trusted key"
               --expect "$f=summary.txt:^carried: [1-9][0-9]* items unpacked; warm \(GPU hidden\) rebuilt 0 of them$")
   done
