@@ -20,10 +20,15 @@
 # them, so cold/launched is if anything understated). Nothing here is derived from the plan but the launched phase.
 # usage: SGLANG=0.5.14 SERVER="python -m sglang.launch_server --model-path M --tp 8 --ep 8" CONFIG=config.json \
 #        [MS=1-8192] [PROCS=8] [MS8=1] [PHASES=launched,cold,cold8,warm1|alone] [NAME=first-forward] DGP_GIT=<sha> \
-#        [CARRIED=... TRUSTED=... CARRY_PIECES=... STACK=...: model_proof.sh's] [PROOF=<dir>] bash bench/first_forward.sh
+#        [CARRIED=... TRUSTED=... CARRY_PIECES=... STACK=...: model_proof.sh's] [PROOF=<dir>] [PHASE_S=<s>] \
+#        bash bench/first_forward.sh
 # STACK=<base>: another serving stack (tests/gpu/carry_stack.sh install <base>), for every phase, as model_proof.sh
 #   takes it; PROOF=<dir>: a model_proof.sh folder of the same server, stack and commit run before in this lease (the
 #   launched phase, then left out of PHASES: its driver.json and summary.txt are the launched figures)
+# PHASE_S=<s>: the cold and cold8 drivers stopped (timeout) after that many seconds, so a call's limit ends a phase,
+#   not the script: the phase's line says rc=124, and what each family had compiled by then (its files and when they
+#   landed) is still counted into cold_files.json / cold8_files.json and the summary (a cold first forward longer
+#   than the lease allows still shows where its time went)
 # writes $OUT/$NAME/{summary.json, logs.txt, files.tar.gz}: the tarball holds cold.json, cold_files.json,
 #   cold8/driver-N.json, cold8_files.json, plan.yaml, warm1.json, alone/ with alone-N.json (each alone warm's --json)
 #   and proof/ (model_proof.sh's folder): the device returns 8 files
@@ -31,6 +36,7 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 root=$PWD; OUT=${OUT:-$root/out}; NAME=${NAME:-first-forward}; final=$OUT/$NAME; d=$(mktemp -d); mkdir -p "$final"
 MS=${MS:-1-8192}; MS8=${MS8:-1}; PROCS=${PROCS:-8}; PHASES=${PHASES:-launched,cold,cold8,warm1}; SGLANG=${SGLANG:-0.5.14}
+cap=(); [ -n "${PHASE_S:-}" ] && cap=(timeout "$PHASE_S")  # the cold phases' drivers, each stopped after PHASE_S
 : "${SERVER:?SERVER= the sglang server command}" "${CONFIG:?CONFIG= the model config.json}"
 t0=$(date +%s)
 has() { case ",$PHASES," in *",$1,"*) return 0 ;; esac; return 1; }
@@ -61,16 +67,17 @@ LOCAL=$(python3 -c "import shlex,sys; w=shlex.split(sys.argv[1]); i=w.index('--m
 fresh_env() { python3 bench/first_forward_files.py --env "$1"; }  # every JIT cache and HOME in the new folder $1
 if has cold; then
   c=$(mktemp -d); mkdir -p "$c/home"; start=$(date +%s.%N)
-  env $(fresh_env "$c") python3 -m dgprecompile.launch.model_driver --sglang-cmd "$LOCAL" --model-dir "$model" \
-    --m "$MS" --report "$d/cold.json" > /dev/null 2>> "$d/logs.txt"
+  env $(fresh_env "$c") "${cap[@]}" python3 -m dgprecompile.launch.model_driver --sglang-cmd "$LOCAL" \
+    --model-dir "$model" --m "$MS" --report "$d/cold.json" > /dev/null 2>> "$d/logs.txt"
   echo "cold phase: driver rc=$? in $(python3 -c "import time,sys; print(round(time.time()-float(sys.argv[1]),1))" "$start") s" >> "$d/logs.txt"
   python3 bench/first_forward_files.py "$c" "$start" > "$d/cold_files.json" 2>> "$d/logs.txt"
 fi
 if has cold8; then
   c=$(mktemp -d); mkdir -p "$c/home" "$d/cold8"; start=$(date +%s.%N); pids=()
   for i in $(seq "$PROCS"); do
-    env $(fresh_env "$c") python3 -m dgprecompile.launch.model_driver --sglang-cmd "$LOCAL" --model-dir "$model" \
-      --m "$MS8" --decode "" --report "$d/cold8/driver-$i.json" > /dev/null 2>> "$d/cold8/logs-$i.txt" & pids+=($!)
+    env $(fresh_env "$c") "${cap[@]}" python3 -m dgprecompile.launch.model_driver --sglang-cmd "$LOCAL" \
+      --model-dir "$model" --m "$MS8" --decode "" --report "$d/cold8/driver-$i.json" > /dev/null \
+      2>> "$d/cold8/logs-$i.txt" & pids+=($!)
   done
   rcs=(); for p in "${pids[@]}"; do wait "$p"; rcs+=($?); done
   echo "cold8 phase: $PROCS drivers rc ${rcs[*]} in $(python3 -c "import time,sys; print(round(time.time()-float(sys.argv[1]),1))" "$start") s" >> "$d/logs.txt"
