@@ -12,7 +12,7 @@
 #   the same proof must exit 1 naming each.
 # usage: SGLANG=0.5.14 SERVER="python -m sglang.launch_server --model-path M --tp 8 --ep 8" CONFIG=config.json \
 #        [MS=1-8192] [MS_DELETED=...] [NAME=model-480b] DGP_GIT=<sha> bash tests/gpu/model_proof.sh
-# writes $OUT/$NAME/{summary.txt,record.json,asks.json,config.json,driver.json,driver_deleted-run.json,logs.txt}
+# writes $OUT/$NAME/{summary.txt,record.json,asks.json (.gz over 1 MiB),config.json,driver.json,driver_deleted-run.json,logs.txt}
 # Carry .whl: ../shared/device/fetch-wheels.sh + fetch-sglang.sh + .whl/extra (jsonschema and its 4 wheels, msgspec;
 # cryptography with cffi and pycparser where CARRIED: unpack --trusted-key checks the signature with it;
 # with flashinfer_python-0.6.12 and tabulate the real FlashInfer runs; .whl/legacy is not needed: leave it out of the 64 MiB).
@@ -194,8 +194,11 @@ PYEOF
 python3 tests/gpu/cache_opens.py asks --opens "$w/opens.json" --refusals "$w/strict.err" \
   --template "$d/asks.template.json" --driver "$d/driver.json" --out "$d/asks.json" >> "$d/summary.txt" 2>&1
 echo "asks record rc=$? complete=$complete" >> "$d/summary.txt"; rm -f "$d/asks.template.json"
+# a record of thousands of distinct calls (the deep_gemm runner's post-permute at each m: megabytes) is kept gzipped,
+# as it is committed (dgprecompile/launch/proof_asks.py reads asks.json or asks.json.gz)
+zip_asks() { [ -f "$d/asks.json" ] && [ "$(stat -c %s "$d/asks.json")" -gt 1048576 ] && gzip -9nf "$d/asks.json"; }
 if [ "${DELETED:-1}" = 0 ]; then  # bench/first_forward.sh: the launched run's figures, not a proof of refusals
-  stamp done; echo "deleted-entry runs: not run (DELETED=0): this folder is no proof" >> "$d/summary.txt"
+  zip_asks; stamp done; echo "deleted-entry runs: not run (DELETED=0): this folder is no proof" >> "$d/summary.txt"
   echo "device seconds: total $(( $(date +%s) - t0 ))" >> "$d/summary.txt"; cat "$d/summary.txt"; exit 0
 fi
 stamp deleted
@@ -264,5 +267,6 @@ python3 tests/gpu/proof_record.py --name "$NAME" --dir "$d" --out "$d/record.jso
   --whole "summary.txt:^family other: refused 0, new 0$" --whole "summary.txt:^strict proof rc=0$" \
   "${expects[@]}" >> "$d/summary.txt" 2>&1
 [ -f "$d/asks.json" ] && python3 -c "import json, sys, time; p = sys.argv[1]; r = json.load(open(p)); r['device_s'] = round(time.time() - int(sys.argv[2])); json.dump(r, open(p, 'w'), indent=1)" "$d/asks.json" "$t0"
+zip_asks
 echo "device seconds: total $(( $(date +%s) - t0 ))" >> "$d/summary.txt"
 cat "$d/summary.txt"
