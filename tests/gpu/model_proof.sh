@@ -12,7 +12,8 @@
 #   the same proof must exit 1 naming each.
 # usage: SGLANG=0.5.14 SERVER="python -m sglang.launch_server --model-path M --tp 8 --ep 8" CONFIG=config.json \
 #        [MS=1-8192] [MS_DELETED=...] [NAME=model-480b] DGP_GIT=<sha> bash tests/gpu/model_proof.sh
-# writes $OUT/$NAME/{summary.txt,record.json,asks.json (.gz over 1 MiB),config.json,driver.json,driver_deleted-run.json,logs.txt}
+# writes $OUT/$NAME/{summary.txt,record.json,asks.json (.gz over 1 MiB),config.json,driver.json,
+#   driver_deleted-run.json,logs.txt}
 # Carry .whl: ../shared/device/fetch-wheels.sh + fetch-sglang.sh + .whl/extra (jsonschema and its 4 wheels, msgspec;
 # cryptography with cffi and pycparser where CARRIED: unpack --trusted-key checks the signature with it;
 # with flashinfer_python-0.6.12 and tabulate the real FlashInfer runs; .whl/legacy is not needed: leave it out of the 64 MiB).
