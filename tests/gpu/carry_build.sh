@@ -42,7 +42,7 @@
 # options (environment): FAMILIES (default deepgemm,sglang-jit,flashinfer), SITE (/tmp/dgp-carry-site),
 #   OUTDIR (.carry: git-ignored; the artifact under OUTDIR/artifact, the pieces under OUTDIR/pieces), KEYDIR
 #   (.carry-key, git-ignored: `dgprecompile keygen` there once, the private key never leaves this machine), WORK
-#   (scratch, default a new temporary folder), JOBS (warm --jobs), PIECE_BYTES (carry_pieces.py's, 57 MiB).
+#   (scratch, default a new temporary folder), JOBS (warm --jobs), PIECE_BYTES (carry_pieces.py's, 52 MiB).
 # writes OUTDIR/{plan.yaml (the whole plan), carry.yaml (its carried part), warm.json, artifact/carry-<id>.tar.gz
 #   (+ .sig), pieces/pNN/{piece,MANIFEST.json}, trusted/dgprecompile-signing.pub (a copy of the public key, to carry
 #   with the pieces), build.txt (what was built, seconds per part, sizes, sha256s)}
