@@ -24,8 +24,31 @@ RUNNER = DSV3 + " --moe-runner-backend deep_gemm"
 KERNEL = "fused_moe_dispatch_index_triton_kernel"
 
 
-def _dispatch(plan) -> list:
-    return [i for i in plan.triton_path.values() if i.kernel == "moe_dispatch_index"]
+def _of(name: str):
+    """The plan's items of data/triton_path.yaml's kernel ``name``, as a function of the plan."""
+    return lambda plan: [i for i in plan.triton_path.values() if i.kernel == name]
+
+
+def _planned_once(name: str, params: dict, ms: tuple, unread_0519_note: bool = True):
+    """The deep_gemm runner's one item of ``name`` for DeepSeek-V3 --tp 8, the same on H100 and H200, with these
+    params and m at sm_90, from its path's reading and as its manifest form gives it back; none for the default
+    runner; a note for an unread release that may ship it (0.5.22) and, where ``unread_0519_note`` holds, none for
+    0.5.19 (no such kernel before the runner's path changed)."""
+    items = {gpu: _of(name)(_server_plan(RUNNER, gpu=gpu)) for gpu in ("h100", "h200")}
+    (item,) = items["h100"]
+    assert items["h200"] == [item]
+    assert dict(item.params) == params and item.ms == ms and item.capability == 90
+    assert "deep_gemm.py" in item.why and type(item).from_dict(item.to_dict()) == item
+    assert _of(name)(_server_plan(DSV3)) == []
+    kernel = TRITON_PATH.kernel(name)["kernel"]
+    if unread_0519_note:
+        assert not any(kernel in n for n in _server_plan(RUNNER, sglang="0.5.19").notes)
+    assert any(f"{kernel} not planned: sglang 0.5.22's model path was not read" in n
+               for n in _server_plan(RUNNER, sglang="0.5.22").notes)
+    return item
+
+
+_dispatch = _of("moe_dispatch_index")
 
 
 def test_the_deep_gemm_runner_plans_the_dispatch_index_at_one_m_per_key_class_in_both_layouts():
@@ -229,8 +252,7 @@ def _held_to_the_runners_own_calls(cache, env, kernel: str, layouts: list[str], 
 TMA = "_tma_align_input_scale_kernel"
 
 
-def _tma(plan) -> list:
-    return [i for i in plan.triton_path.values() if i.kernel == "tma_align"]
+_tma = _of("tma_align")
 
 
 def test_the_deep_gemm_runner_plans_its_scale_copies_once_per_model_at_its_grouped_gemms_widths():
@@ -238,17 +260,10 @@ def test_the_deep_gemm_runner_plans_its_scale_copies_once_per_model_at_its_group
     per model with the widths of both GEMMs' scales (the plan's grouped keys' k / 128: DeepSeek-V3 --tp 8's down GEMM
     256 wide and hidden 7168, the 480B --ep 8's 2560 and 6144), at one m (its rows are block_e times a count), the
     same on H100 and H200; none for the default runner."""
-    items = {gpu: _tma(_server_plan(RUNNER, gpu=gpu)) for gpu in ("h100", "h200")}
-    (item,) = items["h100"]
-    assert items["h200"] == [item]
-    assert dict(item.params) == {"widths": "2+56", "block_e": 128} and item.ms == (1,) and item.capability == 90
-    assert "deep_gemm.py" in item.why and type(item).from_dict(item.to_dict()) == item
+    _planned_once("tma_align", {"widths": "2+56", "block_e": 128}, (1,), unread_0519_note=False)
     (q480,) = _tma(_server_plan("python -m sglang.launch_server --model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 "
                                 "--tp 8 --ep 8 --moe-runner-backend deep_gemm"))
     assert dict(q480.params) == {"widths": "20+48", "block_e": 128}
-    assert _tma(_server_plan(DSV3)) == []
-    assert any(f"{TMA} not planned: sglang 0.5.22's model path was not read" in n
-               for n in _server_plan(RUNNER, sglang="0.5.22").notes)
 
 
 @needs_stack
@@ -267,24 +282,14 @@ def test_the_warmed_scale_copies_are_the_keys_sglangs_own_runner_looks_up_at_eve
 PAD = "_pad_expert_counts_kernel"
 
 
-def _pad(plan) -> list:
-    return [i for i in plan.triton_path.values() if i.kernel == "pad_expert_counts"]
+_pad = _of("pad_expert_counts")
 
 
 def test_the_deep_gemm_runner_plans_its_padding_once_at_sm90s_row_alignment():
     """The compact layout's padding: one item per (local experts, top-k), at one m (its key holds nothing of m on sm_90:
     BLOCK_E 128 at every m, all_tokens a multiple of it), the same on H100 and H200; none for the default runner, and
     no note for a release that ships no such kernel (0.5.19), a note for an unread one that may (0.5.22)."""
-    items = {gpu: _pad(_server_plan(RUNNER, gpu=gpu)) for gpu in ("h100", "h200")}
-    (item,) = items["h100"]
-    assert items["h200"] == [item]
-    assert dict(item.params) == {"experts": 257, "topk": 9, "block_e": 128}
-    assert item.ms == (1,) and item.capability == 90
-    assert "deep_gemm.py" in item.why and type(item).from_dict(item.to_dict()) == item
-    assert _pad(_server_plan(DSV3)) == []
-    assert not any(PAD in n for n in _server_plan(RUNNER, sglang="0.5.19").notes)
-    assert any(f"{PAD} not planned: sglang 0.5.22's model path was not read" in n
-               for n in _server_plan(RUNNER, sglang="0.5.22").notes)
+    _planned_once("pad_expert_counts", {"experts": 257, "topk": 9, "block_e": 128}, (1,))
 
 
 ROWS = textwrap.dedent("""
@@ -321,27 +326,13 @@ def test_the_warmed_padding_entry_is_the_key_sglangs_own_compact_pre_permute_loo
     _held_to_the_runners_own_calls(cache, env, PAD, ["compact"], set(report["record"]["lookups"]))
 
 
-def _scatter(plan, which: str) -> list:
-    return [i for i in plan.triton_path.values() if i.kernel == which]
-
-
 def test_the_deep_gemm_runner_plans_ep_scatters_two_kernels_for_its_compact_layout():
     """ep_scatter (the compact layout's, after the padding) launches two kernels, one entry each in the data file: its
     first (each local expert's row start: nothing of m in its key) at one m, its second (the token count an int class)
     at m 1, 16, 17; both at sm_90's row alignment and the model's hidden size, the same on H100 and H200; none for the
     default runner; no note for 0.5.19 (no padding kernel before it), a note for an unread 0.5.22."""
     for which, ms in (("ep_scatter_1", (1,)), ("ep_scatter_2", (1, 16, 17))):
-        items = {gpu: _scatter(_server_plan(RUNNER, gpu=gpu), which) for gpu in ("h100", "h200")}
-        (item,) = items["h100"]
-        assert items["h200"] == [item]
-        assert dict(item.params) == {"experts": 257, "topk": 9, "hidden": 7168, "block_e": 128}
-        assert item.ms == ms and item.capability == 90
-        assert "deep_gemm.py" in item.why and type(item).from_dict(item.to_dict()) == item
-        assert _scatter(_server_plan(DSV3), which) == []
-        kernel = TRITON_PATH.kernel(which)["kernel"]
-        assert not any(kernel in n for n in _server_plan(RUNNER, sglang="0.5.19").notes)
-        assert any(f"{kernel} not planned: sglang 0.5.22's model path was not read" in n
-                   for n in _server_plan(RUNNER, sglang="0.5.22").notes)
+        _planned_once(which, {"experts": 257, "topk": 9, "hidden": 7168, "block_e": 128}, ms)
 
 
 @needs_stack
@@ -353,7 +344,7 @@ def test_the_warmed_scatter_entries_are_the_keys_sglangs_own_compact_pre_permute
     in) under the strict hook at every m 1..144 and at 255, 256, 600 and 8192: each call hits one warmed entry (the
     first kernel's one; the second's one per class of m), together all of them; 256 local experts are refused."""
     cache, env = tmp_path / "cache", _env()
-    report = _warmed(lambda plan: _scatter(plan, which), cache, env)
+    report = _warmed(_of(which), cache, env)
     assert report["not_whole"] == [] and len(report["record"]["lookups"]) == entries
     kernel = TRITON_PATH.kernel(which)["kernel"]
     _held_to_the_runners_own_calls(cache, env, kernel, ["compact"], set(report["record"]["lookups"]))
@@ -362,8 +353,7 @@ def test_the_warmed_scatter_entries_are_the_keys_sglangs_own_compact_pre_permute
 POST = "post_reorder_deepgemm_triton_kernel"
 
 
-def _post(plan) -> list:
-    return [i for i in plan.triton_path.values() if i.kernel == "post_reorder"]
+_post = _of("post_reorder")
 
 
 def test_the_deep_gemm_runner_plans_its_post_permute_per_block_size_of_the_gpus_sms():
@@ -371,42 +361,23 @@ def test_the_deep_gemm_runner_plans_its_post_permute_per_block_size_of_the_gpus_
     on 132 SMs x 2048 threads (264 blocks of 1024) m <= 18 take 512-wide blocks (18 x 14 <= 264), so m 1, 2, 16 at
     512 and 19, 32 at 1024, the same item on H100 and H200; the H20's 78 SMs move the edge to m 11; none for the
     default runner, no note for 0.5.19, a note for an unread 0.5.22."""
-    items = {gpu: _post(_server_plan(RUNNER, gpu=gpu)) for gpu in ("h100", "h200")}
-    (item,) = items["h100"]
-    assert items["h200"] == [item]
-    assert dict(item.params) == {"topk": 9, "hidden": 7168, "sms": 132, "threads_per_sm": 2048}
-    assert item.ms == (1, 2, 16, 19, 32) and item.capability == 90
-    assert "deep_gemm.py" in item.why and type(item).from_dict(item.to_dict()) == item
+    _planned_once("post_reorder", {"topk": 9, "hidden": 7168, "sms": 132, "threads_per_sm": 2048}, (1, 2, 16, 19, 32))
     (h20,) = _post(_server_plan(RUNNER, gpu="h20"))
     assert h20.ms == (1, 2, 12, 16) and h20.param("sms") == 78
     assert post_reorder_ms(7168, 10, 132, 2048) == (1, 2)  # at most the plan's tokens per forward
-    assert _post(_server_plan(DSV3)) == []
-    assert not any(POST in n for n in _server_plan(RUNNER, sglang="0.5.19").notes)
-    assert any(f"{POST} not planned: sglang 0.5.22's model path was not read" in n
-               for n in _server_plan(RUNNER, sglang="0.5.22").notes)
 
 
 FILL = "fill_gateup_input_triton_kernel"
 
 
-def _fill(plan) -> list:
-    return [i for i in plan.triton_path.values() if i.kernel == "fill_gateup_input"]
+_fill = _of("fill_gateup_input")
 
 
 def test_the_deep_gemm_runner_plans_its_masked_layouts_input_fill_once():
     """The masked layout's input fill (after the dispatch index and the row-major quantiser): one item per (local
     experts, top-k, hidden size) at one m (its key holds nothing of m: m_max a multiple of 256), the same on H100 and
     H200; none for the default runner; a note for an unread release that may ship it (0.5.22), none for 0.5.19."""
-    items = {gpu: _fill(_server_plan(RUNNER, gpu=gpu)) for gpu in ("h100", "h200")}
-    (item,) = items["h100"]
-    assert items["h200"] == [item]
-    assert dict(item.params) == {"experts": 257, "topk": 9, "hidden": 7168}
-    assert item.ms == (1,) and item.capability == 90
-    assert "deep_gemm.py" in item.why and type(item).from_dict(item.to_dict()) == item
-    assert _fill(_server_plan(DSV3)) == []
-    assert not any(FILL in n for n in _server_plan(RUNNER, sglang="0.5.19").notes)
-    assert any(f"{FILL} not planned: sglang 0.5.22's model path was not read" in n
-               for n in _server_plan(RUNNER, sglang="0.5.22").notes)
+    _planned_once("fill_gateup_input", {"experts": 257, "topk": 9, "hidden": 7168}, (1,))
 
 
 @needs_stack
