@@ -227,18 +227,28 @@ RUNTIME_INIT = (("sglang.srt.layers.moe", "initialize_moe_config"),
                 ("sglang.srt.layers.quantization.fp4_utils", "initialize_fp4_gemm_config"))
 
 
+def _sglang_own(module: str, name: str, report: Report):
+    """SGLang's ``module`` and its function ``name``, or None where this release lacks either (said in a note)."""
+    import importlib
+
+    try:
+        found = importlib.import_module(module)
+        return found, getattr(found, name)
+    except (ImportError, AttributeError) as exc:
+        report.notes.append(f"{module}.{name}: not in this release ({exc})")
+        return None
+
+
 def scheduler_init(sa, report: Report) -> None:
     """RUNTIME_INIT's functions, each given the server args where it takes them (0.5.14); the runtime-context
     releases (0.5.23) read the published configuration instead and take none."""
-    import importlib
     import inspect
 
     for module, name in RUNTIME_INIT:
-        try:
-            fn = getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError) as exc:
-            report.notes.append(f"{module}.{name}: not in this release ({exc})")
+        own = _sglang_own(module, name, report)
+        if own is None:
             continue
+        fn = own[1]
         takes = bool(inspect.signature(fn).parameters)
         fn(*([sa] if takes else []))
         report.notes.append(f"SGLang's own {name}({'server_args' if takes else ''})")
@@ -255,16 +265,13 @@ DEEPGEMM_INIT = ("sglang.srt.layers.deep_gemm_wrapper", "update_deep_gemm_config
 
 def deepgemm_init(sa, report: Report) -> None:
     """DEEPGEMM_INIT's function, called as the model runner of this rank (gpu ``base_gpu_id``) calls it."""
-    import importlib
     import inspect
 
-    module, name = DEEPGEMM_INIT
-    try:
-        wrapper = importlib.import_module(module)
-        fn = getattr(wrapper, name)
-    except (ImportError, AttributeError) as exc:
-        report.notes.append(f"{module}.{name}: not in this release ({exc})")
+    name = DEEPGEMM_INIT[1]
+    own = _sglang_own(*DEEPGEMM_INIT, report)
+    if own is None:
         return
+    wrapper, fn = own
     if not getattr(wrapper, "ENABLE_JIT_DEEPGEMM", False):
         report.notes.append(f"SGLang's {name} not called: its ENABLE_JIT_DEEPGEMM is off here")
         return
