@@ -105,10 +105,10 @@ dg plan --sglang "$SGLANG" --sglang-cmd "$LOCAL" ${GPU:+--gpu "$GPU"} -o "$w/pla
 # SGLang's model-path Triton kernels (data/triton_path.yaml), named to the summary as family triton-path; how many of
 # them the plan holds (0 before sglang 0.5.23's path: the family then has no verdict)
 path_kernels=$(python3 -c "from dgprecompile.runtimes.triton_moe import TRITON_PATH; print(','.join(sorted(k['kernel'] for k in TRITON_PATH.data()['kernels'].values())))" 2>> "$d/logs.txt")
-path_items=$(python3 -c "import sys; from dgprecompile.planning.manifest import read_manifest; print(len(read_manifest(sys.argv[1]).triton_path))" "$w/plan.yaml" 2>> "$d/logs.txt" || echo 0)
-# SGLang's Triton fused MoE items: none where the command's MoE runner is another (--moe-runner-backend deep_gemm):
-# the family is then not judged (no entry to delete; a run that never called the kernel proves nothing of it)
-moe_items=$(python3 -c "import sys; from dgprecompile.planning.manifest import read_manifest; print(len(read_manifest(sys.argv[1]).triton_moe))" "$w/plan.yaml" 2>> "$d/logs.txt" || echo unknown)
+# the plan's model-path Triton items, and its Triton fused MoE items: none where the command's MoE runner is another
+# (--moe-runner-backend deep_gemm): that family is then not judged (no entry to delete; a run that never called the
+# kernel proves nothing of it); a plan that cannot be read counts as none of the first, an unknown number of these
+read -r path_items moe_items <<< "$(python3 -c "import sys; from dgprecompile.planning.manifest import read_manifest; p = read_manifest(sys.argv[1]); print(len(p.triton_path), len(p.triton_moe))" "$w/plan.yaml" 2>> "$d/logs.txt" || echo 0 unknown)"
 echo "plan rc=$?" >> "$d/summary.txt"
 stamp warm
 tw=$(date +%s.%N)
