@@ -102,6 +102,7 @@ GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 GPU=${GPU:-$(python3 -c "import sys; from dgprecompile.planning.plan import gpu_named; print(gpu_named(sys.argv[1]) or '')" "$GPU_NAME")}
 echo "plan --gpu ${GPU:-(default: $GPU_NAME is not in data/gpus.yaml)}" >> "$d/summary.txt"
 dg plan --sglang "$SGLANG" --sglang-cmd "$LOCAL" ${GPU:+--gpu "$GPU"} -o "$w/plan.yaml" > "$d/plan.txt" 2>&1
+plan_rc=$?
 # SGLang's model-path Triton kernels (data/triton_path.yaml), named to the summary as family triton-path; how many of
 # them the plan holds (0 before sglang 0.5.23's path: the family then has no verdict)
 path_kernels=$(python3 -c "from dgprecompile.runtimes.triton_moe import TRITON_PATH; print(','.join(sorted(k['kernel'] for k in TRITON_PATH.data()['kernels'].values())))" 2>> "$d/logs.txt")
@@ -109,7 +110,7 @@ path_kernels=$(python3 -c "from dgprecompile.runtimes.triton_moe import TRITON_P
 # (--moe-runner-backend deep_gemm): that family is then not judged (no entry to delete; a run that never called the
 # kernel proves nothing of it); a plan that cannot be read counts as none of the first, an unknown number of these
 read -r path_items moe_items <<< "$(python3 -c "import sys; from dgprecompile.planning.manifest import read_manifest; p = read_manifest(sys.argv[1]); print(len(p.triton_path), len(p.triton_moe))" "$w/plan.yaml" 2>> "$d/logs.txt" || echo 0 unknown)"
-echo "plan rc=$?" >> "$d/summary.txt"
+echo "plan rc=$plan_rc" >> "$d/summary.txt"
 stamp warm
 tw=$(date +%s.%N)
 # (PROFILE=1: warm's parent under cProfile, which slows it: the speed line below then overstates its wall)
