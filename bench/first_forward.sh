@@ -26,17 +26,24 @@
 #   takes it; PROOF=<dir>: a model_proof.sh folder of the same server, stack and commit run before in this lease (the
 #   launched phase, then left out of PHASES: its driver.json and summary.txt are the launched figures)
 # PHASE_S=<s>: the cold and cold8 drivers stopped (timeout) after that many seconds, so a call's limit ends a phase,
-#   not the script: the phase's line says rc=124, and what each family had compiled by then (its files and when they
-#   landed) is still counted into cold_files.json / cold8_files.json and the summary (a cold first forward longer
-#   than the lease allows still shows where its time went)
+#   not the script: the phase's line says rc=143 (the driver's report so far written, `stopped` set: the first
+#   forward's seconds and how far the pass over m got, m_done), and what each family had compiled by then (its files
+#   and when they landed) is still counted into cold_files.json / cold8_files.json and the summary (a cold first
+#   forward longer than the lease allows still shows where its time went)
+# WORK=<dir>: the phases' folder kept there instead of a new one, so the phases of one server can run in separate
+#   device calls of one lease (the machine keeps /tmp while held): each call adds its phases' files, its device
+#   seconds to WORK/device_s, and writes the summary of every phase so far; a replaced machine starts WORK anew
+# ALONE=<regex>: phase alone warms only the items whose id matches (the longest, where a lease cannot time them all)
 # writes $OUT/$NAME/{summary.json, logs.txt, files.tar.gz}: the tarball holds cold.json, cold_files.json,
 #   cold8/driver-N.json, cold8_files.json, plan.yaml, warm1.json, alone/ with alone-N.json (each alone warm's --json)
 #   and proof/ (model_proof.sh's folder): the device returns 8 files
 set -uo pipefail
 export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
-root=$PWD; OUT=${OUT:-$root/out}; NAME=${NAME:-first-forward}; final=$OUT/$NAME; d=$(mktemp -d); mkdir -p "$final"
+root=$PWD; OUT=${OUT:-$root/out}; NAME=${NAME:-first-forward}; final=$OUT/$NAME; d=${WORK:-$(mktemp -d)}
+mkdir -p "$final" "$d"
 MS=${MS:-1-8192}; MS8=${MS8:-1}; PROCS=${PROCS:-8}; PHASES=${PHASES:-launched,cold,cold8,warm1}; SGLANG=${SGLANG:-0.5.14}
-cap=(); [ -n "${PHASE_S:-}" ] && cap=(timeout "$PHASE_S")  # the cold phases' drivers, each stopped after PHASE_S
+# the cold phases' drivers, each stopped (SIGTERM, SIGKILL 30 s on) after PHASE_S with the compilers they started
+cap=(); [ -n "${PHASE_S:-}" ] && cap=(timeout -k 30 "$PHASE_S")
 : "${SERVER:?SERVER= the sglang server command}" "${CONFIG:?CONFIG= the model config.json}"
 t0=$(date +%s)
 has() { case ",$PHASES," in *",$1,"*) return 0 ;; esac; return 1; }
@@ -96,6 +103,7 @@ fi
 if has alone; then
   mkdir -p "$d/alone"; n=0
   for id in $(python3 bench/first_forward_files.py --alone "$d/plan.yaml" "$d/alone" 2>> "$d/logs.txt"); do
+    if [ -n "${ALONE:-}" ] && ! [[ $id =~ $ALONE ]]; then n=$((n + 1)); continue; fi
     c=$(mktemp -d); start=$(date +%s.%N)
     CUDA_VISIBLE_DEVICES= python3 -m dgprecompile warm --manifest "$d/alone/alone-$n.yaml" --cache-dir "$c" \
       --backend nvcc --sglang-jit on --jobs "$(nproc)" --json > "$d/alone-$n.json" 2>> "$d/logs.txt"
@@ -103,7 +111,8 @@ if has alone; then
     rm -rf "$c"; n=$((n + 1))
   done
 fi
+spent=$(( $(date +%s) - t0 + $(cat "$d/device_s" 2>/dev/null || echo 0) )); echo "$spent" > "$d/device_s"
 python3 bench/first_forward_files.py --summary "$d" --server "$SERVER" --commit "${DGP_GIT:-}" \
-  --device-s "$(( $(date +%s) - t0 ))" > "$d/summary.json" 2>> "$d/logs.txt"
+  --device-s "$spent" > "$d/summary.json" 2>> "$d/logs.txt"
 cp "$d/summary.json" "$d/logs.txt" "$final/"; tar czf "$final/files.tar.gz" -C "$d" .
 grep -E "phase" "$d/logs.txt"; cat "$d/summary.json"

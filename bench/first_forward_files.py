@@ -109,6 +109,8 @@ def summary(d: Path, server: str, commit: str, device_s: int) -> dict:
            "cold_pass_s": cold.get("times", {}).get("pass_s"),
            "cold_decode_s": cold.get("times", {}).get("decode_s"),
            "cold_families": _json(d / "cold_files.json"),
+           # a cold run PHASE_S stopped: the signal, and the last m its pass over m finished (None: still in the first)
+           "cold_stopped": cold.get("stopped"), "cold_m_done": cold.get("m_done"),
            "launched_first_forward_s": launched.get("times", {}).get("first_forward_s"),
            "launched_pass_s": launched.get("times", {}).get("pass_s"),
            "launched_decode_s": launched.get("times", {}).get("decode_s"),
@@ -116,6 +118,7 @@ def summary(d: Path, server: str, commit: str, device_s: int) -> dict:
            "cold_8proc_first_forward_s": max((t for c in cold8 if (t := c.get("times", {}).get("first_forward_s"))
                                               is not None), default=None),
            "cold_8proc_drivers": len(cold8),
+           "cold_8proc_stopped": sum(1 for c in cold8 if c.get("stopped")),
            "warm_wall_s": (steps["warm"] + steps["warm-gpu"]) if {"warm", "warm-gpu"} <= steps.keys() else None,
            "warm_steps_s": {k: steps[k] for k in ("install", "carried", "plan", "warm", "warm-gpu") if k in steps},
            "warm_one_run_s": _json(d / "warm1.json").get("wall_seconds"),

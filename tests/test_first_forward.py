@@ -91,6 +91,20 @@ def test_a_phase_not_run_leaves_its_figures_empty(tmp_path):
     assert row["warm_one_run_s"] is None and row["warm_one_run_over_longest"] is None
 
 
+def test_a_cold_run_cut_short_says_so_and_how_far_its_pass_got(tmp_path):
+    """PHASE_S: the cold driver stopped by SIGTERM wrote its report so far (model_driver.stop_writes_report)."""
+    (tmp_path / "cold.json").write_text(json.dumps({"times": {"first_forward_s": 212.0}, "m_done": 96,
+                                                    "stopped": "SIGTERM"}))
+    (tmp_path / "cold8").mkdir()
+    for i, stopped in enumerate(("SIGTERM", None)):
+        (tmp_path / "cold8" / f"driver-{i}.json").write_text(json.dumps({"times": {"first_forward_s": 300.0},
+                                                                         **({"stopped": stopped} if stopped else {})}))
+    (row,) = run("--summary", str(tmp_path))["servers"]
+    assert (row["cold_first_forward_s"], row["cold_pass_s"]) == (212.0, None)
+    assert (row["cold_stopped"], row["cold_m_done"]) == ("SIGTERM", 96)
+    assert (row["cold_8proc_drivers"], row["cold_8proc_stopped"]) == (2, 1)
+
+
 def test_each_long_item_gets_a_manifest_of_its_own_and_the_summary_takes_the_longest_alone(tmp_path):
     """Phase alone: the README's 0.5.14 480B server plan cut into one manifest per GPU-free item that is no DeepGEMM
     kernel (FlashInfer's two modules, the Triton MoE item, SGLang's JIT modules), each a valid manifest holding that

@@ -448,3 +448,32 @@ def test_sglangs_own_precompile_list_is_set_as_its_model_runner_sets_it_and_the_
                            "--json"], capture_output=True, text=True, timeout=300, cwd=REPO)
     assert plan.returncode == 0, plan.stderr[-2000:]
     assert json.loads(plan.stdout)["sglang_precompile_m_max"] == got["max"]
+
+
+def test_a_stopped_run_writes_its_report_so_far_and_exits_without_waiting_for_compile_threads(tmp_path):
+    """bench/first_forward.sh's PHASE_S: `timeout` sends SIGTERM to a cold run a device call cannot wait for. The
+    report so far must land (the first forward's seconds, how far the pass got) while the main thread waits on a lock
+    a runtime's compile thread holds (SGLang's DeepGEMM precompile pool), and the exit must not wait for that thread."""
+    report = tmp_path / "driver.json"
+    script = textwrap.dedent(f"""
+        import threading, time
+        from dgprecompile.launch.model_driver import Report, stop_writes_report
+        r = Report()
+        r.times["first_forward_s"] = 12.5
+        r.m_done = 96
+        stop_writes_report({str(report)!r}, lambda stopped=None: {{"times": r.times, "m_done": r.m_done,
+                                                                    "stopped": stopped}})
+        busy = threading.Lock(); busy.acquire()
+        threading.Thread(target=lambda: (busy.acquire(), time.sleep(600))).start()  # a compile thread, not daemon
+        print("ready", flush=True)
+        busy.acquire()  # the main thread waits on it, as on a future
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        assert not report.exists()
+        proc.terminate()
+        assert proc.wait(timeout=30) == 143
+    finally:
+        proc.kill()
+    assert json.loads(report.read_text()) == {"times": {"first_forward_s": 12.5}, "m_done": 96, "stopped": "SIGTERM"}

@@ -37,6 +37,7 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import sys
 import time
 from typing import Any
@@ -60,6 +61,7 @@ class Report:
         # after it): what the first forward spends where (a load or a compile there is the module's first call's)
         self.sync = sync
         self.first_call_s: dict[str, float] = {}
+        self.m_done: int | None = None  # the last m a pass over m finished (a run stopped early got this far)
 
     def note(self, text: str) -> None:
         if text not in self.notes:
@@ -139,35 +141,67 @@ def main(argv: list[str] | None = None) -> int:
     report = Report(sync=torch.cuda.synchronize)
     before = cache_files()
     t0 = time.time()
+    state: dict[str, Any] = {"ms": parse_ms(args.m), "sa": None, "asks": None}
+
+    def document(stopped: str | None = None) -> dict:
+        ms, sa, asks = state["ms"], state["sa"], state["asks"]
+        out = {"sglang_cmd": args.sglang_cmd, "m": [ms[0], ms[-1]], "ms": len(ms),
+               "seconds": round(time.time() - t0, 1),
+               "server_args": {k: str(getattr(sa, k, None)) for k in SERVER_ARGS_KEPT} if sa is not None else {},
+               "calls": report.calls, "failed": report.failed, "standins": report.standins, "notes": report.notes,
+               "times": report.times, "first_call_s": report.first_call_s, "m_done": report.m_done,
+               "new_cache_files": new_files(before, cache_files()), "dynamo": dynamo_counts(),
+               "asks": asks.to_dict() if asks is not None else {}, "asks_notes": asks.notes if asks is not None else []}
+        if stopped:
+            out["stopped"] = stopped
+        return out
+
+    if args.report:
+        stop_writes_report(args.report, document)
     from dgprecompile.launch import model_asks, model_standins
 
-    asks = model_asks.Asks()
+    asks = state["asks"] = model_asks.Asks()
     model_asks.watch_compile(asks)  # before SGLang is imported: its torch.compile decorators record their calls
     model_asks.watch_host(asks)  # before Triton's CUDA driver starts: its cuda_utils, then each kernel's launcher
     model_standins.install(report)
-    model, sa = build(args, report)
+    model, state["sa"] = build(args, report)
     model_asks.watch_moe(asks)
     model_asks.watch_path(asks)  # the embedding, router and MoE sum's Triton wrappers (data/triton_path.yaml)
-    ms = parse_ms(args.m)
+    ms = state["ms"]
     report.times["build_s"] = round(time.time() - t0, 3)
     with grad_mode(report):
         timed(report, "pass_s", drive, model, ms, report)
         timed(report, "decode_s", decode_step, model, [int(b) for b in args.decode.split(",") if b], report)
         timed(report, "second_forward_s", drive, model, ms[:1], report)  # the first m again: nothing left to load
-    out = {"sglang_cmd": args.sglang_cmd, "m": [ms[0], ms[-1]], "ms": len(ms), "seconds": round(time.time() - t0, 1),
-           "server_args": {k: str(getattr(sa, k, None)) for k in ("tp_size", "ep_size", "moe_runner_backend",
-                                                                  "moe_a2a_backend", "attention_backend",
-                                                                  "disable_shared_experts_fusion")},
-           "calls": report.calls, "failed": report.failed, "standins": report.standins, "notes": report.notes,
-           "times": report.times, "first_call_s": report.first_call_s,
-           "new_cache_files": new_files(before, cache_files()), "dynamo": dynamo_counts(),
-           "asks": asks.to_dict(), "asks_notes": asks.notes}
+    out = document()
     text = json.dumps(out, indent=1, sort_keys=True)
     if args.report:
         with open(args.report, "w") as f:
             f.write(text + "\n")
     print(text)
     return 1 if (report.failed or out["new_cache_files"] or out["dynamo"].get("inductor_compiled", 0)) else 0
+
+
+# the server arguments the report repeats (what the driver made of the command)
+SERVER_ARGS_KEPT = ("tp_size", "ep_size", "moe_runner_backend", "moe_a2a_backend", "attention_backend",
+                    "disable_shared_experts_fusion")
+
+
+def stop_writes_report(path: str, document) -> None:
+    """On SIGTERM (bench/first_forward.sh's PHASE_S: ``timeout`` ends a cold run a device call cannot wait for), write
+    the report so far to ``path``, ``stopped`` set, and exit 143 at once: the first forward's seconds, each module's
+    first call and how far the pass over m got (``m_done``) survive a run cut short. The exit skips the interpreter's
+    shutdown, which would wait on the runtime's compile threads."""
+
+    def on_term(signum, _frame) -> None:
+        try:
+            text = json.dumps(document(stopped=signal.Signals(signum).name), indent=1, sort_keys=True)
+            with open(path, "w") as f:
+                f.write(text + "\n")
+        finally:
+            os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
 
 
 def timed(report: Report, key: str, fn, *args) -> None:
@@ -325,6 +359,8 @@ def drive(model, ms: list[int], report: Report) -> None:
         torch.cuda.synchronize()
         if m == ms[0]:  # the first forward: every module once, with what it compiles or loads the first time
             report.times.setdefault("first_forward_s", round(time.time() - t0, 3))
+        if "pass_s" not in report.times:  # the pass over m (not the second forward after it)
+            report.m_done = m
 
 
 def decode_step(model, batches: list[int], report: Report) -> None:
