@@ -36,7 +36,8 @@ def fresh_env(cache: Path) -> list[str]:
 
 def families(cache: Path, start: float) -> dict[str, dict]:
     out = {}
-    for family in FAMILIES.values():
+    # and HOME's: a runtime whose variable is not in FAMILIES writes under HOME (its default, e.g. ~/.deep_gemm)
+    for family in (*FAMILIES.values(), "home"):
         times = [os.stat(os.path.join(dirpath, f)).st_mtime for dirpath, _, files in os.walk(cache / family)
                  for f in files if f not in RUNTIME_LOGS]
         if times:
