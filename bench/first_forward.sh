@@ -91,7 +91,13 @@ if has cold8; then
   python3 bench/first_forward_files.py "$c" "$start" > "$d/cold8_files.json" 2>> "$d/logs.txt"
 fi
 if has warm1 || has alone; then
-  python3 -m dgprecompile plan --sglang "$SGLANG" --sglang-cmd "$LOCAL" -o "$d/plan.yaml" > /dev/null 2>> "$d/logs.txt"
+  # the GPU the user names with --gpu, from nvidia-smi as model_proof.sh does: without it the plan is the H200's, and
+  # on another card warm skips the torch.compile graphs (their key holds the live GPU's name) and tunes the Triton
+  # MoE for the H200 (the 2026-12-07 H100 run's first warm1: 154 s without its two graphs)
+  gpu=$(python3 -c "import sys; from dgprecompile.planning.plan import gpu_named; print(gpu_named(sys.argv[1]) or '')" \
+    "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)")
+  python3 -m dgprecompile plan --sglang "$SGLANG" --sglang-cmd "$LOCAL" ${gpu:+--gpu "$gpu"} -o "$d/plan.yaml" \
+    > /dev/null 2>> "$d/logs.txt"
 fi
 if has warm1; then  # the whole warm as a user runs it: one `warm`, the GPU visible, into a new cache
   c=$(mktemp -d); start=$(date +%s.%N)
