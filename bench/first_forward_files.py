@@ -24,7 +24,8 @@ from dgprecompile.launch.model_driver import RUNTIME_LOGS
 
 # the variable each runtime reads its JIT cache from -> the family it holds: every variable the driver counts
 # (CACHE_VARS: tests/test_first_forward.py holds the two together) and the CUDA driver's own cache
-FAMILIES = {"DG_JIT_CACHE_DIR": "deepgemm", "TVM_FFI_CACHE_DIR": "sglang-jit", "SGLANG_JIT_CACHE_DIR": "sglang-jit-ninja",
+FAMILIES = {"DG_JIT_CACHE_DIR": "deepgemm", "SGL_DG_CACHE_DIR": "deepgemm-sgl", "SGLANG_DG_CACHE_DIR": "deepgemm-sglang",
+            "TVM_FFI_CACHE_DIR": "sglang-jit", "SGLANG_JIT_CACHE_DIR": "sglang-jit-ninja",
             "TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor", "FLASHINFER_WORKSPACE_BASE": "flashinfer",
             "CUTE_DSL_CACHE_DIR": "cute-dsl", "CUDA_CACHE_PATH": "cuda-driver"}
 

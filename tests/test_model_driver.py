@@ -477,3 +477,13 @@ def test_a_stopped_run_writes_its_report_so_far_and_exits_without_waiting_for_co
     finally:
         proc.kill()
     assert json.loads(report.read_text()) == {"times": {"first_forward_s": 12.5}, "m_done": 96, "stopped": "SIGTERM"}
+
+
+def test_the_driver_counts_new_files_under_every_name_a_release_reads_deepgemms_cache_from():
+    """The H100's cold 480B run (sglang 0.5.14) compiled DeepGEMM into SGLANG_DG_CACHE_DIR's default under HOME, a
+    name the driver did not count: its check of new files, and the bench's per-family figures, missed that family."""
+    from dgprecompile.launch.model_driver import CACHE_VARS
+    from dgprecompile.planning.profiles import all_profiles
+
+    read = {name for profile in all_profiles() for name in profile.env_names("cache_dir")}
+    assert read and read <= set(CACHE_VARS), read - set(CACHE_VARS)

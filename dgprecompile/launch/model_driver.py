@@ -42,8 +42,11 @@ import sys
 import time
 from typing import Any
 
+# every runtime cache the driver counts new files in: DeepGEMM's under each name a release reads (data/profiles.yaml
+# env.cache_dir: SGLang's SGL_DG_CACHE_DIR / SGLANG_DG_CACHE_DIR, DeepJIT's DG_JIT_CACHE_DIR; a test holds them to it)
 CACHE_VARS = ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TVM_FFI_CACHE_DIR", "SGLANG_JIT_CACHE_DIR",
-              "DG_JIT_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE", "CUTE_DSL_CACHE_DIR")
+              "DG_JIT_CACHE_DIR", "SGL_DG_CACHE_DIR", "SGLANG_DG_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE",
+              "CUTE_DSL_CACHE_DIR")
 
 
 class Report:
