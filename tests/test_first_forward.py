@@ -15,7 +15,7 @@ from dgprecompile.launch.model_driver import CACHE_VARS
 
 REPO = Path(__file__).resolve().parent.parent
 TOOL = REPO / "bench" / "first_forward_files.py"
-PROOF_480B = REPO / "bench" / "results" / "2026-12-05-h200-model-480b-carried"
+PROOF_480B = REPO / "bench" / "results" / "2026-12-05-h200-model-480b-0523"  # an uncarried proof: its warms built all
 
 
 def run(*args: str) -> dict:
@@ -71,8 +71,8 @@ def test_the_summary_takes_each_phases_own_figures(tmp_path):
               "--device-s", "512")
     assert doc["commit"] == "abc" and doc["device_s"] == 512
     (row,) = doc["servers"]
-    assert row["warm_wall_s"] == 35 + 113  # the 480B proof's GPU-hidden and GPU-visible warms
-    assert row["warm_steps_s"] == {"install": 31, "carried": 2, "plan": 1, "warm": 35, "warm-gpu": 113}
+    assert row["warm_wall_s"] == 329 + 59  # the 480B proof's GPU-hidden and GPU-visible warms
+    assert row["warm_steps_s"] == {"install": 20, "plan": 1, "warm": 329, "warm-gpu": 59}
     assert row["launched_first_forward_s"] == 4.2 and row["second_forward_s"] == 4.0
     assert row["launched_over_second"] == 1.05 and row["cold_over_launched"] == 20.0
     assert row["cold_8proc_first_forward_s"] == 150.5 and row["cold_8proc_drivers"] == 3
@@ -82,6 +82,17 @@ def test_the_summary_takes_each_phases_own_figures(tmp_path):
     assert row["launched_first_calls_s"] == {}
     # the one-run warm (phase warm1) against the longest item (here the pool's: no phase alone)
     assert row["warm_one_run_s"] == 32.01 and row["warm_one_run_over_longest"] == 1.1
+    assert (row["warm_one_run_longest_item"], row["warm_one_run_longest_item_s"]) == ("a", 3.0)
+
+
+def test_a_carried_proofs_warms_are_no_whole_warm(tmp_path):
+    """A launched phase that unpacked a carried artifact warmed only what was not carried (2026-12-07: 22 + 70 s of
+    the 480B's Triton MoE item and graphs): the summary does not call that the warm's wall."""
+    (tmp_path / "proof").mkdir()
+    (tmp_path / "proof" / "summary.txt").write_text("device seconds: carried 2\ndevice seconds: warm 22\n"
+                                                    "device seconds: warm-gpu 70\n")
+    (row,) = run("--summary", str(tmp_path))["servers"]
+    assert row["warm_wall_s"] is None and row["warm_steps_s"] == {"carried": 2, "warm": 22, "warm-gpu": 70}
 
 
 def test_a_phase_not_run_leaves_its_figures_empty(tmp_path):
