@@ -140,6 +140,10 @@ def summary(d: Path, server: str, commit: str, device_s: int) -> dict:
     # where each first forward went: its costliest modules' first calls (the driver's first_call_s)
     row["cold_first_calls_s"] = _costliest(cold.get("first_call_s") or {})
     row["launched_first_calls_s"] = _costliest(launched.get("first_call_s") or {})
+    # and what torch.compile did in those first calls (frames traced, graphs compiled or loaded), where anything
+    for run, key in ((cold, "cold"), (launched, "launched")):
+        counts = run.get("first_call_counts") or {}
+        row[f"{key}_first_calls_counts"] = {k: counts[k] for k in row[f"{key}_first_calls_s"] if k in counts}
     lf, sf = row["launched_first_forward_s"], row["second_forward_s"]
     cf = row["cold_first_forward_s"]
     row["launched_over_second"] = round(lf / sf, 2) if lf and sf else None

@@ -57,7 +57,9 @@ def test_the_summary_takes_each_phases_own_figures(tmp_path):
     (tmp_path / "proof").mkdir()
     shutil.copy(PROOF_480B / "summary.txt", tmp_path / "proof" / "summary.txt")  # a real run's device seconds
     (tmp_path / "proof" / "driver.json").write_text(json.dumps(
-        {"times": {"first_forward_s": 4.2, "pass_s": 90.0, "decode_s": 1.5, "second_forward_s": 4.0}}))
+        {"times": {"first_forward_s": 4.2, "pass_s": 90.0, "decode_s": 1.5, "second_forward_s": 4.0},
+         "first_call_s": {"embed_tokens": 0.95, "norm": 0.01},
+         "first_call_counts": {"embed_tokens": {"traced": 2, "inductor_loaded": 1}}}))
     (tmp_path / "proof" / "warm.json").write_text(json.dumps({"item_seconds": {"a": 3.0, "b": 29.1}}))
     firsts = {f"layers.{i}.mlp": float(i) for i in range(10)}
     (tmp_path / "cold.json").write_text(json.dumps({"times": {"first_forward_s": 84.0, "pass_s": 400.0},
@@ -77,9 +79,11 @@ def test_the_summary_takes_each_phases_own_figures(tmp_path):
     assert row["launched_over_second"] == 1.05 and row["cold_over_launched"] == 20.0
     assert row["cold_8proc_first_forward_s"] == 150.5 and row["cold_8proc_drivers"] == 3
     assert row["longest_compile_s"] == 29.1 and row["cold_families"] == {"deepgemm": {"files": 2}}
-    # the cold first forward's eight costliest first calls, longest first; the launched run recorded none
+    # the cold first forward's eight costliest first calls, longest first
     assert list(row["cold_first_calls_s"].items()) == [(f"layers.{i}.mlp", float(i)) for i in range(9, 1, -1)]
-    assert row["launched_first_calls_s"] == {}
+    assert row["launched_first_calls_s"] == {"embed_tokens": 0.95, "norm": 0.01}
+    assert row["launched_first_calls_counts"] == {"embed_tokens": {"traced": 2, "inductor_loaded": 1}}
+    assert row["cold_first_calls_counts"] == {}  # a report from before the driver counted them
     # the one-run warm (phase warm1) against the longest item (here the pool's: no phase alone)
     assert row["warm_one_run_s"] == 32.01 and row["warm_one_run_over_longest"] == 1.1
     assert (row["warm_one_run_longest_item"], row["warm_one_run_longest_item_s"]) == ("a", 3.0)

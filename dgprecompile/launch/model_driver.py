@@ -54,7 +54,7 @@ class Report:
     failed at one m is still called at the others: a refusal at small m must not hide what larger m run), the
     stand-ins used."""
 
-    def __init__(self, sync=None) -> None:
+    def __init__(self, sync=None, counts=None) -> None:
         self.calls: dict[str, int] = {}
         self.failed: dict[str, dict[str, Any]] = {}
         self.standins: list[str] = []
@@ -64,6 +64,11 @@ class Report:
         # after it): what the first forward spends where (a load or a compile there is the module's first call's)
         self.sync = sync
         self.first_call_s: dict[str, float] = {}
+        # what torch.compile did in each module's first call (``counts``: dynamo_counts, read either side of it): the
+        # frames Dynamo traced and the graphs inductor compiled or loaded there, where any (a launched first forward
+        # that compiles nothing still traces and loads: this says which module's seconds those are)
+        self.counts = counts
+        self.first_call_counts: dict[str, dict[str, int]] = {}
         self.m_done: int | None = None  # the last m a pass over m finished (a run stopped early got this far)
 
     def note(self, text: str) -> None:
@@ -73,6 +78,7 @@ class Report:
     def call(self, name: str, m: int, fn, *args, **kwargs):
         first = self.sync is not None and name not in self.first_call_s and name not in self.failed
         if first:
+            before = self.counts() if self.counts is not None else {}
             self.sync()
             t = time.perf_counter()
         try:
@@ -80,6 +86,7 @@ class Report:
             if first:
                 self.sync()
                 self.first_call_s[name] = round(time.perf_counter() - t, 4)
+                self._count_first(name, before)
         except Exception as exc:  # noqa: BLE001 - every failure is the proof's finding, reported by module
             seen = self.failed.setdefault(name, {"m": m, "error": f"{type(exc).__name__}: "
                                                                  f"{str(exc).splitlines()[0][:300]}", "count": 0})
@@ -87,6 +94,14 @@ class Report:
             return None
         self.calls[name] = self.calls.get(name, 0) + 1
         return out
+
+    def _count_first(self, name: str, before: dict[str, int]) -> None:
+        if self.counts is None:
+            return
+        after = self.counts()
+        grew = {k: v - before.get(k, 0) for k, v in after.items() if k in FIRST_CALL_COUNTS and v > before.get(k, 0)}
+        if grew:
+            self.first_call_counts[name] = grew
 
 
 def server_argv(cmd: str, model_dir: str, layers: int | None) -> list[str]:
@@ -141,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from dgprecompile.compile.triton_moe import parse_ms
 
-    report = Report(sync=torch.cuda.synchronize)
+    report = Report(sync=torch.cuda.synchronize, counts=dynamo_counts)
     before = cache_files()
     t0 = time.time()
     state: dict[str, Any] = {"ms": parse_ms(args.m), "sa": None, "asks": None}
@@ -153,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                "server_args": {k: str(getattr(sa, k, None)) for k in SERVER_ARGS_KEPT} if sa is not None else {},
                "calls": report.calls, "failed": report.failed, "standins": report.standins, "notes": report.notes,
                "times": report.times, "first_call_s": report.first_call_s, "m_done": report.m_done,
+               "first_call_counts": report.first_call_counts,
                "new_cache_files": new_files(before, cache_files()), "dynamo": dynamo_counts(),
                "asks": asks.to_dict() if asks is not None else {}, "asks_notes": asks.notes if asks is not None else []}
         if stopped:
@@ -583,6 +599,10 @@ def new_files(before: dict[str, set[str]], after: dict[str, set[str]]) -> dict[s
         if added:
             out[var] = {"count": len(added), "files": added[:SHOWN_FILES]}
     return out
+
+
+# the counters a module's first call is charged with (Report.first_call_counts)
+FIRST_CALL_COUNTS = ("traced", "inductor_compiled", "inductor_loaded")
 
 
 def dynamo_counts() -> dict[str, int]:
