@@ -6,8 +6,9 @@
 #             through every module), the pass over MS, a decode step and a second forward at the first m
 #   cold      the same driver, every JIT cache a new empty folder, no launch: runtime JIT on as SGLang ships it (its
 #             own DeepGEMM precompile of every m included); what each family compiled: its files and when they landed
-#   cold8     PROCS such drivers at once on the one GPU, sharing one new cache (the ranks of a node), the first m only,
-#             no decode: the CPU contention of a node's ranks compiling at once
+#   cold8     PROCS such drivers at once on the one GPU, sharing one new cache (the ranks of a node: driver i is local
+#             rank i-1, so SGLang's DeepGEMM precompile of every m runs in the first only, as on a node), the first m
+#             only, no decode: the CPU contention of a node's ranks compiling at once
 #   warm1     the whole warm as a user runs it: one `warm` of the plan with the GPU visible into a new cache (the
 #             launched phase's two warms are split for the proof: GPU-hidden first, then the graphs; one warm starts
 #             FlashInfer's modules beside the pool and builds the graphs while they compile): its wall is the
@@ -83,7 +84,7 @@ if has cold8; then
   c=$(mktemp -d); mkdir -p "$c/home" "$d/cold8"; start=$(date +%s.%N); pids=()
   for i in $(seq "$PROCS"); do
     env $(fresh_env "$c") "${cap[@]}" python3 -m dgprecompile.launch.model_driver --sglang-cmd "$LOCAL" \
-      --model-dir "$model" --m "$MS8" --decode "" --report "$d/cold8/driver-$i.json" > /dev/null \
+      --model-dir "$model" --m "$MS8" --decode "" --local-rank $((i - 1)) --report "$d/cold8/driver-$i.json" > /dev/null \
       2>> "$d/cold8/logs-$i.txt" & pids+=($!)
   done
   rcs=(); for p in "${pids[@]}"; do wait "$p"; rcs+=($?); done

@@ -440,9 +440,12 @@ DEEPGEMM_LIST = textwrap.dedent("""\
     deep_gemm_wrapper.ENABLE_JIT_DEEPGEMM = True  # STAND-IN: SGLang's configurer turns it on only on an sm_90 GPU
     report = Report()
     deepgemm_init(sa, report)
-    ms = compile_utils._BUILTIN_M_LIST
+    ms, first = compile_utils._BUILTIN_M_LIST, compile_utils._DO_COMPILE_ALL
+    other = Report()
+    deepgemm_init(sa, other, 3)  # the node's fourth rank (bench/first_forward.sh cold8's fourth process)
     print(json.dumps({"off": off, "notes": report.notes, "n": len(ms), "max": max(ms),
-                      "all": ms == list(range(1, max(ms) + 1)), "compile_all": compile_utils._DO_COMPILE_ALL}))
+                      "all": ms == list(range(1, max(ms) + 1)), "compile_all": first,
+                      "rank3": [compile_utils._DO_COMPILE_ALL, other.notes]}))
 """)
 
 
@@ -468,6 +471,9 @@ def test_sglangs_own_precompile_list_is_set_as_its_model_runner_sets_it_and_the_
     assert got["notes"] == ["SGLang's own update_deep_gemm_config(gpu_id, server_args)"]
     assert (got["n"], got["max"], got["all"], got["compile_all"]) == ({16384: 32768, -1: 65536}[chunked],) * 2 + (
         True, True)
+    # another rank of the node: SGLang's own rule leaves the precompile to the first (gpu base_gpu_id)
+    assert got["rank3"] == [False, ["SGLang's own update_deep_gemm_config(gpu_id, server_args): gpu_id 3, the node's "
+                                    "local rank 3"]]
     plan = subprocess.run([sys.executable, "-m", "dgprecompile", "plan", "--sglang", "0.5.14", "--sglang-cmd",
                            command.replace("--model-path q", "--model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8"),
                            "--json"], capture_output=True, text=True, timeout=300, cwd=REPO)

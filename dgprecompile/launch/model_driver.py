@@ -151,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--m", default="1-8192")
     p.add_argument("--decode", default="1,8,64", help="a decode step's batch sizes, comma-separated ('': none)")
     p.add_argument("--report", default=None)
+    p.add_argument("--local-rank", type=int, default=0,
+                   help="the node-local rank this process stands for (SGLang's DeepGEMM precompile runs on rank 0 only)")
     args = p.parse_args(argv)
     import torch
 
@@ -265,7 +267,7 @@ def build(args, report: Report):
     from dgprecompile.launch import model_groups
 
     model_groups.install(sa, model_config, report)
-    runtime_init(sa, model_config, report)
+    runtime_init(sa, model_config, report, getattr(args, "local_rank", 0))
     report.standins.append("weights: SGLang's dummy load format (random values, its own post-load processing)")
     model = get_model(model_config=model_config, load_config=LoadConfig(load_format="dummy"),
                       device_config=DeviceConfig("cuda"))
@@ -316,8 +318,10 @@ def scheduler_init(sa, report: Report) -> None:
 DEEPGEMM_INIT = ("sglang.srt.layers.deep_gemm_wrapper", "update_deep_gemm_config")
 
 
-def deepgemm_init(sa, report: Report) -> None:
-    """DEEPGEMM_INIT's function, called as the model runner of this rank (gpu ``base_gpu_id``) calls it."""
+def deepgemm_init(sa, report: Report, local_rank: int = 0) -> None:
+    """DEEPGEMM_INIT's function, called as the model runner of the node's ``local_rank`` calls it: with its gpu id,
+    ``base_gpu_id + local_rank * gpu_id_step`` (SGLang's first rank on a node, gpu ``base_gpu_id``, precompiles every
+    m; the others compile what they meet). Only that id is passed: the process still runs on its one GPU."""
     import inspect
 
     name = DEEPGEMM_INIT[1]
@@ -329,17 +333,19 @@ def deepgemm_init(sa, report: Report) -> None:
         report.notes.append(f"SGLang's {name} not called: its ENABLE_JIT_DEEPGEMM is off here")
         return
     takes = "server_args" in inspect.signature(fn).parameters
-    fn(int(getattr(sa, "base_gpu_id", 0)), *([sa] if takes else []))
-    report.notes.append(f"SGLang's own {name}(gpu_id{', server_args' if takes else ''})")
+    gpu_id = int(getattr(sa, "base_gpu_id", 0) or 0) + local_rank * int(getattr(sa, "gpu_id_step", 1) or 1)
+    fn(gpu_id, *([sa] if takes else []))
+    report.notes.append(f"SGLang's own {name}(gpu_id{', server_args' if takes else ''})"
+                        + (f": gpu_id {gpu_id}, the node's local rank {local_rank}" if local_rank else ""))
 
 
-def runtime_init(sa, model_config, report: Report) -> None:
+def runtime_init(sa, model_config, report: Report, local_rank: int = 0) -> None:
     """What the scheduler sets up (scheduler_init), then the expert location (its server_args where it takes them)
     and the model runner's DeepGEMM configuration (deepgemm_init)."""
     import inspect
 
     scheduler_init(sa, report)
-    deepgemm_init(sa, report)
+    deepgemm_init(sa, report, local_rank)
     try:
         from sglang.srt.eplb import expert_location as loc
     except ImportError:
