@@ -49,7 +49,7 @@ cap=(); [ -n "${PHASE_S:-}" ] && cap=(timeout -k 30 "$PHASE_S")
 t0=$(date +%s)
 has() { case ",$PHASES," in *",$1,"*) return 0 ;; esac; return 1; }
 if has launched; then  # the proof's own steps; its device seconds per step land in proof/summary.txt
-  OUT=$d NAME=proof DELETED=0 bash tests/gpu/model_proof.sh > "$d/logs.txt" 2>&1
+  OUT=$d NAME=proof DELETED=0 bash tests/gpu/model_proof.sh >> "$d/logs.txt" 2>&1
   echo "launched phase: model_proof.sh rc=$?" >> "$d/logs.txt"
 elif [ -n "${PROOF:-}" ]; then
   cp -a "$PROOF" "$d/proof" && echo "launched phase: taken from $PROOF" >> "$d/logs.txt"
