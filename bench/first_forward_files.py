@@ -20,7 +20,7 @@ import re
 import sys
 from pathlib import Path
 
-from dgprecompile.launch.model_driver import RUNTIME_LOGS
+from dgprecompile.launch.model_report import RUNTIME_LOGS
 
 # the variable each runtime reads its JIT cache from -> the family it holds: every variable the driver counts
 # (CACHE_VARS: tests/test_first_forward.py holds the two together) and the CUDA driver's own cache

@@ -120,7 +120,10 @@ def test_real_machine():
     # the table shows every check the JSON holds, and the verdict line is the JSON's
     for check in data["checks"]:
         assert check["name"] in text.stdout
-    assert f"verdict: {data['verdict']}" in text.stdout
+    # (the live machine's free task count may move between the two runs: the full suite's 2-core run saw 32643 and
+    # 32644 tasks left; the numbers are masked, the words and their order are the JSON's)
+    shown = next(line for line in text.stdout.splitlines() if line.startswith("verdict: "))
+    assert re.sub(r"\d+", "N", shown) == re.sub(r"\d+", "N", f"verdict: {data['verdict']}")
     assert data["sglang_profile"] == "0.5.0-0.5.1" and data["ranks"] == 2
     lims = {lim["name"]: lim for lim in data["limits"]["task_limits"]}
     assert lims["kernel.pid_max"]["limit"] == int(Path("/proc/sys/kernel/pid_max").read_text())

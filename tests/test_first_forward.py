@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dgprecompile.launch.model_driver import CACHE_VARS
+from dgprecompile.launch.model_report import CACHE_VARS
 
 REPO = Path(__file__).resolve().parent.parent
 TOOL = REPO / "bench" / "first_forward_files.py"

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from helpers import STANDINS, beside_venv, needs_sgl014, sglang_014_dir
 
-from dgprecompile.launch.model_driver import RUNTIME_INIT, Report, layers_to_keep, new_files, server_argv
+from dgprecompile.launch.model_driver import RUNTIME_INIT, layers_to_keep, server_argv
+from dgprecompile.launch.model_report import Report, new_files
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = REPO / "dgprecompile" / "data" / "models"
@@ -92,7 +93,7 @@ def test_what_torch_compile_did_in_a_first_call_is_charged_to_that_module(tmp_pa
     seconds are a trace or a cached graph's load, not a guess; a module without torch.compile has no entry."""
     script = textwrap.dedent("""
         import json, torch
-        from dgprecompile.launch.model_driver import Report, dynamo_counts
+        from dgprecompile.launch.model_report import Report, dynamo_counts
         double = torch.compile(lambda x: x * 2 + 1)
         report = Report(sync=lambda: None, counts=dynamo_counts)
         report.call("compiled", 1, double, torch.ones(4))
@@ -121,7 +122,7 @@ def test_the_drivers_own_count_leaves_out_flashinfers_log_and_names_a_built_file
     proof on the H200 at ffea8d6 exited 1 on it with every family 0 refused 0 new). A module file is named."""
     job = textwrap.dedent("""
         import json, os, sys
-        from dgprecompile.launch.model_driver import cache_files, new_files
+        from dgprecompile.launch.model_report import cache_files, new_files
         before = cache_files()
         import flashinfer.jit.core  # the real one: opens its log
         if sys.argv[1] == "compile":
@@ -488,7 +489,7 @@ def test_a_stopped_run_writes_its_report_so_far_and_exits_without_waiting_for_co
     report = tmp_path / "driver.json"
     script = textwrap.dedent(f"""
         import threading, time
-        from dgprecompile.launch.model_driver import Report, stop_writes_report
+        from dgprecompile.launch.model_report import Report, stop_writes_report
         r = Report()
         r.times["first_forward_s"] = 12.5
         r.m_done = 96
@@ -513,7 +514,7 @@ def test_a_stopped_run_writes_its_report_so_far_and_exits_without_waiting_for_co
 def test_the_driver_counts_new_files_under_every_name_a_release_reads_deepgemms_cache_from():
     """The H100's cold 480B run (sglang 0.5.14) compiled DeepGEMM into SGLANG_DG_CACHE_DIR's default under HOME, a
     name the driver did not count: its check of new files, and the bench's per-family figures, missed that family."""
-    from dgprecompile.launch.model_driver import CACHE_VARS
+    from dgprecompile.launch.model_report import CACHE_VARS
     from dgprecompile.planning.profiles import all_profiles
 
     read = {name for profile in all_profiles() for name in profile.env_names("cache_dir")}
