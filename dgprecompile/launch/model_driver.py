@@ -101,10 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     report = Report(sync=torch.cuda.synchronize, counts=dynamo_counts)
     before = cache_files()
     t0 = time.time()
-    state: dict[str, Any] = {"ms": parse_ms(args.m), "sa": None, "asks": None}
+    ms, sa, asks = parse_ms(args.m), None, None  # sa and asks are set below; a SIGTERM before then reports neither
 
     def document(stopped: str | None = None) -> dict:
-        ms, sa, asks = state["ms"], state["sa"], state["asks"]
         out = {"sglang_cmd": args.sglang_cmd, "m": [ms[0], ms[-1]], "ms": len(ms),
                "seconds": round(time.time() - t0, 1),
                "server_args": {k: str(getattr(sa, k, None)) for k in SERVER_ARGS_KEPT} if sa is not None else {},
@@ -121,14 +120,13 @@ def main(argv: list[str] | None = None) -> int:
         stop_writes_report(args.report, document)
     from dgprecompile.launch import model_asks, model_standins
 
-    asks = state["asks"] = model_asks.Asks()
+    asks = model_asks.Asks()
     model_asks.watch_compile(asks)  # before SGLang is imported: its torch.compile decorators record their calls
     model_asks.watch_host(asks)  # before Triton's CUDA driver starts: its cuda_utils, then each kernel's launcher
     model_standins.install(report)
-    model, state["sa"] = build(args, report)
+    model, sa = build(args, report)
     model_asks.watch_moe(asks)
     model_asks.watch_path(asks)  # the embedding, router and MoE sum's Triton wrappers (data/triton_path.yaml)
-    ms = state["ms"]
     report.times["build_s"] = round(time.time() - t0, 3)
     with grad_mode(report):
         timed(report, "pass_s", drive, model, ms, report)
