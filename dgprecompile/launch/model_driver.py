@@ -41,7 +41,14 @@ import sys
 import time
 from typing import Any
 
-from dgprecompile.launch.model_report import Report, cache_files, dynamo_counts, new_files, stop_writes_report
+from dgprecompile.launch.model_report import (
+    Report,
+    cache_files,
+    dynamo_counts,
+    new_files,
+    stop_writes_report,
+    write_report,
+)
 
 
 def server_argv(cmd: str, model_dir: str, layers: int | None) -> list[str]:
@@ -92,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--decode", default="1,8,64", help="a decode step's batch sizes, comma-separated ('': none)")
     p.add_argument("--report", default=None)
     p.add_argument("--local-rank", type=int, default=0,
-                   help="the node-local rank this process stands for (SGLang's DeepGEMM precompile runs on rank 0 only)")
+                   help="the node-local rank this process stands for (SGLang's DeepGEMM precompile: rank 0 only)")
     args = p.parse_args(argv)
     import torch
 
@@ -133,11 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         timed(report, "decode_s", decode_step, model, [int(b) for b in args.decode.split(",") if b], report)
         timed(report, "second_forward_s", drive, model, ms[:1], report)  # the first m again: nothing left to load
     out = document()
-    text = json.dumps(out, indent=1, sort_keys=True)
-    if args.report:
-        with open(args.report, "w") as f:
-            f.write(text + "\n")
-    print(text)
+    print(write_report(args.report, out))
     return 1 if (report.failed or out["new_cache_files"] or out["dynamo"].get("inductor_compiled", 0)) else 0
 
 

@@ -28,7 +28,8 @@ class Report:
         self.failed: dict[str, dict[str, Any]] = {}
         self.standins: list[str] = []
         self.notes: list[str] = []
-        self.times: dict[str, float] = {}  # seconds: build, first forward, the pass over every m, decode, second forward
+        # seconds: build, first forward, the pass over every m, decode, second forward
+        self.times: dict[str, float] = {}
         # each module's first call in seconds, the GPU's work included (``sync``: torch.cuda.synchronize, before and
         # after it): what the first forward spends where (a load or a compile there is the module's first call's)
         self.sync = sync
@@ -73,6 +74,15 @@ class Report:
             self.first_call_counts[name] = grew
 
 
+def write_report(path: str | None, doc: dict) -> str:
+    """The report as the driver writes it (sorted keys, indent 1), into ``path`` where one is given; its text."""
+    text = json.dumps(doc, indent=1, sort_keys=True)
+    if path:
+        with open(path, "w") as f:
+            f.write(text + "\n")
+    return text
+
+
 def stop_writes_report(path: str, document) -> None:
     """On SIGTERM (bench/first_forward.sh's PHASE_S: ``timeout`` ends a cold run a device call cannot wait for), write
     the report so far to ``path``, ``stopped`` set, and exit 143 at once: the first forward's seconds, each module's
@@ -81,9 +91,7 @@ def stop_writes_report(path: str, document) -> None:
 
     def on_term(signum, _frame) -> None:
         try:
-            text = json.dumps(document(stopped=signal.Signals(signum).name), indent=1, sort_keys=True)
-            with open(path, "w") as f:
-                f.write(text + "\n")
+            write_report(path, document(stopped=signal.Signals(signum).name))
         finally:
             os._exit(128 + signum)
 
