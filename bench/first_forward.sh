@@ -108,12 +108,14 @@ if has warm1; then  # the whole warm as a user runs it: one `warm`, the GPU visi
   rm -rf "$c"
 fi
 if has alone; then
-  mkdir -p "$d/alone"; n=0
+  # every core: GNU nproc answers OMP_NUM_THREADS, which this script sets to 1 (the 2026-12-07 alone phases ran with
+  # --jobs 1 so: FlashInfer's ninja built a module's units one after another, its wall their sum)
+  mkdir -p "$d/alone"; n=0; cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
   for id in $(python3 bench/first_forward_files.py --alone "$d/plan.yaml" "$d/alone" 2>> "$d/logs.txt"); do
     if [ -n "${ALONE:-}" ] && ! [[ $id =~ $ALONE ]]; then n=$((n + 1)); continue; fi
     c=$(mktemp -d); start=$(date +%s.%N)
     CUDA_VISIBLE_DEVICES= python3 -m dgprecompile warm --manifest "$d/alone/alone-$n.yaml" --cache-dir "$c" \
-      --backend nvcc --sglang-jit on --jobs "$(nproc)" --json > "$d/alone-$n.json" 2>> "$d/logs.txt"
+      --backend nvcc --sglang-jit on --jobs "$cores" --json > "$d/alone-$n.json" 2>> "$d/logs.txt"
     echo "alone phase: $id rc=$? in $(python3 -c "import time,sys; print(round(time.time()-float(sys.argv[1]),1))" "$start") s" >> "$d/logs.txt"
     rm -rf "$c"; n=$((n + 1))
   done

@@ -88,11 +88,15 @@ def alone(plan: Path, out: Path) -> list[str]:
     return ids
 
 
-def _alone_longest(d: Path) -> tuple[float | None, str | None]:
-    """The longest of the items warmed one at a time (``alone-N.json``: warm --json of alone-N.yaml), and its id."""
+def _alone_longest(d: Path) -> tuple[float | None, str | None, int]:
+    """The longest of the items warmed one at a time (``alone-N.json``: warm --json of alone-N.yaml), its id, and
+    how many alone warms were left out: one that ran on one job, or does not say (a warm before its report had
+    ``jobs``), built its module's units one after another (MAX_JOBS=1: until this commit the script's ``nproc``
+    answered 1, as OMP_NUM_THREADS=1 tells GNU nproc), so its wall is their sum, not the module's alone time."""
+    reports = [r for r in map(_json, sorted(d.glob("alone-*.json"))) if r.get("wall_seconds") is not None]
     runs = [(float(r["wall_seconds"]), next(iter(r.get("item_seconds", {})), None))
-            for r in map(_json, sorted(d.glob("alone-*.json"))) if r.get("wall_seconds") is not None]
-    return max(runs, default=(None, None))
+            for r in reports if int(r.get("jobs") or 1) > 1]
+    return (*max(runs, default=(None, None)), len(reports) - len(runs))
 
 
 def _costliest(first_calls: dict[str, float], n: int = 8) -> dict[str, float]:
@@ -126,17 +130,22 @@ def summary(d: Path, server: str, commit: str, device_s: int) -> dict:
            and "carried" not in steps else None,
            "warm_steps_s": {k: steps[k] for k in ("install", "carried", "plan", "warm", "warm-gpu") if k in steps},
            "warm_one_run_s": _json(d / "warm1.json").get("wall_seconds"),
-           "longest_compile_s": max(warm.get("item_seconds", {}).values(), default=None),
-           "longest_compile_note": "the longest item of the GPU-hidden warm, timed in the pool (not alone)"}
+           "longest_compile_s": None if "carried" in steps else max(warm.get("item_seconds", {}).values(),
+                                                                     default=None),
+           # a carried proof's warm built only what was not carried: its items are no compile of the plan's longest
+           "longest_compile_note": "a carried proof's warm: no item of it is the plan's longest" if "carried" in steps
+           else "the longest item of the GPU-hidden warm, timed in the pool (not alone)"}
     # the longest item of the one-run warm, timed inside it (beside the others: FlashInfer's modules share --jobs)
     warm1_items = _json(d / "warm1.json").get("item_seconds") or {}
     if warm1_items:
         row["warm_one_run_longest_item"], row["warm_one_run_longest_item_s"] = max(warm1_items.items(),
                                                                                    key=lambda kv: kv[1])
-    longest, which = _alone_longest(d)
+    longest, which, serial = _alone_longest(d)
     if longest is not None:
         row.update(longest_compile_s=longest, longest_compile_item=which,
                    longest_compile_note="the longest item warmed alone (phase alone: warm's whole wall, GPU hidden)")
+    if serial:
+        row["alone_left_out"] = f"{serial} alone warm(s) on one job (its units one after another): not used"
     # where each first forward went: its costliest modules' first calls (the driver's first_call_s)
     row["cold_first_calls_s"] = _costliest(cold.get("first_call_s") or {})
     row["launched_first_calls_s"] = _costliest(launched.get("first_call_s") or {})
@@ -150,6 +159,8 @@ def summary(d: Path, server: str, commit: str, device_s: int) -> dict:
     row["cold_over_launched"] = round(cf / lf, 2) if cf and lf else None
     w1, longest = row["warm_one_run_s"], row["longest_compile_s"]
     row["warm_one_run_over_longest"] = round(w1 / longest, 2) if w1 and longest else None
+    inside = row.get("warm_one_run_longest_item_s")  # the warm against its own longest item, timed inside it
+    row["warm_one_run_over_longest_item"] = round(w1 / inside, 2) if w1 and inside else None
     return {"commit": commit, "device_s": device_s, "servers": [row]}
 
 

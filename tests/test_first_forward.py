@@ -99,6 +99,32 @@ def test_a_carried_proofs_warms_are_no_whole_warm(tmp_path):
     assert row["warm_wall_s"] is None and row["warm_steps_s"] == {"carried": 2, "warm": 22, "warm-gpu": 70}
 
 
+def test_a_carried_proofs_warm_gives_no_longest_compile_and_the_one_run_warm_is_held_to_its_own_longest(tmp_path):
+    """2026-12-07, DeepSeek-V3: the carried proof's warm rebuilt the Triton MoE item only; its items are not the
+    plan's longest compile. The one-run warm (warm1) is held to its longest item timed inside it instead."""
+    (tmp_path / "proof").mkdir()
+    (tmp_path / "proof" / "summary.txt").write_text("device seconds: carried 1\ndevice seconds: warm 21\n")
+    (tmp_path / "proof" / "warm.json").write_text(json.dumps({"item_seconds": {"triton_moe:x": 100.73}}))
+    (tmp_path / "warm1.json").write_text(json.dumps({"wall_seconds": 169.51, "item_seconds": {
+        "flashinfer:trtllm_comm": 164.9, "triton_moe:x": 116.13}}))
+    (row,) = run("--summary", str(tmp_path))["servers"]
+    assert row["longest_compile_s"] is None and "carried" in row["longest_compile_note"]
+    assert row["warm_one_run_over_longest"] is None
+    assert (row["warm_one_run_longest_item"], row["warm_one_run_over_longest_item"]) == ("flashinfer:trtllm_comm", 1.03)
+
+
+def test_an_alone_warm_on_one_job_is_not_the_modules_alone_time(tmp_path):
+    """The 2026-12-07 alone phases ran `warm --jobs $(nproc)` where the script had exported OMP_NUM_THREADS=1, so
+    nproc said 1: FlashInfer's ninja built trtllm_comm's units one after another (320 s, the units' sum; the same
+    module took 178 s inside a 16-job warm). Such a report (jobs 1, or none recorded) is left out, and said so."""
+    for i, (wall, jobs) in enumerate(((320.39, None), (115.07, 1), (150.2, 16))):
+        (tmp_path / f"alone-{i}.json").write_text(json.dumps({"wall_seconds": wall, "item_seconds": {f"m{i}": wall},
+                                                              **({"jobs": jobs} if jobs else {})}))
+    (row,) = run("--summary", str(tmp_path))["servers"]
+    assert (row["longest_compile_s"], row["longest_compile_item"]) == (150.2, "m2")
+    assert row["alone_left_out"].startswith("2 alone warm(s) on one job")
+
+
 def test_a_phase_not_run_leaves_its_figures_empty(tmp_path):
     (row,) = run("--summary", str(tmp_path))["servers"]
     assert row["cold_first_forward_s"] is None and row["warm_wall_s"] is None
@@ -141,7 +167,8 @@ def test_each_long_item_gets_a_manifest_of_its_own_and_the_summary_takes_the_lon
         one = read_manifest(tmp_path / f"alone-{i}.yaml")
         assert [it.id for it in one.items] == [ident] and one.kernels == {}
     for i, (wall, item) in enumerate(((41.0, ids[2]), (186.2, ids[0]), (150.9, ids[1]))):
-        (tmp_path / f"alone-{i}.json").write_text(json.dumps({"wall_seconds": wall, "item_seconds": {item: wall - 1}}))
+        (tmp_path / f"alone-{i}.json").write_text(json.dumps({"wall_seconds": wall, "item_seconds": {item: wall - 1},
+                                                              "jobs": 16}))
     (row,) = run("--summary", str(tmp_path))["servers"]
     assert row["longest_compile_s"] == 186.2 and row["longest_compile_item"] == ids[0]
     assert "alone" in row["longest_compile_note"]

@@ -70,7 +70,7 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
     store.clean_stale_staging()
     _record_plan(setup)
     jit, triton = setup.part("sglang-jit"), setup.part("triton-moe")  # the result's sections, by kind
-    result = WarmResult(workers=setup.workers, cache_dir=str(store.root), backend=setup.backend,
+    result = WarmResult(workers=setup.workers, jobs=setup.budget, cache_dir=str(store.root), backend=setup.backend,
                         release=setup.plan.sglang_version,
                         kernels=len(setup.items), jit_modules=len(jit.work) if jit else 0,
                         jit_ids=[w.id for w in jit.work] if jit else [], skipped=setup.skipped,

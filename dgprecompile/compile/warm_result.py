@@ -35,6 +35,7 @@ class WarmResult:
     wall_seconds: float = 0.0
     cache_bytes: int = 0
     workers: int = 0
+    jobs: int = 0  # the --jobs budget the workers and FlashInfer's builds (MAX_JOBS) shared
     cache_dir: str = ""
     release: str | None = None  # the sglang release the plan was made for (named in a missing package's hint)
     backend: str = ""
@@ -62,9 +63,11 @@ class WarmResult:
         return {"cache_dir": self.cache_dir, "backend": self.backend, "kernels": self.kernels,
                 "sglang_jit_modules": self.jit_modules, "compiled": len(self.compiled),
                 "already_cached": len(self.cached), "failed": len(self.failed),
-                "failures": self.failed, "failure_details": self.failure_details, "skipped": self.skipped, "install": self.missing, "wall_seconds": round(self.wall_seconds, 2),
+                "failures": self.failed, "failure_details": self.failure_details, "skipped": self.skipped,
+                "install": self.missing, "wall_seconds": round(self.wall_seconds, 2),
                 "compile_seconds_sum": round(sum(self.compiled.values()), 2), "cache_bytes": self.cache_bytes,
-                "workers": self.workers, "no_space": self.no_space, "workers_not_started": self.fatal,
+                "workers": self.workers, "jobs": self.jobs, "no_space": self.no_space,
+                "workers_not_started": self.fatal,
                 "installed_not_indexed": self.unindexed,
                 "item_seconds": {k: round(v, 2) for k, v in sorted(self.compiled.items())},
                 "sglang_jit_module_ids": list(self.jit_ids), "triton_moe_item_ids": list(self.triton_ids),

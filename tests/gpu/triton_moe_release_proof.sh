@@ -63,7 +63,7 @@ python3 -m dgprecompile plan --sglang-cmd "$SERVER" --sglang "$REL" --no-sglang-
   > "$OUT/plan.txt" 2>&1
 echo "plan rc=$?; $(grep -m1 'Triton fused MoE' "$OUT/plan.txt" | cut -c1-200)" | tee -a "$OUT/summary.txt"
 # the item's argv per chunk (what `warm` runs), and the forward's shape arguments
-python3 - "$w/plan.yaml" "$w/root" "$(nproc)" "$w" <<'PY' >> "$OUT/summary.txt" 2>&1 || exit 1
+python3 - "$w/plan.yaml" "$w/root" "$(env -u OMP_NUM_THREADS nproc)" "$w" <<'PY' >> "$OUT/summary.txt" 2>&1 || exit 1
 import json, sys
 from dgprecompile.compile.triton_chunks import chunks_for
 from dgprecompile.planning.manifest import read_manifest
