@@ -24,11 +24,12 @@ from helpers import NVCC, Background, beside_venv, no_user_sglang_env, sgl_deep_
 
 from dgprecompile.errors import InputError
 from dgprecompile.host.procfs import command_line, proc_stats
+from dgprecompile.host.toolchain import probe_nvcc
 from dgprecompile.planning.manifest import plan_from_dict, write_manifest
 from dgprecompile.planning.plan import PlanRequest
 from dgprecompile.planning.server_plan import plan_from_server
 from dgprecompile.runtimes import FLASHINFER_MODULES
-from dgprecompile.runtimes.flashinfer import grouped_topk_problem
+from dgprecompile.runtimes.flashinfer import SPLIT_COMPILE_ENV, grouped_topk_problem
 
 REPO = Path(__file__).resolve().parent.parent
 QWEN = "python -m sglang.launch_server --model-path Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 --tp 8 --ep 8"
@@ -75,6 +76,24 @@ def test_each_server_plans_the_modules_its_path_builds(tmp_path):
     old = _plan(QWEN, "0.5.8")
     assert old.flashinfer == {} and any("0.5.8's source was not read" in n and "reads 0.5.9-0.5.23" in n
                                         for n in old.notes)
+
+
+def test_the_longest_module_is_split_only_where_both_builds_gave_the_same_kernels():
+    """nvcc's -split-compile=0 for trtllm_comm's units (a server plan's longest build) with flashinfer-python 0.6.12
+    and nvcc 13.0, the pair whose SASS bench/results/2026-12-05-cpu-nvcc-split compared both ways; never for
+    sampling (renorm.cu's kernels changed), another flashinfer-python or another nvcc release."""
+    items = {it.module: it for it in _plan(QWEN).flashinfer.values()}
+    assert FLASHINFER_MODULES.split_compiled(list(items.values()), (13, 0)) == ["trtllm_comm"]
+    assert FLASHINFER_MODULES.split_compiled(list(items.values()), (12, 9)) == []
+    newer = _plan(QWEN, "0.5.23").flashinfer.values()  # flashinfer-python 0.7.2: not compared
+    assert FLASHINFER_MODULES.split_compiled(list(newer), (13, 0)) == []
+    if not os.path.exists(NVCC):
+        pytest.skip("nvcc (make setup)")
+    home = os.path.dirname(os.path.dirname(NVCC))  # the real toolkit's nvcc says its release
+    env = FLASHINFER_MODULES.build_env(list(items.values()), 4, home)
+    compared = probe_nvcc(NVCC).release == (13, 0)  # CI's and this machine's toolkit
+    assert env.get(SPLIT_COMPILE_ENV) == ("trtllm_comm" if compared else None) and env["MAX_JOBS"] == "4"
+    assert SPLIT_COMPILE_ENV not in FLASHINFER_MODULES.build_env([items["sampling"]], 4, home)
 
 
 def test_fused_routing_follows_sglangs_limits():
@@ -140,9 +159,12 @@ def warms(tmp_path_factory):
             manifest = tmp / "plan.yaml"
             write_manifest(plan_from_dict(data), manifest)
             cache = tmp / "cache"
+            # 0.6.12's router built with nvcc's -split-compile=0 (the mechanism data/flashinfer_modules.yaml turns
+            # on for trtllm_comm, whose build takes minutes here), so what follows also runs on a split-built module
+            split = {SPLIT_COMPILE_ENV: "dsv3_router_gemm"} if version == "0.6.12" else {}
             started[version] = (tmp, manifest, cache, Background(
                 [sys.executable, "-m", "dgprecompile", "warm", "--manifest", str(manifest), "--cache-dir", str(cache),
-                 "--nvcc", NVCC, "--sglang-jit", "on", "--json"], env=_env(version)))
+                 "--nvcc", NVCC, "--sglang-jit", "on", "--json"], env={**_env(version), **split}))
         yield started
         for *_, warm in started.values():
             warm.stop()
@@ -171,6 +193,8 @@ def test_warm_builds_the_module_gpu_free_and_files_it_where_flashinfer_looks(war
     index = json.loads((cache / "dgprecompile" / "index.json").read_text())
     record = index["flashinfer"][router["id"]]
     assert record["flashinfer"] == version and record["entries"] == [entry]
+    # FlashInfer's own ninja file compiled the unit with -split-compile=0 where asked (flashinfer_modules.py reads it)
+    assert record.get("split_compile", False) is (version == "0.6.12"), record
     assert set(index["extra"][entry]["files"]) == {so.name}
     probe = subprocess.run([sys.executable, "-c", "from flashinfer.jit.dsv3_optimizations import "
                             "gen_dsv3_router_gemm_module as g; print(g().jit_library_path)"],

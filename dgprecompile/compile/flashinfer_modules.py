@@ -34,6 +34,7 @@ from pathlib import Path
 
 from dgprecompile.host import lifeline
 from dgprecompile.host.toolchain import toolkit_libcuda_stub
+from dgprecompile.runtimes.flashinfer import SPLIT_COMPILE_ENV
 
 
 def link_standin(home: str | None, scratch: Path) -> str | None:
@@ -61,6 +62,10 @@ def build(args) -> dict:
     here = metadata.version("flashinfer-python")
     if here != args.flashinfer:
         raise SystemExit(f"flashinfer-python {here} is installed, the plan's item is for {args.flashinfer}")
+    split = args.module in os.environ.get(SPLIT_COMPILE_ENV, "").split()
+    if split:  # FlashInfer adds its extra CUDA flags to every nvcc unit of the module (its own ninja file)
+        os.environ["FLASHINFER_EXTRA_CUDAFLAGS"] = " ".join(filter(None, (os.environ.get("FLASHINFER_EXTRA_CUDAFLAGS"),
+                                                                          "-split-compile=0")))
     module_name, _, fn_name = args.spec.partition(":")
     spec = getattr(importlib.import_module(module_name), fn_name)()
     base = Path(os.environ["FLASHINFER_WORKSPACE_BASE"])
@@ -82,11 +87,15 @@ def build(args) -> dict:
     built = Path(spec.jit_library_path)
     if not built.is_file():
         raise SystemExit(f"FlashInfer's build of {args.module} left no {built}")
+    ninja = built.parent / "build.ninja"  # what its units were compiled with, before the build's files go
+    split_used = ninja.is_file() and "-split-compile=0" in ninja.read_text(errors="replace")
+    if split and not split_used:
+        raise SystemExit(f"{args.module}: nvcc's -split-compile=0 was asked for, but FlashInfer's ninja file lacks it")
     for p in built.parent.iterdir():  # the runtime reads <name>.so; objects, ninja files and depfiles go
         if p != built:
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
     return {"item": args.item, "seconds": round(time.time() - t0, 1), "linked_with_standin": bool(standin),
-            "record": {"flashinfer": here, "arch": args.arch}}
+            "record": {"flashinfer": here, "arch": args.arch, **({"split_compile": True} if split else {})}}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,17 +19,20 @@ the call site in sglang and when the server builds it.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 from dgprecompile.data import load_yaml
+from dgprecompile.host.toolchain import probe_nvcc
 from dgprecompile.runtimes.base import PackageKeyed, StrictBy
 from dgprecompile.runtimes.captured import not_installed
 from dgprecompile.runtimes.items import FlashInferItem
 
 DATA = "flashinfer_modules.yaml"
 SCHEMA = "flashinfer-modules"
+SPLIT_COMPILE_ENV = "DGPRECOMPILE_FLASHINFER_SPLIT"  # the modules whose units nvcc splits (build_env)
 
 
 @dataclass(frozen=True)
@@ -122,7 +125,19 @@ class FlashInferModules(PackageKeyed):
         env = {"FLASHINFER_CUDA_ARCH_LIST": " ".join(sorted({it.arch for it in items})), "MAX_JOBS": str(jobs)}
         if cuda_home:
             env["CUDA_HOME"] = cuda_home
+            split = self.split_compiled(items, probe_nvcc(os.path.join(cuda_home, "bin", "nvcc")).release)
+            if split:  # compile/flashinfer_modules.py adds nvcc's -split-compile=0 to these modules' units
+                env[SPLIT_COMPILE_ENV] = " ".join(split)
         return env
+
+    def split_compiled(self, items: list[FlashInferItem], nvcc_release: tuple[int, int]) -> list[str]:
+        """The modules whose units nvcc splits (-split-compile=0: the unit's optimisation and ptxas on every core):
+        those the data file lists for this flashinfer-python and nvcc release, where both builds gave the same
+        SASS. It shortens the longest compile a server plan has without changing a kernel."""
+        release = f"{nvcc_release[0]}.{nvcc_release[1]}"
+        modules = self.data()["modules"]
+        return sorted({it.module for it in items
+                       if release in modules.get(it.module, {}).get("split_compile", {}).get(it.flashinfer, ())})
 
     def covered(self, record: dict[str, Any]) -> str:
         return f"{', '.join(record['entries'])} (flashinfer-python {record.get('flashinfer')}, {record.get('arch')})"
