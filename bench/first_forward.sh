@@ -35,9 +35,12 @@
 #   device calls of one lease (the machine keeps /tmp while held): each call adds its phases' files, its device
 #   seconds to WORK/device_s, and writes the summary of every phase so far; a replaced machine starts WORK anew
 # ALONE=<regex>: phase alone warms only the items whose id matches (the longest, where a lease cannot time them all)
+# SAMPLE=<s>: beside the warm1 and alone phases, every <s> seconds one line of what compiles (cicc, ptxas and nvcc
+#   counts, ninja's -j, the .cu units cicc is on, the load) into warm1-ps.txt / alone-ps.txt (the 2026-12-07 samples
+#   showed the alone phase's ninja on one job, and which unit bounds the warm)
 # writes $OUT/$NAME/{summary.json, logs.txt, files.tar.gz}: the tarball holds cold.json, cold_files.json,
 #   cold8/driver-N.json, cold8_files.json, plan.yaml, warm1.json, alone/ with alone-N.json (each alone warm's --json)
-#   and proof/ (model_proof.sh's folder): the device returns 8 files
+#   and proof/ (model_proof.sh's folder), with SAMPLE= warm1-ps.txt / alone-ps.txt: the device returns 8 files
 set -uo pipefail
 export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 root=$PWD; OUT=${OUT:-$root/out}; NAME=${NAME:-first-forward}; final=$OUT/$NAME; d=${WORK:-$(mktemp -d)}
@@ -72,6 +75,16 @@ PYTHONPATH="${STACK_SITE:+$STACK_SITE:}$site" python3 -c "import flashinfer" 2> 
 export PYTHONPATH="${STACK_SITE:+$STACK_SITE:}$site:$root/tests/standins:$root" DGP_STANDINS=$standins DGP_TRANSFORMERS_EXIST_OK=1
 model=$(mktemp -d); cp "$CONFIG" "$model/config.json"
 LOCAL=$(python3 -c "import shlex,sys; w=shlex.split(sys.argv[1]); i=w.index('--model-path'); w[i+1]=sys.argv[2]; print(shlex.join(w))" "$SERVER" "$model")
+sampler=
+sample() {  # sample NAME: start the SAMPLE= line writer into $d/NAME-ps.txt; sample: stop it
+  [ -n "$sampler" ] && { kill "$sampler" 2> /dev/null; wait "$sampler" 2> /dev/null; sampler=; }
+  [ -n "${SAMPLE:-}" ] && [ -n "${1:-}" ] || return 0
+  ( s=$(date +%s); while :; do
+      echo "t=$(( $(date +%s) - s )) cicc=$(pgrep -c -x cicc) ptxas=$(pgrep -c -x ptxas) nvcc=$(pgrep -c -x nvcc)" \
+        "load=$(cut -d' ' -f1 /proc/loadavg) ninja=$(pgrep -a -x ninja | grep -o -- '-j [0-9]*' | tr '\n' ' ')" \
+        "units=$(pgrep -a -x cicc | grep -o '[A-Za-z_0-9]*\.cu' | sort -u | tr '\n' ' ')"
+      sleep "$SAMPLE"; done > "$d/$1-ps.txt" ) & sampler=$!
+}
 fresh_env() { python3 bench/first_forward_files.py --env "$1"; }  # every JIT cache and HOME in the new folder $1
 if has cold; then
   c=$(mktemp -d); mkdir -p "$c/home"; start=$(date +%s.%N)
@@ -101,16 +114,17 @@ if has warm1 || has alone; then
     > /dev/null 2>> "$d/logs.txt"
 fi
 if has warm1; then  # the whole warm as a user runs it: one `warm`, the GPU visible, into a new cache
-  c=$(mktemp -d); start=$(date +%s.%N)
+  c=$(mktemp -d); start=$(date +%s.%N); sample warm1
   python3 -m dgprecompile warm --manifest "$d/plan.yaml" --cache-dir "$c" --backend nvcc --sglang-jit on --json \
     > "$d/warm1.json" 2>> "$d/logs.txt"
+  sample
   echo "warm1 phase: rc=$? in $(python3 -c "import time,sys; print(round(time.time()-float(sys.argv[1]),1))" "$start") s" >> "$d/logs.txt"
   rm -rf "$c"
 fi
 if has alone; then
   # every core: GNU nproc answers OMP_NUM_THREADS, which this script sets to 1 (the 2026-12-07 alone phases ran with
   # --jobs 1 so: FlashInfer's ninja built a module's units one after another, its wall their sum)
-  mkdir -p "$d/alone"; n=0; cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
+  mkdir -p "$d/alone"; n=0; cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc); sample alone
   for id in $(python3 bench/first_forward_files.py --alone "$d/plan.yaml" "$d/alone" 2>> "$d/logs.txt"); do
     if [ -n "${ALONE:-}" ] && ! [[ $id =~ $ALONE ]]; then n=$((n + 1)); continue; fi
     c=$(mktemp -d); start=$(date +%s.%N)
@@ -119,6 +133,7 @@ if has alone; then
     echo "alone phase: $id rc=$? in $(python3 -c "import time,sys; print(round(time.time()-float(sys.argv[1]),1))" "$start") s" >> "$d/logs.txt"
     rm -rf "$c"; n=$((n + 1))
   done
+  sample
 fi
 spent=$(( $(date +%s) - t0 + $(cat "$d/device_s" 2>/dev/null || echo 0) )); echo "$spent" > "$d/device_s"
 python3 bench/first_forward_files.py --summary "$d" --server "$SERVER" --commit "${DGP_GIT:-}" \
