@@ -55,3 +55,30 @@ def test_another_kernel_differs_and_an_object_without_kernels_is_no_evidence(tmp
     assert nvcc_split.sass(tmp_path / "none.o", tool) == []
     command = shlex.join([NVCC, "-gencode=arch=compute_90a,code=sm_90a", "-c", str(tmp_path / "none.cu"), "-o", "x"])
     assert nvcc_split.bench_unit("none.cu", command, tmp_path, split=2, rounds=1)["sass_same"] is None
+
+
+def test_a_module_is_split_only_where_a_record_shows_every_unit_unchanged():
+    """data/flashinfer_modules.yaml's ``split_compile`` (warm adds -split-compile=0 to those modules' units) holds
+    to the bench's records: each listed module, flashinfer-python and nvcc release has a record of this bench whose
+    every unit of the module kept its SASS (a unit without kernels is no evidence against), and no record shows a
+    listed pair changing a kernel (2026-12-07: 0.7.2's trtllm_allreduce_fusion.cu did; 0.6.12's did not)."""
+    import json
+    import re
+
+    from dgprecompile.runtimes import FLASHINFER_MODULES
+
+    verdicts: dict[tuple[str, str, str], list[bool | None]] = {}
+    for path in (REPO / "bench" / "results").glob("*/nvcc_split.json"):
+        run = json.loads(path.read_text())
+        release = re.search(r"cuda_(\d+\.\d+)", run["nvcc"]).group(1)
+        for unit in run["units"]:
+            verdicts.setdefault((unit["spec"], run["flashinfer"], release), []).append(unit["sass_same"])
+    modules = FLASHINFER_MODULES.data()["modules"]
+    listed = {(m["spec"], version, release) for m in modules.values()
+              for version, releases in m.get("split_compile", {}).items() for release in releases}
+    assert listed, "no module is split: the data file lost its split_compile"
+    for key in listed:
+        assert key in verdicts and False not in verdicts[key] and True in verdicts[key], (key, verdicts.get(key))
+    changed = {key for key, seen in verdicts.items() if False in seen}
+    assert ("flashinfer.jit.comm:gen_trtllm_comm_module", "0.7.2", "13.0") in changed  # the record that says so
+    assert not listed & changed
