@@ -78,7 +78,7 @@ def test_each_server_plans_the_modules_its_path_builds(tmp_path):
                                         for n in old.notes)
 
 
-def test_the_longest_module_is_split_only_where_both_builds_gave_the_same_kernels():
+def test_the_longest_module_is_split_only_where_both_builds_gave_the_same_kernels(monkeypatch):
     """nvcc's -split-compile=0 for trtllm_comm's units (a server plan's longest build) with flashinfer-python 0.6.12
     and nvcc 13.0, the pair whose SASS bench/results/2026-12-05-cpu-nvcc-split compared both ways; never for
     sampling (renorm.cu's kernels changed), another flashinfer-python or another nvcc release."""
@@ -94,6 +94,10 @@ def test_the_longest_module_is_split_only_where_both_builds_gave_the_same_kernel
     compared = probe_nvcc(NVCC).release == (13, 0)  # CI's and this machine's toolkit
     assert env.get(SPLIT_COMPILE_ENV) == ("trtllm_comm" if compared else None) and env["MAX_JOBS"] == "4"
     assert SPLIT_COMPILE_ENV not in FLASHINFER_MODULES.build_env([items["sampling"]], 4, home)
+    # the user's own CUDA_HOME (warm then passes no toolkit): its nvcc is the one FlashInfer's ninja runs
+    monkeypatch.setenv("CUDA_HOME", home)
+    env = FLASHINFER_MODULES.build_env(list(items.values()), 4, None)
+    assert env.get(SPLIT_COMPILE_ENV) == ("trtllm_comm" if compared else None) and "CUDA_HOME" not in env
 
 
 def test_fused_routing_follows_sglangs_limits():

@@ -25,6 +25,7 @@ from functools import cache
 from typing import Any
 
 from dgprecompile.data import load_yaml
+from dgprecompile.errors import DGError
 from dgprecompile.host.toolchain import probe_nvcc
 from dgprecompile.runtimes.base import PackageKeyed, StrictBy
 from dgprecompile.runtimes.captured import not_installed
@@ -125,9 +126,16 @@ class FlashInferModules(PackageKeyed):
         env = {"FLASHINFER_CUDA_ARCH_LIST": " ".join(sorted({it.arch for it in items})), "MAX_JOBS": str(jobs)}
         if cuda_home:
             env["CUDA_HOME"] = cuda_home
-            split = self.split_compiled(items, probe_nvcc(os.path.join(cuda_home, "bin", "nvcc")).release)
-            if split:  # compile/flashinfer_modules.py adds nvcc's -split-compile=0 to these modules' units
-                env[SPLIT_COMPILE_ENV] = " ".join(split)
+        # the nvcc FlashInfer's ninja runs: the toolkit given, else the user's CUDA_HOME (warm passes none then)
+        home = cuda_home or os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+        nvcc = os.path.join(home, "bin", "nvcc") if home else None
+        try:
+            release = probe_nvcc(nvcc).release if nvcc and os.path.isfile(nvcc) else None
+        except DGError:  # an nvcc that does not say its release: nothing is split
+            release = None
+        split = self.split_compiled(items, release) if release else []
+        if split:  # compile/flashinfer_modules.py adds nvcc's -split-compile=0 to these modules' units
+            env[SPLIT_COMPILE_ENV] = " ".join(split)
         return env
 
     def split_compiled(self, items: list[FlashInferItem], nvcc_release: tuple[int, int]) -> list[str]:
