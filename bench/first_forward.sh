@@ -117,8 +117,8 @@ if has warm1; then  # the whole warm as a user runs it: one `warm`, the GPU visi
   c=$(mktemp -d); start=$(date +%s.%N); sample warm1
   python3 -m dgprecompile warm --manifest "$d/plan.yaml" --cache-dir "$c" --backend nvcc --sglang-jit on --json \
     > "$d/warm1.json" 2>> "$d/logs.txt"
-  sample
-  echo "warm1 phase: rc=$? in $(python3 -c "import time,sys; print(round(time.time()-float(sys.argv[1]),1))" "$start") s" >> "$d/logs.txt"
+  rc=$?; sample
+  echo "warm1 phase: rc=$rc in $(python3 -c "import time,sys; print(round(time.time()-float(sys.argv[1]),1))" "$start") s" >> "$d/logs.txt"
   rm -rf "$c"
 fi
 if has alone; then
