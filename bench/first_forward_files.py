@@ -108,7 +108,8 @@ def summary(d: Path, server: str, commit: str, device_s: int) -> dict:
     cold, proof = _json(d / "cold.json"), d / "proof"
     launched = _json(proof / "driver.json")
     steps = _proof_seconds(proof / "summary.txt")
-    warm = _json(proof / "warm.json")
+    warm, warm1 = _json(proof / "warm.json"), _json(d / "warm1.json")
+    carried = "carried" in steps  # the launched phase unpacked an artifact: its warms built only what was not in it
     cold8 = [_json(p) for p in sorted((d / "cold8").glob("driver-*.json"))]
     row = {"server": server,
            "cold_first_forward_s": cold.get("times", {}).get("first_forward_s"),
@@ -127,16 +128,15 @@ def summary(d: Path, server: str, commit: str, device_s: int) -> dict:
            "cold_8proc_stopped": sum(1 for c in cold8 if c.get("stopped")),
            # the proof's two warms; not a whole warm where it unpacked a carried artifact (then they built the rest)
            "warm_wall_s": (steps["warm"] + steps["warm-gpu"]) if {"warm", "warm-gpu"} <= steps.keys()
-           and "carried" not in steps else None,
+           and not carried else None,
            "warm_steps_s": {k: steps[k] for k in ("install", "carried", "plan", "warm", "warm-gpu") if k in steps},
-           "warm_one_run_s": _json(d / "warm1.json").get("wall_seconds"),
-           "longest_compile_s": None if "carried" in steps else max(warm.get("item_seconds", {}).values(),
-                                                                     default=None),
+           "warm_one_run_s": warm1.get("wall_seconds"),
            # a carried proof's warm built only what was not carried: its items are no compile of the plan's longest
-           "longest_compile_note": "a carried proof's warm: no item of it is the plan's longest" if "carried" in steps
+           "longest_compile_s": None if carried else max(warm.get("item_seconds", {}).values(), default=None),
+           "longest_compile_note": "a carried proof's warm: no item of it is the plan's longest" if carried
            else "the longest item of the GPU-hidden warm, timed in the pool (not alone)"}
     # the longest item of the one-run warm, timed inside it (beside the others: FlashInfer's modules share --jobs)
-    warm1_items = _json(d / "warm1.json").get("item_seconds") or {}
+    warm1_items = warm1.get("item_seconds") or {}
     if warm1_items:
         row["warm_one_run_longest_item"], row["warm_one_run_longest_item_s"] = max(warm1_items.items(),
                                                                                    key=lambda kv: kv[1])
