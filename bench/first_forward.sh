@@ -35,6 +35,11 @@
 #   device calls of one lease (the machine keeps /tmp while held): each call adds its phases' files, its device
 #   seconds to WORK/device_s, and writes the summary of every phase so far; a replaced machine starts WORK anew
 # ALONE=<regex>: phase alone warms only the items whose id matches (the longest, where a lease cannot time them all)
+# COLD_FROM=<record folder>: with neither cold phase in PHASES, an earlier record's cold and cold8 files (its
+#   files.tar.gz): those phases run SGLang alone, so a record at a later commit may keep them; summary.json names the
+#   record and its commit (cold_from)
+# after the launched phase, where the plan has FlashInfer's trtllm_comm (which the 1-rank driver never loads): one
+#   kernel of it, from the proof's cache, under strict launch (tests/gpu/flashinfer_split_check.py): split_check.txt
 # SAMPLE=<s>: beside the warm1 and alone phases, every <s> seconds one line of what compiles (cicc, ptxas and nvcc
 #   counts, ninja's -j, the .cu units cicc is on, the load) into warm1-ps.txt / alone-ps.txt (the 2026-12-07 samples
 #   showed the alone phase's ninja on one job, and which unit bounds the warm)
@@ -86,6 +91,20 @@ sample() {  # sample NAME: start the SAMPLE= line writer into $d/NAME-ps.txt; sa
       sleep "$SAMPLE"; done > "$d/$1-ps.txt" ) & sampler=$!
 }
 fresh_env() { python3 bench/first_forward_files.py --env "$1"; }  # every JIT cache and HOME in the new folder $1
+if has launched && [ -f "$d/proof/workdir.txt" ]; then  # the carried trtllm_comm run on the GPU, from the proof's cache
+  pw=$(cat "$d/proof/workdir.txt")
+  if grep -q 'flashinfer:trtllm_comm@' "$pw/plan.yaml" 2> /dev/null; then
+    python3 -m dgprecompile launch --manifest "$pw/plan.yaml" --cache-dir "$pw/cache" -- \
+      python3 tests/gpu/flashinfer_split_check.py "$pw/cache" > "$d/split_check.txt" 2> "$d/split_check.err"
+    echo "split check: launch rc=$?" | tee -a "$d/logs.txt" > "$d/split_check.rc"
+  fi
+fi
+if [ -n "${COLD_FROM:-}" ] && ! has cold && ! has cold8; then  # an earlier record's cold phases (no dgprecompile in them)
+  tar -xzf "$COLD_FROM/files.tar.gz" -C "$d" ./cold.json ./cold_files.json ./cold8 ./cold8_files.json 2>> "$d/logs.txt"
+  python3 -c "import json,sys; print(json.dumps({'record': sys.argv[1], 'commit': json.load(open(sys.argv[1] + '/summary.json'))['commit']}))" \
+    "$COLD_FROM" > "$d/cold_from.json"
+  echo "cold phases: taken from $COLD_FROM" >> "$d/logs.txt"
+fi
 if has cold; then
   c=$(mktemp -d); mkdir -p "$c/home"; start=$(date +%s.%N)
   env $(fresh_env "$c") "${cap[@]}" python3 -m dgprecompile.launch.model_driver --sglang-cmd "$LOCAL" \

@@ -99,6 +99,21 @@ def _alone_longest(d: Path) -> tuple[float | None, str | None, int]:
     return (*max(runs, default=(None, None)), len(reports) - len(runs))
 
 
+def _split_check(d: Path) -> dict | None:
+    """tests/gpu/flashinfer_split_check.py's line (its last line of JSON) and the launch's exit code, where it ran."""
+    rc = d / "split_check.rc"
+    if not rc.is_file():
+        return None
+    lines = [ln for ln in (d / "split_check.txt").read_text().splitlines() if ln.startswith("{")] \
+        if (d / "split_check.txt").is_file() else []
+    try:
+        job = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        job = None
+    code = rc.read_text().strip().rsplit("=", 1)[-1]
+    return {"launch_rc": int(code) if code.isdigit() else None, "job": job}
+
+
 def _costliest(first_calls: dict[str, float], n: int = 8) -> dict[str, float]:
     """The ``n`` modules whose first call took longest, longest first."""
     return dict(sorted(first_calls.items(), key=lambda kv: -kv[1])[:n])
@@ -146,6 +161,12 @@ def summary(d: Path, server: str, commit: str, device_s: int) -> dict:
                    longest_compile_note="the longest item warmed alone (phase alone: warm's whole wall, GPU hidden)")
     if serial:
         row["alone_left_out"] = f"{serial} alone warm(s) on one job (its units one after another): not used"
+    cold_from = _json(d / "cold_from.json")  # COLD_FROM: the cold phases are an earlier record's
+    if cold_from:
+        row["cold_from"] = cold_from
+    check = _split_check(d)
+    if check is not None:
+        row["split_check"] = check
     # where each first forward went: its costliest modules' first calls (the driver's first_call_s)
     row["cold_first_calls_s"] = _costliest(cold.get("first_call_s") or {})
     row["launched_first_calls_s"] = _costliest(launched.get("first_call_s") or {})

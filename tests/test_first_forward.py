@@ -172,3 +172,27 @@ def test_each_long_item_gets_a_manifest_of_its_own_and_the_summary_takes_the_lon
     (row,) = run("--summary", str(tmp_path))["servers"]
     assert row["longest_compile_s"] == 186.2 and row["longest_compile_item"] == ids[0]
     assert "alone" in row["longest_compile_note"]
+
+
+def test_a_record_at_a_later_commit_names_the_record_its_cold_phases_came_from(tmp_path):
+    """COLD_FROM=<record>: the cold phases (SGLang alone, nothing of dgprecompile's) are taken from an earlier
+    record's files.tar.gz, as first_forward.sh's own tar line takes them; the summary names that record and commit."""
+    rec = REPO / "bench" / "results" / "2026-12-07-h100-first-forward-dsv3"
+    subprocess.run(["tar", "-xzf", str(rec / "files.tar.gz"), "-C", str(tmp_path), "./cold.json", "./cold_files.json",
+                    "./cold8", "./cold8_files.json"], check=True, timeout=60)
+    (tmp_path / "cold_from.json").write_text(json.dumps({"record": str(rec), "commit": "c696669"}))
+    (row,) = run("--summary", str(tmp_path))["servers"]
+    assert row["cold_from"]["commit"] == "c696669"
+    assert (row["cold_first_forward_s"], row["cold_8proc_first_forward_s"]) == (173.4, 138.002)
+
+
+def test_the_split_check_gives_the_jobs_line_and_the_launchs_exit_code(tmp_path):
+    assert "split_check" not in run("--summary", str(tmp_path))["servers"][0]  # not run: no row
+    (tmp_path / "split_check.rc").write_text("split check: launch rc=0\n")
+    (tmp_path / "split_check.txt").write_text('dgprecompile: strict\n{"ok": true, "split_compile": true}\n')
+    (row,) = run("--summary", str(tmp_path))["servers"]
+    assert row["split_check"] == {"launch_rc": 0, "job": {"ok": True, "split_compile": True}}
+    (tmp_path / "split_check.rc").write_text("split check: launch rc=1\n")
+    (tmp_path / "split_check.txt").write_text("Traceback ...\n")
+    (row,) = run("--summary", str(tmp_path))["servers"]
+    assert row["split_check"] == {"launch_rc": 1, "job": None}

@@ -63,6 +63,7 @@ else
   site=$(mktemp -d)
 fi
 w=$(mktemp -d); cache=$w/cache; model=$w/model; mkdir -p "$model"; cp "$CONFIG" "$model/config.json"
+echo "$w" > "$d/workdir.txt"  # its plan.yaml and cache/, for a check after the proof (bench/first_forward.sh)
 stamp install
 [ -n "$STACK" ] || python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" .whl/sgl_deep_gemm-0.1.3-*.whl \
   .whl/apache_tvm_ffi-*.whl .whl/sglang/*.whl .whl/extra/*.whl >> "$d/logs.txt" 2>&1
