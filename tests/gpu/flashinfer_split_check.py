@@ -2,10 +2,11 @@
 a module warm built with `-split-compile=0` is adopted only where it loads and runs as FlashInfer's own build does).
 
 The single-rank model driver never loads trtllm_comm (its collectives are SGLang's 1-rank groups), so this job asks
-FlashInfer for it itself: ``flashinfer.comm.trtllm_ar.trtllm_lamport_initialize``, the module's one kernel that needs
+FlashInfer for it itself: the module's ``trtllm_lamport_initialize``, its one kernel that needs
 no peers (trtllm_allreduce.cu's lamportInitialize: it fills a buffer with negative zero, the Lamport protocol's
-"not yet written"). FlashInfer's own ``get_trtllm_comm_module`` loads the module through the launch hook: from the
-cache, or refused under strict (then this job fails and the launch says why).
+"not yet written"). FlashInfer's own ``gen_trtllm_comm_module().build_and_load()`` (what its get_trtllm_comm_module
+calls) loads the module through the launch hook: from the cache, or refused under strict (the job fails, the launch
+says why).
 
 Checks, for float32, float16 and bfloat16 buffers first filled with ones: every element is zero with its sign bit
 set. Prints one line of JSON: the module file FlashInfer loaded, whether the cache's index records the item as split
@@ -25,7 +26,12 @@ from pathlib import Path
 def main(argv: list[str]) -> int:
     cache = Path(argv[0]).resolve()
     import torch
-    from flashinfer.comm import trtllm_ar
+    from flashinfer.jit.comm import gen_trtllm_comm_module
+
+    # what flashinfer.comm.trtllm_ar.get_trtllm_comm_module does; flashinfer.comm itself is not imported: 0.6.12's
+    # package __init__ imports cuda.tile (all_gather_matmul), which SGLang's stack does not install (SGLang's own
+    # import of flashinfer.comm fails there and it runs without FlashInfer's fusion; 2026-12-07 H100 run)
+    module = gen_trtllm_comm_module().build_and_load()
 
     index = json.loads((cache / "dgprecompile" / "index.json").read_text())
     record = next((r for k, r in (index.get("flashinfer") or {}).items() if k.startswith("flashinfer:trtllm_comm@")),
@@ -33,7 +39,7 @@ def main(argv: list[str]) -> int:
     results = {}
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         buf = torch.ones(1 << 16, dtype=dtype, device="cuda")
-        trtllm_ar.trtllm_lamport_initialize(buf.data_ptr(), buf.numel(), dtype)
+        module.trtllm_lamport_initialize(buf.data_ptr(), buf.numel(), dtype)
         torch.cuda.synchronize()
         zero = bool((buf == 0).all())
         negative = bool(torch.signbit(buf.float()).all())
