@@ -176,3 +176,28 @@ def test_no_plan_is_bad_usage(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("SERVER", "MANIFEST")}
     res = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert res.returncode == 2 and res.stderr.startswith("error: no plan") and "hint: SERVER=" in res.stderr
+
+
+def test_a_carry_whose_held_pieces_are_another_splits_unpacks_nothing(tmp_path):
+    """2026-12-07 on the device: a lease's first call held DeepSeek-V3's piece; the 480B's call carried its own p01,
+    keep refused it (another split) and the join went on with the held piece: the 480B's proof unpacked DeepSeek-V3's
+    artifact. Now the refusal ends the step: no join, no unpack, exit 1, and a line saying why."""
+    pieces = REPO / "tests" / "gpu" / "carry_pieces.py"
+    for name, text in (("first", b"one carry's artifact\n"), ("second", b"another carry's artifact\n")):
+        (tmp_path / f"{name}.tar.gz").write_bytes(text)
+        res = subprocess.run([sys.executable, str(pieces), "split", str(tmp_path / f"{name}.tar.gz")], cwd=tmp_path,
+                             env={**os.environ, "CARRY_DIR": f"{name}/pieces"}, capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr
+    work, held = tmp_path / "w", tmp_path / ".carry-held"
+    keep = subprocess.run([sys.executable, str(pieces), "keep"], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "CARRY_DIR": "first/pieces"})
+    assert keep.returncode == 0 and (held / "p01.piece").read_bytes() == b"one carry's artifact\n", keep.stderr
+    work.mkdir()
+    res = subprocess.run(["bash", str(UNPACK), "in", ".carry-held", str(tmp_path / "none.pub"), str(tmp_path / "cache"),
+                          str(work)], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHON": sys.executable, "CARRY_PIECES": "second/pieces"})
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert res.stdout.startswith("carried: keep rc=1 (the pieces held in .carry-held are another split's")
+    assert "belongs to another split" in res.stderr
+    assert not (work / "carried").exists() and not (tmp_path / "cache").exists()
+    assert (held / "p01.piece").read_bytes() == b"one carry's artifact\n"  # what was held is left as it was

@@ -22,7 +22,12 @@ in)
   [ $# -eq 5 ] || { echo "error: usage: carry_unpack.sh in HELD TRUSTED CACHE WORK" >&2; exit 2; }
   held=$2 trusted=$3 cache=$4 work=$5
   pieces=${CARRY_PIECES:-.carry/pieces}
-  if [ -d "$pieces" ]; then CARRY_DIR=$pieces HELD_DIR="$held" "$py" "$here/carry_pieces.py" keep >&2; fi
+  if [ -d "$pieces" ]; then
+    # a refused keep (the pieces held are another split's) ends here: joining what is held would unpack the other
+    # carry's artifact (2026-12-07: the 480B's proof unpacked DeepSeek-V3's, kept by an earlier call of the lease)
+    CARRY_DIR=$pieces HELD_DIR="$held" "$py" "$here/carry_pieces.py" keep >&2 \
+      || { echo "carried: keep rc=1 (the pieces held in $held are another split's: nothing unpacked)"; exit 1; }
+  fi
   HELD_DIR="$held" "$py" "$here/carry_pieces.py" join "$work/carried" >&2
   join_rc=$?
   art=$(ls "$work"/carried/carry-*.tar.gz 2>/dev/null | head -1)
