@@ -114,6 +114,22 @@ def _split_check(d: Path) -> dict | None:
     return {"launch_rc": int(code) if code.isdigit() else None, "job": job}
 
 
+def _item_walls(warm: dict) -> dict[str, float]:
+    """Each item's seconds in a warm's report, a Triton MoE item's as the wall of its chunks (their first start to
+    their last end: they run side by side), not warm's item_seconds for it, which is the chunks' sum (the 2026-12-07
+    DeepSeek-V3 warm: 185.5 s summed over 5 chunks of 34-40 s)."""
+    walls = dict(warm.get("item_seconds") or {})
+    started = (warm.get("timeline") or {}).get("unit_started_s") or {}
+    chunks: dict[str, list[tuple[float, float]]] = {}
+    for chunk, seconds in (warm.get("triton_moe_chunk_seconds") or {}).items():
+        if chunk in started:
+            chunks.setdefault(chunk.split("#", 1)[0], []).append((float(started[chunk]), float(seconds)))
+    for item, runs in chunks.items():
+        if item in walls:
+            walls[item] = round(max(s + t for s, t in runs) - min(s for s, _ in runs), 2)
+    return walls
+
+
 def _costliest(first_calls: dict[str, float], n: int = 8) -> dict[str, float]:
     """The ``n`` modules whose first call took longest, longest first."""
     return dict(sorted(first_calls.items(), key=lambda kv: -kv[1])[:n])
@@ -151,7 +167,7 @@ def summary(d: Path, server: str, commit: str, device_s: int) -> dict:
            "longest_compile_note": "a carried proof's warm: no item of it is the plan's longest" if carried
            else "the longest item of the GPU-hidden warm, timed in the pool (not alone)"}
     # the longest item of the one-run warm, timed inside it (beside the others: FlashInfer's modules share --jobs)
-    warm1_items = warm1.get("item_seconds") or {}
+    warm1_items = _item_walls(warm1)
     if warm1_items:
         row["warm_one_run_longest_item"], row["warm_one_run_longest_item_s"] = max(warm1_items.items(),
                                                                                    key=lambda kv: kv[1])

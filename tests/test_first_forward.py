@@ -196,3 +196,13 @@ def test_the_split_check_gives_the_jobs_line_and_the_launchs_exit_code(tmp_path)
     (tmp_path / "split_check.txt").write_text("Traceback ...\n")
     (row,) = run("--summary", str(tmp_path))["servers"]
     assert row["split_check"] == {"launch_rc": 1, "job": None}
+
+
+def test_a_triton_moe_items_time_inside_the_warm_is_its_chunks_wall_not_their_sum(tmp_path):
+    """2026-12-07 DeepSeek-V3 (split trtllm_comm): warm's item_seconds gave the Triton MoE item 185.5 s, the sum of its
+    5 chunks run side by side; inside the 151.2 s warm it took the chunks' wall, and the longest item was trtllm_comm."""
+    rec = REPO / "bench" / "results" / "2026-12-07-h100-first-forward-dsv3-split" / "warm1.json"
+    shutil.copy(rec, tmp_path / "warm1.json")
+    (row,) = run("--summary", str(tmp_path))["servers"]
+    assert row["warm_one_run_longest_item"] == "flashinfer:trtllm_comm@0.6.12.sm90a"
+    assert (row["warm_one_run_longest_item_s"], row["warm_one_run_over_longest_item"]) == (138.9, 1.09)
