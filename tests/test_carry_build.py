@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -178,26 +179,43 @@ def test_no_plan_is_bad_usage(tmp_path):
     assert res.returncode == 2 and res.stderr.startswith("error: no plan") and "hint: SERVER=" in res.stderr
 
 
-def test_a_carry_whose_held_pieces_are_another_splits_unpacks_nothing(tmp_path):
+
+def _split_here(tmp: Path, name: str, text: bytes, piece_bytes: int = 52 << 20) -> None:
+    (tmp / f"carry-{name}.tar.gz").write_bytes(text)
+    res = subprocess.run([sys.executable, str(REPO / "tests" / "gpu" / "carry_pieces.py"), "split",
+                          str(tmp / f"carry-{name}.tar.gz")], cwd=tmp, capture_output=True, text=True,
+                         env={**os.environ, "CARRY_DIR": f"{name}/pieces", "PIECE_BYTES": str(piece_bytes)})
+    assert res.returncode == 0, res.stderr
+
+
+def _unpack_with(tmp: Path, pieces: str, work: Path) -> subprocess.CompletedProcess:
+    work.mkdir()
+    return subprocess.run(["bash", str(UNPACK), "in", ".carry-held", str(tmp / "none.pub"), str(tmp / "cache"),
+                           str(work)], cwd=tmp, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHON": sys.executable, "CARRY_PIECES": pieces})
+
+
+def test_a_lease_s_next_artifact_replaces_the_held_one_and_a_part_of_one_is_refused(tmp_path):
     """2026-12-07 on the device: a lease's first call held DeepSeek-V3's piece; the 480B's call carried its own p01,
     keep refused it (another split) and the join went on with the held piece: the 480B's proof unpacked DeepSeek-V3's
-    artifact. Now the refusal ends the step: no join, no unpack, exit 1, and a line saying why."""
-    pieces = REPO / "tests" / "gpu" / "carry_pieces.py"
-    for name, text in (("first", b"one carry's artifact\n"), ("second", b"another carry's artifact\n")):
-        (tmp_path / f"{name}.tar.gz").write_bytes(text)
-        res = subprocess.run([sys.executable, str(pieces), "split", str(tmp_path / f"{name}.tar.gz")], cwd=tmp_path,
-                             env={**os.environ, "CARRY_DIR": f"{name}/pieces"}, capture_output=True, text=True)
-        assert res.returncode == 0, res.stderr
-    work, held = tmp_path / "w", tmp_path / ".carry-held"
-    keep = subprocess.run([sys.executable, str(pieces), "keep"], cwd=tmp_path, capture_output=True, text=True,
-                          env={**os.environ, "CARRY_DIR": "first/pieces"})
-    assert keep.returncode == 0 and (held / "p01.piece").read_bytes() == b"one carry's artifact\n", keep.stderr
-    work.mkdir()
-    res = subprocess.run(["bash", str(UNPACK), "in", ".carry-held", str(tmp_path / "none.pub"), str(tmp_path / "cache"),
-                          str(work)], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHON": sys.executable, "CARRY_PIECES": "second/pieces"})
-    assert res.returncode == 1, res.stdout + res.stderr
-    assert res.stdout.startswith("carried: keep rc=1 (the pieces held in .carry-held are another split's")
-    assert "belongs to another split" in res.stderr
-    assert not (work / "carried").exists() and not (tmp_path / "cache").exists()
-    assert (held / "p01.piece").read_bytes() == b"one carry's artifact\n"  # what was held is left as it was
+    artifact. A call carrying a whole other split now replaces what is held (the join is the new artifact's); one
+    carrying part of another split is refused, and the refusal ends the step: no join, no unpack, exit 1."""
+    held = tmp_path / ".carry-held"
+    _split_here(tmp_path, "first", b"one carry's artifact\n")
+    _split_here(tmp_path, "second", b"another carry's artifact\n")
+    _split_here(tmp_path, "third", b"a third carry, in two pieces\n", piece_bytes=16)
+    first = _unpack_with(tmp_path, "first/pieces", tmp_path / "w1")
+    assert first.stdout.startswith("carried: join rc=0 carry-first.tar.gz"), first.stdout + first.stderr
+    second = _unpack_with(tmp_path, "second/pieces", tmp_path / "w2")
+    assert second.stdout.startswith("carried: join rc=0 carry-second.tar.gz"), second.stdout + second.stderr
+    assert "replaced the pieces held in .carry-held/ (another split's)" in second.stderr
+    assert (tmp_path / "w2" / "carried" / "carry-second.tar.gz").read_bytes() == b"another carry's artifact\n"
+    assert sorted(p.name for p in held.iterdir()) == ["MANIFEST.json", "p01.piece"]
+    # part of a third split (p01 of its two pieces) beside the second's held piece: refused, nothing joined
+    shutil.rmtree(tmp_path / "third" / "pieces" / "p02")
+    part = _unpack_with(tmp_path, "third/pieces", tmp_path / "w3")
+    assert part.returncode == 1, part.stdout + part.stderr
+    assert part.stdout.startswith("carried: keep rc=1 (the pieces held in .carry-held are another split's")
+    assert "belongs to another split" in part.stderr
+    assert not (tmp_path / "w3" / "carried").exists() and not (tmp_path / "cache").exists()
+    assert (held / "p01.piece").read_bytes() == b"another carry's artifact\n"  # what was held is left as it was

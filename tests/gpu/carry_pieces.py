@@ -5,7 +5,9 @@ of under 60 MiB. Driven by tests/gpu/carry_torch.sh, which documents the subcomm
 
   split FILE...     here: .carry/pNN/{piece,MANIFEST.json} (git-ignored); prints which path each call carries
   keep              there, in each carry call: moves the piece(s) that call carried into .carry-held/ (never named
-                    in a carry, so the next call leaves it alone), checks each piece's sha256, says what is held
+                    in a carry, so the next call leaves it alone), checks each piece's sha256, says what is held;
+                    a call that carries every piece of another split replaces what is held (a lease's next artifact),
+                    one that carries part of another split is refused
   join DEST         there: checks that every piece is held and whole, rebuilds each file into DEST and checks
                     each file's sha256 (and the stream's) against the manifest
 
@@ -130,6 +132,16 @@ def keep() -> int:
         if os.path.isdir(carry) else []
     os.makedirs(held, exist_ok=True)
     held_manifest = os.path.join(held, MANIFEST)
+    manifests = [_load(os.path.join(carry, name, MANIFEST)) for name in names]
+    if manifests and os.path.isfile(held_manifest) and _load(held_manifest) != manifests[0] \
+            and all(m == manifests[0] for m in manifests) \
+            and sorted(names) == sorted(p["name"] for p in manifests[0]["pieces"]):
+        # this call carried a whole other split (one artifact per proof; a lease's next server): what is held is
+        # a device-side copy of another carry, replaced, not joined with it
+        for held_name in os.listdir(held):
+            if held_name == MANIFEST or held_name.endswith(".piece"):
+                os.remove(os.path.join(held, held_name))
+        print(f"replaced the pieces held in {held}/ (another split's) with the whole split carried in {carry}/")
     for name in names:
         manifest = _load(os.path.join(carry, name, MANIFEST))
         if os.path.isfile(held_manifest) and _load(held_manifest) != manifest:
