@@ -166,6 +166,12 @@ def summary(d: Path, server: str, commit: str, device_s: int) -> dict:
            "longest_compile_s": None if carried else max(warm.get("item_seconds", {}).values(), default=None),
            "longest_compile_note": "a carried proof's warm: no item of it is the plan's longest" if carried
            else "the longest item of the GPU-hidden warm, timed in the pool (not alone)"}
+    # what the one-run warm's processes used of the CPU (warm --json children_cpu_seconds, since 2026-12-07): over
+    # its wall, the cores it kept busy on average; the least wall that work allows on the host's cores is cpu/cores
+    cpu = warm1.get("children_cpu_seconds")
+    if cpu and warm1.get("wall_seconds"):
+        row["warm_one_run_cpu_s"] = cpu
+        row["warm_one_run_cores_busy"] = round(cpu / float(warm1["wall_seconds"]), 1)
     # the longest item of the one-run warm, timed inside it (beside the others: FlashInfer's modules share --jobs)
     warm1_items = _item_walls(warm1)
     if warm1_items:

@@ -206,3 +206,12 @@ def test_a_triton_moe_items_time_inside_the_warm_is_its_chunks_wall_not_their_su
     (row,) = run("--summary", str(tmp_path))["servers"]
     assert row["warm_one_run_longest_item"] == "flashinfer:trtllm_comm@0.6.12.sm90a"
     assert (row["warm_one_run_longest_item_s"], row["warm_one_run_over_longest_item"]) == (138.9, 1.09)
+
+
+def test_the_one_run_warms_cpu_seconds_give_the_cores_it_kept_busy(tmp_path):
+    (tmp_path / "warm1.json").write_text(json.dumps({"wall_seconds": 150.0, "children_cpu_seconds": 1800.0,
+                                                     "item_seconds": {"a": 100.0}}))
+    (row,) = run("--summary", str(tmp_path))["servers"]
+    assert (row["warm_one_run_cpu_s"], row["warm_one_run_cores_busy"]) == (1800.0, 12.0)
+    (tmp_path / "warm1.json").write_text(json.dumps({"wall_seconds": 150.0, "item_seconds": {"a": 100.0}}))
+    assert "warm_one_run_cpu_s" not in run("--summary", str(tmp_path))["servers"][0]  # a warm before the field

@@ -218,6 +218,10 @@ def test_kernels_and_modules_share_one_worker_budget(tmp_path):
     assert set(line["unit_started_s"]) == set(summary["item_seconds"]), line
     assert 0 < line["zygote_import_s"] <= line["zygote_preloaded_s"] <= line["last_kernel_done_s"], line
     assert min(line["unit_started_s"][m] for m in (V2, ACT)) >= line["zygote_preloaded_s"] - 0.5, line
+    # the CPU its processes and their compilers used (the workers reaped by the zygote, it by warm): at least most of
+    # the longest build's seconds (nvcc, a worker's child), at most every core of this machine for the whole wall
+    cpu = summary["children_cpu_seconds"]
+    assert 0.5 * max(summary["item_seconds"].values()) < cpu <= summary["wall_seconds"] * os.cpu_count() + 1, summary
 
 
 ZYGOTE_PROBE = r"""

@@ -33,6 +33,16 @@ BESIDE_POOL = ("flashinfer-module",)
 AFTER_POOL = ("inductor-graph", "triton-path")
 
 
+def _children_cpu() -> float:
+    """User and system CPU seconds of this process's waited-for descendants: the zygote (which waits for its
+    workers), the Triton MoE chunks, FlashInfer's and the graphs' subprocesses, and every compiler they waited for.
+    Over the warm's wall it says how many cores the warm kept busy; over the cores, the least wall its work allows."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _record_plan(setup: WarmSetup) -> None:
     plan = setup.plan
 
@@ -78,9 +88,10 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
                         triton_ids=[it.id for it in triton.built] if triton else [],
                         triton_planned=list(setup.plan.triton_moe), missing=setup.missing,
                         cached=list(setup.swept) + [c for p in setup.parts for c in p.cached])
-    start = time.perf_counter()
+    start, cpu0 = time.perf_counter(), _children_cpu()
     _run_phases(setup, result, start, on_event)
     result.wall_seconds = time.perf_counter() - start
+    result.children_cpu_seconds = _children_cpu() - cpu0
     if result.no_space:
         need = len(result.failed) * setup.plan.profile.bytes_per_entry
         elsewhere = ("set TMPDIR to a directory on a larger filesystem (nvcc writes its intermediates there)"

@@ -33,6 +33,7 @@ class WarmResult:
     preloaded_seconds: tuple[float, float] | None = None  # when the zygote's imports were done, and how long they took
     last_result_seconds: float = 0.0  # when the last kernel finished, from the start
     wall_seconds: float = 0.0
+    children_cpu_seconds: float = 0.0  # CPU seconds of every process the warm started and waited for (compilers too)
     cache_bytes: int = 0
     workers: int = 0
     jobs: int = 0  # the --jobs budget the workers and FlashInfer's builds (MAX_JOBS) shared
@@ -65,6 +66,7 @@ class WarmResult:
                 "already_cached": len(self.cached), "failed": len(self.failed),
                 "failures": self.failed, "failure_details": self.failure_details, "skipped": self.skipped,
                 "install": self.missing, "wall_seconds": round(self.wall_seconds, 2),
+                "children_cpu_seconds": round(self.children_cpu_seconds, 2),
                 "compile_seconds_sum": round(sum(self.compiled.values()), 2), "cache_bytes": self.cache_bytes,
                 "workers": self.workers, "jobs": self.jobs, "no_space": self.no_space,
                 "workers_not_started": self.fatal,
