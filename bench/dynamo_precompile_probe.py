@@ -49,6 +49,25 @@ def multi(x):
 MULTI_SHAPES = [(8,), (16,), (4, 8)]
 
 
+def functions(args):
+    # (name, function, torch.compile kwargs, input shapes): this file's two, or f of a module file (--module)
+    if args.module:
+        import importlib
+
+        sys.path.insert(0, os.path.dirname(os.path.abspath(args.module)))
+        mod = importlib.import_module(os.path.basename(args.module).removesuffix(".py"))
+        return [(mod.__name__ + ".f", mod.f, {"dynamic": True}, [(64,)])]
+    return [("small", small, {"dynamic": True}, [(64,)]), ("multi", multi, {}, MULTI_SHAPES)]
+
+
+# Two module files whose f has the same qualname and first line but another body: the entry's key (qualname,
+# first line) is the same for both, so the second may find the first one's entry.
+COLLIDE = {
+    "mod_a": "import torch  # noqa: F401\n\n\ndef f(x):\n    return x * 2.0 + 1.0\n",
+    "mod_b": "import torch  # noqa: F401\n\n\ndef f(x):\n    return x * 3.0 - 1.0\n",
+}
+
+
 def counters_snapshot():
     from torch._dynamo.utils import counters
 
@@ -97,7 +116,7 @@ def child(args):
         "torch": torch.__version__,
         "python": sys.version.split()[0],
         "import_s": round(t_import, 3),
-        "keys": {"small": expected_key(small), "multi": expected_key(multi)},
+        "keys": {name: expected_key(fn) for name, fn, _kw, _shapes in functions(args)},
     }
     timings = {}
     per_fn = {}
@@ -111,10 +130,7 @@ def child(args):
     results_ok = True
     try:
         with torch.no_grad():
-            for name, fn, kw, shapes in (
-                ("small", small, {"dynamic": True}, [(64,)]),
-                ("multi", multi, {}, MULTI_SHAPES),
-            ):
+            for name, fn, kw, shapes in functions(args):
                 before = counters_snapshot()
                 t = time.perf_counter()
                 # with caching_precompile the Dynamo cache is read here, when the wrapper is made
@@ -133,11 +149,11 @@ def child(args):
     if prof is not None:
         prof.disable()
         rec["profile_top"] = profile_top(prof)
-    rec["first_calls_total_s"] = round(sum(timings.get(f"{n}_call0_s", 0) + timings.get(f"{n}_wrap_s", 0)
-                                           for n in ("small", "multi")), 4)
+    rec["first_calls_total_s"] = round(sum(v for k, v in timings.items() if k.endswith(("_call0_s", "_wrap_s"))), 4)
     rec["all_calls_total_s"] = round(sum(timings.values()), 4)
     rec["timings"] = timings
-    rec["results_match_eager"] = results_ok
+    # null when a call raised before every result was compared
+    rec["results_match_eager"] = None if "error" in rec else results_ok
     rec["counters"] = counters_snapshot()
     rec["counters_per_fn"] = per_fn
     rec["dynamo_files_before_save"] = dynamo_files(cache_dir)
@@ -174,14 +190,16 @@ def diff_counters(before, after):
     return out
 
 
-def run_child(script, label, cache_dir, precompile, strict=False, save=False, profile=False):
+def run_child(script, label, cache_dir, precompile, strict=False, save=False, profile=False, module=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHINDUCTOR_", "TORCH_"))}
     env["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
     if precompile:
         env["TORCH_CACHING_PRECOMPILE"] = "1"
     if strict:
         env["TORCH_STRICT_PRECOMPILE"] = "1"
-    cmd = [sys.executable, script, "child", "--label", label] + (["--save"] if save else []) + (["--profile"] if profile else [])
+    cmd = [sys.executable, script, "child", "--label", label]
+    cmd += (["--save"] if save else []) + (["--profile"] if profile else [])
+    cmd += ["--module", module] if module else []
     t = time.perf_counter()
     p = subprocess.run(cmd, env=env, capture_output=True, text=True)
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
@@ -241,6 +259,15 @@ def suite(args):
         with open(edited, "w") as f:
             f.write(src.replace("(x * 2.0 + 1.0)", "(x * 5.0 + 1.0)", 1))
         recs.append(run_child(edited, "B-body-edited", a, precompile=True))
+        # 3: two modules, same qualname and first line of f, other bodies: does mod_b load mod_a's entry?
+        cdir = fresh("collide")
+        for name, text in COLLIDE.items():
+            with open(os.path.join(cdir, name + ".py"), "w") as f:
+                f.write(text)
+        ccache = fresh("collide-cache")
+        recs.append(run_child(me, "A-collide-mod_a", ccache, precompile=True, save=True,
+                              module=os.path.join(cdir, "mod_a.py")))
+        recs.append(run_child(me, "B-collide-mod_b", ccache, precompile=True, module=os.path.join(cdir, "mod_b.py")))
         # what remains in B, and in B' for comparison: one profiled run each (profiling slows them: not timed)
         recs.append(run_child(me, "B-profiled", a, precompile=True, profile=True))
         recs.append(run_child(me, "B'-profiled", os.path.join(scratch, "A0_0"), precompile=False, profile=True))
@@ -268,6 +295,7 @@ def main():
     c = sub.add_parser("child", help="one process: compile, call, report (switches come from the environment)")
     c.add_argument("--label", default="child")
     c.add_argument("--save", action="store_true", help="call torch.compiler.save_cache_artifacts() at the end")
+    c.add_argument("--module", default=None, help="compile f of this module file instead of this file's two")
     c.add_argument("--profile", action="store_true", help="add the top cumulative cProfile rows to the JSON line")
     s = sub.add_parser("suite", help="run every scenario in fresh processes, one at a time")
     s.add_argument("--reps", type=int, default=3, help="repetitions of A, A0, B, B' (default 3)")
