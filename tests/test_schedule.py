@@ -218,3 +218,21 @@ def test_a_worker_with_nothing_it_serves_left_closes_at_once_even_when_the_budge
     s = Scheduler.start([Job("c1", TRITON, 9.0)], 2, budget=1)
     assert sent(s.ready(1, [TRITON])) == [(1, "c1")]
     assert closed(s.ready(0, [DG])) == [0]  # no DeepGEMM work at all: it does not wait for a slot
+
+
+def test_a_freed_slot_goes_to_the_waiting_worker_with_the_costliest_job_not_back_to_its_holder():
+    """2026-12-07, DeepSeek-V3 on 16 jobs (3 held by FlashInfer, 5 by Triton MoE chunks): the early workers (DeepGEMM
+    only, ready at once) took each freed slot back for their next kernel, so the zygote's workers, ready at 15 s with
+    SGLang's modules (the queue's costliest), waited until the kernels ran out at 34 s; the pool, and the graphs
+    after it, ended 20 s later than they had to. A freed slot now goes to the costliest waiting job."""
+    jobs = [Job("jit", JIT, 20.0)] + [Job(f"k{i}", DG, 5.0) for i in range(3)]
+    s = Scheduler.start(jobs, 2, budget=1)
+    assert sent(s.ready(0, [DG])) == [(0, "k0")]  # the early worker: the JIT module is not its kind
+    assert sent(s.ready(1, [DG, JIT])) == []  # the zygote's worker waits for the one slot
+    assert sent(s.finished(0, "k0")) == [(1, "jit")]  # not (0, "k1")
+    assert sent(s.finished(1, "jit")) == [(0, "k1")]  # equal heads: the lower index, as before
+    actions = s.finished(0, "k1")
+    assert sent(actions) == [(0, "k2")] and closed(actions) == [1]  # nothing left that worker 1 may take
+    actions = s.finished(0, "k2")
+    assert sent(actions) == [] and closed(actions) == [0]
+    assert s.drained() == []

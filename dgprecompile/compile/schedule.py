@@ -106,7 +106,7 @@ class Scheduler:
             self.stopped = NO_SPACE
             actions += [NotStarted(job, NO_SPACE) for job in self.queue]
             self.queue.clear()
-        return actions + self._next(w) + self._wake()
+        return actions + self._wake()
 
     def fatal(self, w: int, kind: str | None = None) -> list[Action]:
         """A kind (None: every kind) could not be set up in worker ``w``. A worker that set up some kinds says
@@ -162,13 +162,26 @@ class Scheduler:
         worker.held = self.queue.pop(pos)
         return [Send(w, worker.held)]
 
+    def _head(self, w: int) -> int | None:
+        """Where in the queue the costliest job worker ``w`` serves is (None: it serves none of what is left)."""
+        kinds = self.workers[w].kinds
+        return next((p for p, job in enumerate(self.queue) if job.kind in kinds), None)
+
     def _wake(self) -> list[Action]:
-        """A slot may have come free: the ready, idle workers take work (or are closed when none is left)."""
+        """Slots may have come free: each goes to the idle worker whose next job is the costliest queued (the
+        worker that just finished has no claim on its own slot: on 2026-12-07 the DeepGEMM-only early workers kept
+        theirs for 34 s while the zygote's workers waited with SGLang's modules, the queue's costliest, behind
+        them); idle workers with nothing left they serve are closed."""
         actions: list[Action] = []
-        for i, worker in self.workers.items():
-            if worker.ready and worker.open and worker.held is None:
-                actions += self._next(i)
-        return actions
+        while True:
+            idle = [i for i, w in self.workers.items() if w.ready and w.open and w.held is None]
+            heads = {i: self._head(i) for i in idle}
+            for i in [i for i, pos in heads.items() if pos is None or self.stopped]:
+                actions += self._close(i)
+                del heads[i]
+            if not heads or (self.budget is not None and self.held() >= self.budget):
+                return actions
+            actions += self._next(min(heads, key=lambda i: (heads[i], i)))
 
     def _close(self, w: int) -> list[Action]:
         worker = self.workers[w]
