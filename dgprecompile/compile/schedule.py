@@ -154,7 +154,7 @@ class Scheduler:
             return []
         if self.stopped:  # nothing more is handed out (an item put back by a broken pipe stays queued)
             return self._close(w)
-        pos = next((p for p, job in enumerate(self.queue) if job.kind in worker.kinds), None)
+        pos = self._head(w)
         if pos is None:
             return self._close(w)
         if self.budget is not None and self.held() >= self.budget:

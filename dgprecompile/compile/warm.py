@@ -13,6 +13,7 @@ runs the pool (:func:`run_warm`).
 
 from __future__ import annotations
 
+import resource
 import time
 from collections.abc import Callable
 from typing import Any
@@ -37,8 +38,6 @@ def _children_cpu() -> float:
     """User and system CPU seconds of this process's waited-for descendants: the zygote (which waits for its
     workers), the Triton MoE chunks, FlashInfer's and the graphs' subprocesses, and every compiler they waited for.
     Over the warm's wall it says how many cores the warm kept busy; over the cores, the least wall its work allows."""
-    import resource
-
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 

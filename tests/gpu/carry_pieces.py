@@ -142,8 +142,7 @@ def keep() -> int:
             if held_name == MANIFEST or held_name.endswith(".piece"):
                 os.remove(os.path.join(held, held_name))
         print(f"replaced the pieces held in {held}/ (another split's) with the whole split carried in {carry}/")
-    for name in names:
-        manifest = _load(os.path.join(carry, name, MANIFEST))
+    for name, manifest in zip(names, manifests, strict=True):
         if os.path.isfile(held_manifest) and _load(held_manifest) != manifest:
             raise Refusal(1, f"{carry}/{name} belongs to another split than the pieces held in {held}/",
                           f"remove {held}/ and carry every piece of one split, in order")
