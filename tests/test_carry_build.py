@@ -215,7 +215,8 @@ def test_a_lease_s_next_artifact_replaces_the_held_one_and_a_part_of_one_is_refu
     shutil.rmtree(tmp_path / "third" / "pieces" / "p02")
     part = _unpack_with(tmp_path, "third/pieces", tmp_path / "w3")
     assert part.returncode == 1, part.stdout + part.stderr
-    assert part.stdout.startswith("carried: keep rc=1 (the pieces held in .carry-held are another split's")
+    assert part.stdout.startswith("carried: keep rc=1 (third/pieces/p01 belongs to another split than the pieces "
+                                  "held in .carry-held/): nothing unpacked"), part.stdout
     assert "belongs to another split" in part.stderr
     assert not (tmp_path / "w3" / "carried").exists() and not (tmp_path / "cache").exists()
     assert (held / "p01.piece").read_bytes() == b"another carry's artifact\n"  # what was held is left as it was

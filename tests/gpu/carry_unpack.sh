@@ -23,10 +23,14 @@ in)
   held=$2 trusted=$3 cache=$4 work=$5
   pieces=${CARRY_PIECES:-.carry/pieces}
   if [ -d "$pieces" ]; then
-    # a refused keep (the pieces held are another split's) ends here: joining what is held would unpack the other
-    # carry's artifact (2026-12-07: the 480B's proof unpacked DeepSeek-V3's, kept by an earlier call of the lease)
-    CARRY_DIR=$pieces HELD_DIR="$held" "$py" "$here/carry_pieces.py" keep >&2 \
-      || { echo "carried: keep rc=1 (the pieces held in $held are another split's: nothing unpacked)"; exit 1; }
+    # a refused keep (part of another split beside the held one, a corrupt piece) ends here: joining what is held
+    # would unpack another carry's artifact (2026-12-07: the 480B's proof unpacked DeepSeek-V3's, kept by an earlier
+    # call of the lease); the summary line says keep's own reason
+    CARRY_DIR=$pieces HELD_DIR="$held" "$py" "$here/carry_pieces.py" keep > "$work/keep.out" 2>&1
+    keep_rc=$?; cat "$work/keep.out" >&2
+    if [ "$keep_rc" != 0 ]; then
+      echo "carried: keep rc=$keep_rc ($(grep -m1 '^error: ' "$work/keep.out" | cut -c8-)): nothing unpacked"; exit 1
+    fi
   fi
   HELD_DIR="$held" "$py" "$here/carry_pieces.py" join "$work/carried" >&2
   join_rc=$?
