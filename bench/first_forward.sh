@@ -133,6 +133,8 @@ if has warm1 || has alone; then
     > /dev/null 2>> "$d/logs.txt"
 fi
 if has warm1; then  # the whole warm as a user runs it: one `warm`, the GPU visible, into a new cache
+  # the host's cores as the kernel counts them (whether the 16 are 8 cores' hyperthreads bounds a busy warm)
+  lscpu 2>/dev/null | grep -E '^(CPU\(s\)|Thread|Core|Socket|Model name)' | sed 's/^/lscpu: /' >> "$d/logs.txt"
   c=$(mktemp -d); start=$(date +%s.%N); sample warm1
   python3 -m dgprecompile warm --manifest "$d/plan.yaml" --cache-dir "$c" --backend nvcc --sglang-jit on --json \
     > "$d/warm1.json" 2>> "$d/logs.txt"

@@ -269,7 +269,10 @@ def _collect(started: list[tuple]) -> list[dict[str, int]]:
 
 
 def _files(root: Path) -> set[str]:
-    return {str(p.relative_to(root)) for p in (root / "inductor").rglob("*") if p.is_file()}
+    """Inductor's files under ``root`` but its FileLock files (``locks/``: a process that loads a graph takes the
+    lock of its code's file; warm's build ran in a staging root, so the first job to load one makes its lock)."""
+    return {str(p.relative_to(root)) for p in (root / "inductor").rglob("*")
+            if p.is_file() and p.relative_to(root / "inductor").parts[0] != "locks"}
 
 
 @pytest.fixture(scope="module")
@@ -290,8 +293,8 @@ def _warm(root: Path, items: list[InductorGraphItem]) -> SimpleNamespace:
         os.environ.pop(name, None)
     try:
         part = SimpleNamespace(runtime=CpuGraphs(), built=items, job={"python": sys.executable})
-        setup = SimpleNamespace(store=store, workers=1, budget=2)
-        result = SimpleNamespace(failed={}, compiled={}, cached=[])
+        setup = SimpleNamespace(store=store, workers=1, budget=2, plan=SimpleNamespace(sglang_version="0.5.14"))
+        result = SimpleNamespace(failed={}, compiled={}, cached=[], failure_details={})
         events: list[dict] = []
         inductor_warm.run_items(setup, part, events.append, result)
     finally:
@@ -358,6 +361,19 @@ def test_graphs_serve_a_job_only_under_the_grad_mode_they_were_warmed_in(built, 
     for ms, counts in zip(firsts, _jobs(*((warmed.root, ms, 0, "inference", "moe") for ms in firsts)), strict=True):
         assert counts.get("fxgraph_cache_miss", 0) == 0, (ms, counts)
     assert _files(warmed.root) == before
+
+
+@needs_build
+def test_a_graph_whose_build_fails_is_named_and_leaves_nothing_of_its_stage(tmp_path):
+    """A build that fails (here SGLang's function called with a dtype torch does not have) is the item's failure,
+    with what the subprocess printed; its staging root is removed and nothing of it reaches the cache's areas."""
+    item = InductorGraphItem("moe_sum_reduce", (("topk", 3), ("hidden", 16), ("dtype", "float99"), ("scale", 1.0),
+                                                ("m_max", 1)), "cpu")
+    warmed = _warm(tmp_path / "cache", [item])
+    assert list(warmed.result.failed) == [item.id] and "float99" in warmed.result.failed[item.id]
+    assert list((warmed.root / "dgprecompile" / "staging").iterdir()) == []
+    assert not (warmed.root / "inductor").exists() or _files(warmed.root) == set()
+    assert item.id not in warmed.store.read_index().inductor
 
 
 @needs_build
@@ -451,10 +467,11 @@ WARM_WITH_CPU_GRAPHS = textwrap.dedent("""
 @needs_build
 def test_warm_builds_the_graphs_while_flashinfers_modules_are_still_building(tmp_path):
     """FlashInfer's modules start beside the pool and are a server plan's longest builds (186 s each on the H200,
-    bench/results/2026-12-03-h200-model-480b); the graphs, which cannot run during the pool (their areas are the
-    Triton MoE chunks' too), ran after those builds ended and added their 73-112 s to the wall. Now they run as soon
-    as the pool is done: warm's own run of a plan with FlashInfer 0.6.12's router module (real nvcc) and two graphs
-    files every graph entry before the module's .so is written, and both are built, filed and verified."""
+    bench/results/2026-12-03-h200-model-480b); the graphs ran after the pool, one after another, and ended 84 s after
+    it on the H100 (bench/results/2026-12-07-h100-first-forward-480b-split). Now each builds into a staging root of
+    its own (the pool's Triton MoE chunks write the same areas) and all start with the warm, beside the pool and
+    FlashInfer's builds: warm's own run of a plan with FlashInfer 0.6.12's router module (real nvcc) and two graphs
+    starts both graphs at once, before the module ends, builds, files and verifies all three, and leaves no stage."""
     from test_flashinfer_modules import FLASHINFER, _missing, _router
 
     version = "0.6.12"
@@ -488,8 +505,11 @@ def test_warm_builds_the_graphs_while_flashinfers_modules_are_still_building(tmp
     assert sorted(report["item_seconds"]) == sorted([_router(version)["id"], *(g.id for g in graphs)]), report
     started, took = report["timeline"]["unit_started_s"], report["item_seconds"]
     assert started[_router(version)["id"]] < 1.0, started  # with the warm, no pool before it
+    # both graphs at once, with the warm: not one after the other
+    assert all(started[g.id] < 1.0 for g in graphs), started
     # the module's build alone took `took` seconds after it started: the first graph started before it ended
     assert started[graphs[0].id] < took[_router(version)["id"]], (started, took)
+    assert list((cache / "dgprecompile" / "staging").iterdir()) == []  # every stage merged and removed
     index = CacheStore(cache).read_index()
     assert all(index.inductor[g.id]["entries"] for g in graphs) and index.flashinfer[_router(version)["id"]]["entries"]
     v = subprocess.run([sys.executable, "-m", "dgprecompile", "verify", "--manifest", str(manifest), "--cache-dir",

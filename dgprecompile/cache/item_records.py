@@ -11,8 +11,11 @@ No torch, no flashinfer import: verify and warm's parent both use this.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
+from dgprecompile.cache import confine
 from dgprecompile.cache.store import CacheStore, Index
 from dgprecompile.cache.triton_moe import (
     BROKEN,
@@ -25,8 +28,8 @@ from dgprecompile.cache.triton_moe import (
 )
 from dgprecompile.runtimes import family_for_area
 
-__all__ = ["BROKEN", "COVERED", "MISSING", "STALE", "appeared", "file_entries", "item_coverage", "records",
-           "snapshot"]
+__all__ = ["BROKEN", "COVERED", "MISSING", "STALE", "appeared", "file_entries", "item_coverage", "merge_stage",
+           "records", "snapshot"]
 
 
 def records(index: Index, runtime) -> dict[str, dict[str, Any]]:
@@ -68,3 +71,48 @@ def appeared(root: str, before: dict[str, dict[str, tuple[str | None, tuple[str,
     after = snapshot(root, tuple(before))
     return sorted(f"{area}/{name}" for area, entries in after.items() for name, state in entries.items()
                   if before.get(area, {}).get(name) != state)
+
+
+def merge_stage(root: Path, stage: Path, areas: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """Move every entry an item's build wrote into its private staging root (``stage``, under the cache's own
+    staging folder: the same filesystem) into the cache's areas: an entry not there yet by one rename of its folder,
+    one there already (inductor's buckets grow; a Triton kernel another build compiled too) file by file, a file
+    already there left as it is (both names are the content's hash). Nothing is written through a link below the
+    root (cache/confine.py). Triton's group files name their stage's paths: each moved Triton entry is pointed at
+    where it lies now. Returns (the build's entries, ``<area>/<name>``, wherever they were already; the stage's
+    entries that were not whole or could not be moved, each with why)."""
+    merged, bad = [], []
+    for area in areas:
+        fam = family_for_area(area)
+        if fam is None:
+            continue
+        for name, problem in fam.entries(fam.area_dir(stage)).items():
+            member = f"{area}/{name}"
+            if problem is not None:
+                bad.append(f"{member}: {problem}")
+                continue
+            try:
+                _move_entry(root, member, fam.area_dir(stage) / name)
+            except (confine.Refused, OSError) as exc:
+                bad.append(f"{member}: {exc}")
+                continue
+            fam.relocate(fam.area_dir(root) / name)
+            merged.append(member)
+    return merged, bad
+
+
+def _move_entry(root: Path, member: str, src: Path) -> None:
+    """``src`` moved to ``<root>/<member>``: the folder at once where none is there, else each file not there yet."""
+    parent, _, leaf = member.rpartition("/")
+    with confine.entry_dir(root, parent, make=True) as parent_fd:
+        try:
+            os.rename(src, leaf, dst_dir_fd=parent_fd)
+            return
+        except OSError:  # there already (not empty): merged file by file below; a link there is refused by the open
+            pass
+    with confine.entry_dir(root, member) as entry_fd:
+        for f in sorted(src.iterdir()):
+            try:
+                os.stat(f.name, dir_fd=entry_fd, follow_symlinks=False)  # the same name: the same content
+            except FileNotFoundError:
+                os.rename(f, f.name, dst_dir_fd=entry_fd)

@@ -1,16 +1,17 @@
 """warm's share for the runtimes whose items are built by subprocesses writing the runtime's own cache:
-SGLang's torch.compile graphs (runtimes/inductor.py, on the job's GPU kind, after the pool) and FlashInfer's JIT
-modules (runtimes/flashinfer.py, GPU-free: started beside the pool, collected after it and after the graphs).
-Prepared with the other runtimes' parts (warm_setup's PREPARE, which asks :func:`gpu_problem` where a runtime needs a
-GPU).
+SGLang's torch.compile graphs (runtimes/inductor.py, on the job's GPU kind) and FlashInfer's JIT modules
+(runtimes/flashinfer.py, GPU-free), both started beside the pool and collected after it; SGLang's model-path Triton
+kernels (runtimes/triton_moe.py TRITON_PATH) after it. Prepared with the other runtimes' parts (warm_setup's
+PREPARE, which asks :func:`gpu_problem` where a runtime needs a GPU).
 
-Graph items run one after another, each as ``parts`` subprocesses side by side (the runtime's ``warm_argv`` plus
-``--part i/n`` where it splits an item: ``parts`` > 1), so that what appeared in the runtime's areas during an item
-is that item's: its whole new entries are filed in the index (``extra``, by warm) and its record written in the
-runtime's index section (cache/item_records.py). A runtime that names each item's entry itself (``entry_of``:
-FlashInfer) has all its items built side by side (:func:`start_side_by_side`), each filed by that name. No
-threads: subprocesses in their own sessions, their output in files, read once each has ended (each prints one line
-of JSON last).
+An item of a runtime that does not name its entries runs as ``parts`` subprocesses side by side (the runtime's
+``warm_argv`` plus ``--part i/n`` where it splits an item: ``parts`` > 1) writing the runtime's areas of a private
+staging root of the cache (:class:`Staged`), so that what appeared there is that item's whatever else writes the
+same areas meanwhile (the pool's Triton MoE chunks); when it ends the stage is merged into the cache
+(cache/item_records.py merge_stage), its entries filed in the index (``extra``) and its record written in the
+runtime's index section. A runtime that names each item's entry itself (``entry_of``: FlashInfer) has all its items
+built side by side in the cache (:func:`start_side_by_side`), each filed by that name. No threads: subprocesses in
+their own sessions, their output in files, read once each has ended (each prints one line of JSON last).
 """
 
 from __future__ import annotations
@@ -84,6 +85,30 @@ def run_items(setup, part, on_event, result, reserved: int = 0) -> None:
                 result)
 
 
+def start_staged(setup, part, on_event, result, slots: int) -> list[Staged]:
+    """Start every pending item of ``part`` at once, each into its own staging root (:class:`Staged`), ``slots``
+    of the --jobs budget shared among them (each item's parts, at least one); finished with :func:`finish_staged`.
+    warm starts the graphs so beside its pool: they write only their stages, so nothing else's entries can be
+    taken for theirs, and the cache's areas only when :func:`finish_staged` merges them."""
+    items = _pending(setup, part, result)
+    started: list[Staged] = []
+    try:
+        for item in items:
+            on_event({"event": "start", "kernel": item.id})
+            started.append(Staged(setup, part, item, max(1, min(part.runtime.parts, slots // len(items)))))
+    except BaseException:
+        for one in started:
+            one.stop()
+        raise
+    return started
+
+
+def finish_staged(setup, started: list[Staged], on_event, result) -> None:
+    """Wait for each item :func:`start_staged` started, merge, file and record it, with its event."""
+    for one in started:
+        _settle(setup, one.item, one.t0, one.finish, on_event, result)
+
+
 def _settle(setup, item, t0: float, work, on_event, result, seconds: float | None = None) -> None:
     """Run ``work`` (what finishes the item) and count the item compiled or failed, with its event: a failure's
     first error lines, its whole output kept in the cache's log folder and a known cause's hint
@@ -104,33 +129,67 @@ def _settle(setup, item, t0: float, work, on_event, result, seconds: float | Non
 
 
 def build_item(setup, part, item, reserved: int = 0) -> dict[str, Any]:
-    """Run the item's subprocesses with the runtime's areas set up as launch sets them, file what appeared, write
-    its record: what the subprocesses reported (``record`` of the first report, each runtime's own fields), its
-    entries and the seconds they took."""
-    runtime = part.runtime
-    root = str(setup.store.root)
-    env = _areas_env(root, runtime, part)
-    before = records.snapshot(root, runtime.areas)
-    parts = max(1, min(runtime.parts, (setup.budget or setup.workers) - reserved))
-    reports = run_parts(runtime.warm_argv(item, root, part.job["python"]), env, parts)
-    new = records.appeared(root, before)
-    filed, broken = records.file_entries(setup.store, new)
-    if broken or not filed:
-        raise CompileFailed(f"{item.id}: " + (f"entries not whole: {', '.join(broken[:3])}" if broken
-                                                  else "its build made nothing new in the cache"))
-    record = {"item": item.id, **reports[0]["record"], "entries": filed,
-              "seconds": round(sum(float(r.get("seconds") or 0) for r in reports), 2)}
-    if "graphs" in record:  # inductor: the graphs every part compiled
-        record["graphs"] = sum(int(r["record"].get("graphs", 0)) for r in reports)
-    setup.store.update_index(lambda index: records.records(index, runtime).__setitem__(item.id, record))
-    return record
+    """Build one item now (:class:`Staged`), its parts taking the --jobs budget less ``reserved``."""
+    return Staged(setup, part, item, max(1, min(part.runtime.parts, (setup.budget or setup.workers) - reserved))
+                  ).finish()
+
+
+class Staged:
+    """One item's ``parts`` subprocesses side by side (the runtime's ``warm_argv`` plus ``--part i/n`` where it
+    splits the item), writing the runtime's areas of a private staging root of the cache (store.new_staging, set
+    up as launch sets a job's), so that what they wrote is the item's whatever else builds meanwhile. ``finish``
+    waits for them, merges the stage into the cache's areas (cache/item_records.py merge_stage), files the
+    entries and writes the item's record: what the subprocesses reported (``record`` of the first report, each
+    runtime's own fields), its entries and the seconds they took. ``stop`` kills what runs and removes the stage."""
+
+    def __init__(self, setup, part, item, parts: int):
+        self.setup, self.part, self.item, self.parts = setup, part, item, parts
+        self.t0 = time.perf_counter()
+        self.stage = setup.store.new_staging()
+        runtime = part.runtime
+        self.argv = runtime.warm_argv(item, str(self.stage), part.job["python"])
+        try:
+            self.started = Started([[*self.argv, *(["--part", f"{i}/{parts}"] if parts > 1 else [])]
+                                    for i in range(parts)], _areas_env(str(self.stage), runtime, part),
+                                   in_scratch=("SGLANG_CACHE_DIR",))  # SGLang's own cache: its other files
+        except BaseException:
+            self.setup.store.release_staging(self.stage)
+            raise
+
+    def finish(self) -> dict[str, Any]:
+        store, runtime, item = self.setup.store, self.part.runtime, self.item
+        try:
+            outcomes = self.started.collect()
+            for i, (_, error) in enumerate(outcomes):
+                if error is not None:
+                    raise CompileFailed(f"python -m {self.argv[2]} part {i}/{self.parts} {error}")
+            reports = [report for report, _ in outcomes]
+            new, bad = records.merge_stage(store.root, self.stage, runtime.areas)
+            filed, broken = records.file_entries(store, new)
+        finally:
+            self.stop()
+        if bad or broken or not filed:
+            raise CompileFailed(f"{item.id}: " + (f"entries not whole: {', '.join((bad + broken)[:3])}"
+                                                      if bad or broken else "its build made nothing in the cache"))
+        record = {"item": item.id, **reports[0]["record"], "entries": filed,
+                  "seconds": round(sum(float(r.get("seconds") or 0) for r in reports), 2)}
+        if "graphs" in record:  # inductor: the graphs every part compiled
+            record["graphs"] = sum(int(r["record"].get("graphs", 0)) for r in reports)
+        store.update_index(lambda index: records.records(index, runtime).__setitem__(item.id, record))
+        return record
+
+    def stop(self) -> None:
+        """Kill what still runs (an interrupt, a failure elsewhere) and remove the stage: nothing started here
+        outlives the warm, nothing of a stage stays in the cache."""
+        self.started.stop()
+        self.setup.store.release_staging(self.stage)
 
 
 def start_side_by_side(setup, part, on_event, result) -> SideBySide | None:
     """Start the subprocess of every pending item of a part whose runtime names each item's entry (FlashInfer's
     module directories) at once, the --jobs budget shared among them (MAX_JOBS each); None where none is pending.
     warm starts FlashInfer's before its pool (they are GPU-free and its longest builds) and finishes them after
-    the pool and the graphs (compile/warm.py AFTER_POOL)."""
+    the pool and the builds after it (compile/warm.py AFTER_POOL)."""
     items = _pending(setup, part, result)
     if not items:
         return None
@@ -246,14 +305,3 @@ def run_each(argvs: list[list[str]], env: dict[str, str], in_scratch: tuple[str,
         return started.collect()
     finally:
         started.stop()
-
-
-def run_parts(argv: list[str], env: dict[str, str], parts: int) -> list[dict[str, Any]]:
-    """The item's parts side by side (:func:`run_each`); their reports, or one error naming the first that failed.
-    SGLang's own cache (its compiled functions' other files) goes to a scratch folder of this run."""
-    outcomes = run_each([[*argv, *(["--part", f"{i}/{parts}"] if parts > 1 else [])] for i in range(parts)], env,
-                        in_scratch=("SGLANG_CACHE_DIR",))
-    for i, (_, error) in enumerate(outcomes):
-        if error is not None:
-            raise CompileFailed(f"python -m {argv[2]} part {i}/{parts} {error}")
-    return [report for report, _ in outcomes]

@@ -23,15 +23,17 @@ from dgprecompile.compile.warm_result import WarmResult
 from dgprecompile.compile.warm_setup import WarmSetup
 from dgprecompile.fsutil import human_bytes
 
-# the kinds whose items start beside the pool (compile/recorded_items.py start_side_by_side): FlashInfer's GPU-free
-# modules, the longest single builds of a server plan (160-250 s each on the H200 where the pool's kernels took 30 s):
-# started after the pool they set the whole warm's wall; each counts as one of --jobs while the pool runs
-BESIDE_POOL = ("flashinfer-module",)
-# the kinds whose items warm builds after the pool, in this order, while the builds beside it go on: the torch.compile
-# graphs that need the GPU (their areas, inductor's and Triton's, are the pool's Triton MoE chunks' too, so not
-# during the pool; FlashInfer's builds write only FlashInfer's area). After FlashInfer's builds, as before, they added
-# their 73-112 s on the H200 to a wall those builds already set (bench/results/2026-12-03-h200-model-*)
-AFTER_POOL = ("inductor-graph", "triton-path")
+# the kinds whose items start beside the pool: FlashInfer's GPU-free modules (compile/recorded_items.py
+# start_side_by_side), the longest single builds of a server plan (160-250 s each on the H200 where the pool's kernels
+# took 30 s): started after the pool they set the whole warm's wall; each counts as one of --jobs while the pool runs.
+# And the torch.compile graphs (start_staged: each into a staging root of its own, merged into the cache when it ends,
+# so that the pool's Triton MoE chunks writing the same areas meanwhile are never taken for theirs): run after the
+# pool, one after another, they ended 84 s after it on the H100 while FlashInfer's went on (480B split warm1, 141.6 s
+# where trtllm_comm alone took 95.9 s: bench/results/2026-12-07-h100-first-forward-480b-split)
+BESIDE_POOL = ("flashinfer-module", "inductor-graph")
+GRAPH_SHARE = 2  # the graphs' parts take at most 1/GRAPH_SHARE of the slots FlashInfer's builds leave
+# the kinds whose items warm builds after the pool, in this order, while the builds beside it go on
+AFTER_POOL = ("triton-path",)
 
 
 def _children_cpu() -> float:
@@ -102,8 +104,11 @@ def run_warm(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None] = lamb
 
 
 def _run_phases(setup: WarmSetup, result: WarmResult, start: float, on_event: Callable[[dict[str, Any]], None]) -> None:
-    """FlashInfer's modules started beside the pool (BESIDE_POOL), the pool, the graphs (AFTER_POOL) while those
-    modules go on, then the modules collected; whatever stops it, nothing started here outlives it."""
+    """FlashInfer's modules and the graphs started beside the pool (BESIDE_POOL), the pool, the graphs finished,
+    the builds after the pool (AFTER_POOL) while FlashInfer's go on, then those collected; whatever stops it,
+    nothing started here outlives it."""
+    from dgprecompile.compile.recorded_items import finish_staged, run_items, start_side_by_side, start_staged
+
     store = setup.store
 
     def timed(event: dict[str, Any]) -> None:  # the timeline's start of every item the pool does not hand out
@@ -111,27 +116,30 @@ def _run_phases(setup: WarmSetup, result: WarmResult, start: float, on_event: Ca
             result.started.setdefault(event["kernel"], time.perf_counter() - start)
         on_event(event)
 
-    beside = []
+    beside, staged = [], []
     try:
         for kind in BESIDE_POOL:
             part = setup.part(kind)
-            if part is not None and part.built:
-                from dgprecompile.compile.recorded_items import start_side_by_side
-
+            if part is None or not part.built:
+                continue
+            if hasattr(part.runtime, "entry_of"):  # FlashInfer: each item's entry named by the runtime
                 started = start_side_by_side(setup, part, timed, result)
                 beside += [started] if started is not None else []
-        reserved = sum(len(b.items) for b in beside)
+            else:
+                left = (setup.budget or setup.workers) - sum(len(b.items) for b in beside)
+                staged += start_staged(setup, part, timed, result, max(1, left // GRAPH_SHARE))
+        reserved = sum(len(b.items) for b in beside) + sum(s.parts for s in staged)
         if setup.items or any(p.work for p in setup.parts):
             run_pool(setup, on_event, result, start, reserved=reserved)
+        finish_staged(setup, staged, on_event, result)
+        reserved -= sum(s.parts for s in staged)
         for kind in AFTER_POOL:  # built by their own subprocesses after the pool, one item at a time
             part = setup.part(kind)
             if part is not None and part.built:
-                from dgprecompile.compile.recorded_items import run_items
-
                 run_items(setup, part, timed, result, reserved=reserved)
         for started in beside:
             started.finish(on_event, result)
     finally:
-        for started in beside:  # an interrupt or a failure: nothing started here outlives the warm
+        for started in [*beside, *staged]:  # an interrupt or a failure: nothing started here outlives the warm
             started.stop()
         store.clean_stale_staging()

@@ -67,7 +67,7 @@ class RuntimePart:
     items: list[PlanItem]  # its own typed items on this rank (runtimes/items.py)
     backend: str = ""  # the scheduler kind of its work (a worker backend, or the chunks' kind)
     # False: its work runs outside the workers, as chunks the parent cuts (CUT) and runs in the pool, or, for a kind
-    # CUT does not hold (torch.compile graphs, FlashInfer modules: compile/recorded_items.py), built by the parent after the pool
+    # CUT does not hold (torch.compile graphs, FlashInfer modules: compile/recorded_items.py), built by the parent beside it
     in_workers: bool = True
     work: list[Any] = field(default_factory=list)  # in the order they are handed out
     job: dict[str, Any] = field(default_factory=dict)
@@ -500,7 +500,7 @@ def _triton_chunks(setup: WarmSetup, part: RuntimePart, jobs: int, others: list)
 
 def _prepare_recorded(plan: Plan, opts: WarmOptions, runtime, items: list[PlanItem], nvcc=None,
                       cache_root: Path | None = None) -> RuntimePart:
-    """The items built by the parent after the pool, each by the runtime's own subprocess (compile/recorded_items.py):
+    """The items built by the parent beside the pool, each by the runtime's own subprocess (compile/recorded_items.py):
     SGLang's torch.compile graphs (where the job's GPU kind is visible) and FlashInfer's JIT modules (GPU-free).
     --sglang-jit off leaves them; a runtime that needs a GPU skips them without the planned one, saying so; without
     what builds them importable here, or with another release of it than planned, they are skipped naming the

@@ -122,7 +122,10 @@ class InductorGraphs(PackageKeyed):
         return None
 
     def build_env(self, items: list, jobs: int, cuda_home: str | None) -> dict[str, str]:
-        return {}
+        """Inductor compiles each graph's kernels in the part's own process: warm spreads an item over parts already,
+        and each part's pool of compile workers (one per core) would start a torch import beside it for the one or
+        two kernels a graph has. Not in inductor's key (torch/_inductor/config.py ``_cache_config_ignore_prefix``)."""
+        return {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
 
     def covered(self, record: dict[str, Any]) -> str:
         return (f"{record.get('graphs', 0)} graphs, {len(record['entries'])} entries, torch {record.get('torch')} "
