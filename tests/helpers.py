@@ -365,3 +365,40 @@ def libcuda_standin(where, env: dict[str, str]) -> None:
                           timeout=300)
     assert made.returncode == 0 and os.path.exists(os.path.join(where, "libcuda.so.1")), made.stderr[-2000:]
 
+
+
+def nice_of(pid: int) -> int | None:
+    """A process's nice value (field 19 of /proc/PID/stat), None once it has gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rfind(")") + 2:].split()[16])
+
+
+def nice_while_running(run: Background, kind_of, every: float = 0.1) -> dict[str, set[int]]:
+    """Until ``run`` ends: the nice values of its Python and compiler descendants (python, nvcc, cicc, ptxas), by the
+    kind ``kind_of`` gives the command lines of the process and its ancestors below ``run``, joined (an nvcc that
+    FlashInfer's ninja started is FlashInfer's)."""
+    import time
+
+    from dgprecompile.host.procfs import command_line, descendants
+
+    seen: dict[str, set[int]] = {}
+    lines: dict[int, str] = {}
+    while run.proc.poll() is None:
+        procs = descendants(run.proc.pid)
+        parent = {st.pid: st.ppid for st in procs}
+        for st in procs:
+            if not st.comm.startswith(("python", "nvcc", "cicc", "ptxas")):
+                continue
+            chain, pid = [], st.pid
+            while pid in parent:
+                lines.setdefault(pid, command_line(pid, words=12))
+                chain.append(lines[pid])
+                pid = parent[pid]
+            nice = nice_of(st.pid)
+            if nice is not None:
+                seen.setdefault(kind_of(" ".join(chain)), set()).add(nice)
+        time.sleep(every)
+    return seen

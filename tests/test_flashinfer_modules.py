@@ -20,7 +20,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import NVCC, Background, beside_venv, no_user_sglang_env, sgl_deep_gemm_013_dir, sglang_014_dir
+from helpers import (
+    NVCC,
+    Background,
+    beside_venv,
+    nice_while_running,
+    no_user_sglang_env,
+    sgl_deep_gemm_013_dir,
+    sglang_014_dir,
+)
 
 from dgprecompile.errors import InputError
 from dgprecompile.host.procfs import command_line, proc_stats
@@ -275,7 +283,11 @@ def _router_and_kernels(version: str) -> dict:
 def test_warm_starts_flashinfers_build_beside_the_pool_not_after_it(tmp_path):
     """FlashInfer's modules are a server plan's longest builds and need no worker: warm starts them with the pool
     (compile/warm.py BESIDE_POOL), so a module shorter than the pool's kernels is done before the last kernel is
-    (after the pool, as before, its .so would be the newest file of the cache)."""
+    (after the pool, as before, its .so would be the newest file of the cache). While it builds, the pool's
+    processes (the zygote, its workers and their nvcc) run BACKGROUND_NICE steps below it, FlashInfer's own at
+    warm's priority (each process's nice read from /proc while the warm runs)."""
+    from dgprecompile.compile.warm import BACKGROUND_NICE
+
     version = "0.6.12"
     data = _router_and_kernels(version)
     refs = [json.dumps(shape) for shape in data["shapes"]]
@@ -287,9 +299,13 @@ def test_warm_starts_flashinfers_build_beside_the_pool_not_after_it(tmp_path):
     manifest = tmp_path / "plan.yaml"
     write_manifest(plan_from_dict(data), manifest)
     cache = tmp_path / "cache"
-    w = _dgp("warm", "--manifest", manifest, "--cache-dir", cache, "--nvcc", NVCC, "--sglang-jit", "on", "--jobs", "2",
-             "--json", env=_env(version))
+    run = Background([sys.executable, "-m", "dgprecompile", "warm", "--manifest", str(manifest), "--cache-dir",
+                      str(cache), "--nvcc", NVCC, "--sglang-jit", "on", "--jobs", "2", "--json"], env=_env(version))
+    seen = nice_while_running(run, lambda line: "flashinfer" if "dsv3_router" in line
+                              or "compile.flashinfer_modules" in line else "pool")
+    w = run.result()
     assert w.returncode == 0, w.stdout + w.stderr
+    assert seen["pool"] == {BACKGROUND_NICE} and seen["flashinfer"] == {0}, seen
     report = json.loads(w.stdout)
     assert report["compiled"] == data["total_kernels"] + 1, report
     assert report["jobs"] == 2 and report["workers"] <= 2  # the budget the pool and FlashInfer's ninja shared

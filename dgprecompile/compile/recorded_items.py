@@ -85,17 +85,18 @@ def run_items(setup, part, on_event, result, reserved: int = 0) -> None:
                 result)
 
 
-def start_staged(setup, part, on_event, result, slots: int) -> list[Staged]:
+def start_staged(setup, part, on_event, result, slots: int, nice: int = 0) -> list[Staged]:
     """Start every pending item of ``part`` at once, each into its own staging root (:class:`Staged`), ``slots``
     of the --jobs budget shared among them (each item's parts, at least one); finished with :func:`finish_staged`.
     warm starts the graphs so beside its pool: they write only their stages, so nothing else's entries can be
-    taken for theirs, and the cache's areas only when :func:`finish_staged` merges them."""
+    taken for theirs, and the cache's areas only when :func:`finish_staged` merges them. ``nice``: how much lower
+    their CPU priority is than the builds they must not slow (FlashInfer's, compile/warm.py)."""
     items = _pending(setup, part, result)
     started: list[Staged] = []
     try:
         for item in items:
             on_event({"event": "start", "kernel": item.id})
-            started.append(Staged(setup, part, item, max(1, min(part.runtime.parts, slots // len(items)))))
+            started.append(Staged(setup, part, item, max(1, min(part.runtime.parts, slots // len(items))), nice))
     except BaseException:
         for one in started:
             one.stop()
@@ -142,7 +143,7 @@ class Staged:
     entries and writes the item's record: what the subprocesses reported (``record`` of the first report, each
     runtime's own fields), its entries and the seconds they took. ``stop`` kills what runs and removes the stage."""
 
-    def __init__(self, setup, part, item, parts: int):
+    def __init__(self, setup, part, item, parts: int, nice: int = 0):
         self.setup, self.part, self.item, self.parts = setup, part, item, parts
         self.t0 = time.perf_counter()
         self.stage = setup.store.new_staging()
@@ -151,7 +152,7 @@ class Staged:
         try:
             self.started = Started([[*self.argv, *(["--part", f"{i}/{parts}"] if parts > 1 else [])]
                                     for i in range(parts)], _areas_env(str(self.stage), runtime, part),
-                                   in_scratch=("SGLANG_CACHE_DIR",))  # SGLang's own cache: its other files
+                                   in_scratch=("SGLANG_CACHE_DIR",), nice=nice)  # SGLang's cache: its other files
         except BaseException:
             self.setup.store.release_staging(self.stage)
             raise
@@ -256,9 +257,10 @@ class Started:
     kills what still runs with its session (lifeline.kill_job) and removes the folder. Each command ends with this
     process however it dies (it calls lifeline.end_with_warm) and holds the folder's lock until it has, so a later
     run removes the folder a killed one left only when nothing of it runs. ``in_scratch``: variables pointed at a
-    folder of that name inside it (SGLang's own cache of a graph's parts)."""
+    folder of that name inside it (SGLang's own cache of a graph's parts). ``nice``: each command's CPU priority
+    lowered by that much (host/lifeline.py lowered)."""
 
-    def __init__(self, argvs: list[list[str]], env: dict[str, str], in_scratch: tuple[str, ...] = ()):
+    def __init__(self, argvs: list[list[str]], env: dict[str, str], in_scratch: tuple[str, ...] = (), nice: int = 0):
         self.tmp = scratch.run_dir("dgprecompile-items-")
         self.procs: list[subprocess.Popen] = []
         env = {**env, lifeline.WARM_PID_ENV: str(os.getpid())}
@@ -270,7 +272,8 @@ class Started:
                 with open(self.tmp / f"item-{i}.out", "wb") as out, open(self.tmp / f"item-{i}.log", "wb") as log:
                     self.procs.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=log,
                                                        env=env, start_new_session=True,
-                                                       pass_fds=scratch.lock_fds(self.tmp)))
+                                                       pass_fds=scratch.lock_fds(self.tmp),
+                                                       preexec_fn=lifeline.lowered(nice)))
         except BaseException:
             self.stop()
             raise

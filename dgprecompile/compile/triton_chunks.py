@@ -134,13 +134,14 @@ def chunk_argv(item: TritonMoeItem, chunk: Chunk, cache_dir: str, python: str) -
     return argv
 
 
-def start_chunk(argv: list[str], log: Path, env: dict[str, str], keep_fds: tuple[int, ...] = ()) -> subprocess.Popen:
+def start_chunk(argv: list[str], log: Path, env: dict[str, str], keep_fds: tuple[int, ...] = (),
+                nice: int = 0) -> subprocess.Popen:
     """The chunk's subprocess, in its own session (stopped with its compilers: :func:`stop_chunk`; and ended with
     them when warm dies, SIGKILL included: lifeline.end_with_warm), holding ``keep_fds`` (warm's scratch lock: the
     scratch stays warm's until the chunk has ended); its report comes on stdout, its log goes to ``log``. SGLang
     points the caches it does not own (inductor, CUDA's, TileLang's) at $SGLANG_CACHE_DIR, by default
     ~/.cache/sglang: a warm writes only into its cache, so they go to a scratch folder beside the log (warm's own
-    temporary folder, removed after it)."""
+    temporary folder, removed after it). ``nice``: its CPU priority that much lower (lifeline.lowered)."""
     scratch = log.parent / f"{log.stem}.sglang-cache"
     scratch.mkdir(parents=True, exist_ok=True)
     with open(log, "wb") as err:
@@ -148,7 +149,7 @@ def start_chunk(argv: list[str], log: Path, env: dict[str, str], keep_fds: tuple
                                 env={**env, **TRITON_MOE.warm_env, "SGLANG_CACHE_DIR": str(scratch),
                                      "TORCHINDUCTOR_CACHE_DIR": str(scratch / "inductor"),
                                      lifeline.WARM_PID_ENV: str(os.getpid())},
-                                start_new_session=True, pass_fds=keep_fds)
+                                start_new_session=True, pass_fds=keep_fds, preexec_fn=lifeline.lowered(nice))
 
 
 def stop_chunk(proc: subprocess.Popen) -> None:

@@ -32,6 +32,11 @@ from dgprecompile.fsutil import human_bytes
 # where trtllm_comm alone took 95.9 s: bench/results/2026-12-07-h100-first-forward-480b-split)
 BESIDE_POOL = ("flashinfer-module", "inductor-graph")
 GRAPH_SHARE = 2  # the graphs' parts take at most 1/GRAPH_SHARE of the slots FlashInfer's builds leave
+# while FlashInfer's builds run beside it, the pool's processes and the graphs' run this many nice steps below them
+# (their compilers inherit it): those builds are a few long chains of one compiler each (trtllm_comm alone: 3 nvcc at
+# most, then 35 s of one host compile), and on a busy host each such compiler waited its turn with the pool's and the
+# graphs' dozens (trtllm_comm 133.4 s in the 480B split warm1, 95.9 s alone); lower, the rest fills what they leave
+BACKGROUND_NICE = 10
 # the kinds whose items warm builds after the pool, in this order, while the builds beside it go on
 AFTER_POOL = ("triton-path",)
 
@@ -127,10 +132,11 @@ def _run_phases(setup: WarmSetup, result: WarmResult, start: float, on_event: Ca
                 beside += [started] if started is not None else []
             else:
                 left = (setup.budget or setup.workers) - sum(len(b.items) for b in beside)
-                staged += start_staged(setup, part, timed, result, max(1, left // GRAPH_SHARE))
+                staged += start_staged(setup, part, timed, result, max(1, left // GRAPH_SHARE),
+                                       BACKGROUND_NICE if beside else 0)
         reserved = sum(len(b.items) for b in beside) + sum(s.parts for s in staged)
         if setup.items or any(p.work for p in setup.parts):
-            run_pool(setup, on_event, result, start, reserved=reserved)
+            run_pool(setup, on_event, result, start, reserved=reserved, nice=BACKGROUND_NICE if beside else 0)
         finish_staged(setup, staged, on_event, result)
         reserved -= sum(s.parts for s in staged)
         for kind in AFTER_POOL:  # built by their own subprocesses after the pool, one item at a time

@@ -28,7 +28,7 @@ from dgprecompile.compile.warm_result import WarmResult, record_event
 from dgprecompile.compile.warm_setup import WarmSetup, work, worker_job
 from dgprecompile.compile.worker import startup_failure
 from dgprecompile.errors import CompileFailed
-from dgprecompile.host import scratch
+from dgprecompile.host import lifeline, scratch
 
 TICK_SECONDS = 1.0  # how often the parent wakes without events (progress lines on a non-terminal)
 WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
@@ -36,14 +36,15 @@ WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THRE
 
 
 def run_pool(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None], result: WarmResult, start: float,
-             reserved: int = 0) -> None:
+             reserved: int = 0, nice: int = 0) -> None:
     """One zygote and len(gpus) workers, each serving every backend of the workers' job, and ``setup.runners``
     slots for Triton MoE chunks (started at once, not after the zygote), all within ``setup.workers`` items at a
     time less ``reserved`` (builds running beside the pool: FlashInfer's, compile/warm.py), at least one, driven
-    by the scheduler."""
+    by the scheduler. ``nice``: how much lower the zygote's and the chunks' CPU priority is (their compilers
+    inherit it) than the longest builds' beside the pool (compile/warm.py BACKGROUND_NICE)."""
     tmp = scratch.run_dir("dgprecompile-warm-")  # locked for this run; its compilers' TMPDIR is inside it
     todo, workers = work(setup), len(setup.gpus)
-    procs = Processes(tmp, workers)
+    procs = Processes(tmp, workers, nice)
     limit = max(1, setup.workers - reserved)
     sched = Scheduler.start([j for j, _ in todo], workers + setup.runners,
                             budget=limit if setup.runners or workers > limit else None)
@@ -72,8 +73,8 @@ def run_pool(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None], resul
 class Processes:
     """The I/O side of a pool: the zygote, a pipe pair per worker, one selector over their event streams."""
 
-    def __init__(self, tmp: Path, n: int):
-        self.tmp = tmp
+    def __init__(self, tmp: Path, n: int, nice: int = 0):
+        self.tmp, self.nice = tmp, nice
         self.logs = {i: tmp / f"worker-{i}.log" for i in range(n)}
         self.to_worker: dict[int, Any] = {}
         self.pids: dict[int, int] = {}
@@ -107,7 +108,8 @@ class Processes:
         self.zygote = subprocess.Popen(
             [sys.executable, "-m", "dgprecompile.compile.worker", str(job_path), "--zygote"],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=open(self.tmp / "zygote.log", "wb"), env=env,
-            pass_fds=(*child_fds, *scratch.lock_fds(self.tmp)), start_new_session=True)
+            pass_fds=(*child_fds, *scratch.lock_fds(self.tmp)), start_new_session=True,
+            preexec_fn=lifeline.lowered(self.nice))  # its workers and their compilers inherit it
         for fd in child_fds:
             os.close(fd)
         assert self.zygote.stdout is not None
@@ -120,7 +122,7 @@ class Processes:
         from dgprecompile.compile.triton_chunks import start_chunk
 
         env = {**os.environ, **WORKER_ENV, **scratch.compiler_env(self.tmp)}
-        proc = start_chunk(argv, self.tmp / f"chunk-{slot}.log", env, scratch.lock_fds(self.tmp))
+        proc = start_chunk(argv, self.tmp / f"chunk-{slot}.log", env, scratch.lock_fds(self.tmp), self.nice)
         self.chunks[slot], self.chunk_out[slot] = proc, ""
         assert proc.stdout is not None
         self.sel.register(proc.stdout, selectors.EVENT_READ, ("chunk", slot))

@@ -93,6 +93,19 @@ def end_with_warm() -> None:
         end_job_with_parent(int(warm))
 
 
+def lowered(by: int):
+    """A ``preexec_fn`` for subprocess.Popen that lowers the child's CPU priority by ``by`` nice steps before it
+    runs anything (what it starts inherits it), or None for ``by`` 0: warm starts the builds its longest ones must
+    not wait for so. Warm's parent runs no threads, which is what makes a preexec_fn safe there."""
+    if by <= 0:
+        return None
+
+    def lower() -> None:
+        os.nice(by)
+
+    return lower
+
+
 def set_name(name: str) -> bool:
     """This process's command name (/proc/PID/comm, what ps shows), at most 15 bytes."""
     return _prctl(PR_SET_NAME, name.encode()[:15])
