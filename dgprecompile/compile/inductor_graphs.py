@@ -33,7 +33,7 @@ import time
 from typing import Any
 
 from dgprecompile.host import lifeline
-from dgprecompile.runtimes.inductor import INDUCTOR_GRAPHS
+from dgprecompile.runtimes.inductor import INDUCTOR_GRAPHS, sequences
 
 
 def parse_params(text: str) -> dict[str, Any]:
@@ -48,15 +48,6 @@ def parse_params(text: str) -> dict[str, Any]:
             except ValueError:
                 out[key] = value
     return out
-
-
-def sequences(graph: dict[str, Any], params: dict[str, Any]) -> list[tuple[int, list[int]]]:
-    """(rank, the m of one sequence) for every sequence the graph's compile mode asks for (module docstring)."""
-    if graph["compile"] == "automatic":
-        return [(0, [m]) for m in range(1, int(params["m_max"]) + 1)] + [(0, [1, 2]), (0, [2, 3])]
-    tp = int(params["tp"])
-    ranks = sorted({0, min(1, tp - 1), tp - 1})
-    return [(rank, seq) for rank in ranks for seq in ([1, 2], [2, 3])]
 
 
 def set_grad_mode(grad: str) -> None:

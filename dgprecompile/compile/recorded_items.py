@@ -94,14 +94,24 @@ def start_staged(setup, part, on_event, result, slots: int, nice: int = 0) -> li
     items = _pending(setup, part, result)
     started: list[Staged] = []
     try:
-        for item in items:
+        for item, parts in zip(items, shares(part.runtime, items, slots), strict=True):
             on_event({"event": "start", "kernel": item.id})
-            started.append(Staged(setup, part, item, max(1, min(part.runtime.parts, slots // len(items))), nice))
+            started.append(Staged(setup, part, item, parts, nice))
     except BaseException:
         for one in started:
             one.stop()
         raise
     return started
+
+
+def shares(runtime, items: list, slots: int) -> list[int]:
+    """Each item's parts out of ``slots``: in proportion to its call sequences where the runtime counts them
+    (``sequences_of``: the 480B's MoE sum has 34, its vocabulary mask 6), and never more than it has (a part without
+    one would only import torch and SGLang); else the same for each. At least one each, at most ``runtime.parts``."""
+    count = getattr(runtime, "sequences_of", None)
+    weights = [count(item) if count else 1 for item in items]
+    total = sum(weights) or 1
+    return [max(1, min(runtime.parts, w if count else runtime.parts, round(slots * w / total))) for w in weights]
 
 
 def finish_staged(setup, started: list[Staged], on_event, result) -> None:
@@ -131,7 +141,7 @@ def _settle(setup, item, t0: float, work, on_event, result, seconds: float | Non
 
 def build_item(setup, part, item, reserved: int = 0) -> dict[str, Any]:
     """Build one item now (:class:`Staged`), its parts taking the --jobs budget less ``reserved``."""
-    return Staged(setup, part, item, max(1, min(part.runtime.parts, (setup.budget or setup.workers) - reserved))
+    return Staged(setup, part, item, shares(part.runtime, [item], (setup.budget or setup.workers) - reserved)[0]
                   ).finish()
 
 

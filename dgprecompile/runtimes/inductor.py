@@ -121,6 +121,11 @@ class InductorGraphs(PackageKeyed):
         """The graphs are built with whatever torch is here; their records name it (``stale``)."""
         return None
 
+    def sequences_of(self, item: InductorGraphItem) -> int:
+        """How many call sequences warm runs for the item (:func:`sequences`): at most that many of its parts
+        have work, and warm shares its slots among the graphs by it (compile/recorded_items.py)."""
+        return len(sequences(self.graph(item.graph), dict(item.params)))
+
     def build_env(self, items: list, jobs: int, cuda_home: str | None) -> dict[str, str]:
         """Inductor compiles each graph's kernels in the part's own process: warm spreads an item over parts already,
         and each part's pool of compile workers (one per core) would start a torch import beside it for the one or
@@ -171,3 +176,14 @@ def _vocab_item(name: str, config: dict, tp: int, device_name: str, grad: str, w
 
 
 INDUCTOR_GRAPHS = InductorGraphs()
+
+
+def sequences(graph: dict[str, Any], params: dict[str, Any]) -> list[tuple[int, list[int]]]:
+    """(rank, the m of one sequence) for every sequence the graph's compile mode asks for (compile/inductor_graphs.py's
+    docstring): automatic, [m] for every m up to m_max, then [1, 2] and [2, 3]; dynamic, [1, 2] and [2, 3] per rank
+    kind (rank 0, rank 1, the last rank)."""
+    if graph["compile"] == "automatic":
+        return [(0, [m]) for m in range(1, int(params["m_max"]) + 1)] + [(0, [1, 2]), (0, [2, 3])]
+    tp = int(params["tp"])
+    ranks = sorted({0, min(1, tp - 1), tp - 1})
+    return [(rank, seq) for rank in ranks for seq in ([1, 2], [2, 3])]
