@@ -189,6 +189,21 @@ def test_chunk_slots_start_at_once_and_the_zygotes_workers_wait_for_a_slot_of_th
     assert closed(s.finished(0, "k1")) == [0] and closed(s.finished(1, "k2")) == [1] and s.drained() == []
 
 
+def test_slots_freed_beside_the_pool_go_to_its_idle_workers_at_once():
+    """warm holds slots of --jobs for the graphs' parts beside the pool; when those end, ``widen`` gives them to
+    the pool: waiting workers take the costliest jobs now, never past the new budget, and without a budget (one
+    item per worker) widening changes nothing."""
+    jobs = [Job(f"k{i}", DG, 10.0 - i) for i in range(5)]
+    s = Scheduler.start(jobs, 4, budget=1)
+    assert sent(s.ready(0, [DG])) == [(0, "k0")]
+    assert s.ready(1, [DG]) == [] and s.ready(2, [DG]) == [] and s.ready(3, [DG]) == []  # the budget is held
+    assert s.widen(0) == [] and s.held() == 1
+    assert sent(s.widen(2)) == [(1, "k1"), (2, "k2")] and s.held() == 3 and s.budget == 3
+    assert sent(s.finished(0, "k0")) == [(0, "k3")] and s.held() == 3  # still within the widened budget
+    free = Scheduler.start([Job("a", DG, 1.0)], 1)
+    assert free.widen(4) == [] and free.budget is None
+
+
 def test_the_budget_is_never_exceeded_and_every_job_is_handed_out_once():
     rng = random.Random(7)
     jobs = [Job(f"c{i}", TRITON, rng.random() * 10) for i in range(6)] + [

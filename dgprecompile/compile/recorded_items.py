@@ -189,6 +189,10 @@ class Staged:
         store.update_index(lambda index: records.records(index, runtime).__setitem__(item.id, record))
         return record
 
+    def ended(self) -> bool:
+        """Whether every part has exited (their slots are free; ``finish`` still merges the stage)."""
+        return all(proc.poll() is not None for proc in self.started.procs)
+
     def stop(self) -> None:
         """Kill what still runs (an interrupt, a failure elsewhere) and remove the stage: nothing started here
         outlives the warm, nothing of a stage stays in the cache."""

@@ -131,6 +131,14 @@ class Scheduler:
         self.workers[w].exit_code = code
         return self._settle(w)
 
+    def widen(self, by: int) -> list[Action]:
+        """``by`` more slots of the budget (builds beside the pool that held them have ended): idle workers take
+        them at once (:meth:`_wake`). Without a budget (one item per worker) nothing changes."""
+        if self.budget is None or by <= 0:
+            return []
+        self.budget += by
+        return self._wake()
+
     def drained(self) -> list[Action]:
         """Every worker is gone: what is still queued had no worker to build it (or was stopped)."""
         left = [NotStarted(job, self.stopped or NO_WORKER) for job in self.queue]

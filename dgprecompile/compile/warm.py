@@ -135,8 +135,17 @@ def _run_phases(setup: WarmSetup, result: WarmResult, start: float, on_event: Ca
                 staged += start_staged(setup, part, timed, result, max(1, left // GRAPH_SHARE),
                                        BACKGROUND_NICE if beside else 0)
         reserved = sum(len(b.items) for b in beside) + sum(s.parts for s in staged)
+        running = list(staged)
+
+        def freed() -> int:  # the slots of the graphs that ended go to the pool
+            done = [s for s in running if s.ended()]
+            for s in done:
+                running.remove(s)
+            return sum(s.parts for s in done)
+
         if setup.items or any(p.work for p in setup.parts):
-            run_pool(setup, on_event, result, start, reserved=reserved, nice=BACKGROUND_NICE if beside else 0)
+            run_pool(setup, on_event, result, start, reserved=reserved, nice=BACKGROUND_NICE if beside else 0,
+                     freed=freed)
         finish_staged(setup, staged, on_event, result)
         reserved -= sum(s.parts for s in staged)
         for kind in AFTER_POOL:  # built by their own subprocesses after the pool, one item at a time

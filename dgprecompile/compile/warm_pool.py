@@ -36,19 +36,21 @@ WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THRE
 
 
 def run_pool(setup: WarmSetup, on_event: Callable[[dict[str, Any]], None], result: WarmResult, start: float,
-             reserved: int = 0, nice: int = 0) -> None:
+             reserved: int = 0, nice: int = 0, freed: Callable[[], int] | None = None) -> None:
     """One zygote and len(gpus) workers, each serving every backend of the workers' job, and ``setup.runners``
     slots for Triton MoE chunks (started at once, not after the zygote), all within ``setup.workers`` items at a
     time less ``reserved`` (builds running beside the pool: FlashInfer's, compile/warm.py), at least one, driven
     by the scheduler. ``nice``: how much lower the zygote's and the chunks' CPU priority is (their compilers
-    inherit it) than the longest builds' beside the pool (compile/warm.py BACKGROUND_NICE)."""
+    inherit it) than the longest builds' beside the pool (compile/warm.py BACKGROUND_NICE). ``freed``: asked
+    between events, how many of the ``reserved`` slots came free since it was last asked (builds beside the pool
+    that ended: the graphs'); the pool takes them."""
     tmp = scratch.run_dir("dgprecompile-warm-")  # locked for this run; its compilers' TMPDIR is inside it
     todo, workers = work(setup), len(setup.gpus)
     procs = Processes(tmp, workers, nice)
     limit = max(1, setup.workers - reserved)
     sched = Scheduler.start([j for j, _ in todo], workers + setup.runners,
                             budget=limit if setup.runners or workers > limit else None)
-    run = _Run(sched, procs, {j.id: item for j, item in todo}, result, on_event, start, setup)
+    run = _Run(sched, procs, {j.id: item for j, item in todo}, result, on_event, start, setup, freed)
     try:
         if workers:
             procs.start(worker_job(setup), setup.gpus)
@@ -216,6 +218,7 @@ class _Run:
     on_event: Callable[[dict[str, Any]], None]
     start: float
     setup: WarmSetup
+    freed: Callable[[], int] | None = None  # slots held beside the pool that came free (run_pool)
     chunked: dict[str, ChunkedItem] = field(default_factory=dict)  # Triton MoE item -> its chunks so far
     chunk_started: dict[str, float] = field(default_factory=dict)
     chunk_failures: dict[str, dict[str, Any]] = field(default_factory=dict)  # chunk -> its errors, log, hint
@@ -231,6 +234,8 @@ class _Run:
                 spoke = True
                 self.apply(self._zygote(event) if who == "zygote" else self._chunk_ended(who[1])
                            if isinstance(who, tuple) else self._worker(who, event))
+            if self.freed is not None:
+                self.apply(self.sched.widen(self.freed()))
             if not spoke:
                 self.on_event({"event": "tick"})  # lets a plain (non-TTY) progress report print on time, no thread
 
