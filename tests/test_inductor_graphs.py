@@ -73,14 +73,16 @@ def test_the_480b_server_plans_the_moe_sum_at_its_topk_and_the_embedding_mask_at
 
 def test_warm_shares_its_slots_among_the_graphs_by_their_call_sequences():
     """The 480B's MoE sum runs 34 call sequences (m 1..32, then [1, 2] and [2, 3]), its vocabulary mask 6 (two per
-    rank kind): the slots warm gives the graphs beside its pool go 6 to 1, an item never gets more parts than it has
-    sequences (a part without one only imports torch and SGLang), and a runtime that counts none splits them evenly."""
+    rank kind): the 7 slots warm gives the graphs beside its pool go 6 to 1, all 16 of a warm without a pool 8 (the
+    runtime's most) to 6 (the mask's sequences: a part without one only imports torch and SGLang); a runtime that
+    counts none splits them evenly, and each item has a part however few the slots."""
     items = sorted(_plan(QWEN).inductor.values(), key=lambda it: it.graph)
     assert [(it.graph, INDUCTOR_GRAPHS.sequences_of(it)) for it in items] == [("moe_sum_reduce", 34), ("vocab_mask", 6)]
     assert inductor_warm.shares(INDUCTOR_GRAPHS, items, 7) == [6, 1]
+    assert inductor_warm.shares(INDUCTOR_GRAPHS, items, 16) == [8, 6]
     assert inductor_warm.shares(INDUCTOR_GRAPHS, items[1:], 16) == [6]  # its 6 sequences, not runtime.parts (8)
     even = SimpleNamespace(parts=8)
-    assert inductor_warm.shares(even, items, 7) == [4, 4] and inductor_warm.shares(even, items, 1) == [1, 1]
+    assert inductor_warm.shares(even, items, 7) == [4, 3] and inductor_warm.shares(even, items, 1) == [1, 1]
 
 
 def test_deepseek_v3_tp8_sums_the_fused_shared_expert_with_its_scale(tmp_path):

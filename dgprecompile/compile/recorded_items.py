@@ -105,13 +105,20 @@ def start_staged(setup, part, on_event, result, slots: int, nice: int = 0) -> li
 
 
 def shares(runtime, items: list, slots: int) -> list[int]:
-    """Each item's parts out of ``slots``: in proportion to its call sequences where the runtime counts them
-    (``sequences_of``: the 480B's MoE sum has 34, its vocabulary mask 6), and never more than it has (a part without
-    one would only import torch and SGLang); else the same for each. At least one each, at most ``runtime.parts``."""
+    """Each item's parts out of ``slots``: one each, then each further slot to the item whose parts have the most
+    call sequences each where the runtime counts them (``sequences_of``: the 480B's MoE sum has 34, its vocabulary
+    mask 6; else one per item), so the longest part is as short as the slots allow; never more parts than an item
+    has sequences (a part without one would only import torch and SGLang), nor than ``runtime.parts``."""
     count = getattr(runtime, "sequences_of", None)
     weights = [count(item) if count else 1 for item in items]
-    total = sum(weights) or 1
-    return [max(1, min(runtime.parts, w if count else runtime.parts, round(slots * w / total))) for w in weights]
+    caps = [min(runtime.parts, w) if count else runtime.parts for w in weights]
+    parts = [1] * len(items)
+    for _ in range(slots - len(items)):
+        below = [i for i in range(len(items)) if parts[i] < caps[i]]
+        if not below:
+            break
+        parts[max(below, key=lambda i: (weights[i] / parts[i], -i))] += 1
+    return parts
 
 
 def finish_staged(setup, started: list[Staged], on_event, result) -> None:

@@ -31,7 +31,7 @@ from dgprecompile.fsutil import human_bytes
 # pool, one after another, they ended 84 s after it on the H100 while FlashInfer's went on (480B split warm1, 141.6 s
 # where trtllm_comm alone took 95.9 s: bench/results/2026-12-07-h100-first-forward-480b-split)
 BESIDE_POOL = ("flashinfer-module", "inductor-graph")
-GRAPH_SHARE = 2  # the graphs' parts take at most 1/GRAPH_SHARE of the slots FlashInfer's builds leave
+GRAPH_SHARE = 2  # with a pool to run, the graphs' parts take at most 1/GRAPH_SHARE of the slots FlashInfer's leave
 # while FlashInfer's builds run beside it, the pool's processes and the graphs' run this many nice steps below them
 # (their compilers inherit it): those builds are a few long chains of one compiler each (trtllm_comm alone: 3 nvcc at
 # most, then 35 s of one host compile), and on a busy host each such compiler waited its turn with the pool's and the
@@ -122,6 +122,7 @@ def _run_phases(setup: WarmSetup, result: WarmResult, start: float, on_event: Ca
         on_event(event)
 
     beside, staged = [], []
+    pool = bool(setup.items or any(p.work for p in setup.parts))
     try:
         for kind in BESIDE_POOL:
             part = setup.part(kind)
@@ -132,7 +133,7 @@ def _run_phases(setup: WarmSetup, result: WarmResult, start: float, on_event: Ca
                 beside += [started] if started is not None else []
             else:
                 left = (setup.budget or setup.workers) - sum(len(b.items) for b in beside)
-                staged += start_staged(setup, part, timed, result, max(1, left // GRAPH_SHARE),
+                staged += start_staged(setup, part, timed, result, max(1, left // GRAPH_SHARE if pool else left),
                                        BACKGROUND_NICE if beside else 0)
         reserved = sum(len(b.items) for b in beside) + sum(s.parts for s in staged)
         running = list(staged)
@@ -143,7 +144,7 @@ def _run_phases(setup: WarmSetup, result: WarmResult, start: float, on_event: Ca
                 running.remove(s)
             return sum(s.parts for s in done)
 
-        if setup.items or any(p.work for p in setup.parts):
+        if pool:
             run_pool(setup, on_event, result, start, reserved=reserved, nice=BACKGROUND_NICE if beside else 0,
                      freed=freed)
         finish_staged(setup, staged, on_event, result)
