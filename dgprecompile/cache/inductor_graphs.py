@@ -13,21 +13,14 @@ from __future__ import annotations
 from typing import Any
 
 from dgprecompile.cache import item_records
-from dgprecompile.cache.item_records import BROKEN, COVERED, MISSING, STALE, appeared, file_entries
+from dgprecompile.cache.item_records import BROKEN, COVERED, MISSING, STALE, file_entries
 from dgprecompile.cache.store import CacheStore, Index
 from dgprecompile.cache.triton_moe import ItemCoverage
 from dgprecompile.runtimes.inductor import INDUCTOR_GRAPHS
 
-__all__ = ["AREAS", "BROKEN", "COVERED", "MISSING", "STALE", "appeared", "file_entries", "item_coverage",
-           "snapshot"]
-
-AREAS = INDUCTOR_GRAPHS.areas  # where an item's compiles land: inductor's caches and the Triton kernels it generates
+__all__ = ["BROKEN", "COVERED", "MISSING", "STALE", "file_entries", "item_coverage"]
 
 
 def item_coverage(store: CacheStore, index: Index, item_id: str, installed: dict[str, Any] | None) -> ItemCoverage:
     """Whether ``item_id`` is covered in ``store`` (``installed``: INDUCTOR_GRAPHS.installed())."""
     return item_records.item_coverage(store, index, INDUCTOR_GRAPHS, item_id, installed)
-
-
-def snapshot(root: str) -> dict[str, dict[str, tuple[str | None, tuple[str, ...]]]]:
-    return item_records.snapshot(root, AREAS)

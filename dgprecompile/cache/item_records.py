@@ -28,8 +28,7 @@ from dgprecompile.cache.triton_moe import (
 )
 from dgprecompile.runtimes import family_for_area
 
-__all__ = ["BROKEN", "COVERED", "MISSING", "STALE", "appeared", "file_entries", "item_coverage", "merge_stage",
-           "records", "snapshot"]
+__all__ = ["BROKEN", "COVERED", "MISSING", "STALE", "file_entries", "item_coverage", "merge_stage", "records"]
 
 
 def records(index: Index, runtime) -> dict[str, dict[str, Any]]:
@@ -55,22 +54,6 @@ def item_coverage(store: CacheStore, index: Index, runtime, item_id: str,
     if lost is not None:
         return lost
     return ItemCoverage(item_id, COVERED, runtime.covered(record))
-
-
-def snapshot(root: str, areas: tuple[str, ...]) -> dict[str, dict[str, tuple[str | None, tuple[str, ...]]]]:
-    """Per area, every entry -> its state (runtimes/captured.py CacheFamily.state)."""
-    out = {}
-    for area in areas:
-        fam = family_for_area(area)
-        out[area] = fam.state(fam.area_dir(root)) if fam is not None else {}
-    return out
-
-
-def appeared(root: str, before: dict[str, dict[str, tuple[str | None, tuple[str, ...]]]]) -> list[str]:
-    """The entries (``<area>/<name>``) that appeared or grew (inductor's buckets) since ``before``."""
-    after = snapshot(root, tuple(before))
-    return sorted(f"{area}/{name}" for area, entries in after.items() for name, state in entries.items()
-                  if before.get(area, {}).get(name) != state)
 
 
 def merge_stage(root: Path, stage: Path, areas: tuple[str, ...]) -> tuple[list[str], list[str]]:

@@ -319,13 +319,3 @@ class Started:
                 lifeline.kill_job(proc.pid)  # its session: FlashInfer's ninja runs each nvcc in a group of its own
                 proc.wait()
         scratch.release(self.tmp)
-
-
-def run_each(argvs: list[list[str]], env: dict[str, str], in_scratch: tuple[str, ...] = ()
-             ) -> list[tuple[dict[str, Any] | None, str | None]]:
-    """Every command side by side (:class:`Started`), waited for; an interrupt stops them all."""
-    started = Started(argvs, env, in_scratch)
-    try:
-        return started.collect()
-    finally:
-        started.stop()
