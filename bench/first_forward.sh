@@ -45,7 +45,8 @@
 #   showed the alone phase's ninja on one job, and which unit bounds the warm)
 # writes $OUT/$NAME/{summary.json, logs.txt, files.tar.gz}: the tarball holds cold.json, cold_files.json,
 #   cold8/driver-N.json, cold8_files.json, plan.yaml, warm1.json, alone/ with alone-N.json (each alone warm's --json)
-#   and proof/ (model_proof.sh's folder), with SAMPLE= warm1-ps.txt / alone-ps.txt: the device returns 8 files
+#   and proof/ (model_proof.sh's folder), with SAMPLE= warm1-ps.txt / alone-ps.txt; beside it, as each phase ends,
+#   the summary so far, the folder's .json/.txt files and proof/'s small files (a call cut short returns those)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 root=$PWD; OUT=${OUT:-$root/out}; NAME=${NAME:-first-forward}; final=$OUT/$NAME; d=${WORK:-$(mktemp -d)}
@@ -91,6 +92,20 @@ sample() {  # sample NAME: start the SAMPLE= line writer into $d/NAME-ps.txt; sa
       sleep "$SAMPLE"; done > "$d/$1-ps.txt" ) & sampler=$!
 }
 fresh_env() { python3 bench/first_forward_files.py --env "$1"; }  # every JIT cache and HOME in the new folder $1
+# keep [END]: after each phase, the summary so far and the phases' small files into $final, so a call the lease or
+# its limit cuts short (SIGKILL: no trap runs) still returns what its finished phases measured; END also adds this
+# call's seconds to WORK/device_s (once a call) and packs the folder
+keep() {
+  local spent=$(( $(date +%s) - t0 + $(cat "$d/device_s" 2>/dev/null || echo 0) ))
+  [ -n "${1:-}" ] && echo "$spent" > "$d/device_s"
+  python3 bench/first_forward_files.py --summary "$d" --server "$SERVER" --commit "${DGP_GIT:-}" \
+    --device-s "$spent" > "$d/summary.json" 2>> "$d/logs.txt"
+  find "$d" -maxdepth 1 -type f \( -name '*.json' -o -name '*.txt' \) -exec cp {} "$final/" \;
+  [ -d "$d/proof" ] && mkdir -p "$final/proof" \
+    && find "$d/proof" -maxdepth 1 -type f -size -4M -exec cp {} "$final/proof/" \;
+  [ -n "${1:-}" ] && tar czf "$final/files.tar.gz" -C "$d" .
+  return 0
+}
 if has launched && [ -f "$d/proof/workdir.txt" ]; then  # the carried trtllm_comm run on the GPU, from the proof's cache
   pw=$(cat "$d/proof/workdir.txt")
   if grep -q 'flashinfer:trtllm_comm@' "$pw/plan.yaml" 2> /dev/null; then
@@ -99,6 +114,7 @@ if has launched && [ -f "$d/proof/workdir.txt" ]; then  # the carried trtllm_com
     echo "split check: launch rc=$?" | tee -a "$d/logs.txt" > "$d/split_check.rc"
   fi
 fi
+has launched && keep
 if [ -n "${COLD_FROM:-}" ] && ! has cold && ! has cold8; then  # an earlier record's cold phases (no dgprecompile in them)
   tar -xzf "$COLD_FROM/files.tar.gz" -C "$d" ./cold.json ./cold_files.json ./cold8 ./cold8_files.json 2>> "$d/logs.txt"
   python3 -c "import json,sys; print(json.dumps({'record': sys.argv[1], 'commit': json.load(open(sys.argv[1] + '/summary.json'))['commit']}))" \
@@ -110,7 +126,7 @@ if has cold; then
   env $(fresh_env "$c") "${cap[@]}" python3 -m dgprecompile.launch.model_driver --sglang-cmd "$LOCAL" \
     --model-dir "$model" --m "$MS" --report "$d/cold.json" > /dev/null 2>> "$d/logs.txt"
   echo "cold phase: driver rc=$? in $(python3 -c "import time,sys; print(round(time.time()-float(sys.argv[1]),1))" "$start") s" >> "$d/logs.txt"
-  python3 bench/first_forward_files.py "$c" "$start" > "$d/cold_files.json" 2>> "$d/logs.txt"
+  python3 bench/first_forward_files.py "$c" "$start" > "$d/cold_files.json" 2>> "$d/logs.txt"; keep
 fi
 if has cold8; then
   c=$(mktemp -d); mkdir -p "$c/home" "$d/cold8"; start=$(date +%s.%N); pids=()
@@ -121,7 +137,7 @@ if has cold8; then
   done
   rcs=(); for p in "${pids[@]}"; do wait "$p"; rcs+=($?); done
   echo "cold8 phase: $PROCS drivers rc ${rcs[*]} in $(python3 -c "import time,sys; print(round(time.time()-float(sys.argv[1]),1))" "$start") s" >> "$d/logs.txt"
-  python3 bench/first_forward_files.py "$c" "$start" > "$d/cold8_files.json" 2>> "$d/logs.txt"
+  python3 bench/first_forward_files.py "$c" "$start" > "$d/cold8_files.json" 2>> "$d/logs.txt"; keep
 fi
 if has warm1 || has alone; then
   # the GPU the user names with --gpu, from nvidia-smi as model_proof.sh does: without it the plan is the H200's, and
@@ -140,7 +156,7 @@ if has warm1; then  # the whole warm as a user runs it: one `warm`, the GPU visi
     > "$d/warm1.json" 2>> "$d/logs.txt"
   rc=$?; sample
   echo "warm1 phase: rc=$rc in $(python3 -c "import time,sys; print(round(time.time()-float(sys.argv[1]),1))" "$start") s" >> "$d/logs.txt"
-  rm -rf "$c"
+  rm -rf "$c"; keep
 fi
 if has alone; then
   # every core: GNU nproc answers OMP_NUM_THREADS, which this script sets to 1 (the 2026-12-07 alone phases ran with
@@ -152,12 +168,9 @@ if has alone; then
     CUDA_VISIBLE_DEVICES= python3 -m dgprecompile warm --manifest "$d/alone/alone-$n.yaml" --cache-dir "$c" \
       --backend nvcc --sglang-jit on --jobs "$cores" --json > "$d/alone-$n.json" 2>> "$d/logs.txt"
     echo "alone phase: $id rc=$? in $(python3 -c "import time,sys; print(round(time.time()-float(sys.argv[1]),1))" "$start") s" >> "$d/logs.txt"
-    rm -rf "$c"; n=$((n + 1))
+    rm -rf "$c"; n=$((n + 1)); keep
   done
   sample
 fi
-spent=$(( $(date +%s) - t0 + $(cat "$d/device_s" 2>/dev/null || echo 0) )); echo "$spent" > "$d/device_s"
-python3 bench/first_forward_files.py --summary "$d" --server "$SERVER" --commit "${DGP_GIT:-}" \
-  --device-s "$spent" > "$d/summary.json" 2>> "$d/logs.txt"
-cp "$d/summary.json" "$d/logs.txt" "$final/"; tar czf "$final/files.tar.gz" -C "$d" .
+keep end
 grep -E "phase" "$d/logs.txt"; cat "$d/summary.json"
