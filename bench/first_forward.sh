@@ -45,8 +45,8 @@
 #   showed the alone phase's ninja on one job, and which unit bounds the warm)
 # writes $OUT/$NAME/{summary.json, logs.txt, files.tar.gz}: the tarball holds cold.json, cold_files.json,
 #   cold8/driver-N.json, cold8_files.json, plan.yaml, warm1.json, alone/ with alone-N.json (each alone warm's --json)
-#   and proof/ (model_proof.sh's folder), with SAMPLE= warm1-ps.txt / alone-ps.txt; beside it, as each phase ends,
-#   the summary so far, the folder's .json/.txt files and proof/'s small files (a call cut short returns those)
+#   and proof/ (model_proof.sh's folder), with SAMPLE= warm1-ps.txt / alone-ps.txt; all three written again as each
+#   phase ends (a call cut short returns its finished phases)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 root=$PWD; OUT=${OUT:-$root/out}; NAME=${NAME:-first-forward}; final=$OUT/$NAME; d=${WORK:-$(mktemp -d)}
@@ -92,18 +92,16 @@ sample() {  # sample NAME: start the SAMPLE= line writer into $d/NAME-ps.txt; sa
       sleep "$SAMPLE"; done > "$d/$1-ps.txt" ) & sampler=$!
 }
 fresh_env() { python3 bench/first_forward_files.py --env "$1"; }  # every JIT cache and HOME in the new folder $1
-# keep [END]: after each phase, the summary so far and the phases' small files into $final, so a call the lease or
-# its limit cuts short (SIGKILL: no trap runs) still returns what its finished phases measured; END also adds this
-# call's seconds to WORK/device_s (once a call) and packs the folder
+# keep [END]: after each phase, the summary so far, logs.txt and files.tar.gz (the phases' folder) into $final, so a
+# call the lease or its limit cuts short (SIGKILL: no trap runs) still returns what its finished phases measured (3
+# files: the device returns 8, and left out the summary.json of 2026-12-07h's call); END also adds this call's
+# seconds to WORK/device_s, once a call
 keep() {
   local spent=$(( $(date +%s) - t0 + $(cat "$d/device_s" 2>/dev/null || echo 0) ))
   [ -n "${1:-}" ] && echo "$spent" > "$d/device_s"
   python3 bench/first_forward_files.py --summary "$d" --server "$SERVER" --commit "${DGP_GIT:-}" \
     --device-s "$spent" > "$d/summary.json" 2>> "$d/logs.txt"
-  find "$d" -maxdepth 1 -type f \( -name '*.json' -o -name '*.txt' \) -exec cp {} "$final/" \;
-  [ -d "$d/proof" ] && mkdir -p "$final/proof" \
-    && find "$d/proof" -maxdepth 1 -type f -size -4M -exec cp {} "$final/proof/" \;
-  [ -n "${1:-}" ] && tar czf "$final/files.tar.gz" -C "$d" .
+  cp "$d/summary.json" "$d/logs.txt" "$final/"; tar czf "$final/files.tar.gz" -C "$d" .
   return 0
 }
 if has launched && [ -f "$d/proof/workdir.txt" ]; then  # the carried trtllm_comm run on the GPU, from the proof's cache
