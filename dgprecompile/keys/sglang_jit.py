@@ -74,26 +74,37 @@ def tvm_ffi_version() -> str | None:
         return None
 
 
-def source_hash(root: Path, include_dir: Path, cuda_files: list[str]) -> str:
-    """SGLang's content hash of the module sources (see the module docstring)."""
+def _walk_hash(start: list[Path], ident, includes) -> str:
+    """sha256 over every file reached from ``start`` through ``includes(path, text)`` (a depth-first walk, last
+    pushed first, each file once) of ``ident(path) + NUL + bytes + NUL``, first 16 hex digits."""
     digest = hashlib.sha256()
     seen: set[Path] = set()
-    stack = [(root / "csrc" / f).resolve() for f in cuda_files]
+    stack = list(start)
     while stack:
         path = stack.pop()
         if path in seen or not path.is_file():
             continue
         seen.add(path)
         data = path.read_bytes()
-        try:
-            ident = str(path.relative_to(root))
-        except ValueError:
-            ident = path.name
-        digest.update(ident.encode() + b"\0" + data + b"\0")
-        text = data.decode("utf-8", errors="ignore")
-        stack += [p for p in ((path.parent / inc).resolve() for inc in _QUOTED.findall(text)) if p.is_file()]
-        stack += [p for p in ((include_dir / inc).resolve() for inc in _ANGLE.findall(text)) if p.is_file()]
+        digest.update(ident(path).encode() + b"\0" + data + b"\0")
+        stack += [p for p in includes(path, data.decode("utf-8", errors="ignore")) if p.is_file()]
     return digest.hexdigest()[:16]
+
+
+def source_hash(root: Path, include_dir: Path, cuda_files: list[str]) -> str:
+    """SGLang's content hash of the module sources (see the module docstring)."""
+
+    def ident(path: Path) -> str:
+        try:
+            return str(path.relative_to(root))
+        except ValueError:
+            return path.name
+
+    def includes(path: Path, text: str) -> list[Path]:
+        return ([(path.parent / inc).resolve() for inc in _QUOTED.findall(text)]
+                + [(include_dir / inc).resolve() for inc in _ANGLE.findall(text)])
+
+    return _walk_hash([(root / "csrc" / f).resolve() for f in cuda_files], ident, includes)
 
 
 def absolute_source_hash(files: list[Path]) -> str:
@@ -101,19 +112,8 @@ def absolute_source_hash(files: list[Path]) -> str:
     the module's sources through quoted includes only (relative to the including file; a depth-first walk, last
     pushed first) of ``absolute path + NUL + bytes + NUL``, first 16 hex digits. The path is absolute: the name
     depends on where sglang is installed."""
-    digest = hashlib.sha256()
-    seen: set[Path] = set()
-    stack = [Path(f).resolve() for f in files]
-    while stack:
-        path = stack.pop()
-        if path in seen or not path.is_file():
-            continue
-        seen.add(path)
-        data = path.read_bytes()
-        digest.update(str(path).encode() + b"\0" + data + b"\0")
-        text = data.decode("utf-8", errors="ignore")
-        stack += [p for p in ((path.parent / inc).resolve() for inc in _QUOTED_LOCAL.findall(text)) if p.is_file()]
-    return digest.hexdigest()[:16]
+    return _walk_hash([Path(f).resolve() for f in files], str,
+                      lambda path, text: [(path.parent / inc).resolve() for inc in _QUOTED_LOCAL.findall(text)])
 
 
 @dataclass(frozen=True)
