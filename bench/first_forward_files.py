@@ -193,9 +193,15 @@ def summary(d: Path, server: str, commit: str, device_s: int) -> dict:
     row["cold_first_calls_s"] = _costliest(cold.get("first_call_s") or {})
     row["launched_first_calls_s"] = _costliest(launched.get("first_call_s") or {})
     # and what torch.compile did in those first calls (frames traced, graphs compiled or loaded), where anything
+    # and the seconds of torch's own timers in them (Dynamo's tracing, the backend, the generated module's load), with
+    # their sum over every first call: how much of a launched first forward torch.compile's own work is
     for run, key in ((cold, "cold"), (launched, "launched")):
         counts = run.get("first_call_counts") or {}
         row[f"{key}_first_calls_counts"] = {k: counts[k] for k in row[f"{key}_first_calls_s"] if k in counts}
+        torch_s = run.get("first_call_torch_s") or {}
+        row[f"{key}_first_calls_torch_s"] = {k: torch_s[k] for k in row[f"{key}_first_calls_s"] if k in torch_s}
+        if torch_s:
+            row[f"{key}_torch_compile_s"] = round(sum(v.get("torch_compile_s", 0.0) for v in torch_s.values()), 4)
     lf, sf = row["launched_first_forward_s"], row["second_forward_s"]
     cf = row["cold_first_forward_s"]
     row["launched_over_second"] = round(lf / sf, 2) if lf and sf else None

@@ -59,7 +59,9 @@ def test_the_summary_takes_each_phases_own_figures(tmp_path):
     (tmp_path / "proof" / "driver.json").write_text(json.dumps(
         {"times": {"first_forward_s": 4.2, "pass_s": 90.0, "decode_s": 1.5, "second_forward_s": 4.0},
          "first_call_s": {"embed_tokens": 0.95, "norm": 0.01},
-         "first_call_counts": {"embed_tokens": {"traced": 2, "inductor_loaded": 1}}}))
+         "first_call_counts": {"embed_tokens": {"traced": 2, "inductor_loaded": 1}},
+         "first_call_torch_s": {"embed_tokens": {"torch_compile_s": 0.81, "tracing_s": 0.05, "backend_s": 0.7},
+                                "decode.mlp": {"torch_compile_s": 0.02}}}))
     (tmp_path / "proof" / "warm.json").write_text(json.dumps({"item_seconds": {"a": 3.0, "b": 29.1}}))
     firsts = {f"layers.{i}.mlp": float(i) for i in range(10)}
     (tmp_path / "cold.json").write_text(json.dumps({"times": {"first_forward_s": 84.0, "pass_s": 400.0},
@@ -84,6 +86,11 @@ def test_the_summary_takes_each_phases_own_figures(tmp_path):
     assert row["launched_first_calls_s"] == {"embed_tokens": 0.95, "norm": 0.01}
     assert row["launched_first_calls_counts"] == {"embed_tokens": {"traced": 2, "inductor_loaded": 1}}
     assert row["cold_first_calls_counts"] == {}  # a report from before the driver counted them
+    # torch's own timers in those first calls, and their sum over every first call (one outside the costliest too)
+    assert row["launched_first_calls_torch_s"] == {"embed_tokens": {"torch_compile_s": 0.81, "tracing_s": 0.05,
+                                                                    "backend_s": 0.7}}
+    assert row["launched_torch_compile_s"] == 0.83
+    assert row["cold_first_calls_torch_s"] == {} and "cold_torch_compile_s" not in row
     # the one-run warm (phase warm1) against the longest item (here the pool's: no phase alone)
     assert row["warm_one_run_s"] == 32.01 and row["warm_one_run_over_longest"] == 1.1
     assert (row["warm_one_run_longest_item"], row["warm_one_run_longest_item_s"]) == ("a", 3.0)

@@ -90,7 +90,8 @@ def test_what_torch_compile_did_in_a_first_call_is_charged_to_that_module(tmp_pa
     """A launched first forward compiles nothing yet is 1.57 s against a 4 ms second one (the 480B on the H100,
     2026-12-07): each module's first call also records the frames Dynamo traced and the graphs inductor compiled or
     loaded in it (torch's own counters, a real torch.compile on the CPU here), so the record says which module's
-    seconds are a trace or a cached graph's load, not a guess; a module without torch.compile has no entry."""
+    seconds are a trace or a cached graph's load, not a guess, and how many of them torch's own timers saw (tracing,
+    backend, the generated module's load); a module without torch.compile has no entry."""
     script = textwrap.dedent("""
         import json, torch
         from dgprecompile.launch.model_report import Report, dynamo_counts
@@ -99,16 +100,30 @@ def test_what_torch_compile_did_in_a_first_call_is_charged_to_that_module(tmp_pa
         report.call("compiled", 1, double, torch.ones(4))
         report.call("compiled", 2, double, torch.ones(4))
         report.call("plain", 1, torch.add, torch.ones(2), 1)
+        print(json.dumps(report.first_call_torch_s))
         print(json.dumps(report.first_call_counts))
     """)
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "TRITON_CACHE_DIR": str(tmp_path / "t")}
     proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    counts = json.loads(proc.stdout.strip().splitlines()[-1])
+    seconds, counts = (json.loads(line) for line in proc.stdout.strip().splitlines()[-2:])
     assert set(counts) == {"compiled"}, counts
     assert counts["compiled"]["traced"] >= 1 and counts["compiled"]["inductor_compiled"] == 1, counts
     assert "inductor_loaded" not in counts["compiled"]  # a new cache: compiled, not loaded
+    # torch's own timers, nested: the backend (here a compile) inside all of torch.compile's work, tracing beside it
+    assert set(seconds) == {"compiled"}, seconds
+    spent = seconds["compiled"]
+    assert {"torch_compile_s", "tracing_s", "backend_s", "module_load_s"} <= spent.keys(), spent
+    assert spent["backend_s"] + spent["tracing_s"] <= spent["torch_compile_s"] + 0.01, spent
+    assert spent["module_load_s"] <= spent["backend_s"] + 0.01, spent
+    # a second process on that cache (a launched first call): traced again, the graph loaded, its seconds charged
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    seconds, counts = (json.loads(line) for line in proc.stdout.strip().splitlines()[-2:])
+    assert counts["compiled"]["inductor_loaded"] == 1 and "inductor_compiled" not in counts["compiled"], counts
+    assert set(seconds) == {"compiled"} and seconds["compiled"]["module_load_s"] > 0, seconds
 
 
 FLASHINFER_0612 = beside_venv("flashinfer-0.6.12", "flashinfer/__init__.py")

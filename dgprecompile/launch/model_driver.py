@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                "server_args": {k: str(getattr(sa, k, None)) for k in SERVER_ARGS_KEPT} if sa is not None else {},
                "calls": report.calls, "failed": report.failed, "standins": report.standins, "notes": report.notes,
                "times": report.times, "first_call_s": report.first_call_s, "m_done": report.m_done,
-               "first_call_counts": report.first_call_counts,
+               "first_call_counts": report.first_call_counts, "first_call_torch_s": report.first_call_torch_s,
                "new_cache_files": new_files(before, cache_files()), "dynamo": dynamo_counts(),
                "asks": asks.to_dict() if asks is not None else {}, "asks_notes": asks.notes if asks is not None else []}
         if stopped:

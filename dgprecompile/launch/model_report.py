@@ -39,6 +39,9 @@ class Report:
         # that compiles nothing still traces and loads: this says which module's seconds those are)
         self.counts = counts
         self.first_call_counts: dict[str, dict[str, int]] = {}
+        # and the seconds torch.compile spent inside that first call, by torch's own timers (FIRST_CALL_SECONDS):
+        # of a launched first forward's seconds, how many Dynamo's tracing and the cached graphs' load took
+        self.first_call_torch_s: dict[str, dict[str, float]] = {}
         self.m_done: int | None = None  # the last m a pass over m finished (a run stopped early got this far)
 
     def note(self, text: str) -> None:
@@ -72,6 +75,10 @@ class Report:
         grew = {k: v - before.get(k, 0) for k, v in after.items() if k in FIRST_CALL_COUNTS and v > before.get(k, 0)}
         if grew:
             self.first_call_counts[name] = grew
+        spent = {k: round(after[k] - before.get(k, 0.0), 4) for k in FIRST_CALL_SECONDS
+                 if k in after and after[k] - before.get(k, 0.0) >= 0.0005}
+        if spent:
+            self.first_call_torch_s[name] = spent
 
 
 def write_report(path: str | None, doc: dict) -> str:
@@ -128,18 +135,27 @@ def new_files(before: dict[str, set[str]], after: dict[str, set[str]]) -> dict[s
 
 # the counters a module's first call is charged with (Report.first_call_counts)
 FIRST_CALL_COUNTS = ("traced", "inductor_compiled", "inductor_loaded")
+# the seconds it is charged with: our name -> torch's own timer (torch._dynamo.utils.compilation_time_metrics, what
+# dynamo_timed records): all of torch.compile's work for a frame, Dynamo's bytecode tracing within it, the backend
+# (AOTAutograd and inductor: a compile, or the FX graph cache's hit and its load) within that, and the load of
+# inductor's generated module (its kernels included) within the backend. A timer torch did not run is left out.
+FIRST_CALL_SECONDS = {"torch_compile_s": "_compile.compile_inner", "tracing_s": "bytecode_tracing",
+                      "backend_s": "OutputGraph.call_user_compiler", "module_load_s": "PyCodeCache.load_by_key_path"}
 
 
-def dynamo_counts() -> dict[str, int]:
+def dynamo_counts() -> dict[str, float]:
     """torch.compile's own counters in this process: frames Dynamo traced (``traced``: every process traces the
     Python of a compiled function again, a cache hit or not), graphs inductor compiled (``inductor_compiled``: its
-    FX graph cache's misses, the compiles) and loaded (``inductor_loaded``: its hits)."""
+    FX graph cache's misses, the compiles) and loaded (``inductor_loaded``: its hits), and the seconds its own
+    timers have summed so far (FIRST_CALL_SECONDS)."""
     try:
-        from torch._dynamo.utils import counters
+        from torch._dynamo.utils import compilation_time_metrics, counters
     except ImportError:
         return {}
     inductor = counters.get("inductor", {})
+    seconds = {k: round(sum(compilation_time_metrics[metric]), 4) for k, metric in FIRST_CALL_SECONDS.items()
+               if compilation_time_metrics.get(metric)}
     return {"traced": int(counters["frames"].get("ok", 0)) if "frames" in counters else 0,
             "inductor_compiled": int(inductor.get("fxgraph_cache_miss", 0)),
             "inductor_loaded": int(inductor.get("fxgraph_cache_hit", 0)),
-            **{f"stats.{k}": int(v) for k, v in counters.get("stats", {}).items()}}
+            **{f"stats.{k}": int(v) for k, v in counters.get("stats", {}).items()}, **seconds}
