@@ -192,9 +192,9 @@ def summary(d: Path, server: str, commit: str, device_s: int) -> dict:
     # where each first forward went: its costliest modules' first calls (the driver's first_call_s)
     row["cold_first_calls_s"] = _costliest(cold.get("first_call_s") or {})
     row["launched_first_calls_s"] = _costliest(launched.get("first_call_s") or {})
-    # and what torch.compile did in those first calls (frames traced, graphs compiled or loaded), where anything
-    # and the seconds of torch's own timers in them (Dynamo's tracing, the backend, the generated module's load), with
-    # their sum over every first call: how much of a launched first forward torch.compile's own work is
+    # and what torch.compile did in those first calls, where anything: frames traced, graphs compiled or loaded, and
+    # the seconds of its own timers (Dynamo's tracing, the backend, the generated module's load), with their sum over
+    # every first call: how much of a launched first forward torch.compile's own work is
     for run, key in ((cold, "cold"), (launched, "launched")):
         counts = run.get("first_call_counts") or {}
         row[f"{key}_first_calls_counts"] = {k: counts[k] for k in row[f"{key}_first_calls_s"] if k in counts}

@@ -75,8 +75,8 @@ class Report:
         grew = {k: v - before.get(k, 0) for k, v in after.items() if k in FIRST_CALL_COUNTS and v > before.get(k, 0)}
         if grew:
             self.first_call_counts[name] = grew
-        spent = {k: round(after[k] - before.get(k, 0.0), 4) for k in FIRST_CALL_SECONDS
-                 if k in after and after[k] - before.get(k, 0.0) >= 0.0005}
+        spent = {k: round(after[k] - before.get(k, 0.0), 4) for k in FIRST_CALL_SECONDS if k in after}
+        spent = {k: v for k, v in spent.items() if v >= 0.0005}
         if spent:
             self.first_call_torch_s[name] = spent
 
